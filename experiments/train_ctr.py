@@ -1,0 +1,31 @@
+"""Train a CTR model: `python -m experiments.train_ctr --config=experiments/configs/ctr.py --workdir=DIR`.
+
+Any config field can be overridden, e.g. `--config.model.name=dcnv2
+--config.train.steps=500`. Writes DIR/metrics.jsonl (one JSON object per eval) and
+ends stdout with one JSON line of final metrics. Everything else lives in
+`sfjax.train.loop` so it can be used from a notebook.
+"""
+
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+
+from sfjax.train import loop
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Python config file (ml_collections).",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for metrics.jsonl and config.json.")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  logging.set_verbosity(logging.INFO)
+  final = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  loop.print_final(final)
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["config", "workdir"])
+  app.run(main)

@@ -1,0 +1,1 @@
+"""CTR data: readers (Criteo, Avazu, MovieLens), feature->row mapping, synthetic data, batching."""

@@ -1,0 +1,72 @@
+"""The on-device embedding table: the reference backend that MixCache must reproduce.
+
+State is a pytree of two arrays, `values[V, E]` and `opt_slots[V, S]`. Device
+code only sees int32 row indices; the padding value `V` is out of range on
+purpose: gathers fill it with zeros and scatters drop it, so padded entries of a
+fixed-size unique set never read or write a real row.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sfjax.embedding import initializers
+from sfjax.embedding import row_optimizers
+
+
+class TableState(NamedTuple):
+  """Embedding rows and their row-optimizer slots.
+
+  Attributes:
+    values: [V, E] float32.
+    opt_slots: [V, S] float32.
+  """
+
+  values: jax.Array
+  opt_slots: jax.Array
+
+
+def init_table_host(num_rows: int, width: int, row_opt: row_optimizers.RowOptimizer, *,
+                    seed: int, stddev: float) -> tuple[np.ndarray, np.ndarray]:
+  """Host (numpy) initial table: `init_rows` values and the optimizer's initial slots.
+
+  Returns:
+    values [V, E] float32 and opt_slots [V, S] float32.
+  """
+  values = initializers.init_rows(seed, 0, np.arange(num_rows, dtype=np.int64), width, stddev)
+  slot_row = row_opt.initial_slot_row(width)
+  opt_slots = np.broadcast_to(slot_row, (num_rows, slot_row.shape[0])).astype(np.float32)
+  return values, opt_slots
+
+
+def init_table(num_rows: int, width: int, row_opt: row_optimizers.RowOptimizer, *,
+               seed: int, stddev: float, sharding=None) -> TableState:
+  """Device table initialised exactly like the lazily initialised host table."""
+  values, opt_slots = init_table_host(num_rows, width, row_opt, seed=seed, stddev=stddev)
+  # jnp.array copies: the host buffers are never aliased by the device arrays (DESIGN §7).
+  if sharding is None:
+    return TableState(jnp.array(values), jnp.array(opt_slots))
+  return TableState(jax.device_put(values.copy(), sharding), jax.device_put(opt_slots.copy(), sharding))
+
+
+def gather_rows(table: TableState, rows: jax.Array) -> TableState:
+  """Rows `rows [U]` int32 of the table; out-of-range (padding) rows read as zeros."""
+  return TableState(
+      jnp.take(table.values, rows, axis=0, mode="fill", fill_value=0),
+      jnp.take(table.opt_slots, rows, axis=0, mode="fill", fill_value=0),
+  )
+
+
+def scatter_rows(table: TableState, rows: jax.Array, update: TableState) -> TableState:
+  """Writes `update` ([U, E], [U, S]) into rows `rows [U]`; out-of-range rows are dropped.
+
+  `rows` must be unique among in-range entries (VSI guarantees it).
+  """
+  return TableState(
+      table.values.at[rows].set(update.values, mode="drop", unique_indices=False),
+      table.opt_slots.at[rows].set(update.opt_slots, mode="drop", unique_indices=False),
+  )

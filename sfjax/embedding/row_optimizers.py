@@ -1,0 +1,124 @@
+"""Row-wise (sparse) optimizers for embedding tables.
+
+An optax-like factory returns a `RowOptimizer` of pure functions over the rows a
+batch touched, never over the whole table:
+
+  new_rows, new_slots = opt.update(rows, slots, grads, count)
+
+with `rows`/`grads` [U, E] and `slots` [U, S] (S = opt.slot_width(E)). Optimizer
+state lives beside each row as slot columns, so a host table, a device table and
+a device cache can all store `values[V, E]` and `opt_slots[V, S]` and move both
+together. Hyperparameters may be Python floats or traced scalars (vmappable).
+
+Formulas (per element, g = gradient, t = `count`, 1-based global step):
+  sgd:     w -= lr * g
+  adagrad: a += g^2;  w -= lr * g / sqrt(a)              (a starts at initial_accumulator)
+  adam:    m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2   (lazy / row-wise Adam:
+           w -= lr * mhat / (sqrt(vhat) + eps)            only touched rows move;
+           mhat = m / (1-b1^t), vhat = v / (1-b2^t)       bias correction uses the global step)
+  ftrl:    n' = n + g^2; sigma = (sqrt(n') - sqrt(n)) / lr; z += g - sigma w   (McMahan et al. 2013,
+           w = 0 if |z| <= l1 else -(z - sign(z) l1) / ((beta + sqrt(n')) / lr + l2)  FTRL-Proximal)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+
+class RowOptimizer(NamedTuple):
+  """Pure functions of a row optimizer.
+
+  Attributes:
+    name: optimizer name.
+    slot_width: E -> S, slot columns stored per row.
+    initial_slot_row: E -> [S] float32 numpy; the slot values of a never-touched row.
+    update: (rows [U,E], slots [U,S], grads [U,E], count int32 scalar) -> (rows, slots).
+  """
+
+  name: str
+  slot_width: Callable[[int], int]
+  initial_slot_row: Callable[[int], np.ndarray]
+  update: Callable[..., tuple[Any, Any]]
+
+
+def sgd(learning_rate) -> RowOptimizer:
+  """Plain SGD on touched rows; no slots."""
+
+  def update(rows, slots, grads, count):
+    del count
+    return rows - learning_rate * grads, slots
+
+  return RowOptimizer("sgd", lambda e: 0, lambda e: np.zeros((0,), np.float32), update)
+
+
+def adagrad(learning_rate, initial_accumulator: float = 0.1) -> RowOptimizer:
+  """Element-wise Adagrad; the accumulator starts at `initial_accumulator` (> 0)."""
+  if not initial_accumulator > 0:
+    raise ValueError(f"adagrad initial_accumulator must be > 0, got {initial_accumulator}")
+
+  def update(rows, slots, grads, count):
+    del count
+    acc = slots + grads * grads
+    return rows - learning_rate * grads * jnp.reciprocal(jnp.sqrt(acc)), acc
+
+  return RowOptimizer(
+      "adagrad", lambda e: e, lambda e: np.full((e,), initial_accumulator, np.float32), update
+  )
+
+
+def adam(learning_rate, b1=0.9, b2=0.999, eps=1e-8) -> RowOptimizer:
+  """Row-wise (lazy) Adam: moments of untouched rows do not decay."""
+
+  def update(rows, slots, grads, count):
+    e = rows.shape[-1]
+    m, v = slots[:, :e], slots[:, e:]
+    m = b1 * m + (1.0 - b1) * grads
+    v = b2 * v + (1.0 - b2) * grads * grads
+    t = jnp.asarray(count, jnp.float32)
+    mhat = m / (1.0 - jnp.power(b1, t))
+    vhat = v / (1.0 - jnp.power(b2, t))
+    rows = rows - learning_rate * mhat / (jnp.sqrt(vhat) + eps)
+    return rows, jnp.concatenate([m, v], axis=-1)
+
+  return RowOptimizer("adam", lambda e: 2 * e, lambda e: np.zeros((2 * e,), np.float32), update)
+
+
+def ftrl(learning_rate, l1=0.0, l2=0.0, beta=0.0, initial_accumulator: float = 0.1) -> RowOptimizer:
+  """FTRL-Proximal with per-coordinate learning rates; slots are (z, n)."""
+  if not initial_accumulator > 0:
+    raise ValueError(f"ftrl initial_accumulator must be > 0, got {initial_accumulator}")
+
+  def update(rows, slots, grads, count):
+    del count
+    e = rows.shape[-1]
+    z, n = slots[:, :e], slots[:, e:]
+    n_new = n + grads * grads
+    sigma = (jnp.sqrt(n_new) - jnp.sqrt(n)) / learning_rate
+    z = z + grads - sigma * rows
+    denom = (beta + jnp.sqrt(n_new)) / learning_rate + l2
+    w = jnp.where(jnp.abs(z) <= l1, 0.0, -(z - jnp.sign(z) * l1) / denom)
+    return w.astype(rows.dtype), jnp.concatenate([z, n_new], axis=-1)
+
+  def initial_slot_row(e):
+    return np.concatenate([np.zeros((e,), np.float32), np.full((e,), initial_accumulator, np.float32)])
+
+  return RowOptimizer("ftrl", lambda e: 2 * e, initial_slot_row, update)
+
+
+def from_config(cfg) -> RowOptimizer:
+  """Builds the row optimizer named by `cfg.optimizer` from an embedding ConfigDict."""
+  name = cfg.optimizer
+  lr = cfg.learning_rate
+  if name == "sgd":
+    return sgd(lr)
+  if name == "adagrad":
+    return adagrad(lr, cfg.adagrad_initial_accumulator)
+  if name == "adam":
+    return adam(lr, cfg.adam_b1, cfg.adam_b2, cfg.adam_eps)
+  if name == "ftrl":
+    return ftrl(lr, cfg.ftrl_l1, cfg.ftrl_l2, cfg.ftrl_beta, cfg.ftrl_initial_accumulator)
+  raise ValueError(f"config field embedding.optimizer: unknown row optimizer {name!r} "
+                   "(known: sgd, adagrad, adam, ftrl)")

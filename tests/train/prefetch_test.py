@@ -1,0 +1,59 @@
+"""Background stage: ordering, failure propagation, clean shutdown."""
+
+import threading
+import time
+import traceback
+
+import pytest
+
+from sfjax.train import prefetch
+
+
+def test_yields_in_order_and_stops():
+  assert list(prefetch.BackgroundIterator(range(50), maxsize=3)) == list(range(50))
+  assert list(prefetch.map_in_background(lambda x: x * x, range(5))) == [0, 1, 4, 9, 16]
+
+
+def _boom_source():
+  yield 1
+  yield 2
+  raise KeyError("bad record 3")
+
+
+def test_exception_reraised_with_original_traceback():
+  it = prefetch.BackgroundIterator(_boom_source(), maxsize=1, name="loader")
+  assert next(it) == 1 and next(it) == 2
+  with pytest.raises(KeyError, match="bad record 3") as info:
+    next(it)
+  frames = "".join(traceback.format_tb(info.value.__traceback__))
+  assert "_boom_source" in frames
+  with pytest.raises(StopIteration):
+    next(it)
+
+
+def test_close_unblocks_a_producer_on_a_full_queue():
+  closed = threading.Event()
+
+  def endless():
+    try:
+      i = 0
+      while True:
+        yield i
+        i += 1
+    finally:
+      closed.set()
+
+  it = prefetch.BackgroundIterator(endless(), maxsize=1)
+  assert next(it) == 0
+  time.sleep(0.05)  # let the producer block on the full queue
+  it.close()
+  assert closed.wait(5.0), "generator was not closed"
+  assert not it._thread.is_alive()
+
+
+def test_context_manager_and_bad_maxsize():
+  with prefetch.BackgroundIterator(iter(range(100)), maxsize=2) as it:
+    assert next(it) == 0
+  assert not it._thread.is_alive()
+  with pytest.raises(ValueError, match="maxsize"):
+    prefetch.BackgroundIterator([], maxsize=0)
