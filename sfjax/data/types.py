@@ -85,7 +85,9 @@ def make_batch(ids, dense, labels, mask=None) -> Batch:
   """Builds a `Batch` with canonical dtypes; `mask` defaults to all ones."""
   ids = np.asarray(ids, dtype=np.int64)
   labels = np.asarray(labels, dtype=np.float32)
-  dense = np.asarray(dense, dtype=np.float32).reshape(labels.shape[0], -1)
+  dense = np.asarray(dense, dtype=np.float32)
+  if dense.ndim != 2:  # a flat [B] vector is one dense feature per example
+    dense = dense.reshape(labels.shape[0], -1)
   if mask is None:
     mask = np.ones_like(labels)
   return Batch(ids, dense, labels, np.asarray(mask, dtype=np.float32))

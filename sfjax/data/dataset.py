@@ -1,0 +1,126 @@
+"""Dataset factory: `make_dataset(data_cfg, seed) -> CTRDataset`.
+
+`data_cfg` is the `data` ConfigDict of `experiments/configs/ctr.py`:
+  * format: 'synthetic' | 'criteo' | 'avazu' | 'movielens'.
+  * train_path / eval_path / test_path: comma-separated globs (file formats);
+    eval splits are 'eval' (if eval_path) and 'test' (if test_path).
+  * hash_rows > 0: `HashingMapper(hash_rows)`; 0: a vocabulary built in one
+    streaming pass over the train files, values seen >= min_count times get a
+    row, the rest share the OOV row 0.
+  * skip_bad_lines: drop and count malformed lines (`stats['bad_lines']`)
+    instead of raising `DataFormatError` naming file and line.
+  * shuffle_buffer: examples in the training streaming shuffle buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Protocol
+
+import ml_collections
+
+from sfjax.data import avazu, batching, criteo, feature_map, movielens, text_io
+from sfjax.data.types import Batch, DatasetSpec, make_batch
+
+KNOWN_FORMATS = ("synthetic", "criteo", "avazu", "movielens")
+_LINE_FORMATS = {"criteo": criteo.CriteoFormat, "avazu": avazu.AvazuFormat}
+
+
+class CTRDataset(Protocol):
+  """What the trainer needs from a data set.
+
+  Attributes:
+    spec: fields (rows per field) and number of dense features.
+    eval_splits: names accepted by `eval_batches`.
+    oracle: per eval split {'auc', 'logloss'} of the true click model (known
+      only for synthetic data), else None.
+    stats: at least 'bad_lines' (malformed lines skipped so far).
+  """
+
+  spec: DatasetSpec
+  eval_splits: tuple[str, ...]
+  oracle: dict[str, dict[str, float]] | None
+  stats: dict
+
+  def train_batches(self, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Infinite iterator of full, shuffled batches of `batch_size` examples."""
+
+  def eval_batches(self, split: str, batch_size: int) -> Iterator[Batch]:
+    """Finite iterator over a split; the last batch padded with mask 0."""
+
+
+class FileCTRDataset:
+  """`CTRDataset` streaming line-oriented files (Criteo TSV, Avazu CSV)."""
+
+  def __init__(self, fmt: text_io.LineFormat, data_cfg: ml_collections.ConfigDict,
+               chunk_lines: int = 8192):
+    if not str(data_cfg.train_path).strip():
+      raise ValueError(f"data.train_path is empty: data.format={data_cfg.format!r} reads files "
+                       "(comma-separated globs, .gz allowed)")
+    if int(data_cfg.shuffle_buffer) < 0:
+      raise ValueError(f"data.shuffle_buffer must be >= 0, got {data_cfg.shuffle_buffer}")
+    self.format = fmt
+    self.shuffle_buffer = int(data_cfg.shuffle_buffer)
+    skip = bool(data_cfg.skip_bad_lines)
+    split_paths = {"train": ("data.train_path", data_cfg.train_path),
+                   "eval": ("data.eval_path", data_cfg.eval_path),
+                   "test": ("data.test_path", data_cfg.test_path)}
+    self._readers = {
+        name: text_io.TextReader(text_io.expand_paths(str(spec), key), fmt, skip, chunk_lines)
+        for name, (key, spec) in split_paths.items() if str(spec).strip()}
+    self.eval_splits = tuple(name for name in ("eval", "test") if name in self._readers)
+    train = self._readers["train"]
+    self.mapper = feature_map.make_mapper(
+        data_cfg.hash_rows, data_cfg.min_count, lambda: (raw.values for raw in train),
+        len(fmt.field_names))
+    self.spec: DatasetSpec = self.mapper.dataset_spec(fmt.field_names, fmt.num_dense)
+    self.oracle = None
+
+  @property
+  def stats(self) -> dict:
+    """'bad_lines' (all splits) and 'bad_lines_by_split', counted so far."""
+    by_split = {name: r.bad_lines for name, r in self._readers.items()}
+    return {"bad_lines": sum(by_split.values()), "bad_lines_by_split": by_split}
+
+  def _chunks(self, split: str) -> Iterator[Batch]:
+    """One pass over a split as mapped, variable-size batches."""
+    for raw in self._readers[split]:
+      yield make_batch(self.mapper(raw.values), raw.dense, raw.labels)
+
+  def train_batches(self, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Infinite full batches: epochs through a seeded streaming shuffle buffer."""
+    return batching.train_batches(
+        lambda: self._chunks("train"), batch_size, self.shuffle_buffer, seed)
+
+  def eval_batches(self, split: str, batch_size: int) -> Iterator[Batch]:
+    """Finite batches in file order, the last one padded with mask 0."""
+    if split not in self.eval_splits:
+      known = ", ".join(self.eval_splits) or "none: set data.eval_path / data.test_path"
+      raise ValueError(f"unknown eval split {split!r} (known: {known})")
+    return batching.eval_batches(self._chunks(split), batch_size)
+
+
+def make_dataset(data_cfg: ml_collections.ConfigDict, seed: int) -> CTRDataset:
+  """Builds the data set `data_cfg.format` names.
+
+  Args:
+    data_cfg: the `data` ConfigDict of `experiments/configs/ctr.py`.
+    seed: run seed; used by the synthetic generator (file formats take
+      their shuffle seed in `train_batches`, MovieLens its split seed from
+      `data.movielens.split_seed`).
+
+  Returns:
+    A `CTRDataset`.
+
+  Raises:
+    ValueError: unknown `data.format`, empty `data.train_path` for a file
+      format, or an invalid mapping setting.
+  """
+  fmt = str(data_cfg.format)
+  if fmt == "synthetic":
+    from sfjax.data.synthetic import SyntheticCTR  # Lazy: optional for file formats.
+    return SyntheticCTR(data_cfg.synthetic, seed)
+  if fmt == "movielens":
+    return movielens.MovieLensDataset(data_cfg)
+  if fmt in _LINE_FORMATS:
+    return FileCTRDataset(_LINE_FORMATS[fmt](), data_cfg)
+  raise ValueError(f"unknown data.format {fmt!r} (known: {', '.join(KNOWN_FORMATS)})")

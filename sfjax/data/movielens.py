@@ -1,0 +1,205 @@
+"""MovieLens-100k as a click log (`data.format = 'movielens'`).
+
+Reads RecBole's atomic files `ml-100k.{inter,user,item}` (tab-separated, typed
+header like `user_id:token`), from `data.movielens.path` or from the copy
+inside the `recbole` wheel (`pip install --no-deps recbole==1.2.1`), located
+without importing recbole (importing it needs torch). The data is never copied.
+
+Each rating is one example: click = rating >= 4, and 8 categorical fields:
+user_id, item_id, age, gender, occupation, zip3 (first 3 characters of the
+zip code), release_year and genre (the first token of the item's `class`;
+b'' when it has none). No dense features. A seeded random 80/10/10 split
+gives 'train' / 'valid' / 'test'. The data is small (100k rows), so it is held
+in memory; a vocabulary (or hashing) is fitted on the train split only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Iterator
+
+import ml_collections
+import numpy as np
+
+from sfjax.data import batching, feature_map, text_io
+from sfjax.data.types import Batch, DataFormatError, DatasetSpec, make_batch
+
+FIELD_NAMES = ("user_id", "item_id", "age", "gender", "occupation", "zip3", "release_year", "genre")
+FILES = ("ml-100k.inter", "ml-100k.user", "ml-100k.item")
+SPLITS = ("train", "valid", "test")
+SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
+INSTALL_HINT = "pip install --no-deps recbole==1.2.1"
+
+
+def find_movielens_dir(path: str = "") -> str:
+  """The folder holding `ml-100k.{inter,user,item}`.
+
+  Args:
+    path: `data.movielens.path`; '' = the copy inside the recbole wheel.
+
+  Raises:
+    FileNotFoundError: the files are not there, with how to get them.
+  """
+  if path:
+    missing = [f for f in FILES if not os.path.isfile(os.path.join(path, f))]
+    if missing:
+      raise FileNotFoundError(f"data.movielens.path={path!r} lacks {', '.join(missing)}")
+    return path
+  spec = importlib.util.find_spec("recbole")  # Locates the package; imports nothing.
+  roots = list(spec.submodule_search_locations or []) if spec else []
+  for root in roots:
+    folder = os.path.join(root, "dataset_example", "ml-100k")
+    if all(os.path.isfile(os.path.join(folder, f)) for f in FILES):
+      return folder
+  raise FileNotFoundError(
+      "MovieLens-100k not found: set data.movielens.path to a folder with "
+      f"{', '.join(FILES)}, or install the copy inside the recbole wheel with `{INSTALL_HINT}`")
+
+
+def read_atomic_file(path: str, required: tuple[str, ...], skip_bad_lines: bool,
+                     ) -> tuple[dict[str, int], list[tuple[int, list[bytes]]], int]:
+  """Reads a RecBole atomic file (whole file: the data set is small).
+
+  Args:
+    path: the file; line 1 is the header `name:type\\t...`.
+    required: column names that must be present.
+    skip_bad_lines: drop lines with the wrong field count instead of raising.
+
+  Returns:
+    (columns, rows, num_bad): column name -> index, `(line number, fields)`
+    per data line, and the number of lines dropped.
+  """
+  with open(path, "rb") as f:
+    lines = f.read().splitlines()
+  if not lines:
+    raise DataFormatError(path, 1, "empty file, expected a typed header")
+  names = [c.split(b":")[0].decode("utf-8", errors="replace") for c in lines[0].split(b"\t")]
+  columns = {name: i for i, name in reversed(list(enumerate(names)))}
+  missing = [c for c in required if c not in columns]
+  if missing:
+    raise DataFormatError(path, 1, f"header lacks required column(s) {', '.join(missing)}")
+  rows, bad = [], 0
+  for number, line in enumerate(lines[1:], start=2):
+    fields = line.split(b"\t")
+    if len(fields) == len(names):
+      rows.append((number, fields))
+    elif skip_bad_lines:
+      bad += 1
+    else:
+      raise DataFormatError(
+          path, number, f"expected {len(names)} tab-separated fields, got {len(fields)}")
+  return columns, rows, bad
+
+
+def _table(path: str, key: str, features: tuple[str, ...], skip_bad_lines: bool,
+           ) -> tuple[dict[bytes, tuple[bytes, ...]], int]:
+  """key value -> raw feature values, for the user and item files."""
+  columns, rows, bad = read_atomic_file(path, (key,) + features, skip_bad_lines)
+  table = {}
+  for _, fields in rows:
+    table[fields[columns[key]]] = tuple(fields[columns[c]] for c in features)
+  return table, bad
+
+
+def _check_rating(text: bytes, uid: bytes, iid: bytes, users: dict, items: dict,
+                  ) -> tuple[float, str | None]:
+  """(rating, None) for a valid interaction, else (nan, the reason)."""
+  try:
+    rating = float(text)
+  except ValueError:
+    rating = float("nan")
+  if not np.isfinite(rating):
+    return rating, f"rating is not a finite number: {text.decode(errors='replace')!r}"
+  if uid not in users:
+    return rating, f"user_id {uid.decode(errors='replace')!r} is not in {FILES[1]}"
+  if iid not in items:
+    return rating, f"item_id {iid.decode(errors='replace')!r} is not in {FILES[2]}"
+  return rating, None
+
+
+def load_movielens(folder: str, skip_bad_lines: bool = False) -> tuple[text_io.RawChunk, int]:
+  """All ratings as one raw chunk.
+
+  Returns:
+    (raw, num_bad): raw.values [N, 8] bytes in `FIELD_NAMES` order,
+    raw.dense [N, 0], raw.labels [N] (rating >= 4); num_bad lines dropped.
+
+  Raises:
+    DataFormatError: a malformed line, a non-numeric rating or an unknown
+      user/item, naming file and line (unless `skip_bad_lines`).
+  """
+  inter, user, item = (os.path.join(folder, f) for f in FILES)
+  users, bad_u = _table(
+      user, "user_id", ("age", "gender", "occupation", "zip_code"), skip_bad_lines)
+  items, bad_i = _table(item, "item_id", ("release_year", "class"), skip_bad_lines)
+  columns, rows, bad = read_atomic_file(inter, ("user_id", "item_id", "rating"), skip_bad_lines)
+  bad += bad_u + bad_i
+  values, labels = [], []
+  for number, fields in rows:
+    uid, iid = fields[columns["user_id"]], fields[columns["item_id"]]
+    rating, problem = _check_rating(fields[columns["rating"]], uid, iid, users, items)
+    if problem is not None:
+      if not skip_bad_lines:
+        raise DataFormatError(inter, number, problem)
+      bad += 1
+      continue
+    age, gender, occupation, zip_code = users[uid]
+    year, genres = items[iid]
+    genre = genres.split()[0] if genres.split() else b""
+    values.append((uid, iid, age, gender, occupation, zip_code[:3], year, genre))
+    labels.append(rating >= 4.0)
+  n = len(values)
+  raw = text_io.RawChunk(
+      np.array(values, dtype=bytes).reshape(n, len(FIELD_NAMES)),
+      np.zeros((n, 0), np.float32), np.asarray(labels, dtype=np.float32))
+  return raw, bad
+
+
+def split_indices(n: int, seed: int) -> dict[str, np.ndarray]:
+  """A seeded random 80/10/10 partition of range(n); each part sorted."""
+  order = np.random.default_rng(seed).permutation(n)
+  n_train = int(round(SPLIT_FRACTIONS[0] * n))
+  n_valid = int(round(SPLIT_FRACTIONS[1] * n))
+  parts = (order[:n_train], order[n_train:n_train + n_valid], order[n_train + n_valid:])
+  return {name: np.sort(part) for name, part in zip(SPLITS, parts)}
+
+
+class MovieLensDataset:
+  """`CTRDataset` over MovieLens-100k (in memory), eval splits 'valid', 'test'."""
+
+  def __init__(self, data_cfg: ml_collections.ConfigDict):
+    ml = data_cfg.movielens
+    self.folder = find_movielens_dir(str(ml.path))
+    raw, bad = load_movielens(self.folder, bool(data_cfg.skip_bad_lines))
+    split = split_indices(raw.labels.shape[0], int(ml.split_seed))
+    mapper = feature_map.make_mapper(
+        data_cfg.hash_rows, data_cfg.min_count, lambda: [raw.values[split["train"]]],
+        len(FIELD_NAMES))
+    self.spec: DatasetSpec = mapper.dataset_spec(FIELD_NAMES, 0)
+    self.eval_splits = SPLITS[1:]
+    self.oracle = None
+    self._batches = {
+        name: make_batch(mapper(raw.values[idx]), raw.dense[idx], raw.labels[idx])
+        for name, idx in split.items()}
+    self.stats = {
+        "bad_lines": bad,
+        "examples": {name: b.size for name, b in self._batches.items()},
+        "click_rate": {name: float(b.labels.mean()) for name, b in self._batches.items()},
+    }
+
+  def train_batches(self, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Infinite full batches; each epoch is a fresh seeded permutation."""
+    train = self._batches["train"]
+    rng = np.random.default_rng(seed)
+
+    def epoch():
+      return [batching.take(train, rng.permutation(train.size))]
+
+    return batching.train_batches(epoch, batch_size, shuffle_buffer=0, seed=seed)
+
+  def eval_batches(self, split: str, batch_size: int) -> Iterator[Batch]:
+    """Finite batches of 'valid' or 'test', the last padded with mask 0."""
+    if split not in self.eval_splits:
+      raise ValueError(f"unknown eval split {split!r} (known: {', '.join(self.eval_splits)})")
+    return batching.eval_batches([self._batches[split]], batch_size)

@@ -1,0 +1,137 @@
+"""Tests for sfjax.data.dataset: the `make_dataset` factory over file formats."""
+
+import gzip
+import itertools
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from experiments.configs import ctr
+from sfjax.data import avazu, dataset
+from sfjax.data.types import DataFormatError
+
+
+def _criteo_line(i, label=None):
+  ints = [str(i % 5)] + [""] * 12
+  cats = [f"{i % 3:08x}", f"{i:08x}"] + [""] * 24
+  return "\t".join([str(i % 2 if label is None else label)] + ints + cats) + "\n"
+
+
+def _write(path, lines, gz=False):
+  data = "".join(lines).encode()
+  if gz:
+    with gzip.open(path, "wb") as f:
+      f.write(data)
+  else:
+    path.write_bytes(data)
+  return str(path)
+
+
+def _config(**data):
+  cfg = ctr.get_config().data
+  for k, v in data.items():
+    cfg[k] = v
+  return cfg
+
+
+@pytest.fixture
+def criteo_files(tmp_path):
+  _write(tmp_path / "train-0.tsv", [_criteo_line(i) for i in range(0, 30)])
+  _write(tmp_path / "train-1.tsv.gz", [_criteo_line(i) for i in range(30, 50)], gz=True)
+  _write(tmp_path / "eval.tsv", [_criteo_line(i) for i in range(100, 110)])
+  _write(tmp_path / "test.tsv", [_criteo_line(i) for i in range(200, 203)])
+  return tmp_path
+
+
+def test_criteo_hashing_dataset(criteo_files):
+  cfg = _config(format="criteo", train_path=f"{criteo_files}/train-*", hash_rows=64,
+                eval_path=f"{criteo_files}/eval.tsv", test_path=f"{criteo_files}/test.tsv")
+  ds = dataset.make_dataset(cfg, seed=0)
+  assert ds.spec.field_rows == (64,) * 26 and ds.spec.num_dense == 13
+  assert ds.eval_splits == ("eval", "test") and ds.oracle is None
+  ev = list(ds.eval_batches("eval", 4))
+  assert [b.mask.tolist() for b in ev] == [[1] * 4, [1] * 4, [1, 1, 0, 0]]
+  labels = np.concatenate([b.labels for b in ev])
+  np.testing.assert_array_equal(labels[:10], np.arange(100, 110) % 2)
+  np.testing.assert_allclose(ev[0].dense[:, 0], np.log1p(np.arange(100, 104) % 5), rtol=1e-6)
+  assert ev[-1].ids[2:].max() == 0 and (ev[0].ids < 64).all()
+  assert next(ds.eval_batches("test", 8)).mask.sum() == 3
+  batches = list(itertools.islice(ds.train_batches(16, seed=1), 7))  # > 2 epochs of 50
+  assert all(b.ids.shape == (16, 26) and b.mask.all() for b in batches)
+  again = list(itertools.islice(ds.train_batches(16, seed=1), 7))
+  assert all(np.array_equal(a.ids, b.ids) for a, b in zip(batches, again))
+  assert ds.stats == {"bad_lines": 0, "bad_lines_by_split": {"train": 0, "eval": 0, "test": 0}}
+
+
+def test_criteo_vocabulary_dataset_maps_unseen_to_oov(criteo_files):
+  cfg = _config(format="criteo", train_path=f"{criteo_files}/train-*", min_count=2,
+                eval_path=f"{criteo_files}/eval.tsv")
+  ds = dataset.make_dataset(cfg, seed=0)
+  # C1 takes 3 values, each >= 2 times; C2 is unique per line (all OOV); C3.. always ''.
+  assert ds.spec.field_rows == (4, 1) + (2,) * 24
+  assert ds.eval_splits == ("eval",)
+  ev = next(ds.eval_batches("eval", 16))
+  real = ev.mask > 0
+  assert (ev.ids[real, 0] > 0).all()
+  assert (ev.ids[real, 1] == 0).all()
+  assert (ev.ids[real, 2:] == 1).all()
+
+
+def test_skip_bad_lines_is_counted_in_stats(tmp_path):
+  lines = [_criteo_line(i) for i in range(10)]
+  lines[3] = _criteo_line(3, label=5)
+  lines[7] = "junk\n"
+  cfg = _config(format="criteo", train_path=_write(tmp_path / "t.tsv", lines), hash_rows=8,
+                eval_path=_write(tmp_path / "e.tsv", lines[:5]), skip_bad_lines=True)
+  ds = dataset.make_dataset(cfg, seed=0)
+  next(ds.train_batches(4, 0))  # Hashing needs no pass at construction: stream once.
+  assert sum(b.mask.sum() for b in ds.eval_batches("eval", 4)) == 4
+  assert ds.stats["bad_lines_by_split"] == {"train": 2, "eval": 1}
+  assert ds.stats["bad_lines"] == 3
+  cfg.skip_bad_lines = False
+  strict = dataset.make_dataset(cfg, seed=0)  # Hashing: nothing is read until iterated.
+  with pytest.raises(DataFormatError, match=r"t.tsv:4: label must be 0 or 1, got '5'"):
+    next(strict.train_batches(4, 0))
+  cfg.hash_rows = 0  # The vocabulary pass reads the train files at construction.
+  with pytest.raises(DataFormatError, match=r"t.tsv:4: label must be 0 or 1, got '5'"):
+    dataset.make_dataset(cfg, seed=0)
+
+
+def test_avazu_dataset(tmp_path):
+  header = ["id", "click", "hour"] + list(avazu.CATEGORICAL_COLUMNS)
+  rows = [[str(i), str(i % 2), "14102100"] + ["x"] * 21 for i in range(6)]
+  text = ",".join(header) + "\n" + "".join(",".join(r) + "\n" for r in rows)
+  path = tmp_path / "train.csv"
+  path.write_text(text)
+  ds = dataset.make_dataset(_config(format="avazu", train_path=str(path), eval_path=str(path)), 0)
+  assert ds.spec.num_fields == 23 and ds.spec.num_dense == 0
+  assert ds.spec.field_rows == (2,) * 23  # One value per field + OOV.
+  batch = next(ds.train_batches(4, 0))
+  assert batch.dense.shape == (4, 0) and (batch.ids == 1).all()
+
+
+def test_config_errors_name_the_key(tmp_path):
+  known = r"\(known: synthetic, criteo, avazu, movielens\)"
+  with pytest.raises(ValueError, match=rf"unknown data.format 'parquet' {known}"):
+    dataset.make_dataset(_config(format="parquet"), 0)
+  with pytest.raises(ValueError, match="data.train_path is empty"):
+    dataset.make_dataset(_config(format="criteo"), 0)
+  with pytest.raises(ValueError, match="data.eval_path: .* matches no file"):
+    cfg = _config(format="avazu", train_path=__file__, eval_path=f"{tmp_path}/none*")
+    dataset.make_dataset(cfg, 0)
+  path = _write(tmp_path / "t.tsv", [_criteo_line(0)])
+  with pytest.raises(ValueError, match="data.hash_rows must be >= 0"):
+    dataset.make_dataset(_config(format="criteo", train_path=path, hash_rows=-3), 0)
+  ds = dataset.make_dataset(_config(format="criteo", train_path=path, hash_rows=4), 0)
+  with pytest.raises(ValueError, match=r"unknown eval split 'eval' \(known: none"):
+    ds.eval_batches("eval", 4)
+
+
+def test_synthetic_format_delegates_to_synthetic_ctr(monkeypatch):
+  fake = types.ModuleType("sfjax.data.synthetic")
+  fake.SyntheticCTR = lambda cfg, seed: ("synthetic", cfg.num_train, seed)
+  monkeypatch.setitem(sys.modules, "sfjax.data.synthetic", fake)
+  cfg = _config(format="synthetic")
+  assert dataset.make_dataset(cfg, seed=7) == ("synthetic", cfg.synthetic.num_train, 7)

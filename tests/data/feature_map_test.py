@@ -1,0 +1,104 @@
+"""Tests for sfjax.data.feature_map: stable hashing and streaming vocabularies."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from sfjax.data import feature_map
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _values(rows):
+  return np.array(rows, dtype=bytes)
+
+
+def test_keys_depend_only_on_field_and_bytes():
+  narrow = _values([[b"68fd1e64", b""], [b"a", b"a"]])
+  wide = _values([[b"68fd1e64", b""], [b"a", b"a"], [b"x" * 30, b"y"]])
+  k_narrow, k_wide = feature_map.value_keys(narrow), feature_map.value_keys(wide)
+  assert k_narrow.dtype == np.uint64 and k_narrow.shape == (2, 2)
+  np.testing.assert_array_equal(k_narrow, k_wide[:2])  # Independent of the string width.
+  assert k_wide[1, 0] != k_wide[1, 1]  # The same value in two fields: independent keys.
+  assert len(np.unique(k_wide[:, 0])) == 3
+
+
+def test_keys_distinguish_prefixes_and_empty():
+  values = _values([[b""], [b"a"], [b"ab"], [b"abcdefgh"], [b"abcdefgh1"], [b"abcdefgh12345678"]])
+  assert len(np.unique(feature_map.value_keys(values))) == 6
+
+
+def test_hashing_is_stable_across_processes():
+  code = ("import numpy as np; from sfjax.data import feature_map as m; "
+          "v = np.array([[b'68fd1e64', b'', b'Comedy']]); "
+          "print(m.HashingMapper(1000003)(v).tolist(), m.value_keys(v).tolist())")
+  outs = set()
+  for hash_seed in ("1", "2"):  # Python's str hash() would differ between these.
+    env = dict(os.environ, PYTHONHASHSEED=hash_seed, JAX_PLATFORMS="cpu")
+    outs.add(subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True,
+                            capture_output=True, text=True).stdout)
+  here = feature_map.HashingMapper(1000003)(_values([[b"68fd1e64", b"", b"Comedy"]]))
+  assert len(outs) == 1 and str(here.tolist()) in outs.pop()
+
+
+def test_hashing_rows_in_range_and_spread():
+  rng = np.random.default_rng(0)
+  values = _values([[f"{x:08x}".encode()] * 2 for x in rng.integers(0, 2**32, 8000)])
+  ids = feature_map.HashingMapper(16)(values)
+  assert ids.dtype == np.int64 and ids.shape == (8000, 2)
+  assert ids.min() >= 0 and ids.max() < 16
+  counts = np.bincount(ids[:, 0], minlength=16)
+  assert counts.min() > 400 and counts.max() < 600  # Expect 500 each (sd ~22).
+  assert (ids[:, 0] != ids[:, 1]).mean() > 0.8  # Fields hash independently.
+  spec = feature_map.HashingMapper(16).dataset_spec(("a", "b"), 3)
+  assert spec.field_rows == (16, 16) and spec.num_dense == 3
+
+
+def test_hashing_mapper_rejects_zero_rows():
+  with pytest.raises(ValueError, match="hash rows must be >= 1"):
+    feature_map.HashingMapper(0)
+
+
+def test_vocabulary_min_count_and_oov():
+  chunks = [_values([[b"a", b"x"], [b"b", b"x"]]), _values([[b"a", b"y"], [b"c", b""]]),
+            _values([[b"a", b""]])]
+  vocab = feature_map.build_vocabulary(iter(chunks), num_fields=2, min_count=2)
+  assert vocab.num_distinct == (3, 3)
+  assert vocab.field_rows == (2, 3)  # {a} + OOV; {x, ''} + OOV.
+  ids = vocab(_values([[b"a", b"x"], [b"b", b""], [b"new", b"y"], [b"a", b"x"]]))
+  assert ids[:, 0].tolist() == [1, 0, 0, 1]
+  assert ids[0, 1] != ids[1, 1] and {ids[0, 1], ids[1, 1]} == {1, 2}
+  assert ids[2, 1] == 0 and ids[3, 1] == ids[0, 1]
+  spec = vocab.dataset_spec(("f0", "f1"), 0)
+  assert spec.field_rows == (2, 3) and spec.total_rows == 5
+
+
+def test_vocabulary_streaming_merge_equals_one_pass():
+  rng = np.random.default_rng(1)
+  data = _values([[str(x).encode()] for x in rng.zipf(1.3, 90_000) % 100_000])
+  in_chunks = feature_map.build_vocabulary((data[i:i + 7000] for i in range(0, 90_000, 7000)), 1, 3)
+  at_once = feature_map.build_vocabulary([data], 1, 3)
+  np.testing.assert_array_equal(in_chunks.keys[0], at_once.keys[0])
+  values, counts = np.unique(data[:, 0], return_counts=True)
+  assert in_chunks.field_rows == (int((counts >= 3).sum()) + 1,)
+  ids = in_chunks(values[:, None])[:, 0]
+  np.testing.assert_array_equal(ids > 0, counts >= 3)
+  assert len(np.unique(ids[ids > 0])) == int((counts >= 3).sum())  # Distinct values, distinct rows.
+
+
+def test_make_mapper_selects_and_validates():
+  chunks = lambda: [_values([[b"a"], [b"b"]])]
+  assert isinstance(feature_map.make_mapper(8, 1, chunks, 1), feature_map.HashingMapper)
+  assert feature_map.make_mapper(0, 1, chunks, 1).field_rows == (3,)
+  with pytest.raises(ValueError, match="data.hash_rows must be >= 0"):
+    feature_map.make_mapper(-1, 1, chunks, 1)
+  with pytest.raises(ValueError, match="data.min_count must be >= 1"):
+    feature_map.make_mapper(0, 0, chunks, 1)
+
+
+def test_value_keys_rejects_non_bytes():
+  with pytest.raises(TypeError, match="bytes"):
+    feature_map.value_keys(np.array([["a"]]))
