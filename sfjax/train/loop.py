@@ -25,7 +25,6 @@ from absl import logging
 from flax import nnx
 
 from sfjax import models
-from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import device_table
 from sfjax.embedding import row_optimizers
 from sfjax.parallel import mesh as mesh_lib
@@ -132,6 +131,7 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None) -> dict
   config_check.validate(config)
   tcfg = config.train
   if dataset is None:
+    from sfjax.data import dataset as dataset_lib  # pylint: disable=import-outside-toplevel
     dataset = dataset_lib.make_dataset(config.data, config.seed)
   spec = dataset.spec
   trainer = build_trainer(config, spec)

@@ -1,0 +1,172 @@
+"""Throughput of the on-device CTR train step on the Foundation workload.
+
+  python -m experiments.bench_train [--steps=60 --warmup=10 --out=bench.json] [--profile]
+
+Workload (issue #2): DeepFM, batch 4096, 26 fields x 100k rows, dim 16, MLP
+400-400-400, Adagrad embedding rows + Adam dense params, Zipf(1.1) ids with hot
+ids scattered. Host batches are prepared (VSI) on a background thread as in the
+trainer; each timed step is dispatched and waited for, and the figure is the
+median over timed steps after warm-up. `--profile` also times each phase as its
+own jitted function (gather, MLP forward/backward, row update, dense optimizer).
+Ends stdout with one JSON line (also written to --out).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import app
+from absl import flags
+
+from experiments.configs import ctr as ctr_config
+from sfjax.data import synthetic
+from sfjax.data import types
+from sfjax.train import loop
+from sfjax.train import prefetch
+from sfjax.train import state as state_lib
+from sfjax.train import step as step_lib
+
+_STEPS = flags.DEFINE_integer("steps", 40, "Timed steps.")
+_WARMUP = flags.DEFINE_integer("warmup", 8, "Untimed steps after compilation.")
+_BATCH = flags.DEFINE_integer("batch_size", 4096, "Examples per step.")
+_ROWS = flags.DEFINE_integer("rows_per_field", 100_000, "Vocabulary per field.")
+_FIELDS = flags.DEFINE_integer("num_fields", 26, "Categorical fields.")
+_DIM = flags.DEFINE_integer("embed_dim", 16, "Embedding dimension.")
+_ZIPF = flags.DEFINE_float("zipf", 1.1, "Power-law exponent of the ids.")
+_MODEL = flags.DEFINE_string("model", "deepfm", "Model name.")
+_DISTINCT = flags.DEFINE_integer("distinct_batches", 16, "Distinct host batches cycled through.")
+_PROFILE = flags.DEFINE_boolean("profile", False, "Also time each phase separately.")
+_OUT = flags.DEFINE_string("out", "", "Write the JSON result here too.")
+
+
+def workload_config() -> ml_collections.ConfigDict:
+  """The Foundation benchmark config (ctr.py defaults + the workload's sizes)."""
+  c = ctr_config.get_config()
+  c.model.name, c.model.embed_dim, c.model.mlp_dims = _MODEL.value, _DIM.value, (400, 400, 400)
+  c.embedding.optimizer, c.optimizer.name = "adagrad", "adam"
+  c.train.batch_size = _BATCH.value
+  c.train.num_devices = 1
+  return c
+
+
+def power_law_batches(spec: types.DatasetSpec, batch_size: int, count: int, zipf: float,
+                      seed: int = 0) -> list[types.Batch]:
+  """`count` host batches with Zipf ids (hot ids scattered by a per-field bijection)."""
+  sampler = synthetic.make_row_sampler(seed, spec.field_rows, zipf, 13)
+  rng = np.random.default_rng(seed)
+  out = []
+  for _ in range(count):
+    u = rng.random((batch_size, spec.num_fields))
+    ranks = synthetic.bounded_power_law_ranks(u, sampler.field_rows, zipf)
+    ids = (ranks * sampler.perm_mul + sampler.perm_add) % sampler.field_rows
+    dense = np.log1p(rng.integers(0, 100, (batch_size, 13)))
+    out.append(types.make_batch(ids, dense, rng.integers(0, 2, batch_size)))
+  return out
+
+
+def _time(fn, *args, reps=10):
+  jax.block_until_ready(fn(*args))
+  times = []
+  for _ in range(reps):
+    t = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append(time.perf_counter() - t)
+  return statistics.median(times)
+
+
+def profile_phases(trainer: loop.Trainer, tx, row_opt, state, db) -> dict[str, float]:
+  """Median milliseconds of each phase of the step, each jitted on its own."""
+  from sfjax.embedding import device_table
+  gd = trainer.graphdef
+  gather = jax.jit(device_table.gather_rows)
+  uniq = gather(state.table, db.rows)
+  fwd = jax.jit(lambda p, v, b: step_lib.forward_logits(gd, p, v, b))
+  fwd_bwd = jax.jit(lambda p, v, b: step_lib.loss_and_grads(gd, p, v, b, 0.0))
+  (_, _), (pg, rg) = fwd_bwd(state.params, uniq.values, db)
+  row_update = jax.jit(lambda t, r, u, g: device_table.scatter_rows(
+      t, r, device_table.TableState(*row_opt.update(u.values, u.opt_slots, g, jnp.int32(1)))),
+                       donate_argnums=0)
+  dense_update = jax.jit(lambda g, s, p: tx.update(g, s, p))
+  table = jax.tree.map(jnp.copy, state.table)
+  ms = {
+      "gather_ms": _time(gather, state.table, db.rows),
+      "forward_ms": _time(fwd, state.params, uniq.values, db),
+      "forward_backward_ms": _time(fwd_bwd, state.params, uniq.values, db),
+      "dense_optimizer_ms": _time(dense_update, pg, state.opt_state, state.params),
+  }
+  times = []
+  for _ in range(10):
+    t = time.perf_counter()
+    table = jax.block_until_ready(row_update(table, db.rows, uniq, rg))
+    times.append(time.perf_counter() - t)
+  ms["row_update_ms"] = statistics.median(times[2:])
+  return {k: v * 1e3 for k, v in ms.items()}
+
+
+def main(argv):
+  del argv
+  config = workload_config()
+  spec = types.DatasetSpec(
+      tuple(types.FieldSpec(f"C{i + 1}", _ROWS.value) for i in range(_FIELDS.value)), 13)
+  trainer = loop.build_trainer(config, spec)
+  batches = power_law_batches(spec, _BATCH.value, _DISTINCT.value, _ZIPF.value)
+  offsets = spec.field_offsets
+
+  def host_batches():
+    i = 0
+    while True:
+      yield batches[i % len(batches)]
+      i += 1
+
+  def prep(b):
+    db, n = state_lib.prepare_batch(b, offsets, trainer.train_capacity, trainer.num_rows)
+    return jax.device_put(db), n
+
+  state = trainer.state
+  step_times, uniques = [], []
+  t_compile = time.perf_counter()
+  with prefetch.map_in_background(prep, host_batches(), maxsize=4) as it:
+    for i in range(1 + _WARMUP.value + _STEPS.value):
+      db, n = next(it)
+      t = time.perf_counter()
+      state, m = trainer.train_step(state, db)
+      jax.block_until_ready(m["loss"])
+      dt = time.perf_counter() - t
+      if i == 0:
+        t_compile = time.perf_counter() - t_compile
+      elif i > _WARMUP.value:
+        step_times.append(dt)
+        uniques.append(n)
+  median = statistics.median(step_times)
+  result = {
+      "benchmark": "bench_train", "backend": "device", "model": _MODEL.value,
+      "batch_size": _BATCH.value, "num_fields": _FIELDS.value, "rows_per_field": _ROWS.value,
+      "embed_dim": _DIM.value, "zipf": _ZIPF.value, "timed_steps": len(step_times),
+      "median_step_ms": median * 1e3, "examples_per_sec": _BATCH.value / median,
+      "mean_unique_per_batch": float(np.mean(uniques)), "compile_s": t_compile,
+      "final_loss": float(m["loss"]), "devices": jax.device_count(),
+      "platform": jax.devices()[0].platform,
+  }
+  if _PROFILE.value:
+    from sfjax.embedding import row_optimizers
+    from sfjax.train import optimizers
+    db, _ = prep(batches[0])
+    result["profile"] = profile_phases(trainer, optimizers.dense_optimizer(config.optimizer),
+                                       row_optimizers.from_config(config.embedding), state, db)
+  line = json.dumps(result, sort_keys=True)
+  if _OUT.value:
+    with open(_OUT.value, "w") as f:
+      f.write(line + "\n")
+  print(line)
+  sys.stdout.flush()
+
+
+if __name__ == "__main__":
+  app.run(main)
