@@ -46,6 +46,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   mo.mlp_dims = (400, 400, 400)
   mo.cross_layers = 3  # dcnv2
   mo.cross_rank = 0  # dcnv2: 0 = full-rank cross matrices
+  mo.cross_structure = "stacked"  # dcnv2: stacked (cross then MLP) | parallel
   mo.bottom_mlp_dims = (64, 16)  # dlrm
   mo.attention_layers = 2  # autoint
   mo.attention_heads = 2  # autoint

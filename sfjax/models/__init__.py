@@ -1,0 +1,20 @@
+"""CTR models as Flax NNX modules: `model(emb [B,F,E], dense [B,Nd]) -> logits [B]`."""
+
+from sfjax.models.autoint import AutoInt, InteractingLayer
+from sfjax.models.dcnv2 import CROSS_STRUCTURES, CrossLayer, DCNv2
+from sfjax.models.deepfm import DeepFM
+from sfjax.models.dlrm import DLRM, num_interactions, pairwise_dot_interactions
+from sfjax.models.fm import FM, fm_pairwise
+from sfjax.models.layers import MLP, DenseLinear
+from sfjax.models.lr import LR
+from sfjax.models.registry import (
+    HPARAM_KEYS,
+    MODEL_NAMES,
+    build_model,
+    build_model_from_config,
+    embedding_width,
+    model_class,
+    model_hparams,
+)
+from sfjax.models.wide_deep import WideDeep
+from sfjax.models.xdeepfm import CIN, XDeepFM

@@ -1,0 +1,119 @@
+"""Model registry: names -> NNX model classes, built from `model.*` config keys.
+
+    model = build_model_from_config(cfg.model, num_fields=F, num_dense=Nd, rngs=nnx.Rngs(0))
+    width = embedding_width(cfg.model.name, cfg.model.embed_dim)  # embedding row width E
+
+Each model takes the keyword hyperparameters it uses (`mlp_dims`, `cross_layers`,
+...) and the builder drops those it does not, so one `model` config serves all
+models. A key that no model knows is an error (a typo must not pass silently).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from flax import nnx
+
+from sfjax.models.autoint import AutoInt
+from sfjax.models.dcnv2 import DCNv2
+from sfjax.models.deepfm import DeepFM
+from sfjax.models.dlrm import DLRM
+from sfjax.models.fm import FM
+from sfjax.models.lr import LR
+from sfjax.models.validation import as_count
+from sfjax.models.wide_deep import WideDeep
+from sfjax.models.xdeepfm import XDeepFM
+
+_MODELS: dict[str, type[nnx.Module]] = {
+    "lr": LR,
+    "fm": FM,
+    "deepfm": DeepFM,
+    "wide_deep": WideDeep,
+    "dcnv2": DCNv2,
+    "dlrm": DLRM,
+    "autoint": AutoInt,
+    "xdeepfm": XDeepFM,
+}
+MODEL_NAMES: tuple[str, ...] = tuple(_MODELS)
+
+_SIZE_ARGS = frozenset({"num_fields", "embed_dim", "num_dense", "rngs"})
+
+
+def model_class(name: str) -> type[nnx.Module]:
+  """The NNX class registered as `name`; ValueError naming `model.name` otherwise."""
+  if name not in _MODELS:
+    raise ValueError(f"unknown model.name {name!r} (known: {', '.join(MODEL_NAMES)})")
+  return _MODELS[name]
+
+
+def model_hparams(name: str) -> tuple[str, ...]:
+  """The hyperparameter keys model `name` uses (its keyword arguments besides sizes)."""
+  params = inspect.signature(model_class(name).__init__).parameters
+  return tuple(p for p in params if p != "self" and p not in _SIZE_ARGS)
+
+
+HPARAM_KEYS: tuple[str, ...] = tuple(sorted({k for n in MODEL_NAMES for k in model_hparams(n)}))
+
+
+def embedding_width(name: str, embed_dim: int) -> int:
+  """Width E of the embedding rows model `name` reads.
+
+  `embed_dim + 1` for models with first-order terms (fm, deepfm, wide_deep,
+  xdeepfm: the last column is the field value's weight), 1 for lr (the weight
+  only), `embed_dim` otherwise.
+  """
+  cls = model_class(name)
+  return cls.embedding_width(as_count(name, "model.embed_dim", embed_dim, low=1))
+
+
+def build_model(name: str, *, num_fields: int, embed_dim: int, num_dense: int, rngs: nnx.Rngs,
+                **hparams: Any) -> nnx.Module:
+  """Builds model `name`; hyperparameters it does not use are ignored.
+
+  Args:
+    name: one of MODEL_NAMES.
+    num_fields: F, the number of categorical fields.
+    embed_dim: D (`model.embed_dim`); see `embedding_width` for the row width.
+    num_dense: Nd, the number of dense features (may be 0).
+    rngs: initialisation keys.
+    **hparams: `model.*` keys (`mlp_dims`, `cross_layers`, `cross_rank`,
+      `cross_structure`, `bottom_mlp_dims`, `attention_layers`, `attention_heads`,
+      `attention_dim`, `cin_dims`).
+
+  Returns:
+    The NNX module, called as `model(emb [B, F, E], dense [B, Nd]) -> logits [B]`.
+
+  Raises:
+    ValueError: unknown name, a key no model uses, or a bad value.
+  """
+  cls = model_class(name)
+  unknown = sorted(set(hparams) - set(HPARAM_KEYS))
+  if unknown:
+    raise ValueError(f"unknown model hyperparameter(s) {', '.join('model.' + k for k in unknown)} "
+                     f"(known: {', '.join(HPARAM_KEYS)})")
+  used = {k: v for k, v in hparams.items() if k in model_hparams(name)}
+  return cls(num_fields=num_fields, embed_dim=embed_dim, num_dense=num_dense, rngs=rngs, **used)
+
+
+def build_model_from_config(model_cfg: Mapping[str, Any], *, num_fields: int, num_dense: int,
+                            rngs: nnx.Rngs) -> nnx.Module:
+  """Builds the model described by the `model` ConfigDict (or a plain mapping).
+
+  Args:
+    model_cfg: `name`, `embed_dim` and hyperparameter keys (see `build_model`).
+    num_fields: F.
+    num_dense: Nd (may be 0).
+    rngs: initialisation keys.
+
+  Returns:
+    The NNX module.
+  """
+  cfg = dict(model_cfg.items())
+  for key in ("name", "embed_dim"):
+    if key not in cfg:
+      raise ValueError(f"model config lacks model.{key} (got keys: {', '.join(sorted(cfg))})")
+  name, embed_dim = cfg.pop("name"), cfg.pop("embed_dim")
+  return build_model(name, num_fields=num_fields, embed_dim=embed_dim, num_dense=num_dense,
+                     rngs=rngs, **cfg)
