@@ -91,9 +91,13 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     mo.mlp_dims = (64, 64)
     t.steps, t.batch_size, t.eval_every, t.log_every = 60, 512, 30, 20
   elif arg == "movielens":
+    # Chosen by validation AUC in a small sweep (adagrad lr, embedding L2, weight decay,
+    # dim); model selection on 'valid', test reported at the best-valid eval.
     d.format = "movielens"
     mo.mlp_dims = (256, 256)
-    t.steps, t.batch_size, t.eval_every = 1000, 1024, 100
+    e.learning_rate, e.l2 = 0.05, 1e-4
+    o.weight_decay = 1e-3
+    t.steps, t.batch_size, t.eval_every, t.log_every = 1000, 1024, 50, 200
   elif arg:
     raise ValueError(f"unknown config variant {arg!r} (known: '', 'smoke', 'movielens')")
   return c

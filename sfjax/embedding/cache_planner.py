@@ -1,0 +1,465 @@
+"""Host-side MixCache planner: which cache slot holds which row, step by step.
+
+ScaleFreeCTR's Host-Manager (and MindSpore's embedding cache built for it) runs
+ahead of the device: for each deduplicated batch it maps the batch's unique row
+ids to slots `[0, C)` of a device cache, admits misses into free slots or evicts
+victims, and hands the device fixed-shape int32 buffers (DESIGN.md §2):
+
+  plan = planner.plan(step, uniq_ids)      # steps 0, 1, 2, ... in order
+  device step `step`:
+    out_rows = cache[plan.evict_slots]     # 1. read victims out FIRST
+    cache[plan.fill_slots] = fill_rows     # 2. then write the fills
+    rows = cache[plan.slots][vids]         # 3. compute with the batch's rows
+  host, when step `step` is done:
+    host_table.scatter(plan.evict_ids[:plan.num_evictions], out_rows[:plan.num_evictions])
+    planner.retire(step)
+
+Padded entries of `slots`, `fill_slots` and `evict_slots` hold C, an
+out-of-range slot that device gathers fill and scatters drop; padded
+`fill_ids`/`evict_ids` hold -1.
+
+In-flight rule. Steps planned but not yet retired are in flight (at most
+`lookahead` of them, the current one included). A slot used by any in-flight
+step is never evicted: a slot is evictable iff its last use is older than every
+in-flight step and the current batch does not use it. Free slots (0, 1, ... in
+order) are used before any eviction. When a miss finds no free or evictable slot,
+`plan` raises `CacheCapacityError` naming the capacity this window needs;
+`min_capacity` gives a safe bound for a start-up check.
+
+Write-back rule (the ordering hazard). A row evicted at step t reaches the host
+table only after step t's outputs come back. If a later step t' is planned before
+retire(t) (lookahead >= 2) and misses the same id, gathering its fill from the
+host table too early would read a stale row. `plan.fill_after_step` is the
+largest such t (-1 if none): the Host-Manager must gather `plan.fill_ids` only
+after step `fill_after_step`'s evicted rows have been scattered to the host
+table (or must forward them). Callers scatter before `retire`, so
+`fill_after_step < planner.oldest_unretired` means the fills are safe to read.
+
+Policies (ties are always broken by the lowest slot index):
+  lru: evict the least recently used slot (last step that used it).
+  lfu: evict the slot whose id was used in the fewest steps since it was
+       admitted (count saturates at 2**22); equal counts -> least recently used.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+POLICIES = ("lru", "lfu")
+_MAX_KEY = np.iinfo(np.int64).max
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_FREQ_CAP = (1 << 22) - 1
+_EMPTY, _TOMBSTONE = -1, -2
+
+
+class CacheCapacityError(RuntimeError):
+  """The cache has too few free or evictable slots for the current batch."""
+
+
+class CachePlan(NamedTuple):
+  """What the device does with its cache at one step (fixed shapes).
+
+  Attributes:
+    step: the step this plan is for.
+    slots: [U_cap] int32 cache slot of each unique id (C in padding entries).
+    fill_slots: [F_cap] int32 slots receiving a missed row (C in padding).
+    fill_ids: [F_cap] int64 row ids to gather from the host table (-1 in padding).
+    evict_slots: [F_cap] int32 slots whose old row is read out before the fills (C in padding).
+    evict_ids: [F_cap] int64 row ids evicted, to write back to the host table (-1 in padding).
+    num_unique: number of real unique ids this step.
+    num_fills: real entries of fill_slots/fill_ids (== misses).
+    num_evictions: real entries of evict_slots/evict_ids.
+    hits: unique ids already cached.
+    misses: unique ids not cached.
+    fill_after_step: -1, or the step whose write-back must land in the host table
+      before `fill_ids` are gathered (see the module docstring).
+  """
+
+  step: int
+  slots: np.ndarray
+  fill_slots: np.ndarray
+  fill_ids: np.ndarray
+  evict_slots: np.ndarray
+  evict_ids: np.ndarray
+  num_unique: int
+  num_fills: int
+  num_evictions: int
+  hits: int
+  misses: int
+  fill_after_step: int
+
+
+def min_capacity(unique_counts_per_step: Sequence[int], lookahead: int) -> int:
+  """A cache capacity that can never run out of evictable slots.
+
+  The in-flight window holds at most `lookahead` consecutive steps, whose ids
+  must all be cached at once; the sum of their unique counts bounds the size of
+  their union.
+
+  Args:
+    unique_counts_per_step: [T] unique ids per step (e.g. the unique capacity repeated).
+    lookahead: the planner's maximum number of in-flight steps (>= 1).
+
+  Returns:
+    The largest sum of `lookahead` consecutive counts.
+  """
+  if lookahead < 1:
+    raise ValueError(f"min_capacity: lookahead must be >= 1, got {lookahead}")
+  counts = np.asarray(unique_counts_per_step, np.int64).reshape(-1)
+  if counts.size and counts.min() < 0:
+    raise ValueError("min_capacity: unique counts must be >= 0")
+  if counts.size == 0:
+    return 0
+  sums = np.convolve(counts, np.ones(min(lookahead, counts.size), np.int64), mode="valid")
+  return int(sums.max())
+
+
+class _IdIndex:
+  """Open-addressing hash map int64 id -> int32 slot, vectorised with numpy.
+
+  Linear probing over a power-of-two table of >= 4 * C positions, kept at most
+  half full (live entries + tombstones; a tombstone followed by an empty
+  position is cleared at once, so few survive); a full table is rebuilt. Each
+  slot remembers its position, so removing evicted slots needs no probing.
+  Python dict lookups of 50k ids took ~25 ms on this machine; this takes ~2 ms.
+  """
+
+  def __init__(self, num_slots: int):
+    size = 16
+    while size < 4 * num_slots:
+      size *= 2
+    self._keys = np.full((size,), _EMPTY, np.int64)  # [H] id, or _EMPTY / _TOMBSTONE
+    self._vals = np.zeros((size,), np.int32)  # [H] slot of the id
+    self._slot_pos = np.zeros((num_slots,), np.int64)  # [C] position of each slot's id
+    self._shift = np.uint64(64 - (size.bit_length() - 1))
+    self._mask = size - 1
+    self._used = 0  # Live entries + tombstones.
+
+  def _home(self, ids: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):  # Fibonacci hashing: top bits of id * 2**64 / phi.
+      return ((ids.view(np.uint64) * _GOLDEN) >> self._shift).view(np.int64)
+
+  def lookup(self, ids: np.ndarray) -> np.ndarray:
+    """[N] int64 slot of each id, -1 where absent."""
+    out = np.full(ids.shape, -1, np.int64)
+    idx, pos, want = np.arange(ids.size), self._home(ids), ids
+    while idx.size:
+      key = self._keys[pos]
+      found = key == want
+      out[idx[found]] = self._vals[pos[found]]
+      more = ~found & (key != _EMPTY)
+      idx, pos, want = idx[more], (pos[more] + 1) & self._mask, want[more]
+    return out
+
+  def remove_slots(self, slots: np.ndarray) -> None:
+    """Removes the ids held by `slots` (which must be occupied)."""
+    pos = self._slot_pos[slots]
+    self._keys[pos] = _TOMBSTONE
+    # A tombstone whose successor is empty ends no probe chain: clear it, then
+    # look at its predecessor (positions stay distinct: no dedup needed).
+    while pos.size:
+      pos = pos[(self._keys[pos] == _TOMBSTONE) & (self._keys[(pos + 1) & self._mask] == _EMPTY)]
+      self._keys[pos] = _EMPTY
+      self._used -= pos.size
+      pos = (pos - 1) & self._mask
+
+  def insert(self, ids: np.ndarray, slots: np.ndarray) -> None:
+    """Inserts distinct ids that are absent, held by `slots`."""
+    if 2 * (self._used + ids.size) > self._keys.size:
+      live = self._keys >= 0
+      ids = np.concatenate([self._keys[live], ids])
+      slots = np.concatenate([self._vals[live], slots])
+      self._keys.fill(_EMPTY)
+      self._used = 0
+    idx, pos = np.arange(ids.size), self._home(ids)
+    while idx.size:
+      key = self._keys[pos]
+      free = np.flatnonzero(key < 0)
+      fidx, fpos = idx[free], pos[free]
+      fids = ids[fidx]
+      # Ids are distinct, so exactly one candidate per contested position reads
+      # its own id back: the winner. Losers and blocked ids probe onwards.
+      self._keys[fpos] = fids
+      won = self._keys[fpos] == fids
+      wpos, wslots = fpos[won], slots[fidx[won]]
+      self._vals[wpos] = wslots
+      self._slot_pos[wslots] = wpos
+      self._used += int(np.count_nonzero(key[free[won]] == _EMPTY))
+      rest = np.ones(idx.size, bool)
+      rest[free[won]] = False
+      idx, pos = idx[rest], (pos[rest] + 1) & self._mask
+
+
+class _LruQueue:
+  """Occupied slots in (last use, slot) order, for an O(U) LRU victim search.
+
+  Each committed step appends the slots it touched (ascending), stamped with the
+  step, so stamps never decrease along the queue. An entry is live iff its stamp
+  equals the slot's current last use; re-used or refilled slots leave dead
+  entries that are skipped, dropped as the head passes them, or compacted away.
+  """
+
+  def __init__(self, size: int):
+    self._slots = np.zeros((size,), np.int64)
+    self._stamps = np.zeros((size,), np.int64)
+    self._head = self._tail = 0
+
+  def find(self, k: int, last_used: np.ndarray, oldest: int, hit_mask: np.ndarray):
+    """The first k live entries with stamp < oldest whose slot is not in `hit_mask`.
+
+    Returns:
+      ([k] int64 slots, new head) or (None, count found) if there are fewer.
+    """
+    found, pos = [], self._head
+    while k and pos < self._tail:
+      end = min(self._tail, pos + 2 * k + 1024)
+      stamps = self._stamps[pos:end]
+      cut = int(np.searchsorted(stamps, oldest))  # Entries from `cut` on are in flight.
+      slots = self._slots[pos:pos + cut]
+      take = np.flatnonzero((last_used[slots] == stamps[:cut]) & ~hit_mask[slots])[:k]
+      found.append(slots[take])
+      k -= take.size
+      if not k:
+        return np.concatenate(found), pos + int(take[-1]) + 1
+      if cut < end - pos:
+        break
+      pos = end
+    return None, sum(f.size for f in found)
+
+  def advance(self, head: int) -> None:
+    """Drops entries before `head` (dead once the step that found them commits)."""
+    self._head = head
+
+  def push(self, slots: np.ndarray, step: int, last_used: np.ndarray) -> None:
+    """Appends ascending `slots` touched at `step` (their last use is now `step`)."""
+    n = slots.size
+    if self._tail + n > self._slots.size:
+      live_slots = self._slots[self._head:self._tail]
+      live_stamps = self._stamps[self._head:self._tail]
+      live = last_used[live_slots] == live_stamps
+      m = int(np.count_nonzero(live))  # <= C, and n <= U: room, as size is 2 * (C + U).
+      self._slots[:m], self._stamps[:m] = live_slots[live], live_stamps[live]
+      self._head, self._tail = 0, m
+    self._slots[self._tail:self._tail + n] = slots
+    self._stamps[self._tail:self._tail + n] = step
+    self._tail += n
+
+
+class CachePlanner:
+  """Maps each step's unique row ids to cache slots (host state, numpy).
+
+  `plan` (Host-Manager thread) and `retire` (trainer thread) may run on
+  different threads: both hold one lock, and `wait_retired` blocks until a
+  step's write-back has landed. Cost of a plan: O(U) hash-map work, plus, when
+  it evicts, O(U) amortised for lru and O(C) for lfu.
+
+  Args:
+    num_slots: C, device cache rows.
+    unique_capacity: U_cap, the padded length of a batch's unique ids (`slots` shape).
+    policy: 'lru' or 'lfu'.
+    lookahead: maximum planned-but-unretired steps, the one being planned included.
+    fill_capacity: F_cap, padded length of the fill/evict buffers; default U_cap
+      (always enough: a step never fills more than its unique ids).
+  """
+
+  def __init__(self, num_slots: int, unique_capacity: int, *, policy: str = "lru",
+               lookahead: int = 1, fill_capacity: int | None = None):
+    if policy not in POLICIES:
+      raise ValueError(f"CachePlanner: unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+    fill_capacity = unique_capacity if fill_capacity is None else fill_capacity
+    for name, value in (("num_slots", num_slots), ("unique_capacity", unique_capacity),
+                        ("lookahead", lookahead), ("fill_capacity", fill_capacity)):
+      if int(value) < 1:
+        raise ValueError(f"CachePlanner: {name} must be >= 1, got {value}")
+    if num_slots >= 2**31 - 1:
+      raise ValueError(f"CachePlanner: num_slots={num_slots} does not fit int32 slots")
+    self.num_slots, self.unique_capacity = int(num_slots), int(unique_capacity)
+    self.policy, self.lookahead, self.fill_capacity = policy, int(lookahead), int(fill_capacity)
+    c = self.num_slots
+    self._slot_ids = np.full((c,), -1, np.int64)  # [C] id held by each slot, -1 = free
+    self._last_used = np.full((c,), -1, np.int64)  # [C] last step that used the slot
+    self._freq = np.zeros((c,), np.int64)  # [C] steps using the id since admission
+    self._num_occupied = 0  # Occupied slots are exactly [0, num_occupied).
+    self._index = _IdIndex(c)
+    self._lru = _LruQueue(2 * (c + self.unique_capacity)) if policy == "lru" else None
+    self._hit_mask = np.zeros((c,), bool)  # Scratch: slots hit by the batch being planned.
+    self._next_step = 0
+    self._oldest_unretired = 0
+    self._pending: dict[int, np.ndarray] = {}  # step -> sorted ids evicted, not yet retired
+    self._retired = threading.Condition()  # Guards all state; notified by `retire`.
+    self.total_hits = self.total_misses = self.total_evictions = 0
+
+  @property
+  def next_step(self) -> int:
+    """The step `plan` expects next."""
+    return self._next_step
+
+  @property
+  def oldest_unretired(self) -> int:
+    """Steps < this one are retired (their write-backs have landed)."""
+    return self._oldest_unretired
+
+  def occupied(self) -> tuple[np.ndarray, np.ndarray]:
+    """(slots [K] int32, ids [K] int64) of every cached row, e.g. for a final write-back."""
+    with self._retired:
+      k = self._num_occupied
+      return np.arange(k, dtype=np.int32), self._slot_ids[:k].copy()
+
+  def plan(self, step: int, uniq_ids) -> CachePlan:
+    """Plans step `step`'s cache moves for its unique ids.
+
+    Args:
+      step: must equal `next_step` (0, 1, 2, ...).
+      uniq_ids: [U] distinct non-negative int64 row ids, U <= unique_capacity
+        (`VirtualIds.uniq[:num_unique]`).
+
+    Returns:
+      The CachePlan. The planner state is unchanged if this raises.
+
+    Raises:
+      ValueError: wrong step order, too many in-flight steps, or bad ids.
+      CacheCapacityError: no free or evictable slot for a miss.
+    """
+    with self._retired:
+      return self._plan_locked(step, uniq_ids)
+
+  def _plan_locked(self, step: int, uniq_ids) -> CachePlan:
+    """`plan`'s body; the caller holds the lock."""
+    if step != self._next_step:
+      raise ValueError(f"plan: expected step {self._next_step}, got {step}")
+    if step - self._oldest_unretired + 1 > self.lookahead:
+      raise ValueError(f"plan: step {step} would put {step - self._oldest_unretired + 1} steps in "
+                       f"flight (lookahead={self.lookahead}); retire({self._oldest_unretired}) first")
+    ids = self._check_ids(uniq_ids)
+    slot_of = self._index.lookup(ids)  # [U] int64, -1 = miss
+    hit = slot_of >= 0
+    hit_slots, miss_ids = slot_of[hit], ids[~hit]
+    n_miss = int(miss_ids.size)
+    if n_miss > self.fill_capacity:
+      raise ValueError(f"plan: step {step} has {n_miss} misses > fill_capacity={self.fill_capacity}")
+    occ = self._num_occupied
+    n_new = min(n_miss, self.num_slots - occ)
+    victims, lru_head = self._choose_victims(n_miss - n_new, hit_slots, step, n_miss)
+    fill_after = self._fill_after_step(miss_ids)
+
+    # Commit (nothing above mutated state).
+    evict_ids = self._slot_ids[victims]
+    if victims.size:
+      self._index.remove_slots(victims)
+      self._pending[step] = np.sort(evict_ids)
+    fill_slots = np.concatenate([np.arange(occ, occ + n_new), victims]).astype(np.int32)
+    self._slot_ids[fill_slots] = miss_ids
+    self._last_used[fill_slots] = step
+    self._freq[fill_slots] = 1
+    self._last_used[hit_slots] = step
+    self._freq[hit_slots] = np.minimum(self._freq[hit_slots] + 1, _FREQ_CAP)
+    self._index.insert(miss_ids, fill_slots)
+    if self._lru is not None:
+      if lru_head is not None:
+        self._lru.advance(lru_head)
+      self._lru.push(np.sort(np.concatenate([hit_slots, fill_slots])), step, self._last_used)
+    self._num_occupied = occ + n_new
+    self._next_step = step + 1
+    self.total_hits += int(hit_slots.size)
+    self.total_misses += n_miss
+    self.total_evictions += int(victims.size)
+
+    c = self.num_slots
+    slots = np.full((self.unique_capacity,), c, np.int32)
+    slots[np.flatnonzero(hit)] = hit_slots
+    slots[np.flatnonzero(~hit)] = fill_slots
+    return CachePlan(
+        step=step, slots=slots,
+        fill_slots=_pad(fill_slots, self.fill_capacity, c, np.int32),
+        fill_ids=_pad(miss_ids, self.fill_capacity, -1, np.int64),
+        evict_slots=_pad(victims, self.fill_capacity, c, np.int32),
+        evict_ids=_pad(evict_ids, self.fill_capacity, -1, np.int64),
+        num_unique=int(ids.size), num_fills=n_miss, num_evictions=int(victims.size),
+        hits=int(hit_slots.size), misses=n_miss, fill_after_step=fill_after)
+
+  def retire(self, step: int) -> None:
+    """Marks step `step` done on the device AND its evicted rows written to the host table.
+
+    Steps retire in order; afterwards their slots may be evicted again.
+    """
+    with self._retired:
+      if step != self._oldest_unretired or step >= self._next_step:
+        raise ValueError(f"retire: expected the oldest in-flight step {self._oldest_unretired} "
+                         f"(planned up to {self._next_step - 1}), got {step}")
+      self._pending.pop(step, None)
+      self._oldest_unretired = step + 1
+      self._retired.notify_all()
+
+  def wait_retired(self, step: int, timeout: float | None = None) -> bool:
+    """Blocks until `step` (e.g. a plan's `fill_after_step`) has retired; False on timeout."""
+    with self._retired:
+      return self._retired.wait_for(lambda: self._oldest_unretired > step, timeout)
+
+  def _check_ids(self, uniq_ids) -> np.ndarray:
+    ids = np.asarray(uniq_ids)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+      raise ValueError(f"plan: uniq_ids must be a 1-D integer array, got {ids.dtype} {ids.shape}")
+    if ids.size > self.unique_capacity:
+      raise ValueError(f"plan: {ids.size} unique ids > unique_capacity={self.unique_capacity}")
+    ids = ids.astype(np.int64)
+    if ids.size and ids.min() < 0:
+      raise ValueError(f"plan: row id {int(ids[ids < 0][0])} is negative")
+    if ids.size > 1 and not (ids[1:] > ids[:-1]).all():  # Fast path: np.unique output is sorted.
+      ordered = np.sort(ids)
+      dup = ordered[1:] == ordered[:-1]
+      if dup.any():
+        raise ValueError(f"plan: row id {int(ordered[1:][dup][0])} appears more than once")
+    return ids
+
+  def _choose_victims(self, k: int, hit_slots: np.ndarray, step: int, n_miss: int):
+    """k evictable slots in policy order (ties: lowest slot), and the LRU queue's new head (or None).
+
+    lru walks the queue (O(U) amortised); lfu selects among all occupied slots
+    (O(C): key = (uses, last use), in-flight slots and this batch's hits excluded).
+    """
+    if k == 0:
+      return np.zeros((0,), np.int64), None
+    occ, oldest = self._num_occupied, self._oldest_unretired
+    last_used = self._last_used[:occ]
+    if self._lru is not None:
+      self._hit_mask[hit_slots] = True
+      victims, head = self._lru.find(k, self._last_used, oldest, self._hit_mask)
+      self._hit_mask[hit_slots] = False
+      if victims is not None:
+        return victims, head
+    else:
+      key = (self._freq[:occ] << 41) | last_used  # last_used < 2**41 steps.
+      np.putmask(key, last_used >= oldest, _MAX_KEY)  # Used by an in-flight step.
+      key[hit_slots] = _MAX_KEY  # Used by the current batch.
+      kth = np.partition(key, k - 1)[k - 1] if k <= occ else _MAX_KEY
+      if kth < _MAX_KEY:
+        victims = np.flatnonzero(key <= kth)  # Ascending; drop the surplus ties at kth.
+        tie = np.flatnonzero(key[victims] == kth)
+        return np.delete(victims, tie[tie.size - (victims.size - k):]), None
+    evictable = int(np.count_nonzero(last_used < oldest)) - int(np.count_nonzero(last_used[hit_slots] < oldest))
+    needed = occ - evictable + n_miss
+    raise CacheCapacityError(
+        f"cache too small at step {step}: {n_miss} misses need slots but only "
+        f"{self.num_slots - occ + evictable} of {self.num_slots} slots are free or evictable; "
+        f"in-flight steps {oldest}..{step} use {needed} distinct ids, so the cache capacity "
+        f"must be >= {needed} (min_capacity() gives a safe bound: the largest sum of unique "
+        f"ids over {self.lookahead} consecutive steps)")
+
+  def _fill_after_step(self, miss_ids: np.ndarray) -> int:
+    """The latest unretired step that evicted one of `miss_ids`, or -1."""
+    after = -1
+    for evict_step, evicted in self._pending.items():
+      pos = np.minimum(np.searchsorted(evicted, miss_ids), evicted.size - 1)
+      if (evicted[pos] == miss_ids).any():
+        after = max(after, evict_step)
+    return after
+
+
+def _pad(values: np.ndarray, length: int, fill, dtype) -> np.ndarray:
+  """[length] copy of `values` padded with `fill`."""
+  out = np.full((length,), fill, dtype)
+  out[:values.size] = values
+  return out

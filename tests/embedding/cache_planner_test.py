@@ -1,0 +1,297 @@
+"""Tests for sfjax.embedding.cache_planner (property-based with hypothesis)."""
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from sfjax.embedding import cache_planner
+from sfjax.embedding.cache_planner import CacheCapacityError, CachePlanner, min_capacity
+
+U_CAP = 6
+
+
+def test_hand_checked_lru_and_write_back_hazard():
+  p = CachePlanner(2, 2, policy="lru", lookahead=2)
+  p0 = p.plan(0, np.array([10, 11]))
+  assert p0.slots.tolist() == [0, 1] and p0.misses == 2 and p0.num_evictions == 0
+  assert p0.fill_ids.tolist() == [10, 11] and p0.fill_after_step == -1
+  p.retire(0)
+  p1 = p.plan(1, np.array([12]))  # Both slots last used at step 0: tie -> lowest slot.
+  assert p1.slots.tolist() == [0, 2] and p1.evict_slots.tolist() == [0, 2]
+  assert p1.evict_ids.tolist() == [10, -1] and p1.fill_slots.tolist() == [0, 2]
+  # Step 1 is in flight: id 10's row is still on its way back to the host table.
+  p2 = p.plan(2, np.array([10]))
+  assert p2.fill_after_step == 1
+  assert p2.slots.tolist() == [1, 2] and p2.evict_ids.tolist() == [11, -1]
+  with pytest.raises(ValueError, match="retire\\(1\\) first"):
+    p.plan(3, np.array([10]))
+  p.retire(1)
+  p.retire(2)
+  p3 = p.plan(3, np.array([11]))  # Evicted at step 2, already retired: safe to read.
+  assert p3.fill_after_step == -1 and p3.evict_ids.tolist() == [12, -1]
+
+
+def test_wait_retired_blocks_until_the_write_back_step_retires():
+  p = CachePlanner(4, 2, lookahead=2)
+  p.plan(0, np.array([1, 2]))
+  p.plan(1, np.array([3]))
+  assert not p.wait_retired(0, timeout=0.01)
+  waiter = threading.Thread(target=lambda: done.append(p.wait_retired(1, timeout=10)))
+  done = []
+  waiter.start()
+  p.retire(0)
+  p.retire(1)
+  waiter.join()
+  assert done == [True] and p.wait_retired(1, timeout=0)
+
+
+def test_lfu_prefers_rarely_used_ids_then_lru():
+  p = CachePlanner(3, 3, policy="lfu")
+  for step, ids in enumerate([[1, 2, 3], [1, 2], [1, 3], [4]]):
+    plan = p.plan(step, np.array(ids))
+    p.retire(step)
+  # Counts: 1 -> 3, 2 -> 2, 3 -> 2; 2 and 3 tie on count, 2 was used less recently.
+  assert plan.evict_ids[:1].tolist() == [2]
+  plan = p.plan(4, np.array([5]))
+  assert plan.evict_ids[:1].tolist() == [4]  # Admitted with count 1.
+
+
+def test_capacity_error_names_needed_capacity_and_keeps_state():
+  p = CachePlanner(3, 3, lookahead=2)
+  p.plan(0, np.array([1, 2]))
+  with pytest.raises(CacheCapacityError, match="capacity must be >= 4"):
+    p.plan(1, np.array([3, 4]))
+  assert p.next_step == 1 and p.total_misses == 2
+  p.retire(0)
+  assert p.plan(1, np.array([3, 4])).num_evictions == 1
+
+
+def test_bad_input_is_rejected():
+  p = CachePlanner(4, 3)
+  with pytest.raises(ValueError, match="expected step 0"):
+    p.plan(1, np.array([1]))
+  with pytest.raises(ValueError, match="appears more than once"):
+    p.plan(0, np.array([3, 1, 3]))
+  with pytest.raises(ValueError, match="negative"):
+    p.plan(0, np.array([-2]))
+  with pytest.raises(ValueError, match="unique_capacity=3"):
+    p.plan(0, np.arange(4))
+  with pytest.raises(ValueError, match="retire"):
+    p.retire(0)
+  with pytest.raises(ValueError, match="unknown policy"):
+    CachePlanner(4, 3, policy="fifo")
+
+
+def test_min_capacity():
+  assert min_capacity([3, 5, 2, 4], 1) == 5
+  assert min_capacity([3, 5, 2, 4], 2) == 8
+  assert min_capacity([3, 5], 4) == 8
+  assert min_capacity([], 2) == 0
+  with pytest.raises(ValueError):
+    min_capacity([1], 0)
+
+
+def test_id_index_survives_rebuilds_and_tombstones():
+  rng = np.random.default_rng(0)
+  index = cache_planner._IdIndex(64)
+  held = {}  # slot -> id
+  for _ in range(200):
+    if held:
+      gone = rng.choice(list(held), size=min(len(held), int(rng.integers(0, 20))), replace=False)
+      index.remove_slots(np.asarray(gone, np.int64))
+      for s in gone:
+        del held[s]
+    free = [s for s in range(64) if s not in held]
+    new_slots = rng.choice(free, size=int(rng.integers(0, len(free) + 1)), replace=False)
+    taken = set(held.values())
+    new_ids = [i for i in rng.choice(10**15, size=3 * new_slots.size) if i not in taken]
+    new_ids = np.unique(new_ids)[:new_slots.size]
+    new_slots = new_slots[:new_ids.size]
+    index.insert(new_ids.astype(np.int64), new_slots.astype(np.int32))
+    held.update(zip(new_slots.tolist(), new_ids.tolist()))
+    probe = np.array(list(held.values()) + [10**15 + 1], np.int64)
+    assert index.lookup(probe).tolist() == list(held) + [-1]
+
+
+def _reference_victims(policy, meta, in_flight_slots, need):
+  """Evictable slots ordered by policy key, then slot (the documented rule)."""
+  cands = [s for s in meta if s not in in_flight_slots]
+  if policy == "lru":
+    cands.sort(key=lambda s: (meta[s]["last"], s))
+  else:
+    cands.sort(key=lambda s: (meta[s]["freq"], meta[s]["last"], s))
+  return sorted(cands[:need])
+
+
+batches_st = st.lists(
+    st.lists(st.integers(0, 25), max_size=U_CAP, unique=True).map(sorted), min_size=1, max_size=25)
+
+
+def _simulate(batches, capacity, lookahead, policy, retire_draws, obey_fill_after_step=True):
+  """Simulates host table + device cache following the plans, checking every plan.
+
+  Each use of a row adds 1 on the device, so a row's final host value must equal
+  the number of batches that used it: a lost write-back or a stale fill breaks it.
+  Fills are gathered from the host at plan time (as a look-ahead Host-Manager
+  does) unless `fill_after_step` says the host row is stale; then the gather
+  waits until the device runs the step.
+
+  Returns:
+    (host, truth, counters) or None when the planner (correctly) ran out of capacity.
+  """
+  c = capacity
+  planner = CachePlanner(c, U_CAP, policy=policy, lookahead=lookahead)
+  host = {}  # id -> value (absent = initial value 0)
+  device = {}  # slot -> [id, value]
+  model = {}  # slot -> id, as the plans say
+  meta = {}  # slot -> {"last": step, "freq": uses since admission}
+  in_flight = {}  # step -> (plan, slots it uses, ids it uses, gathered fill values or None)
+  pending_evictions = {}  # unretired step -> ids it evicted
+  truth = {}  # id -> number of batches that used it
+  plan_ids_of = {}  # step -> its unique ids
+  counters = {"evictions": 0, "flagged": 0}
+
+  def execute_and_retire(step):
+    """The device runs `step`, then the host writes back its evicted rows and retires it."""
+    plan, _, _, fills = in_flight.pop(step)
+    written_back = []
+    for s, i in zip(plan.evict_slots[:plan.num_evictions], plan.evict_ids[:plan.num_evictions]):
+      held_id, value = device.pop(int(s))  # Read out BEFORE the fills land.
+      assert held_id == i
+      written_back.append((int(i), value))
+    if fills is None:  # Deferred gather: every earlier step has retired by now.
+      assert plan.fill_after_step < step
+      fills = [host.get(int(i), 0) for i in plan.fill_ids[:plan.num_fills]]
+    for s, i, v in zip(plan.fill_slots[:plan.num_fills], plan.fill_ids[:plan.num_fills], fills):
+      device[int(s)] = [int(i), v]
+    for s, i in zip(plan.slots[:plan.num_unique], plan_ids_of[step]):
+      assert device[int(s)][0] == i
+      device[int(s)][1] += 1
+    host.update(written_back)
+    pending_evictions.pop(step, None)
+    planner.retire(step)
+
+  draws = iter(retire_draws)
+  for t, ids in enumerate(batches):
+    ids = np.array(ids, np.int64)
+    plan_ids_of[t] = ids.tolist()
+    for _ in range(next(draws, 0)):
+      if in_flight:
+        execute_and_retire(min(in_flight))
+    while len(in_flight) >= lookahead:
+      execute_and_retire(min(in_flight))
+    window = set(ids.tolist()).union(*[used_ids for _, _, used_ids, _ in in_flight.values()])
+    try:
+      plan = planner.plan(t, ids)
+    except CacheCapacityError as err:
+      assert len(window) > c, err  # Raised only when the in-flight window cannot fit.
+      assert f">= {len(window)}" in str(err)
+      return None
+    assert len(window) <= c
+
+    n = len(ids)
+    cached_before = set(model.values())
+    assert plan.slots.shape == (U_CAP,) and plan.slots.dtype == np.int32
+    assert plan.fill_ids.dtype == np.int64 and plan.evict_slots.dtype == np.int32
+    assert plan.num_unique == n and plan.hits + plan.misses == n and plan.num_fills == plan.misses
+    assert plan.hits == len(cached_before & set(ids.tolist()))
+    assert (plan.slots[n:] == c).all() and (plan.fill_slots[plan.num_fills:] == c).all()
+    assert (plan.evict_slots[plan.num_evictions:] == c).all() and (plan.fill_ids[plan.num_fills:] == -1).all()
+    assert (plan.evict_ids[plan.num_evictions:] == -1).all()
+    free_before = c - len(model)
+    assert plan.num_evictions == max(0, plan.misses - free_before)
+
+    # Evictions: never a slot of an in-flight step or of this batch; policy order.
+    busy = set().union(*[used for _, used, _, _ in in_flight.values()])
+    busy |= {s for s, i in model.items() if i in set(ids.tolist())}
+    evicted = plan.evict_slots[:plan.num_evictions].tolist()
+    assert not busy & set(evicted)
+    assert sorted(evicted) == _reference_victims(policy, meta, busy, plan.num_evictions)
+    for s, i in zip(evicted, plan.evict_ids[:plan.num_evictions]):
+      assert model.pop(s) == i
+      meta.pop(s)
+
+    # Write-back hazard: flagged exactly when a fill id awaits an unretired write-back.
+    waits = [s for s, evicted_ids in pending_evictions.items()
+             if set(evicted_ids) & set(plan.fill_ids[:plan.num_fills].tolist())]
+    assert plan.fill_after_step == max(waits, default=-1)
+    if plan.num_evictions:
+      pending_evictions[t] = plan.evict_ids[:plan.num_evictions].tolist()
+
+    for s, i in zip(plan.fill_slots[:plan.num_fills], plan.fill_ids[:plan.num_fills]):
+      assert int(s) not in model
+      model[int(s)] = int(i)
+      meta[int(s)] = {"last": t, "freq": 0}
+    assert len(set(model.values())) == len(model)  # No id in two slots.
+    for s, i in zip(plan.slots[:n], ids):
+      assert model[int(s)] == i
+      meta[int(s)]["last"] = t
+      meta[int(s)]["freq"] += 1
+      truth[int(i)] = truth.get(int(i), 0) + 1
+
+    safe = plan.fill_after_step < planner.oldest_unretired or not obey_fill_after_step
+    counters["evictions"] += plan.num_evictions
+    counters["flagged"] += plan.fill_after_step >= 0
+    fills = [host.get(int(i), 0) for i in plan.fill_ids[:plan.num_fills]] if safe else None
+    in_flight[t] = (plan, set(plan.slots[:n].tolist()), set(ids.tolist()), fills)
+
+  while in_flight:
+    execute_and_retire(min(in_flight))
+  slots, ids = planner.occupied()
+  assert sorted(zip(slots.tolist(), ids.tolist())) == sorted(model.items())
+  for s, i in zip(slots, ids):  # Final write-back of the whole cache.
+    host[int(i)] = device[int(s)][1]
+  return host, truth, counters
+
+
+@st.composite
+def random_streams(draw):
+  """Numpy-random streams sized to evict often: a safe capacity (>= the window
+  bound) with more ids than slots, or any capacity (capacity errors expected)."""
+  rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+  lookahead = draw(st.integers(1, 4))
+  if draw(st.booleans()):
+    capacity = U_CAP * lookahead + draw(st.integers(0, 3))
+    num_ids = capacity + draw(st.integers(1, 30))
+  else:
+    num_ids = draw(st.integers(2, 40))
+    capacity = draw(st.integers(1, num_ids - 1))
+  steps = draw(st.integers(1, 40))
+  batches = [sorted(set(rng.choice(num_ids, size=rng.integers(1, U_CAP + 1)).tolist()))
+             for _ in range(steps)]
+  return batches, capacity, lookahead, rng.integers(0, 2, steps).tolist()
+
+
+def _check_simulation(batches, capacity, lookahead, policy, retire_draws):
+  result = _simulate(batches, capacity, lookahead, policy, retire_draws)
+  if result is not None:
+    host, truth, counters = result
+    assert host == truth
+    if lookahead == 1:
+      assert counters["flagged"] == 0  # Synchronous pipeline: no hazard possible.
+
+
+@settings(max_examples=100, deadline=None)
+@given(case=random_streams(), policy=st.sampled_from(cache_planner.POLICIES))
+def test_plans_keep_cache_consistent_and_never_lose_rows(case, policy):
+  batches, capacity, lookahead, retire_draws = case
+  _check_simulation(batches, capacity, lookahead, policy, retire_draws)
+
+
+@settings(max_examples=50, deadline=None)
+@given(batches=batches_st, capacity=st.integers(1, 20), lookahead=st.integers(1, 4),
+       policy=st.sampled_from(cache_planner.POLICIES), retire_draws=st.lists(st.integers(0, 4), max_size=25))
+def test_plans_on_edge_case_streams(batches, capacity, lookahead, policy, retire_draws):
+  _check_simulation(batches, capacity, lookahead, policy, retire_draws)
+
+
+@pytest.mark.parametrize("policy", cache_planner.POLICIES)
+def test_ignoring_fill_after_step_reads_stale_rows(policy):
+  rng = np.random.default_rng(1)
+  batches = [sorted(rng.choice(12, size=4, replace=False).tolist()) for _ in range(60)]
+  host, truth, counters = _simulate(batches, 9, 2, policy, [0] * 60)
+  assert host == truth and counters["flagged"] > 0 and counters["evictions"] > 0
+  naive_host, _, _ = _simulate(batches, 9, 2, policy, [0] * 60, obey_fill_after_step=False)
+  assert naive_host != truth  # Gathering flagged fills early loses updates.

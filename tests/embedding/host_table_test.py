@@ -1,0 +1,191 @@
+"""Tests for sfjax.embedding.host_table."""
+
+import json
+import os
+
+import chex
+import numpy as np
+import pytest
+
+from sfjax.embedding import row_optimizers
+from sfjax.embedding.host_table import HostTable
+from sfjax.embedding.initializers import init_rows
+
+SEED, STD = 7, 0.05
+
+
+def _kwargs(slot_width=3):
+  return dict(seed=SEED, init_stddev=STD, initial_slot_row=np.arange(slot_width, dtype=np.float32) + 0.5)
+
+
+def _tables(tmp_path, num_rows=50, width=4, slot_width=3):
+  ram = HostTable.create_ram(num_rows, width, slot_width, **_kwargs(slot_width))
+  mm = HostTable.create_mmap(str(tmp_path / "t"), num_rows, width, slot_width, **_kwargs(slot_width))
+  return ram, mm
+
+
+def test_untouched_rows_equal_init_rows_and_initial_slots(tmp_path):
+  for table in _tables(tmp_path):
+    ids = np.array([3, 0, 49, 3], np.int64)
+    values, slots = table.gather(ids)
+    chex.assert_trees_all_equal(values, init_rows(SEED, 0, ids, 4, STD))
+    chex.assert_trees_all_equal(slots, np.tile(np.arange(3, dtype=np.float32) + 0.5, (4, 1)))
+    assert values.dtype == np.float32 and slots.dtype == np.float32
+    assert table.num_materialised == 0
+
+
+def test_matches_reference_device_table_init(tmp_path):
+  # The reference trainer initialises its device table with init_rows(seed, 0, arange(V), E, std).
+  opt = row_optimizers.adagrad(0.1, 0.25)
+  table = HostTable.create_ram(20, 5, opt.slot_width(5), seed=SEED, init_stddev=STD,
+                               initial_slot_row=opt.initial_slot_row(5))
+  values, slots = table.read_all()
+  chex.assert_trees_all_equal(values, init_rows(SEED, 0, np.arange(20), 5, STD))
+  chex.assert_trees_all_equal(slots, np.full((20, 5), 0.25, np.float32))
+
+
+def test_scatter_gather_round_trip_ram_equals_mmap(tmp_path):
+  rng = np.random.default_rng(0)
+  ram, mm = _tables(tmp_path)
+  for _ in range(3):
+    ids = rng.choice(50, 12, replace=False).astype(np.int64)
+    values = rng.normal(size=(12, 4)).astype(np.float32)
+    slots = rng.normal(size=(12, 3)).astype(np.float32)
+    for table in (ram, mm):
+      table.scatter(ids, values, slots)
+      got_v, got_s = table.gather(ids)
+      chex.assert_trees_all_equal((got_v, got_s), (values, slots))
+  chex.assert_trees_all_equal(ram.read_all(), mm.read_all())
+  assert ram.num_materialised == mm.num_materialised > 12
+
+
+def test_gather_returns_copies(tmp_path):
+  for table in _tables(tmp_path):
+    table.scatter(np.array([1]), np.ones((1, 4), np.float32), np.ones((1, 3), np.float32))
+    values, _ = table.gather(np.array([1]))
+    values[:] = 5.0
+    assert (table.gather(np.array([1]))[0] == 1.0).all()
+
+
+def test_out_of_range_ids_name_id_and_size(tmp_path):
+  for table in _tables(tmp_path):
+    with pytest.raises(ValueError, match=r"row id 50 out of range \[0, 50\)"):
+      table.gather(np.array([1, 50]))
+    with pytest.raises(ValueError, match="row id -1"):
+      table.scatter(np.array([-1]), np.zeros((1, 4), np.float32), np.zeros((1, 3), np.float32))
+    with pytest.raises(ValueError, match="integers"):
+      table.gather(np.array([1.0]))
+
+
+def test_bad_writes_leave_table_unchanged(tmp_path):
+  for table in _tables(tmp_path):
+    before = table.read_all()
+    ids = np.array([1, 2], np.int64)
+    good_v, good_s = np.ones((2, 4), np.float32), np.ones((2, 3), np.float32)
+    nan_v = good_v.copy()
+    nan_v[1, 2] = np.nan
+    cases = [
+        ((ids, nan_v, good_s), r"values\[1, 2\] is nan"),
+        ((ids, good_v, np.full((2, 3), np.inf, np.float32)), "not finite"),
+        ((ids, good_v[:1], good_s), "values must have shape"),
+        ((ids, good_v, good_s[:, :2]), "slots must have shape"),
+        ((ids, good_v.astype(np.int32), good_s), "floating point"),
+        ((np.array([1, 1]), good_v, good_s), "row id 1 appears more than once"),
+        ((np.array([1, 99]), good_v, good_s), "row id 99 out of range"),
+    ]
+    for args, msg in cases:
+      with pytest.raises(ValueError, match=msg):
+        table.scatter(*args)
+    chex.assert_trees_all_equal(table.read_all(), before)
+    assert table.num_materialised == 0
+
+
+def test_huge_mmap_table_is_sparse_and_survives_reopen(tmp_path):
+  path = str(tmp_path / "huge")
+  num_rows = 10**9
+  table = HostTable.create_mmap(path, num_rows, 4, 4, **_kwargs(4))
+  ids = np.array([0, 123_456_789, num_rows - 1], np.int64)
+  values = np.arange(12, dtype=np.float32).reshape(3, 4)
+  table.scatter(ids, values, -values)
+  table.close()
+  for name in ("values.npy", "slots.npy", "materialised.npy"):
+    st = os.stat(os.path.join(path, name))
+    assert st.st_size >= num_rows  # Apparent size covers every row ...
+    assert st.st_blocks * 512 < 1 << 20, name  # ... but under 1 MiB is allocated.
+  reopened = HostTable.open_mmap(path)
+  got_v, got_s = reopened.gather(ids)
+  chex.assert_trees_all_equal((got_v, got_s), (values, -values))
+  assert reopened.num_materialised == 3
+  fresh = np.array([5, 999_999_999 - 1], np.int64)
+  chex.assert_trees_all_equal(reopened.gather(fresh)[0], init_rows(SEED, 0, fresh, 4, STD))
+
+
+def test_unflushed_table_recounts_materialised_rows(tmp_path):
+  path = str(tmp_path / "t")
+  table = HostTable.create_mmap(path, 30, 2, 0, seed=1, init_stddev=0.1, initial_slot_row=[])
+  table.scatter(np.array([4, 9]), np.ones((2, 2), np.float32), np.zeros((2, 0), np.float32))
+  for array in (table._values, table._flags):
+    array.flush()  # Data reached the disk but flush() (metadata) never ran: a crash.
+  with open(os.path.join(path, "meta.json")) as f:
+    assert json.load(f)["clean"] is False
+  reopened = HostTable.open_mmap(path)
+  assert reopened.num_materialised == 2
+  assert reopened.slot_width == 0 and reopened.gather(np.array([4]))[1].shape == (1, 0)
+
+
+def test_reopen_validation_errors_name_the_file(tmp_path):
+  path = str(tmp_path / "t")
+  HostTable.create_mmap(path, 10, 2, 1, **_kwargs(1)).close()
+  meta = os.path.join(path, "meta.json")
+  original = open(meta).read()
+
+  with open(meta, "w") as f:
+    f.write("{not json")
+  with pytest.raises(ValueError, match=f"{meta}: corrupt host table metadata"):
+    HostTable.open_mmap(path)
+
+  bad = json.loads(original)
+  del bad["width"]
+  with open(meta, "w") as f:
+    json.dump(bad, f)
+  with pytest.raises(ValueError, match="missing key 'width'"):
+    HostTable.open_mmap(path)
+
+  bad = json.loads(original)
+  bad["num_rows"] = 11
+  with open(meta, "w") as f:
+    json.dump(bad, f)
+  with pytest.raises(ValueError, match="values.npy: header says shape"):
+    HostTable.open_mmap(path)
+
+  with open(meta, "w") as f:
+    f.write(original)
+  values = os.path.join(path, "values.npy")
+  with open(values, "r+b") as f:
+    f.truncate(os.path.getsize(values) - 4)
+  with pytest.raises(ValueError, match="values.npy: file is .* bytes, expected"):
+    HostTable.open_mmap(path)
+
+  os.remove(values)
+  with pytest.raises(FileNotFoundError, match="values.npy"):
+    HostTable.open_mmap(path)
+  os.remove(meta)
+  with pytest.raises(FileNotFoundError, match="meta.json"):
+    HostTable.open_mmap(path)
+
+
+def test_create_refuses_existing_table_and_read_only_refuses_writes(tmp_path):
+  path = str(tmp_path / "t")
+  HostTable.create_mmap(path, 10, 2, 1, **_kwargs(1)).close()
+  with pytest.raises(FileExistsError, match="open_mmap"):
+    HostTable.create_mmap(path, 10, 2, 1, **_kwargs(1))
+  ro = HostTable.open_mmap(path, writable=False)
+  with pytest.raises(PermissionError):
+    ro.scatter(np.array([0]), np.zeros((1, 2), np.float32), np.zeros((1, 1), np.float32))
+
+
+def test_bad_spec_rejected():
+  with pytest.raises(ValueError, match="initial_slot_row has 2 values, slot_width is 3"):
+    HostTable.create_ram(10, 2, 3, seed=0, init_stddev=0.1, initial_slot_row=[0.0, 1.0])
+  with pytest.raises(ValueError, match="num_rows"):
+    HostTable.create_ram(0, 2, 0, seed=0, init_stddev=0.1, initial_slot_row=[])
