@@ -1,0 +1,46 @@
+"""Search algorithms behind one batched ask/tell interface (`base.Searcher`)."""
+
+from sfjax.automl.algorithms.base import (
+    AlgorithmSpec,
+    Objective,
+    Searcher,
+    Suggestion,
+    TrialResult,
+    TrialStatus,
+)
+from sfjax.automl.algorithms.evolution import RegularizedEvolution, mutate
+from sfjax.automl.algorithms.hyperband import (
+    ASHA,
+    Hyperband,
+    SuccessiveHalving,
+    hyperband_brackets,
+    rung_budgets,
+)
+from sfjax.automl.algorithms.optuna_search import GP, TPE
+from sfjax.automl.algorithms.pbt import pbt_exploit_explore
+from sfjax.automl.algorithms.random_search import GridSearch, QuasiRandomSearch, RandomSearch
+
+ALGORITHMS = {spec.name: spec for spec in (
+    RandomSearch, GridSearch, QuasiRandomSearch, RegularizedEvolution, TPE, GP,
+    SuccessiveHalving, Hyperband, ASHA)}
+
+
+def algorithm_from_dict(data) -> AlgorithmSpec:
+  """Inverse of `AlgorithmSpec.to_dict`: `{'name': 'tpe', 'seed': 0, ...}` -> `TPE(seed=0)`."""
+  fields = dict(data)
+  name = fields.pop("name", None)
+  if name not in ALGORITHMS:
+    raise ValueError(f"unknown algorithm {name!r}; known: {sorted(ALGORITHMS)}")
+  try:
+    return ALGORITHMS[name](**fields)
+  except TypeError as e:
+    raise ValueError(f"algorithm {name!r}: {e}") from None
+
+
+__all__ = [
+    "ALGORITHMS", "ASHA", "AlgorithmSpec", "GP", "GridSearch", "Hyperband", "Objective",
+    "QuasiRandomSearch", "RandomSearch", "RegularizedEvolution", "Searcher",
+    "SuccessiveHalving", "Suggestion", "TPE", "TrialResult", "TrialStatus",
+    "algorithm_from_dict", "hyperband_brackets", "mutate", "pbt_exploit_explore",
+    "rung_budgets",
+]

@@ -1,0 +1,83 @@
+"""Population-based training's exploit / explore decision (Jaderberg et al. 2017).
+
+The vmapped runner owns the population (parameters and hyperparameters stacked
+along the trial axis); this module only decides. `exploit` = members in the bottom
+quantile copy a random member of the top quantile (the runner gathers state along
+the trial axis with `source_index`); `explore` = the copied hyperparameters are
+multiplied by a random factor from `perturb` and clipped to the space's bounds.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from sfjax.automl.space import Float, Int, Space
+
+
+def pbt_exploit_explore(
+    scores: Sequence[float] | np.ndarray,
+    hparams: Mapping[str, np.ndarray],
+    rng: np.random.Generator,
+    quantile: float = 0.25,
+    perturb: Sequence[float] = (0.8, 1.2),
+    bounds: Space | Mapping[str, tuple[float, float]] | None = None,
+    maximize: bool = True,
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+  """One PBT exploit/explore step over a population of P members.
+
+  Args:
+    scores: [P] each member's latest score; NaN ranks last.
+    hparams: name -> [P] array of each member's hyperparameter.
+    rng: numpy generator (the decision's only randomness).
+    quantile: fraction in (0, 0.5] of members that copy / are copied;
+      floor(P * quantile) members, at least one when P >= 2.
+    perturb: factors; each copied hyperparameter is multiplied by one of them.
+    bounds: name -> (low, high) clip range, or a `Space` whose Int / Float
+      parameters of the same name give it. Names without bounds are not clipped.
+    maximize: whether higher scores are better.
+
+  Returns:
+    source_index: [P] int64, the member whose state each member continues from
+      (itself unless it is in the bottom quantile).
+    new_hparams: name -> [P] array, same dtype as the input (integers rounded).
+  """
+  scores = np.asarray(scores, dtype=np.float64)
+  if scores.ndim != 1:
+    raise ValueError(f"scores must be [P], got shape {scores.shape}")
+  if not 0 < quantile <= 0.5:
+    raise ValueError(f"quantile must be in (0, 0.5], got {quantile}")
+  if not perturb:
+    raise ValueError("perturb needs at least one factor")
+  size = scores.shape[0]
+  for name, values in hparams.items():
+    if np.shape(values) != (size,):
+      raise ValueError(f"hparams[{name!r}] has shape {np.shape(values)}, expected ({size},)")
+  count = max(1, int(size * quantile)) if size >= 2 else 0
+  key = np.where(np.isnan(scores), np.inf, -scores if maximize else scores)
+  order = np.argsort(key, kind="stable")  # best first
+  top, bottom = order[:count], order[size - count:]
+  source = np.arange(size, dtype=np.int64)
+  source[bottom] = rng.choice(top, size=count)
+  limits = _bounds(bounds, hparams)
+  new_hparams = {}
+  for name, values in hparams.items():
+    values = np.asarray(values)
+    copied = values[source].astype(np.float64)
+    copied[bottom] *= rng.choice(np.asarray(perturb, dtype=np.float64), size=count)
+    if name in limits:
+      copied = np.clip(copied, *limits[name])
+    if np.issubdtype(values.dtype, np.integer):
+      copied = np.round(copied)
+    new_hparams[name] = copied.astype(values.dtype)
+  return source, new_hparams
+
+
+def _bounds(bounds, hparams) -> dict[str, tuple[float, float]]:
+  if bounds is None:
+    return {}
+  if isinstance(bounds, Space):
+    return {k: (bounds[k].low, bounds[k].high) for k in hparams
+            if k in bounds and isinstance(bounds[k], (Int, Float))}
+  return {k: tuple(v) for k, v in bounds.items()}

@@ -1,0 +1,75 @@
+"""Quota filters: reject a config before training (VEGA's params / FLOPs / latency quotas).
+
+A filter is either a `Quota` (a simple expression `'<name> <op> <number>'` whose
+name is a measure computed from the config, such as a parameter count, or a dotted
+config key) or any callable `config -> reason | None`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import re
+from typing import Callable, Mapping, Sequence, Union
+
+from sfjax.automl.space import Config
+
+_EXPRESSION = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
+_OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+        "==": operator.eq, "!=": operator.ne}
+
+
+@dataclasses.dataclass(frozen=True)
+class Quota:
+  """`expression` must hold for a config to be trained, e.g. `Quota('params < 2e6',
+  {'params': count_params})`.
+
+  Attributes:
+    expression: `'<name> <op> <number>'` with op in <, <=, >, >=, ==, !=.
+    measures: name -> function of the config. A name that is not a measure is read
+      from the config itself; a quota on an inactive (absent) key always passes.
+  """
+
+  expression: str
+  measures: Mapping[str, Callable[[Config], float]] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    match = _EXPRESSION.match(self.expression)
+    if not match:
+      raise ValueError(f"quota {self.expression!r}: expected '<name> <op> <number>', "
+                       f"e.g. 'params < 2e6'")
+    try:
+      float(match.group(3))
+    except ValueError:
+      raise ValueError(f"quota {self.expression!r}: {match.group(3)!r} is not a number") from None
+
+  def evaluate(self, config: Config) -> tuple[dict[str, float], str | None]:
+    """The measured value (as `{name: value}`) and a rejection reason, or None to accept."""
+    name, op, limit = _EXPRESSION.match(self.expression).groups()
+    if name in self.measures:
+      value = float(self.measures[name](config))
+    elif name in config:
+      value = float(config[name])
+    else:
+      return {}, None
+    if _OPS[op](value, float(limit)):
+      return {name: value}, None
+    return {name: value}, f"quota {self.expression!r} failed: {name} = {value:g}"
+
+
+QuotaFilter = Union[Quota, Callable[[Config], Union[str, None]]]
+
+
+def check_quotas(filters: Sequence[QuotaFilter],
+                 config: Config) -> tuple[dict[str, float], str | None]:
+  """Runs every filter; returns the measures taken and the first rejection reason."""
+  measured = {}
+  for f in filters:
+    if isinstance(f, Quota):
+      values, reason = f.evaluate(config)
+      measured.update(values)
+    else:
+      reason = f(config)
+    if reason is not None:
+      return measured, str(reason)
+  return measured, None

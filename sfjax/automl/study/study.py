@@ -1,0 +1,392 @@
+"""A durable study: trials, their results and the search state, resumable after a crash.
+
+`Study.open(path, space, algorithm, objective)` creates `path/journal.jsonl` or
+replays it. Events (`ask`, `requeue`, `tell`) each carry the searcher's small core
+state; the searcher's history and pending trials are rebuilt from the events
+themselves, so the journal grows linearly. On reopen:
+
+- trials told before the crash keep their results and are never rerun;
+- trials asked but never told (running when the process died, or whose `tell`
+  line was torn) are re-queued under their own trial ids and handed out first by
+  the next `ask`, so each appears exactly once in the final results;
+- the searcher continues from the core state of the last complete event, so with
+  sequential trials a killed-and-resumed study proposes exactly what an
+  uninterrupted one would have.
+
+Reopening with a different space, algorithm, objective or Pareto directions is an
+error (quota filters may change between runs: they only judge new hand-outs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from sfjax.automl.algorithms.base import AlgorithmSpec, Objective, Suggestion, TrialStatus
+from sfjax.automl.pareto import pareto_front
+from sfjax.automl.space import Config, Space
+from sfjax.automl.study.journal import Journal, JournalError
+from sfjax.automl.study.quota import QuotaFilter, check_quotas
+
+FORMAT = "sfjax.study/1"
+JOURNAL = "journal.jsonl"
+
+
+class StudyError(RuntimeError):
+  """Misuse of a study, or a study reopened with different settings."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialRecord:
+  """Everything recorded about one trial (one suggestion, i.e. one rung of a config).
+
+  Times are Unix seconds; `started_at` is the latest hand-out (after a re-queue),
+  `attempts` counts hand-outs.
+  """
+
+  suggestion: Suggestion
+  status: TrialStatus
+  metrics: Mapping[str, float]
+  reason: str | None
+  asked_at: float
+  started_at: float
+  finished_at: float | None
+  elapsed_s: float | None
+  attempts: int
+
+  @property
+  def trial_id(self) -> int:
+    """The trial's id."""
+    return self.suggestion.trial_id
+
+  @property
+  def config(self) -> Config:
+    """The trial's config."""
+    return self.suggestion.config
+
+  def to_dict(self) -> dict[str, Any]:
+    """The `trials.jsonl` line: trial_id, config, metrics, status, then the rest."""
+    s = self.suggestion
+    return {"trial_id": s.trial_id, "config": s.config.to_dict(),
+            "metrics": {k: _json_float(v) for k, v in self.metrics.items()},
+            "status": self.status.value, "budget": s.budget, "rung": s.rung,
+            "bracket": s.bracket, "parent_trial_id": s.parent_trial_id,
+            "resume_from": s.resume_from, "reason": self.reason, "asked_at": self.asked_at,
+            "started_at": self.started_at, "finished_at": self.finished_at,
+            "elapsed_s": self.elapsed_s, "attempts": self.attempts}
+
+
+def _json_float(v: float) -> float | None:
+  return v if math.isfinite(v) else None
+
+
+class Study:
+  """Use `Study.open`. Not thread-safe; one process per study (enforced by a lock)."""
+
+  def __init__(self, path, journal, searcher, objective, directions, quotas, max_rejections):
+    self.path = path
+    self.objective = objective
+    self.directions = dict(directions) if directions else None
+    self.quotas = tuple(quotas)
+    self.max_rejections = max_rejections
+    self._journal = journal
+    self._searcher = searcher
+    self._trials: dict[int, TrialRecord] = {}
+    self._queue: list[int] = []  # running in the journal, not yet handed out again
+
+  @classmethod
+  def open(cls, path: str, space: Space, algorithm: AlgorithmSpec, objective: Objective,
+           directions: Mapping[str, str] | None = None, quotas: Sequence[QuotaFilter] = (),
+           max_rejections: int = 1000) -> Study:
+    """Creates the study in directory `path`, or resumes it.
+
+    Args:
+      path: directory for `journal.jsonl` (and exports).
+      space: the search space.
+      algorithm: the algorithm spec, e.g. `TPE(seed=0)`.
+      objective: the metric to optimise and its direction.
+      directions: metric -> 'maximize' / 'minimize' for `pareto_front`.
+      quotas: filters judged before a fresh config is handed out; rejected configs
+        are recorded with status 'rejected' and the reason.
+      max_rejections: quota rejections within one `ask` before it raises.
+
+    Raises:
+      StudyError: the journal was written with a different space, algorithm,
+        objective or directions (the message says which).
+      JournalError: a corrupt journal (names file and line).
+      JournalLockedError: the study is open elsewhere.
+    """
+    for metric, direction in (directions or {}).items():
+      if direction not in ("maximize", "minimize"):
+        raise StudyError(f"directions[{metric!r}] = {direction!r}; expected 'maximize' or "
+                         "'minimize'")
+    journal_path = os.path.join(path, JOURNAL)
+    journal, records = Journal.open(journal_path)
+    try:
+      header = {"event": "header", "format": FORMAT, "space": space.to_dict(),
+                "algorithm": algorithm.to_dict(), "objective": objective.to_dict(),
+                "directions": dict(directions) if directions else None}
+      header = json.loads(json.dumps(header))
+      if records:
+        _check_header(journal_path, records[0], header)
+      else:
+        journal.append({**header, "time": time.time()})
+      study = cls(path, journal, algorithm.build(space, objective), objective, directions,
+                  quotas, max_rejections)
+      study._replay(journal_path, records[1:])
+    except BaseException:
+      journal.close()
+      raise
+    return study
+
+  # ---- replay ----------------------------------------------------------
+  def _replay(self, journal_path: str, records) -> None:
+    core, history, pending = None, [], {}
+    for line, record in records:
+      event = record.get("event")
+      try:
+        if event == "ask":
+          for d in record["suggestions"]:
+            s = Suggestion.from_dict(d)
+            if s.trial_id in self._trials:
+              raise ValueError(f"trial {s.trial_id} asked twice")
+            self._trials[s.trial_id] = TrialRecord(
+                s, TrialStatus.RUNNING, {}, None, record["time"], record["time"], None, None, 1)
+            pending[s.trial_id] = d
+          core = record["core"]
+        elif event == "requeue":
+          for trial_id in record["trial_ids"]:
+            t = self._running(trial_id)
+            self._trials[trial_id] = dataclasses.replace(
+                t, started_at=record["time"], attempts=t.attempts + 1)
+        elif event == "tell":
+          t = self._running(record["trial_id"])
+          self._trials[t.trial_id] = _finished(t, record)
+          history.append({"suggestion": pending.pop(t.trial_id), "metrics": record["metrics"],
+                          "status": record["status"]})
+          core = record["core"]
+        else:
+          raise ValueError(f"unknown event {event!r}")
+      except (KeyError, ValueError, TypeError, StudyError) as e:
+        raise JournalError(journal_path, line, f"bad {event} event: {e}") from None
+    if core is not None:
+      self._searcher.load_state_dict(
+          {"core": core, "history": history, "pending": list(pending.values())})
+    self._queue = list(pending)
+
+  def _running(self, trial_id: int) -> TrialRecord:
+    t = self._trials.get(trial_id)
+    if t is None:
+      raise StudyError(f"trial {trial_id} was never asked")
+    if t.status != TrialStatus.RUNNING:
+      raise StudyError(f"trial {trial_id} already finished with status {t.status.value!r}")
+    return t
+
+  # ---- ask / tell ------------------------------------------------------
+  def ask(self, n: int) -> list[Suggestion]:
+    """Up to `n` trials to run: re-queued ones first, then new ones from the algorithm.
+
+    Fresh configs failing a quota filter are recorded as rejected and replaced. An
+    empty list means the algorithm is finished or waits for running trials.
+    """
+    out, rejected = [], 0
+    requeued, self._queue = self._queue[:n], self._queue[n:]
+    if requeued:
+      now = time.time()
+      self._journal.append({"event": "requeue", "time": now, "trial_ids": requeued})
+      for trial_id in requeued:
+        t = self._trials[trial_id]
+        self._trials[trial_id] = dataclasses.replace(t, started_at=now, attempts=t.attempts + 1)
+      out += [s for s in (self._trials[i].suggestion for i in requeued) if self._admit(s)]
+    while len(out) < n:
+      batch = self._searcher.ask(n - len(out))
+      if not batch:
+        break
+      now = time.time()
+      self._journal.append({"event": "ask", "time": now, "core": self._searcher.core_state(),
+                            "suggestions": [s.to_dict() for s in batch]})
+      for s in batch:
+        self._trials[s.trial_id] = TrialRecord(s, TrialStatus.RUNNING, {}, None, now, now,
+                                               None, None, 1)
+        if self._admit(s):
+          out.append(s)
+        else:
+          rejected += 1
+          if rejected > self.max_rejections:
+            raise StudyError(f"quota filters rejected {rejected} suggestions in one ask; last: "
+                             f"{self._trials[s.trial_id].reason}")
+    return out
+
+  def _admit(self, suggestion: Suggestion) -> bool:
+    """Checks quotas for a fresh config; a rejected one is told and recorded."""
+    if suggestion.resume_from is not None or not self.quotas:
+      return True
+    measured, reason = check_quotas(self.quotas, suggestion.config)
+    if reason is None:
+      return True
+    self.tell(suggestion.trial_id, measured, TrialStatus.REJECTED, reason=reason)
+    return False
+
+  def tell(self, trial_id: int, metrics: Mapping[str, float],
+           status: TrialStatus | str = TrialStatus.DONE, elapsed_s: float | None = None,
+           reason: str | None = None) -> TrialRecord:
+    """Records a running trial's result durably and tells the algorithm.
+
+    Args:
+      trial_id: a trial handed out by `ask`.
+      metrics: metric name -> number (must include the objective when DONE).
+      status: 'done', 'failed', 'pruned' or 'rejected'.
+      elapsed_s: training time; default: since the trial was handed out.
+      reason: why it failed / was pruned or rejected.
+
+    Raises:
+      StudyError: the trial is unknown, finished, or re-queued and not handed out.
+    """
+    if trial_id in self._queue:
+      raise StudyError(f"trial {trial_id} is re-queued; ask() hands it out again first")
+    t = self._running(trial_id)
+    result = self._searcher.tell(trial_id, metrics, status)
+    if result.status != TrialStatus(status) and reason is None:
+      reason = f"objective {self.objective.metric!r} is NaN"
+    now = time.time()
+    record = {"event": "tell", "time": now, "trial_id": trial_id, "status": result.status.value,
+              "metrics": dict(result.metrics), "reason": reason,
+              "elapsed_s": now - t.started_at if elapsed_s is None else float(elapsed_s),
+              "core": self._searcher.core_state()}
+    self._journal.append(record)
+    self._trials[trial_id] = _finished(t, record)
+    return self._trials[trial_id]
+
+  # ---- results ---------------------------------------------------------
+  @property
+  def finished(self) -> bool:
+    """No trial running or queued, and the algorithm has nothing more to propose."""
+    return self._searcher.finished and not self.running() and not self._queue
+
+  def running(self) -> list[int]:
+    """Ids of trials handed out (or re-queued) and not yet told."""
+    return [i for i, t in self._trials.items() if t.status == TrialStatus.RUNNING]
+
+  def trials(self) -> list[TrialRecord]:
+    """Every trial, by id."""
+    return [self._trials[i] for i in sorted(self._trials)]
+
+  def trial(self, trial_id: int) -> TrialRecord:
+    """One trial's record."""
+    if trial_id not in self._trials:
+      raise KeyError(f"no trial {trial_id} in {self.path}")
+    return self._trials[trial_id]
+
+  def best(self) -> TrialRecord | None:
+    """Best DONE trial by the objective; with budgets, among those at the largest
+    budget reached (low-fidelity results do not compete with full ones)."""
+    done = [t for t in self.trials() if t.status == TrialStatus.DONE]
+    budgets = [t.suggestion.budget for t in done if t.suggestion.budget is not None]
+    if budgets:
+      done = [t for t in done if t.suggestion.budget == max(budgets)]
+    if not done:
+      return None
+    return min(done, key=lambda t: (self.objective.loss(self.objective.value(t.metrics)),
+                                    t.trial_id))
+
+  def pareto_front(self, directions: Mapping[str, str] | None = None) -> list[TrialRecord]:
+    """Non-dominated DONE trials over `directions` (default: the study's), by id.
+
+    Trials lacking one of the metrics are left out.
+    """
+    directions = directions if directions is not None else self.directions
+    if not directions:
+      raise StudyError("pareto_front needs directions, e.g. {'auc': 'maximize', "
+                       "'params': 'minimize'}")
+    names = list(directions)
+    done = [t for t in self.trials()
+            if t.status == TrialStatus.DONE and all(m in t.metrics for m in names)]
+    points = np.array([[t.metrics[m] for m in names] for t in done]).reshape(len(done), len(names))
+    return [done[i] for i in pareto_front(points, [directions[m] for m in names])]
+
+  def export(self, directory: str | None = None) -> None:
+    """Writes `trials.jsonl` (one line per trial) and `best.json` atomically."""
+    directory = directory or self.path
+    os.makedirs(directory, exist_ok=True)
+    lines = "".join(json.dumps(t.to_dict(), sort_keys=True, allow_nan=False) + "\n"
+                    for t in self.trials())
+    _write_atomically(os.path.join(directory, "trials.jsonl"), lines)
+    best = self.best()
+    summary = {"objective": self.objective.to_dict(),
+               "best": best.to_dict() if best is not None else None,
+               "pareto_front": [t.trial_id for t in self.pareto_front()] if self.directions else None}
+    _write_atomically(os.path.join(directory, "best.json"),
+                      json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+  def optimize(self, fn: Callable[[Suggestion], Mapping[str, float]], n_trials: int,
+               batch_size: int = 1) -> None:
+    """Runs trials in this process until `n_trials` have finished (rejected ones do
+    not count), the algorithm is finished, or it waits on nothing.
+
+    An exception from `fn` marks that trial failed, with the exception as reason.
+    """
+    while True:
+      final = sum(t.status in (TrialStatus.DONE, TrialStatus.FAILED, TrialStatus.PRUNED)
+                  for t in self._trials.values())
+      batch = self.ask(min(batch_size, n_trials - final)) if final < n_trials else []
+      if not batch:
+        return
+      for s in batch:
+        start = time.perf_counter()
+        try:
+          metrics, status, reason = fn(s), TrialStatus.DONE, None
+        except Exception as e:  # pylint: disable=broad-except
+          metrics, status, reason = {}, TrialStatus.FAILED, f"{type(e).__name__}: {e}"
+        self.tell(s.trial_id, metrics, status, time.perf_counter() - start, reason)
+
+  def close(self) -> None:
+    """Releases the journal (the study stays readable in memory)."""
+    self._journal.close()
+
+  def __enter__(self) -> Study:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+
+def _finished(t: TrialRecord, record: Mapping[str, Any]) -> TrialRecord:
+  return dataclasses.replace(
+      t, status=TrialStatus(record["status"]), metrics=dict(record["metrics"]),
+      reason=record.get("reason"), finished_at=record["time"], elapsed_s=record.get("elapsed_s"))
+
+
+def _check_header(path: str, stored_line, expected: dict) -> None:
+  line, stored = stored_line
+  if stored.get("event") != "header" or stored.get("format") != FORMAT:
+    raise JournalError(path, line, f"expected a {FORMAT!r} header, got {str(stored)[:200]}")
+  for field in ("space", "algorithm", "objective", "directions"):
+    if stored.get(field) != expected[field]:
+      raise StudyError(f"{path} was created with a different {field}: "
+                       f"{_difference(stored.get(field), expected[field])}")
+
+
+def _difference(stored, given) -> str:
+  """A short description of how two JSON values differ (top-level keys for dicts)."""
+  if isinstance(stored, dict) and isinstance(given, dict):
+    if "params" in stored and "params" in given and stored["params"] != given["params"]:
+      return "params " + _difference(stored["params"], given["params"])
+    parts = [f"{k}: stored {stored.get(k)!r}, given {given.get(k)!r}"
+             for k in sorted(set(stored) | set(given)) if stored.get(k) != given.get(k)]
+    return "; ".join(parts)[:2000]
+  return f"stored {stored!r}, given {given!r}"[:2000]
+
+
+def _write_atomically(path: str, text: str) -> None:
+  tmp = f"{path}.tmp.{os.getpid()}"
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write(text)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
