@@ -55,7 +55,12 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
 
   # ---- embeddings (rows updated by a row-wise optimizer) ----------------
   c.embedding = e = ml_collections.ConfigDict()
-  e.backend = "device"  # device: whole table on the accelerator (the reference)
+  e.backend = "device"  # device: whole table on the accelerator (the reference) | cache: MixCache
+  e.cache_rows = 0.05  # cache backend: device cache rows (>= 1), or a fraction of the table (< 1)
+  e.cache_policy = "lru"  # cache backend: lru | lfu
+  e.lookahead = 2  # cache backend: steps planned ahead of the device (in flight at once)
+  e.host_storage = "ram"  # cache backend: ram | mmap (memory-mapped files under host_path)
+  e.host_path = ""  # cache backend with mmap: directory of the host table (created; must be new)
   e.optimizer = "adagrad"  # sgd | adagrad | adam | ftrl
   e.learning_rate = 0.05
   e.init_stddev = 0.01

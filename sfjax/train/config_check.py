@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 DATA_FORMATS = ("synthetic", "criteo", "avazu", "movielens")
-EMBEDDING_BACKENDS = ("device",)
+EMBEDDING_BACKENDS = ("device", "cache")
+CACHE_POLICIES = ("lru", "lfu")
+HOST_STORAGES = ("ram", "mmap")
 ROW_OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
 
 
@@ -36,6 +38,15 @@ def validate(config) -> None:
              f"must be >= 1 when data.hash_rows is 0, got {d.min_count}")
   _require(e.backend in EMBEDDING_BACKENDS, "embedding.backend",
            f"unknown backend {e.backend!r} (known: {', '.join(EMBEDDING_BACKENDS)})")
+  if e.backend == "cache":
+    _require(e.cache_policy in CACHE_POLICIES, "embedding.cache_policy",
+             f"unknown policy {e.cache_policy!r} (known: {', '.join(CACHE_POLICIES)})")
+    _require(e.host_storage in HOST_STORAGES, "embedding.host_storage",
+             f"unknown storage {e.host_storage!r} (known: {', '.join(HOST_STORAGES)})")
+    _require(isinstance(e.lookahead, int) and e.lookahead >= 1, "embedding.lookahead",
+             f"must be an integer >= 1, got {e.lookahead!r}")
+    _require(e.host_storage != "mmap" or bool(e.host_path), "embedding.host_path",
+             "required when embedding.host_storage=mmap")
   _require(e.optimizer in ROW_OPTIMIZERS, "embedding.optimizer",
            f"unknown row optimizer {e.optimizer!r} (known: {', '.join(ROW_OPTIMIZERS)})")
   _require(e.learning_rate > 0, "embedding.learning_rate", f"must be > 0, got {e.learning_rate}")

@@ -25,9 +25,9 @@ from absl import logging
 from flax import nnx
 
 from sfjax import models
-from sfjax.embedding import device_table
 from sfjax.embedding import row_optimizers
 from sfjax.parallel import mesh as mesh_lib
+from sfjax.train import backends
 from sfjax.train import config_check
 from sfjax.train import metrics as metrics_lib
 from sfjax.train import optimizers
@@ -36,22 +36,31 @@ from sfjax.train import state as state_lib
 from sfjax.train import step as step_lib
 
 
+# Cache counters copied into every metrics.jsonl record (cumulative).
+_CACHE_KEYS = ("cache_hit_rate", "h2d_bytes_per_example", "d2h_bytes_per_example", "evictions")
+_NOT_JSON = ("final_state", "trainer", "losses")
+
+
 class Trainer(NamedTuple):
-  """Static pieces of a run plus its initial state (build with `build_trainer`)."""
+  """Static pieces of a run plus its initial state (build with `build_trainer`).
+
+  Attributes:
+    graphdef: the model's NNX graph definition.
+    state: initial TrainState (its `table` is the device table or the empty cache).
+    backend: a `backends.DeviceBackend` or `backends.CacheBackend`.
+    width: embedding row width E.
+    mesh: the ('data',) device mesh.
+  """
 
   graphdef: Any
   state: state_lib.TrainState
-  train_step: Any
-  eval_step: Any
-  num_rows: int
+  backend: Any
   width: int
-  train_capacity: int
   mesh: Any
-  batch_sharding: Any
 
 
 def build_trainer(config, spec) -> Trainer:
-  """Model, optimizers, initial state and jitted steps for a dataset `spec`."""
+  """Model, optimizers, embedding backend, initial state and jitted step for `spec`."""
   mcfg, ecfg = config.model, config.embedding
   width = models.embedding_width(mcfg.name, mcfg.embed_dim)
   model = models.build_model_from_config(
@@ -65,37 +74,29 @@ def build_trainer(config, spec) -> Trainer:
     raise ValueError(f"config field train.batch_size={config.train.batch_size} must be "
                      f"divisible by the {mesh.size} devices of the mesh")
   rep = mesh_lib.replicated(mesh)
-  table = device_table.init_table(spec.total_rows, width, row_opt, seed=config.seed,
-                                  stddev=ecfg.init_stddev, sharding=rep)
+  train_step = step_lib.make_train_step(graphdef, tx, row_opt, l2=ecfg.l2)
+  backend = backends.make_backend(config, spec, width, graphdef, train_step, row_opt, mesh)
   params = jax.device_put(params, rep)
   opt_state = jax.device_put(tx.init(params), rep)
   state = state_lib.TrainState(jax.device_put(jnp.zeros((), jnp.int32), rep), params,
-                               opt_state, table)
-  state_sharding = jax.tree.map(lambda _: rep, state)
-  bsh = mesh_lib.batch_shardings(mesh)
-  train_step = step_lib.jit_train_step(
-      step_lib.make_train_step(graphdef, tx, row_opt, l2=ecfg.l2), state_sharding, bsh)
-  capacity = ecfg.unique_capacity or config.train.batch_size * spec.num_fields
-  return Trainer(graphdef, state, train_step, step_lib.make_eval_step(graphdef),
-                 spec.total_rows, width, capacity, mesh, bsh)
+                               opt_state, backend.initial_table)
+  backend.jit(jax.tree.map(lambda _: rep, state))
+  return Trainer(graphdef, state, backend, width, mesh)
 
 
 def evaluate(trainer: Trainer, state: state_lib.TrainState, dataset, split: str,
-             batch_size: int, spec) -> dict[str, float]:
+             batch_size: int) -> dict[str, float]:
   """Exact AUC and logloss over every real example of `split`."""
-  offsets = spec.field_offsets
-  capacity = batch_size * spec.num_fields
-
-  def prep(b):
-    return state_lib.prepare_batch(b, offsets, capacity, trainer.num_rows)[0]
-
+  backend = trainer.backend
+  backend.sync(state)
   logits, labels, masks = [], [], []
-  with prefetch.map_in_background(prep, dataset.eval_batches(split, batch_size),
+  with prefetch.map_in_background(lambda b: (backend.prepare_eval(b), b),
+                                  dataset.eval_batches(split, batch_size),
                                   maxsize=2, name="sfjax-eval") as it:
-    for db in it:
-      logits.append(trainer.eval_step(state.params, state.table, db))
-      labels.append(db.labels)
-      masks.append(db.mask)
+    for prepared, batch in it:
+      logits.append(backend.eval_logits(state, prepared))
+      labels.append(batch.labels)
+      masks.append(batch.mask)
   if not logits:
     raise ValueError(f"eval split {split!r} is empty")
   scores = np.concatenate([np.asarray(x) for x in logits])
@@ -141,31 +142,23 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None) -> dict
     with open(os.path.join(workdir, "config.json"), "w") as f:
       f.write(config.to_json_best_effort(indent=2))
     metrics_file = open(os.path.join(workdir, "metrics.jsonl"), "w")
-  logging.info("table rows=%d width=%d, fields=%d dense=%d, devices=%d, unique capacity=%d",
-               spec.total_rows, trainer.width, spec.num_fields, spec.num_dense,
-               trainer.mesh.size, trainer.train_capacity)
-  offsets = spec.field_offsets
-  unique_counts = []
-
-  def prep(b):
-    db, n = state_lib.prepare_batch(b, offsets, trainer.train_capacity, trainer.num_rows)
-    return jax.device_put(db, trainer.batch_sharding), n
-
+  backend = trainer.backend
+  logging.info("backend=%s table rows=%d width=%d, fields=%d dense=%d, devices=%d, "
+               "unique capacity=%d", backend.name, spec.total_rows, trainer.width,
+               spec.num_fields, spec.num_dense, trainer.mesh.size, backend.capacity)
   state = trainer.state
   oracle = dataset.oracle or {}
-  history, best = [], None
-  total_train_time, total_examples = 0.0, 0
-  window_time, window_examples = 0.0, 0
+  history, best, losses, window_losses, unique_counts = [], None, [], [], []
+  total_train_time, total_examples, window_examples = 0.0, 0, 0
   t_log, ex_log = time.perf_counter(), 0
   steps = tcfg.steps
-  it = prefetch.map_in_background(prep, dataset.train_batches(tcfg.batch_size, config.seed),
-                                  maxsize=max(1, tcfg.prefetch), name="sfjax-data")
+  it = backend.train_inputs(dataset.train_batches(tcfg.batch_size, config.seed))
   try:
     t_window = time.perf_counter()
     for step in range(1, steps + 1):
-      db, n_unique = next(it)
+      state, step_metrics, n_unique = backend.run_step(state, next(it))
       unique_counts.append(n_unique)
-      state, step_metrics = trainer.train_step(state, db)
+      window_losses.append(step_metrics["loss"])
       if step == 1:  # exclude compilation from throughput
         jax.block_until_ready(state)
         t_window = t_log = time.perf_counter()
@@ -178,8 +171,10 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None) -> dict
         now = time.perf_counter()
         rate = ex_log / max(now - t_log, 1e-9)
         eta = (steps - step) * tcfg.batch_size / rate if rate > 0 else float("inf")
-        logging.info("step %d/%d loss %.5f  %.0f examples/s  unique/batch %.0f  ETA %s",
-                     step, steps, loss, rate, np.mean(unique_counts[-tcfg.log_every:]),
+        cache = backend.stats()
+        hit = f"  cache hit rate {cache['cache_hit_rate']:.3f}" if cache else ""
+        logging.info("step %d/%d loss %.5f  %.0f examples/s  unique/batch %.0f%s  ETA %s",
+                     step, steps, loss, rate, np.mean(unique_counts[-tcfg.log_every:]), hit,
                      _fmt_eta(eta))
         if not math.isfinite(loss):
           raise FloatingPointError(f"training loss became {loss} at step {step}")
@@ -189,11 +184,13 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None) -> dict
         window_time = time.perf_counter() - t_window
         total_train_time += window_time
         total_examples += window_examples
+        losses.append(np.asarray(jnp.stack(window_losses)))
         record = {"step": step, "loss": float(step_metrics["loss"]),
                   "examples_per_sec": window_examples / max(window_time, 1e-9),
                   "unique_per_batch": float(np.mean(unique_counts))}
+        record.update({k: v for k, v in backend.stats().items() if k in _CACHE_KEYS})
         for i, split in enumerate(dataset.eval_splits):
-          m = evaluate(trainer, state, dataset, split, tcfg.eval_batch_size, spec)
+          m = evaluate(trainer, state, dataset, split, tcfg.eval_batch_size)
           record[f"{split}_auc"], record[f"{split}_logloss"] = m["auc"], m["logloss"]
           if i == 0:
             record["auc"], record["logloss"] = m["auc"], m["logloss"]
@@ -206,11 +203,13 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None) -> dict
         if metrics_file:
           metrics_file.write(json.dumps(record) + "\n")
           metrics_file.flush()
-        window_examples, unique_counts = 0, []
+        window_examples, unique_counts, window_losses = 0, [], []
         t_window = t_log = time.perf_counter()
         ex_log = 0
+    backend.sync(state)  # the cache backend flushes every cached row to the host table
   finally:
     it.close()
+    backend.close()
     if metrics_file:
       metrics_file.close()
 
@@ -224,13 +223,16 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None) -> dict
   final["best"] = best
   if "test_auc" in best:
     final["test_auc"], final["test_logloss"] = best["test_auc"], best["test_logloss"]
-  final["final_state"] = state
+  if backend.stats():
+    final["cache_stats"] = backend.stats()
+  final["final_state"], final["trainer"] = state, trainer
+  final["losses"] = np.concatenate(losses)
   return final
 
 
 def final_json_line(final: dict[str, Any]) -> str:
   """The one-line JSON summary printed last by the CLI (drops non-JSON values)."""
-  return json.dumps({k: v for k, v in final.items() if k != "final_state"}, sort_keys=True)
+  return json.dumps({k: v for k, v in final.items() if k not in _NOT_JSON}, sort_keys=True)
 
 
 def print_final(final: dict[str, Any]) -> None:

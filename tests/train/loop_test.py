@@ -42,7 +42,7 @@ def test_every_eval_example_counted_once():
   from sfjax.data import dataset as dataset_lib
   data = dataset_lib.make_dataset(c.data, c.seed)
   trainer = loop.build_trainer(c, data.spec)
-  m = loop.evaluate(trainer, trainer.state, data, "eval", 4096, data.spec)
+  m = loop.evaluate(trainer, trainer.state, data, "eval", 4096)
   assert m["num_examples"] == 10_001
 
 

@@ -1,0 +1,77 @@
+"""MixCache, device side: a cache of hot rows as pure functional state.
+
+The cache is a `TableState` of `C` rows (`values[C, E]`, `opt_slots[C, S]`), the
+same pytree as the on-device reference table, so the train step body is shared:
+only the indices differ (cache slots instead of table rows). Each step first
+swaps rows according to the host planner's `CachePlan`:
+
+  evicted = cache[evict_slots]        # read victims out (returned for write-back)
+  cache[fill_slots] = fill rows       # then admit the misses (values AND optimizer slots)
+
+and then runs the ordinary step with `batch.rows` = the batch's slots. Padding
+slots equal `C`: gathers read zeros, scatters drop them.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sfjax.embedding import device_table
+from sfjax.train import state as state_lib
+
+
+class CacheSwap(NamedTuple):
+  """One step's cache moves (fixed shapes, F_cap entries, padding slot = C).
+
+  Attributes:
+    fill_slots: [F_cap] int32 slots receiving missed rows.
+    fill_values: [F_cap, E] float32 rows gathered from the host table.
+    fill_opt_slots: [F_cap, S] float32 their optimizer slots.
+    evict_slots: [F_cap] int32 slots whose rows are read out before the fills.
+  """
+
+  fill_slots: jax.Array
+  fill_values: jax.Array
+  fill_opt_slots: jax.Array
+  evict_slots: jax.Array
+
+
+def init_cache(num_slots: int, width: int, slot_width: int, sharding=None) -> device_table.TableState:
+  """An empty cache (zeros): every row is written by a fill before it is read."""
+  values = np.zeros((num_slots, width), np.float32)
+  slots = np.zeros((num_slots, slot_width), np.float32)
+  if sharding is None:
+    return device_table.TableState(jnp.array(values), jnp.array(slots))
+  return device_table.TableState(jax.device_put(values, sharding), jax.device_put(slots, sharding))
+
+
+def swap_rows(cache: device_table.TableState, swap: CacheSwap
+              ) -> tuple[device_table.TableState, device_table.TableState]:
+  """Reads the victims out, then writes the fills. Returns (new cache, evicted rows [F_cap])."""
+  evicted = device_table.gather_rows(cache, swap.evict_slots)
+  cache = device_table.scatter_rows(
+      cache, swap.fill_slots, device_table.TableState(swap.fill_values, swap.fill_opt_slots))
+  return cache, evicted
+
+
+def make_cache_train_step(train_step: Callable) -> Callable:
+  """Wraps a reference train step: `(state, batch, swap) -> (state, metrics, evicted)`.
+
+  `state.table` is the cache and `batch.rows` holds cache slots.
+  """
+
+  def cache_train_step(state: state_lib.TrainState, batch: state_lib.DeviceBatch, swap: CacheSwap):
+    cache, evicted = swap_rows(state.table, swap)
+    state, metrics = train_step(state._replace(table=cache), batch)
+    return state, metrics, evicted
+
+  return cache_train_step
+
+
+def read_rows(cache: device_table.TableState, slots: jax.Array) -> device_table.TableState:
+  """Rows at `slots` (for flushing the cache to the host table)."""
+  return device_table.gather_rows(cache, slots)

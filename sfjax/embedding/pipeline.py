@@ -1,0 +1,263 @@
+"""MixCache host pipeline: Data-Loader -> Host-Manager -> (Device-Worker) -> write-back.
+
+ScaleFreeCTR's three roles, overlapped by bounded queues (DESIGN.md §2):
+
+  Data-Loader thread    host batches -> VSI (np.unique) -> uniq ids + int32 vids
+  Host-Manager thread   planner.plan(step) -> wait for the write-back the plan depends on
+                        (`fill_after_step`) -> gather fill rows + optimizer slots from the
+                        host table -> pad -> device_put            (runs `lookahead` steps ahead)
+  Device-Worker         the caller: `next(pipeline)` -> jitted cache step (async dispatch)
+                        -> `pipeline.submit(inputs, evicted)`
+  Write-back thread     waits for step t's evicted rows, scatters them into the host
+                        table, then `planner.retire(t)` (which lets later plans proceed)
+
+An exception in any stage stops the pipeline and is re-raised in the caller with
+its original traceback; `close()` stops every thread. `flush(cache)` drains the
+write-backs and copies every cached row to the host table, which then holds
+exactly what training produced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
+
+import jax
+import numpy as np
+
+from sfjax.data import types
+from sfjax.embedding import cache as cache_lib
+from sfjax.embedding import cache_planner
+from sfjax.embedding import device_table
+from sfjax.embedding import host_table as host_table_lib
+from sfjax.embedding import vsi
+from sfjax.train import prefetch
+from sfjax.train import state as state_lib
+
+
+@dataclasses.dataclass
+class CacheStats:
+  """Cumulative cache and pipeline counters (rows, bytes, seconds)."""
+
+  row_bytes: int
+  steps: int = 0
+  examples: int = 0
+  unique_ids: int = 0
+  hits: int = 0
+  misses: int = 0
+  evictions: int = 0
+  h2d_rows: int = 0
+  d2h_rows: int = 0
+  loader_seconds: float = 0.0
+  manager_seconds: float = 0.0
+  manager_wait_seconds: float = 0.0
+  writeback_seconds: float = 0.0
+  device_wait_seconds: float = 0.0
+
+  def as_dict(self) -> dict[str, float]:
+    """Counters plus derived rates (`cache_hit_rate`, `*_bytes_per_example`)."""
+    d = dataclasses.asdict(self)
+    ex = max(self.examples, 1)
+    d["cache_hit_rate"] = self.hits / max(self.unique_ids, 1)
+    d["h2d_bytes"] = self.h2d_rows * self.row_bytes
+    d["d2h_bytes"] = self.d2h_rows * self.row_bytes
+    d["h2d_bytes_per_example"] = d["h2d_bytes"] / ex
+    d["d2h_bytes_per_example"] = d["d2h_bytes"] / ex
+    return d
+
+
+class StepInputs(NamedTuple):
+  """What the Device-Worker needs for one step.
+
+  Attributes:
+    step: step index (0-based, the planner's step).
+    batch: DeviceBatch on device; `rows` are cache slots.
+    swap: CacheSwap on device.
+    plan: the host CachePlan (evict ids for the write-back, counts for stats).
+  """
+
+  step: int
+  batch: state_lib.DeviceBatch
+  swap: cache_lib.CacheSwap
+  plan: cache_planner.CachePlan
+
+
+def _pad_rows(rows: np.ndarray, length: int) -> np.ndarray:
+  out = np.zeros((length, rows.shape[1]), np.float32)
+  out[:rows.shape[0]] = rows
+  return out
+
+
+class CachePipeline(Iterator[StepInputs]):
+  """Overlapped host stages feeding a cache-backed train step.
+
+  Args:
+    batches: host batches (per-field ids), e.g. `dataset.train_batches(B, seed)`.
+    field_offsets: [F] field starts in the concatenated table.
+    host_table: the full table (RAM or mmap).
+    planner: the cache planner (its `lookahead` bounds how far planning runs ahead).
+    put_batch: host DeviceBatch -> device DeviceBatch (e.g. `jax.device_put` with shardings).
+    put_swap: host CacheSwap -> device CacheSwap.
+    loader_depth: batches the Data-Loader keeps ready.
+  """
+
+  def __init__(self, batches: Iterable[types.Batch], *, field_offsets: np.ndarray,
+               host_table: host_table_lib.HostTable, planner: cache_planner.CachePlanner,
+               put_batch: Callable[[Any], Any], put_swap: Callable[[Any], Any],
+               loader_depth: int = 4):
+    self.host_table, self.planner = host_table, planner
+    self._offsets = np.asarray(field_offsets, np.int64)
+    self._put_batch, self._put_swap = put_batch, put_swap
+    self.stats = CacheStats(row_bytes=4 * (host_table.width + host_table.slot_width))
+    self._stats_lock = threading.Lock()
+    self._stop = threading.Event()
+    self._writer_error: BaseException | None = None
+    self._writeback: queue.Queue = queue.Queue()
+    self._submitted = 0
+    # Which id each cache slot holds ON THE DEVICE, i.e. after the last submitted step.
+    # The planner runs up to `lookahead` steps ahead, so its own slot map may already
+    # include swaps the device has not executed; flushing must follow the device.
+    self._device_slot_ids = np.full((planner.num_slots,), -1, np.int64)
+    self._loader = prefetch.map_in_background(self._load, batches, maxsize=loader_depth,
+                                              name="sfjax-data-loader")
+    self._manager = prefetch.BackgroundIterator(self._manage(), maxsize=planner.lookahead,
+                                                name="sfjax-host-manager")
+    self._writer = threading.Thread(target=self._write_back_loop, name="sfjax-write-back",
+                                    daemon=True)
+    self._writer.start()
+
+  # ---- Data-Loader ----------------------------------------------------------
+  def _load(self, batch: types.Batch) -> tuple[types.Batch, vsi.VirtualIds]:
+    t = time.perf_counter()
+    ids = vsi.global_row_ids(batch.ids, self._offsets)
+    virt = vsi.dedup_ids(ids, self.planner.unique_capacity, pad_id=-1)
+    with self._stats_lock:
+      self.stats.loader_seconds += time.perf_counter() - t
+    return batch, virt
+
+  # ---- Host-Manager ---------------------------------------------------------
+  def _wait_retired(self, step: int) -> None:
+    """Blocks until `step` has retired (no-op for step < 0); aborts on stop or writer error."""
+    t = time.perf_counter()
+    while step >= 0 and not self.planner.wait_retired(step, timeout=0.05):
+      if self._writer_error is not None:
+        raise RuntimeError("write-back stage failed") from self._writer_error
+      if self._stop.is_set():
+        raise RuntimeError("pipeline closed")
+    with self._stats_lock:
+      self.stats.manager_wait_seconds += time.perf_counter() - t
+
+  def _manage(self) -> Iterator[StepInputs]:
+    cap = self.planner.fill_capacity
+    for step, (batch, virt) in enumerate(self._loader):
+      # At most `lookahead` planned-but-unretired steps, this one included.
+      self._wait_retired(step - self.planner.lookahead)
+      t = time.perf_counter()
+      plan = self.planner.plan(step, virt.uniq[:virt.num_unique])
+      self._wait_retired(plan.fill_after_step)  # the write-back ordering rule
+      values, opt_slots = self.host_table.gather(plan.fill_ids[:plan.num_fills])
+      swap = cache_lib.CacheSwap(plan.fill_slots, _pad_rows(values, cap),
+                                 _pad_rows(opt_slots, cap), plan.evict_slots)
+      db = state_lib.DeviceBatch(plan.slots, virt.vids, batch.dense, batch.labels, batch.mask)
+      inputs = StepInputs(step, self._put_batch(db), self._put_swap(swap), plan)
+      with self._stats_lock:
+        s = self.stats
+        s.manager_seconds += time.perf_counter() - t
+        s.steps += 1
+        s.examples += int(batch.mask.sum())
+        s.unique_ids += plan.num_unique
+        s.hits += plan.hits
+        s.misses += plan.misses
+        s.evictions += plan.num_evictions
+        s.h2d_rows += plan.num_fills
+        s.d2h_rows += plan.num_evictions
+      yield inputs
+
+  def __next__(self) -> StepInputs:
+    self._raise_writer_error()
+    t = time.perf_counter()
+    try:
+      inputs = next(self._manager)
+    except BaseException:
+      self._raise_writer_error()
+      raise
+    with self._stats_lock:
+      self.stats.device_wait_seconds += time.perf_counter() - t
+    return inputs
+
+  # ---- write-back -----------------------------------------------------------
+  def submit(self, inputs: StepInputs, evicted: device_table.TableState) -> None:
+    """Hands step `inputs.step`'s evicted rows (device arrays, maybe not ready) to the writer."""
+    self._raise_writer_error()
+    plan = inputs.plan
+    self._device_slot_ids[plan.fill_slots[:plan.num_fills]] = plan.fill_ids[:plan.num_fills]
+    self._submitted += 1
+    self._writeback.put((plan, evicted))
+
+  def _write_back_loop(self) -> None:
+    while True:
+      item = self._writeback.get()
+      if item is None:
+        return
+      plan, evicted = item
+      try:
+        t = time.perf_counter()
+        n = plan.num_evictions
+        if n:
+          values = np.asarray(evicted.values)[:n]  # waits for the device step
+          opt_slots = np.asarray(evicted.opt_slots)[:n]
+          self.host_table.scatter(plan.evict_ids[:n], values, opt_slots)
+        self.planner.retire(plan.step)
+        with self._stats_lock:
+          self.stats.writeback_seconds += time.perf_counter() - t
+      except BaseException as exc:  # pylint: disable=broad-except
+        self._writer_error = exc
+        self._stop.set()
+        return
+      finally:
+        self._writeback.task_done()
+
+  def _raise_writer_error(self) -> None:
+    if self._writer_error is not None:
+      exc = self._writer_error
+      raise exc.with_traceback(exc.__traceback__)
+
+  def drain(self) -> None:
+    """Waits until every submitted step's write-back has landed (or the writer failed)."""
+    while self._writeback.unfinished_tasks and self._writer_error is None:
+      time.sleep(0.001)
+    self._raise_writer_error()
+
+  def flush(self, cache: device_table.TableState) -> int:
+    """Writes every cached row (values and optimizer slots) to the host table.
+
+    Call with the latest cache state after its step was submitted; the cache keeps its
+    rows, so training may continue. Steps already planned but not yet run are ignored
+    (their swaps have not happened on the device). Returns the number of rows written.
+    """
+    self.drain()
+    slots = np.flatnonzero(self._device_slot_ids >= 0)
+    ids = self._device_slot_ids[slots]
+    if ids.size:
+      values = np.asarray(cache.values)[slots]
+      opt_slots = np.asarray(cache.opt_slots)[slots]
+      self.host_table.scatter(ids, values, opt_slots)
+    self.host_table.flush()
+    return int(ids.size)
+
+  def close(self) -> None:
+    """Stops every stage; pending write-backs already queued are completed first."""
+    self._stop.set()
+    self._manager.close()
+    self._loader.close()
+    self._writeback.put(None)
+    self._writer.join(timeout=30.0)
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc_info):
+    self.close()

@@ -1,0 +1,127 @@
+"""MixCache backend: equals the on-device reference (the oracle), fails cleanly, never recompiles."""
+
+import threading
+import traceback
+
+import chex
+import numpy as np
+import pytest
+
+from experiments.configs import ctr
+from sfjax.data import dataset as dataset_lib
+from sfjax.embedding import host_table as host_table_lib
+from sfjax.train import config_check
+from sfjax.train import loop
+
+
+def _config(optimizer, backend, **embedding):
+  c = ctr.get_config("smoke")
+  c.data.synthetic.num_train, c.data.synthetic.num_eval = 4096, 2048
+  c.data.synthetic.zipf_exponent = 1.1
+  c.model.mlp_dims = (16,)
+  c.model.embed_dim = 4
+  c.embedding.optimizer = optimizer
+  c.embedding.learning_rate = {"sgd": 0.5, "adagrad": 0.1, "adam": 0.01, "ftrl": 0.1}[optimizer]
+  c.embedding.l2 = 1e-4
+  c.embedding.backend = backend
+  c.embedding.cache_rows = 0.05
+  c.embedding.lookahead = 2
+  for k, v in embedding.items():
+    setattr(c.embedding, k, v)
+  c.train.steps, c.train.batch_size, c.train.eval_every, c.train.log_every = 48, 32, 24, 24
+  c.train.eval_batch_size, c.train.num_devices = 1024, 1
+  return c
+
+
+def _host_rows(final):
+  return final["trainer"].backend.host_table.read_all()
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam", "ftrl"])
+def test_cache_training_equals_device_reference(optimizer):
+  ref = loop.train_and_evaluate(_config(optimizer, "device"))
+  got = loop.train_and_evaluate(_config(optimizer, "cache", cache_policy="lru"))
+  stats = got["cache_stats"]
+  assert stats["evictions"] > 0 and stats["d2h_rows"] > 0, stats  # write-back was exercised
+  cache_rows = got["trainer"].backend.num_slots
+  assert cache_rows == round(0.05 * got["trainer"].backend.num_rows)
+  chex.assert_trees_all_close(got["losses"], ref["losses"], rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(got["final_state"].params, ref["final_state"].params, rtol=1e-5, atol=1e-6)
+  values, slots = _host_rows(got)
+  chex.assert_trees_all_close(values, np.asarray(ref["final_state"].table.values), rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(slots, np.asarray(ref["final_state"].table.opt_slots), rtol=1e-5, atol=1e-6)
+  assert abs(got["auc"] - ref["auc"]) < 1e-5
+  # hits + misses = unique ids; bytes follow rows.
+  assert stats["hits"] + stats["misses"] == stats["unique_ids"]
+  assert stats["h2d_bytes"] == stats["h2d_rows"] * stats["row_bytes"]
+
+
+def test_lfu_and_longer_lookahead_also_match():
+  ref = loop.train_and_evaluate(_config("adagrad", "device"))
+  got = loop.train_and_evaluate(_config("adagrad", "cache", cache_policy="lfu", lookahead=3,
+                                        cache_rows=3000.0))
+  assert got["cache_stats"]["evictions"] > 0
+  chex.assert_trees_all_close(got["losses"], ref["losses"], rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(_host_rows(got)[0], np.asarray(ref["final_state"].table.values),
+                              rtol=1e-5, atol=1e-6)
+
+
+def test_mmap_table_trained_flushed_reopened(tmp_path):
+  path = str(tmp_path / "table")
+  ref = loop.train_and_evaluate(_config("adam", "device"))
+  got = loop.train_and_evaluate(_config("adam", "cache", host_storage="mmap", host_path=path))
+  got["trainer"].backend.host_table.close()
+  table = host_table_lib.HostTable.open_mmap(path, writable=False)
+  assert table.num_rows == ref["final_state"].table.values.shape[0] > got["trainer"].backend.num_slots
+  values, slots = table.read_all()
+  chex.assert_trees_all_close(values, np.asarray(ref["final_state"].table.values), rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(slots, np.asarray(ref["final_state"].table.opt_slots), rtol=1e-5, atol=1e-6)
+
+
+def test_step_compiles_once_for_both_backends():
+  for backend in ("device", "cache"):
+    final = loop.train_and_evaluate(_config("sgd", backend))
+    assert len(set(np.diff(final["losses"]))) > 1
+    assert final["trainer"].backend._jitted._cache_size() == 1, backend
+
+
+def test_too_small_cache_fails_at_start_naming_minimum():
+  c = _config("sgd", "cache", cache_rows=100.0)
+  with pytest.raises(config_check.ConfigError, match=r"minimum capacity is 1664 rows"):
+    loop.train_and_evaluate(c)
+
+
+class _FailingData:
+  """Wraps a dataset; its train stream raises after `fail_after` batches."""
+
+  def __init__(self, inner, fail_after):
+    self._inner, self._fail_after = inner, fail_after
+    self.spec, self.eval_splits, self.oracle, self.stats = inner.spec, inner.eval_splits, None, {}
+
+  def train_batches(self, batch_size, seed):
+    for i, b in enumerate(self._inner.train_batches(batch_size, seed)):
+      if i == self._fail_after:
+        raise OSError("disk vanished while reading shard 7")
+      yield b
+
+  def eval_batches(self, split, batch_size):
+    return self._inner.eval_batches(split, batch_size)
+
+
+@pytest.mark.parametrize("backend", ["device", "cache"])
+def test_stage_failure_propagates_and_threads_stop(backend):
+  c = _config("adagrad", backend)
+  data = _FailingData(dataset_lib.make_dataset(c.data, c.seed), fail_after=10)
+  with pytest.raises(OSError, match="shard 7") as info:
+    loop.train_and_evaluate(c, dataset=data)
+  assert "train_batches" in "".join(traceback.format_tb(info.value.__traceback__))
+  alive = [t.name for t in threading.enumerate() if t.name.startswith("sfjax-") and t.is_alive()]
+  assert not alive, alive
+
+
+def test_cache_rows_setting_validation():
+  from sfjax.train import backends
+  assert backends.cache_rows(0.25, 1000) == 250
+  assert backends.cache_rows(300.0, 1000) == 300
+  with pytest.raises(config_check.ConfigError, match="embedding.cache_rows"):
+    backends.cache_rows(12.5, 1000)
