@@ -207,10 +207,16 @@ class HostTable:
       values [N, E] float32 and slots [N, S] float32 (fresh arrays).
     """
     ids = self._check_ids(ids, "gather")
+    values = np.empty((ids.size, self.spec.width), np.float32)
+    slots = np.empty((ids.size, self.spec.slot_width), np.float32)
     with self._lock:
-      values = self._values[ids]
-      slots = self._slots[ids]
-      fresh = ~self._flags[ids]
+      stored = self._flags[ids]
+      # Read only rows that were written: touching a hole of a huge sparse mmap file
+      # costs a page fault per row for nothing but zeros.
+      if stored.any():
+        values[stored] = self._values[ids[stored]]
+        slots[stored] = self._slots[ids[stored]]
+    fresh = ~stored
     if fresh.any():
       values[fresh] = init_rows(self.spec.seed, 0, ids[fresh], self.spec.width, self.spec.init_stddev)
       slots[fresh] = self._initial_slot_row
