@@ -85,6 +85,13 @@ class StepInputs(NamedTuple):
   plan: cache_planner.CachePlan
 
 
+def step_stats(plan: cache_planner.CachePlan, row_bytes: int) -> dict[str, int]:
+  """Per-step counters of one plan: ids, hits, misses, evictions, bytes each way."""
+  return {"step": plan.step, "unique_ids": plan.num_unique, "hits": plan.hits,
+          "misses": plan.misses, "evictions": plan.num_evictions,
+          "h2d_bytes": plan.num_fills * row_bytes, "d2h_bytes": plan.num_evictions * row_bytes}
+
+
 def _pad_rows(rows: np.ndarray, length: int) -> np.ndarray:
   out = np.zeros((length, rows.shape[1]), np.float32)
   out[:rows.shape[0]] = rows
@@ -117,6 +124,7 @@ class CachePipeline(Iterator[StepInputs]):
     self._writer_error: BaseException | None = None
     self._writeback: queue.Queue = queue.Queue()
     self._submitted = 0
+    self.last_step: dict[str, int] = {}  # counters of the most recently submitted step
     # Which id each cache slot holds ON THE DEVICE, i.e. after the last submitted step.
     # The planner runs up to `lookahead` steps ahead, so its own slot map may already
     # include swaps the device has not executed; flushing must follow the device.
@@ -194,6 +202,7 @@ class CachePipeline(Iterator[StepInputs]):
     self._raise_writer_error()
     plan = inputs.plan
     self._device_slot_ids[plan.fill_slots[:plan.num_fills]] = plan.fill_ids[:plan.num_fills]
+    self.last_step = step_stats(plan, self.stats.row_bytes)
     self._submitted += 1
     self._writeback.put((plan, evicted))
 

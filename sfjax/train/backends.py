@@ -183,7 +183,9 @@ class CacheBackend:
 
   def stats(self) -> dict[str, float]:
     """Cumulative cache/pipeline counters (`cache_hit_rate`, bytes per example, stage times)."""
-    return self._pipeline.stats.as_dict() if self._pipeline is not None else {}
+    if self._pipeline is None:
+      return {}
+    return dict(self._pipeline.stats.as_dict(), last_step=self._pipeline.last_step)
 
   def close(self) -> None:
     """Stops the pipeline threads."""

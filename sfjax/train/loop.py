@@ -172,7 +172,11 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None) -> dict
         rate = ex_log / max(now - t_log, 1e-9)
         eta = (steps - step) * tcfg.batch_size / rate if rate > 0 else float("inf")
         cache = backend.stats()
-        hit = f"  cache hit rate {cache['cache_hit_rate']:.3f}" if cache else ""
+        hit = ""
+        if cache:
+          last = cache["last_step"]
+          hit = (f"  cache hit rate {cache['cache_hit_rate']:.3f} (last step: {last['hits']} hits, "
+                 f"{last['misses']} misses, {last['evictions']} evictions)")
         logging.info("step %d/%d loss %.5f  %.0f examples/s  unique/batch %.0f%s  ETA %s",
                      step, steps, loss, rate, np.mean(unique_counts[-tcfg.log_every:]), hit,
                      _fmt_eta(eta))
