@@ -50,6 +50,7 @@ class CacheStats:
   misses: int = 0
   evictions: int = 0
   h2d_rows: int = 0
+  ordering_waits: int = 0  # plans whose fills had to wait for an earlier step's write-back
   d2h_rows: int = 0
   loader_seconds: float = 0.0
   manager_seconds: float = 0.0
@@ -182,6 +183,7 @@ class CachePipeline(Iterator[StepInputs]):
         s.evictions += plan.num_evictions
         s.h2d_rows += plan.num_fills
         s.d2h_rows += plan.num_evictions
+        s.ordering_waits += int(plan.fill_after_step >= 0)
       yield inputs
 
   def __next__(self) -> StepInputs:

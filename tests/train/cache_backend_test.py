@@ -43,6 +43,7 @@ def test_cache_training_equals_device_reference(optimizer):
   got = loop.train_and_evaluate(_config(optimizer, "cache", cache_policy="lru"))
   stats = got["cache_stats"]
   assert stats["evictions"] > 0 and stats["d2h_rows"] > 0, stats  # write-back was exercised
+  assert stats["ordering_waits"] > 0, stats  # an evicted id was re-admitted within the window
   cache_rows = got["trainer"].backend.num_slots
   assert cache_rows == round(0.05 * got["trainer"].backend.num_rows)
   chex.assert_trees_all_close(got["losses"], ref["losses"], rtol=1e-5, atol=1e-6)
@@ -64,6 +65,17 @@ def test_lfu_and_longer_lookahead_also_match():
   chex.assert_trees_all_close(got["losses"], ref["losses"], rtol=1e-5, atol=1e-6)
   chex.assert_trees_all_close(_host_rows(got)[0], np.asarray(ref["final_state"].table.values),
                               rtol=1e-5, atol=1e-6)
+
+
+def test_cache_on_eight_devices_matches_one_device_reference():
+  ref = loop.train_and_evaluate(_config("adam", "device"))
+  c = _config("adam", "cache")
+  c.train.num_devices = 8
+  got = loop.train_and_evaluate(c)
+  assert len(got["final_state"].table.values.sharding.device_set) == 8
+  chex.assert_trees_all_close(got["losses"], ref["losses"], rtol=1e-4, atol=1e-5)
+  chex.assert_trees_all_close(_host_rows(got)[0], np.asarray(ref["final_state"].table.values),
+                              rtol=1e-4, atol=1e-5)
 
 
 def test_mmap_table_trained_flushed_reopened(tmp_path):
