@@ -7,90 +7,18 @@ Run:
 
 Variants (the text after ':'): '' (default: DeepFM on synthetic Criteo-like data,
 about a minute on 2 CPU cores), 'smoke' (seconds), 'movielens' (MovieLens-100k).
+Every field and its default (with a comment) is in `sfjax/train/defaults.py`.
 """
 
 import ml_collections
 
+from sfjax.train.defaults import ctr_defaults
+
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
   """Returns the CTR training config; `arg` selects a variant."""
-  c = ml_collections.ConfigDict()
-  c.seed = 0
-
-  # ---- data -------------------------------------------------------------
-  c.data = d = ml_collections.ConfigDict()
-  d.format = "synthetic"  # synthetic | criteo | avazu | movielens
-  d.train_path = ""  # glob(s), comma separated; .gz read transparently
-  d.eval_path = ""
-  d.test_path = ""  # optional second held-out split
-  d.hash_rows = 0  # >0: hash each field into this many rows
-  d.min_count = 1  # hash_rows == 0: vocabulary of values seen >= min_count times (+1 OOV row)
-  d.skip_bad_lines = False  # False: a malformed line raises, naming file and line
-  d.shuffle_buffer = 65536  # examples; streaming shuffle for file formats
-  d.synthetic = s = ml_collections.ConfigDict()
-  s.num_train = 2_000_000  # rows, repeated as epochs
-  s.num_eval = 200_000
-  s.cardinality_scale = 0.001  # multiplies the real Criteo per-field cardinalities
-  s.min_rows = 4  # per field, after scaling
-  s.zipf_exponent = 1.1
-  s.planted_dim = 8
-  s.num_dense = 13
-  d.movielens = m = ml_collections.ConfigDict()
-  m.path = ""  # folder with ml-100k.{inter,user,item}; '' = the copy inside the recbole wheel
-  m.split_seed = 2024
-
-  # ---- model ------------------------------------------------------------
-  c.model = mo = ml_collections.ConfigDict()
-  mo.name = "deepfm"  # lr | fm | deepfm | wide_deep | dcnv2 | dlrm | autoint | xdeepfm
-  mo.embed_dim = 16
-  mo.mlp_dims = (400, 400, 400)
-  mo.cross_layers = 3  # dcnv2
-  mo.cross_rank = 0  # dcnv2: 0 = full-rank cross matrices
-  mo.cross_structure = "stacked"  # dcnv2: stacked (cross then MLP) | parallel
-  mo.bottom_mlp_dims = (64, 16)  # dlrm
-  mo.attention_layers = 2  # autoint
-  mo.attention_heads = 2  # autoint
-  mo.attention_dim = 16  # autoint (per head)
-  mo.cin_dims = (64, 64)  # xdeepfm
-
-  # ---- embeddings (rows updated by a row-wise optimizer) ----------------
-  c.embedding = e = ml_collections.ConfigDict()
-  e.backend = "device"  # device: whole table on the accelerator (the reference) | cache: MixCache
-  e.cache_rows = 0.05  # cache backend: device cache rows (>= 1), or a fraction of the table (< 1)
-  e.cache_policy = "lru"  # cache backend: lru | lfu
-  e.lookahead = 2  # cache backend: steps planned ahead of the device (in flight at once)
-  e.host_storage = "ram"  # cache backend: ram | mmap (memory-mapped files under host_path)
-  e.host_path = ""  # cache backend with mmap: directory of the host table (created; must be new)
-  e.optimizer = "adagrad"  # sgd | adagrad | adam | ftrl
-  e.learning_rate = 0.05
-  e.init_stddev = 0.01
-  e.l2 = 0.0  # L2 penalty on the rows a batch touches (added to the loss)
-  e.adagrad_initial_accumulator = 1e-6
-  e.adam_b1 = 0.9
-  e.adam_b2 = 0.999
-  e.adam_eps = 1e-8
-  e.ftrl_l1 = 0.0
-  e.ftrl_l2 = 0.0
-  e.ftrl_beta = 0.0
-  e.ftrl_initial_accumulator = 0.1
-  e.unique_capacity = 0  # padded unique rows per step; 0 = batch_size * num_fields
-
-  # ---- dense parameters (optax) -----------------------------------------
-  c.optimizer = o = ml_collections.ConfigDict()
-  o.name = "adam"  # adam | adamw | sgd | adagrad
-  o.learning_rate = 1e-3
-  o.weight_decay = 0.0
-
-  # ---- loop -------------------------------------------------------------
-  c.train = t = ml_collections.ConfigDict()
-  t.steps = 3000
-  t.batch_size = 1024
-  t.eval_every = 1000  # steps; the last step always evaluates
-  t.eval_batch_size = 8192
-  t.log_every = 100
-  t.prefetch = 4  # host batches prepared ahead of the device step
-  t.num_devices = 0  # data-parallel devices of the ('data',) mesh; 0 = all local devices
-
+  c = ctr_defaults()
+  d, s, mo, e, o, t = c.data, c.data.synthetic, c.model, c.embedding, c.optimizer, c.train
   if arg == "smoke":
     s.num_train, s.num_eval = 50_000, 20_000
     mo.mlp_dims = (64, 64)

@@ -1,0 +1,127 @@
+"""Trials/hour of vmapped cohorts versus the same trials run one after another.
+
+  python -m experiments.bench_trials [--widths=1,8,32,128 --steps=20 --out=bench.json]
+
+For each cohort size N in --widths, N small CTR trials (one architecture,
+log-spaced learning rates, seeds 0..N-1) are run
+  * as one cohort: one compiled program of width N (`CohortRunner.run`), and
+  * sequentially: N calls of the width-1 program, one trial after another.
+Both paths include eval, exact host AUC/logloss and the transfer of each trial's
+final state to the host, i.e. what a study pays per trial. Each program is
+compiled (and run) once before the timed run; compile time is reported apart.
+Ends stdout with one JSON line (also written to --out). Nothing here is
+platform-specific: the same command measures a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import jax
+import numpy as np
+from absl import app
+from absl import flags
+
+from experiments.configs import ctr as ctr_config
+from sfjax.automl import arch as arch_lib
+from sfjax.automl import cohort
+from sfjax.automl import trial_data
+
+_WIDTHS = flags.DEFINE_list("widths", ["1", "8", "32", "128"], "Cohort sizes N to measure.")
+_STEPS = flags.DEFINE_integer("steps", 20, "Train steps per trial.")
+_BATCH = flags.DEFINE_integer("batch_size", 128, "Examples per train step.")
+_MODEL = flags.DEFINE_string("model", "deepfm", "Model name.")
+_DIM = flags.DEFINE_integer("embed_dim", 4, "Embedding dimension D.")
+_MLP_DEPTH = flags.DEFINE_integer("mlp_depth", 1, "MLP hidden layers.")
+_MLP_WIDTH = flags.DEFINE_integer("mlp_width", 16, "MLP hidden width.")
+_ROW_OPT = flags.DEFINE_string("embedding_optimizer", "adagrad", "Row optimizer.")
+_SCALE = flags.DEFINE_float("cardinality_scale", 1e-3, "Synthetic Criteo cardinality scale (table size).")
+_EVAL_ROWS = flags.DEFINE_integer("eval_rows", 2048, "Eval examples per trial.")
+_SHARD = flags.DEFINE_boolean("shard_trials", False, "Shard the trial axis over all local devices.")
+_OUT = flags.DEFINE_string("out", "", "Write the JSON result here too.")
+
+
+def make_task() -> trial_data.CTRTask:
+  """The benchmark's CTR task (synthetic Criteo-like data, ctr.py defaults otherwise)."""
+  data = ctr_config.get_config().data
+  data.synthetic.cardinality_scale = _SCALE.value
+  data.synthetic.num_eval = max(_EVAL_ROWS.value, 1)
+  return trial_data.CTRTask(data, batch_size=_BATCH.value, eval_rows=_EVAL_ROWS.value,
+                            steps_per_budget_unit=_STEPS.value, eval_batch_size=min(_EVAL_ROWS.value, 2048),
+                            max_steps=_STEPS.value)
+
+
+def trial_hparams(count: int) -> list[dict[str, float]]:
+  """`count` trials with log-spaced embedding and dense learning rates."""
+  frac = np.linspace(0.0, 1.0, count) if count > 1 else np.zeros(1)
+  return [{"optim.embedding_lr": float(0.003 * (100 / 3) ** f), "optim.dense_lr": float(1e-3 * 10 ** f)}
+          for f in frac]
+
+
+def timed_run(runner: cohort.CohortRunner, arch, hparams, seeds):
+  """(results, seconds) of one `runner.run` of fresh trials over the task's steps."""
+  t = time.perf_counter()
+  results = runner.run(arch, hparams, seeds, [0] * len(seeds), _STEPS.value, [None] * len(seeds))
+  return results, time.perf_counter() - t
+
+
+def measure(data: trial_data.TrialData, arch, count: int, mesh) -> dict[str, float]:
+  """Cohort vs sequential figures for `count` trials."""
+  hparams, seeds = trial_hparams(count), list(range(count))
+  together = cohort.CohortRunner(data.task, cohort_width=count, mesh=mesh, data=data)
+  _, compile_s = timed_run(together, arch, hparams, seeds)  # compiles (and runs) once
+  cohort_results, cohort_s = timed_run(together, arch, hparams, seeds)
+  alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
+  timed_run(alone, arch, hparams[:1], seeds[:1])  # compiles the width-1 program (once per process)
+  seq_s, seq_results = 0.0, []
+  for h, s in zip(hparams, seeds):
+    results, seconds = timed_run(alone, arch, [h], [s])
+    seq_s += seconds
+    seq_results += results
+  auc = np.array([r.metrics["auc"] for r in cohort_results])
+  seq_auc = np.array([r.metrics["auc"] for r in seq_results])
+  return {
+      "trials": count, "cohort_seconds": cohort_s, "cohort_compile_and_run_s": compile_s,
+      "sequential_seconds": seq_s, "cohort_trials_per_hour": count * 3600.0 / cohort_s,
+      "sequential_trials_per_hour": count * 3600.0 / seq_s, "speedup": seq_s / cohort_s,
+      "failed": int(sum(r.status != "done" for r in cohort_results)),
+      "mean_auc": float(np.nanmean(auc)),
+      "max_auc_diff_vs_sequential": float(np.nanmax(np.abs(auc - seq_auc))),
+  }
+
+
+def main(argv):
+  del argv
+  widths = [int(w) for w in _WIDTHS.value]
+  if not widths or min(widths) < 1:
+    raise app.UsageError(f"--widths must list positive integers, got {_WIDTHS.value}")
+  arch = arch_lib.split_config({
+      "model.name": _MODEL.value, "model.embed_dim": _DIM.value, "model.mlp.depth": _MLP_DEPTH.value,
+      "model.mlp.width": _MLP_WIDTH.value, "optim.embedding_optimizer": _ROW_OPT.value})[0]
+  t = time.perf_counter()
+  data = trial_data.TrialData(make_task())
+  data_s = time.perf_counter() - t
+  mesh = cohort.trial_mesh() if _SHARD.value else None
+  rows = []
+  for count in widths:
+    rows.append(measure(data, arch, count, mesh))
+    print(json.dumps(rows[-1], sort_keys=True), file=sys.stderr)
+  result = {
+      "benchmark": "bench_trials", "arch": arch.describe(), "steps_per_trial": _STEPS.value,
+      "batch_size": _BATCH.value, "table_rows": data.num_rows, "eval_examples": data.num_eval_examples,
+      "params_per_trial": arch_lib.count_params(arch, data.spec), "data_prep_s": data_s,
+      "platform": jax.devices()[0].platform, "device_kind": jax.devices()[0].device_kind,
+      "devices": jax.device_count(), "shard_trials": _SHARD.value, "results": rows,
+  }
+  line = json.dumps(result, sort_keys=True)
+  if _OUT.value:
+    with open(_OUT.value, "w") as f:
+      f.write(line + "\n")
+  print(line)
+  sys.stdout.flush()
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,327 @@
+"""Vmapped cohorts: trials of one `ArchSpec` trained together as one compiled program.
+
+DESIGN.md §4. `CohortRunner.run` takes trials of one architecture, groups them by
+step range `[start, end)` and by whether they resume, splits each group into
+chunks of the cohort width and runs each chunk as one `jax.jit` of
+`jax.vmap(trial)` (`sfjax.automl.trial_program`): init (or resume), a
+`lax.scan` of the train step over the task's precomputed batches, and eval over
+the whole stacked eval set. AUC and logloss are computed exactly on the host.
+
+Choices:
+  * Chunks hold trials of one exact step range (no masked padding steps): ASHA's
+    rungs and PBT's rounds produce such groups, and no trial pays for steps it
+    does not take. The start step is traced, so ranges of equal length share a
+    program; the step count is static (the scan length).
+  * A partial chunk runs at the smallest power of two >= its size (at most the
+    cohort width), padded with copies of its first trial whose results are
+    dropped, so a run compiles at most log2(width) extra programs per range length.
+  * The trial axis is sharded over a ('trial',) mesh when the chunk width is a
+    multiple of the mesh size; batches are replicated.
+  * 'auto' width: `measure_widths` times one budget unit of trials per candidate
+    width (compiled first) and keeps the best trials/hour, per arch.
+  * Compiled programs are cached per process by (arch, data set spec, resume), so
+    runners of one task (e.g. of different widths) share them.
+  * A trial's `seconds` is its chunk's wall time (compilation included) divided
+    by the real trials of the chunk.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import time
+from typing import Any, Mapping, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from sfjax.automl import arch as arch_lib
+from sfjax.automl import trial_program
+from sfjax.automl.arch import ArchSpec
+from sfjax.automl.trial_data import CTRTask, TrialData
+from sfjax.train import metrics as metrics_lib
+
+WIDTH_CANDIDATES = (1, 2, 4, 8, 16, 32)
+
+
+class TrialResult(NamedTuple):
+  """Outcome of one trial's run.
+
+  Attributes:
+    metrics: 'auc', 'logloss' (NaN when failed), 'train_loss' (mean over the
+      applied steps of this run), 'steps' (global steps applied so far),
+      'params' (`arch.count_params`), 'seconds' (share of the chunk's wall time).
+    status: 'done' or 'failed'.
+    state: host (numpy) TrainState to resume from; None when failed.
+    error: why it failed, else None.
+  """
+
+  metrics: dict[str, float]
+  status: str
+  state: Any
+  error: str | None
+
+
+class CohortOutput(NamedTuple):
+  """One program call over W trials (device states, host metrics).
+
+  Attributes:
+    states: stacked [W] TrainState, on device.
+    alive: [W] bool; steps: [W] int, global steps applied.
+    losses: [W, L] per-step train loss; applied: [W, L] bool.
+    auc, logloss: [W] float64 exact eval metrics (NaN for failed trials).
+    seconds: wall time of the call (compilation included).
+  """
+
+  states: Any
+  alive: np.ndarray
+  steps: np.ndarray
+  losses: np.ndarray
+  applied: np.ndarray
+  auc: np.ndarray
+  logloss: np.ndarray
+  seconds: float
+
+
+def trial_mesh(num_devices: int = 0) -> jax.sharding.Mesh:
+  """A 1-D ('trial',) mesh (Auto axes) over the first `num_devices` local devices (0 = all)."""
+  devices = jax.local_devices()
+  n = len(devices) if num_devices <= 0 else num_devices
+  if n > len(devices):
+    raise ValueError(f"num_devices={num_devices} but only {len(devices)} devices are visible")
+  return jax.sharding.Mesh(np.array(devices[:n]), ("trial",),
+                           axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def stack_hparams(hparams: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+  """Per-trial dicts (defaults filled, checked) -> `arch.DYNAMIC_KEYS` -> [W] float32."""
+  resolved = [arch_lib.resolve_hparams(h) for h in hparams]
+  return {k: np.asarray([h[k] for h in resolved], np.float32) for k in arch_lib.DYNAMIC_KEYS}
+
+
+# Traces of cohort programs per (arch, resume): a compile counter for no-recompile checks.
+_TRACES: collections.Counter = collections.Counter()
+
+
+def num_traces() -> int:
+  """How many times any cohort program was traced (compiled) in this process."""
+  return sum(_TRACES.values())
+
+
+@functools.lru_cache(maxsize=64)
+def cohort_program(arch: ArchSpec, spec, resume: bool):
+  """The jitted cohort program of `arch` on data set `spec` (cached, shared by runners).
+
+  `jax.jit` then keeps one executable per (width, step count, input shardings).
+  Resumed states are donated.
+  """
+  graphdef = trial_program.abstract_graphdef(arch, spec)
+  fn = trial_program.make_cohort_fn(arch, spec, graphdef, resume=resume,
+                                    on_trace=lambda: _TRACES.update([(arch, resume)]))
+  return jax.jit(fn, donate_argnums=(2,) if resume else ())
+
+
+def _chunk_width(size: int, width: int) -> int:
+  return min(width, 1 << max(size - 1, 0).bit_length())
+
+
+class CohortRunner:
+  """Runs trials of a `CTRTask` as vmapped cohorts (see the module docstring).
+
+  Attributes:
+    task, data (TrialData), spec (DatasetSpec), mesh, cohort_width, width_candidates.
+  """
+
+  def __init__(self, task: CTRTask, *, cohort_width: int | str = "auto", mesh=None,
+               data: TrialData | None = None, width_candidates: Sequence[int] = WIDTH_CANDIDATES):
+    """Builds the task's TrialData (unless `data` is given).
+
+    Args:
+      task: what every trial trains on.
+      cohort_width: trials per compiled program, or 'auto' (measured per arch).
+      mesh: optional ('trial',) mesh to shard the trial axis over.
+      data: TrialData of `task`, shared between runners.
+      width_candidates: the widths 'auto' measures.
+    """
+    if cohort_width != "auto" and (isinstance(cohort_width, bool) or not isinstance(cohort_width, int)
+                                   or cohort_width < 1):
+      raise ValueError(f"cohort_width must be a positive integer or 'auto', got {cohort_width!r}")
+    if mesh is not None and mesh.axis_names != ("trial",):
+      raise ValueError(f"mesh must have the single axis ('trial',), got {mesh.axis_names}")
+    self.task, self.cohort_width, self.mesh = task, cohort_width, mesh
+    self.width_candidates = tuple(width_candidates)
+    self.data = data if data is not None else TrialData(task)
+    self.spec = self.data.spec
+    self._widths: dict[ArchSpec, dict[int, float]] = {}
+    self._params: dict[ArchSpec, int] = {}
+
+  def _place(self, tree, width: int, per_trial: bool):
+    if self.mesh is None or width % self.mesh.size:
+      return jax.tree.map(jnp.asarray, tree)
+    return jax.device_put(tree, NamedSharding(self.mesh, P("trial") if per_trial else P()))
+
+  def run_stacked(self, arch: ArchSpec, hparams: Mapping[str, Any], seeds, start: int, end: int,
+                  init_states=None) -> CohortOutput:
+    """Runs W trials over steps `[start, end)` as one program call.
+
+    Args:
+      arch: their architecture.
+      hparams: `arch.DYNAMIC_KEYS` -> [W] values (missing keys take defaults).
+      seeds: [W] ints; a fresh trial's parameters and table are drawn from its seed.
+      start, end: the global step range (all trials).
+      init_states: None (fresh trials, `start` must be 0) or a stacked [W]
+        TrainState (host or device; device arrays are donated) at step `start`.
+
+    Returns:
+      CohortOutput.
+    """
+    seeds = np.asarray(seeds, np.int32).reshape(-1)
+    width = seeds.shape[0]
+    defaults = arch_lib.resolve_hparams({})
+    stacked = {}
+    for key, value in {**{k: None for k in arch_lib.DYNAMIC_KEYS}, **dict(hparams)}.items():
+      if value is None:
+        value = np.full((width,), defaults[key], np.float32)
+      else:
+        value = np.asarray(jax.device_get(value), np.float32)
+        for v in value.reshape(-1):
+          arch_lib.dynamic_value(key, v)
+      if value.shape != (width,):
+        raise ValueError(f"hparams[{key!r}] has shape {value.shape}, expected ({width},)")
+      stacked[key] = value
+    if init_states is None and start != 0:
+      raise ValueError(f"fresh trials start at step 0, got start={start}; pass init_states to resume")
+    if init_states is not None:
+      # Host leaves are copied: the program donates its input state, and on CPU a
+      # transferred numpy buffer may be aliased, so the caller's arrays would change.
+      init_states = jax.tree.map(lambda x: np.array(x) if isinstance(x, np.ndarray) else x, init_states)
+    t0 = time.perf_counter()
+    batches = self._place(self.data.train_steps(start, end), width, per_trial=False)
+    eval_batches = self._place(self.data.eval_batches, width, per_trial=False)
+    program = cohort_program(arch, self.spec, init_states is not None)
+    out = program(self._place(stacked, width, True), self._place(seeds, width, True),
+                  None if init_states is None else self._place(init_states, width, True),
+                  batches, eval_batches)
+    alive, steps, losses, applied, logits = jax.device_get(
+        (out.alive, out.state.step, out.losses, out.applied, out.logits))
+    seconds = time.perf_counter() - t0
+    logits = logits.reshape(width, -1)
+    labels, mask = self.data.eval_labels, self.data.eval_mask
+    auc = np.full((width,), np.nan)
+    logloss = np.full((width,), np.nan)
+    for i in np.flatnonzero(alive):
+      auc[i] = metrics_lib.auc(labels, logits[i], mask)
+      logloss[i] = metrics_lib.logloss(labels, metrics_lib.sigmoid(logits[i]), mask)
+    return CohortOutput(out.state, alive, steps, losses, applied, auc, logloss, seconds)
+
+  def count_params(self, arch: ArchSpec) -> int:
+    """`arch.count_params` for the task's data set (cached)."""
+    if arch not in self._params:
+      self._params[arch] = arch_lib.count_params(arch, self.spec)
+    return self._params[arch]
+
+  def measure_widths(self, arch: ArchSpec, candidates: Sequence[int] = WIDTH_CANDIDATES
+                     ) -> dict[int, float]:
+    """Trials/hour of one budget unit of default trials at each width (cached per arch).
+
+    Each width is compiled and run once, then timed on a second run. A width
+    that runs out of device memory scores 0 and larger ones are not tried.
+    """
+    measured = self._widths.setdefault(arch, {})
+    steps = self.task.steps_per_budget_unit
+    for width in sorted(set(candidates)):
+      if width in measured:
+        continue
+      try:
+        self.run_stacked(arch, {}, np.arange(width), 0, steps)
+        seconds = self.run_stacked(arch, {}, np.arange(width), 0, steps).seconds
+      except jax.errors.JaxRuntimeError:
+        measured[width] = 0.0
+        break
+      measured[width] = width * 3600.0 / max(seconds, 1e-9)
+    return {w: measured[w] for w in sorted(set(candidates)) if w in measured}
+
+  def width_for(self, arch: ArchSpec) -> int:
+    """The cohort width used for `arch`: the fixed one, or the best measured."""
+    if self.cohort_width != "auto":
+      return self.cohort_width
+    rates = self._widths.get(arch) or self.measure_widths(arch, self.width_candidates)
+    return max(sorted(rates), key=lambda w: rates[w])
+
+  def run(self, arch: ArchSpec, hparams: Sequence[Mapping[str, float]], seeds: Sequence[int],
+          start_steps: Sequence[int], end_steps: Sequence[int] | int,
+          init_states: Sequence[Any]) -> list[TrialResult]:
+    """Runs trials of one architecture; results in input order.
+
+    Args:
+      arch: the trials' ArchSpec.
+      hparams: per trial, dynamic hyperparameters (`arch.DYNAMIC_KEYS`; missing -> defaults).
+      seeds: per trial, its initialisation seed.
+      start_steps: per trial, the global step it starts at (0 for a fresh trial).
+      end_steps: per trial (or one int for all), the global step it stops at.
+      init_states: per trial, None (fresh) or the host state of an earlier
+        TrialResult at step `start_steps[i]` (resume: training continues).
+
+    Returns:
+      One TrialResult per trial.
+    """
+    n = len(hparams)
+    if isinstance(end_steps, (int, np.integer)):
+      end_steps = [int(end_steps)] * n
+    for name, seq in (("seeds", seeds), ("start_steps", start_steps), ("end_steps", end_steps),
+                      ("init_states", init_states)):
+      if len(seq) != n:
+        raise ValueError(f"{name} has {len(seq)} entries but hparams has {n}")
+    groups: dict[tuple[int, int, bool], list[int]] = {}
+    for i in range(n):
+      start, end, state = int(start_steps[i]), int(end_steps[i]), init_states[i]
+      if not 0 <= start <= end:
+        raise ValueError(f"trial {i}: step range [{start}, {end}) is invalid")
+      if state is None and start != 0:
+        raise ValueError(f"trial {i}: start_steps={start} but no init_state to resume from")
+      if state is not None and int(np.asarray(state.step)) != start:
+        raise ValueError(f"trial {i}: init_state is at step {int(np.asarray(state.step))}, "
+                         f"not at start_steps={start}")
+      groups.setdefault((start, end, state is not None), []).append(i)
+    stacked = stack_hparams(hparams)
+    width = self.width_for(arch) if n else 1
+    results: list[TrialResult | None] = [None] * n
+    for (start, end, resume), members in groups.items():
+      for lo in range(0, len(members), width):
+        chunk = members[lo:lo + width]
+        padded = chunk + [chunk[0]] * (_chunk_width(len(chunk), width) - len(chunk))
+        states = None
+        if resume:
+          states = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]),
+                                *[init_states[i] for i in padded])
+        chunk_results = self._run_chunk(arch, {k: v[padded] for k, v in stacked.items()},
+                                        np.asarray(seeds)[padded], start, end, states, len(chunk))
+        for i, result in zip(chunk, chunk_results):
+          results[i] = result
+    return results
+
+  def _run_chunk(self, arch, hparams, seeds, start, end, states, num_real) -> list[TrialResult]:
+    try:
+      out = self.run_stacked(arch, hparams, seeds, start, end, states)
+    except jax.errors.JaxRuntimeError as e:  # e.g. out of device memory: the chunk fails, not the study
+      metrics = {"auc": float("nan"), "logloss": float("nan"), "train_loss": float("nan"),
+                 "steps": start, "params": self.count_params(arch), "seconds": 0.0}
+      return [TrialResult(dict(metrics), "failed", None, f"{type(e).__name__}: {e}")
+              for _ in range(num_real)]
+    host_states = jax.device_get(out.states)
+    results = []
+    for i in range(num_real):
+      ok = out.applied[i]
+      metrics = {"auc": float(out.auc[i]), "logloss": float(out.logloss[i]),
+                 "train_loss": float(np.mean(out.losses[i][ok])) if ok.any() else float("nan"),
+                 "steps": int(out.steps[i]), "params": self.count_params(arch),
+                 "seconds": out.seconds / num_real}
+      if out.alive[i]:
+        state = jax.tree.map(lambda x: x[i].copy(), host_states)
+        results.append(TrialResult(metrics, "done", state, None))
+      else:
+        results.append(TrialResult(metrics, "failed", None,
+                                   f"loss or parameters became non-finite at step {int(out.steps[i]) + 1}"))
+    return results

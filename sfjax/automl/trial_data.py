@@ -1,0 +1,170 @@
+"""What every CTR trial trains on: the task description and its precomputed device data.
+
+`CTRTask` is static (frozen, hashable). `TrialData` is built once per study from
+it: the host work of every train step (batching + VSI, DESIGN.md §2) is done
+once and stacked on device along a leading `[T]` step axis, and the evaluation
+set is stacked along `[Te]` (the last batch padded with mask 0). A trial's run
+over steps `[t0, t1)` is then `lax.scan(step, state, batches[t0:t1])` with no
+host work inside, and every trial of a study sees the same batches in the same
+order, so trials differ only by their config and seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from jax import lax
+
+from sfjax.data import dataset as dataset_lib
+from sfjax.data.types import Batch
+from sfjax.train import state as state_lib
+
+
+def _positive(name: str, value: Any, low: int = 1) -> int:
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+    raise ValueError(f"CTRTask.{name} must be an integer >= {low}, got {value!r}")
+  return int(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class CTRTask:
+  """The training problem shared by every trial of a study.
+
+  Attributes:
+    data: the `data` block of `experiments/configs/ctr.py` (a ConfigDict or a
+      nested mapping; stored frozen). `data.format` 'synthetic' is the tested one.
+    seed: data seed (synthetic generator and train-batch shuffling).
+    batch_size: B, examples per train step.
+    eval_rows: examples of the first eval split every trial is scored on.
+    steps_per_budget_unit: a budget `b` means `round(b * steps_per_budget_unit)` steps.
+    eval_batch_size: examples per stacked eval batch (memory of one eval step).
+    max_steps: train steps precomputed up front (0: grown on demand).
+    unique_capacity: padded unique rows per step (0: batch_size * num_fields).
+  """
+
+  data: Any
+  seed: int = 0
+  batch_size: int = 128
+  eval_rows: int = 8192
+  steps_per_budget_unit: int = 10
+  eval_batch_size: int = 1024
+  max_steps: int = 0
+  unique_capacity: int = 0
+
+  def __post_init__(self):
+    data = self.data
+    if isinstance(data, Mapping) and not isinstance(data, ml_collections.ConfigDict):
+      data = ml_collections.ConfigDict(dict(data))
+    if not hasattr(data, "format"):
+      raise ValueError("CTRTask.data must be the `data` block of experiments/configs/ctr.py "
+                       f"(it has no `format` field): {data!r}")
+    object.__setattr__(self, "data", ml_collections.FrozenConfigDict(data))
+    for name in ("seed", "max_steps", "unique_capacity"):
+      object.__setattr__(self, name, _positive(name, getattr(self, name), low=0))
+    for name in ("batch_size", "eval_rows", "steps_per_budget_unit", "eval_batch_size"):
+      object.__setattr__(self, name, _positive(name, getattr(self, name)))
+
+  def steps_for_budget(self, budget: float) -> int:
+    """Train steps of budget `budget` (>= 0): `round(budget * steps_per_budget_unit)`."""
+    if not budget >= 0:
+      raise ValueError(f"budget must be >= 0, got {budget!r}")
+    return int(round(budget * self.steps_per_budget_unit))
+
+
+def stack_batches(batches: list[state_lib.DeviceBatch]) -> state_lib.DeviceBatch:
+  """[N] host DeviceBatches -> one DeviceBatch of numpy arrays with a leading [N] axis."""
+  return state_lib.DeviceBatch(*(np.stack(parts) for parts in zip(*batches)))
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _slice_steps(batches: state_lib.DeviceBatch, start: jax.Array, length: int):
+  # `start` is traced: one compiled slice per (T, length), whatever the start.
+  return jax.tree.map(lambda x: lax.dynamic_slice_in_dim(x, start, length), batches)
+
+
+class TrialData:
+  """Precomputed device inputs of every trial of a task.
+
+  Attributes:
+    task: the CTRTask.
+    dataset: the data set (`sfjax.data.dataset.CTRDataset`).
+    spec: its DatasetSpec.
+    num_rows: V, rows of the concatenated embedding table (also the padding row).
+    capacity: padded unique rows per train step.
+    eval_batches: DeviceBatch with leading [Te] axis, rows [Te, Be*F], vids [Te, Be, F], ...
+    eval_labels: [Te*Be] float32 host labels; eval_mask: [Te*Be] float32 (0 = padding).
+    max_unique: the largest unique-id count of any precomputed train step.
+  """
+
+  def __init__(self, task: CTRTask, dataset=None):
+    """Builds the data set (unless given), the eval stack and `task.max_steps` train steps."""
+    self.task = task
+    self.dataset = dataset if dataset is not None else dataset_lib.make_dataset(task.data, task.seed)
+    self.spec = self.dataset.spec
+    self.num_rows = self.spec.total_rows
+    self.capacity = task.unique_capacity or task.batch_size * self.spec.num_fields
+    self.max_unique = 0
+    self._source = self.dataset.train_batches(task.batch_size, task.seed)
+    self._train: state_lib.DeviceBatch | None = None
+    self._num_steps = 0
+    self.eval_batches, self.eval_labels, self.eval_mask = self._build_eval()
+    if task.max_steps:
+      self.ensure_steps(task.max_steps)
+
+  def _prepare(self, batch: Batch, capacity: int) -> state_lib.DeviceBatch:
+    device_batch, num_unique = state_lib.prepare_batch(batch, self.spec.field_offsets, capacity,
+                                                       self.num_rows)
+    self.max_unique = max(self.max_unique, num_unique)
+    return device_batch
+
+  def _build_eval(self):
+    split = self.dataset.eval_splits[0]
+    size, wanted = self.task.eval_batch_size, self.task.eval_rows
+    prepared, labels, masks, seen = [], [], [], 0
+    for batch in self.dataset.eval_batches(split, size):
+      keep = np.clip(wanted - seen - np.arange(size), 0, 1).astype(np.float32)  # rows past eval_rows
+      batch = batch._replace(mask=batch.mask * keep)
+      seen += int(batch.mask.sum())
+      prepared.append(self._prepare(batch, size * self.spec.num_fields))
+      labels.append(batch.labels)
+      masks.append(batch.mask)
+      if seen >= wanted:
+        break
+    if not prepared:
+      raise ValueError(f"eval split {split!r} of data.format={self.task.data.format!r} is empty")
+    stacked = jax.tree.map(jnp.array, stack_batches(prepared))  # jnp.array copies (DESIGN §7)
+    return stacked, np.concatenate(labels), np.concatenate(masks)
+
+  @property
+  def num_eval_examples(self) -> int:
+    """Real (mask = 1) eval examples: `task.eval_rows`, or fewer if the split is smaller."""
+    return int(self.eval_mask.sum())
+
+  @property
+  def num_steps(self) -> int:
+    """T, train steps precomputed so far."""
+    return self._num_steps
+
+  def ensure_steps(self, num_steps: int) -> None:
+    """Precomputes train steps up to `num_steps` (host VSI, then one transfer)."""
+    if num_steps <= self._num_steps:
+      return
+    new = [self._prepare(next(self._source), self.capacity)
+           for _ in range(num_steps - self._num_steps)]
+    stacked = jax.tree.map(jnp.array, stack_batches(new))
+    if self._train is not None:
+      stacked = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), self._train, stacked)
+    self._train, self._num_steps = stacked, num_steps
+
+  def train_steps(self, start: int, end: int) -> state_lib.DeviceBatch:
+    """Device batches of steps `[start, end)` with a leading [end - start] axis."""
+    if not 0 <= start <= end:
+      raise ValueError(f"step range [{start}, {end}) is not a valid range of train steps")
+    self.ensure_steps(max(end, 1))
+    return _slice_steps(self._train, jnp.int32(start), end - start)
