@@ -8,3 +8,6 @@ from sfjax.automl.pareto import non_dominated_sort, pareto_front
 from sfjax.automl.space import (Bool, Categorical, Condition, Config, ConfigError, Fixed, Float,
                                 Forbidden, ForbiddenConfigError, Int, Space, SpaceError)
 from sfjax.automl.study import JournalError, Quota, Study, StudyError, TrialRecord
+from sfjax.automl.arch import ArchSpec, count_params, group_by_arch, split_config
+from sfjax.automl.cohort import CohortRunner, CTRTask, TrialResult
+from sfjax.automl.pbt_population import run_pbt
