@@ -47,7 +47,7 @@ _OUT = flags.DEFINE_string("out", "", "Write the JSON result here too.")
 _BACKEND = flags.DEFINE_enum("backend", "device", ["device", "cache"], "Embedding backend.")
 _CACHE_ROWS = flags.DEFINE_float("cache_rows", 0.2, "Cache backend: rows, or fraction of the table.")
 _LOOKAHEAD = flags.DEFINE_integer("lookahead", 2, "Cache backend: steps planned ahead.")
-_UNIQUE_CAP = flags.DEFINE_integer("unique_capacity", 65536, "Padded unique ids per step.")
+_UNIQUE_CAP = flags.DEFINE_integer("unique_capacity", 45056, "Padded unique ids per step.")
 
 
 def workload_config() -> ml_collections.ConfigDict:

@@ -243,11 +243,20 @@ class CohortRunner:
       measured[width] = width * 3600.0 / max(seconds, 1e-9)
     return {w: measured[w] for w in sorted(set(candidates)) if w in measured}
 
-  def width_for(self, arch: ArchSpec) -> int:
-    """The cohort width used for `arch`: the fixed one, or the best measured."""
+  def width_for(self, arch: ArchSpec, num_trials: int | None = None) -> int:
+    """The cohort width used for `arch`: the fixed one, or the best measured.
+
+    With `num_trials` given, 'auto' measures only widths that this many trials can
+    fill (no measurement at all for a lone trial): measuring costs compilations.
+    """
     if self.cohort_width != "auto":
       return self.cohort_width
-    rates = self._widths.get(arch) or self.measure_widths(arch, self.width_candidates)
+    candidates = self.width_candidates
+    if num_trials is not None:
+      if num_trials <= 1:
+        return 1
+      candidates = [w for w in candidates if w <= num_trials] or [1]
+    rates = self.measure_widths(arch, candidates)
     return max(sorted(rates), key=lambda w: rates[w])
 
   def run(self, arch: ArchSpec, hparams: Sequence[Mapping[str, float]], seeds: Sequence[int],
@@ -286,7 +295,7 @@ class CohortRunner:
                          f"not at start_steps={start}")
       groups.setdefault((start, end, state is not None), []).append(i)
     stacked = stack_hparams(hparams)
-    width = self.width_for(arch) if n else 1
+    width = self.width_for(arch, n) if n else 1
     results: list[TrialResult | None] = [None] * n
     for (start, end, resume), members in groups.items():
       for lo in range(0, len(members), width):

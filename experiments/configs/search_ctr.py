@@ -1,0 +1,74 @@
+"""Config for `python -m experiments.search`: an AutoML search over the CTR space.
+
+Run:
+  python -m experiments.search --config=experiments/configs/search_ctr.py --workdir=/tmp/search
+  python -m experiments.search --config=experiments/configs/search_ctr.py:smoke \\
+      --workdir=/tmp/search_smoke --config.study.algorithm=tpe --config.study.num_trials=8
+
+Variants (the text after ':'): '' (default: ASHA over 64 trials of the CTR space on
+synthetic Criteo-like data, every family but AutoInt and xDeepFM (the slowest to
+compile and train on CPU; add them with `--config.space.families=...`), MLP widths
+up to 256; about five minutes on 2 CPU cores), 'smoke' (about a minute: 16
+trials of lr / fm / deepfm / wide_deep with narrow MLPs, short budgets).
+
+Rerunning the same command on the same workdir resumes the study; a different
+`task`, `seed` or `space` (or algorithm settings) on an existing workdir is an error.
+"""
+
+import ml_collections
+
+from experiments.configs import ctr as ctr_config
+
+
+def get_config(arg: str = "") -> ml_collections.ConfigDict:
+  """Returns the search config; `arg` selects a variant ('' or 'smoke')."""
+  c = ml_collections.ConfigDict()
+  c.seed = 0  # data seed, algorithm seed, and base of the trials' init seeds
+
+  # ---- the task every trial trains on (sfjax.automl.cohort.CTRTask) --------------
+  c.task = t = ml_collections.ConfigDict()
+  t.data = ctr_config.get_config().data  # the `data` block of experiments/configs/ctr.py
+  t.data.synthetic.num_train = 200_000
+  t.data.synthetic.num_eval = 20_000  # held out: never trained on
+  t.data.synthetic.cardinality_scale = 0.0003  # ~10k table rows: small saved states
+  t.batch_size = 256
+  t.eval_rows = 8192  # held-out examples every trial (and the default config) is scored on
+  t.eval_batch_size = 2048
+  t.steps_per_budget_unit = 50  # a budget b trains round(b * 50) steps
+
+  # ---- the search space (search_spaces/ctr.py) --------------------------------
+  c.space = s = ml_collections.ConfigDict()
+  s.families = "lr,fm,deepfm,wide_deep,dcnv2,dlrm"  # model.name choices
+  s.mlp_widths = "32,64,128,256"  # model.mlp.width choices
+
+  # ---- the study (sfjax.automl.search_loop) -----------------------------------
+  c.study = st = ml_collections.ConfigDict()
+  st.algorithm = "asha"  # random | grid | qmc | evolution | tpe | gp | asha | hyperband | pbt
+  st.num_trials = 64  # trials trained to a final status (done / failed); rejected ones don't count
+  st.cohort_width = "auto"  # 'auto' (measured per architecture) or an integer, e.g. '4'
+  st.ask_batch = 0  # trials asked per round; 0: the cohort width ('auto': 8)
+  st.max_params = 0  # quota: reject configs with more parameters (0: no quota)
+  st.min_budget = 1.0  # budget units; multi-fidelity algorithms start here
+  st.max_budget = 9.0  # budget of a full trial (and of the default config's baseline run)
+  st.eta = 3  # successive-halving reduction factor (asha, hyperband)
+  st.hyperband_iterations = 1
+  st.population_size = 16  # evolution: aging population; pbt: members
+  st.sample_size = 4  # evolution: tournament size
+  st.n_startup_trials = 8  # tpe / gp: random trials before the model is used
+  st.grid_points_per_float = 1  # grid: points per float parameter (grid order is shuffled)
+  st.pbt_interval = 1.0  # pbt: budget units between exploit / explore steps
+  st.pbt_model = ""  # pbt: model.name of the trained architecture ('' = the default config's)
+  st.leaderboard_size = 10  # rows of the live leaderboard printed to stderr
+
+  if arg == "smoke":
+    t.data.synthetic.num_train, t.data.synthetic.num_eval = 50_000, 10_000
+    t.eval_rows, t.eval_batch_size = 4096, 2048
+    t.steps_per_budget_unit = 20
+    s.families = "lr,fm,deepfm,wide_deep"
+    s.mlp_widths = "32,64"
+    st.num_trials = 16
+    st.min_budget, st.max_budget, st.eta = 1.0, 4.0, 2
+    st.population_size, st.n_startup_trials = 6, 4
+  elif arg:
+    raise ValueError(f"unknown config variant {arg!r} (known: '', 'smoke')")
+  return c

@@ -1,0 +1,54 @@
+"""AutoML search over the CTR space.
+
+  python -m experiments.search --config=experiments/configs/search_ctr.py --workdir=DIR
+
+Any config field can be overridden, e.g. `--config.study.algorithm=tpe
+--config.study.num_trials=32 --config.study.cohort_width=4 --config.seed=1`.
+Rerunning the same command on the same DIR resumes the study. Prints a live
+leaderboard to stderr, writes DIR/trials.jsonl and DIR/best.json, and ends stdout
+with one JSON line: the summary of `sfjax.automl.search_loop.run_search`.
+"""
+
+import json
+import math
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+
+from sfjax.automl import search_loop
+from sfjax.automl.study import JournalLockedError, StudyError
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Python config file (ml_collections).",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None,
+                                "Directory of the study (journal, states, exports).")
+
+
+def _finite(value):
+  """JSON-safe copy: non-finite floats become null."""
+  if isinstance(value, dict):
+    return {k: _finite(v) for k, v in value.items()}
+  if isinstance(value, float) and not math.isfinite(value):
+    return None
+  return value
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  logging.set_verbosity(logging.INFO)
+  try:
+    summary = search_loop.run_search(_CONFIG.value, _WORKDIR.value)
+  except (search_loop.SearchConfigError, StudyError, JournalLockedError) as e:
+    sys.stderr.write(f"error: {e}\n")
+    sys.exit(2)
+  sys.stdout.write(json.dumps(_finite(summary), sort_keys=True, allow_nan=False) + "\n")
+  sys.stdout.flush()
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["config", "workdir"])
+  app.run(main)

@@ -1,0 +1,247 @@
+"""The CTR search space, composed from the sub-spaces of the model's parts.
+
+    space = ctr_space()                         # every model family
+    space = ctr_space(families=("fm", "dcnv2"))  # a sub-family search
+    baseline = default_config(space)             # experiments/configs/ctr.py's model
+    runner_keys = runner_config(config)          # what `sfjax.automl.arch.split_config` reads
+    pbt_space = fixed_arch_space(arch_part(baseline))  # one architecture's hyperparameters
+
+Each searchable part declares its own sub-space, and `ctr_space` nests them under
+their config prefixes with conditions (VEGA's search-space language, arXiv
+2011.01507): the MLP keys are active only for models that have an MLP, the
+interaction keys only for their family (cross network: dcnv2; self-attention:
+autoint; CIN: xdeepfm). Keys are the trial runner's dotted keys (`model.*`,
+`optim.*`), so a point of the space is a trial config.
+
+Regularisers are gated: `optim.use_weight_decay` / `optim.use_embedding_l2` (Bool)
+switch on a log-uniform strength, so "no regulariser" (the trainer's default, 0.0,
+which no log-scale parameter contains) is part of the space. `runner_config` turns
+the gates into explicit zeros.
+
+Ranges are sized for CPU trials (widths <= 256 plus the baseline's 400, depth <= 3,
+embed_dim in {4, 8, 16}).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from experiments.configs import ctr as ctr_config
+from sfjax.automl.space import (Bool, Categorical, Condition, Config, Fixed, Float, Int,
+                                Space, SpaceError)
+
+FAMILIES = ("lr", "fm", "deepfm", "wide_deep", "dcnv2", "dlrm", "autoint", "xdeepfm")
+MLP_FAMILIES = ("deepfm", "wide_deep", "dcnv2", "dlrm", "autoint", "xdeepfm")
+MLP_WIDTHS = (32, 64, 128, 256, 400)  # 400: the baseline's (ctr.py's) width
+EMBEDDING_OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
+# Gate key -> the log-scale key it switches on; off means an explicit 0.0.
+GATES = {"optim.use_weight_decay": "optim.weight_decay",
+         "optim.use_embedding_l2": "optim.embedding_l2"}
+
+
+def mlp_space(max_depth: int = 3, widths: Sequence[int] = MLP_WIDTHS) -> Space:
+  """The MLP tower: `depth` hidden layers of equal `width` (keys relative to the MLP)."""
+  return Space({"depth": Int(1, max_depth), "width": Categorical(tuple(widths))})
+
+
+def cross_space() -> Space:
+  """DCNv2's cross network: layers, and rank of the cross matrices (0 = full rank)."""
+  return Space({"cross_layers": Int(1, 3), "cross_rank": Categorical((0, 4, 8, 16))})
+
+
+def attention_space() -> Space:
+  """AutoInt's multi-head self-attention over fields: layers, heads, per-head width."""
+  return Space({"attention_layers": Int(1, 3), "attention_heads": Categorical((1, 2, 4)),
+                "attention_dim": Categorical((8, 16, 32))})
+
+
+def cin_space() -> Space:
+  """xDeepFM's compressed interaction network: `depth` layers of `width` feature maps."""
+  return Space({"depth": Int(1, 3), "width": Categorical((16, 32, 64))})
+
+
+# family -> (prefix under which its interaction sub-space lives, the sub-space factory)
+INTERACTIONS = {"dcnv2": ("model", cross_space), "autoint": ("model", attention_space),
+                "xdeepfm": ("model.cin", cin_space)}
+
+
+def embedding_hparam_space() -> Space:
+  """The embedding rows' dynamic hyperparameters: learning rate, (gated) L2, init scale."""
+  return Space(
+      {"optim.embedding_lr": Float(1e-3, 0.5, log=True),
+       "optim.use_embedding_l2": Bool(),
+       "optim.embedding_l2": Float(1e-7, 1e-3, log=True),
+       "optim.init_stddev": Float(1e-3, 0.1, log=True)},
+  ).with_conditions(_gate("optim.use_embedding_l2"))
+
+
+def embedding_space(embed_dims: Sequence[int] = (4, 8, 16)) -> Space:
+  """The embedding tables: row width, row-wise optimizer and its hyperparameters.
+
+  `optim.embedding_l2` (log) is active only when `optim.use_embedding_l2`.
+  """
+  return Space.compose(
+      Space({"model.embed_dim": Categorical(tuple(embed_dims)),
+             "optim.embedding_optimizer": Categorical(EMBEDDING_OPTIMIZERS)}),
+      embedding_hparam_space())
+
+
+def optim_space() -> Space:
+  """The dense parameters' optimizer: learning rate and (gated) weight decay, both log."""
+  return Space(
+      {"optim.dense_lr": Float(1e-4, 1e-2, log=True),
+       "optim.use_weight_decay": Bool(),
+       "optim.weight_decay": Float(1e-6, 1e-2, log=True)},
+  ).with_conditions(_gate("optim.use_weight_decay"))
+
+
+def hparam_space() -> Space:
+  """Every dynamic hyperparameter (what a vmapped cohort stacks and PBT explores)."""
+  return Space.compose(embedding_hparam_space(), optim_space())
+
+
+def fixed_arch_space(arch_config: Mapping[str, Any]) -> Space:
+  """`hparam_space()` around one architecture: its static keys become `Fixed` parameters.
+
+  Args:
+    arch_config: the static keys (`model.*`, `optim.embedding_optimizer`) and values.
+
+  Raises:
+    SpaceError: `arch_config` holds a dynamic key.
+  """
+  dynamic = set(hparam_space().keys) | set(GATES.values())
+  clash = sorted(set(arch_config) & dynamic)
+  if clash:
+    raise SpaceError(f"fixed_arch_space: {clash} are hyperparameters, not architecture keys")
+  return Space.compose(Space({k: Fixed(v) for k, v in arch_config.items()}), hparam_space())
+
+
+def arch_part(config: Mapping[str, Any]) -> dict[str, Any]:
+  """The static (architecture) keys of a point of `ctr_space`."""
+  dynamic = set(hparam_space().keys)
+  return {k: v for k, v in config.items() if k not in dynamic}
+
+
+def _gate(gate: str) -> Condition:
+  return Condition(GATES[gate], gate, "eq", True)
+
+
+def ctr_space(families: Sequence[str] | str = FAMILIES,
+              mlp_widths: Sequence[int] = MLP_WIDTHS) -> Space:
+  """The joint architecture + hyperparameter space over `families`.
+
+  Args:
+    families: model names (a subset of `FAMILIES`, or a comma-separated string),
+      the choices of `model.name`.
+    mlp_widths: the MLP widths searched (smaller on CPU; the default includes the
+      baseline's 400).
+
+  Returns:
+    `model.name`, the embedding and optimizer sub-spaces, the MLP sub-space under
+    `model.mlp` (active for the MLP families present) and each present family's
+    interaction sub-space (active only for it). `model.embed_dim` is inactive for
+    `lr`, whose rows are a single weight.
+
+  Raises:
+    SpaceError: an unknown, repeated or empty family list.
+  """
+  families = _check_families(families)
+  space = Space.compose(Space({"model.name": Categorical(families)}), embedding_space(),
+                        optim_space())
+  if "lr" in families:
+    space = space.with_conditions(Condition("model.embed_dim", "model.name", "ne", "lr"))
+  with_mlp = tuple(f for f in families if f in MLP_FAMILIES)
+  if with_mlp:
+    space = space.nest("model.mlp", mlp_space(widths=mlp_widths),
+                       when=("model.name", "in", with_mlp))
+  for family, (prefix, sub_space) in INTERACTIONS.items():
+    if family in families:
+      space = space.nest(prefix, sub_space(), when=("model.name", "eq", family))
+  return space
+
+
+def _check_families(families: Sequence[str]) -> tuple[str, ...]:
+  if isinstance(families, str):
+    families = tuple(f.strip() for f in families.split(",") if f.strip())
+  families = tuple(families)
+  unknown = [f for f in families if f not in FAMILIES]
+  if unknown or not families or len(set(families)) != len(families):
+    raise SpaceError(f"ctr_space families {families!r}: need distinct names from {FAMILIES}"
+                     + (f"; unknown: {unknown}" if unknown else ""))
+  return families
+
+
+def default_config(space: Space | None = None) -> Config:
+  """The baseline: `experiments/configs/ctr.py`'s model and optimizers as a point of `space`.
+
+  Args:
+    space: the space to validate against (default: `ctr_space()`).
+
+  Returns:
+    The default model (DeepFM, 3 x 400 MLP, 16-dim rows, Adagrad 0.05, dense Adam
+    1e-3, no regularisers) as a config of `space`, inactive keys left out.
+
+  Raises:
+    ConfigError: naming the key whose default lies outside `space` (or is inactive
+      there, e.g. a family the space leaves out).
+  """
+  space = ctr_space() if space is None else space
+  c = ctr_config.get_config()
+  mlp_dims = tuple(c.model.mlp_dims)
+  cin_dims = tuple(c.model.cin_dims)
+  for key, dims in (("model.mlp_dims", mlp_dims), ("model.cin_dims", cin_dims)):
+    if not dims or len(set(dims)) != 1:
+      raise SpaceError(f"experiments/configs/ctr.py: {key} = {dims} is not `depth` equal "
+                       "widths, so the space cannot express it")
+  values = {
+      "model.name": c.model.name, "model.embed_dim": c.model.embed_dim,
+      "model.mlp.depth": len(mlp_dims), "model.mlp.width": mlp_dims[0],
+      "model.cross_layers": c.model.cross_layers, "model.cross_rank": c.model.cross_rank,
+      "model.attention_layers": c.model.attention_layers,
+      "model.attention_heads": c.model.attention_heads,
+      "model.attention_dim": c.model.attention_dim,
+      "model.cin.depth": len(cin_dims), "model.cin.width": cin_dims[0],
+      "optim.embedding_optimizer": c.embedding.optimizer,
+      "optim.embedding_lr": c.embedding.learning_rate,
+      "optim.use_embedding_l2": c.embedding.l2 > 0, "optim.embedding_l2": c.embedding.l2,
+      "optim.init_stddev": c.embedding.init_stddev,
+      "optim.dense_lr": c.optimizer.learning_rate,
+      "optim.use_weight_decay": c.optimizer.weight_decay > 0,
+      "optim.weight_decay": c.optimizer.weight_decay,
+  }
+  active = {}
+  for key in _parents_first(space):
+    if key in values and space.is_active(key, active):
+      active[key] = values[key]
+  return space.validate(active)
+
+
+def _parents_first(space: Space) -> list[str]:
+  """Keys ordered so every condition's parent precedes its child."""
+  order, seen = [], set()
+
+  def visit(key):
+    if key in seen:
+      return
+    seen.add(key)
+    for c in space.conditions:
+      if c.child == key:
+        visit(c.parent)
+    order.append(key)
+
+  for key in space.keys:
+    visit(key)
+  return order
+
+
+def runner_config(config: Mapping[str, Any]) -> dict[str, Any]:
+  """The trial runner's keys for a point of the space: gates become explicit values.
+
+  A gate that is off sets its strength to 0.0; the gate keys themselves are
+  dropped. Every other key passes through unchanged.
+  """
+  out = {k: v for k, v in config.items() if k not in GATES}
+  for gate, key in GATES.items():
+    if gate in config and not config[gate]:
+      out[key] = 0.0
+  return out

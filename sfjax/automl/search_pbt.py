@@ -1,0 +1,95 @@
+"""Population-based training inside a durable study (`study.algorithm = 'pbt'`).
+
+PBT (Jaderberg et al. 2017) tunes the dynamic hyperparameters of one
+architecture while training: the population is one vmapped cohort
+(`sfjax.automl.pbt_population.run_pbt`), and every `study.pbt_interval` budget
+units the worst quarter copies the state of a top-quarter member and perturbs
+its hyperparameters.
+
+In the study, a member is a trial: its config is the architecture (as `Fixed`
+keys) plus the member's *initial* hyperparameters, drawn by random search over
+`search_spaces.ctr.fixed_arch_space`; its metrics are the final held-out AUC and
+steps plus `final.<key>`, the hyperparameters it ended with (exploit / explore
+change them during the run). A population is asked as one batch and told
+together; a population killed mid-run is re-queued by the study and rerun from
+its start on resume (its members' results are told only once it finishes).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Sequence
+
+import numpy as np
+from absl import logging
+
+from search_spaces import ctr as ctr_space_lib
+from sfjax.automl import arch as arch_lib
+from sfjax.automl.algorithms import Suggestion, TrialStatus
+from sfjax.automl.cohort import CohortRunner
+from sfjax.automl.space import Space
+from sfjax.automl.study import Study
+
+
+def pbt_arch_config(model_name: str) -> dict[str, Any]:
+  """The architecture PBT trains: the default config's, with `model.name` = `model_name`
+  when given ('' keeps the default model)."""
+  arch = ctr_space_lib.arch_part(ctr_space_lib.default_config())
+  if model_name:
+    arch["model.name"] = model_name
+    arch_lib.split_config(ctr_space_lib.runner_config(arch))  # checks the name
+  return arch
+
+
+def pbt_bounds(space: Space) -> dict[str, tuple[float, float]]:
+  """Clip range of each explored hyperparameter: the space's bounds, from 0 for gated
+  regularisers (a member without one keeps 0.0; multiplying 0 stays 0)."""
+  gated = set(ctr_space_lib.GATES.values())
+  return {k: (0.0 if k in gated else space[k].low, space[k].high) for k in arch_lib.DYNAMIC_KEYS
+          if k in space}
+
+
+def run_population(study: Study, runner: CohortRunner, members: Sequence[Suggestion],
+                   seeds: Sequence[int], num_rounds: int, steps_per_round: int,
+                   rng_seed: Sequence[int], bounds: dict[str, tuple[float, float]]) -> None:
+  """Trains `members` as one PBT population and tells the study each member's result.
+
+  Args:
+    study: the open study the members were asked from.
+    runner: the task's CohortRunner.
+    members: the population (configs of `fixed_arch_space`, one architecture).
+    seeds: per member, its init seed.
+    num_rounds, steps_per_round: PBT schedule (exploit / explore between rounds).
+    rng_seed: seed of the exploit / explore decisions (a rerun decides the same).
+    bounds: clip ranges of the explored hyperparameters (`pbt_bounds`).
+  """
+  # Imported here: a tree without the population runner still runs every other algorithm.
+  from sfjax.automl.pbt_population import run_pbt  # pylint: disable=g-import-not-at-top
+  splits = [arch_lib.split_config(ctr_space_lib.runner_config(m.config)) for m in members]
+  arch = splits[0][0]
+  if any(a != arch for a, _ in splits):
+    raise ValueError("a PBT population must share one architecture")
+  hparams = {k: np.asarray([h[k] for _, h in splits], np.float32) for k in arch_lib.DYNAMIC_KEYS}
+  started = time.perf_counter()
+  try:
+    history = run_pbt(runner, arch, hparams, seeds, num_rounds, steps_per_round,
+                      np.random.default_rng(list(rng_seed)), bounds=bounds)
+  except Exception as e:  # pylint: disable=broad-except  (never fatal to the study)
+    logging.exception("PBT population of %d members (%s) failed", len(members), arch.describe())
+    for m in members:
+      study.tell(m.trial_id, {}, TrialStatus.FAILED, reason=f"{type(e).__name__}: {e}")
+    return
+  seconds = (time.perf_counter() - started) / len(members)
+  final = history.hparams[-1]
+  for i, m in enumerate(members):
+    auc = float(history.scores[-1, i])
+    metrics = {"auc": auc, "steps": float(history.steps[-1, i]),
+               "params": float(runner.count_params(arch)), "seconds": seconds,
+               **{f"final.{k}": float(final[k][i]) for k in final}}
+    if math.isfinite(auc):
+      study.tell(m.trial_id, metrics, TrialStatus.DONE, elapsed_s=seconds)
+    else:
+      del metrics["auc"]
+      study.tell(m.trial_id, metrics, TrialStatus.FAILED, elapsed_s=seconds,
+                 reason="loss or parameters became non-finite")

@@ -1,0 +1,93 @@
+"""The live leaderboard a search prints to stderr after each round.
+
+    [search] 23/64 trials (2 failed, 1 rejected) in 1m32s | best auc 0.77120 (trial 17) | ...
+     rank trial rung steps model      dim mlp    emb_opt  emb_lr   dense_lr auc     status
+        1    17    2   450 deepfm       8 2x128  adagrad  0.0421   0.00120  0.77120 done
+
+Finished trials are ranked by held-out AUC (failed ones last); the table shows the
+top k with the config values that matter most to a reader (for PBT members, the
+learning rates they ended with: `final.<key>` metrics).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from sfjax.automl.algorithms import TrialStatus
+from sfjax.automl.study import TrialRecord
+
+_COLUMNS = (("rank", 4), ("trial", 5), ("rung", 4), ("steps", 5), ("model", 10), ("dim", 3),
+            ("mlp", 6), ("emb_opt", 7), ("emb_lr", 8), ("dense_lr", 8), ("auc", 7),
+            ("status", 6))
+_FINAL = (TrialStatus.DONE, TrialStatus.FAILED, TrialStatus.PRUNED)
+
+
+def ranked(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
+  """Finished trials, best held-out AUC first; failed / pruned ones last (by id)."""
+  finished = [t for t in trials if t.status in _FINAL]
+
+  def key(t):
+    auc = t.metrics.get("auc", math.nan)
+    ok = t.status == TrialStatus.DONE and math.isfinite(auc)
+    return (0, -auc, t.trial_id) if ok else (1, 0.0, t.trial_id)
+
+  return sorted(finished, key=key)
+
+
+def _fmt(value, spec: str) -> str:
+  if value is None or (isinstance(value, float) and not math.isfinite(value)):
+    return "-"
+  return format(value, spec)
+
+
+def _row(rank: int, t: TrialRecord) -> list[str]:
+  c, m = t.config, t.metrics
+  mlp = f"{c['model.mlp.depth']}x{c['model.mlp.width']}" if "model.mlp.depth" in c else "-"
+  return [str(rank), str(t.trial_id), _fmt(t.suggestion.rung, "d"), _fmt(m.get("steps"), ".0f"),
+          str(c.get("model.name", "-")), _fmt(c.get("model.embed_dim"), "d"), mlp,
+          str(c.get("optim.embedding_optimizer", "-")),
+          _fmt(_hparam(t, "optim.embedding_lr"), ".4g"),
+          _fmt(_hparam(t, "optim.dense_lr"), ".3g"), _fmt(m.get("auc"), ".5f"), t.status.value]
+
+
+def _hparam(t: TrialRecord, key: str):
+  """A hyperparameter as trained last: PBT's final value if recorded, else the config's."""
+  return t.metrics.get(f"final.{key}", t.config.get(key))
+
+
+def _duration(seconds: float) -> str:
+  minutes, secs = divmod(int(round(seconds)), 60)
+  return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def leaderboard(trials: Sequence[TrialRecord], top_k: int, default_auc: float | None,
+                num_trials: int, elapsed_s: float) -> str:
+  """The progress line and the top-`top_k` table (a string ending in a newline).
+
+  Args:
+    trials: every trial of the study (`Study.trials()`).
+    top_k: rows of the table (0: only the progress line).
+    default_auc: the default config's held-out AUC, or None.
+    num_trials: the number of trials the search aims for.
+    elapsed_s: wall time of this run so far.
+  """
+  order = ranked(trials)
+  done = sum(t.status in _FINAL for t in trials)
+  failed = sum(t.status == TrialStatus.FAILED for t in trials)
+  rejected = sum(t.status == TrialStatus.REJECTED for t in trials)
+  head = f"[search] {done}/{num_trials} trials ({failed} failed, {rejected} rejected) in " \
+         f"{_duration(elapsed_s)}"
+  if order and order[0].status == TrialStatus.DONE:
+    head += f" | best auc {order[0].metrics['auc']:.5f} (trial {order[0].trial_id})"
+  if default_auc is not None:
+    head += f" | default auc {_fmt(default_auc, '.5f')}"
+  lines = [head]
+  if top_k and order:
+    widths = [w for _, w in _COLUMNS]
+    table = [[name for name, _ in _COLUMNS]] + [_row(i + 1, t) for i, t in
+                                                 enumerate(order[:top_k])]
+    for cells in table:
+      lines.append(" " + " ".join(cell.rjust(w) if i < 4 or i == 5 else cell.ljust(w)
+                                  for i, (cell, w) in enumerate(zip(cells, widths))).rstrip())
+  return "\n".join(lines) + "\n"

@@ -1,0 +1,265 @@
+"""Tests for the search driver (sfjax/automl/search_loop.py), its report and state files.
+
+The driver runs the real `CohortRunner` on a tiny synthetic task; one runner is
+shared by the module so compiled trial programs are reused across studies.
+"""
+
+import json
+import logging
+import math
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from experiments.configs import search_ctr
+from sfjax.automl import search_config, search_loop, search_report, trial_states
+from sfjax.automl.algorithms import Suggestion, TrialStatus
+from sfjax.automl.arch import split_config
+from sfjax.automl.cohort import CohortRunner
+from sfjax.automl.space import Config
+from sfjax.automl.study import TrialRecord
+
+SUMMARY_KEYS = {"best_trial_id", "best_config", "best_metrics", "num_trials_done", "num_failed",
+                "default_metrics", "beats_default"}
+
+
+def tiny_config(algorithm="random", num_trials=3, **study):
+  c = search_ctr.get_config("smoke")
+  s = c.task.data.synthetic
+  s.num_train, s.num_eval, s.cardinality_scale = 8192, 2048, 0.0001
+  c.task.batch_size, c.task.eval_rows, c.task.eval_batch_size = 64, 1024, 1024
+  c.task.steps_per_budget_unit = 4
+  c.space.families = "lr,fm"
+  c.study.algorithm, c.study.num_trials = algorithm, num_trials
+  c.study.cohort_width = "1"
+  c.study.min_budget, c.study.max_budget, c.study.eta = 1.0, 4.0, 2
+  c.study.n_startup_trials, c.study.population_size, c.study.sample_size = 2, 2, 2
+  c.study.leaderboard_size = 3
+  for key, value in study.items():
+    setattr(c.study, key, value)
+  return c
+
+
+class RecordingRunner(CohortRunner):
+  """The real runner, recording each call's arguments; fails archs in `fail_models`."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.calls = []
+    self.fail_models = ()
+
+  def run(self, arch, hparams, seeds, start_steps, end_steps, init_states):
+    self.calls.append(dict(arch=arch, seeds=list(seeds), start_steps=list(start_steps),
+                           end_steps=end_steps, init_steps=[
+                               None if s is None else int(s.step) for s in init_states]))
+    if arch.model_name in self.fail_models:
+      raise RuntimeError(f"injected failure for {arch.model_name}")
+    return super().run(arch, hparams, seeds, start_steps, end_steps, init_states)
+
+
+@pytest.fixture(scope="module")
+def runner():
+  return RecordingRunner(search_config.make_task(tiny_config()), cohort_width=1)
+
+
+@pytest.fixture(autouse=True)
+def _reset(runner):
+  runner.calls.clear()
+  runner.fail_models = ()
+
+
+def read_jsonl(path):
+  with open(path) as f:
+    return [json.loads(line) for line in f]
+
+
+@pytest.mark.parametrize("algorithm", ["random", "grid", "qmc", "evolution", "tpe", "gp", "asha",
+                                       "hyperband"])
+def test_each_algorithm_exports_trials_and_best(tmp_path, runner, algorithm):
+  summary = search_loop.run_search(tiny_config(algorithm), str(tmp_path), runner=runner)
+  assert set(summary) == SUMMARY_KEYS
+  assert summary["num_trials_done"] == 3 and summary["num_failed"] == 0
+  trials = read_jsonl(tmp_path / "trials.jsonl")
+  assert [t["trial_id"] for t in trials] == list(range(3))
+  for t in trials:
+    assert {"trial_id", "config", "metrics", "status"} <= set(t)
+    assert t["status"] == "done" and t["config"]["model.name"] in ("lr", "fm")
+    assert 0.0 < t["metrics"]["auc"] < 1.0 and t["metrics"]["steps"] > 0
+  best = json.load(open(tmp_path / "best.json"))
+  assert best["best"]["trial_id"] == summary["best_trial_id"]
+  top_budget = max((t["budget"] for t in trials if t["budget"] is not None), default=None)
+  assert summary["best_metrics"]["auc"] == max(
+      t["metrics"]["auc"] for t in trials if t["budget"] == top_budget)
+  assert summary["beats_default"] == (summary["best_metrics"]["auc"]
+                                      > summary["default_metrics"]["auc"])
+  cached = json.load(open(tmp_path / "default.json"))
+  assert cached["config"]["model.name"] == "deepfm" and cached["metrics"]["steps"] == 16
+
+
+def test_asha_promotions_resume_from_the_parents_saved_state(tmp_path, runner):
+  summary = search_loop.run_search(tiny_config("asha", num_trials=8), str(tmp_path),
+                                   runner=runner)
+  assert summary["num_trials_done"] == 8
+  trials = {t["trial_id"]: t for t in read_jsonl(tmp_path / "trials.jsonl")}
+  promoted = [t for t in trials.values() if t["resume_from"] is not None]
+  assert promoted, "ASHA promoted nothing in 8 trials"
+  calls = [c for c in runner.calls if c["arch"].model_name != "deepfm"]  # drop the default run
+  for t in promoted:
+    parent = trials[t["resume_from"]]
+    call = next(c for c in calls if search_loop.trial_seed(0, t["trial_id"]) in c["seeds"])
+    i = call["seeds"].index(search_loop.trial_seed(0, t["trial_id"]))
+    assert call["start_steps"][i] == parent["metrics"]["steps"] > 0
+    assert call["init_steps"][i] == parent["metrics"]["steps"]
+    assert t["metrics"]["steps"] == 4 * t["budget"] > parent["metrics"]["steps"]
+    assert not os.path.exists(tmp_path / "states" / f"{parent['trial_id']}.npz")
+  promoted_ids = {p["resume_from"] for p in promoted}
+  for t in trials.values():  # kept: may still be promoted (below the full budget of 4)
+    kept = os.path.exists(tmp_path / "states" / f"{t['trial_id']}.npz")
+    assert kept == (t["budget"] < 4 and t["trial_id"] not in promoted_ids), t
+
+
+def test_pbt_population_explores_one_architecture(tmp_path, runner):
+  config = tiny_config("pbt", num_trials=4, population_size=4, pbt_interval=1.0, pbt_model="fm")
+  summary = search_loop.run_search(config, str(tmp_path), runner=runner)
+  assert summary["num_trials_done"] == 4
+  trials = read_jsonl(tmp_path / "trials.jsonl")
+  assert {t["config"]["model.name"] for t in trials} == {"fm"}
+  assert {t["config"]["model.embed_dim"] for t in trials} == {16}  # the default config's
+  explored = 0
+  for t in trials:
+    assert t["status"] == "done" and t["metrics"]["steps"] == 16  # 4 rounds of 4 steps
+    initial, final = t["config"]["optim.dense_lr"], t["metrics"]["final.optim.dense_lr"]
+    explored += not np.isclose(initial, final, rtol=1e-5)
+  assert explored >= 1  # 3 exploit/explore steps, one member each
+
+
+def test_lone_trials_skip_width_measurement(runner):
+  auto = CohortRunner(runner.task, cohort_width="auto", data=runner.data)
+  runners = search_loop._Runners(auto)
+  single = runners.for_group(1)
+  assert single.cohort_width == 1 and single.data is runner.data
+  assert runners.for_group(1) is single and runners.for_group(2) is auto
+  fixed = search_loop._Runners(runner)
+  assert fixed.for_group(1) is runner
+
+
+def test_missing_parent_state_trains_from_scratch_and_logs(tmp_path, runner, caplog):
+  arch, _ = split_config({"model.name": "fm", "model.embed_dim": 4})
+  s = Suggestion(5, Config({"model.name": "fm"}), budget=2, rung=1, parent_trial_id=3,
+                 resume_from=3)
+  with caplog.at_level(logging.WARNING):
+    start, state = search_loop._resume_point(runner, arch, s, str(tmp_path))
+  assert (start, state) == (0, None)
+  assert "from scratch" in caplog.text and "trial 3" in caplog.text
+
+
+def test_resume_runs_only_new_trials(tmp_path, runner):
+  search_loop.run_search(tiny_config("evolution", num_trials=2), str(tmp_path), runner=runner)
+  runner.calls.clear()
+  summary = search_loop.run_search(tiny_config("evolution", num_trials=4), str(tmp_path),
+                                   runner=runner)
+  assert summary["num_trials_done"] == 4
+  seeds = [seed for c in runner.calls for seed in c["seeds"]]
+  assert sorted(seeds) == [search_loop.trial_seed(0, i) for i in (2, 3)]  # no default rerun either
+  assert [t["trial_id"] for t in read_jsonl(tmp_path / "trials.jsonl")] == [0, 1, 2, 3]
+
+
+def test_rerun_with_different_settings_is_an_error(tmp_path, runner):
+  search_loop.run_search(tiny_config(num_trials=1), str(tmp_path), runner=runner)
+  changed = tiny_config(num_trials=1)
+  changed.task.batch_size = 32
+  with pytest.raises(search_loop.SearchConfigError, match="task.batch_size: stored 64, given 32"):
+    search_loop.run_search(changed, str(tmp_path), runner=runner)
+  with pytest.raises(search_loop.SearchConfigError,
+                     match="study.algorithm: stored 'random', given 'tpe'"):
+    search_loop.run_search(tiny_config("tpe", num_trials=1), str(tmp_path), runner=runner)
+
+
+def test_failed_cohort_is_told_failed_and_the_search_goes_on(tmp_path, runner):
+  runner.fail_models = ("lr",)
+  summary = search_loop.run_search(tiny_config("random", num_trials=6), str(tmp_path),
+                                   runner=runner)
+  trials = read_jsonl(tmp_path / "trials.jsonl")
+  failed = [t for t in trials if t["status"] == "failed"]
+  assert failed and all(t["config"]["model.name"] == "lr" for t in failed)
+  assert all("injected failure" in t["reason"] for t in failed)
+  assert summary["num_failed"] == len(failed) and summary["num_trials_done"] == 6
+  assert summary["best_config"]["model.name"] == "fm"
+
+
+def test_params_quota_rejects_before_training(tmp_path, runner):
+  rows = runner.spec.total_rows
+  summary = search_loop.run_search(tiny_config("random", num_trials=3, max_params=3 * rows),
+                                   str(tmp_path), runner=runner)
+  trials = read_jsonl(tmp_path / "trials.jsonl")
+  rejected = [t for t in trials if t["status"] == "rejected"]
+  done = [t for t in trials if t["status"] == "done"]
+  assert rejected and all(t["config"]["model.name"] == "fm" for t in rejected)
+  assert all("quota" in t["reason"] for t in rejected)
+  assert len(done) == 3 and all(t["config"]["model.name"] == "lr" for t in done)
+  assert summary["num_trials_done"] == 3
+  # deepfm: the default config, a baseline outside the search and its quota.
+  assert {c["arch"].model_name for c in runner.calls} == {"lr", "deepfm"}
+
+
+def test_config_errors_name_the_field():
+  assert search_config.parse_cohort_width("auto") == "auto"
+  assert search_config.parse_cohort_width("4") == 4
+  for bad in ("x", "0", "-2", "2.5"):
+    with pytest.raises(search_loop.SearchConfigError, match="study.cohort_width"):
+      search_config.parse_cohort_width(bad)
+  with pytest.raises(search_loop.SearchConfigError, match="study.algorithm"):
+    search_config.make_algorithm(tiny_config("bayes"))
+  c = tiny_config()
+  c.space.mlp_widths = "32,abc"
+  with pytest.raises(search_loop.SearchConfigError, match="space.mlp_widths"):
+    search_config.make_space(c)
+  with pytest.raises(search_loop.SearchConfigError, match="study.pbt_interval"):
+    search_config.check_study_settings(tiny_config("pbt", pbt_interval=3.0))
+  with pytest.raises(search_loop.SearchConfigError, match="study.pbt_model"):
+    search_config.make_space(tiny_config("pbt", pbt_model="transformer"))
+
+
+def _record(trial_id, auc, status=TrialStatus.DONE, name="fm"):
+  s = Suggestion(trial_id, Config({"model.name": name, "model.embed_dim": 8,
+                                   "optim.embedding_lr": 0.01}), budget=2, rung=1)
+  metrics = {} if auc is None else {"auc": auc, "steps": 8.0}
+  return TrialRecord(s, status, metrics, None, 0.0, 0.0, 1.0, 1.0, 1)
+
+
+def test_leaderboard_ranks_by_auc_failed_last():
+  trials = [_record(0, 0.61), _record(1, None, TrialStatus.FAILED), _record(2, 0.72),
+            _record(3, 0.65), _record(4, None, TrialStatus.RUNNING)]
+  assert [t.trial_id for t in search_report.ranked(trials)] == [2, 3, 0, 1]
+  text = search_report.leaderboard(trials, 2, 0.7, 10, 75.0)
+  lines = text.splitlines()
+  assert lines[0].startswith("[search] 4/10 trials (1 failed, 0 rejected) in 1m15s")
+  assert "best auc 0.72000 (trial 2)" in lines[0] and "default auc 0.70000" in lines[0]
+  assert len(lines) == 4 and lines[1].split()[:2] == ["rank", "trial"]
+  assert lines[2].split()[:2] == ["1", "2"] and lines[3].split()[:2] == ["2", "3"]
+  assert search_report.leaderboard(trials, 0, None, 10, 1.0).count("\n") == 1
+  pbt_member = _record(5, 0.8)
+  pbt_member.metrics["final.optim.embedding_lr"] = 0.0123
+  assert "0.0123" in search_report.leaderboard([pbt_member], 1, None, 1, 1.0).splitlines()[2]
+
+
+def test_state_files_round_trip_and_reject_other_archs(tmp_path, runner):
+  arch, hparams = split_config({"model.name": "fm", "model.embed_dim": 4})
+  result = runner.run(arch, [hparams], [1], [0], [4], [None])[0]
+  path = trial_states.state_path(str(tmp_path), 7)
+  trial_states.save_state(path, result.state)
+  assert os.listdir(tmp_path) == ["7.npz"]  # no temporary file left behind
+  loaded = trial_states.load_state(path, trial_states.state_template(arch, runner.spec))
+  assert jax.tree.structure(loaded) == jax.tree.structure(result.state)
+  for a, b in zip(jax.tree.leaves(loaded), jax.tree.leaves(result.state)):
+    np.testing.assert_array_equal(a, b)
+  other, _ = split_config({"model.name": "fm", "model.embed_dim": 8})
+  with pytest.raises(trial_states.StateFileError, match="7.npz"):
+    trial_states.load_state(path, trial_states.state_template(other, runner.spec))
+  with open(path, "wb") as f:
+    f.write(b"torn")
+  with pytest.raises(trial_states.StateFileError, match="unreadable"):
+    trial_states.load_state(path, trial_states.state_template(arch, runner.spec))
+  assert math.isfinite(result.metrics["auc"])

@@ -1,0 +1,80 @@
+"""The absl entry point `python -m experiments.search`: SIGKILL + resume, bad overrides."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NUM_TRIALS = 6
+# The smoke config, made cheaper: 6 trials of lr / fm over 10-40 steps.
+SMALL = ("--config=experiments/configs/search_ctr.py:smoke", "--config.space.families=lr,fm",
+         "--config.task.steps_per_budget_unit=10", "--config.task.eval_rows=2048",
+         f"--config.study.num_trials={NUM_TRIALS}", "--config.study.cohort_width=1",
+         "--config.study.ask_batch=1", "--config.seed=1")
+
+
+def _command(workdir, *args):
+  return [sys.executable, "-m", "experiments.search", *SMALL, f"--workdir={workdir}", *args]
+
+
+def _env():
+  return dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+
+
+def _run(workdir, *args, timeout=240):
+  return subprocess.run(_command(workdir, *args), cwd=ROOT, env=_env(), capture_output=True,
+                        text=True, timeout=timeout)
+
+
+def _tells(journal):
+  if not os.path.exists(journal):
+    return 0
+  with open(journal) as f:
+    return sum('"event": "tell"' in line for line in f)
+
+
+def test_sigkill_mid_study_then_rerun_resumes(tmp_path):
+  journal = tmp_path / "journal.jsonl"
+  proc = subprocess.Popen(_command(tmp_path), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.time() + 180
+    while _tells(journal) < 2 and proc.poll() is None and time.time() < deadline:
+      time.sleep(0.2)
+    assert proc.poll() is None, "the study finished before it could be killed"
+    assert _tells(journal) >= 2
+    proc.send_signal(signal.SIGKILL)
+  finally:
+    proc.kill()
+    proc.wait()
+  told_before = _tells(journal)
+  assert told_before < NUM_TRIALS
+  r = _run(tmp_path)
+  assert r.returncode == 0, r.stderr[-3000:]
+  summary = json.loads(r.stdout.strip().splitlines()[-1])
+  assert summary["num_trials_done"] == NUM_TRIALS and summary["num_failed"] == 0
+  with open(tmp_path / "trials.jsonl") as f:
+    trials = [json.loads(line) for line in f]
+  ids = [t["trial_id"] for t in trials]
+  assert sorted(ids) == list(range(NUM_TRIALS)) and all(t["status"] == "done" for t in trials)
+  assert _tells(journal) == NUM_TRIALS  # no trial told twice
+  assert "[search]" in r.stderr and "default auc" in r.stderr
+  assert "training the default config" not in r.stderr  # cached in default.json before the kill
+  best = json.load(open(tmp_path / "best.json"))
+  assert best["best"]["trial_id"] == summary["best_trial_id"]
+
+
+def test_bad_override_key_fails_naming_it(tmp_path):
+  r = _run(tmp_path, "--config.study.num_trialz=3", timeout=120)
+  assert r.returncode != 0
+  assert "num_trialz" in r.stderr
+
+
+def test_bad_cohort_width_fails_naming_the_field(tmp_path):
+  r = _run(tmp_path, "--config.study.cohort_width=wide", timeout=120)
+  assert r.returncode != 0
+  assert "study.cohort_width" in r.stderr and "wide" in r.stderr
+  assert not os.path.exists(tmp_path / "journal.jsonl")

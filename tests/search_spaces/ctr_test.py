@@ -1,0 +1,145 @@
+"""Tests for the concrete CTR search space (search_spaces/ctr.py)."""
+
+import numpy as np
+import pytest
+
+from experiments.configs import ctr as ctr_config
+from search_spaces import ctr
+from sfjax.automl import arch
+from sfjax.automl.space import ConfigError, Fixed, SpaceError
+
+MLP_KEYS = {"model.mlp.depth", "model.mlp.width"}
+INTERACTION_KEYS = {
+    "dcnv2": {"model.cross_layers", "model.cross_rank"},
+    "autoint": {"model.attention_layers", "model.attention_heads", "model.attention_dim"},
+    "xdeepfm": {"model.cin.depth", "model.cin.width"},
+}
+ALL_INTERACTION_KEYS = set().union(*INTERACTION_KEYS.values())
+
+
+def _samples(space, n=300, seed=0):
+  rng = np.random.default_rng(seed)
+  return [space.sample(rng) for _ in range(n)]
+
+
+def test_sub_spaces_compose_under_their_prefixes():
+  space = ctr.ctr_space()
+  assert set(space.keys) == ({"model.name", "model.embed_dim", "optim.embedding_optimizer",
+                              "optim.embedding_lr", "optim.use_embedding_l2",
+                              "optim.embedding_l2", "optim.init_stddev", "optim.dense_lr",
+                              "optim.use_weight_decay", "optim.weight_decay"}
+                             | MLP_KEYS | ALL_INTERACTION_KEYS)
+  for key in ("optim.embedding_lr", "optim.embedding_l2", "optim.init_stddev",
+              "optim.dense_lr", "optim.weight_decay"):
+    assert space[key].log, key
+  assert max(space["model.mlp.width"].choices) <= 400
+  assert space["model.mlp.depth"].high <= 3
+  assert space["model.embed_dim"].choices == (4, 8, 16)
+
+
+def test_mlp_keys_active_only_for_models_with_an_mlp():
+  space = ctr.ctr_space()
+  seen = set()
+  for config in _samples(space):
+    name = config["model.name"]
+    seen.add(name)
+    has_mlp = MLP_KEYS <= set(config)
+    assert has_mlp == (name in ctr.MLP_FAMILIES), config
+    assert ("model.embed_dim" in config) == (name != "lr"), config
+  assert seen == set(ctr.FAMILIES)
+
+
+def test_interaction_keys_only_for_their_family():
+  for config in _samples(ctr.ctr_space(), seed=1):
+    name = config["model.name"]
+    present = set(config) & ALL_INTERACTION_KEYS
+    assert present == INTERACTION_KEYS.get(name, set()), config
+
+
+def test_inactive_keys_are_rejected_naming_them():
+  space = ctr.ctr_space()
+  fm = dict(ctr.default_config(space))
+  fm["model.name"] = "fm"
+  with pytest.raises(ConfigError, match="model.mlp.depth"):
+    space.validate(fm)
+  deepfm = dict(ctr.default_config(space), **{"model.cross_layers": 2})
+  with pytest.raises(ConfigError, match="model.cross_layers"):
+    space.validate(deepfm)
+
+
+def test_regularizer_gates():
+  space = ctr.ctr_space()
+  configs = _samples(space, seed=2)
+  for config in configs:
+    assert ("optim.weight_decay" in config) == config["optim.use_weight_decay"]
+    assert ("optim.embedding_l2" in config) == config["optim.use_embedding_l2"]
+    runner = ctr.runner_config(config)
+    assert not set(ctr.GATES) & set(runner)
+    if not config["optim.use_weight_decay"]:
+      assert runner["optim.weight_decay"] == 0.0
+    else:
+      assert runner["optim.weight_decay"] == config["optim.weight_decay"] > 0
+  assert {c["optim.use_weight_decay"] for c in configs} == {False, True}
+
+
+def test_default_config_matches_ctr_py_and_validates():
+  space = ctr.ctr_space()
+  default = ctr.default_config(space)
+  assert space.validate(default) == default
+  c = ctr_config.get_config()
+  runner = ctr.runner_config(default)
+  assert runner["model.name"] == c.model.name == "deepfm"
+  assert runner["model.embed_dim"] == c.model.embed_dim
+  assert (runner["model.mlp.width"],) * runner["model.mlp.depth"] == tuple(c.model.mlp_dims)
+  assert runner["optim.embedding_optimizer"] == c.embedding.optimizer
+  assert runner["optim.embedding_lr"] == c.embedding.learning_rate
+  assert runner["optim.dense_lr"] == c.optimizer.learning_rate
+  assert runner["optim.init_stddev"] == c.embedding.init_stddev
+  assert runner["optim.weight_decay"] == c.optimizer.weight_decay
+  assert runner["optim.embedding_l2"] == c.embedding.l2
+
+
+def test_default_config_outside_a_restricted_space_names_the_key():
+  with pytest.raises(ConfigError, match="model.name"):
+    ctr.default_config(ctr.ctr_space(families=("lr", "fm")))
+
+
+def test_family_subsets_drop_unused_sub_spaces():
+  space = ctr.ctr_space(families="lr,fm")
+  assert not (MLP_KEYS | ALL_INTERACTION_KEYS) & set(space.keys)
+  space = ctr.ctr_space(families=("fm", "dcnv2"))
+  assert INTERACTION_KEYS["dcnv2"] | MLP_KEYS <= set(space.keys)
+  assert not (INTERACTION_KEYS["autoint"] | INTERACTION_KEYS["xdeepfm"]) & set(space.keys)
+  for bad in (("fm", "fm"), ("transformer",), ()):
+    with pytest.raises(SpaceError, match="families"):
+      ctr.ctr_space(families=bad)
+
+
+def test_grid_and_round_trip():
+  space = ctr.ctr_space(families=("lr", "fm"))
+  grid = space.grid(num_points_per_float=1)
+  assert len(grid) == len(set(grid)) > 0
+  for config in grid[:50] + _samples(ctr.ctr_space(), 50, seed=3):
+    space_of = space if config["model.name"] in ("lr", "fm") else ctr.ctr_space()
+    assert space_of.decode(space_of.encode(config)) == config
+
+
+def test_hparam_space_is_exactly_the_runners_dynamic_keys():
+  keys = set(ctr.hparam_space().keys) - set(ctr.GATES)
+  assert keys == set(arch.DYNAMIC_KEYS)
+  for config in _samples(ctr.ctr_space(), 100, seed=4):
+    static, dynamic = arch.split_config(ctr.runner_config(config))
+    assert static == arch.split_config(ctr.runner_config(ctr.arch_part(config)))[0]
+    assert dynamic == arch.resolve_hparams(
+        ctr.runner_config({k: v for k, v in config.items() if k not in ctr.arch_part(config)}))
+
+
+def test_fixed_arch_space_varies_only_hyperparameters():
+  baseline = ctr.default_config()
+  space = ctr.fixed_arch_space(ctr.arch_part(baseline))
+  assert all(isinstance(space[k], Fixed) for k in ctr.arch_part(baseline))
+  assert space.validate(baseline) == baseline
+  archs = {arch.split_config(ctr.runner_config(c))[0] for c in _samples(space, 50, seed=5)}
+  assert len(archs) == 1
+  with pytest.raises(SpaceError, match="optim.dense_lr"):
+    ctr.fixed_arch_space({"model.name": "fm", "optim.dense_lr": 0.1})
