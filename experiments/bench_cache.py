@@ -27,7 +27,6 @@ Ends stdout with one JSON line (also written to --out); a table goes to stderr.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -36,6 +35,8 @@ import types
 import numpy as np
 from absl import app
 from absl import flags
+
+from experiments import report
 
 from sfjax.data.synthetic import SyntheticCTR
 from sfjax.embedding import belady as belady_lib
@@ -162,11 +163,7 @@ def main(argv):
       "results": results, "baselines": baselines,
       "planner_ms_per_batch_50k_unique_1M_slots": timing, "elapsed_s": time.time() - begin,
   }
-  line = json.dumps(result, sort_keys=True)
-  if _OUT.value:
-    with open(_OUT.value, "w") as f:
-      f.write(line + "\n")
-  print(line)
+  report.emit_json_line(result, _OUT.value)
 
 
 def _print_table(results: list[dict], baselines: list[dict], timing: dict) -> None:

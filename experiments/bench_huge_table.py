@@ -11,18 +11,17 @@ of device state, throughput and cache counters; ends with one JSON line (also --
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import shutil
 import subprocess
-import sys
 import time
 
 import jax
-import numpy as np
 from absl import app
 from absl import flags
+
+from experiments import report
 from absl import logging
 
 from experiments.configs import ctr as ctr_config
@@ -90,12 +89,7 @@ def main(argv):
                                               "manager_wait_seconds", "writeback_seconds",
                                               "device_wait_seconds")},
   }
-  line = json.dumps(result, sort_keys=True)
-  if _OUT.value:
-    with open(_OUT.value, "w") as f:
-      f.write(line + "\n")
-  print(line)
-  sys.stdout.flush()
+  report.emit_json_line(result, _OUT.value)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,7 @@ Ends stdout with one JSON line (also written to --out).
 
 from __future__ import annotations
 
-import json
 import statistics
-import sys
 import time
 
 import jax
@@ -25,12 +23,12 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from experiments import report
+
 from experiments.configs import ctr as ctr_config
 from sfjax.data import synthetic
 from sfjax.data import types
 from sfjax.train import loop
-from sfjax.train import prefetch
-from sfjax.train import state as state_lib
 from sfjax.train import step as step_lib
 
 _STEPS = flags.DEFINE_integer("steps", 40, "Timed steps.")
@@ -182,12 +180,7 @@ def main(argv):
     db = jax.device_put(backend.prepare_eval(batches[0]))
     result["profile"] = profile_phases(trainer, optimizers.dense_optimizer(config.optimizer),
                                        row_optimizers.from_config(config.embedding), state, db)
-  line = json.dumps(result, sort_keys=True)
-  if _OUT.value:
-    with open(_OUT.value, "w") as f:
-      f.write(line + "\n")
-  print(line)
-  sys.stdout.flush()
+  report.emit_json_line(result, _OUT.value)
 
 
 if __name__ == "__main__":

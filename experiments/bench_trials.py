@@ -24,6 +24,8 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from experiments import report
+
 from experiments.configs import ctr as ctr_config
 from sfjax.automl import arch as arch_lib
 from sfjax.automl import cohort
@@ -115,12 +117,7 @@ def main(argv):
       "platform": jax.devices()[0].platform, "device_kind": jax.devices()[0].device_kind,
       "devices": jax.device_count(), "shard_trials": _SHARD.value, "results": rows,
   }
-  line = json.dumps(result, sort_keys=True)
-  if _OUT.value:
-    with open(_OUT.value, "w") as f:
-      f.write(line + "\n")
-  print(line)
-  sys.stdout.flush()
+  report.emit_json_line(result, _OUT.value)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
-import jax
 import numpy as np
 
 from sfjax.data import types

@@ -12,7 +12,6 @@ Both expose the same small interface to `loop.py`: `initial_table`, `train_input
 
 from __future__ import annotations
 
-import os
 from typing import Any, Iterable, Iterator
 
 import jax
@@ -122,7 +121,7 @@ class CacheBackend:
         raise config_check.ConfigError(
             "config field embedding.host_path: required when embedding.host_storage=mmap")
       self.host_table = host_table_lib.HostTable.create_mmap(
-          os.path.join(e.host_path), self.num_rows, width, slot_width, **kw)
+          e.host_path, self.num_rows, width, slot_width, **kw)
     else:
       self.host_table = host_table_lib.HostTable.create_ram(self.num_rows, width, slot_width, **kw)
     self.planner = cache_planner.CachePlanner(self.num_slots, self.capacity, policy=e.cache_policy,

@@ -76,7 +76,6 @@ def test_zero_gradient_rows_unchanged_for_sgd_and_adagrad():
 
 @pytest.mark.parametrize("name", ["sgd", "adagrad", "adam", "ftrl"])
 def test_from_config(name):
-  import ml_collections
   from experiments.configs import ctr
   cfg = ctr.get_config().embedding
   cfg.optimizer = name

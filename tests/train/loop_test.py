@@ -1,7 +1,6 @@
 """The training loop: learning to the oracle, metrics files, config validation."""
 
 import json
-import os
 
 import pytest
 
