@@ -71,7 +71,9 @@ class CohortOutput(NamedTuple):
     states: stacked [W] TrainState, on device.
     alive: [W] bool; steps: [W] int, global steps applied.
     losses: [W, L] per-step train loss; applied: [W, L] bool.
-    auc, logloss: [W] float64 exact eval metrics (NaN for failed trials).
+    auc, logloss: [W] float64 exact metrics on the first half of the eval rows (the
+      'valid' half that searches select on; NaN for failed trials).
+    test_auc, test_logloss: [W] the same on the second half, never used for selection.
     seconds: wall time of the call (compilation included).
   """
 
@@ -82,7 +84,20 @@ class CohortOutput(NamedTuple):
   applied: np.ndarray
   auc: np.ndarray
   logloss: np.ndarray
+  test_auc: np.ndarray
+  test_logloss: np.ndarray
   seconds: float
+
+
+def split_eval_mask(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Splits the real eval examples into a first ('valid') and a second ('test') half.
+
+  Searches select on the valid half; the test half is only reported, so the best
+  trial's test AUC is an unbiased comparison with the default config's.
+  """
+  real = np.cumsum(mask > 0)
+  first = real <= (real[-1] + 1) // 2 if real.size else real.astype(bool)
+  return mask * first, mask * ~first
 
 
 def trial_mesh(num_devices: int = 0) -> jax.sharding.Mesh:
@@ -208,13 +223,16 @@ class CohortRunner:
         (out.alive, out.state.step, out.losses, out.applied, out.logits))
     seconds = time.perf_counter() - t0
     logits = logits.reshape(width, -1)
-    labels, mask = self.data.eval_labels, self.data.eval_mask
-    auc = np.full((width,), np.nan)
-    logloss = np.full((width,), np.nan)
+    labels = self.data.eval_labels
+    valid_mask, test_mask = split_eval_mask(self.data.eval_mask)
+    metrics = np.full((4, width), np.nan)  # auc, logloss, test_auc, test_logloss
     for i in np.flatnonzero(alive):
-      auc[i] = metrics_lib.auc(labels, logits[i], mask)
-      logloss[i] = metrics_lib.logloss(labels, metrics_lib.sigmoid(logits[i]), mask)
-    return CohortOutput(out.state, alive, steps, losses, applied, auc, logloss, seconds)
+      probs = metrics_lib.sigmoid(logits[i])
+      metrics[:, i] = (metrics_lib.auc(labels, logits[i], valid_mask),
+                       metrics_lib.logloss(labels, probs, valid_mask),
+                       metrics_lib.auc(labels, logits[i], test_mask),
+                       metrics_lib.logloss(labels, probs, test_mask))
+    return CohortOutput(out.state, alive, steps, losses, applied, *metrics, seconds)
 
   def count_params(self, arch: ArchSpec) -> int:
     """`arch.count_params` for the task's data set (cached)."""
@@ -315,7 +333,8 @@ class CohortRunner:
     try:
       out = self.run_stacked(arch, hparams, seeds, start, end, states)
     except jax.errors.JaxRuntimeError as e:  # e.g. out of device memory: the chunk fails, not the study
-      metrics = {"auc": float("nan"), "logloss": float("nan"), "train_loss": float("nan"),
+      metrics = {"auc": float("nan"), "logloss": float("nan"), "test_auc": float("nan"),
+                 "test_logloss": float("nan"), "train_loss": float("nan"),
                  "steps": start, "params": self.count_params(arch), "seconds": 0.0}
       return [TrialResult(dict(metrics), "failed", None, f"{type(e).__name__}: {e}")
               for _ in range(num_real)]
@@ -324,6 +343,7 @@ class CohortRunner:
     for i in range(num_real):
       ok = out.applied[i]
       metrics = {"auc": float(out.auc[i]), "logloss": float(out.logloss[i]),
+                 "test_auc": float(out.test_auc[i]), "test_logloss": float(out.test_logloss[i]),
                  "train_loss": float(np.mean(out.losses[i][ok])) if ok.any() else float("nan"),
                  "steps": int(out.steps[i]), "params": self.count_params(arch),
                  "seconds": out.seconds / num_real}

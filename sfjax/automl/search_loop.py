@@ -240,8 +240,10 @@ def summarize(study: Study, default: Mapping[str, float]) -> dict[str, Any]:
   """The summary dict `run_search` returns."""
   trials = study.trials()
   best: TrialRecord | None = study.best()
-  best_auc = best.metrics.get("auc") if best is not None else None
-  default_auc = default.get("auc")
+  # Selection used 'auc' (the valid half of the eval rows); the comparison with the default
+  # uses the test half, which no selection saw.
+  best_auc = best.metrics.get("test_auc") if best is not None else None
+  default_auc = default.get("test_auc")
   beats = best_auc is not None and (default_auc is None or not math.isfinite(default_auc)
                                      or best_auc > default_auc)
   return {

@@ -143,3 +143,12 @@ def test_bad_arguments_are_named(arch, runner4, data):
     cohort.CohortRunner(data.task, cohort_width=0, data=data)
   with pytest.raises(ValueError, match="CTRTask.batch_size"):
     trial_data.CTRTask(data.task.data, batch_size=0)
+
+
+def test_split_eval_mask_halves_are_disjoint_and_cover_real_rows():
+  mask = np.array([1, 1, 0, 1, 1, 1, 0, 0], np.float32)  # 5 real rows, padding anywhere
+  valid, test = cohort.split_eval_mask(mask)
+  np.testing.assert_array_equal(valid + test, mask)
+  assert (valid * test).sum() == 0
+  assert valid.sum() == 3 and test.sum() == 2
+  assert np.flatnonzero(valid).max() < np.flatnonzero(test).min()
