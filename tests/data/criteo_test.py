@@ -1,6 +1,5 @@
 """Tests for sfjax.data.criteo: the Criteo TSV parser through `TextReader`."""
 
-import gzip
 
 import numpy as np
 import pytest
@@ -15,16 +14,6 @@ def _line(label="1", ints=None, cats=None):
   return "\t".join([label] + list(ints) + list(cats)) + "\n"
 
 
-def _write(path, lines, gz=False):
-  data = "".join(lines).encode()
-  if gz:
-    with gzip.open(path, "wb") as f:
-      f.write(data)
-  else:
-    path.write_bytes(data)
-  return str(path)
-
-
 def _read(paths, skip=False, chunk_lines=3):
   reader = text_io.TextReader(paths, criteo.CriteoFormat(), skip, chunk_lines)
   raws = list(reader)
@@ -34,10 +23,10 @@ def _read(paths, skip=False, chunk_lines=3):
   return values, dense, labels, reader
 
 
-def test_parses_labels_dense_transform_and_hex_values(tmp_path):
+def test_parses_labels_dense_transform_and_hex_values(tmp_path, write_file):
   ints = ["0", "1", "-2", "", "5"] + ["9"] * 8
   cats = ["68fd1e64", ""] + ["0a"] * 24
-  path = _write(tmp_path / "day.tsv", [_line("0", ints, cats), _line("1")])
+  path = write_file(tmp_path / "day.tsv", [_line("0", ints, cats), _line("1")])
   values, dense, labels, reader = _read([path])
   np.testing.assert_array_equal(labels, [0.0, 1.0])
   assert dense.shape == (2, 13) and dense.dtype == np.float32
@@ -49,17 +38,17 @@ def test_parses_labels_dense_transform_and_hex_values(tmp_path):
   assert reader.bad_lines == 0
 
 
-def test_all_empty_features_and_windows_line_ends(tmp_path):
+def test_all_empty_features_and_windows_line_ends(tmp_path, write_file):
   line = _line("1", [""] * 13, [""] * 26).replace("\n", "\r\n")
-  values, dense, labels, _ = _read([_write(tmp_path / "x.tsv", [line])])
+  values, dense, labels, _ = _read([write_file(tmp_path / "x.tsv", [line])])
   assert labels.tolist() == [1.0]
   assert not dense.any()
   assert (values == b"").all()
 
 
-def test_gzip_and_glob_over_several_files(tmp_path):
-  _write(tmp_path / "part-1.tsv.gz", [_line("1", cats=["bb"] * 26)], gz=True)
-  _write(tmp_path / "part-0.tsv", [_line("0", cats=["aa"] * 26)] * 4)
+def test_gzip_and_glob_over_several_files(tmp_path, write_file):
+  write_file(tmp_path / "part-1.tsv.gz", [_line("1", cats=["bb"] * 26)], gz=True)
+  write_file(tmp_path / "part-0.tsv", [_line("0", cats=["aa"] * 26)] * 4)
   values, _, labels, _ = _read([*text_io.expand_paths(f"{tmp_path}/part-*")])
   np.testing.assert_array_equal(labels, [0, 0, 0, 0, 1])  # part-0 first: globs are sorted.
   assert values[:, 0].tolist() == [b"aa"] * 4 + [b"bb"]
@@ -74,28 +63,28 @@ def test_gzip_and_glob_over_several_files(tmp_path):
     (_line("0", ["7"] * 12 + ["abc"]), "I13 is not a 64-bit integer: 'abc'"),
     (_line("0", ["1.5"] + ["7"] * 12), "I1 is not a 64-bit integer: '1.5'"),
 ])
-def test_malformed_line_names_file_and_line(tmp_path, bad_line, reason):
-  good = _write(tmp_path / "a.tsv", [_line()] * 5)
+def test_malformed_line_names_file_and_line(tmp_path, bad_line, reason, write_file):
+  good = write_file(tmp_path / "a.tsv", [_line()] * 5)
   # The bad line is line 5 of the second file, in the second chunk of 3.
-  bad = _write(tmp_path / "b.tsv", [_line()] * 4 + [bad_line, _line()])
+  bad = write_file(tmp_path / "b.tsv", [_line()] * 4 + [bad_line, _line()])
   with pytest.raises(DataFormatError) as e:
     _read([good, bad])
   assert (e.value.path, e.value.line, e.value.reason) == (bad, 5, reason)
   assert str(e.value).startswith(f"{bad}:5: ")
 
 
-def test_first_bad_line_of_a_chunk_is_reported(tmp_path):
+def test_first_bad_line_of_a_chunk_is_reported(tmp_path, write_file):
   # Line 2 has an int error, line 3 a field-count error: line 2 is reported.
   lines = [_line(), _line("0", ["x"] * 13), _line().replace("\t", ",")]
-  path = _write(tmp_path / "x.tsv", lines)
+  path = write_file(tmp_path / "x.tsv", lines)
   with pytest.raises(DataFormatError, match=r"x.tsv:2: I1 is not"):
     _read([path], chunk_lines=10)
 
 
-def test_skip_bad_lines_drops_and_counts_each_kind(tmp_path):
+def test_skip_bad_lines_drops_and_counts_each_kind(tmp_path, write_file):
   lines = [_line("1"), _line("3"), _line("0", ["q"] * 13), "short\tline\n",
            _line("0", cats=["ok"] * 26), "\n"]
-  path = _write(tmp_path / "x.tsv", lines)
+  path = write_file(tmp_path / "x.tsv", lines)
   values, dense, labels, reader = _read([path], skip=True, chunk_lines=2)
   np.testing.assert_array_equal(labels, [1, 0])
   assert values[1, 0] == b"ok" and dense.shape == (2, 13)

@@ -1,6 +1,5 @@
 """Tests for sfjax.data.dataset: the `make_dataset` factory over file formats."""
 
-import gzip
 import itertools
 import sys
 import types
@@ -19,16 +18,6 @@ def _criteo_line(i, label=None):
   return "\t".join([str(i % 2 if label is None else label)] + ints + cats) + "\n"
 
 
-def _write(path, lines, gz=False):
-  data = "".join(lines).encode()
-  if gz:
-    with gzip.open(path, "wb") as f:
-      f.write(data)
-  else:
-    path.write_bytes(data)
-  return str(path)
-
-
 def _config(**data):
   cfg = ctr.get_config().data
   for k, v in data.items():
@@ -37,11 +26,11 @@ def _config(**data):
 
 
 @pytest.fixture
-def criteo_files(tmp_path):
-  _write(tmp_path / "train-0.tsv", [_criteo_line(i) for i in range(0, 30)])
-  _write(tmp_path / "train-1.tsv.gz", [_criteo_line(i) for i in range(30, 50)], gz=True)
-  _write(tmp_path / "eval.tsv", [_criteo_line(i) for i in range(100, 110)])
-  _write(tmp_path / "test.tsv", [_criteo_line(i) for i in range(200, 203)])
+def criteo_files(tmp_path, write_file):
+  write_file(tmp_path / "train-0.tsv", [_criteo_line(i) for i in range(0, 30)])
+  write_file(tmp_path / "train-1.tsv.gz", [_criteo_line(i) for i in range(30, 50)], gz=True)
+  write_file(tmp_path / "eval.tsv", [_criteo_line(i) for i in range(100, 110)])
+  write_file(tmp_path / "test.tsv", [_criteo_line(i) for i in range(200, 203)])
   return tmp_path
 
 
@@ -79,12 +68,12 @@ def test_criteo_vocabulary_dataset_maps_unseen_to_oov(criteo_files):
   assert (ev.ids[real, 2:] == 1).all()
 
 
-def test_skip_bad_lines_is_counted_in_stats(tmp_path):
+def test_skip_bad_lines_is_counted_in_stats(tmp_path, write_file):
   lines = [_criteo_line(i) for i in range(10)]
   lines[3] = _criteo_line(3, label=5)
   lines[7] = "junk\n"
-  cfg = _config(format="criteo", train_path=_write(tmp_path / "t.tsv", lines), hash_rows=8,
-                eval_path=_write(tmp_path / "e.tsv", lines[:5]), skip_bad_lines=True)
+  cfg = _config(format="criteo", train_path=write_file(tmp_path / "t.tsv", lines), hash_rows=8,
+                eval_path=write_file(tmp_path / "e.tsv", lines[:5]), skip_bad_lines=True)
   ds = dataset.make_dataset(cfg, seed=0)
   next(ds.train_batches(4, 0))  # Hashing needs no pass at construction: stream once.
   assert sum(b.mask.sum() for b in ds.eval_batches("eval", 4)) == 4
@@ -112,7 +101,7 @@ def test_avazu_dataset(tmp_path):
   assert batch.dense.shape == (4, 0) and (batch.ids == 1).all()
 
 
-def test_config_errors_name_the_key(tmp_path):
+def test_config_errors_name_the_key(tmp_path, write_file):
   known = r"\(known: synthetic, criteo, avazu, movielens\)"
   with pytest.raises(ValueError, match=rf"unknown data.format 'parquet' {known}"):
     dataset.make_dataset(_config(format="parquet"), 0)
@@ -121,7 +110,7 @@ def test_config_errors_name_the_key(tmp_path):
   with pytest.raises(ValueError, match="data.eval_path: .* matches no file"):
     cfg = _config(format="avazu", train_path=__file__, eval_path=f"{tmp_path}/none*")
     dataset.make_dataset(cfg, 0)
-  path = _write(tmp_path / "t.tsv", [_criteo_line(0)])
+  path = write_file(tmp_path / "t.tsv", [_criteo_line(0)])
   with pytest.raises(ValueError, match="data.hash_rows must be >= 0"):
     dataset.make_dataset(_config(format="criteo", train_path=path, hash_rows=-3), 0)
   ds = dataset.make_dataset(_config(format="criteo", train_path=path, hash_rows=4), 0)

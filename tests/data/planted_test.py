@@ -5,23 +5,12 @@ import itertools
 import numpy as np
 import pytest
 
-from experiments.configs import ctr
 from sfjax.data import planted
 from sfjax.data import synthetic
 from sfjax.train import metrics
 
 
-def small_config(**overrides):
-  cfg = ctr.get_config().data.synthetic
-  cfg.num_train, cfg.num_eval = 3000, 20000
-  for key, value in overrides.items():
-    setattr(cfg, key, value)
-  return cfg
 
-
-@pytest.fixture(scope="module")
-def data():
-  return synthetic.SyntheticCTR(small_config(), seed=0)
 
 
 def tiny_model(seed=0, perm_mul=(1, 1, 3), perm_add=(0, 0, 0), num_dense=2):
@@ -71,7 +60,7 @@ def test_planted_rank_inverts_the_id_permutation(data):
   np.testing.assert_array_equal(((ids - p.rank_add) * p.rank_mul) % p.field_rows, ranks)
 
 
-def test_huge_fields_hash_into_a_capped_table():
+def test_huge_fields_hash_into_a_capped_table(small_config):
   data = synthetic.SyntheticCTR(small_config(cardinality_scale=0.03), seed=3)
   assert data.spec.field_rows[2] > planted.PLANTED_TABLE_CAP and data.planted.hashed[2]
   assert data.planted.first_order.size < data.spec.total_rows

@@ -8,7 +8,6 @@ import chex
 import numpy as np
 import pytest
 
-from experiments.configs import ctr
 from sfjax.data import planted
 from sfjax.data import synthetic
 from sfjax.train import metrics
@@ -16,17 +15,7 @@ from sfjax.train import metrics
 CHUNK = synthetic.CHUNK_ROWS
 
 
-def small_config(**overrides):
-  cfg = ctr.get_config().data.synthetic
-  cfg.num_train, cfg.num_eval = 3000, 20000
-  for key, value in overrides.items():
-    setattr(cfg, key, value)
-  return cfg
 
-
-@pytest.fixture(scope="module")
-def data():
-  return synthetic.SyntheticCTR(small_config(), seed=0)
 
 
 def test_cardinalities_are_the_criteo_kaggle_ones():
@@ -57,7 +46,7 @@ def test_rows_have_canonical_dtypes_and_ranges(data):
   assert np.all((probs > 0) & (probs < 1))
 
 
-def test_same_seed_same_rows_other_seed_other_rows(data):
+def test_same_seed_same_rows_other_seed_other_rows(data, small_config):
   again = synthetic.SyntheticCTR(small_config(), seed=0)
   other = synthetic.SyntheticCTR(small_config(), seed=1)
   a, b, c = (d.generate_rows("train", 100, 2000) for d in (data, again, other))
@@ -94,7 +83,7 @@ def test_sample_rows_draws_labels_after_the_features(data):
   np.testing.assert_array_equal(rows.probs, planted.click_probabilities(data.planted, ids, counts))
 
 
-def test_id_frequencies_follow_a_power_law_with_scattered_hot_ids(data):
+def test_id_frequencies_follow_a_power_law_with_scattered_hot_ids(data, small_config):
   ids = data.generate_rows("train", 0, 100_000).ids[:, 2]  # C3: 10131 rows
   counts = np.bincount(ids, minlength=10131)
   top = np.argsort(-counts)[:101]
@@ -149,7 +138,7 @@ def test_eval_batches_pad_the_last_batch(data):
   np.testing.assert_array_equal(np.concatenate([b.ids for b in batches])[:20000], full.ids)
 
 
-def test_train_batches_cover_each_epoch_and_reshuffle():
+def test_train_batches_cover_each_epoch_and_reshuffle(small_config):
   data = synthetic.SyntheticCTR(small_config(num_train=17000), seed=0)  # one chunk and a part
   stream = data.train_batches(batch_size=1000, seed=5)
   first = [next(stream) for _ in range(17)]  # exactly the first epoch
@@ -164,7 +153,7 @@ def test_train_batches_cover_each_epoch_and_reshuffle():
   chex.assert_trees_all_equal(again, first[:2])
 
 
-def test_train_batches_repeat_a_tiny_epoch():
+def test_train_batches_repeat_a_tiny_epoch(small_config):
   data = synthetic.SyntheticCTR(small_config(num_train=300), seed=0)
   batches = list(itertools.islice(data.train_batches(512, seed=0), 3))
   assert [b.size for b in batches] == [512, 512, 512]
@@ -184,7 +173,7 @@ def test_unknown_split_and_bad_arguments_raise(data):
     data.generate("train", -1, 10)
 
 
-def test_config_errors_name_the_key():
+def test_config_errors_name_the_key(small_config):
   with pytest.raises(ValueError, match="data.synthetic.zipf_exponent"):
     synthetic.SyntheticCTR(small_config(zipf_exponent=-1.0), seed=0)
   with pytest.raises(ValueError, match="data.synthetic.planted_dim"):

@@ -1,22 +1,11 @@
 """Tests for sfjax.data.text_io: globs, gzip, line numbering, bad-line policy."""
 
-import gzip
 
 import numpy as np
 import pytest
 
 from sfjax.data import text_io
 from sfjax.data.types import DataFormatError
-
-
-def _write(path, text, gz=False):
-  data = text.encode()
-  if gz:
-    with gzip.open(path, "wb") as f:
-      f.write(data)
-  else:
-    path.write_bytes(data)
-  return str(path)
 
 
 class _TwoColumns:
@@ -40,9 +29,9 @@ class _TwoColumns:
     return parse, 1
 
 
-def test_expand_paths_sorts_each_glob_and_keeps_glob_order(tmp_path):
+def test_expand_paths_sorts_each_glob_and_keeps_glob_order(tmp_path, write_file):
   for name in ("b2.txt", "b1.txt", "a.txt"):
-    _write(tmp_path / name, "x\n")
+    write_file(tmp_path / name, "x\n")
   spec = f"{tmp_path}/b*.txt, {tmp_path}/a.txt"
   assert text_io.expand_paths(spec) == (
       str(tmp_path / "b1.txt"), str(tmp_path / "b2.txt"), str(tmp_path / "a.txt"))
@@ -55,16 +44,16 @@ def test_expand_paths_errors_name_the_key_and_pattern(tmp_path):
     text_io.expand_paths(f"{tmp_path}/nothing*.tsv", "data.train_path")
 
 
-def test_gzip_is_read_transparently(tmp_path):
+def test_gzip_is_read_transparently(tmp_path, write_file):
   text = "1,a\n0,b\n"
-  plain = _write(tmp_path / "x.csv", text)
-  packed = _write(tmp_path / "x.csv.gz", text, gz=True)
+  plain = write_file(tmp_path / "x.csv", text)
+  packed = write_file(tmp_path / "x.csv.gz", text, gz=True)
   with text_io.open_binary(plain) as f1, text_io.open_binary(packed) as f2:
     assert f1.read() == f2.read() == text.encode()
 
 
-def test_line_chunks_number_lines_from_one_per_file(tmp_path):
-  path = _write(tmp_path / "x.csv", "".join(f"0,{i}\n" for i in range(5)))
+def test_line_chunks_number_lines_from_one_per_file(tmp_path, write_file):
+  path = write_file(tmp_path / "x.csv", "".join(f"0,{i}\n" for i in range(5)))
   with text_io.open_binary(path) as f:
     chunks = list(text_io.iter_line_chunks(f, path, chunk_lines=2))
   assert [c.first_line for c in chunks] == [1, 3, 5]
@@ -89,17 +78,17 @@ def test_signed_log1p():
   assert out.dtype == np.float32
 
 
-def test_reader_raises_at_first_bad_line_with_file_and_line(tmp_path):
-  path = _write(tmp_path / "x.csv", "1,a\n0,b\n0,c\n2,d\n0\n")
+def test_reader_raises_at_first_bad_line_with_file_and_line(tmp_path, write_file):
+  path = write_file(tmp_path / "x.csv", "1,a\n0,b\n0,c\n2,d\n0\n")
   reader = text_io.TextReader([path], _TwoColumns(), chunk_lines=2)
   with pytest.raises(DataFormatError, match=rf"{path}:4: label must be 0 or 1, got '2'") as e:
     list(reader)
   assert (e.value.path, e.value.line) == (path, 4)
 
 
-def test_reader_skips_and_counts_bad_lines_once_per_file(tmp_path):
-  p1 = _write(tmp_path / "a.csv", "1,a\nbad\n0,b\n")
-  p2 = _write(tmp_path / "b.csv.gz", "x,c\n1,d\n1,e,f\n", gz=True)
+def test_reader_skips_and_counts_bad_lines_once_per_file(tmp_path, write_file):
+  p1 = write_file(tmp_path / "a.csv", "1,a\nbad\n0,b\n")
+  p2 = write_file(tmp_path / "b.csv.gz", "x,c\n1,d\n1,e,f\n", gz=True)
   reader = text_io.TextReader([p1, p2], _TwoColumns(), skip_bad_lines=True, chunk_lines=2)
   for _ in range(3):  # Three epochs must not triple the count.
     values = np.concatenate([raw.values[:, 0] for raw in reader])
