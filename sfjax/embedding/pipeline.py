@@ -124,6 +124,7 @@ class CachePipeline(Iterator[StepInputs]):
     self._writer_error: BaseException | None = None
     self._writeback: queue.Queue = queue.Queue()
     self._submitted = 0
+    self._flushed_after = -1  # `_submitted` at the last flush: nothing new to write if equal
     self.last_step: dict[str, int] = {}  # counters of the most recently submitted step
     # Which id each cache slot holds ON THE DEVICE, i.e. after the last submitted step.
     # The planner runs up to `lookahead` steps ahead, so its own slot map may already
@@ -246,9 +247,14 @@ class CachePipeline(Iterator[StepInputs]):
 
     Call with the latest cache state after its step was submitted; the cache keeps its
     rows, so training may continue. Steps already planned but not yet run are ignored
-    (their swaps have not happened on the device). Returns the number of rows written.
+    (their swaps have not happened on the device). A second flush with no step submitted
+    in between writes nothing (the cache cannot have changed). Returns the number of rows
+    written.
     """
     self.drain()
+    if self._flushed_after == self._submitted:
+      return 0
+    self._flushed_after = self._submitted
     slots = np.flatnonzero(self._device_slot_ids >= 0)
     ids = self._device_slot_ids[slots]
     if ids.size:

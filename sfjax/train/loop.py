@@ -227,8 +227,9 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None) -> dict
   final["best"] = best
   if "test_auc" in best:
     final["test_auc"], final["test_logloss"] = best["test_auc"], best["test_logloss"]
-  if backend.stats():
-    final["cache_stats"] = backend.stats()
+  cache_stats = backend.stats()
+  if cache_stats:
+    final["cache_stats"] = cache_stats
   final["final_state"], final["trainer"] = state, trainer
   final["losses"] = np.concatenate(losses)
   return final
