@@ -20,11 +20,11 @@ import time
 import jax
 from absl import app
 from absl import flags
-
-from experiments import report
 from absl import logging
 
+from experiments import report
 from experiments.configs import ctr as ctr_config
+from sfjax.data import dataset as dataset_lib
 from sfjax.train import loop
 
 _HOST_PATH = flags.DEFINE_string("host_path", "/tmp/sfjax_huge_table", "Directory of the mmap table "
@@ -64,11 +64,13 @@ def main(argv):
   if _OVERWRITE.value and os.path.exists(_HOST_PATH.value):
     shutil.rmtree(_HOST_PATH.value)
   t0 = time.perf_counter()
-  final = loop.train_and_evaluate(huge_config())
+  config = huge_config()
+  data = dataset_lib.make_dataset(config.data, config.seed)
+  trainer = loop.build_trainer(config, data.spec)
+  final, state = loop.train_and_evaluate(config, dataset=data, trainer=trainer)
   wall = time.perf_counter() - t0
-  trainer = final["trainer"]
   backend = trainer.backend
-  state_bytes = sum(x.nbytes for x in jax.tree.leaves(final["final_state"]))
+  state_bytes = sum(x.nbytes for x in jax.tree.leaves(state))
   real, apparent = _disk_bytes(_HOST_PATH.value)
   stats = final["cache_stats"]
   result = {

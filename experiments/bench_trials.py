@@ -27,9 +27,9 @@ from absl import flags
 from experiments import report
 
 from experiments.configs import ctr as ctr_config
-from sfjax.automl import arch as arch_lib
-from sfjax.automl import cohort
-from sfjax.automl import trial_data
+from sfjax.ctr_search import arch as arch_lib
+from sfjax.ctr_search import cohort
+from sfjax.ctr_search import trial_data
 
 _WIDTHS = flags.DEFINE_list("widths", ["1", "8", "32", "128"], "Cohort sizes N to measure.")
 _STEPS = flags.DEFINE_integer("steps", 20, "Train steps per trial.")

@@ -6,7 +6,7 @@ Any config field can be overridden, e.g. `--config.study.algorithm=tpe
 --config.study.num_trials=32 --config.study.cohort_width=4 --config.seed=1`.
 Rerunning the same command on the same DIR resumes the study. Prints a live
 leaderboard to stderr, writes DIR/trials.jsonl and DIR/best.json, and ends stdout
-with one JSON line: the summary of `sfjax.automl.search_loop.run_search`.
+with one JSON line: the summary of `sfjax.ctr_search.search_loop.run_search`.
 """
 
 import json
@@ -18,8 +18,9 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from sfjax.automl import search_loop
+from search_spaces import ctr as ctr_space
 from sfjax.automl.study import JournalLockedError, StudyError
+from sfjax.ctr_search import search_loop
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Python config file (ml_collections).",
                                           lock_config=True)
@@ -41,7 +42,7 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.INFO)
   try:
-    summary = search_loop.run_search(_CONFIG.value, _WORKDIR.value)
+    summary = search_loop.run_search(_CONFIG.value, _WORKDIR.value, ctr_space.SEARCH_SPACE)
   except (search_loop.SearchConfigError, StudyError, JournalLockedError) as e:
     sys.stderr.write(f"error: {e}\n")
     sys.exit(2)

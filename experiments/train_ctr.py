@@ -22,7 +22,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.INFO)
-  final = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  final, _ = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   loop.print_final(final)
 
 

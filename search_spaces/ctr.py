@@ -2,8 +2,8 @@
 
     space = ctr_space()                         # every model family
     space = ctr_space(families=("fm", "dcnv2"))  # a sub-family search
-    baseline = default_config(space)             # experiments/configs/ctr.py's model
-    runner_keys = runner_config(config)          # what `sfjax.automl.arch.split_config` reads
+    baseline = default_config(space)             # the trainer's default model
+    runner_keys = runner_config(config)          # what `sfjax.ctr_search.arch.split_config` reads
     pbt_space = fixed_arch_space(arch_part(baseline))  # one architecture's hyperparameters
 
 Each searchable part declares its own sub-space, and `ctr_space` nests them under
@@ -26,14 +26,18 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from experiments.configs import ctr as ctr_config
+from sfjax import models
 from sfjax.automl.space import (Bool, Categorical, Condition, Config, Fixed, Float, Int,
                                 Space, SpaceError)
+from sfjax.ctr_search.space_provider import CTRSearchSpace
+from sfjax.embedding import row_optimizers
+from sfjax.train.defaults import ctr_defaults
 
-FAMILIES = ("lr", "fm", "deepfm", "wide_deep", "dcnv2", "dlrm", "autoint", "xdeepfm")
-MLP_FAMILIES = ("deepfm", "wide_deep", "dcnv2", "dlrm", "autoint", "xdeepfm")
-MLP_WIDTHS = (32, 64, 128, 256, 400)  # 400: the baseline's (ctr.py's) width
-EMBEDDING_OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
+# Derived from the registries: a registered model or row optimizer is searchable.
+FAMILIES = models.MODEL_NAMES
+MLP_FAMILIES = tuple(name for name in FAMILIES if "mlp_dims" in models.model_hparams(name))
+MLP_WIDTHS = (32, 64, 128, 256, 400)  # 400: the baseline's (the trainer default's) width
+EMBEDDING_OPTIMIZERS = row_optimizers.ROW_OPTIMIZER_NAMES
 # Gate key -> the log-scale key it switches on; off means an explicit 0.0.
 GATES = {"optim.use_weight_decay": "optim.weight_decay",
          "optim.use_embedding_l2": "optim.embedding_l2"}
@@ -172,7 +176,7 @@ def _check_families(families: Sequence[str]) -> tuple[str, ...]:
 
 
 def default_config(space: Space | None = None) -> Config:
-  """The baseline: `experiments/configs/ctr.py`'s model and optimizers as a point of `space`.
+  """The baseline: the trainer's default model and optimizers as a point of `space`.
 
   Args:
     space: the space to validate against (default: `ctr_space()`).
@@ -186,12 +190,12 @@ def default_config(space: Space | None = None) -> Config:
       there, e.g. a family the space leaves out).
   """
   space = ctr_space() if space is None else space
-  c = ctr_config.get_config()
+  c = ctr_defaults()
   mlp_dims = tuple(c.model.mlp_dims)
   cin_dims = tuple(c.model.cin_dims)
   for key, dims in (("model.mlp_dims", mlp_dims), ("model.cin_dims", cin_dims)):
     if not dims or len(set(dims)) != 1:
-      raise SpaceError(f"experiments/configs/ctr.py: {key} = {dims} is not `depth` equal "
+      raise SpaceError(f"sfjax/train/defaults.py: {key} = {dims} is not `depth` equal "
                        "widths, so the space cannot express it")
   values = {
       "model.name": c.model.name, "model.embed_dim": c.model.embed_dim,
@@ -245,3 +249,25 @@ def runner_config(config: Mapping[str, Any]) -> dict[str, Any]:
     if gate in config and not config[gate]:
       out[key] = 0.0
   return out
+
+
+def _int_list(field: str, text: Any) -> tuple[int, ...]:
+  try:
+    values = tuple(int(v) for v in str(text).split(",") if v.strip())
+  except ValueError:
+    values = ()
+  if not values or min(values) < 1:
+    raise SpaceError(f"{field}: expected comma-separated positive integers, got {text!r}")
+  return values
+
+
+def space_from_config(space_cfg) -> Space:
+  """`ctr_space` of a search config's `space` block (`families`, `mlp_widths`: comma lists)."""
+  return ctr_space(space_cfg.families, _int_list("space.mlp_widths", space_cfg.mlp_widths))
+
+
+# What `sfjax.ctr_search.search_loop.run_search` is given (experiments/search.py passes it).
+SEARCH_SPACE = CTRSearchSpace(
+    from_config=space_from_config, default_config=default_config,
+    fixed_arch_space=fixed_arch_space, arch_part=arch_part, runner_config=runner_config,
+    zero_allowed=frozenset(GATES.values()))

@@ -25,7 +25,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0  # data seed, algorithm seed, and base of the trials' init seeds
 
-  # ---- the task every trial trains on (sfjax.automl.cohort.CTRTask) --------------
+  # ---- the task every trial trains on (sfjax.ctr_search.trial_data.CTRTask) ----------
   c.task = t = ml_collections.ConfigDict()
   t.data = ctr_config.get_config().data  # the `data` block of experiments/configs/ctr.py
   t.data.synthetic.num_train = 200_000
@@ -41,9 +41,12 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   s.families = "lr,fm,deepfm,wide_deep,dcnv2,dlrm"  # model.name choices
   s.mlp_widths = "32,64,128,256"  # model.mlp.width choices
 
-  # ---- the study (sfjax.automl.search_loop) -----------------------------------
+  # ---- the study (sfjax.ctr_search.search_loop) -----------------------------------
   c.study = st = ml_collections.ConfigDict()
-  st.algorithm = "asha"  # random | grid | qmc | evolution | tpe | gp | asha | hyperband | pbt
+  # Any name of sfjax.automl.ALGORITHMS: random | grid | qmc | evolution | tpe | gp |
+  # successive_halving | asha | hyperband | pbt. An algorithm reads the study fields named
+  # like its own settings (eta, population_size, num_iterations, ...).
+  st.algorithm = "asha"
   st.num_trials = 64  # trials trained to a final status (done / failed); rejected ones don't count
   st.cohort_width = "auto"  # 'auto' (measured per architecture) or an integer, e.g. '4'
   st.ask_batch = 0  # trials asked per round; 0: the cohort width ('auto': 8)
@@ -51,11 +54,12 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   st.min_budget = 1.0  # budget units; multi-fidelity algorithms start here
   st.max_budget = 9.0  # budget of a full trial (and of the default config's baseline run)
   st.eta = 3  # successive-halving reduction factor (asha, hyperband)
-  st.hyperband_iterations = 1
+  st.num_iterations = 1  # hyperband: rounds of its brackets
   st.population_size = 16  # evolution: aging population; pbt: members
   st.sample_size = 4  # evolution: tournament size
   st.n_startup_trials = 8  # tpe / gp: random trials before the model is used
-  st.grid_points_per_float = 1  # grid: points per float parameter (grid order is shuffled)
+  st.num_points_per_float = 1  # grid: points per float parameter
+  st.shuffle = True  # grid: visit the grid in a seeded random order
   st.pbt_interval = 1.0  # pbt: budget units between exploit / explore steps
   st.pbt_model = ""  # pbt: model.name of the trained architecture ('' = the default config's)
   st.leaderboard_size = 10  # rows of the live leaderboard printed to stderr

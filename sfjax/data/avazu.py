@@ -22,7 +22,7 @@ from typing import BinaryIO, NamedTuple
 import numpy as np
 
 from sfjax.data import text_io
-from sfjax.data.types import DataFormatError
+from sfjax.core.errors import DataFormatError
 
 LABEL_COLUMN = "click"
 HOUR_COLUMN = "hour"

@@ -1,6 +1,6 @@
 """Dataset factory: `make_dataset(data_cfg, seed) -> CTRDataset`.
 
-`data_cfg` is the `data` ConfigDict of `experiments/configs/ctr.py`:
+`data_cfg` is the `data` block of a CTR config (`sfjax/train/defaults.py`):
   * format: 'synthetic' | 'criteo' | 'avazu' | 'movielens'.
   * train_path / eval_path / test_path: comma-separated globs (file formats);
     eval splits are 'eval' (if eval_path) and 'test' (if test_path).
@@ -21,7 +21,6 @@ import ml_collections
 from sfjax.data import avazu, batching, criteo, feature_map, movielens, text_io
 from sfjax.data.types import Batch, DatasetSpec, make_batch
 
-KNOWN_FORMATS = ("synthetic", "criteo", "avazu", "movielens")
 _LINE_FORMATS = {"criteo": criteo.CriteoFormat, "avazu": avazu.AvazuFormat}
 
 
@@ -103,7 +102,7 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, seed: int) -> CTRDataset:
   """Builds the data set `data_cfg.format` names.
 
   Args:
-    data_cfg: the `data` ConfigDict of `experiments/configs/ctr.py`.
+    data_cfg: the `data` block of a CTR config.
     seed: run seed; used by the synthetic generator (file formats take
       their shuffle seed in `train_batches`, MovieLens its split seed from
       `data.movielens.split_seed`).
@@ -116,11 +115,24 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, seed: int) -> CTRDataset:
       format, or an invalid mapping setting.
   """
   fmt = str(data_cfg.format)
-  if fmt == "synthetic":
-    from sfjax.data.synthetic import SyntheticCTR  # Lazy: optional for file formats.
-    return SyntheticCTR(data_cfg.synthetic, seed)
-  if fmt == "movielens":
-    return movielens.MovieLensDataset(data_cfg)
-  if fmt in _LINE_FORMATS:
-    return FileCTRDataset(_LINE_FORMATS[fmt](), data_cfg)
-  raise ValueError(f"unknown data.format {fmt!r} (known: {', '.join(KNOWN_FORMATS)})")
+  if fmt not in DATA_FORMATS:
+    raise ValueError(f"config field data.format: unknown format {fmt!r} "
+                     f"(known: {', '.join(KNOWN_FORMATS)})")
+  return DATA_FORMATS[fmt](data_cfg, seed)
+
+
+def _synthetic(data_cfg, seed: int) -> CTRDataset:
+  from sfjax.data.synthetic import SyntheticCTR  # pylint: disable=import-outside-toplevel
+  return SyntheticCTR(data_cfg.synthetic, seed)
+
+
+# format name -> (data_cfg, seed) -> CTRDataset. The registry every format list derives from;
+# a new format registers its builder here.
+DATA_FORMATS = {
+    "synthetic": _synthetic,
+    "criteo": lambda data_cfg, seed: FileCTRDataset(_LINE_FORMATS["criteo"](), data_cfg),
+    "avazu": lambda data_cfg, seed: FileCTRDataset(_LINE_FORMATS["avazu"](), data_cfg),
+    "movielens": lambda data_cfg, seed: movielens.MovieLensDataset(data_cfg),
+}
+KNOWN_FORMATS: tuple[str, ...] = tuple(DATA_FORMATS)
+FILE_FORMATS: tuple[str, ...] = tuple(_LINE_FORMATS)  # read from train_path / eval_path files

@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Protocol, Sequence
 import numpy as np
 
 from sfjax.data.types import DatasetSpec, FieldSpec
-from sfjax.embedding.initializers import splitmix64
+from sfjax.core.hashing import splitmix64
 
 _FIELD_SALT = np.uint64(0xC7F0E1D2A3B4C5D6)
 

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sfjax.embedding.initializers import splitmix64
+from sfjax.core.hashing import splitmix64
 
 TARGET_CTR = 0.25  # Criteo Kaggle has 25.6% positives
 TARGET_AUC = 0.79  # expected oracle AUC; the best published Criteo models reach ~0.81

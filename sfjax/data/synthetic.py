@@ -28,7 +28,7 @@ import numpy as np
 from sfjax.data import batching
 from sfjax.data import planted
 from sfjax.data.types import Batch, DatasetSpec, FieldSpec, make_batch
-from sfjax.train import metrics
+from sfjax.core import metrics
 
 # Criteo Kaggle Display Advertising Challenge, fields C1..C26: distinct values per
 # field (DLRM preprocessing). Source: /work/shared/data/ctr_dataset_facts.json, key

@@ -23,7 +23,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple, Protocol
 
 import numpy as np
 
-from sfjax.data.types import DataFormatError
+from sfjax.core.errors import DataFormatError
 
 
 class LineChunk(NamedTuple):

@@ -12,15 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-
-class DataFormatError(ValueError):
-  """Malformed input. The message always names the file and the 1-based line."""
-
-  def __init__(self, path: str, line: int, reason: str):
-    self.path = path
-    self.line = line
-    self.reason = reason
-    super().__init__(f"{path}:{line}: {reason}")
+from sfjax.core.errors import DataFormatError  # re-exported: readers raise it
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,14 +14,13 @@ slots equal `C`: gathers read zeros, scatters drop them.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from sfjax.embedding import device_table
-from sfjax.train import state as state_lib
 
 
 class CacheSwap(NamedTuple):
@@ -56,22 +55,3 @@ def swap_rows(cache: device_table.TableState, swap: CacheSwap
   cache = device_table.scatter_rows(
       cache, swap.fill_slots, device_table.TableState(swap.fill_values, swap.fill_opt_slots))
   return cache, evicted
-
-
-def make_cache_train_step(train_step: Callable) -> Callable:
-  """Wraps a reference train step: `(state, batch, swap) -> (state, metrics, evicted)`.
-
-  `state.table` is the cache and `batch.rows` holds cache slots.
-  """
-
-  def cache_train_step(state: state_lib.TrainState, batch: state_lib.DeviceBatch, swap: CacheSwap):
-    cache, evicted = swap_rows(state.table, swap)
-    state, metrics = train_step(state._replace(table=cache), batch)
-    return state, metrics, evicted
-
-  return cache_train_step
-
-
-def read_rows(cache: device_table.TableState, slots: jax.Array) -> device_table.TableState:
-  """Rows at `slots` (for flushing the cache to the host table)."""
-  return device_table.gather_rows(cache, slots)

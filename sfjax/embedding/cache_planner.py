@@ -23,8 +23,8 @@ In-flight rule. Steps planned but not yet retired are in flight (at most
 step is never evicted: a slot is evictable iff its last use is older than every
 in-flight step and the current batch does not use it. Free slots (0, 1, ... in
 order) are used before any eviction. When a miss finds no free or evictable slot,
-`plan` raises `CacheCapacityError` naming the capacity this window needs;
-`min_capacity` gives a safe bound for a start-up check.
+`plan` raises `CacheCapacityError` naming the capacity this window needs; the
+trainer checks the safe bound `lookahead * unique capacity` at start.
 
 Write-back rule (the ordering hazard). A row evicted at step t reaches the host
 table only after step t's outputs come back. If a later step t' is planned before
@@ -44,7 +44,7 @@ Policies (ties are always broken by the lowest slot index):
 from __future__ import annotations
 
 import threading
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -90,31 +90,6 @@ class CachePlan(NamedTuple):
   hits: int
   misses: int
   fill_after_step: int
-
-
-def min_capacity(unique_counts_per_step: Sequence[int], lookahead: int) -> int:
-  """A cache capacity that can never run out of evictable slots.
-
-  The in-flight window holds at most `lookahead` consecutive steps, whose ids
-  must all be cached at once; the sum of their unique counts bounds the size of
-  their union.
-
-  Args:
-    unique_counts_per_step: [T] unique ids per step (e.g. the unique capacity repeated).
-    lookahead: the planner's maximum number of in-flight steps (>= 1).
-
-  Returns:
-    The largest sum of `lookahead` consecutive counts.
-  """
-  if lookahead < 1:
-    raise ValueError(f"min_capacity: lookahead must be >= 1, got {lookahead}")
-  counts = np.asarray(unique_counts_per_step, np.int64).reshape(-1)
-  if counts.size and counts.min() < 0:
-    raise ValueError("min_capacity: unique counts must be >= 0")
-  if counts.size == 0:
-    return 0
-  sums = np.convolve(counts, np.ones(min(lookahead, counts.size), np.int64), mode="valid")
-  return int(sums.max())
 
 
 class CachePlanner:
@@ -314,8 +289,8 @@ class CachePlanner:
         f"cache too small at step {step}: {n_miss} misses need slots but only "
         f"{self.num_slots - occ + evictable} of {self.num_slots} slots are free or evictable; "
         f"in-flight steps {oldest}..{step} use {needed} distinct ids, so the cache capacity "
-        f"must be >= {needed} (min_capacity() gives a safe bound: the largest sum of unique "
-        f"ids over {self.lookahead} consecutive steps)")
+        f"must be >= {needed} (a safe bound: {self.lookahead} x the unique capacity "
+        f"{self.unique_capacity})")
 
   def _fill_after_step(self, miss_ids: np.ndarray) -> int:
     """The latest unretired step that evicted one of `miss_ids`, or -1."""

@@ -27,14 +27,14 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 
+from sfjax.core import background
+from sfjax.core.types import DeviceBatch
 from sfjax.data import types
 from sfjax.embedding import cache as cache_lib
 from sfjax.embedding import cache_planner
 from sfjax.embedding import device_table
 from sfjax.embedding import host_table as host_table_lib
 from sfjax.embedding import vsi
-from sfjax.train import prefetch
-from sfjax.train import state as state_lib
 
 
 @dataclasses.dataclass
@@ -80,7 +80,7 @@ class StepInputs(NamedTuple):
   """
 
   step: int
-  batch: state_lib.DeviceBatch
+  batch: DeviceBatch
   swap: cache_lib.CacheSwap
   plan: cache_planner.CachePlan
 
@@ -130,9 +130,9 @@ class CachePipeline(Iterator[StepInputs]):
     # The planner runs up to `lookahead` steps ahead, so its own slot map may already
     # include swaps the device has not executed; flushing must follow the device.
     self._device_slot_ids = np.full((planner.num_slots,), -1, np.int64)
-    self._loader = prefetch.map_in_background(self._load, batches, maxsize=loader_depth,
+    self._loader = background.map_in_background(self._load, batches, maxsize=loader_depth,
                                               name="sfjax-data-loader")
-    self._manager = prefetch.BackgroundIterator(self._manage(), maxsize=planner.lookahead,
+    self._manager = background.BackgroundIterator(self._manage(), maxsize=planner.lookahead,
                                                 name="sfjax-host-manager")
     self._writer = threading.Thread(target=self._write_back_loop, name="sfjax-write-back",
                                     daemon=True)
@@ -170,7 +170,7 @@ class CachePipeline(Iterator[StepInputs]):
       values, opt_slots = self.host_table.gather(plan.fill_ids[:plan.num_fills])
       swap = cache_lib.CacheSwap(plan.fill_slots, _pad_rows(values, cap),
                                  _pad_rows(opt_slots, cap), plan.evict_slots)
-      db = state_lib.DeviceBatch(plan.slots, virt.vids, batch.dense, batch.labels, batch.mask)
+      db = DeviceBatch(plan.slots, virt.vids, batch.dense, batch.labels, batch.mask)
       inputs = StepInputs(step, self._put_batch(db), self._put_swap(swap), plan)
       with self._stats_lock:
         s = self.stats

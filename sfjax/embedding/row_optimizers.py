@@ -108,17 +108,35 @@ def ftrl(learning_rate, l1=0.0, l2=0.0, beta=0.0, initial_accumulator: float = 0
   return RowOptimizer("ftrl", lambda e: 2 * e, initial_slot_row, update)
 
 
+# name -> factory(learning_rate, settings) reading its own settings from an `embedding`
+# config block. The registry every row-optimizer name list derives from.
+ROW_OPTIMIZERS: dict[str, Callable[[Any, Any], RowOptimizer]] = {
+    "sgd": lambda lr, c: sgd(lr),
+    "adagrad": lambda lr, c: adagrad(lr, c.adagrad_initial_accumulator),
+    "adam": lambda lr, c: adam(lr, c.adam_b1, c.adam_b2, c.adam_eps),
+    "ftrl": lambda lr, c: ftrl(lr, c.ftrl_l1, c.ftrl_l2, c.ftrl_beta, c.ftrl_initial_accumulator),
+}
+ROW_OPTIMIZER_NAMES: tuple[str, ...] = tuple(ROW_OPTIMIZERS)
+
+
+def make(name: str, learning_rate, settings, field: str = "embedding.optimizer") -> RowOptimizer:
+  """Row optimizer `name` with `learning_rate` (a float or a traced scalar).
+
+  Args:
+    name: one of `ROW_OPTIMIZER_NAMES`.
+    learning_rate: the row learning rate.
+    settings: the `embedding` config block (its `adagrad_*`, `adam_*`, `ftrl_*` fields).
+    field: the config field named in the error for an unknown `name`.
+
+  Raises:
+    ValueError: an unknown name (the message names `field`).
+  """
+  if name not in ROW_OPTIMIZERS:
+    raise ValueError(f"config field {field}: unknown row optimizer {name!r} "
+                     f"(known: {', '.join(ROW_OPTIMIZER_NAMES)})")
+  return ROW_OPTIMIZERS[name](learning_rate, settings)
+
+
 def from_config(cfg) -> RowOptimizer:
-  """Builds the row optimizer named by `cfg.optimizer` from an embedding ConfigDict."""
-  name = cfg.optimizer
-  lr = cfg.learning_rate
-  if name == "sgd":
-    return sgd(lr)
-  if name == "adagrad":
-    return adagrad(lr, cfg.adagrad_initial_accumulator)
-  if name == "adam":
-    return adam(lr, cfg.adam_b1, cfg.adam_b2, cfg.adam_eps)
-  if name == "ftrl":
-    return ftrl(lr, cfg.ftrl_l1, cfg.ftrl_l2, cfg.ftrl_beta, cfg.ftrl_initial_accumulator)
-  raise ValueError(f"config field embedding.optimizer: unknown row optimizer {name!r} "
-                   "(known: sgd, adagrad, adam, ftrl)")
+  """The row optimizer of an `embedding` config block (`optimizer`, `learning_rate`, ...)."""
+  return make(cfg.optimizer, cfg.learning_rate, cfg)

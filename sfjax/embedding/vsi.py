@@ -16,6 +16,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from sfjax.core.types import DeviceBatch
+from sfjax.data import types
+
 
 class VirtualIds(NamedTuple):
   """A deduplicated batch.
@@ -60,3 +63,25 @@ def dedup_ids(ids: np.ndarray, capacity: int, pad_id: int) -> VirtualIds:
   padded = np.full((capacity,), pad_id, dtype=np.int64)
   padded[:n] = uniq
   return VirtualIds(padded, inverse.reshape(ids.shape).astype(np.int32), n)
+
+
+def prepare_batch(batch: types.Batch, field_offsets: np.ndarray, capacity: int,
+                  num_rows: int) -> tuple[DeviceBatch, int]:
+  """Host side of an on-device-table step: VSI over the batch, ids -> int32 rows (numpy).
+
+  Args:
+    batch: host batch with per-field local ids.
+    field_offsets: [F] start of each field in the concatenated table.
+    capacity: padded size of the unique set.
+    num_rows: V, the table size; also the padding row.
+
+  Returns:
+    (DeviceBatch of numpy arrays, number of unique ids).
+  """
+  if num_rows >= 2**31:
+    raise ValueError(f"table of {num_rows} rows does not fit int32 device indices; "
+                     "use the cache backend, whose slots are int32")
+  ids = global_row_ids(batch.ids, field_offsets)
+  virt = dedup_ids(ids, capacity, pad_id=num_rows)
+  return DeviceBatch(virt.uniq.astype(np.int32), virt.vids, batch.dense, batch.labels,
+                     batch.mask), virt.num_unique

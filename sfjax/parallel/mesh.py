@@ -12,7 +12,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from sfjax.train import state as state_lib
+from sfjax.core.types import DeviceBatch
 
 
 def make_mesh(num_devices: int = 0) -> jax.sharding.Mesh:
@@ -31,7 +31,7 @@ def replicated(mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
-def batch_shardings(mesh) -> state_lib.DeviceBatch:
+def batch_shardings(mesh) -> DeviceBatch:
   """Per-field shardings of a DeviceBatch: unique rows replicated, examples on 'data'."""
   rep, data = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-  return state_lib.DeviceBatch(rep, data, data, data, data)
+  return DeviceBatch(rep, data, data, data, data)

@@ -6,18 +6,23 @@
           `C`-row device cache holds the working rows, a threaded pipeline plans slots,
           gathers fills and writes evicted rows back (`sfjax.embedding.pipeline`).
 
-Both expose the same small interface to `loop.py`: `initial_table`, `train_inputs`,
-`run_step`, `prepare_eval`/`eval_logits`, `sync`, `stats`, `close`.
+Both implement the `Backend` protocol the loop (`sfjax.train.runner`) talks to.
+`make_step` compiles and returns the step in one call; nothing is set aside for a
+later call to find.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
+from sfjax.core import background
+from sfjax.core.errors import ConfigError
+from sfjax.core.types import DeviceBatch
 from sfjax.data import types
 from sfjax.embedding import cache as cache_lib
 from sfjax.embedding import cache_planner
@@ -27,14 +32,49 @@ from sfjax.embedding import pipeline as pipeline_lib
 from sfjax.embedding import row_optimizers
 from sfjax.embedding import vsi
 from sfjax.parallel import mesh as mesh_lib
-from sfjax.train import config_check
-from sfjax.train import prefetch
-from sfjax.train import state as state_lib
 from sfjax.train import step as step_lib
+from sfjax.train.state import TrainState
+
+# (state, inputs from `train_inputs`) -> (state, metrics, number of unique ids of the batch)
+RunStep = Callable[[TrainState, Any], tuple[TrainState, dict[str, jax.Array], int]]
 
 
-def _eval_from_values(graphdef):
-  return jax.jit(lambda params, values, batch: step_lib.forward_logits(graphdef, params, values, batch))
+class Backend(Protocol):
+  """What the training loop needs from an embedding backend.
+
+  Attributes:
+    name: the `embedding.backend` value.
+    capacity: padded unique rows per train step.
+    initial_table: the table the initial TrainState carries (device table or empty cache).
+  """
+
+  name: str
+  capacity: int
+  initial_table: device_table.TableState
+
+  def make_step(self, state_sharding: Any) -> RunStep:
+    """Compiles the train step for a state of `state_sharding` and returns it.
+
+    The returned function carries the `jax.jit` object as `.jitted`.
+    """
+
+  def train_inputs(self, batches: Iterable[types.Batch]) -> Iterator[Any]:
+    """Per-step device inputs of `batches`, prepared in the background (close() it)."""
+
+  def prepare_eval(self, batch: types.Batch) -> Any:
+    """Host side of an eval batch (runs on a background thread)."""
+
+  def eval_logits(self, state: TrainState, prepared: Any) -> jax.Array:
+    """Logits [B] of a prepared eval batch."""
+
+  def sync(self, state: TrainState) -> None:
+    """Makes the backend's table of record current (the cache flushes to the host table)."""
+
+  def stats(self) -> dict[str, Any]:
+    """Cumulative counters (empty for the device backend)."""
+
+  def close(self) -> None:
+    """Stops background work."""
 
 
 class DeviceBackend:
@@ -42,53 +82,53 @@ class DeviceBackend:
 
   name = "device"
 
-  def __init__(self, config, spec: types.DatasetSpec, width: int, graphdef, train_step,
-               row_opt: row_optimizers.RowOptimizer, mesh):
+  def __init__(self, config, spec: types.DatasetSpec, width: int, graphdef: nnx.GraphDef,
+               train_step: step_lib.TrainStep, row_opt: row_optimizers.RowOptimizer, mesh):
     self.spec, self.width, self.num_rows = spec, width, spec.total_rows
     self.capacity = config.embedding.unique_capacity or config.train.batch_size * spec.num_fields
-    self._rep = mesh_lib.replicated(mesh)
     self.batch_sharding = mesh_lib.batch_shardings(mesh)
     self.initial_table = device_table.init_table(
         self.num_rows, width, row_opt, seed=config.seed, stddev=config.embedding.init_stddev,
-        sharding=self._rep)
+        sharding=mesh_lib.replicated(mesh))
     self._train_step = train_step
-    self._jitted = None
     self._eval_step = step_lib.make_eval_step(graphdef)
     self._prefetch = max(1, config.train.prefetch)
 
-  def jit(self, state_sharding) -> None:
-    """Compiles lazily with the state's sharding (called once by the loop)."""
-    self._jitted = step_lib.jit_train_step(self._train_step, state_sharding, self.batch_sharding)
+  def make_step(self, state_sharding) -> RunStep:
+    """The jitted donated step; returns (state, metrics, number of unique ids)."""
+    jitted = step_lib.jit_train_step(self._train_step, state_sharding, self.batch_sharding)
+
+    def run_step(state, inputs):
+      db, n = inputs
+      state, metrics = jitted(state, db)
+      return state, metrics, n
+
+    run_step.jitted = jitted  # the compiled function (for no-recompile checks)
+    return run_step
 
   def train_inputs(self, batches: Iterable[types.Batch]) -> Iterator[Any]:
     """Background VSI + device_put of the training batches."""
     offsets = self.spec.field_offsets
 
     def prep(b):
-      db, n = state_lib.prepare_batch(b, offsets, self.capacity, self.num_rows)
+      db, n = vsi.prepare_batch(b, offsets, self.capacity, self.num_rows)
       return jax.device_put(db, self.batch_sharding), n
 
-    return prefetch.map_in_background(prep, batches, maxsize=self._prefetch, name="sfjax-data")
+    return background.map_in_background(prep, batches, maxsize=self._prefetch, name="sfjax-data")
 
-  def run_step(self, state, inputs):
-    """Dispatches one step; returns (state, metrics, number of unique ids)."""
-    db, n = inputs
-    state, metrics = self._jitted(state, db)
-    return state, metrics, n
-
-  def prepare_eval(self, batch: types.Batch):
-    """Host side of an eval batch (runs on a background thread)."""
+  def prepare_eval(self, batch: types.Batch) -> DeviceBatch:
+    """VSI of an eval batch: rows of the device table."""
     capacity = batch.size * self.spec.num_fields
-    return state_lib.prepare_batch(batch, self.spec.field_offsets, capacity, self.num_rows)[0]
+    return vsi.prepare_batch(batch, self.spec.field_offsets, capacity, self.num_rows)[0]
 
   def eval_logits(self, state, prepared) -> jax.Array:
     """Logits [B] of a prepared eval batch."""
-    return self._eval_step(state.params, state.table, prepared)
+    return self._eval_step(state.params, state.table.values, prepared)
 
   def sync(self, state) -> None:
     """Nothing to do: the device table is the source of truth."""
 
-  def stats(self) -> dict[str, float]:
+  def stats(self) -> dict[str, Any]:
     """No cache counters for the device backend."""
     return {}
 
@@ -96,51 +136,66 @@ class DeviceBackend:
     """Nothing to release."""
 
 
+def _ram_table(e, num_rows, width, slot_width, **kw) -> host_table_lib.HostTable:
+  del e
+  return host_table_lib.HostTable.create_ram(num_rows, width, slot_width, **kw)
+
+
+def _mmap_table(e, num_rows, width, slot_width, **kw) -> host_table_lib.HostTable:
+  if not e.host_path:
+    raise ConfigError("config field embedding.host_path: required when embedding.host_storage=mmap")
+  return host_table_lib.HostTable.create_mmap(e.host_path, num_rows, width, slot_width, **kw)
+
+
+# embedding.host_storage -> builder of the cache backend's host table.
+HOST_STORAGES = {"ram": _ram_table, "mmap": _mmap_table}
+
+
 class CacheBackend:
   """MixCache: host-resident table + device cache + overlapped host pipeline."""
 
   name = "cache"
 
-  def __init__(self, config, spec: types.DatasetSpec, width: int, graphdef, train_step,
-               row_opt: row_optimizers.RowOptimizer, mesh):
+  def __init__(self, config, spec: types.DatasetSpec, width: int, graphdef: nnx.GraphDef,
+               train_step: step_lib.TrainStep, row_opt: row_optimizers.RowOptimizer, mesh):
     e = config.embedding
     self.spec, self.width, self.num_rows = spec, width, spec.total_rows
     self.capacity = e.unique_capacity or config.train.batch_size * spec.num_fields
     self.num_slots = cache_rows(e.cache_rows, spec.total_rows)
     needed = e.lookahead * self.capacity
     if self.num_slots < needed:
-      raise config_check.ConfigError(
+      raise ConfigError(
           f"config field embedding.cache_rows: a cache of {self.num_slots} rows is too small for "
           f"lookahead {e.lookahead} x unique capacity {self.capacity}; the minimum capacity is "
           f"{needed} rows (or lower embedding.lookahead / embedding.unique_capacity)")
     slot_width = row_opt.slot_width(width)
-    kw = dict(seed=config.seed, init_stddev=e.init_stddev,
-              initial_slot_row=row_opt.initial_slot_row(width))
-    if e.host_storage == "mmap":
-      if not e.host_path:
-        raise config_check.ConfigError(
-            "config field embedding.host_path: required when embedding.host_storage=mmap")
-      self.host_table = host_table_lib.HostTable.create_mmap(
-          e.host_path, self.num_rows, width, slot_width, **kw)
-    else:
-      self.host_table = host_table_lib.HostTable.create_ram(self.num_rows, width, slot_width, **kw)
+    self.host_table = HOST_STORAGES[e.host_storage](
+        e, self.num_rows, width, slot_width, seed=config.seed, init_stddev=e.init_stddev,
+        initial_slot_row=row_opt.initial_slot_row(width))
     self.planner = cache_planner.CachePlanner(self.num_slots, self.capacity, policy=e.cache_policy,
                                               lookahead=e.lookahead)
-    self._rep = mesh_lib.replicated(mesh)
+    rep = mesh_lib.replicated(mesh)
     self.batch_sharding = mesh_lib.batch_shardings(mesh)
-    self._swap_sharding = jax.tree.map(lambda _: self._rep, cache_lib.CacheSwap(0, 0, 0, 0))
-    self.initial_table = cache_lib.init_cache(self.num_slots, width, slot_width, self._rep)
-    self._cache_step = cache_lib.make_cache_train_step(train_step)
-    self._jitted = None
-    self._eval_step = _eval_from_values(graphdef)
+    self._swap_sharding = jax.tree.map(lambda _: rep, cache_lib.CacheSwap(0, 0, 0, 0))
+    self.initial_table = cache_lib.init_cache(self.num_slots, width, slot_width, rep)
+    self._cache_step = step_lib.make_cache_train_step(train_step)
+    self._eval_step = step_lib.make_eval_step(graphdef)
     self._pipeline: pipeline_lib.CachePipeline | None = None
     self._loader_depth = max(1, config.train.prefetch)
 
-  def jit(self, state_sharding) -> None:
-    """Compiles the cache step (state donated) with the state's sharding."""
-    self._jitted = jax.jit(self._cache_step, donate_argnums=0,
-                           in_shardings=(state_sharding, self.batch_sharding, self._swap_sharding),
-                           out_shardings=(state_sharding, None, None))
+  def make_step(self, state_sharding) -> RunStep:
+    """The jitted donated cache step; its evicted rows are queued for write-back."""
+    jitted = jax.jit(self._cache_step, donate_argnums=0,
+                     in_shardings=(state_sharding, self.batch_sharding, self._swap_sharding),
+                     out_shardings=(state_sharding, None, None))
+
+    def run_step(state, inputs: pipeline_lib.StepInputs):
+      state, metrics, evicted = jitted(state, inputs.batch, inputs.swap)
+      self._pipeline.submit(inputs, evicted)
+      return state, metrics, inputs.plan.num_unique
+
+    run_step.jitted = jitted  # the compiled function (for no-recompile checks)
+    return run_step
 
   def train_inputs(self, batches: Iterable[types.Batch]) -> pipeline_lib.CachePipeline:
     """Starts the Data-Loader / Host-Manager / write-back threads over `batches`."""
@@ -153,20 +208,19 @@ class CacheBackend:
         loader_depth=self._loader_depth)
     return self._pipeline
 
-  def run_step(self, state, inputs: pipeline_lib.StepInputs):
-    """Dispatches the cache step and queues its evicted rows for write-back."""
-    state, metrics, evicted = self._jitted(state, inputs.batch, inputs.swap)
-    self._pipeline.submit(inputs, evicted)
-    return state, metrics, inputs.plan.num_unique
+  def prepare_eval(self, batch: types.Batch) -> tuple[np.ndarray, DeviceBatch]:
+    """VSI + host-table gather of an eval batch (after `sync`, the host table is current).
 
-  def prepare_eval(self, batch: types.Batch):
-    """VSI + host-table gather of an eval batch (after `sync`, the host table is current)."""
+    Returns `(values [Ucap, E], batch)` with `batch.rows = 0..Ucap-1` indexing
+    `values` (rows past the unique count are zeros and unused).
+    """
     ids = vsi.global_row_ids(batch.ids, self.spec.field_offsets)
     virt = vsi.dedup_ids(ids, batch.size * self.spec.num_fields, pad_id=-1)
     values, _ = self.host_table.gather(virt.uniq[:virt.num_unique])
     padded = np.zeros((virt.uniq.shape[0], self.width), np.float32)
     padded[:virt.num_unique] = values
-    return padded, state_lib.DeviceBatch(None, virt.vids, batch.dense, batch.labels, batch.mask)
+    rows = np.arange(virt.uniq.shape[0], dtype=np.int32)
+    return padded, DeviceBatch(rows, virt.vids, batch.dense, batch.labels, batch.mask)
 
   def eval_logits(self, state, prepared) -> jax.Array:
     """Logits [B] of a prepared eval batch."""
@@ -180,7 +234,7 @@ class CacheBackend:
     else:
       self.host_table.flush()
 
-  def stats(self) -> dict[str, float]:
+  def stats(self) -> dict[str, Any]:
     """Cumulative cache/pipeline counters (`cache_hit_rate`, bytes per example, stage times)."""
     if self._pipeline is None:
       return {}
@@ -198,12 +252,21 @@ def cache_rows(setting: float, total_rows: int) -> int:
     return max(1, int(round(setting * total_rows)))
   if setting >= 1 and float(setting).is_integer():
     return int(setting)
-  raise config_check.ConfigError(
+  raise ConfigError(
       f"config field embedding.cache_rows: expected a row count >= 1 or a fraction in (0, 1), "
       f"got {setting!r}")
 
 
-def make_backend(config, spec, width, graphdef, train_step, row_opt, mesh):
+# embedding.backend -> backend class. The registry config validation derives from.
+BACKENDS: dict[str, type[Backend]] = {"device": DeviceBackend, "cache": CacheBackend}
+
+
+def make_backend(config, spec: types.DatasetSpec, width: int, graphdef: nnx.GraphDef,
+                 train_step: step_lib.TrainStep, row_opt: row_optimizers.RowOptimizer,
+                 mesh) -> Backend:
   """The backend named by `config.embedding.backend`."""
-  cls = {"device": DeviceBackend, "cache": CacheBackend}[config.embedding.backend]
-  return cls(config, spec, width, graphdef, train_step, row_opt, mesh)
+  name = config.embedding.backend
+  if name not in BACKENDS:
+    raise ConfigError(f"config field embedding.backend: unknown backend {name!r} "
+                      f"(known: {', '.join(BACKENDS)})")
+  return BACKENDS[name](config, spec, width, graphdef, train_step, row_opt, mesh)

@@ -1,9 +1,14 @@
-"""The jitted CTR train and eval steps (on-device embedding table).
+"""The one CTR train step, its cache wrapper and the one eval function.
 
 One step: gather the batch's unique rows `[U, E]`, look up `rows[vids]` as
 `[B, F, E]`, forward/backward, take the gradient w.r.t. the `[U, E]` unique
 rows only (never a dense gradient over the table), apply the row optimizer to
 those rows and scatter them back; dense parameters go through optax.
+
+Every user runs this step: the trainer (jitted, donated), the MixCache (wrapped
+by `make_cache_train_step`: rows are cache slots) and the AutoML trials
+(`sfjax.ctr_search.trial_program`: inside a `lax.scan`, vmapped over trials,
+with `skip_non_finite` so a diverging trial keeps its last finite state).
 
 Under `jax.jit` with a batch sharded over the mesh axis 'data' and the table
 replicated, XLA sums the `[U, E]` row gradient across devices with one
@@ -19,19 +24,33 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from sfjax.core.types import DeviceBatch
+from sfjax.embedding import cache as cache_lib
 from sfjax.embedding import device_table
 from sfjax.embedding import row_optimizers
-from sfjax.train import state as state_lib
+from sfjax.train.state import TrainState
 
 Metrics = dict[str, jax.Array]
+TrainStep = Callable[..., tuple[TrainState, Metrics]]
 
 
 def forward_logits(graphdef: nnx.GraphDef, params: Any, uniq_values: jax.Array,
-                   batch: state_lib.DeviceBatch) -> jax.Array:
+                   batch: DeviceBatch) -> jax.Array:
   """Model logits `[B]` from the batch's unique rows `[U, E]` and virtual ids."""
   model = nnx.merge(graphdef, params)
   emb = jnp.take(uniq_values, batch.vids, axis=0)  # [B, F, E]
   return model(emb, batch.dense)
+
+
+def eval_logits(graphdef: nnx.GraphDef, params: Any, values: jax.Array,
+                batch: DeviceBatch) -> jax.Array:
+  """Logits `[B]` of an eval batch whose `rows` index `values` (padding rows read zeros).
+
+  `values` is whatever holds the rows: the device table `[V, E]`, a trial's
+  table, or the rows an eval batch gathered from the host table.
+  """
+  uniq_values = jnp.take(values, batch.rows, axis=0, mode="fill", fill_value=0)  # [U, E]
+  return forward_logits(graphdef, params, uniq_values, batch)
 
 
 def masked_loss(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Array:
@@ -41,7 +60,7 @@ def masked_loss(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Ar
 
 
 def loss_and_grads(graphdef: nnx.GraphDef, params: Any, uniq_values: jax.Array,
-                   batch: state_lib.DeviceBatch, l2: float):
+                   batch: DeviceBatch, l2):
   """Loss and gradients w.r.t. dense params and the `[U, E]` unique rows.
 
   Returns:
@@ -59,26 +78,72 @@ def loss_and_grads(graphdef: nnx.GraphDef, params: Any, uniq_values: jax.Array,
   return (loss, logits), grads
 
 
-def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
-                    row_opt: row_optimizers.RowOptimizer, *, l2: float = 0.0
-                    ) -> Callable[[state_lib.TrainState, state_lib.DeviceBatch],
-                                  tuple[state_lib.TrainState, Metrics]]:
-  """Builds the un-jitted step `(state, batch) -> (state, metrics)`; see `jit_train_step`."""
+def _all_finite(tree) -> jax.Array:
+  return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
 
-  def train_step(state: state_lib.TrainState, batch: state_lib.DeviceBatch):
+
+def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
+                    row_opt: row_optimizers.RowOptimizer, *, l2=0.0,
+                    skip_non_finite: bool = False) -> TrainStep:
+  """Builds the un-jitted step `(state, batch) -> (state, metrics)`; see `jit_train_step`.
+
+  Args:
+    graphdef: the model's NNX graph definition.
+    tx: the dense optimizer (`sfjax.train.optimizers.dense_optimizer`).
+    row_opt: the row optimizer (`sfjax.embedding.row_optimizers.make`).
+    l2: L2 penalty on the rows the batch touches (a float or a traced scalar).
+    skip_non_finite: guard the update: a step whose loss, updated (real) rows or
+      updated dense parameters are not finite is not applied (the state comes
+      back unchanged, its rows are written nowhere). The step then takes a third
+      argument `enabled` (bool scalar, default True): False skips the step too,
+      so a caller can keep a diverged trial frozen. `metrics['applied']` says
+      whether the step was applied.
+
+  Returns:
+    `train_step(state, batch[, enabled]) -> (state, {'loss'[, 'applied']})`.
+  """
+
+  def train_step(state: TrainState, batch: DeviceBatch, enabled=True):
     uniq = device_table.gather_rows(state.table, batch.rows)  # [U, E], [U, S]
     (loss, _), (param_grads, row_grads) = loss_and_grads(
         graphdef, state.params, uniq.values, batch, l2)
     count = state.step + 1
     new_values, new_slots = row_opt.update(uniq.values, uniq.opt_slots, row_grads, count)
-    table = device_table.scatter_rows(
-        state.table, batch.rows, device_table.TableState(new_values, new_slots))
     updates, opt_state = tx.update(param_grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    new_state = state_lib.TrainState(count, params, opt_state, table)
-    return new_state, {"loss": loss}
+    rows, metrics = batch.rows, {"loss": loss}
+    if skip_non_finite:
+      # Padding entries (row V) may hold NaN (e.g. Adagrad on a zero accumulator): ignored.
+      real = (batch.rows < state.table.values.shape[0])[:, None]  # [U, 1]
+      touched = jnp.where(real, jnp.concatenate([new_values, new_slots], axis=1), 0.0)
+      applied = enabled & jnp.isfinite(loss) & _all_finite((touched, params))
+      rows = jnp.where(applied, rows, state.table.values.shape[0])  # a skipped step writes no row
+      keep = lambda new, old: jnp.where(applied, new, old)
+      params, opt_state = jax.tree.map(keep, (params, opt_state), (state.params, state.opt_state))
+      count = jnp.where(applied, count, state.step)
+      metrics["applied"] = applied
+    elif enabled is not True:
+      raise ValueError("train_step: `enabled` needs make_train_step(..., skip_non_finite=True)")
+    table = device_table.scatter_rows(
+        state.table, rows, device_table.TableState(new_values, new_slots))
+    return TrainState(count, params, opt_state, table), metrics
 
   return train_step
+
+
+def make_cache_train_step(train_step: TrainStep) -> Callable:
+  """Wraps the train step for the MixCache: `(state, batch, swap) -> (state, metrics, evicted)`.
+
+  `state.table` is the device cache and `batch.rows` holds cache slots; the
+  swap (victims read out, then fills written) runs first, in the same program.
+  """
+
+  def cache_train_step(state: TrainState, batch: DeviceBatch, swap: cache_lib.CacheSwap):
+    cache, evicted = cache_lib.swap_rows(state.table, swap)
+    state, metrics = train_step(state._replace(table=cache), batch)
+    return state, metrics, evicted
+
+  return cache_train_step
 
 
 def jit_train_step(step_fn, state_sharding=None, batch_sharding=None):
@@ -90,10 +155,5 @@ def jit_train_step(step_fn, state_sharding=None, batch_sharding=None):
 
 
 def make_eval_step(graphdef: nnx.GraphDef):
-  """Jitted `(params, table, batch) -> logits [B]`."""
-
-  def eval_step(params, table: device_table.TableState, batch: state_lib.DeviceBatch):
-    values = jnp.take(table.values, batch.rows, axis=0, mode="fill", fill_value=0)
-    return forward_logits(graphdef, params, values, batch)
-
-  return jax.jit(eval_step)
+  """Jitted `(params, values, batch) -> logits [B]` (`eval_logits`)."""
+  return jax.jit(lambda params, values, batch: eval_logits(graphdef, params, values, batch))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sfjax.data import avazu, text_io
-from sfjax.data.types import DataFormatError
+from sfjax.core.errors import DataFormatError
 
 HEADER = ["id", "click", "hour"] + list(avazu.CATEGORICAL_COLUMNS)
 

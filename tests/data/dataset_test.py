@@ -9,7 +9,7 @@ import pytest
 
 from experiments.configs import ctr
 from sfjax.data import avazu, dataset
-from sfjax.data.types import DataFormatError
+from sfjax.core.errors import DataFormatError
 
 
 def _criteo_line(i, label=None):
@@ -103,7 +103,7 @@ def test_avazu_dataset(tmp_path):
 
 def test_config_errors_name_the_key(tmp_path, write_file):
   known = r"\(known: synthetic, criteo, avazu, movielens\)"
-  with pytest.raises(ValueError, match=rf"unknown data.format 'parquet' {known}"):
+  with pytest.raises(ValueError, match=rf"data.format: unknown format 'parquet' {known}"):
     dataset.make_dataset(_config(format="parquet"), 0)
   with pytest.raises(ValueError, match="data.train_path is empty"):
     dataset.make_dataset(_config(format="criteo"), 0)

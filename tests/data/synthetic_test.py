@@ -10,7 +10,7 @@ import pytest
 
 from sfjax.data import planted
 from sfjax.data import synthetic
-from sfjax.train import metrics
+from sfjax.core import metrics
 
 CHUNK = synthetic.CHUNK_ROWS
 

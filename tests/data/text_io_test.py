@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from sfjax.data import text_io
-from sfjax.data.types import DataFormatError
+from sfjax.core.errors import DataFormatError
 
 
 class _TwoColumns:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from sfjax.embedding import cache_planner
-from sfjax.embedding.cache_planner import CacheCapacityError, CachePlanner, min_capacity
+from sfjax.embedding.cache_planner import CacheCapacityError, CachePlanner
 
 U_CAP = 6
 
@@ -82,15 +82,6 @@ def test_bad_input_is_rejected():
     p.retire(0)
   with pytest.raises(ValueError, match="unknown policy"):
     CachePlanner(4, 3, policy="fifo")
-
-
-def test_min_capacity():
-  assert min_capacity([3, 5, 2, 4], 1) == 5
-  assert min_capacity([3, 5, 2, 4], 2) == 8
-  assert min_capacity([3, 5], 4) == 8
-  assert min_capacity([], 2) == 0
-  with pytest.raises(ValueError):
-    min_capacity([1], 0)
 
 
 def _reference_victims(policy, meta, in_flight_slots, need):

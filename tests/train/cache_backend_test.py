@@ -2,6 +2,7 @@
 
 import threading
 import traceback
+from typing import Any, NamedTuple
 
 import chex
 import numpy as np
@@ -33,68 +34,84 @@ def _config(optimizer, backend, **embedding):
   return c
 
 
-def _host_rows(final):
-  return final["trainer"].backend.host_table.read_all()
+class Run(NamedTuple):
+  final: dict
+  state: Any
+  trainer: loop.Trainer
+  losses: np.ndarray
+
+
+def _train(config, dataset=None) -> Run:
+  """Trains `config`; keeps the trainer (its backend's host table) and every step's loss."""
+  data = dataset or dataset_lib.make_dataset(config.data, config.seed)
+  trainer = loop.build_trainer(config, data.spec)
+  losses = []
+  final, state = loop.train_and_evaluate(config, dataset=data, trainer=trainer, loss_log=losses)
+  return Run(final, state, trainer, np.asarray(losses))
+
+
+def _host_rows(run):
+  return run.trainer.backend.host_table.read_all()
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam", "ftrl"])
 def test_cache_training_equals_device_reference(optimizer):
-  ref = loop.train_and_evaluate(_config(optimizer, "device"))
-  got = loop.train_and_evaluate(_config(optimizer, "cache", cache_policy="lru"))
-  stats = got["cache_stats"]
+  ref = _train(_config(optimizer, "device"))
+  got = _train(_config(optimizer, "cache", cache_policy="lru"))
+  stats = got.final["cache_stats"]
   assert stats["evictions"] > 0 and stats["d2h_rows"] > 0, stats  # write-back was exercised
   assert stats["ordering_waits"] > 0, stats  # an evicted id was re-admitted within the window
-  cache_rows = got["trainer"].backend.num_slots
-  assert cache_rows == round(0.05 * got["trainer"].backend.num_rows)
-  chex.assert_trees_all_close(got["losses"], ref["losses"], rtol=1e-5, atol=1e-6)
-  chex.assert_trees_all_close(got["final_state"].params, ref["final_state"].params, rtol=1e-5, atol=1e-6)
+  cache_rows = got.trainer.backend.num_slots
+  assert cache_rows == round(0.05 * got.trainer.backend.num_rows)
+  chex.assert_trees_all_close(got.losses, ref.losses, rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(got.state.params, ref.state.params, rtol=1e-5, atol=1e-6)
   values, slots = _host_rows(got)
-  chex.assert_trees_all_close(values, np.asarray(ref["final_state"].table.values), rtol=1e-5, atol=1e-6)
-  chex.assert_trees_all_close(slots, np.asarray(ref["final_state"].table.opt_slots), rtol=1e-5, atol=1e-6)
-  assert abs(got["auc"] - ref["auc"]) < 1e-5
+  chex.assert_trees_all_close(values, np.asarray(ref.state.table.values), rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(slots, np.asarray(ref.state.table.opt_slots), rtol=1e-5, atol=1e-6)
+  assert abs(got.final["auc"] - ref.final["auc"]) < 1e-5
   # hits + misses = unique ids; bytes follow rows.
   assert stats["hits"] + stats["misses"] == stats["unique_ids"]
   assert stats["h2d_bytes"] == stats["h2d_rows"] * stats["row_bytes"]
 
 
 def test_lfu_and_longer_lookahead_also_match():
-  ref = loop.train_and_evaluate(_config("adagrad", "device"))
-  got = loop.train_and_evaluate(_config("adagrad", "cache", cache_policy="lfu", lookahead=3,
-                                        cache_rows=3000.0))
-  assert got["cache_stats"]["evictions"] > 0
-  chex.assert_trees_all_close(got["losses"], ref["losses"], rtol=1e-5, atol=1e-6)
-  chex.assert_trees_all_close(_host_rows(got)[0], np.asarray(ref["final_state"].table.values),
+  ref = _train(_config("adagrad", "device"))
+  got = _train(_config("adagrad", "cache", cache_policy="lfu", lookahead=3,
+                       cache_rows=3000.0))
+  assert got.final["cache_stats"]["evictions"] > 0
+  chex.assert_trees_all_close(got.losses, ref.losses, rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(_host_rows(got)[0], np.asarray(ref.state.table.values),
                               rtol=1e-5, atol=1e-6)
 
 
 def test_cache_on_eight_devices_matches_one_device_reference():
-  ref = loop.train_and_evaluate(_config("adam", "device"))
+  ref = _train(_config("adam", "device"))
   c = _config("adam", "cache")
   c.train.num_devices = 8
-  got = loop.train_and_evaluate(c)
-  assert len(got["final_state"].table.values.sharding.device_set) == 8
-  chex.assert_trees_all_close(got["losses"], ref["losses"], rtol=1e-4, atol=1e-5)
-  chex.assert_trees_all_close(_host_rows(got)[0], np.asarray(ref["final_state"].table.values),
+  got = _train(c)
+  assert len(got.state.table.values.sharding.device_set) == 8
+  chex.assert_trees_all_close(got.losses, ref.losses, rtol=1e-4, atol=1e-5)
+  chex.assert_trees_all_close(_host_rows(got)[0], np.asarray(ref.state.table.values),
                               rtol=1e-4, atol=1e-5)
 
 
 def test_mmap_table_trained_flushed_reopened(tmp_path):
   path = str(tmp_path / "table")
-  ref = loop.train_and_evaluate(_config("adam", "device"))
-  got = loop.train_and_evaluate(_config("adam", "cache", host_storage="mmap", host_path=path))
-  got["trainer"].backend.host_table.close()
+  ref = _train(_config("adam", "device"))
+  got = _train(_config("adam", "cache", host_storage="mmap", host_path=path))
+  got.trainer.backend.host_table.close()
   table = host_table_lib.HostTable.open_mmap(path, writable=False)
-  assert table.num_rows == ref["final_state"].table.values.shape[0] > got["trainer"].backend.num_slots
+  assert table.num_rows == ref.state.table.values.shape[0] > got.trainer.backend.num_slots
   values, slots = table.read_all()
-  chex.assert_trees_all_close(values, np.asarray(ref["final_state"].table.values), rtol=1e-5, atol=1e-6)
-  chex.assert_trees_all_close(slots, np.asarray(ref["final_state"].table.opt_slots), rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(values, np.asarray(ref.state.table.values), rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(slots, np.asarray(ref.state.table.opt_slots), rtol=1e-5, atol=1e-6)
 
 
 def test_step_compiles_once_for_both_backends():
   for backend in ("device", "cache"):
-    final = loop.train_and_evaluate(_config("sgd", backend))
-    assert len(set(np.diff(final["losses"]))) > 1
-    assert final["trainer"].backend._jitted._cache_size() == 1, backend
+    run = _train(_config("sgd", backend))
+    assert len(set(np.diff(run.losses))) > 1
+    assert run.trainer.run_step.jitted._cache_size() == 1, backend
 
 
 def test_too_small_cache_fails_at_start_naming_minimum():

@@ -20,5 +20,5 @@ def test_deepfm_beats_fuxictr_on_movielens():
     pytest.skip(f"MovieLens-100k not installed: {e}")
   c = ctr.get_config("movielens")
   c.train.steps, c.train.eval_every, c.train.num_devices = 800, 100, 1
-  final = loop.train_and_evaluate(c)
+  final, _ = loop.train_and_evaluate(c)
   assert final["test_auc"] > FUXICTR_DEEPFM_TEST_AUC, final["best"]

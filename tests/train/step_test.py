@@ -12,6 +12,7 @@ from sfjax.data import types
 from sfjax.embedding import device_table as dt
 from sfjax.embedding import row_optimizers as ro
 from sfjax.parallel import mesh as mesh_lib
+from sfjax.embedding import vsi
 from sfjax.train import state as state_lib
 from sfjax.train import step as step_lib
 
@@ -38,7 +39,7 @@ def _setup(row_opt, mesh=None):
 
 
 def _device_batch(b, capacity=B * 3):
-  return state_lib.prepare_batch(b, SPEC.field_offsets, capacity, SPEC.total_rows)[0]
+  return vsi.prepare_batch(b, SPEC.field_offsets, capacity, SPEC.total_rows)[0]
 
 
 def test_only_touched_rows_change():
@@ -58,7 +59,7 @@ def test_step_does_not_recompile_across_unique_counts():
   counts = set()
   for seed in range(4):
     rows = (3, 2, 5) if seed % 2 else SPEC.field_rows  # fewer unique ids on odd steps
-    db, n = state_lib.prepare_batch(_batch(seed, rows), SPEC.field_offsets, B * 3, SPEC.total_rows)
+    db, n = vsi.prepare_batch(_batch(seed, rows), SPEC.field_offsets, B * 3, SPEC.total_rows)
     counts.add(n)
     state, _ = step(state, db)
   assert len(counts) > 1

@@ -17,12 +17,13 @@ from sfjax.automl.algorithms.hyperband import (
     rung_budgets,
 )
 from sfjax.automl.algorithms.optuna_search import GP, TPE
-from sfjax.automl.algorithms.pbt import pbt_exploit_explore
+from sfjax.automl.algorithms.pbt import PBT, pbt_exploit_explore
 from sfjax.automl.algorithms.random_search import GridSearch, QuasiRandomSearch, RandomSearch
 
+# name -> spec class: the registry every algorithm name list (and `study.algorithm`) derives from.
 ALGORITHMS = {spec.name: spec for spec in (
     RandomSearch, GridSearch, QuasiRandomSearch, RegularizedEvolution, TPE, GP,
-    SuccessiveHalving, Hyperband, ASHA)}
+    SuccessiveHalving, Hyperband, ASHA, PBT)}
 
 
 def algorithm_from_dict(data) -> AlgorithmSpec:
@@ -38,7 +39,7 @@ def algorithm_from_dict(data) -> AlgorithmSpec:
 
 
 __all__ = [
-    "ALGORITHMS", "ASHA", "AlgorithmSpec", "GP", "GridSearch", "Hyperband", "Objective",
+    "ALGORITHMS", "ASHA", "AlgorithmSpec", "GP", "GridSearch", "Hyperband", "Objective", "PBT",
     "QuasiRandomSearch", "RandomSearch", "RegularizedEvolution", "Searcher",
     "SuccessiveHalving", "Suggestion", "TPE", "TrialResult", "TrialStatus",
     "algorithm_from_dict", "hyperband_brackets", "mutate", "pbt_exploit_explore",

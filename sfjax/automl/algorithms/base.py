@@ -131,9 +131,20 @@ class TrialResult:
 
 
 class AlgorithmSpec(abc.ABC):
-  """Static, hashable description of a search algorithm (a frozen dataclass)."""
+  """Static, hashable description of a search algorithm (a frozen dataclass).
+
+  Class attributes tell a runner how to run the suggestions (its hooks, instead
+  of checks of the name):
+    name: the registry key (`sfjax.automl.algorithms.ALGORITHMS`) and config value.
+    multi_fidelity: suggestions carry budgets and promotions resume a parent's
+      saved state (successive halving, Hyperband, ASHA): keep trial states.
+    population_based: one batch of suggestions is one population trained
+      together, exploiting and exploring as it goes (PBT): run it as a whole.
+  """
 
   name: ClassVar[str]
+  multi_fidelity: ClassVar[bool] = False
+  population_based: ClassVar[bool] = False
 
   @abc.abstractmethod
   def build(self, space: Space, objective: Objective) -> Searcher:

@@ -34,7 +34,7 @@ class RegularizedEvolution(AlgorithmSpec):
     seed: generator seed.
   """
 
-  name: ClassVar[str] = "regularized_evolution"
+  name: ClassVar[str] = "evolution"
   population_size: int = 20
   sample_size: int = 5
   mutation_scale: float = 0.2

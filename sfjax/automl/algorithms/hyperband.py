@@ -79,6 +79,7 @@ class SuccessiveHalving(AlgorithmSpec):
   """One synchronous bracket of `num_configs` (default eta^K) from min to max budget."""
 
   name: ClassVar[str] = "successive_halving"
+  multi_fidelity: ClassVar[bool] = True
   min_budget: float = 1
   max_budget: float = 81
   eta: int = 3
@@ -100,6 +101,7 @@ class Hyperband(AlgorithmSpec):
   """`num_iterations` rounds of Hyperband's K + 1 brackets; finished after the last."""
 
   name: ClassVar[str] = "hyperband"
+  multi_fidelity: ClassVar[bool] = True
   min_budget: float = 1
   max_budget: float = 81
   eta: int = 3
@@ -181,6 +183,7 @@ class ASHA(AlgorithmSpec):
   """Asynchronous successive halving (promote when in the top 1/eta of a rung)."""
 
   name: ClassVar[str] = "asha"
+  multi_fidelity: ClassVar[bool] = True
   min_budget: float = 1
   max_budget: float = 81
   eta: int = 3

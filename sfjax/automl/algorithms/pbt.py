@@ -9,11 +9,56 @@ multiplied by a random factor from `perturb` and clipped to the space's bounds.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+import dataclasses
+from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from sfjax.automl.algorithms.base import AlgorithmSpec, Objective, Searcher
+from sfjax.automl.algorithms.random_search import RandomSearcher
 from sfjax.automl.space import Float, Int, Space
+
+
+@dataclasses.dataclass(frozen=True)
+class PBT(AlgorithmSpec):
+  """Population-based training: a population of `population_size` members trained together.
+
+  Asking draws a population's initial configs at random (seeded); the runner
+  trains the population as one batch (`population_based`), calling
+  `pbt_exploit_explore` every `pbt_interval` budget units, and tells each
+  member's final result.
+  """
+
+  name: ClassVar[str] = "pbt"
+  population_based: ClassVar[bool] = True
+  population_size: int = 16
+  pbt_interval: float = 1.0
+  quantile: float = 0.25
+  seed: int = 0
+
+  def __post_init__(self):
+    if isinstance(self.population_size, bool) or not isinstance(self.population_size, int) \
+        or self.population_size < 2:
+      raise ValueError(f"PBT.population_size: needs an integer >= 2, got {self.population_size!r}")
+    if not self.pbt_interval > 0:
+      raise ValueError(f"PBT.pbt_interval: must be > 0, got {self.pbt_interval!r}")
+    if not 0 < self.quantile <= 0.5:
+      raise ValueError(f"PBT.quantile: must be in (0, 0.5], got {self.quantile!r}")
+
+  def rounds(self, max_budget: float) -> int:
+    """Exploit / explore rounds of a member trained to `max_budget`.
+
+    Raises:
+      ValueError: `pbt_interval` does not divide `max_budget` into whole rounds.
+    """
+    rounds = max_budget / self.pbt_interval
+    if rounds < 1 or abs(rounds - round(rounds)) > 1e-9:
+      raise ValueError(f"PBT.pbt_interval: {self.pbt_interval} must divide the max budget "
+                       f"({max_budget}) into a whole number of rounds")
+    return int(round(rounds))
+
+  def build(self, space: Space, objective: Objective) -> Searcher:
+    return RandomSearcher(self, space, objective)
 
 
 def pbt_exploit_explore(

@@ -20,10 +20,11 @@ class RandomSearch(AlgorithmSpec):
   seed: int = 0
 
   def build(self, space: Space, objective: Objective) -> Searcher:
-    return _RandomSearcher(self, space, objective)
+    return RandomSearcher(self, space, objective)
 
 
-class _RandomSearcher(Searcher):
+class RandomSearcher(Searcher):
+  """Independent samples of the space (random search; PBT's initial populations)."""
 
   def _propose(self, n):
     return [self._new_suggestion(self.space.sample(self._rng)) for _ in range(n)]
@@ -82,7 +83,7 @@ class QuasiRandomSearch(AlgorithmSpec):
   the state.
   """
 
-  name: ClassVar[str] = "quasi_random"
+  name: ClassVar[str] = "qmc"
   sequence: str = "sobol"
   seed: int = 0
   max_skips: int = 1000

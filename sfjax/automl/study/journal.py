@@ -20,7 +20,7 @@ import os
 import warnings
 from typing import Any
 
-from sfjax.data.types import DataFormatError
+from sfjax.core.errors import DataFormatError
 
 
 class JournalError(DataFormatError):

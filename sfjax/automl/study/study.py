@@ -33,6 +33,7 @@ from sfjax.automl.pareto import pareto_front
 from sfjax.automl.space import Config, Space
 from sfjax.automl.study.journal import Journal, JournalError
 from sfjax.automl.study.quota import QuotaFilter, check_quotas
+from sfjax.core.atomic import atomic_write
 
 FORMAT = "sfjax.study/1"
 JOURNAL = "journal.jsonl"
@@ -316,12 +317,12 @@ class Study:
     os.makedirs(directory, exist_ok=True)
     lines = "".join(json.dumps(t.to_dict(), sort_keys=True, allow_nan=False) + "\n"
                     for t in self.trials())
-    _write_atomically(os.path.join(directory, "trials.jsonl"), lines)
+    atomic_write(os.path.join(directory, "trials.jsonl"), lines)
     best = self.best()
     summary = {"objective": self.objective.to_dict(),
                "best": best.to_dict() if best is not None else None,
                "pareto_front": [t.trial_id for t in self.pareto_front()] if self.directions else None}
-    _write_atomically(os.path.join(directory, "best.json"),
+    atomic_write(os.path.join(directory, "best.json"),
                       json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
   def optimize(self, fn: Callable[[Suggestion], Mapping[str, float]], n_trials: int,
@@ -381,12 +382,3 @@ def _difference(stored, given) -> str:
              for k in sorted(set(stored) | set(given)) if stored.get(k) != given.get(k)]
     return "; ".join(parts)[:2000]
   return f"stored {stored!r}, given {given!r}"[:2000]
-
-
-def _write_atomically(path: str, text: str) -> None:
-  tmp = f"{path}.tmp.{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.write(text)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from experiments.configs import ctr as ctr_config
-from sfjax.automl import arch as arch_lib
-from sfjax.automl import cohort
-from sfjax.automl import trial_data
+from sfjax.ctr_search import arch as arch_lib
+from sfjax.ctr_search import cohort
+from sfjax.ctr_search import trial_data
 
 STEPS = 12
 

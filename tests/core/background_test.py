@@ -6,12 +6,12 @@ import traceback
 
 import pytest
 
-from sfjax.train import prefetch
+from sfjax.core import background
 
 
 def test_yields_in_order_and_stops():
-  assert list(prefetch.BackgroundIterator(range(50), maxsize=3)) == list(range(50))
-  assert list(prefetch.map_in_background(lambda x: x * x, range(5))) == [0, 1, 4, 9, 16]
+  assert list(background.BackgroundIterator(range(50), maxsize=3)) == list(range(50))
+  assert list(background.map_in_background(lambda x: x * x, range(5))) == [0, 1, 4, 9, 16]
 
 
 def _boom_source():
@@ -21,7 +21,7 @@ def _boom_source():
 
 
 def test_exception_reraised_with_original_traceback():
-  it = prefetch.BackgroundIterator(_boom_source(), maxsize=1, name="loader")
+  it = background.BackgroundIterator(_boom_source(), maxsize=1, name="loader")
   assert next(it) == 1 and next(it) == 2
   with pytest.raises(KeyError, match="bad record 3") as info:
     next(it)
@@ -43,7 +43,7 @@ def test_close_unblocks_a_producer_on_a_full_queue():
     finally:
       closed.set()
 
-  it = prefetch.BackgroundIterator(endless(), maxsize=1)
+  it = background.BackgroundIterator(endless(), maxsize=1)
   assert next(it) == 0
   time.sleep(0.05)  # let the producer block on the full queue
   it.close()
@@ -52,8 +52,8 @@ def test_close_unblocks_a_producer_on_a_full_queue():
 
 
 def test_context_manager_and_bad_maxsize():
-  with prefetch.BackgroundIterator(iter(range(100)), maxsize=2) as it:
+  with background.BackgroundIterator(iter(range(100)), maxsize=2) as it:
     assert next(it) == 0
   assert not it._thread.is_alive()
   with pytest.raises(ValueError, match="maxsize"):
-    prefetch.BackgroundIterator([], maxsize=0)
+    background.BackgroundIterator([], maxsize=0)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from sfjax.train import metrics
+from sfjax.core import metrics
 
 
 def _pairwise_auc(y, s):

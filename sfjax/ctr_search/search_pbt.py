@@ -2,13 +2,13 @@
 
 PBT (Jaderberg et al. 2017) tunes the dynamic hyperparameters of one
 architecture while training: the population is one vmapped cohort
-(`sfjax.automl.pbt_population.run_pbt`), and every `study.pbt_interval` budget
+(`sfjax.ctr_search.pbt_population.run_pbt`), and every `study.pbt_interval` budget
 units the worst quarter copies the state of a top-quarter member and perturbs
 its hyperparameters.
 
 In the study, a member is a trial: its config is the architecture (as `Fixed`
-keys) plus the member's *initial* hyperparameters, drawn by random search over
-`search_spaces.ctr.fixed_arch_space`; its metrics are the final held-out AUC and
+keys) plus the member's *initial* hyperparameters, drawn at random (`sfjax.automl.PBT`) over
+the space's `fixed_arch_space`; its metrics are the final held-out AUC and
 steps plus `final.<key>`, the hyperparameters it ended with (exploit / explore
 change them during the run). A population is asked as one batch and told
 together; a population killed mid-run is re-queued by the study and rerun from
@@ -19,40 +19,30 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from absl import logging
 
-from search_spaces import ctr as ctr_space_lib
-from sfjax.automl import arch as arch_lib
 from sfjax.automl.algorithms import Suggestion, TrialStatus
-from sfjax.automl.cohort import CohortRunner
 from sfjax.automl.space import Space
 from sfjax.automl.study import Study
+from sfjax.ctr_search import arch as arch_lib
+from sfjax.ctr_search.cohort import CohortRunner
+from sfjax.ctr_search.pbt_population import run_pbt
 
 
-def pbt_arch_config(model_name: str) -> dict[str, Any]:
-  """The architecture PBT trains: the default config's, with `model.name` = `model_name`
-  when given ('' keeps the default model)."""
-  arch = ctr_space_lib.arch_part(ctr_space_lib.default_config())
-  if model_name:
-    arch["model.name"] = model_name
-    arch_lib.split_config(ctr_space_lib.runner_config(arch))  # checks the name
-  return arch
-
-
-def pbt_bounds(space: Space) -> dict[str, tuple[float, float]]:
-  """Clip range of each explored hyperparameter: the space's bounds, from 0 for gated
-  regularisers (a member without one keeps 0.0; multiplying 0 stays 0)."""
-  gated = set(ctr_space_lib.GATES.values())
-  return {k: (0.0 if k in gated else space[k].low, space[k].high) for k in arch_lib.DYNAMIC_KEYS
-          if k in space}
+def pbt_bounds(space: Space, zero_allowed=frozenset()) -> dict[str, tuple[float, float]]:
+  """Clip range of each explored hyperparameter: the space's bounds, from 0 for the keys
+  in `zero_allowed` (gated regularisers: a member without one keeps 0.0; 0 * factor = 0)."""
+  return {k: (0.0 if k in zero_allowed else space[k].low, space[k].high)
+          for k in arch_lib.DYNAMIC_KEYS if k in space}
 
 
 def run_population(study: Study, runner: CohortRunner, members: Sequence[Suggestion],
                    seeds: Sequence[int], num_rounds: int, steps_per_round: int,
-                   rng_seed: Sequence[int], bounds: dict[str, tuple[float, float]]) -> None:
+                   rng_seed: Sequence[int], bounds: dict[str, tuple[float, float]],
+                   runner_config: Callable[[Any], dict[str, Any]], quantile: float = 0.25) -> None:
   """Trains `members` as one PBT population and tells the study each member's result.
 
   Args:
@@ -63,10 +53,10 @@ def run_population(study: Study, runner: CohortRunner, members: Sequence[Suggest
     num_rounds, steps_per_round: PBT schedule (exploit / explore between rounds).
     rng_seed: seed of the exploit / explore decisions (a rerun decides the same).
     bounds: clip ranges of the explored hyperparameters (`pbt_bounds`).
+    runner_config: the space's point -> trial runner keys (`CTRSearchSpace.runner_config`).
+    quantile: PBT's exploit quantile.
   """
-  # Imported here: a tree without the population runner still runs every other algorithm.
-  from sfjax.automl.pbt_population import run_pbt  # pylint: disable=g-import-not-at-top
-  splits = [arch_lib.split_config(ctr_space_lib.runner_config(m.config)) for m in members]
+  splits = [arch_lib.split_config(runner_config(m.config)) for m in members]
   arch = splits[0][0]
   if any(a != arch for a, _ in splits):
     raise ValueError("a PBT population must share one architecture")
@@ -74,7 +64,7 @@ def run_population(study: Study, runner: CohortRunner, members: Sequence[Suggest
   started = time.perf_counter()
   try:
     history = run_pbt(runner, arch, hparams, seeds, num_rounds, steps_per_round,
-                      np.random.default_rng(list(rng_seed)), bounds=bounds)
+                      np.random.default_rng(list(rng_seed)), quantile=quantile, bounds=bounds)
   except Exception as e:  # pylint: disable=broad-except  (never fatal to the study)
     logging.exception("PBT population of %d members (%s) failed", len(members), arch.describe())
     for m in members:
@@ -84,12 +74,12 @@ def run_population(study: Study, runner: CohortRunner, members: Sequence[Suggest
   final = history.hparams[-1]
   for i, m in enumerate(members):
     auc = float(history.scores[-1, i])
-    metrics = {"auc": auc, "steps": float(history.steps[-1, i]),
+    metrics = {"auc": auc, "test_auc": float(history.test_scores[-1, i]), "steps": float(history.steps[-1, i]),
                "params": float(runner.count_params(arch)), "seconds": seconds,
                **{f"final.{k}": float(final[k][i]) for k in final}}
     if math.isfinite(auc):
       study.tell(m.trial_id, metrics, TrialStatus.DONE, elapsed_s=seconds)
     else:
-      del metrics["auc"]
+      del metrics["auc"], metrics["test_auc"]
       study.tell(m.trial_id, metrics, TrialStatus.FAILED, elapsed_s=seconds,
                  reason="loss or parameters became non-finite")

@@ -23,6 +23,7 @@ from jax import lax
 
 from sfjax.data import dataset as dataset_lib
 from sfjax.data.types import Batch
+from sfjax.embedding import vsi
 from sfjax.train import state as state_lib
 
 
@@ -118,7 +119,7 @@ class TrialData:
       self.ensure_steps(task.max_steps)
 
   def _prepare(self, batch: Batch, capacity: int) -> state_lib.DeviceBatch:
-    device_batch, num_unique = state_lib.prepare_batch(batch, self.spec.field_offsets, capacity,
+    device_batch, num_unique = vsi.prepare_batch(batch, self.spec.field_offsets, capacity,
                                                        self.num_rows)
     self.max_unique = max(self.max_unique, num_unique)
     return device_batch

@@ -8,18 +8,18 @@ and space options, naming every differing field.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any, Mapping
 
-from search_spaces import ctr as ctr_space_lib
-from sfjax.automl import search_pbt
-from sfjax.automl.algorithms import (ASHA, GP, TPE, AlgorithmSpec, GridSearch, Hyperband,
-                                     QuasiRandomSearch, RandomSearch, RegularizedEvolution)
-from sfjax.automl.cohort import CTRTask
+from sfjax.automl.algorithms import ALGORITHMS, PBT, AlgorithmSpec
 from sfjax.automl.space import Space
+from sfjax.core.atomic import atomic_write
+from sfjax.ctr_search import arch as arch_lib
+from sfjax.ctr_search.space_provider import CTRSearchSpace
+from sfjax.ctr_search.trial_data import CTRTask
 
-ALGORITHMS = ("random", "grid", "qmc", "evolution", "tpe", "gp", "asha", "hyperband", "pbt")
 SETTINGS_FILE = "search.json"
 
 
@@ -38,29 +38,29 @@ def parse_cohort_width(value: Any) -> int | str:
   return int(text)
 
 
-def _int_list(field: str, text: Any) -> tuple[int, ...]:
+def make_space(config, search_space: CTRSearchSpace) -> Space:
+  """The search space: `search_space.from_config(config.space)`, or for a population-based
+  algorithm (PBT) the hyperparameters of one architecture (`study.pbt_model`)."""
+  population = _algorithm_class(config).population_based
   try:
-    values = tuple(int(v) for v in str(text).split(",") if v.strip())
-  except ValueError:
-    values = ()
-  if not values or min(values) < 1:
-    raise SearchConfigError(f"{field}: expected comma-separated positive integers, got {text!r}")
-  return values
-
-
-def make_space(config) -> Space:
-  """The search space: `ctr_space` of `config.space`, or for PBT the hyperparameters of
-  one architecture (`fixed_arch_space` of `study.pbt_model`)."""
-  try:
-    if config.study.algorithm == "pbt":
-      return ctr_space_lib.fixed_arch_space(search_pbt.pbt_arch_config(config.study.pbt_model))
-    return ctr_space_lib.ctr_space(config.space.families,
-                                   _int_list("space.mlp_widths", config.space.mlp_widths))
+    if population:
+      return search_space.fixed_arch_space(pbt_arch_config(search_space, config.study.pbt_model))
+    return search_space.from_config(config.space)
   except ValueError as e:
     if isinstance(e, SearchConfigError):
       raise
-    field = "study.pbt_model" if config.study.algorithm == "pbt" else "space.families / mlp_widths"
+    field = "study.pbt_model" if population else "space"
     raise SearchConfigError(f"{field}: {e}") from None
+
+
+def pbt_arch_config(search_space: CTRSearchSpace, model_name: str) -> dict[str, Any]:
+  """The architecture PBT trains: the default config's, with `model.name` = `model_name`
+  when given ('' keeps the default model)."""
+  arch = search_space.arch_part(search_space.default_config(None))
+  if model_name:
+    arch["model.name"] = model_name
+    arch_lib.split_config(search_space.runner_config(arch))  # checks the name
+  return arch
 
 
 def make_task(config) -> CTRTask:
@@ -74,39 +74,31 @@ def make_task(config) -> CTRTask:
     raise SearchConfigError(f"task: {e}") from None
 
 
+def _algorithm_class(config) -> type[AlgorithmSpec]:
+  name = config.study.algorithm
+  if name not in ALGORITHMS:
+    raise SearchConfigError(f"study.algorithm: unknown algorithm {name!r} (known: "
+                            f"{', '.join(ALGORITHMS)})")
+  return ALGORITHMS[name]
+
+
 def make_algorithm(config) -> AlgorithmSpec:
   """The algorithm named by `config.study.algorithm`, seeded by `config.seed`.
 
-  For 'pbt' this is the random search that draws each population's initial
-  hyperparameters (`search_pbt` runs the population).
+  Its settings are the `study` fields named like the algorithm's own fields
+  (`sfjax.automl.algorithms`: e.g. `eta`, `population_size`, `n_startup_trials`);
+  the others keep the algorithm's defaults.
 
   Raises:
     SearchConfigError: naming `study.algorithm` (or the bad setting).
   """
-  st, seed = config.study, config.seed
-  name = st.algorithm
-  budgets = dict(min_budget=st.min_budget, max_budget=st.max_budget, eta=st.eta, seed=seed)
-  builders = {
-      "random": lambda: RandomSearch(seed=seed),
-      "grid": lambda: GridSearch(num_points_per_float=st.grid_points_per_float, shuffle=True,
-                                 seed=seed),
-      "qmc": lambda: QuasiRandomSearch(seed=seed),
-      "evolution": lambda: RegularizedEvolution(population_size=st.population_size,
-                                                sample_size=st.sample_size, seed=seed),
-      "tpe": lambda: TPE(seed=seed, n_startup_trials=st.n_startup_trials),
-      "gp": lambda: GP(seed=seed, n_startup_trials=st.n_startup_trials),
-      "asha": lambda: ASHA(**budgets),
-      "hyperband": lambda: Hyperband(**budgets, num_iterations=st.hyperband_iterations),
-  }
-  if name == "pbt":
-    return RandomSearch(seed=seed)
-  if name not in builders:
-    raise SearchConfigError(f"study.algorithm: unknown algorithm {name!r} (known: "
-                            f"{', '.join(ALGORITHMS)})")
+  cls = _algorithm_class(config)
+  settings = {f.name: config.study[f.name] for f in dataclasses.fields(cls)
+              if f.name != "seed" and f.name in config.study}
   try:
-    return builders[name]()
-  except ValueError as e:
-    raise SearchConfigError(f"study ({name}): {e}") from None
+    return cls(**settings, seed=config.seed)
+  except (TypeError, ValueError) as e:
+    raise SearchConfigError(f"study ({cls.name}): {e}") from None
 
 
 def check_study_settings(config) -> None:
@@ -124,14 +116,12 @@ def check_study_settings(config) -> None:
   if not 0 < st.min_budget <= st.max_budget:
     raise SearchConfigError(f"study.min_budget / study.max_budget: need 0 < min_budget "
                             f"({st.min_budget}) <= max_budget ({st.max_budget})")
-  if st.algorithm == "pbt":
-    rounds = st.max_budget / st.pbt_interval if st.pbt_interval > 0 else 0.0
-    if rounds < 1 or abs(rounds - round(rounds)) > 1e-9:
-      raise SearchConfigError(f"study.pbt_interval: {st.pbt_interval} must divide study.max_budget "
-                              f"({st.max_budget}) into a whole number of rounds")
-    if st.population_size < 2:
-      raise SearchConfigError(f"study.population_size: PBT needs >= 2 members, got "
-                              f"{st.population_size}")
+  algorithm = make_algorithm(config)
+  if isinstance(algorithm, PBT):
+    try:
+      algorithm.rounds(st.max_budget)
+    except ValueError as e:
+      raise SearchConfigError(f"study.pbt_interval: {e}") from None
 
 
 def settings_record(config) -> dict[str, Any]:
@@ -176,10 +166,5 @@ def _differences(stored, given, prefix: str = "") -> list[str]:
 
 
 def write_json(path: str, data: Any) -> None:
-  """Writes `data` as JSON to `path` atomically (temporary file, fsync, rename)."""
-  tmp = f"{path}.tmp.{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.write(json.dumps(data, indent=2, sort_keys=True, allow_nan=True) + "\n")
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  """Writes `data` as JSON to `path` atomically (`sfjax.core.atomic.atomic_write`)."""
+  atomic_write(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=True) + "\n")

@@ -4,7 +4,7 @@ import pytest
 
 from experiments.configs import ctr as ctr_config
 from sfjax.automl import Config
-from sfjax.automl import arch as arch_lib
+from sfjax.ctr_search import arch as arch_lib
 from sfjax.data import types
 
 CTR = ctr_config.get_config()

@@ -4,7 +4,7 @@ DESIGN.md §4: everything that changes shapes or the compiled graph (model name,
 sizes, row-optimizer kind) is static and hashable, so trials with equal
 `ArchSpec`s share one compiled program; learning rates, weight decay, the
 embedding L2 and the initial embedding scale are dynamic: stacked `[W]` arrays
-that `jax.vmap` runs over (`sfjax.automl.cohort`).
+that `jax.vmap` runs over (`sfjax.ctr_search.cohort`).
 
 Config keys (dotted, as in `sfjax.automl.space.Config`):
 
@@ -17,7 +17,7 @@ Config keys (dotted, as in `sfjax.automl.space.Config`):
   dynamic  optim.embedding_lr, optim.dense_lr, optim.weight_decay,
            optim.embedding_l2, optim.init_stddev
 
-Absent keys take the defaults of `experiments/configs/ctr.py`. Only the model
+Absent keys take the trainer's defaults (`sfjax/train/defaults.py`). Only the model
 hyperparameters the named model uses enter `ArchSpec.model_hparams`, so two
 configs that differ in a key their model ignores share a cohort (likewise `lr`
 ignores `model.embed_dim`, recorded as 1).
@@ -33,9 +33,11 @@ import jax
 import numpy as np
 from flax import nnx
 
-from sfjax.train import defaults as ctr_defaults_lib
 from sfjax import models
 from sfjax.data.types import DatasetSpec
+from sfjax.embedding import row_optimizers
+from sfjax.train import defaults as ctr_defaults_lib
+from sfjax.train import optimizers
 
 _CTR = ctr_defaults_lib.ctr_defaults()
 
@@ -52,8 +54,8 @@ _SCALAR_MODEL_KEYS = {
 }
 _INT_LOW = {"model.embed_dim": 1, **{k: 0 for k, _ in _LAYER_KEYS.values()},
             **{k: 1 for _, k in _LAYER_KEYS.values()}}
-EMBEDDING_OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
-DENSE_OPTIMIZERS = ("adam", "adamw", "sgd", "adagrad")
+EMBEDDING_OPTIMIZERS = row_optimizers.ROW_OPTIMIZER_NAMES
+DENSE_OPTIMIZERS = optimizers.DENSE_OPTIMIZER_NAMES
 
 # Dynamic keys -> (ctr.py default, lowest allowed value, whether the lowest is allowed).
 DYNAMIC_DEFAULTS: dict[str, tuple[float, float, bool]] = {
@@ -194,7 +196,7 @@ def split_config(config: Mapping[str, Any]) -> tuple[ArchSpec, dict[str, float]]
       hparams[kwarg] = value
     else:
       raise ValueError(f"model {name!r} takes hyperparameter {kwarg!r}, which "
-                       "sfjax/automl/arch.py does not map from any config key")
+                       "sfjax/ctr_search/arch.py does not map from any config key")
   arch = ArchSpec(
       model_name=name, embed_dim=embed_dim, model_hparams=tuple(sorted(hparams.items())),
       embedding_optimizer=_as_choice("optim.embedding_optimizer", config.get(

@@ -1,4 +1,4 @@
-"""Tests for the search driver (sfjax/automl/search_loop.py), its report and state files.
+"""Tests for the search driver (sfjax/ctr_search/search_loop.py), its report and state files.
 
 The driver runs the real `CohortRunner` on a tiny synthetic task; one runner is
 shared by the module so compiled trial programs are reused across studies.
@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from experiments.configs import search_ctr
-from sfjax.automl import search_config, search_loop, search_report, trial_states
+from search_spaces.ctr import SEARCH_SPACE as SPACE
+from sfjax.ctr_search import search_config, search_loop, search_report, trial_states
 from sfjax.automl.algorithms import Suggestion, TrialStatus
-from sfjax.automl.arch import split_config
-from sfjax.automl.cohort import CohortRunner
+from sfjax.ctr_search.arch import split_config
+from sfjax.ctr_search.cohort import CohortRunner
 from sfjax.automl.space import Config
 from sfjax.automl.study import TrialRecord
 
@@ -78,7 +79,7 @@ def read_jsonl(path):
 @pytest.mark.parametrize("algorithm", ["random", "grid", "qmc", "evolution", "tpe", "gp", "asha",
                                        "hyperband"])
 def test_each_algorithm_exports_trials_and_best(tmp_path, runner, algorithm):
-  summary = search_loop.run_search(tiny_config(algorithm), str(tmp_path), runner=runner)
+  summary = search_loop.run_search(tiny_config(algorithm), str(tmp_path), SPACE, runner=runner)
   assert set(summary) == SUMMARY_KEYS
   assert summary["num_trials_done"] == 3 and summary["num_failed"] == 0
   trials = read_jsonl(tmp_path / "trials.jsonl")
@@ -99,7 +100,7 @@ def test_each_algorithm_exports_trials_and_best(tmp_path, runner, algorithm):
 
 
 def test_asha_promotions_resume_from_the_parents_saved_state(tmp_path, runner):
-  summary = search_loop.run_search(tiny_config("asha", num_trials=8), str(tmp_path),
+  summary = search_loop.run_search(tiny_config("asha", num_trials=8), str(tmp_path), SPACE,
                                    runner=runner)
   assert summary["num_trials_done"] == 8
   trials = {t["trial_id"]: t for t in read_jsonl(tmp_path / "trials.jsonl")}
@@ -122,7 +123,7 @@ def test_asha_promotions_resume_from_the_parents_saved_state(tmp_path, runner):
 
 def test_pbt_population_explores_one_architecture(tmp_path, runner):
   config = tiny_config("pbt", num_trials=4, population_size=4, pbt_interval=1.0, pbt_model="fm")
-  summary = search_loop.run_search(config, str(tmp_path), runner=runner)
+  summary = search_loop.run_search(config, str(tmp_path), SPACE, runner=runner)
   assert summary["num_trials_done"] == 4
   trials = read_jsonl(tmp_path / "trials.jsonl")
   assert {t["config"]["model.name"] for t in trials} == {"fm"}
@@ -156,9 +157,9 @@ def test_missing_parent_state_trains_from_scratch_and_logs(tmp_path, runner, cap
 
 
 def test_resume_runs_only_new_trials(tmp_path, runner):
-  search_loop.run_search(tiny_config("evolution", num_trials=2), str(tmp_path), runner=runner)
+  search_loop.run_search(tiny_config("evolution", num_trials=2), str(tmp_path), SPACE, runner=runner)
   runner.calls.clear()
-  summary = search_loop.run_search(tiny_config("evolution", num_trials=4), str(tmp_path),
+  summary = search_loop.run_search(tiny_config("evolution", num_trials=4), str(tmp_path), SPACE,
                                    runner=runner)
   assert summary["num_trials_done"] == 4
   seeds = [seed for c in runner.calls for seed in c["seeds"]]
@@ -167,19 +168,19 @@ def test_resume_runs_only_new_trials(tmp_path, runner):
 
 
 def test_rerun_with_different_settings_is_an_error(tmp_path, runner):
-  search_loop.run_search(tiny_config(num_trials=1), str(tmp_path), runner=runner)
+  search_loop.run_search(tiny_config(num_trials=1), str(tmp_path), SPACE, runner=runner)
   changed = tiny_config(num_trials=1)
   changed.task.batch_size = 32
   with pytest.raises(search_loop.SearchConfigError, match="task.batch_size: stored 64, given 32"):
-    search_loop.run_search(changed, str(tmp_path), runner=runner)
+    search_loop.run_search(changed, str(tmp_path), SPACE, runner=runner)
   with pytest.raises(search_loop.SearchConfigError,
                      match="study.algorithm: stored 'random', given 'tpe'"):
-    search_loop.run_search(tiny_config("tpe", num_trials=1), str(tmp_path), runner=runner)
+    search_loop.run_search(tiny_config("tpe", num_trials=1), str(tmp_path), SPACE, runner=runner)
 
 
 def test_failed_cohort_is_told_failed_and_the_search_goes_on(tmp_path, runner):
   runner.fail_models = ("lr",)
-  summary = search_loop.run_search(tiny_config("random", num_trials=6), str(tmp_path),
+  summary = search_loop.run_search(tiny_config("random", num_trials=6), str(tmp_path), SPACE,
                                    runner=runner)
   trials = read_jsonl(tmp_path / "trials.jsonl")
   failed = [t for t in trials if t["status"] == "failed"]
@@ -192,7 +193,7 @@ def test_failed_cohort_is_told_failed_and_the_search_goes_on(tmp_path, runner):
 def test_params_quota_rejects_before_training(tmp_path, runner):
   rows = runner.spec.total_rows
   summary = search_loop.run_search(tiny_config("random", num_trials=3, max_params=3 * rows),
-                                   str(tmp_path), runner=runner)
+                                   str(tmp_path), SPACE, runner=runner)
   trials = read_jsonl(tmp_path / "trials.jsonl")
   rejected = [t for t in trials if t["status"] == "rejected"]
   done = [t for t in trials if t["status"] == "done"]
@@ -215,11 +216,11 @@ def test_config_errors_name_the_field():
   c = tiny_config()
   c.space.mlp_widths = "32,abc"
   with pytest.raises(search_loop.SearchConfigError, match="space.mlp_widths"):
-    search_config.make_space(c)
+    search_config.make_space(c, SPACE)
   with pytest.raises(search_loop.SearchConfigError, match="study.pbt_interval"):
     search_config.check_study_settings(tiny_config("pbt", pbt_interval=3.0))
   with pytest.raises(search_loop.SearchConfigError, match="study.pbt_model"):
-    search_config.make_space(tiny_config("pbt", pbt_model="transformer"))
+    search_config.make_space(tiny_config("pbt", pbt_model="transformer"), SPACE)
 
 
 def _record(trial_id, auc, status=TrialStatus.DONE, name="fm"):

@@ -10,10 +10,17 @@ One round of the loop (VEGA's search step, arXiv 2011.01507):
   study.tell              every result, failed ones as 'failed' (never fatal);
   leaderboard             top-k trials by held-out AUC, to stderr.
 
-At the end `study.export()` writes `trials.jsonl` and `best.json`. The default
-config (`search_spaces.ctr.default_config`, i.e. `experiments/configs/ctr.py`'s
-model) is trained once at the full budget and cached in `workdir/default.json`,
-so the summary says whether the search beat it on the held-out eval split.
+How the suggestions run is the algorithm's hook, not its name: a
+`population_based` algorithm (PBT) trains each asked batch as one population
+(`search_pbt.run_population`); the others run cohorts, keeping trial states when
+the algorithm is `multi_fidelity` (ASHA, Hyperband: promotions resume them).
+
+The concrete space is passed in (`space_provider.CTRSearchSpace`; the library
+never imports `search_spaces/`). At the end `study.export()` writes
+`trials.jsonl` and `best.json`. The space's default config (the trainer's
+default model) is trained once at the full budget and cached in
+`workdir/default.json`, so the summary says whether the search beat it on the
+held-out test half of the eval rows.
 
 Resume: the `Study` journal records every ask and tell durably, so rerunning the
 same command on the same workdir skips finished trials, re-runs the ones that
@@ -30,19 +37,18 @@ import math
 import os
 import sys
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from absl import logging
 
-from search_spaces import ctr as ctr_space_lib
-from sfjax.automl import search_config, search_pbt, search_report, trial_states
 from sfjax.automl.algorithms import Objective, Suggestion, TrialStatus
-from sfjax.automl.arch import ArchSpec, split_config
-from sfjax.automl.cohort import CohortRunner, TrialResult
-from sfjax.automl.search_config import SearchConfigError
 from sfjax.automl.study import Quota, Study, TrialRecord
+from sfjax.ctr_search import search_config, search_pbt, search_report, trial_states
+from sfjax.ctr_search.arch import ArchSpec, split_config
+from sfjax.ctr_search.cohort import CohortRunner, TrialResult
+from sfjax.ctr_search.search_config import SearchConfigError
+from sfjax.ctr_search.space_provider import CTRSearchSpace
 
-MULTI_FIDELITY = ("asha", "hyperband")
 AUTO_ASK_BATCH = 8  # trials asked per round with cohort_width='auto'
 OBJECTIVE = Objective("auc", "maximize")
 DIRECTIONS = {"auc": "maximize", "params": "minimize"}
@@ -76,12 +82,14 @@ class _Runners:
     return self._single
 
 
-def run_search(config, workdir: str, runner: CohortRunner | None = None) -> dict[str, Any]:
+def run_search(config, workdir: str, search_space: CTRSearchSpace,
+               runner: CohortRunner | None = None) -> dict[str, Any]:
   """Runs (or resumes) the search that `config` describes in `workdir`.
 
   Args:
     config: the `experiments/configs/search_ctr.py` ConfigDict.
     workdir: the study's directory (journal, states, exports, default.json).
+    search_space: the concrete space (e.g. `search_spaces.ctr.SEARCH_SPACE`).
     runner: a `CohortRunner` for `search_config.make_task(config)` to reuse
       (default: built here with `study.cohort_width`).
 
@@ -90,15 +98,15 @@ def run_search(config, workdir: str, runner: CohortRunner | None = None) -> dict
     'default_metrics', 'beats_default'}`. `num_trials_done` counts trials trained to
     a final status (done or failed; quota rejections excluded), `num_failed` those
     that failed; the best trial is the best DONE one among the largest budget
-    reached; `beats_default` compares its held-out AUC with the default config's
-    (trained at `study.max_budget`).
+    reached (selected on `auc`, the valid half of the eval rows); `beats_default`
+    compares its `test_auc` (the test half) with the default config's.
 
   Raises:
     SearchConfigError: a bad config, or a workdir made with a different one.
   """
   search_config.check_study_settings(config)
   width = search_config.parse_cohort_width(config.study.cohort_width)
-  space = search_config.make_space(config)
+  space = search_config.make_space(config, search_space)
   algorithm = search_config.make_algorithm(config)
   task = search_config.make_task(config)
   os.makedirs(workdir, exist_ok=True)
@@ -109,34 +117,36 @@ def run_search(config, workdir: str, runner: CohortRunner | None = None) -> dict
     raise SearchConfigError("run_search: the given runner was built for a different task "
                             "than config.task")
   runners = _Runners(runner)
+  split = lambda c: split_config(search_space.runner_config(c))
   quotas = []
   if config.study.max_params:
     quotas.append(Quota(f"params <= {config.study.max_params}",
-                        {"params": lambda c: runner.count_params(_split(c)[0])}))
+                        {"params": lambda c: runner.count_params(split(c)[0])}))
   max_steps = task.steps_for_budget(config.study.max_budget)
   ask_batch = config.study.ask_batch or (width if width != "auto" else AUTO_ASK_BATCH)
+  if algorithm.population_based:
+    ask_batch = algorithm.population_size
+    run_round = lambda study, batch: search_pbt.run_population(
+        study, runner, batch, [trial_seed(config.seed, s.trial_id) for s in batch],
+        algorithm.rounds(config.study.max_budget),
+        task.steps_for_budget(algorithm.pbt_interval), (config.seed, batch[0].trial_id),
+        search_pbt.pbt_bounds(space, search_space.zero_allowed), search_space.runner_config,
+        algorithm.quantile)
+  else:
+    run_round = lambda study, batch: run_batch(
+        study, runners, batch, workdir, config.seed, max_steps,
+        keep_states=algorithm.multi_fidelity, split=split)
   started = time.perf_counter()
   with Study.open(workdir, space, algorithm, OBJECTIVE, DIRECTIONS, quotas=quotas) as study:
-    default = default_metrics(workdir, runners.for_group(1), config.seed, max_steps)
+    default = default_metrics(workdir, runners.for_group(1), config.seed, max_steps, search_space)
     while True:
       final = _num_final(study)
       if final >= config.study.num_trials:
         break
-      if config.study.algorithm == "pbt":  # one population per round
-        batch = study.ask(min(config.study.population_size, config.study.num_trials - final))
-        if not batch:
-          break
-        search_pbt.run_population(
-            study, runner, batch, [trial_seed(config.seed, s.trial_id) for s in batch],
-            int(round(config.study.max_budget / config.study.pbt_interval)),
-            task.steps_for_budget(config.study.pbt_interval), (config.seed, batch[0].trial_id),
-            search_pbt.pbt_bounds(space))
-      else:
-        batch = study.ask(min(ask_batch, config.study.num_trials - final))
-        if not batch:
-          break
-        run_batch(study, runners, batch, workdir, config.seed, max_steps,
-                  keep_states=config.study.algorithm in MULTI_FIDELITY)
+      batch = study.ask(min(ask_batch, config.study.num_trials - final))
+      if not batch:
+        break
+      run_round(study, batch)
       sys.stderr.write(search_report.leaderboard(
           study.trials(), config.study.leaderboard_size, default.get("auc"),
           config.study.num_trials, time.perf_counter() - started))
@@ -145,44 +155,43 @@ def run_search(config, workdir: str, runner: CohortRunner | None = None) -> dict
     return summarize(study, default)
 
 
-def _split(config: Mapping[str, Any]) -> tuple[ArchSpec, dict[str, float]]:
-  return split_config(ctr_space_lib.runner_config(config))
-
-
 def _num_final(study: Study) -> int:
   return sum(t.status in (TrialStatus.DONE, TrialStatus.FAILED, TrialStatus.PRUNED)
              for t in study.trials())
 
 
-def default_metrics(workdir: str, runner: CohortRunner, seed: int, steps: int) -> dict[str, float]:
-  """Held-out metrics of the default config at `steps` steps, cached in default.json."""
+def default_metrics(workdir: str, runner: CohortRunner, seed: int, steps: int,
+                    search_space: CTRSearchSpace) -> dict[str, float]:
+  """Held-out metrics of the space's default config at `steps` steps, cached in default.json."""
   path = os.path.join(workdir, DEFAULT_FILE)
   if os.path.exists(path):
     with open(path, encoding="utf-8") as f:
       return json.load(f)["metrics"]
-  config = ctr_space_lib.default_config()
-  arch, hparams = _split(config)
+  config = search_space.default_config(None)
+  arch, hparams = split_config(search_space.runner_config(config))
   logging.info("training the default config (%s) for %d steps", arch.describe(), steps)
   result = runner.run(arch, [hparams], [trial_seed(seed, -1)], [0], [steps], [None])[0]
-  if result.status != "done":
+  if result.status != TrialStatus.DONE:
     logging.warning("the default config failed: %s", result.error)
-  search_config.write_json(path, {"config": config.to_dict(), "status": result.status,
+  search_config.write_json(path, {"config": config.to_dict(), "status": result.status.value,
                      "metrics": result.metrics, "error": result.error})
   return dict(result.metrics)
 
 
 def run_batch(study: Study, runners: _Runners, batch: Sequence[Suggestion], workdir: str,
-              seed: int, max_steps: int, keep_states: bool) -> None:
+              seed: int, max_steps: int, keep_states: bool,
+              split: Callable[[Any], tuple[ArchSpec, dict[str, float]]]) -> None:
   """Trains `batch` grouped by architecture and tells the study every result.
 
   With `keep_states` (multi-fidelity algorithms), the state of each successful
-  trial below the full budget is saved for a later promotion.
+  trial below the full budget is saved for a later promotion. `split` maps a
+  point of the space to its (ArchSpec, hyperparameters).
   """
   states_dir = os.path.join(workdir, STATES_DIR)
   groups: dict[ArchSpec, list[tuple[Suggestion, dict[str, float]]]] = {}
   for s in batch:
     try:
-      arch, hparams = _split(s.config)
+      arch, hparams = split(s.config)
     except ValueError as e:  # a config the runner cannot build: that trial fails
       study.tell(s.trial_id, {}, TrialStatus.FAILED, reason=f"bad config: {e}")
       continue
@@ -201,7 +210,7 @@ def run_batch(study: Study, runners: _Runners, batch: Sequence[Suggestion], work
       results = runner.run(arch, [h for _, h in members], seeds, starts, ends, init_states)
     except Exception as e:  # pylint: disable=broad-except  (a trial's failure is never fatal)
       logging.exception("cohort of %d trials (%s) failed", len(members), arch.describe())
-      results = [TrialResult({}, "failed", None, f"{type(e).__name__}: {e}")] * len(members)
+      results = [TrialResult({}, TrialStatus.FAILED, None, f"{type(e).__name__}: {e}")] * len(members)
     for (s, _), result, end in zip(members, results, ends):
       _record(study, s, result, states_dir, keep_states and end < max_steps)
 
@@ -224,11 +233,10 @@ def _resume_point(runner: CohortRunner, arch: ArchSpec, s: Suggestion,
 def _record(study: Study, s: Suggestion, result: TrialResult, states_dir: str,
             keep_state: bool) -> None:
   """Saves the trial's state if it may be promoted, tells the study, drops the parent's."""
-  if result.status == "done" and keep_state and result.state is not None:
+  if result.status == TrialStatus.DONE and keep_state and result.state is not None:
     trial_states.save_state(trial_states.state_path(states_dir, s.trial_id), result.state)
   metrics = {k: float(v) for k, v in result.metrics.items() if math.isfinite(float(v))}
-  status = TrialStatus.DONE if result.status == "done" else TrialStatus.FAILED
-  study.tell(s.trial_id, metrics, status, elapsed_s=result.metrics.get("seconds"),
+  study.tell(s.trial_id, metrics, result.status, elapsed_s=result.metrics.get("seconds"),
              reason=result.error)
   if s.resume_from is not None:  # each trial is promoted at most once (ASHA, Hyperband)
     parent = trial_states.state_path(states_dir, s.resume_from)
@@ -244,8 +252,9 @@ def summarize(study: Study, default: Mapping[str, float]) -> dict[str, Any]:
   # uses the test half, which no selection saw.
   best_auc = best.metrics.get("test_auc") if best is not None else None
   default_auc = default.get("test_auc")
-  beats = best_auc is not None and (default_auc is None or not math.isfinite(default_auc)
-                                     or best_auc > default_auc)
+  # A default without a finite test AUC (failed, or never measured) is never beaten.
+  beats = (best_auc is not None and default_auc is not None and math.isfinite(best_auc)
+           and math.isfinite(default_auc) and best_auc > default_auc)
   return {
       "best_trial_id": best.trial_id if best is not None else None,
       "best_config": best.config.to_dict() if best is not None else None,

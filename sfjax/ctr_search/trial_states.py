@@ -7,7 +7,7 @@ evaluation of the trial's init), so loading needs no pickle, and a file whose
 leaves do not match the architecture's shapes is rejected with its path and the
 leaf named.
 
-Writes are atomic (temporary file, fsync, `os.replace`): a process killed while
+Writes are atomic (`sfjax.core.atomic.atomic_write`: temporary file, fsync, `os.replace`, directory fsync): a process killed while
 saving leaves either the old file or none, never a torn one.
 """
 
@@ -20,9 +20,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from sfjax.automl import arch as arch_lib
-from sfjax.automl import trial_program
-from sfjax.automl.arch import ArchSpec
+from sfjax.core.atomic import atomic_write
+from sfjax.ctr_search import arch as arch_lib
+from sfjax.ctr_search import trial_program
+from sfjax.ctr_search.arch import ArchSpec
 from sfjax.data.types import DatasetSpec
 
 
@@ -45,13 +46,8 @@ def state_template(arch: ArchSpec, spec: DatasetSpec) -> Any:
 def save_state(path: str, state: Any) -> None:
   """Writes the leaves of host pytree `state` to `path` atomically."""
   leaves = jax.tree.leaves(state)
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = f"{path}.tmp.{os.getpid()}"
-  with open(tmp, "wb") as f:
-    np.savez(f, **{f"leaf_{i:05d}": np.asarray(leaf) for i, leaf in enumerate(leaves)})
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  atomic_write(path, lambda f: np.savez(
+      f, **{f"leaf_{i:05d}": np.asarray(leaf) for i, leaf in enumerate(leaves)}))
 
 
 def load_state(path: str, template: Any) -> Any:

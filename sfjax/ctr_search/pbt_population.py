@@ -24,15 +24,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from sfjax.automl.algorithms import pbt_exploit_explore
-from sfjax.automl.arch import ArchSpec
-from sfjax.automl.cohort import CohortRunner
+from sfjax.ctr_search.arch import ArchSpec
+from sfjax.ctr_search.cohort import CohortRunner
 
 
 class PBTHistory(NamedTuple):
   """What a PBT run did.
 
   Attributes:
-    scores: [R, P] eval AUC of each member after each round (NaN = failed).
+    scores: [R, P] eval AUC of each member after each round (NaN = failed), on the
+      valid half of the eval rows (what exploit decides on).
+    test_scores: [R, P] the same on the test half, which no decision sees.
     hparams: R dicts name -> [P], the hyperparameters each round ran with.
     source_index: [R - 1, P] the member each member continued from after each
       round but the last (itself unless exploited).
@@ -41,6 +43,7 @@ class PBTHistory(NamedTuple):
   """
 
   scores: np.ndarray
+  test_scores: np.ndarray
   hparams: list[dict[str, np.ndarray]]
   source_index: np.ndarray
   steps: np.ndarray
@@ -96,11 +99,12 @@ def run_pbt(runner: CohortRunner, arch: ArchSpec, init_hparams: Mapping[str, Any
   for name, values in hparams.items():
     if values.shape != (size,):
       raise ValueError(f"init_hparams[{name!r}] has {values.shape[0]} values but there are {size} seeds")
-  states, scores, used, sources, steps = None, [], [], [], []
+  states, scores, test_scores, used, sources, steps = None, [], [], [], [], []
   for r in range(num_rounds):
     out = runner.run_stacked(arch, hparams, seeds, r * steps_per_round, (r + 1) * steps_per_round,
                              states)
     scores.append(out.auc)
+    test_scores.append(out.test_auc)
     used.append(hparams)
     steps.append(out.steps)
     states = out.states
@@ -110,4 +114,4 @@ def run_pbt(runner: CohortRunner, arch: ArchSpec, init_hparams: Mapping[str, Any
       sources.append(source)
       states = exploit(states, source)
   source_index = np.stack(sources) if sources else np.zeros((0, size), np.int64)
-  return PBTHistory(np.stack(scores), used, source_index, np.stack(steps), states)
+  return PBTHistory(np.stack(scores), np.stack(test_scores), used, source_index, np.stack(steps), states)

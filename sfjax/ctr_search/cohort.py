@@ -3,7 +3,7 @@
 DESIGN.md §4. `CohortRunner.run` takes trials of one architecture, groups them by
 step range `[start, end)` and by whether they resume, splits each group into
 chunks of the cohort width and runs each chunk as one `jax.jit` of
-`jax.vmap(trial)` (`sfjax.automl.trial_program`): init (or resume), a
+`jax.vmap(trial)` (`sfjax.ctr_search.trial_program`): init (or resume), a
 `lax.scan` of the train step over the task's precomputed batches, and eval over
 the whole stacked eval set. AUC and logloss are computed exactly on the host.
 
@@ -37,11 +37,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from sfjax.automl import arch as arch_lib
-from sfjax.automl import trial_program
-from sfjax.automl.arch import ArchSpec
-from sfjax.automl.trial_data import CTRTask, TrialData
-from sfjax.train import metrics as metrics_lib
+from sfjax.automl.algorithms import TrialStatus
+from sfjax.ctr_search import arch as arch_lib
+from sfjax.ctr_search import trial_program
+from sfjax.ctr_search.arch import ArchSpec
+from sfjax.ctr_search.trial_data import CTRTask, TrialData
+from sfjax.core import metrics as metrics_lib
 
 WIDTH_CANDIDATES = (1, 2, 4, 8, 16, 32)
 
@@ -53,13 +54,13 @@ class TrialResult(NamedTuple):
     metrics: 'auc', 'logloss' (NaN when failed), 'train_loss' (mean over the
       applied steps of this run), 'steps' (global steps applied so far),
       'params' (`arch.count_params`), 'seconds' (share of the chunk's wall time).
-    status: 'done' or 'failed'.
+    status: TrialStatus.DONE or TrialStatus.FAILED.
     state: host (numpy) TrainState to resume from; None when failed.
     error: why it failed, else None.
   """
 
   metrics: dict[str, float]
-  status: str
+  status: TrialStatus
   state: Any
   error: str | None
 
@@ -336,7 +337,7 @@ class CohortRunner:
       metrics = {"auc": float("nan"), "logloss": float("nan"), "test_auc": float("nan"),
                  "test_logloss": float("nan"), "train_loss": float("nan"),
                  "steps": start, "params": self.count_params(arch), "seconds": 0.0}
-      return [TrialResult(dict(metrics), "failed", None, f"{type(e).__name__}: {e}")
+      return [TrialResult(dict(metrics), TrialStatus.FAILED, None, f"{type(e).__name__}: {e}")
               for _ in range(num_real)]
     host_states = jax.device_get(out.states)
     results = []
@@ -349,8 +350,8 @@ class CohortRunner:
                  "seconds": out.seconds / num_real}
       if out.alive[i]:
         state = jax.tree.map(lambda x: x[i].copy(), host_states)
-        results.append(TrialResult(metrics, "done", state, None))
+        results.append(TrialResult(metrics, TrialStatus.DONE, state, None))
       else:
-        results.append(TrialResult(metrics, "failed", None,
+        results.append(TrialResult(metrics, TrialStatus.FAILED, None,
                                    f"loss or parameters became non-finite at step {int(out.steps[i]) + 1}"))
     return results

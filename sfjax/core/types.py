@@ -1,0 +1,28 @@
+"""The per-step device input shared by the embedding backends, the mesh rules and the step.
+
+After Virtual Sparse Ids (`sfjax.embedding.vsi`) the device sees only int32 rows
+(or cache slots) and virtual ids, never raw (possibly 64-bit) feature ids
+(DESIGN.md §6.6).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+
+class DeviceBatch(NamedTuple):
+  """One step's inputs, fixed shapes.
+
+  Attributes:
+    rows: [U] int32 table rows (or cache slots) of the batch's unique ids; padding = V.
+    vids: [B, F] int32 virtual ids into `rows`.
+    dense: [B, Nd] float32.
+    labels: [B] float32.
+    mask: [B] float32, 0 for padding examples.
+  """
+
+  rows: Any
+  vids: Any
+  dense: Any
+  labels: Any
+  mask: Any
