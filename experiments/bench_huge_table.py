@@ -51,7 +51,7 @@ def huge_config():
   return c
 
 
-def _disk_bytes(path: str) -> int:
+def _disk_bytes(path: str) -> tuple[int, int]:
   out = subprocess.run(["du", "-sb", "--apparent-size", path], capture_output=True, text=True)
   apparent = int(out.stdout.split()[0]) if out.returncode == 0 else -1
   real = sum(os.stat(os.path.join(path, f)).st_blocks * 512 for f in os.listdir(path))

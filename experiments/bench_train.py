@@ -29,6 +29,7 @@ from sfjax.data import synthetic
 from sfjax.data import types
 from sfjax.embedding import device_table
 from sfjax.embedding import row_optimizers
+from sfjax.train import backends
 from sfjax.train import loop
 from sfjax.train import optimizers
 from sfjax.train import runner
@@ -45,7 +46,7 @@ _MODEL = flags.DEFINE_string("model", "deepfm", "Model name.")
 _DISTINCT = flags.DEFINE_integer("distinct_batches", 16, "Distinct host batches cycled through.")
 _PROFILE = flags.DEFINE_boolean("profile", False, "Also time each phase separately.")
 _OUT = flags.DEFINE_string("out", "", "Write the JSON result here too.")
-_BACKEND = flags.DEFINE_enum("backend", "device", ["device", "cache"], "Embedding backend.")
+_BACKEND = flags.DEFINE_enum("backend", "device", list(backends.BACKENDS), "Embedding backend.")
 _CACHE_ROWS = flags.DEFINE_float("cache_rows", 0.2, "Cache backend: rows, or fraction of the table.")
 _LOOKAHEAD = flags.DEFINE_integer("lookahead", 2, "Cache backend: steps planned ahead.")
 _UNIQUE_CAP = flags.DEFINE_integer("unique_capacity", 45056, "Padded unique ids per step.")

@@ -27,6 +27,7 @@ from absl import flags
 from experiments import report
 
 from experiments.configs import ctr as ctr_config
+from sfjax.automl.algorithms import TrialStatus
 from sfjax.ctr_search import arch as arch_lib
 from sfjax.ctr_search import cohort
 from sfjax.ctr_search import trial_data
@@ -88,7 +89,7 @@ def measure(data: trial_data.TrialData, arch, count: int, mesh) -> dict[str, flo
       "trials": count, "cohort_seconds": cohort_s, "cohort_compile_and_run_s": compile_s,
       "sequential_seconds": seq_s, "cohort_trials_per_hour": count * 3600.0 / cohort_s,
       "sequential_trials_per_hour": count * 3600.0 / seq_s, "speedup": seq_s / cohort_s,
-      "failed": int(sum(r.status != "done" for r in cohort_results)),
+      "failed": int(sum(r.status != TrialStatus.DONE for r in cohort_results)),
       "mean_auc": float(np.nanmean(auc)),
       "max_auc_diff_vs_sequential": float(np.nanmax(np.abs(auc - seq_auc))),
   }

@@ -14,4 +14,4 @@ class DataFormatError(ValueError):
 
 
 class ConfigError(ValueError):
-  """A config value is invalid; the message starts with the dotted field name."""
+  """A config value is invalid; the message names the dotted field (`config field a.b: ...`)."""

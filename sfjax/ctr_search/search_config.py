@@ -15,7 +15,9 @@ from typing import Any, Mapping
 
 from sfjax.automl.algorithms import ALGORITHMS, PBT, AlgorithmSpec
 from sfjax.automl.space import Space
+from sfjax.core import names
 from sfjax.core.atomic import atomic_write
+from sfjax.core.errors import ConfigError
 from sfjax.ctr_search import arch as arch_lib
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 from sfjax.ctr_search.trial_data import CTRTask
@@ -75,11 +77,10 @@ def make_task(config) -> CTRTask:
 
 
 def _algorithm_class(config) -> type[AlgorithmSpec]:
-  name = config.study.algorithm
-  if name not in ALGORITHMS:
-    raise SearchConfigError(f"study.algorithm: unknown algorithm {name!r} (known: "
-                            f"{', '.join(ALGORITHMS)})")
-  return ALGORITHMS[name]
+  try:
+    return names.lookup(ALGORITHMS, config.study.algorithm, "study.algorithm", "algorithm")
+  except ConfigError as e:
+    raise SearchConfigError(str(e)) from None
 
 
 def make_algorithm(config) -> AlgorithmSpec:

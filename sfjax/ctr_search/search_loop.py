@@ -232,12 +232,18 @@ def _resume_point(runner: CohortRunner, arch: ArchSpec, s: Suggestion,
 
 def _record(study: Study, s: Suggestion, result: TrialResult, states_dir: str,
             keep_state: bool) -> None:
-  """Saves the trial's state if it may be promoted, tells the study, drops the parent's."""
-  if result.status == TrialStatus.DONE and keep_state and result.state is not None:
+  """Saves the trial's state if it may be promoted, tells the study, drops the parent's.
+
+  A trial that trained to the end but has no finite held-out AUC (e.g. one class only
+  in the valid half) is told as FAILED: the study needs the objective of a DONE trial.
+  """
+  status, reason = result.status, result.error
+  if status == TrialStatus.DONE and not math.isfinite(float(result.metrics.get("auc", math.nan))):
+    status, reason = TrialStatus.FAILED, "held-out AUC is not finite"
+  if status == TrialStatus.DONE and keep_state and result.state is not None:
     trial_states.save_state(trial_states.state_path(states_dir, s.trial_id), result.state)
   metrics = {k: float(v) for k, v in result.metrics.items() if math.isfinite(float(v))}
-  study.tell(s.trial_id, metrics, result.status, elapsed_s=result.metrics.get("seconds"),
-             reason=result.error)
+  study.tell(s.trial_id, metrics, status, elapsed_s=result.metrics.get("seconds"), reason=reason)
   if s.resume_from is not None:  # each trial is promoted at most once (ASHA, Hyperband)
     parent = trial_states.state_path(states_dir, s.resume_from)
     if os.path.exists(parent):

@@ -78,8 +78,9 @@ def leaderboard(trials: Sequence[TrialRecord], top_k: int, default_auc: float | 
   rejected = sum(t.status == TrialStatus.REJECTED for t in trials)
   head = f"[search] {done}/{num_trials} trials ({failed} failed, {rejected} rejected) in " \
          f"{_duration(elapsed_s)}"
-  if order and order[0].status == TrialStatus.DONE:
-    head += f" | best auc {order[0].metrics['auc']:.5f} (trial {order[0].trial_id})"
+  best = order[0] if order and order[0].status == TrialStatus.DONE else None
+  if best is not None and math.isfinite(best.metrics.get("auc", math.nan)):
+    head += f" | best auc {best.metrics['auc']:.5f} (trial {best.trial_id})"
   if default_auc is not None:
     head += f" | default auc {_fmt(default_auc, '.5f')}"
   lines = [head]

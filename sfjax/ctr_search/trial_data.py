@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any, Mapping
 
 import jax
@@ -73,8 +74,8 @@ class CTRTask:
 
   def steps_for_budget(self, budget: float) -> int:
     """Train steps of budget `budget` (>= 0): `round(budget * steps_per_budget_unit)`."""
-    if not budget >= 0:
-      raise ValueError(f"budget must be >= 0, got {budget!r}")
+    if not 0 <= budget < math.inf:
+      raise ValueError(f"budget must be a finite number >= 0, got {budget!r}")
     return int(round(budget * self.steps_per_budget_unit))
 
 

@@ -18,6 +18,7 @@ from typing import Iterator, Protocol
 
 import ml_collections
 
+from sfjax.core import names
 from sfjax.data import avazu, batching, criteo, feature_map, movielens, text_io
 from sfjax.data.types import Batch, DatasetSpec, make_batch
 
@@ -114,11 +115,8 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, seed: int) -> CTRDataset:
     ValueError: unknown `data.format`, empty `data.train_path` for a file
       format, or an invalid mapping setting.
   """
-  fmt = str(data_cfg.format)
-  if fmt not in DATA_FORMATS:
-    raise ValueError(f"config field data.format: unknown format {fmt!r} "
-                     f"(known: {', '.join(KNOWN_FORMATS)})")
-  return DATA_FORMATS[fmt](data_cfg, seed)
+  return names.lookup(DATA_FORMATS, str(data_cfg.format), "data.format", "format")(
+      data_cfg, seed)
 
 
 def _synthetic(data_cfg, seed: int) -> CTRDataset:

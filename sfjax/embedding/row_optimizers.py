@@ -27,6 +27,8 @@ from typing import Any, Callable, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
+from sfjax.core import names
+
 
 class RowOptimizer(NamedTuple):
   """Pure functions of a row optimizer.
@@ -129,12 +131,9 @@ def make(name: str, learning_rate, settings, field: str = "embedding.optimizer")
     field: the config field named in the error for an unknown `name`.
 
   Raises:
-    ValueError: an unknown name (the message names `field`).
+    ConfigError: an unknown name (the message names `field`).
   """
-  if name not in ROW_OPTIMIZERS:
-    raise ValueError(f"config field {field}: unknown row optimizer {name!r} "
-                     f"(known: {', '.join(ROW_OPTIMIZER_NAMES)})")
-  return ROW_OPTIMIZERS[name](learning_rate, settings)
+  return names.lookup(ROW_OPTIMIZERS, name, field, "row optimizer")(learning_rate, settings)
 
 
 def from_config(cfg) -> RowOptimizer:

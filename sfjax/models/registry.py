@@ -16,6 +16,8 @@ from typing import Any
 
 from flax import nnx
 
+from sfjax.core import names
+
 from sfjax.models.autoint import AutoInt
 from sfjax.models.dcnv2 import DCNv2
 from sfjax.models.deepfm import DeepFM
@@ -43,9 +45,7 @@ _SIZE_ARGS = frozenset({"num_fields", "embed_dim", "num_dense", "rngs"})
 
 def model_class(name: str) -> type[nnx.Module]:
   """The NNX class registered as `name`; ValueError naming `model.name` otherwise."""
-  if name not in _MODELS:
-    raise ValueError(f"unknown model.name {name!r} (known: {', '.join(MODEL_NAMES)})")
-  return _MODELS[name]
+  return names.lookup(_MODELS, name, "model.name", "model")
 
 
 def model_hparams(name: str) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ import numpy as np
 from flax import nnx
 
 from sfjax.core import background
+from sfjax.core import names
 from sfjax.core.errors import ConfigError
 from sfjax.core.types import DeviceBatch
 from sfjax.data import types
@@ -265,8 +266,5 @@ def make_backend(config, spec: types.DatasetSpec, width: int, graphdef: nnx.Grap
                  train_step: step_lib.TrainStep, row_opt: row_optimizers.RowOptimizer,
                  mesh) -> Backend:
   """The backend named by `config.embedding.backend`."""
-  name = config.embedding.backend
-  if name not in BACKENDS:
-    raise ConfigError(f"config field embedding.backend: unknown backend {name!r} "
-                      f"(known: {', '.join(BACKENDS)})")
-  return BACKENDS[name](config, spec, width, graphdef, train_step, row_opt, mesh)
+  cls = names.lookup(BACKENDS, config.embedding.backend, "embedding.backend", "backend")
+  return cls(config, spec, width, graphdef, train_step, row_opt, mesh)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from sfjax import models
+from sfjax.core import names
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset
 from sfjax.embedding import cache_planner
@@ -47,7 +48,7 @@ def _number(config, field: str, *, low: float, low_ok: bool) -> None:
 
 
 def _choice(value, field: str, known) -> None:
-  _require(value in known, field, f"unknown value {value!r} (known: {', '.join(known)})")
+  names.lookup(dict.fromkeys(known), value, field, "value")
 
 
 def validate(config) -> None:

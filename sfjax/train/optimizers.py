@@ -22,7 +22,7 @@ from typing import Callable
 
 import optax
 
-from sfjax.core.errors import ConfigError
+from sfjax.core import names
 
 
 def _with_l2(inner: Callable[[float], optax.GradientTransformation]):
@@ -53,10 +53,8 @@ def dense_optimizer(name: str, learning_rate, weight_decay=0.0,
   Raises:
     ConfigError: an unknown name (the message names `field`).
   """
-  if name not in DENSE_OPTIMIZERS:
-    raise ConfigError(f"config field {field}: unknown dense optimizer {name!r} "
-                      f"(known: {', '.join(DENSE_OPTIMIZER_NAMES)})")
-  return optax.inject_hyperparams(DENSE_OPTIMIZERS[name])(
+  factory = names.lookup(DENSE_OPTIMIZERS, name, field, "dense optimizer")
+  return optax.inject_hyperparams(factory)(
       learning_rate=learning_rate, weight_decay=weight_decay)
 
 

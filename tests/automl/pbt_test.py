@@ -1,9 +1,11 @@
-"""Tests for PBT's exploit / explore decision (sfjax/automl/algorithms/pbt.py)."""
+"""Tests for PBT's spec and its exploit / explore decision (sfjax/automl/algorithms/pbt.py)."""
+
+import json
 
 import numpy as np
 import pytest
 
-from sfjax.automl.algorithms import pbt_exploit_explore
+from sfjax.automl.algorithms import PBT, Objective, algorithm_from_dict, pbt_exploit_explore
 from sfjax.automl.space import Float, Space
 
 SCORES = np.array([0.1, 0.9, 0.5, 0.3, 0.8, 0.2, 0.7, 0.4])  # best: 1, 4; worst: 0, 5
@@ -60,3 +62,58 @@ def test_bad_inputs():
     pbt_exploit_explore(SCORES, {}, rng, quantile=0.75)
   with pytest.raises(ValueError, match=r"hparams\['lr'\] has shape \(3,\)"):
     pbt_exploit_explore(SCORES, {"lr": np.zeros(3)}, rng)
+
+
+@pytest.mark.parametrize("fields, field", [
+    (dict(population_size=1), "population_size"),
+    (dict(population_size=0), "population_size"),
+    (dict(population_size=4.0), "population_size"),
+    (dict(population_size=True), "population_size"),
+    (dict(pbt_interval=0), "pbt_interval"),
+    (dict(pbt_interval=-1.0), "pbt_interval"),
+    (dict(quantile=0.0), "quantile"),
+    (dict(quantile=0.6), "quantile"),
+])
+def test_pbt_spec_errors_name_the_field(fields, field):
+  with pytest.raises(ValueError, match=rf"^PBT\.{field}: "):
+    PBT(**fields)
+
+
+def test_pbt_spec_accepts_the_edges():
+  spec = PBT(population_size=2, pbt_interval=0.5, quantile=0.5)
+  assert (spec.population_size, spec.pbt_interval, spec.quantile) == (2, 0.5, 0.5)
+  assert PBT.name == "pbt" and PBT.population_based and not PBT.multi_fidelity
+
+
+def test_pbt_rounds():
+  assert PBT(pbt_interval=2).rounds(10) == 5
+  assert PBT(pbt_interval=10).rounds(10) == 1
+  assert PBT(pbt_interval=0.1).rounds(1.0) == 10  # 1.0 / 0.1 is 10.000000000000002
+  assert isinstance(PBT(pbt_interval=2).rounds(10.0), int)
+  with pytest.raises(ValueError, match=r"PBT\.pbt_interval: 3 must divide the max budget \(10\)"):
+    PBT(pbt_interval=3).rounds(10)
+  with pytest.raises(ValueError, match="pbt_interval"):
+    PBT(pbt_interval=20).rounds(10)  # not even one round
+
+
+def test_pbt_round_trips_through_algorithm_from_dict():
+  spec = PBT(population_size=8, pbt_interval=2.5, quantile=0.125, seed=7)
+  data = json.loads(json.dumps(spec.to_dict()))
+  assert data == {"name": "pbt", "population_size": 8, "pbt_interval": 2.5, "quantile": 0.125,
+                  "seed": 7}
+  assert algorithm_from_dict(data) == spec
+  assert algorithm_from_dict({"name": "pbt"}) == PBT()
+
+
+def test_pbt_asks_distinct_valid_random_configs_for_a_seed(model_space):
+  def population(seed, n=8):
+    return PBT(population_size=n, seed=seed).build(model_space, Objective("auc")).ask(n)
+
+  members = population(seed=3)
+  assert [s.trial_id for s in members] == list(range(8))
+  assert len({s.config for s in members}) == 8
+  for s in members:
+    model_space.validate(s.config)
+    assert (s.budget, s.rung, s.parent_trial_id, s.resume_from) == (None, None, None, None)
+  assert population(seed=3) == members
+  assert [s.config for s in population(seed=4)] != [s.config for s in members]

@@ -1,4 +1,5 @@
-"""PBT on a vmapped population: exploit gathers along the trial axis; PBT beats a fixed population."""
+"""PBT on a vmapped population: exploit gathers along the trial axis; PBT beats a fixed population
+(on the held-out test half)."""
 
 import chex
 import jax.numpy as jnp
@@ -50,10 +51,18 @@ def test_pbt_beats_a_fixed_population_with_the_same_budget(runner):
   np.testing.assert_array_equal(history.scores[0], first.auc)  # round 1 is the same program
   assert np.any(history.source_index != np.arange(SIZE))  # somebody was exploited
   assert len(history.hparams) == ROUNDS and not np.allclose(history.hparams[-1]["optim.embedding_lr"], 0.1)
-  best_pbt, best_fixed = np.max(history.scores[-1]), np.max(out.auc)
-  assert best_pbt > best_fixed + 0.02, (history.scores, out.auc)
-  assert np.mean(history.scores[-1]) > np.mean(out.auc) + 0.05
+  assert history.test_scores.shape == (ROUNDS, SIZE)
+  np.testing.assert_array_equal(history.test_scores[0], first.test_auc)
   assert history.best_member == int(np.argmax(history.scores[-1]))
+  # Judged on the test half, which neither exploit nor the choice of the best member saw:
+  # each population's member with the best valid AUC, and the population mean.
+  # Measured (test AUC, decision seed 0): PBT's pick 0.6793 vs the fixed population's
+  # 0.6137 (gap 0.066; decision seeds 1 / 2: 0.033 / 0.026); means 0.649 vs 0.474
+  # (seeds 1 / 2: 0.611 / 0.620). Margins: below the smallest measured gaps.
+  pbt_pick = history.test_scores[-1, history.best_member]
+  fixed_pick = out.test_auc[int(np.argmax(out.auc))]
+  assert pbt_pick > fixed_pick + 0.02, (history.test_scores, out.test_auc)
+  assert np.mean(history.test_scores[-1]) > np.mean(out.test_auc) + 0.07
   assert history.final_states.table.values.shape[0] == SIZE
 
 

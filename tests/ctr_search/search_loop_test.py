@@ -93,8 +93,10 @@ def test_each_algorithm_exports_trials_and_best(tmp_path, runner, algorithm):
   top_budget = max((t["budget"] for t in trials if t["budget"] is not None), default=None)
   assert summary["best_metrics"]["auc"] == max(
       t["metrics"]["auc"] for t in trials if t["budget"] == top_budget)
-  assert summary["beats_default"] == (summary["best_metrics"]["auc"]
-                                      > summary["default_metrics"]["auc"])
+  # Selection on the valid half ('auc'); the comparison with the default on the test half.
+  best_test, default_test = summary["best_metrics"]["test_auc"], summary["default_metrics"]["test_auc"]
+  assert math.isfinite(best_test) and math.isfinite(default_test)
+  assert summary["beats_default"] == (best_test > default_test)
   cached = json.load(open(tmp_path / "default.json"))
   assert cached["config"]["model.name"] == "deepfm" and cached["metrics"]["steps"] == 16
 
@@ -134,6 +136,13 @@ def test_pbt_population_explores_one_architecture(tmp_path, runner):
     initial, final = t["config"]["optim.dense_lr"], t["metrics"]["final.optim.dense_lr"]
     explored += not np.isclose(initial, final, rtol=1e-5)
   assert explored >= 1  # 3 exploit/explore steps, one member each
+  for t in trials:  # the held-out half of a member's last round
+    assert math.isfinite(t["metrics"]["test_auc"]) and 0.0 < t["metrics"]["test_auc"] < 1.0
+  best = max(trials, key=lambda t: t["metrics"]["auc"])  # selected on the valid half
+  assert summary["best_trial_id"] == best["trial_id"]
+  assert summary["best_metrics"]["test_auc"] == best["metrics"]["test_auc"]
+  assert summary["beats_default"] == (best["metrics"]["test_auc"]
+                                      > summary["default_metrics"]["test_auc"])
 
 
 def test_lone_trials_skip_width_measurement(runner):
@@ -223,11 +232,64 @@ def test_config_errors_name_the_field():
     search_config.make_space(tiny_config("pbt", pbt_model="transformer"), SPACE)
 
 
-def _record(trial_id, auc, status=TrialStatus.DONE, name="fm"):
+def _record(trial_id, auc, status=TrialStatus.DONE, name="fm", test_auc=None):
   s = Suggestion(trial_id, Config({"model.name": name, "model.embed_dim": 8,
                                    "optim.embedding_lr": 0.01}), budget=2, rung=1)
   metrics = {} if auc is None else {"auc": auc, "steps": 8.0}
+  if test_auc is not None:
+    metrics["test_auc"] = test_auc
   return TrialRecord(s, status, metrics, None, 0.0, 0.0, 1.0, 1.0, 1)
+
+
+class _FakeStudy:
+  """What `summarize` reads of a Study: `trials()` and `best()`."""
+
+  def __init__(self, records, best):
+    self._records, self._best = records, best
+
+  def trials(self):
+    return list(self._records)
+
+  def best(self):
+    return self._best
+
+
+def _summarize(best_auc, best_test_auc, default):
+  best = _record(1, best_auc, test_auc=best_test_auc)
+  records = [_record(0, 0.5, test_auc=0.5), best, _record(2, None, TrialStatus.FAILED)]
+  return search_loop.summarize(_FakeStudy(records, best), default)
+
+
+def test_summary_compares_with_the_default_on_the_test_half():
+  summary = _summarize(0.70, 0.66, {"auc": 0.65, "test_auc": 0.64})
+  assert summary["beats_default"] is True
+  assert summary["best_trial_id"] == 1 and summary["best_metrics"]["test_auc"] == 0.66
+  assert summary["num_trials_done"] == 3 and summary["num_failed"] == 1
+  # Better on the valid half (which selected it), worse on the test half: not beaten.
+  assert _summarize(0.70, 0.63, {"auc": 0.65, "test_auc": 0.64})["beats_default"] is False
+  # Worse on the valid half, better on the test half: beaten.
+  assert _summarize(0.60, 0.66, {"auc": 0.65, "test_auc": 0.64})["beats_default"] is True
+  assert _summarize(0.70, 0.64, {"auc": 0.65, "test_auc": 0.64})["beats_default"] is False  # a tie
+
+
+@pytest.mark.parametrize("default", [
+    {},  # never measured
+    {"auc": 0.5},  # no test half
+    {"auc": float("nan"), "test_auc": float("nan")},  # the default failed
+    {"auc": 0.5, "test_auc": float("inf")},
+])
+def test_a_default_without_a_finite_test_auc_is_never_beaten(default):
+  summary = _summarize(0.9, 0.9, default)
+  assert summary["beats_default"] is False
+  assert summary["default_metrics"].keys() == default.keys()
+
+
+def test_a_best_without_test_auc_or_no_best_never_beats_the_default():
+  assert _summarize(0.9, None, {"auc": 0.5, "test_auc": 0.5})["beats_default"] is False
+  failed = _record(0, None, TrialStatus.FAILED)
+  summary = search_loop.summarize(_FakeStudy([failed], None), {"auc": 0.5, "test_auc": 0.5})
+  assert summary["beats_default"] is False and summary["best_trial_id"] is None
+  assert summary["best_config"] is None and summary["best_metrics"] is None
 
 
 def test_leaderboard_ranks_by_auc_failed_last():
@@ -264,3 +326,25 @@ def test_state_files_round_trip_and_reject_other_archs(tmp_path, runner):
   with pytest.raises(trial_states.StateFileError, match="unreadable"):
     trial_states.load_state(path, trial_states.state_template(arch, runner.spec))
   assert math.isfinite(result.metrics["auc"])
+
+
+class _TellRecorder:
+  """Records `study.tell` calls (the searcher would refuse a DONE trial without 'auc')."""
+
+  def __init__(self):
+    self.told = []
+
+  def tell(self, trial_id, metrics, status, **kwargs):
+    assert status != TrialStatus.DONE or "auc" in metrics
+    self.told.append((trial_id, dict(metrics), status, kwargs.get("reason")))
+
+
+def test_trial_without_finite_auc_is_told_failed_and_keeps_no_state(tmp_path):
+  # e.g. the valid half of the eval rows holds one class only: AUC is NaN for a live trial.
+  study = _TellRecorder()
+  s = Suggestion(5, Config({"model.name": "fm"}))
+  result = search_loop.TrialResult({"auc": math.nan, "steps": 3.0}, TrialStatus.DONE,
+                                   {"leaf": np.zeros(2)}, None)
+  search_loop._record(study, s, result, str(tmp_path), keep_state=True)
+  assert study.told == [(5, {"steps": 3.0}, TrialStatus.FAILED, "held-out AUC is not finite")]
+  assert not os.listdir(tmp_path)

@@ -140,7 +140,7 @@ def test_wrong_embedding_width_is_rejected_with_model_name():
 
 
 def test_unknown_model_name_names_the_key_and_known_models():
-  with pytest.raises(ValueError, match=r"model\.name 'deepffm'.*lr, fm, deepfm"):
+  with pytest.raises(ValueError, match=r"model\.name: unknown model 'deepffm'.*lr, fm, deepfm"):
     registry.build_model("deepffm", num_fields=F, embed_dim=D, num_dense=0, rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match=r"model\.name"):
     registry.embedding_width("nope", D)

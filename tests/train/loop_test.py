@@ -1,11 +1,12 @@
-"""The training loop: learning to the oracle, metrics files, config validation."""
+"""The training loop: DeepFM learns the planted interactions; metrics files; eval counting."""
 
 import json
 
 import pytest
 
 from experiments.configs import ctr
-from sfjax.train import config_check
+from sfjax.core.errors import ConfigError
+from sfjax.data import dataset as dataset_lib
 from sfjax.train import evaluation
 from sfjax.train import loop
 
@@ -18,20 +19,54 @@ def _synthetic_config(**train):
   return c
 
 
-def test_deepfm_reaches_oracle_auc_on_synthetic_data(tmp_path):
-  c = _synthetic_config(steps=600, batch_size=512, eval_every=150, log_every=300,
+# The planted click model (`sfjax/data/planted.py`) is first-order + FM + dense; the FM
+# part holds only 12% of the logit variance, so a first-order model (LR) already gets
+# within ~0.013 AUC of the oracle. A rank-2 planted FM lets DeepFM learn most of the
+# interactions in a short run. 1200 steps x 512 rows: one pass, no row seen twice.
+_STEPS = 1200
+
+
+def _interaction_config(model_name: str):
+  c = _synthetic_config(steps=_STEPS, batch_size=512, eval_every=_STEPS // 4, log_every=600,
                         eval_batch_size=8192)
-  c.data.synthetic.num_train, c.data.synthetic.num_eval = 200_000, 50_000
-  c.model.mlp_dims = (64, 64)
-  final, _ = loop.train_and_evaluate(c, str(tmp_path))
-  gap = final["oracle_auc"] - final["best"]["auc"]
-  assert gap < 0.02, f"best AUC {final['best']['auc']:.4f} vs oracle {final['oracle_auc']:.4f}"
+  s = c.data.synthetic
+  s.num_train, s.num_eval, s.planted_dim = 2_000_000, 50_000, 2
+  c.model.name, c.model.mlp_dims = model_name, (64, 64)
+  c.optimizer.learning_rate = 1e-2
+  return c
+
+
+# Measured (seed 0, held-out eval rows, AUC after the last step): DeepFM 0.7835, oracle
+# 0.7890. LR at embedding learning rate 0.01 / 0.02 / 0.05 / 0.1 with dense rate 1e-2:
+# 0.7728 / 0.7760 / 0.7754 / 0.7739; with dense 1e-3: 0.7504 / 0.7703 / 0.7747 / 0.7732;
+# with dense 3e-2 (0.02, 0.05): 0.7754 / 0.7747. So the grid below holds LR's best
+# (0.7760); DeepFM's gap to it is 0.0075 (seed 1: 0.0062).
+_LR_EMBEDDING_RATES = (0.01, 0.02, 0.05)
+_MARGIN = 0.004  # about half the measured gap
+
+
+def test_deepfm_learns_the_interactions_a_first_order_model_cannot(tmp_path):
+  c = _interaction_config("deepfm")
+  data = dataset_lib.make_dataset(c.data, c.seed)  # shared: every model sees the same rows
+  final, _ = loop.train_and_evaluate(c, str(tmp_path), dataset=data)
+  lr_aucs = {}
+  for rate in _LR_EMBEDDING_RATES:
+    lr_config = _interaction_config("lr")
+    lr_config.embedding.learning_rate = rate
+    lr_config.train.eval_every = _STEPS  # one eval at the end (no selection on held-out rows)
+    lr_final, _ = loop.train_and_evaluate(lr_config, None, dataset=data)
+    lr_aucs[rate] = lr_final["auc"]
+  best_lr = max(lr_aucs.values())
+  assert final["auc"] > best_lr + _MARGIN, (
+      f"DeepFM AUC {final['auc']:.4f} vs best LR {lr_aucs} (oracle {final['oracle_auc']:.4f})")
+  assert final["auc"] < final["oracle_auc"] + 0.002  # the oracle is the ceiling (up to noise)
   lines = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
-  assert [r["step"] for r in lines] == [150, 300, 450, 600]
+  assert [r["step"] for r in lines] == [300, 600, 900, 1200]
   for r in lines:
     assert {"step", "auc", "logloss", "examples_per_sec"} <= set(r)
     assert r["examples_per_sec"] > 0
-  assert json.loads(open(tmp_path / "config.json").read())["train"]["steps"] == 600
+  assert lines[-1]["auc"] == final["auc"]
+  assert json.loads(open(tmp_path / "config.json").read())["train"]["steps"] == _STEPS
   summary = json.loads(loop.final_json_line(final))
   assert summary["oracle_auc"] == final["oracle_auc"]
 
@@ -39,37 +74,16 @@ def test_deepfm_reaches_oracle_auc_on_synthetic_data(tmp_path):
 def test_every_eval_example_counted_once():
   c = _synthetic_config(steps=2, eval_every=2, eval_batch_size=4096)
   c.data.synthetic.num_eval = 10_001  # not a multiple of the eval batch: last batch padded
-  from sfjax.data import dataset as dataset_lib
   data = dataset_lib.make_dataset(c.data, c.seed)
   trainer = loop.build_trainer(c, data.spec)
   m = evaluation.evaluate(trainer.backend, trainer.state, data, "eval", 4096)
   assert m["num_examples"] == 10_001
 
 
-@pytest.mark.parametrize("field,value,match", [
-    ("data.format", "parquet", "data.format"),
-    ("embedding.optimizer", "lamb", "embedding.optimizer"),
-    ("embedding.backend", "ps", "embedding.backend"),
-    ("train.batch_size", 0, "train.batch_size"),
-    ("optimizer.learning_rate", -1.0, "optimizer.learning_rate"),
-])
-def test_invalid_config_names_the_field(field, value, match):
-  c = ctr.get_config()
-  section, key = field.split(".")
-  setattr(c[section], key, value)
-  with pytest.raises(config_check.ConfigError, match=match):
-    config_check.validate(c)
-
-
-def test_file_format_requires_paths():
-  c = ctr.get_config()
-  c.data.format = "criteo"
-  with pytest.raises(config_check.ConfigError, match="data.train_path"):
-    config_check.validate(c)
-
-
-def test_unknown_model_names_field():
+def test_the_loop_validates_the_config_before_building_anything(tmp_path):
+  # The rules themselves are tested in config_check_test.py; here: the loop applies them.
   c = _synthetic_config(steps=1)
   c.model.name = "transformer9000"
-  with pytest.raises(ValueError, match="model.name"):
-    loop.train_and_evaluate(c, None)
+  with pytest.raises(ConfigError, match="model.name"):
+    loop.train_and_evaluate(c, str(tmp_path))
+  assert not (tmp_path / "config.json").exists()

@@ -20,6 +20,7 @@ import os
 import warnings
 from typing import Any
 
+from sfjax.core.atomic import fsync_directory
 from sfjax.core.errors import DataFormatError
 
 
@@ -58,14 +59,18 @@ class Journal:
     except BlockingIOError:
       handle.close()
       raise JournalLockedError(f"{path} is open in another study (process or handle)") from None
-    if created:
-      _fsync_directory(directory)
-    handle.seek(0)
-    records, valid_bytes = _parse(path, handle.read())
-    if valid_bytes != handle.tell():
-      handle.truncate(valid_bytes)
-      os.fsync(handle.fileno())
-    handle.seek(0, os.SEEK_END)
+    try:
+      if created:
+        fsync_directory(directory)
+      handle.seek(0)
+      records, valid_bytes = _parse(path, handle.read())
+      if valid_bytes != handle.tell():
+        handle.truncate(valid_bytes)
+        os.fsync(handle.fileno())
+      handle.seek(0, os.SEEK_END)
+    except BaseException:
+      handle.close()  # a corrupt journal must not stay locked by the failed open
+      raise
     return cls(path, handle), records
 
   def append(self, record: dict[str, Any]) -> None:
@@ -105,12 +110,3 @@ def _parse(path: str, data: bytes) -> tuple[list[tuple[int, dict]], int]:
     records.append((number, record))
     offset += len(raw) + 1
   return records, offset
-
-
-def _fsync_directory(directory: str) -> None:
-  """Makes a newly created file's directory entry durable."""
-  fd = os.open(directory, os.O_RDONLY)
-  try:
-    os.fsync(fd)
-  finally:
-    os.close(fd)

@@ -1,0 +1,148 @@
+"""Search settings: parsing, the algorithm registry, study checks, the workdir guard, the space."""
+
+import dataclasses
+import json
+import os
+
+import ml_collections
+import pytest
+
+from experiments.configs import search_ctr
+from search_spaces.ctr import SEARCH_SPACE
+from sfjax.automl.algorithms import ALGORITHMS
+from sfjax.automl.space import Fixed
+from sfjax.ctr_search import arch as arch_lib
+from sfjax.ctr_search import search_config
+from sfjax.ctr_search.search_config import SearchConfigError
+
+
+def _config(algorithm="asha", **study):
+  c = search_ctr.get_config()
+  c.seed = 7
+  # A new study block: a bad value may have another type than the field's default.
+  c.study = ml_collections.ConfigDict({**c.study.to_dict(), "algorithm": algorithm, **study})
+  return c
+
+
+@pytest.mark.parametrize("value,want", [("auto", "auto"), (" auto ", "auto"), ("4", 4),
+                                        (" 2", 2), (3, 3), ("1", 1)])
+def test_parse_cohort_width(value, want):
+  assert search_config.parse_cohort_width(value) == want
+
+
+@pytest.mark.parametrize("bad", ["x", "0", "-2", "2.5", "", 0, True, None, "AUTO"])
+def test_bad_cohort_width_names_the_field(bad):
+  with pytest.raises(SearchConfigError, match="study.cohort_width: expected 'auto' or a positive"):
+    search_config.parse_cohort_width(bad)
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_make_algorithm_builds_every_registered_name(name):
+  config = _config(name)
+  algorithm = search_config.make_algorithm(config)
+  assert type(algorithm) is ALGORITHMS[name] and algorithm.name == name
+  assert algorithm.seed == 7  # config.seed, not the algorithm's default
+  named = [f.name for f in dataclasses.fields(algorithm) if f.name in config.study]
+  for field in named:
+    assert getattr(algorithm, field) == config.study[field], field
+  defaults = ALGORITHMS[name]()
+  for f in dataclasses.fields(algorithm):
+    if f.name not in config.study and f.name != "seed":
+      assert getattr(algorithm, f.name) == getattr(defaults, f.name), f.name  # kept
+
+
+@pytest.mark.parametrize("name,field,value", [
+    ("asha", "eta", 4), ("hyperband", "eta", 2), ("hyperband", "num_iterations", 2),
+    ("evolution", "population_size", 5), ("evolution", "sample_size", 2),
+    ("pbt", "population_size", 6), ("pbt", "pbt_interval", 3.0),
+    ("grid", "num_points_per_float", 3), ("grid", "shuffle", False),
+    ("tpe", "n_startup_trials", 2), ("successive_halving", "min_budget", 3.0)])
+def test_study_fields_reach_the_algorithm(name, field, value):
+  algorithm = search_config.make_algorithm(_config(name, **{field: value}))
+  assert getattr(algorithm, field) == value
+
+
+def test_unknown_algorithm_names_the_field():
+  with pytest.raises(SearchConfigError, match=r"study\.algorithm: unknown algorithm 'bayes' "
+                                              r"\(known: random, "):
+    search_config.make_algorithm(_config("bayes"))
+
+
+def test_bad_algorithm_setting_names_the_algorithm():
+  with pytest.raises(SearchConfigError, match=r"study \(pbt\): .*population_size"):
+    search_config.make_algorithm(_config("pbt", population_size=1))
+
+
+def test_default_study_settings_pass():
+  for name in ALGORITHMS:
+    search_config.check_study_settings(_config(name))
+
+
+@pytest.mark.parametrize("field,value", [
+    ("num_trials", 0), ("num_trials", 2.5), ("num_trials", True), ("leaderboard_size", -1),
+    ("ask_batch", -1), ("max_params", "10")])
+def test_bad_study_count_names_the_field(field, value):
+  with pytest.raises(SearchConfigError, match=rf"study\.{field}: expected an integer >="):
+    search_config.check_study_settings(_config(**{field: value}))
+
+
+@pytest.mark.parametrize("low,high", [(0.0, 9.0), (-1.0, 9.0), (10.0, 9.0)])
+def test_bad_budgets_are_named(low, high):
+  with pytest.raises(SearchConfigError, match="study.min_budget / study.max_budget"):
+    search_config.check_study_settings(_config(min_budget=low, max_budget=high))
+
+
+def test_pbt_interval_must_divide_max_budget():
+  search_config.check_study_settings(_config("pbt", pbt_interval=3.0))  # 9 / 3: 3 rounds
+  for interval in (2.0, 10.0):
+    with pytest.raises(SearchConfigError, match="study.pbt_interval"):
+      search_config.check_study_settings(_config("pbt", pbt_interval=interval))
+  search_config.check_study_settings(_config("asha", pbt_interval=2.0))  # PBT only
+
+
+def test_check_settings_writes_then_refuses_a_changed_task(tmp_path):
+  record = search_config.settings_record(_config())
+  search_config.check_settings(str(tmp_path), record)
+  path = tmp_path / search_config.SETTINGS_FILE
+  assert json.loads(path.read_text()) == record and os.listdir(tmp_path) == ["search.json"]
+  search_config.check_settings(str(tmp_path), record)  # the same settings: fine
+  grown = _config(num_trials=1000, cohort_width="2", leaderboard_size=0)  # may change
+  search_config.check_settings(str(tmp_path), search_config.settings_record(grown))
+  changed = _config()
+  changed.task.batch_size, changed.task.data.synthetic.num_train = 128, 1000
+  changed.seed = 8
+  with pytest.raises(SearchConfigError) as e:
+    search_config.check_settings(str(tmp_path), search_config.settings_record(changed))
+  message = str(e.value)
+  assert str(path) in message
+  for diff in ("task.batch_size: stored 256, given 128", "seed: stored 7, given 8",
+               "task.data.synthetic.num_train: stored 200000, given 1000"):
+    assert diff in message
+  assert "eval_rows" not in message  # only the differing fields
+  assert json.loads(path.read_text()) == record  # the stored settings are kept
+
+
+def test_make_space_of_a_normal_config():
+  c = _config()
+  c.space.families, c.space.mlp_widths = "fm,deepfm", "16,32"
+  space = search_config.make_space(c, SEARCH_SPACE)
+  assert space["model.name"].choices == ("fm", "deepfm")
+  assert space["model.mlp.width"].choices == (16, 32)
+  assert "model.cross_layers" not in space  # dcnv2 is not searched
+  c.space.families = "fm,transformer"
+  with pytest.raises(SearchConfigError, match="space"):
+    search_config.make_space(c, SEARCH_SPACE)
+
+
+@pytest.mark.parametrize("pbt_model,name", [("", "deepfm"), ("fm", "fm")])
+def test_make_space_of_a_pbt_config_fixes_one_architecture(pbt_model, name):
+  space = search_config.make_space(_config("pbt", pbt_model=pbt_model), SEARCH_SPACE)
+  assert space["model.name"] == Fixed(name)
+  assert all(isinstance(space[k], Fixed) for k in space.keys if k.startswith("model."))
+  assert all(k in space for k in arch_lib.DYNAMIC_KEYS)  # what PBT explores
+  assert not isinstance(space["optim.embedding_lr"], Fixed)
+
+
+def test_pbt_model_must_be_a_model():
+  with pytest.raises(SearchConfigError, match="study.pbt_model"):
+    search_config.make_space(_config("pbt", pbt_model="transformer"), SEARCH_SPACE)

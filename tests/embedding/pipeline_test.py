@@ -1,0 +1,185 @@
+"""MixCache host pipeline on hand-made batches: plans, fills, write-back ordering, shutdown."""
+
+import threading
+import time
+import traceback
+
+import chex
+import jax
+import numpy as np
+import pytest
+
+from sfjax.data import types
+from sfjax.embedding import cache as cache_lib
+from sfjax.embedding import cache_planner
+from sfjax.embedding import host_table as host_table_lib
+from sfjax.embedding import pipeline as pipeline_lib
+from sfjax.embedding.initializers import init_rows
+
+SEED, STD = 3, 0.1
+OFFSETS = np.array([0, 6], np.int64)  # two fields of 6 rows: global ids 0..5 and 6..11
+NUM_SLOTS = 4
+
+
+def _table():
+  return host_table_lib.HostTable.create_ram(12, 2, 1, seed=SEED, init_stddev=STD,
+                                             initial_slot_row=[0.5])
+
+
+def _batch(ids):
+  """A batch of per-field ids [B, 2] (field 1 is offset by 6 in the global table)."""
+  ids = np.asarray(ids)
+  return types.make_batch(ids, np.zeros((ids.shape[0], 1)), np.zeros(ids.shape[0]))
+
+
+def _pipeline(batches, lookahead, unique_capacity):
+  planner = cache_planner.CachePlanner(NUM_SLOTS, unique_capacity, lookahead=lookahead)
+  return pipeline_lib.CachePipeline(batches, field_offsets=OFFSETS, host_table=_table(),
+                                    planner=planner, put_batch=lambda x: x, put_swap=jax.device_put)
+
+
+@jax.jit
+def _device_step(cache, swap, rows):
+  """The cache step without a model: swap, then add 1 to every row the batch uses."""
+  cache, evicted = cache_lib.swap_rows(cache, swap)
+  return cache._replace(values=cache.values.at[rows].add(1.0, mode="drop")), evicted
+
+
+def _drive(pipe, steps, submit_last=True):
+  """Runs `steps` steps as the trainer does (next -> device step -> submit); returns inputs, cache.
+
+  With `submit_last=False` the last step is only fetched: the caller runs and submits it.
+  """
+  cache = cache_lib.init_cache(NUM_SLOTS, 2, 1)
+  seen = []
+  for i in range(steps):
+    inputs = next(pipe)
+    seen.append(inputs)
+    if i == steps - 1 and not submit_last:
+      break
+    cache, evicted = _device_step(cache, inputs.swap, inputs.batch.rows)
+    pipe.submit(inputs, evicted)
+  return seen, cache
+
+
+def _init(ids):
+  return init_rows(SEED, 0, np.asarray(ids, np.int64), 2, STD)
+
+
+def _pipeline_threads():
+  return [t.name for t in threading.enumerate() if t.name.startswith("sfjax-") and t.is_alive()]
+
+
+def test_plans_fills_and_write_back():
+  batches = [_batch([[0, 1], [1, 2]]),  # global {0, 1, 7, 8}: 4 misses fill slots 0..3
+             _batch([[3, 1], [3, 1]]),  # {3, 7}: 7 hits slot 2; 3 evicts LRU slot 0 (id 0)
+             _batch([[0, 0], [0, 0]])]  # {0, 6}: id 0 comes back with its trained row
+  pipe = _pipeline(batches, lookahead=1, unique_capacity=4)
+  with pipe:
+    (s0, s1, s2), cache = _drive(pipe, 3)
+    with pytest.raises(StopIteration):
+      next(pipe)
+    pipe.drain()
+
+    assert [s.step for s in (s0, s1, s2)] == [0, 1, 2]
+    # Step 0: every unique id is a fill, gathered from the (untouched) host table.
+    np.testing.assert_array_equal(s0.batch.rows, [0, 1, 2, 3])
+    np.testing.assert_array_equal(s0.batch.vids, [[0, 2], [1, 3]])  # uniq = [0, 1, 7, 8]
+    np.testing.assert_array_equal(s0.plan.fill_ids, [0, 1, 7, 8])
+    chex.assert_trees_all_close(s0.swap.fill_values, _init([0, 1, 7, 8]))
+    chex.assert_trees_all_close(s0.swap.fill_opt_slots, np.full((4, 1), 0.5, np.float32))
+    assert s0.plan.num_evictions == 0 and s0.plan.hits == 0
+    # Step 1: the batch's rows are the planned slots; padding is slot C = 4.
+    np.testing.assert_array_equal(s1.batch.rows, s1.plan.slots)
+    np.testing.assert_array_equal(s1.batch.rows, [0, 2, 4, 4])  # uniq [3, 7]
+    assert (s1.plan.hits, s1.plan.num_fills, s1.plan.num_evictions) == (1, 1, 1)
+    assert s1.plan.evict_ids[0] == 0 and s1.plan.evict_slots[0] == 0
+    chex.assert_trees_all_close(s1.swap.fill_values[:1], _init([3]))
+    chex.assert_trees_all_close(s1.swap.fill_values[1:], np.zeros((3, 2)))  # padded fills
+    # Step 1's evicted row 0 (trained once at step 0) was written back to the host table ...
+    values, slots = pipe.host_table.gather(np.array([0]))
+    chex.assert_trees_all_close(values, _init([0]) + 1.0)
+    chex.assert_trees_all_close(slots, np.full((1, 1), 0.5, np.float32))
+    # ... and step 2's fill of id 0 carries it.
+    np.testing.assert_array_equal(s2.plan.fill_ids[:2], [0, 6])
+    chex.assert_trees_all_close(s2.swap.fill_values[:2], np.stack([_init([0])[0] + 1.0, _init([6])[0]]))
+
+    stats = pipe.stats.as_dict()
+    assert (stats["steps"], stats["examples"], stats["unique_ids"]) == (3, 6, 8)
+    assert (stats["hits"], stats["misses"], stats["evictions"]) == (1, 7, 3)
+    assert stats["cache_hit_rate"] == 1 / 8
+    assert pipe.last_step["step"] == 2
+
+    # flush writes every row the device cache holds; the host table then equals training.
+    assert pipe.flush(cache) == 4
+    assert pipe.flush(cache) == 0  # nothing submitted since
+    expected = {3: _init([3])[0] + 1, 7: _init([7])[0] + 2, 0: _init([0])[0] + 2, 6: _init([6])[0] + 1}
+    for row_id, row in expected.items():
+      chex.assert_trees_all_close(pipe.host_table.gather(np.array([row_id]))[0][0], row)
+  assert not _pipeline_threads()
+
+
+class _Gated:
+  """An array whose host copy (the write-back's `np.asarray`) waits for `gate`."""
+
+  def __init__(self, array, gate):
+    self._array, self._gate = array, gate
+
+  def __array__(self, dtype=None, copy=None):
+    assert self._gate.wait(timeout=30.0)
+    return np.asarray(self._array, dtype)
+
+
+def test_lookahead_fill_waits_for_the_write_back_it_depends_on():
+  # One example, two fields: 2 unique ids per step; lookahead 2 plans step t+1 before t retires.
+  batches = [_batch([[0, 0]]), _batch([[1, 1]]),  # ids {0, 6} -> slots 0, 1; {1, 7} -> 2, 3
+             _batch([[2, 2]]),  # {2, 8} evicts slots 0, 1 (ids 0 and 6, step 0 retired)
+             _batch([[0, 0]])]  # {0, 6} again, planned while step 2's write-back is held back
+  with _pipeline(batches, lookahead=2, unique_capacity=2) as pipe:
+    (_, _, s2), cache = _drive(pipe, 3, submit_last=False)
+    np.testing.assert_array_equal(s2.plan.evict_ids[:2], [0, 6])
+    cache, evicted = _device_step(cache, s2.swap, s2.batch.rows)
+    gate = threading.Event()
+    pipe.submit(s2, evicted._replace(values=_Gated(evicted.values, gate)))
+    deadline = time.monotonic() + 30.0
+    while pipe.planner.next_step < 4:  # step 3 is planned; its fills must wait for step 2
+      assert time.monotonic() < deadline
+      time.sleep(0.001)
+    assert pipe.planner.oldest_unretired == 2
+    gate.set()
+    s3 = next(pipe)
+    assert s3.plan.fill_after_step == 2
+    # The fills were gathered only after step 2's evicted rows (trained at step 0) landed.
+    chex.assert_trees_all_close(s3.swap.fill_values, _init([0, 6]) + 1.0)
+    assert pipe.stats.ordering_waits == 1
+  assert not _pipeline_threads()
+
+
+def _failing_source():
+  yield _batch([[0, 1]])
+  raise OSError("disk vanished while reading shard 7")
+
+
+def test_source_exception_propagates_and_close_stops_threads():
+  pipe = _pipeline(_failing_source(), lookahead=1, unique_capacity=2)
+  try:
+    first = next(pipe)
+    _, evicted = _device_step(cache_lib.init_cache(NUM_SLOTS, 2, 1), first.swap, first.batch.rows)
+    pipe.submit(first, evicted)
+    with pytest.raises(OSError, match="shard 7") as info:
+      next(pipe)
+    assert "_failing_source" in "".join(traceback.format_tb(info.value.__traceback__))
+  finally:
+    pipe.close()
+  assert not _pipeline_threads()
+
+
+def test_close_mid_stream_stops_threads():
+  def endless():
+    while True:
+      yield _batch([[0, 1]])
+
+  pipe = _pipeline(endless(), lookahead=1, unique_capacity=2)
+  _drive(pipe, 2)
+  pipe.close()
+  assert not _pipeline_threads()

@@ -1,0 +1,63 @@
+"""Smoke run of experiments/bench_cache.py: planner hit rates and traffic on a tiny stream."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_bench_cache_smoke(tmp_path):
+  out = tmp_path / "cache.json"
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  # 3443 table rows at this scale; fractions: too small (error entry), evicting, holds all ids.
+  r = subprocess.run([sys.executable, "-m", "experiments.bench_cache", "--steps=40", "--batch_size=16",
+                      "--cardinality_scale=1e-4", "--zipf=1.05,1.2", "--cache_fraction=0.05,0.15,0.5",
+                      "--timing_steps=1", f"--out={out}"],
+                     cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+  assert r.returncode == 0, r.stderr[-3000:]
+  final = json.loads(r.stdout.strip().splitlines()[-1])
+  assert final == json.loads(out.read_text())
+  assert final["benchmark"] == "bench_cache"
+  assert (final["steps"], final["batch_size"], final["lookahead"]) == (40, 16, 2)
+  assert final["row_bytes"] == (17 + 17) * 4
+  timing = final["planner_ms_per_batch_50k_unique_1M_slots"]
+  assert set(timing) == {"lru", "lfu"} and all(ms > 0 for ms in timing.values())
+
+  baselines = {b["zipf"]: b for b in final["baselines"]}
+  assert set(baselines) == {1.05, 1.2}
+  for b in baselines.values():
+    assert b["num_rows"] == 3443 and 0 < b["distinct_ids"] <= b["num_rows"]
+    assert b["no_vsi_bytes_per_example"] == 26 * final["row_bytes"]  # B*F rows per B examples
+    assert 0 < b["no_cache_bytes_per_example"] < b["no_vsi_bytes_per_example"]
+
+  results = final["results"]
+  assert [(e["zipf"], e["cache_fraction"]) for e in results] == [
+      (z, f) for z in (1.05, 1.2) for f in (0.05, 0.15, 0.5)]
+  for entry in results:
+    base = baselines[entry["zipf"]]
+    assert entry["capacity"] == int(entry["cache_fraction"] * base["num_rows"])
+    if entry["cache_fraction"] == 0.05:  # below lookahead x unique ids per batch
+      assert "cache too small" in entry["error"]
+      continue
+    assert "error" not in entry
+    assert 0.0 <= entry["belady_hit_rate"] <= 1.0 and 0.0 <= entry["belady_steady_hit_rate"] <= 1.0
+    for policy in ("lru", "lfu"):
+      s = entry[policy]
+      assert all(math.isfinite(v) for v in s.values()), s
+      assert 0.0 <= s["hit_rate"] <= entry["belady_hit_rate"] + 1e-12  # Belady is the ceiling
+      assert 0.0 <= s["steady_hit_rate"] <= 1.0
+      # Fills are the misses: h2d traffic = miss rate x the no-cache traffic.
+      assert math.isclose(s["h2d_bytes_per_example"],
+                          (1 - s["hit_rate"]) * base["no_cache_bytes_per_example"], rel_tol=1e-9)
+      assert math.isclose(s["d2h_bytes_per_example"],
+                          s["evictions"] * final["row_bytes"] / (40 * 16), rel_tol=1e-9)
+      if entry["cache_fraction"] == 0.5:  # holds every distinct id: only cold misses
+        assert s["evictions"] == 0
+        assert math.isclose(s["hit_rate"], entry["belady_hit_rate"], rel_tol=1e-12)
+        accesses = base["unique_per_batch"] * 40
+        assert math.isclose(s["hit_rate"], 1 - base["distinct_ids"] / accesses, rel_tol=1e-9)
+      else:
+        assert s["evictions"] > 0

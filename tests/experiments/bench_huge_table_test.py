@@ -1,0 +1,42 @@
+"""Smoke run of experiments/bench_huge_table.py: a small mmap table trained through the cache."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_bench_huge_table_smoke(tmp_path):
+  out, host_path = tmp_path / "huge.json", tmp_path / "table"
+  host_path.mkdir()
+  (host_path / "stale.txt").write_text("deleted by --overwrite")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  r = subprocess.run([sys.executable, "-m", "experiments.bench_huge_table", "--cardinality_scale=1e-3",
+                      "--steps=4", "--batch_size=32", "--cache_rows=20000", f"--host_path={host_path}",
+                      f"--out={out}"],
+                     cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+  assert r.returncode == 0, r.stderr[-3000:]
+  final = json.loads(r.stdout.strip().splitlines()[-1])
+  assert final == json.loads(out.read_text())
+  assert final["benchmark"] == "bench_huge_table"
+  assert (final["steps"], final["batch_size"], final["cache_rows"]) == (4, 32, 20000)
+  rows, row_bytes = final["table_rows"], (final["row_width"] + final["slot_width"]) * 4
+  assert rows > final["cache_rows"] and final["table_bytes_if_dense"] == rows * row_bytes
+  # The mmap table lives under --host_path, lazily: only touched rows are materialised.
+  assert not (host_path / "stale.txt").exists()
+  assert (host_path / "meta.json").exists() and (host_path / "values.npy").exists()
+  assert 0 < final["rows_materialised"] <= min(rows, 4 * 32 * 26)
+  assert final["host_table_apparent_bytes"] >= rows * row_bytes and final["host_table_disk_bytes"] > 0
+  assert final["device_state_bytes"] >= final["cache_rows"] * row_bytes  # the cache is on device
+  assert final["peak_rss_bytes"] > 0
+  assert 0.0 <= final["cache_hit_rate"] <= 1.0 and final["evictions"] >= 0
+  assert final["h2d_bytes_per_example"] > 0 and final["d2h_bytes_per_example"] >= 0
+  for key in ("examples_per_sec", "wall_seconds"):
+    assert math.isfinite(final[key]) and final[key] > 0, (key, final[key])
+  assert 0.0 <= final["auc"] <= 1.0 and 0.0 <= final["oracle_auc"] <= 1.0
+  assert set(final["stage_seconds"]) == {"loader_seconds", "manager_seconds", "manager_wait_seconds",
+                                         "writeback_seconds", "device_wait_seconds"}
+  assert all(math.isfinite(v) and v >= 0 for v in final["stage_seconds"].values())

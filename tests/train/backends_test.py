@@ -1,0 +1,103 @@
+"""Embedding backends: registries, settings errors naming the field, one compile, equal eval."""
+
+import chex
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from experiments.configs import ctr
+from sfjax.core.errors import ConfigError
+from sfjax.data import dataset as dataset_lib
+from sfjax.train import backends
+from sfjax.train import config_check
+from sfjax.train import loop
+
+
+def _config(backend="device", **embedding):
+  c = ctr.get_config("smoke")
+  c.data.synthetic.num_train, c.data.synthetic.num_eval = 512, 256
+  c.model.mlp_dims, c.model.embed_dim = (8,), 4
+  c.embedding.backend, c.embedding.cache_rows = backend, 0.5
+  for k, v in embedding.items():
+    setattr(c.embedding, k, v)
+  c.train.steps, c.train.batch_size, c.train.num_devices = 2, 32, 1
+  return c
+
+
+@pytest.fixture(scope="module")
+def data():
+  c = _config()
+  return dataset_lib.make_dataset(c.data, c.seed)
+
+
+def test_unknown_backend_names_the_field():
+  c = _config("ps")
+  with pytest.raises(ConfigError, match=r"embedding\.backend: unknown backend 'ps' "
+                                        r"\(known: device, cache\)"):
+    backends.make_backend(c, None, 4, None, None, None, None)
+
+
+def test_registries_name_every_backend_and_storage():
+  assert backends.BACKENDS == {"device": backends.DeviceBackend, "cache": backends.CacheBackend}
+  assert set(backends.HOST_STORAGES) == {"ram", "mmap"}
+  for name in backends.BACKENDS:  # config validation derives its names from the registry
+    config_check.validate(_config(name))
+
+
+@pytest.mark.parametrize("setting,total,rows", [
+    (0.05, 1000, 50), (0.5, 3, 2), (1e-6, 100, 1), (300, 1000, 300), (300.0, 1000, 300),
+    (1, 10, 1)])
+def test_cache_rows_fraction_or_count(setting, total, rows):
+  assert backends.cache_rows(setting, total) == rows
+
+
+@pytest.mark.parametrize("setting", [0, 0.0, -1, 2.5, 1.0000001, float("nan"), float("inf")])
+def test_bad_cache_rows_names_the_field(setting):
+  with pytest.raises(ConfigError, match="embedding.cache_rows"):
+    backends.cache_rows(setting, 1000)
+
+
+def test_mmap_storage_needs_host_path(data):
+  e = ml_collections.ConfigDict({"host_path": ""})
+  with pytest.raises(ConfigError, match="embedding.host_path"):
+    backends.HOST_STORAGES["mmap"](e, 10, 4, 1, seed=0, init_stddev=0.01,
+                                   initial_slot_row=np.zeros(1, np.float32))
+  with pytest.raises(ConfigError, match="embedding.host_path"):  # the trainer's path to it
+    loop.build_trainer(_config("cache", host_storage="mmap", host_path=""), data.spec)
+
+
+@pytest.mark.parametrize("backend,num_devices", [("device", 1), ("cache", 1), ("device", 8),
+                                                 ("cache", 8)])
+def test_make_step_compiles_once(data, backend, num_devices):
+  c = _config(backend)
+  c.train.num_devices = num_devices
+  trainer = loop.build_trainer(c, data.spec)
+  assert trainer.backend.name == backend and callable(trainer.run_step.jitted)
+  inputs = trainer.backend.train_inputs(data.train_batches(c.train.batch_size, c.seed))
+  try:
+    state, losses = trainer.state, []
+    for _ in range(2):
+      state, metrics, num_unique = trainer.run_step(state, next(inputs))
+      losses.append(float(metrics["loss"]))
+      assert 0 < num_unique <= trainer.backend.capacity
+  finally:
+    inputs.close()
+    trainer.backend.close()
+  assert int(state.step) == 2 and np.all(np.isfinite(losses))
+  assert trainer.run_step.jitted._cache_size() == 1
+  assert len(state.table.values.sharding.device_set) == num_devices  # replicated on the mesh
+
+
+def test_cache_eval_equals_device_eval(data):
+  device = loop.build_trainer(_config("device"), data.spec)
+  cache = loop.build_trainer(_config("cache"), data.spec)
+  chex.assert_trees_all_equal(cache.state.params, device.state.params)  # same seed
+  batch = next(data.eval_batches("eval", 64))
+  cache.backend.sync(cache.state)  # no pipeline yet: flushes the host table
+  got = cache.backend.eval_logits(cache.state, cache.backend.prepare_eval(batch))
+  want = device.backend.eval_logits(device.state, device.backend.prepare_eval(batch))
+  chex.assert_shape((got, want), (64,))
+  chex.assert_trees_all_close(got, want, rtol=1e-6, atol=1e-6)
+  assert len(set(np.asarray(want).tolist())) > 1  # the rows really differ per example
+  cache.backend.close()

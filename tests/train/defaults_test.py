@@ -1,0 +1,41 @@
+"""The library's default CTR config: fresh, valid, and every choice a registered name."""
+
+from sfjax import models
+from sfjax.data import dataset
+from sfjax.embedding import cache_planner
+from sfjax.embedding import row_optimizers
+from sfjax.train import backends
+from sfjax.train import config_check
+from sfjax.train import defaults
+from sfjax.train import optimizers
+
+
+def test_each_call_returns_a_fresh_config():
+  a, b = defaults.ctr_defaults(), defaults.ctr_defaults()
+  assert a is not b and a.to_dict() == b.to_dict()
+  a.train.steps = 1
+  a.model.mlp_dims = (8,)
+  a.data.synthetic.num_train = 10
+  assert b.train.steps == 2000 and tuple(b.model.mlp_dims) == (400, 400, 400)
+  assert defaults.ctr_defaults().data.synthetic.num_train == 2_000_000
+
+
+def test_defaults_pass_validation():
+  config_check.validate(defaults.ctr_defaults())
+
+
+def test_cache_backend_defaults_pass_validation():
+  c = defaults.ctr_defaults()
+  c.embedding.backend = "cache"
+  config_check.validate(c)
+
+
+def test_every_choice_default_is_a_registered_name():
+  c = defaults.ctr_defaults()
+  assert c.model.name in models.MODEL_NAMES
+  assert c.embedding.optimizer in row_optimizers.ROW_OPTIMIZER_NAMES
+  assert c.optimizer.name in optimizers.DENSE_OPTIMIZER_NAMES
+  assert c.data.format in dataset.KNOWN_FORMATS
+  assert c.embedding.backend in backends.BACKENDS
+  assert c.embedding.host_storage in backends.HOST_STORAGES
+  assert c.embedding.cache_policy in cache_planner.POLICIES

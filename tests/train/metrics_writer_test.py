@@ -1,0 +1,64 @@
+"""The run's files: config.json once, one flushed JSON line per record, no workdir no files."""
+
+import json
+import os
+
+import ml_collections
+
+from sfjax.train import metrics_writer
+
+
+def _config():
+  c = ml_collections.ConfigDict()
+  c.seed = 3
+  c.train = ml_collections.ConfigDict({"steps": 7, "mlp_dims": (8,)})
+  return c
+
+
+def _lines(path):
+  with open(path, encoding="utf-8") as f:
+    return [json.loads(line) for line in f]
+
+
+def test_writes_config_and_one_flushed_line_per_record(tmp_path):
+  workdir = tmp_path / "run" / "nested"  # created
+  writer = metrics_writer.MetricsWriter(str(workdir), _config())
+  assert json.loads((workdir / "config.json").read_text()) == {
+      "seed": 3, "train": {"steps": 7, "mlp_dims": [8]}}
+  assert _lines(workdir / "metrics.jsonl") == []
+  writer.write({"step": 1, "auc": 0.5})
+  assert _lines(workdir / "metrics.jsonl") == [{"step": 1, "auc": 0.5}]  # readable before close
+  writer.write({"step": 2, "auc": 0.75})
+  writer.close()
+  assert _lines(workdir / "metrics.jsonl") == [{"step": 1, "auc": 0.5}, {"step": 2, "auc": 0.75}]
+  assert sorted(os.listdir(workdir)) == ["config.json", "metrics.jsonl"]  # no temporary file
+
+
+def test_without_config_only_metrics_are_written(tmp_path):
+  with metrics_writer.MetricsWriter(str(tmp_path)) as writer:
+    writer.write({"step": 1})
+  assert os.listdir(tmp_path) == ["metrics.jsonl"]
+
+
+def test_no_workdir_writes_nothing(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  for workdir in (None, ""):
+    with metrics_writer.MetricsWriter(workdir, _config()) as writer:
+      writer.write({"step": 1})
+  assert os.listdir(tmp_path) == []
+
+
+def test_context_manager_closes(tmp_path):
+  with metrics_writer.MetricsWriter(str(tmp_path), _config()) as writer:
+    writer.write({"step": 1})
+  writer.write({"step": 2})  # after close: dropped, not an error
+  writer.close()  # closing twice is fine
+  assert _lines(tmp_path / "metrics.jsonl") == [{"step": 1}]
+
+
+def test_rerun_starts_a_fresh_metrics_file(tmp_path):
+  with metrics_writer.MetricsWriter(str(tmp_path)) as writer:
+    writer.write({"step": 1})
+  with metrics_writer.MetricsWriter(str(tmp_path)) as writer:
+    writer.write({"step": 9})
+  assert _lines(tmp_path / "metrics.jsonl") == [{"step": 9}]
