@@ -1,25 +1,13 @@
 """Smoke run of experiments/bench_cache.py: planner hit rates and traffic on a tiny stream."""
 
-import json
 import math
-import os
-import subprocess
-import sys
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_bench_cache_smoke(tmp_path):
-  out = tmp_path / "cache.json"
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+def test_bench_cache_smoke(run_bench):
   # 3443 table rows at this scale; fractions: too small (error entry), evicting, holds all ids.
-  r = subprocess.run([sys.executable, "-m", "experiments.bench_cache", "--steps=40", "--batch_size=16",
-                      "--cardinality_scale=1e-4", "--zipf=1.05,1.2", "--cache_fraction=0.05,0.15,0.5",
-                      "--timing_steps=1", f"--out={out}"],
-                     cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
-  assert r.returncode == 0, r.stderr[-3000:]
-  final = json.loads(r.stdout.strip().splitlines()[-1])
-  assert final == json.loads(out.read_text())
+  final = run_bench("experiments.bench_cache", "--steps=40", "--batch_size=16",
+                    "--cardinality_scale=1e-4", "--zipf=1.05,1.2", "--cache_fraction=0.05,0.15,0.5",
+                    "--timing_steps=1")
   assert final["benchmark"] == "bench_cache"
   assert (final["steps"], final["batch_size"], final["lookahead"]) == (40, 16, 2)
   assert final["row_bytes"] == (17 + 17) * 4

@@ -1,26 +1,14 @@
 """Smoke run of experiments/bench_huge_table.py: a small mmap table trained through the cache."""
 
-import json
 import math
-import os
-import subprocess
-import sys
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_bench_huge_table_smoke(tmp_path):
-  out, host_path = tmp_path / "huge.json", tmp_path / "table"
+def test_bench_huge_table_smoke(tmp_path, run_bench):
+  host_path = tmp_path / "table"
   host_path.mkdir()
   (host_path / "stale.txt").write_text("deleted by --overwrite")
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
-  r = subprocess.run([sys.executable, "-m", "experiments.bench_huge_table", "--cardinality_scale=1e-3",
-                      "--steps=4", "--batch_size=32", "--cache_rows=20000", f"--host_path={host_path}",
-                      f"--out={out}"],
-                     cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
-  assert r.returncode == 0, r.stderr[-3000:]
-  final = json.loads(r.stdout.strip().splitlines()[-1])
-  assert final == json.loads(out.read_text())
+  final = run_bench("experiments.bench_huge_table", "--cardinality_scale=1e-3", "--steps=4",
+                    "--batch_size=32", "--cache_rows=20000", f"--host_path={host_path}")
   assert final["benchmark"] == "bench_huge_table"
   assert (final["steps"], final["batch_size"], final["cache_rows"]) == (4, 32, 20000)
   rows, row_bytes = final["table_rows"], (final["row_width"] + final["slot_width"]) * 4

@@ -1,30 +1,11 @@
 """Smoke runs of experiments/bench_train.py on both embedding backends (tiny sizes)."""
 
-import json
 import math
-import os
-import subprocess
-import sys
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # 4 fields x 16 examples: at most 64 unique ids per batch, so unique capacity 64 is
 # enough and a cache of 130 rows passes the lookahead 2 x 64 = 128 start-up check.
 _TINY = ["--batch_size=16", "--rows_per_field=100", "--num_fields=4", "--embed_dim=4",
          "--steps=4", "--warmup=2", "--unique_capacity=64", "--distinct_batches=12"]
-
-
-def _run_bench(tmp_path, *flags) -> dict:
-  """Runs the benchmark; returns its final JSON line (checked equal to the --out file)."""
-  out = tmp_path / "bench.json"
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
-  r = subprocess.run([sys.executable, "-m", "experiments.bench_train", *_TINY, *flags,
-                      f"--out={out}"], cwd=ROOT, env=env, capture_output=True, text=True,
-                     timeout=240)
-  assert r.returncode == 0, r.stderr[-3000:]
-  final = json.loads(r.stdout.strip().splitlines()[-1])
-  assert final == json.loads(out.read_text())
-  return final
 
 
 def _check_common(final, backend):
@@ -41,8 +22,8 @@ def _check_common(final, backend):
   assert math.isfinite(final["final_loss"]) and final["final_loss"] > 0
 
 
-def test_device_backend_with_profile(tmp_path):
-  final = _run_bench(tmp_path, "--backend=device", "--profile")
+def test_device_backend_with_profile(run_bench):
+  final = run_bench("experiments.bench_train", *_TINY, "--backend=device", "--profile")
   _check_common(final, "device")
   assert "cache" not in final and "cache_rows" not in final
   assert set(final["profile"]) == {"gather_ms", "forward_ms", "forward_backward_ms",
@@ -51,8 +32,8 @@ def test_device_backend_with_profile(tmp_path):
     assert math.isfinite(ms) and ms > 0, (key, ms)
 
 
-def test_cache_backend(tmp_path):
-  final = _run_bench(tmp_path, "--backend=cache", "--cache_rows=130")
+def test_cache_backend(run_bench):
+  final = run_bench("experiments.bench_train", *_TINY, "--backend=cache", "--cache_rows=130")
   _check_common(final, "cache")
   assert final["cache_rows"] == 130  # --cache_rows > 1 is a row count, not a fraction
   assert "profile" not in final
