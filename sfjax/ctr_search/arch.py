@@ -81,7 +81,7 @@ class ArchSpec:
     embed_dim: D (`model.embed_dim`).
     model_hparams: sorted ((keyword, value), ...) of the model's own keyword
       arguments, defaults filled in (layer widths as tuples).
-    embedding_optimizer: row optimizer kind: sgd | adagrad | adam | ftrl.
+    embedding_optimizer: row optimizer kind (a name of `row_optimizers.ROW_OPTIMIZERS`).
     dense_optimizer: optax optimizer kind of the dense parameters:
       adam | adamw | sgd | adagrad.
   """

@@ -56,6 +56,8 @@ class CacheStats:
   manager_wait_seconds: float = 0.0
   writeback_seconds: float = 0.0
   device_wait_seconds: float = 0.0
+  swap_rows: int = 0  # rows of the fill / evict buffers moved (bucketed, >= fills)
+  steps_per_swap_size: dict = dataclasses.field(default_factory=dict)  # bucket -> steps
 
   def as_dict(self) -> dict[str, float]:
     """Counters plus derived rates (`cache_hit_rate`, `*_bytes_per_example`)."""
@@ -92,6 +94,31 @@ def step_stats(plan: cache_planner.CachePlan, row_bytes: int) -> dict[str, int]:
           "h2d_bytes": plan.num_fills * row_bytes, "d2h_bytes": plan.num_evictions * row_bytes}
 
 
+def swap_buckets(capacity: int, eighths: int = 8, halvings: int = 2,
+                 multiple: int = 256) -> tuple[int, ...]:
+  """The few swap lengths a cache step is compiled for.
+
+  Fill and evict buffers are sized by the step's real misses (the smallest bucket that
+  holds them), not padded to the unique capacity every step: at a 45% hit rate a step
+  moves about half of the padded rows. Buckets are `k/8` of the capacity (k = 1..8,
+  so a step pads by at most an eighth of the capacity) plus `1/16`, `1/32`, ... for
+  nearly-all-hit steps, rounded up to a multiple of `multiple`. Each bucket compiles
+  once (at most `eighths + halvings` programs), so steps never recompile after warm-up.
+  """
+  fractions = [(k, eighths) for k in range(1, eighths + 1)]
+  fractions += [(1, eighths << h) for h in range(1, halvings + 1)]
+  sizes = {capacity}
+  for num, den in fractions:
+    size = -(-capacity * num // den)  # ceil: never 0
+    sizes.add(min(capacity, -(-size // multiple) * multiple))
+  return tuple(sorted(sizes))
+
+
+def bucket_for(count: int, buckets: tuple[int, ...]) -> int:
+  """The smallest bucket >= `count` (buckets sorted ascending; the last is the capacity)."""
+  return buckets[min(int(np.searchsorted(buckets, count)), len(buckets) - 1)]
+
+
 def _pad_rows(rows: np.ndarray, length: int) -> np.ndarray:
   out = np.zeros((length, rows.shape[1]), np.float32)
   out[:rows.shape[0]] = rows
@@ -118,6 +145,7 @@ class CachePipeline(Iterator[StepInputs]):
     self.host_table, self.planner = host_table, planner
     self._offsets = np.asarray(field_offsets, np.int64)
     self._put_batch, self._put_swap = put_batch, put_swap
+    self.buckets = swap_buckets(planner.fill_capacity)
     self.stats = CacheStats(row_bytes=4 * (host_table.width + host_table.slot_width))
     self._stats_lock = threading.Lock()
     self._stop = threading.Event()
@@ -160,7 +188,6 @@ class CachePipeline(Iterator[StepInputs]):
       self.stats.manager_wait_seconds += time.perf_counter() - t
 
   def _manage(self) -> Iterator[StepInputs]:
-    cap = self.planner.fill_capacity
     for step, (batch, virt) in enumerate(self._loader):
       # At most `lookahead` planned-but-unretired steps, this one included.
       self._wait_retired(step - self.planner.lookahead)
@@ -168,8 +195,9 @@ class CachePipeline(Iterator[StepInputs]):
       plan = self.planner.plan(step, virt.uniq[:virt.num_unique])
       self._wait_retired(plan.fill_after_step)  # the write-back ordering rule
       values, opt_slots = self.host_table.gather(plan.fill_ids[:plan.num_fills])
-      swap = cache_lib.CacheSwap(plan.fill_slots, _pad_rows(values, cap),
-                                 _pad_rows(opt_slots, cap), plan.evict_slots)
+      size = bucket_for(max(plan.num_fills, plan.num_evictions), self.buckets)
+      swap = cache_lib.CacheSwap(plan.fill_slots[:size], _pad_rows(values, size),
+                                 _pad_rows(opt_slots, size), plan.evict_slots[:size])
       db = DeviceBatch(plan.slots, virt.vids, batch.dense, batch.labels, batch.mask)
       inputs = StepInputs(step, self._put_batch(db), self._put_swap(swap), plan)
       with self._stats_lock:
@@ -184,6 +212,8 @@ class CachePipeline(Iterator[StepInputs]):
         s.h2d_rows += plan.num_fills
         s.d2h_rows += plan.num_evictions
         s.ordering_waits += int(plan.fill_after_step >= 0)
+        s.swap_rows += size
+        s.steps_per_swap_size[size] = s.steps_per_swap_size.get(size, 0) + 1
       yield inputs
 
   def __next__(self) -> StepInputs:

@@ -57,11 +57,11 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   e.lookahead = 2  # cache backend: steps planned ahead of the device (in flight at once)
   e.host_storage = "ram"  # cache backend: ram | mmap (memory-mapped files under host_path)
   e.host_path = ""  # cache backend with mmap: directory of the host table (created; must be new)
-  e.optimizer = "adagrad"  # sgd | adagrad | adam | ftrl
+  e.optimizer = "adagrad"  # sgd | adagrad | rowwise_adagrad (1 slot per row) | adam | ftrl
   e.learning_rate = 0.05
   e.init_stddev = 0.01
   e.l2 = 0.0  # L2 penalty on the rows a batch touches (added to the loss)
-  e.adagrad_initial_accumulator = 1e-6
+  e.adagrad_initial_accumulator = 1e-6  # adagrad and rowwise_adagrad
   e.adam_b1 = 0.9
   e.adam_b2 = 0.999
   e.adam_eps = 1e-8

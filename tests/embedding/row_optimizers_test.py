@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from sfjax.embedding import device_table
 from sfjax.embedding import row_optimizers as ro
 
 W = np.array([[0.5, -1.0]], np.float32)
@@ -33,6 +34,66 @@ def test_adagrad_two_steps():
   w2, s2 = _run(opt, np.asarray(w), G, count=2, slots=np.asarray(s))
   chex.assert_trees_all_close(s2, np.array([[0.18, 0.42]]), atol=1e-6)
   chex.assert_trees_all_close(w2, np.asarray(w) - 0.1 * G / np.sqrt([[0.18, 0.42]]), atol=1e-6)
+
+
+def test_rowwise_adagrad_two_rows_two_steps():
+  # lr 0.3, a0 = 1; one accumulator per row, fed mean_j(g_j^2) over the row's E = 2 columns.
+  opt = ro.rowwise_adagrad(0.3, initial_accumulator=1.0)
+  assert opt.slot_width(2) == 1 and opt.slot_width(17) == 1
+  chex.assert_trees_all_close(opt.initial_slot_row(2), np.array([1.0], np.float32))
+  rows = np.array([[1.0, 2.0], [-1.0, 0.5]], np.float32)
+  # Step 1: row 0 g = [2.4, -3.2]: a = 1 + (5.76 + 10.24) / 2 = 9, w -= 0.3 * g / 3 = 0.1 g.
+  #         row 1 g = 0: unchanged, a stays 1.
+  g1 = np.array([[2.4, -3.2], [0.0, 0.0]], np.float32)
+  w, s = _run(opt, rows, g1)
+  chex.assert_shape(s, (2, 1))
+  chex.assert_trees_all_close(s, np.array([[9.0], [1.0]]), atol=1e-5)
+  chex.assert_trees_all_close(w, np.array([[0.76, 2.32], [-1.0, 0.5]]), atol=1e-6)
+  # Step 2: row 0 g = [4, -4]: a = 9 + 16 = 25, w -= 0.3 * g / 5 = [0.24, -0.24].
+  #         row 1 g = [0, 4]: a = 1 + 8 = 9, w -= 0.3 * g / 3 = [0, 0.4]: column 0 does not
+  #         move, but its accumulator is the row's (element-wise Adagrad would keep it at 1).
+  g2 = np.array([[4.0, -4.0], [0.0, 4.0]], np.float32)
+  w2, s2 = _run(opt, np.asarray(w), g2, count=2, slots=np.asarray(s))
+  chex.assert_trees_all_close(s2, np.array([[25.0], [9.0]]), atol=1e-5)
+  chex.assert_trees_all_close(w2, np.array([[0.52, 2.56], [-1.0, 0.1]]), atol=1e-6)
+
+
+def test_rowwise_adagrad_equals_adagrad_at_width_one():
+  g = np.array([[0.2], [-0.4], [0.0]], np.float32)
+  w = np.array([[0.5], [-1.0], [3.0]], np.float32)
+  for step in (1, 2):
+    got = _run(ro.rowwise_adagrad(0.1, 0.1), w, g * step)
+    want = _run(ro.adagrad(0.1, 0.1), w, g * step)
+    chex.assert_trees_all_close(got, want, atol=1e-7)
+
+
+def test_rowwise_adagrad_padding_rows_are_harmless():
+  """A padded unique set through the device table: padding (row V) reads zero slots and
+  zero gradients, its NaN update is dropped, and real rows do not see it."""
+  opt = ro.rowwise_adagrad(0.3, initial_accumulator=1.0)
+  num_rows = 4
+  table = device_table.TableState(
+      jnp.arange(8, dtype=jnp.float32).reshape(num_rows, 2),
+      jnp.ones((num_rows, 1), jnp.float32))
+  real = jnp.array([2, 0], jnp.int32)
+  padded = jnp.array([2, 0, num_rows, num_rows], jnp.int32)  # pad = V
+  g_real = jnp.array([[2.4, -3.2], [0.0, 0.0]], jnp.float32)
+  g_padded = jnp.concatenate([g_real, jnp.zeros((2, 2), jnp.float32)])
+
+  @jax.jit
+  def step(table, rows, grads):
+    uniq = device_table.gather_rows(table, rows)
+    values, slots = opt.update(uniq.values, uniq.opt_slots, grads, jnp.int32(1))
+    return device_table.scatter_rows(table, rows, device_table.TableState(values, slots))
+
+  got = step(table, padded, g_padded)
+  want = step(table, real, g_real)
+  chex.assert_tree_all_finite(got)
+  chex.assert_trees_all_close(got, want)
+  # Row 2 moved (a = 9, w -= 0.1 g); row 0 had a zero gradient and is unchanged.
+  chex.assert_trees_all_close(got.values[2], np.array([4.0 - 0.24, 5.0 + 0.32]), atol=1e-6)
+  chex.assert_trees_all_close(got.opt_slots[:, 0], np.array([1.0, 1.0, 9.0, 1.0]), atol=1e-5)
+  chex.assert_trees_all_close(got.values[np.array([0, 1, 3])], table.values[np.array([0, 1, 3])])
 
 
 def test_adam_first_step_and_bias_correction():
@@ -68,13 +129,14 @@ def test_ftrl_l1_zeroes_small_weights():
   chex.assert_trees_all_close(w, np.zeros_like(W))
 
 
-def test_zero_gradient_rows_unchanged_for_sgd_and_adagrad():
-  for opt in (ro.sgd(0.3), ro.adagrad(0.3)):
-    w, _ = _run(opt, W, np.zeros_like(G))
+def test_zero_gradient_rows_unchanged_for_sgd_and_adagrads():
+  for opt in (ro.sgd(0.3), ro.adagrad(0.3), ro.rowwise_adagrad(0.3)):
+    w, s = _run(opt, W, np.zeros_like(G))
     chex.assert_trees_all_close(w, W)
+    chex.assert_trees_all_close(s, np.broadcast_to(opt.initial_slot_row(2), s.shape))
 
 
-@pytest.mark.parametrize("name", ["sgd", "adagrad", "adam", "ftrl"])
+@pytest.mark.parametrize("name", ro.ROW_OPTIMIZER_NAMES)
 def test_from_config(name):
   from experiments.configs import ctr
   cfg = ctr.get_config().embedding
@@ -92,3 +154,5 @@ def test_bad_config_names_field():
     ro.from_config(cfg)
   with pytest.raises(ValueError, match="initial_accumulator"):
     ro.adagrad(0.1, initial_accumulator=0.0)
+  with pytest.raises(ValueError, match="rowwise_adagrad initial_accumulator"):
+    ro.rowwise_adagrad(0.1, initial_accumulator=0.0)

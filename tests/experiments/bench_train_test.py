@@ -8,38 +8,72 @@ _TINY = ["--batch_size=16", "--rows_per_field=100", "--num_fields=4", "--embed_d
          "--steps=4", "--warmup=2", "--unique_capacity=64", "--distinct_batches=12"]
 
 
+def _check_run(run):
+  for key in ("examples_per_sec", "device_step_ms", "device_examples_per_sec", "compile_s"):
+    assert math.isfinite(run[key]) and run[key] > 0, (key, run[key])
+  # The device-bound rate is derived from the median waited step time.
+  assert math.isclose(run["device_examples_per_sec"], 16 / (run["device_step_ms"] * 1e-3),
+                      rel_tol=1e-9)
+  assert 4 <= run["mean_unique_per_batch"] <= 64  # >= one id per field, <= B x F
+  assert math.isfinite(run["final_loss"]) and run["final_loss"] > 0
+
+
 def _check_common(final, backend):
   assert final["benchmark"] == "bench_train" and final["backend"] == backend
   assert (final["batch_size"], final["num_fields"], final["rows_per_field"], final["embed_dim"]) == (
       16, 4, 100, 4)
   assert final["timed_steps"] == 4 and final["model"] == "deepfm"
   assert final["devices"] == 1 and final["platform"] == "cpu"
-  for key in ("median_step_ms", "examples_per_sec", "pipelined_examples_per_sec", "compile_s"):
-    assert math.isfinite(final[key]) and final[key] > 0, (key, final[key])
-  # examples/s is derived from the median step time.
-  assert math.isclose(final["examples_per_sec"], 16 / (final["median_step_ms"] * 1e-3), rel_tol=1e-9)
-  assert 4 <= final["mean_unique_per_batch"] <= 64  # >= one id per field, <= B x F
-  assert math.isfinite(final["final_loss"]) and final["final_loss"] > 0
+  _check_run(final)
+  assert final["median_step_ms"] == final["device_step_ms"]
+
+
+def _check_cache(cache, cache_rows):
+  assert cache["cache_rows"] == cache_rows  # --cache_rows > 1 is a row count, not a fraction
+  assert cache["table_to_cache_ratio"] == 400 / cache_rows
+  assert 0.0 <= cache["cache_hit_rate"] <= 1.0
+  # 4 pipelined steps of ~47 unique ids out of 400 rows overflow 130 slots: rows travel
+  # both ways, and the swap buffers hold at least the misses.
+  assert cache["h2d_bytes_per_example"] > 0 and cache["d2h_bytes_per_example"] > 0
+  assert cache["swap_rows_per_step"] >= cache["misses_per_step"] > 0
+  assert set(cache["stage_seconds"]) == {"loader_seconds", "manager_seconds",
+                                         "manager_wait_seconds", "writeback_seconds",
+                                         "device_wait_seconds"}
+  assert all(math.isfinite(v) and v >= 0 for v in cache["stage_seconds"].values())
 
 
 def test_device_backend_with_profile(run_bench):
   final = run_bench("experiments.bench_train", *_TINY, "--backend=device", "--profile")
   _check_common(final, "device")
   assert "cache" not in final and "cache_rows" not in final
+  assert final["distinct_batches"] == 12 and final["fresh_batches"]  # 12 >= 1 + 2 + 2 x 4 steps
+  assert final["embedding_optimizer"] == "rowwise_adagrad"  # the default, as TorchRec's
+  assert final["state_bytes_per_row"] == 4 * (5 + 1)  # E = 4 + 1 values, one accumulator per row
   assert set(final["profile"]) == {"gather_ms", "forward_ms", "forward_backward_ms",
                                    "dense_optimizer_ms", "row_update_ms"}
   for key, ms in final["profile"].items():
     assert math.isfinite(ms) and ms > 0, (key, ms)
 
 
+def test_both_backends_on_fresh_batches(run_bench):
+  tiny = [f for f in _TINY if not f.startswith("--distinct_batches")]
+  final = run_bench("experiments.bench_train", *tiny, "--backend=both", "--cache_rows=130")
+  _check_common(final, "both")
+  assert final["fresh_batches"] and final["distinct_batches"] == 1 + 2 + 2 * 4
+  runs = final["runs"]
+  assert set(runs) == {"device", "cache"}
+  for run in runs.values():
+    _check_run(run)
+  assert final["examples_per_sec"] == runs["device"]["examples_per_sec"]
+  assert math.isclose(final["cache_to_device_ratio"],
+                      runs["cache"]["examples_per_sec"] / runs["device"]["examples_per_sec"])
+  assert "cache" not in runs["device"]
+  _check_cache(runs["cache"]["cache"], 130)
+
+
 def test_cache_backend(run_bench):
   final = run_bench("experiments.bench_train", *_TINY, "--backend=cache", "--cache_rows=130")
   _check_common(final, "cache")
-  assert final["cache_rows"] == 130  # --cache_rows > 1 is a row count, not a fraction
+  assert final["cache_rows"] == 130
   assert "profile" not in final
-  cache = final["cache"]
-  assert 0.0 <= cache["cache_hit_rate"] <= 1.0
-  assert all(math.isfinite(v) and v >= 0 for v in cache.values()), cache
-  # Every id is admitted once (cold misses), and 11 steps of ~47 unique ids out of
-  # 400 rows overflow 130 slots, so rows travel both ways.
-  assert cache["h2d_bytes_per_example"] > 0 and cache["d2h_bytes_per_example"] > 0
+  _check_cache(final["cache"], 130)

@@ -76,16 +76,20 @@ def test_make_step_compiles_once(data, backend, num_devices):
   assert trainer.backend.name == backend and callable(trainer.run_step.jitted)
   inputs = trainer.backend.train_inputs(data.train_batches(c.train.batch_size, c.seed))
   try:
-    state, losses = trainer.state, []
+    state, losses, swap_sizes = trainer.state, [], set()
     for _ in range(2):
-      state, metrics, num_unique = trainer.run_step(state, next(inputs))
+      step_inputs = next(inputs)
+      if backend == "cache":  # fill / evict buffers come in a few bucketed sizes
+        swap_sizes.add(step_inputs.swap.fill_slots.shape[0])
+      state, metrics, num_unique = trainer.run_step(state, step_inputs)
       losses.append(float(metrics["loss"]))
       assert 0 < num_unique <= trainer.backend.capacity
   finally:
     inputs.close()
     trainer.backend.close()
   assert int(state.step) == 2 and np.all(np.isfinite(losses))
-  assert trainer.run_step.jitted._cache_size() == 1
+  # One program per swap size seen (one for the device backend): no other recompile.
+  assert trainer.run_step.jitted._cache_size() == max(1, len(swap_sizes))
   assert len(state.table.values.sharding.device_set) == num_devices  # replicated on the mesh
 
 

@@ -11,6 +11,7 @@ import pytest
 from experiments.configs import ctr
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import host_table as host_table_lib
+from sfjax.embedding import row_optimizers
 from sfjax.train import config_check
 from sfjax.train import loop
 
@@ -22,7 +23,8 @@ def _config(optimizer, backend, **embedding):
   c.model.mlp_dims = (16,)
   c.model.embed_dim = 4
   c.embedding.optimizer = optimizer
-  c.embedding.learning_rate = {"sgd": 0.5, "adagrad": 0.1, "adam": 0.01, "ftrl": 0.1}[optimizer]
+  c.embedding.learning_rate = {"sgd": 0.5, "adagrad": 0.1, "rowwise_adagrad": 0.1, "adam": 0.01,
+                               "ftrl": 0.1}[optimizer]
   c.embedding.l2 = 1e-4
   c.embedding.backend = backend
   c.embedding.cache_rows = 0.05
@@ -54,7 +56,7 @@ def _host_rows(run):
   return run.trainer.backend.host_table.read_all()
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam", "ftrl"])
+@pytest.mark.parametrize("optimizer", row_optimizers.ROW_OPTIMIZER_NAMES)
 def test_cache_training_equals_device_reference(optimizer):
   ref = _train(_config(optimizer, "device"))
   got = _train(_config(optimizer, "cache", cache_policy="lru"))
@@ -72,6 +74,22 @@ def test_cache_training_equals_device_reference(optimizer):
   # hits + misses = unique ids; bytes follow rows.
   assert stats["hits"] + stats["misses"] == stats["unique_ids"]
   assert stats["h2d_bytes"] == stats["h2d_rows"] * stats["row_bytes"]
+
+
+@pytest.mark.parametrize("optimizer,slot_width,row_bytes", [
+    ("adagrad", 17, 4 * (17 + 17)), ("rowwise_adagrad", 1, 4 * (17 + 1))])
+def test_host_table_state_bytes_per_row(optimizer, slot_width, row_bytes):
+  """Row-wise Adagrad keeps one accumulator per row on the host and in the cache, not E."""
+  c = _config(optimizer, "cache")
+  c.model.name, c.model.embed_dim = "deepfm", 16  # E = 16 + 1 first-order column
+  trainer = loop.build_trainer(c, dataset_lib.make_dataset(c.data, c.seed).spec)
+  table = trainer.backend.host_table
+  assert (trainer.width, table.width, table.slot_width) == (17, 17, slot_width)
+  assert 4 * (table.width + table.slot_width) == row_bytes  # what CacheStats.row_bytes counts
+  assert trainer.state.table.opt_slots.shape == (trainer.backend.num_slots, slot_width)
+  _, slots = table.gather(np.array([0, table.num_rows - 1], np.int64))  # lazily initialised
+  np.testing.assert_array_equal(
+      slots, np.full((2, slot_width), c.embedding.adagrad_initial_accumulator, np.float32))
 
 
 def test_lfu_and_longer_lookahead_also_match():
@@ -111,7 +129,11 @@ def test_step_compiles_once_for_both_backends():
   for backend in ("device", "cache"):
     run = _train(_config("sgd", backend))
     assert len(set(np.diff(run.losses))) > 1
-    assert run.trainer.run_step.jitted._cache_size() == 1, backend
+    # The cache step compiles once per swap bucket it used (fill / evict buffers sized by
+    # the step's misses), never again for a bucket it has seen.
+    buckets = run.final.get("cache_stats", {}).get("steps_per_swap_size", {None: 48})
+    assert run.trainer.run_step.jitted._cache_size() == len(buckets), (backend, buckets)
+    assert sum(buckets.values()) >= 48  # (the pipeline may have planned steps ahead)
 
 
 def test_too_small_cache_fails_at_start_naming_minimum():

@@ -41,6 +41,11 @@ def test_the_shipped_configs_pass(variant):
   config_check.validate(ctr.get_config(variant))
 
 
+@pytest.mark.parametrize("name", row_optimizers.ROW_OPTIMIZER_NAMES)
+def test_every_registered_row_optimizer_is_accepted(name):
+  config_check.validate(_config(embedding__optimizer=name))
+
+
 def test_config_error_is_the_core_one():
   assert config_check.ConfigError is ConfigError and issubclass(ConfigError, ValueError)
 

@@ -39,3 +39,10 @@ def test_every_choice_default_is_a_registered_name():
   assert c.embedding.backend in backends.BACKENDS
   assert c.embedding.host_storage in backends.HOST_STORAGES
   assert c.embedding.cache_policy in cache_planner.POLICIES
+
+
+def test_every_row_optimizer_finds_its_settings_in_the_defaults():
+  e = defaults.ctr_defaults().embedding
+  for name in row_optimizers.ROW_OPTIMIZER_NAMES:
+    opt = row_optimizers.make(name, e.learning_rate, e)
+    assert opt.name == name and opt.initial_slot_row(17).shape == (opt.slot_width(17),)
