@@ -16,18 +16,22 @@ Honest by construction:
     gathers, write-back) included; `device_examples_per_sec` / `device_step_ms` beside
     it time each step waited for on its own (inputs already prepared);
   * `--backend=both` runs the on-device table and the cache in one process, one window,
-    and reports `cache_to_device_ratio`; `--floor=PATH` runs the plain-JAX floor
-    (`../shared/bench/bare_jax_deepfm.py`) on the same workload in the same window and
-    reports `step_to_floor_ratio` (device-bound step rate over the floor's).
+    and reports `cache_to_device_ratio`; `--floor=PATH` loads the plain-JAX floor
+    (`../shared/bench/bare_jax_deepfm.py`) in this process on the same workload and
+    alternates its step with ours, step by step: `step_to_floor_ratio` is the floor's
+    median step time over ours (both under the same machine noise);
+    `--repeats=R` interleaves R rounds of (floor, device, cache) and reports medians.
 The cache JSON carries hit rate, bytes per example each way, swap rows per step and the
 per-stage busy and wait seconds. Ends stdout with one JSON line (also written to --out).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import runpy
 import statistics
-import subprocess
 import sys
 import time
 
@@ -44,6 +48,7 @@ from sfjax.data import synthetic
 from sfjax.data import types
 from sfjax.embedding import device_table
 from sfjax.embedding import row_optimizers
+from sfjax.embedding import vsi
 from sfjax.train import backends
 from sfjax.train import loop
 from sfjax.train import optimizers
@@ -66,14 +71,18 @@ _BACKEND = flags.DEFINE_enum("backend", "device", [*backends.BACKENDS, "both"],
                              "Embedding backend ('both': device then cache, one window).")
 _CACHE_ROWS = flags.DEFINE_float("cache_rows", 0.05, "Cache backend: rows, or fraction of the table.")
 _LOOKAHEAD = flags.DEFINE_integer("lookahead", 2, "Cache backend: steps planned ahead.")
-_UNIQUE_CAP = flags.DEFINE_integer("unique_capacity", 45056, "Padded unique ids per step.")
+_UNIQUE_CAP = flags.DEFINE_integer("unique_capacity", 0, "Padded unique ids per step (0: the "
+                                   "largest unique count of the batches, rounded up to 256, "
+                                   "as the floor pads).")
 _ROW_OPT = flags.DEFINE_enum("embedding_optimizer", "rowwise_adagrad", list(row_optimizers.ROW_OPTIMIZERS),
                              "Row optimizer of the embedding table.")
+_REPEATS = flags.DEFINE_integer("repeats", 1, "Rounds of (floor, backends), interleaved; figures "
+                                "are medians over rounds.")
 _FLOOR = flags.DEFINE_string("floor", "", "Path of the plain-JAX floor script to run in the same "
                              "window (e.g. ../shared/bench/bare_jax_deepfm.py).")
 
 
-def workload_config(backend: str) -> ml_collections.ConfigDict:
+def workload_config(backend: str, unique_capacity: int) -> ml_collections.ConfigDict:
   """The benchmark config (ctr.py defaults + the workload's sizes) for `backend`."""
   c = ctr_config.get_config()
   c.model.name, c.model.embed_dim, c.model.mlp_dims = _MODEL.value, _DIM.value, (400, 400, 400)
@@ -83,7 +92,7 @@ def workload_config(backend: str) -> ml_collections.ConfigDict:
   c.embedding.backend = backend
   c.embedding.cache_rows = _CACHE_ROWS.value
   c.embedding.lookahead = _LOOKAHEAD.value
-  c.embedding.unique_capacity = _UNIQUE_CAP.value
+  c.embedding.unique_capacity = unique_capacity
   return c
 
 
@@ -140,9 +149,18 @@ def profile_phases(trainer: loop.Trainer, tx, row_opt, state, db) -> dict[str, f
   return {k: v * 1e3 for k, v in ms.items()}
 
 
-def run_backend(backend: str, spec: types.DatasetSpec, batches: list[types.Batch]) -> dict:
+def unique_capacity(spec: types.DatasetSpec, batches: list[types.Batch]) -> int:
+  """`--unique_capacity`, or the batches' largest unique-id count rounded up to 256."""
+  if _UNIQUE_CAP.value:
+    return _UNIQUE_CAP.value
+  most = max(np.unique(b.ids + spec.field_offsets[None, :]).size for b in batches)
+  return -(-most // 256) * 256
+
+
+def run_backend(backend: str, spec: types.DatasetSpec, batches: list[types.Batch],
+                capacity: int) -> dict:
   """One backend's figures: compile, waited (device-bound) window, pipelined window."""
-  config = workload_config(backend)
+  config = workload_config(backend, capacity)
   trainer = loop.build_trainer(config, spec)
   backend_obj = trainer.backend
   steps, warmup, batch = _STEPS.value, _WARMUP.value, _BATCH.value
@@ -162,8 +180,15 @@ def run_backend(backend: str, spec: types.DatasetSpec, batches: list[types.Batch
     state, _ = runner.run_steps(trainer.run_step, state, inputs, 1, 1, batch)
     t_compile = time.perf_counter() - t_compile
     state, _ = runner.run_steps(trainer.run_step, state, inputs, 2, 1 + warmup, batch)
-    state, timed = runner.run_steps(trainer.run_step, state, inputs, 2 + warmup, 1 + warmup + steps,
-                                    batch, wait_each_step=True)
+    timed_inputs = inputs
+    if backend == "device":
+      # Device-bound: the window's batches are prepared before it starts, and the loader
+      # thread has refilled its bounded queue, so no host work overlaps the timed steps
+      # (as in the plain-JAX floor). Cache steps must be planned in order, lookahead ahead.
+      timed_inputs = iter([next(inputs) for _ in range(steps)])
+      time.sleep(0.5)
+    state, timed = runner.run_steps(trainer.run_step, state, timed_inputs, 2 + warmup,
+                                    1 + warmup + steps, batch, wait_each_step=True)
     before = dict(backend_obj.stats())
     state, piped = runner.run_steps(trainer.run_step, state, inputs, 2 + warmup + steps,
                                     1 + warmup + 2 * steps, batch)
@@ -211,13 +236,52 @@ def cache_figures(before: dict, after: dict, cache_rows: int, table_rows: int) -
   }
 
 
-def run_floor(path: str, pool: int) -> dict:
-  """The plain-JAX floor on the same workload, in this window (a subprocess)."""
-  cmd = [sys.executable, path, "--batch", str(_BATCH.value), "--fields", str(_FIELDS.value),
-         "--rows", str(_ROWS.value), "--dim", str(_DIM.value), "--steps", str(_STEPS.value),
-         "--zipf", str(_ZIPF.value), "--distinct", str(min(pool, 64))]
-  out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800)
-  return json.loads(out.stdout.strip().splitlines()[-1])
+def load_floor(path: str, pool: int) -> tuple[dict, dict]:
+  """Runs the plain-JAX floor script in this process on the same workload.
+
+  Returns:
+    (its own JSON figures, its globals: the jitted step `f`, its `state` and device
+    batches `dev`, for `interleaved_floor_ratio`).
+  """
+  argv = [path, "--batch", str(_BATCH.value), "--fields", str(_FIELDS.value),
+          "--rows", str(_ROWS.value), "--dim", str(_DIM.value), "--steps", str(_STEPS.value),
+          "--zipf", str(_ZIPF.value), "--distinct", str(min(pool, 64))]
+  saved, sys.argv = sys.argv, argv
+  printed = io.StringIO()
+  try:
+    with contextlib.redirect_stdout(printed):
+      floor = runpy.run_path(path, run_name="__floor__")
+  finally:
+    sys.argv = saved
+  return json.loads(printed.getvalue().strip().splitlines()[-1]), floor
+
+
+def interleaved_floor_ratio(trainer: loop.Trainer, spec: types.DatasetSpec,
+                            batches: list[types.Batch], capacity: int, floor: dict) -> dict:
+  """Our device step and the floor's, alternated step by step in one process.
+
+  Both see the same machine noise (2 shared cores drift by ~10% within a minute), so
+  the ratio of their median step times is far steadier than separate runs' ratio.
+  """
+  backend = trainer.backend
+  ours = [jax.device_put(vsi.prepare_batch(b, spec.field_offsets, capacity, spec.total_rows)[0],
+                         backend.batch_sharding) for b in batches[:_STEPS.value]]
+  step, state = trainer.run_step.jitted, trainer.state
+  floor_step, floor_state, floor_batches = floor["f"], floor["state"], floor["dev"]
+  ours_s, floor_s = [], []
+  for i in range(_WARMUP.value + _STEPS.value):
+    t = time.perf_counter()
+    state, m = step(state, ours[i % len(ours)])
+    jax.block_until_ready(m["loss"])
+    t1 = time.perf_counter()
+    floor_state, loss = floor_step(floor_state, *floor_batches[i % len(floor_batches)])
+    jax.block_until_ready(loss)
+    t2 = time.perf_counter()
+    if i >= _WARMUP.value:
+      ours_s.append(t1 - t)
+      floor_s.append(t2 - t1)
+  ours_ms, floor_ms = statistics.median(ours_s) * 1e3, statistics.median(floor_s) * 1e3
+  return {"step_ms": ours_ms, "floor_step_ms": floor_ms, "step_to_floor_ratio": floor_ms / ours_ms}
 
 
 def main(argv):
@@ -229,34 +293,53 @@ def main(argv):
   t = time.perf_counter()
   batches = power_law_batches(spec, _BATCH.value, pool, _ZIPF.value)
   gen_seconds = time.perf_counter() - t
+  capacity = unique_capacity(spec, batches)
   names = list(backends.BACKENDS) if _BACKEND.value == "both" else [_BACKEND.value]
-  runs = {name: run_backend(name, spec, batches) for name in names}
+  # Rounds interleave the floor and the backends, so each ratio compares runs of one
+  # window; the figures are medians over rounds (2 shared cores drift by ~10% a minute).
+  rounds = []
+  floor = load_floor(_FLOOR.value, pool) if _FLOOR.value else None
+  for _ in range(_REPEATS.value):
+    entry = {"floor": floor[0]} if floor else {}
+    entry.update({name: run_backend(name, spec, batches, capacity) for name in names})
+    if len(names) > 1:
+      entry["cache_to_device_ratio"] = (entry["cache"]["examples_per_sec"]
+                                        / entry["device"]["examples_per_sec"])
+    rounds.append(entry)
+  if floor:
+    trainer = loop.build_trainer(workload_config("device", capacity), spec)
+    interleaved = interleaved_floor_ratio(trainer, spec, batches, capacity, floor[1])
   result = {
       "benchmark": "bench_train", "backend": _BACKEND.value, "model": _MODEL.value,
       "batch_size": _BATCH.value, "num_fields": _FIELDS.value, "rows_per_field": _ROWS.value,
       "embed_dim": _DIM.value, "zipf": _ZIPF.value, "embedding_optimizer": _ROW_OPT.value,
       "timed_steps": _STEPS.value, "distinct_batches": pool, "fresh_batches": pool >= total_steps,
       "data_generation_s": gen_seconds, "devices": jax.device_count(),
-      "platform": jax.devices()[0].platform,
+      "platform": jax.devices()[0].platform, "repeats": len(rounds),
+      "unique_capacity": capacity,
   }
-  first = runs[names[0]]
-  result.update({k: first[k] for k in ("examples_per_sec", "device_step_ms",
-                                       "device_examples_per_sec", "mean_unique_per_batch",
-                                       "compile_s", "final_loss", "state_bytes_per_row")})
-  result["median_step_ms"] = first["device_step_ms"]
+  median = lambda values: float(statistics.median(values))
+  first = rounds[-1][names[0]]
+  result.update({k: first[k] for k in ("mean_unique_per_batch", "compile_s", "final_loss",
+                                       "state_bytes_per_row")})
+  for key in ("examples_per_sec", "device_step_ms"):
+    result[key] = median([r[names[0]][key] for r in rounds])
+  result["device_examples_per_sec"] = _BATCH.value / (result["device_step_ms"] * 1e-3)
+  result["median_step_ms"] = result["device_step_ms"]
   if "cache" in first:
     result["cache"] = first["cache"]
     result["cache_rows"] = first["cache"]["cache_rows"]
   if "profile" in first:
     result["profile"] = first["profile"]
-  if len(runs) > 1:
-    result["runs"] = runs
-    result["cache_to_device_ratio"] = runs["cache"]["examples_per_sec"] / runs["device"]["examples_per_sec"]
-  if _FLOOR.value:
-    floor = run_floor(_FLOOR.value, pool)
-    result["floor"] = floor
-    device = runs.get("device", first)
-    result["step_to_floor_ratio"] = device["device_examples_per_sec"] / floor["examples_per_sec"]
+  if len(names) > 1:
+    result["runs"] = {name: rounds[-1][name] for name in names}  # the last round
+    result["cache_to_device_ratio"] = median([r["cache_to_device_ratio"] for r in rounds])
+  if floor:
+    result["floor"] = floor[0]
+    result["floor_interleaved"] = interleaved
+    result["step_to_floor_ratio"] = interleaved["step_to_floor_ratio"]
+  if len(rounds) > 1:
+    result["rounds"] = rounds
   report.emit_json_line(result, _OUT.value)
 
 

@@ -22,6 +22,9 @@ from sfjax.data.types import Batch, concat_batches
 
 def take(batch: Batch, index: np.ndarray | slice) -> Batch:
   """The examples `index` (a slice, positions or a boolean mask) of `batch`."""
+  if isinstance(index, np.ndarray) and index.dtype != bool:
+    # np.take gathers rows ~3x faster than fancy indexing (the shuffle buffer's hot path).
+    return Batch(*(np.take(a, index, axis=0) for a in batch))
   return Batch(*(a[index] for a in batch))
 
 

@@ -1,9 +1,11 @@
 """Dataset factory: `make_dataset(data_cfg, seed) -> CTRDataset`.
 
 `data_cfg` is the `data` block of a CTR config (`sfjax/train/defaults.py`):
-  * format: 'synthetic' | 'criteo' | 'avazu' | 'movielens'.
+  * format: 'synthetic' | 'criteo' | 'avazu' | 'movielens' | 'preprocessed'.
   * train_path / eval_path / test_path: comma-separated globs (file formats);
     eval splits are 'eval' (if eval_path) and 'test' (if test_path).
+    'preprocessed' reads one directory, train_path, written by
+    `preprocessed.preprocess_files` (`python -m experiments.preprocess`).
   * hash_rows > 0: `HashingMapper(hash_rows)`; 0: a vocabulary built in one
     streaming pass over the train files, values seen >= min_count times get a
     row, the rest share the OOV row 0.
@@ -59,6 +61,7 @@ class FileCTRDataset:
     if int(data_cfg.shuffle_buffer) < 0:
       raise ValueError(f"data.shuffle_buffer must be >= 0, got {data_cfg.shuffle_buffer}")
     self.format = fmt
+    self.format_name = str(data_cfg.format)
     self.shuffle_buffer = int(data_cfg.shuffle_buffer)
     skip = bool(data_cfg.skip_bad_lines)
     split_paths = {"train": ("data.train_path", data_cfg.train_path),
@@ -81,22 +84,29 @@ class FileCTRDataset:
     by_split = {name: r.bad_lines for name, r in self._readers.items()}
     return {"bad_lines": sum(by_split.values()), "bad_lines_by_split": by_split}
 
-  def _chunks(self, split: str) -> Iterator[Batch]:
-    """One pass over a split as mapped, variable-size batches."""
+  @property
+  def paths(self) -> dict[str, tuple[str, ...]]:
+    """Per split, the files read (globs expanded, in reading order)."""
+    return {name: r.paths for name, r in self._readers.items()}
+
+  def chunks(self, split: str) -> Iterator[Batch]:
+    """One pass over a split ('train' or an eval split) as mapped, variable-size batches."""
+    if split not in self._readers:
+      raise ValueError(f"unknown split {split!r} (known: {', '.join(self._readers)})")
     for raw in self._readers[split]:
       yield make_batch(self.mapper(raw.values), raw.dense, raw.labels)
 
   def train_batches(self, batch_size: int, seed: int) -> Iterator[Batch]:
     """Infinite full batches: epochs through a seeded streaming shuffle buffer."""
     return batching.train_batches(
-        lambda: self._chunks("train"), batch_size, self.shuffle_buffer, seed)
+        lambda: self.chunks("train"), batch_size, self.shuffle_buffer, seed)
 
   def eval_batches(self, split: str, batch_size: int) -> Iterator[Batch]:
     """Finite batches in file order, the last one padded with mask 0."""
     if split not in self.eval_splits:
       known = ", ".join(self.eval_splits) or "none: set data.eval_path / data.test_path"
       raise ValueError(f"unknown eval split {split!r} (known: {known})")
-    return batching.eval_batches(self._chunks(split), batch_size)
+    return batching.eval_batches(self.chunks(split), batch_size)
 
 
 def make_dataset(data_cfg: ml_collections.ConfigDict, seed: int) -> CTRDataset:
@@ -113,7 +123,7 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, seed: int) -> CTRDataset:
 
   Raises:
     ValueError: unknown `data.format`, empty `data.train_path` for a file
-      format, or an invalid mapping setting.
+      or directory format, or an invalid mapping setting.
   """
   return names.lookup(DATA_FORMATS, str(data_cfg.format), "data.format", "format")(
       data_cfg, seed)
@@ -124,6 +134,16 @@ def _synthetic(data_cfg, seed: int) -> CTRDataset:
   return SyntheticCTR(data_cfg.synthetic, seed)
 
 
+def _preprocessed(data_cfg, seed: int) -> CTRDataset:
+  # preprocessed.py builds text data sets through this module: imported on use, no cycle.
+  from sfjax.data.preprocessed import PreprocessedDataset  # pylint: disable=import-outside-toplevel
+  del seed  # the shuffle seed comes with `train_batches`
+  return PreprocessedDataset(data_cfg)
+
+
+# Formats read from one directory, data.train_path (its splits are subdirectories).
+_DIRECTORY_FORMATS = {"preprocessed": _preprocessed}
+
 # format name -> (data_cfg, seed) -> CTRDataset. The registry every format list derives from;
 # a new format registers its builder here.
 DATA_FORMATS = {
@@ -131,6 +151,8 @@ DATA_FORMATS = {
     "criteo": lambda data_cfg, seed: FileCTRDataset(_LINE_FORMATS["criteo"](), data_cfg),
     "avazu": lambda data_cfg, seed: FileCTRDataset(_LINE_FORMATS["avazu"](), data_cfg),
     "movielens": lambda data_cfg, seed: movielens.MovieLensDataset(data_cfg),
+    **_DIRECTORY_FORMATS,
 }
 KNOWN_FORMATS: tuple[str, ...] = tuple(DATA_FORMATS)
 FILE_FORMATS: tuple[str, ...] = tuple(_LINE_FORMATS)  # read from train_path / eval_path files
+DIRECTORY_FORMATS: tuple[str, ...] = tuple(_DIRECTORY_FORMATS)  # read from the train_path directory

@@ -214,8 +214,9 @@ class HostTable:
       # Read only rows that were written: touching a hole of a huge sparse mmap file
       # costs a page fault per row for nothing but zeros.
       if stored.any():
-        values[stored] = self._values[ids[stored]]
-        slots[stored] = self._slots[ids[stored]]
+        rows = ids[stored]  # np.take: ~4x faster than fancy indexing on [V, E] tables
+        values[stored] = np.take(self._values, rows, axis=0)
+        slots[stored] = np.take(self._slots, rows, axis=0)
     fresh = ~stored
     if fresh.any():
       values[fresh] = init_rows(self.spec.seed, 0, ids[fresh], self.spec.width, self.spec.init_stddev)

@@ -61,6 +61,15 @@ def validate(config) -> None:
     _require(d.hash_rows >= 0, "data.hash_rows", f"must be >= 0, got {d.hash_rows}")
     _require(d.hash_rows > 0 or d.min_count >= 1, "data.min_count",
              f"must be >= 1 when data.hash_rows is 0, got {d.min_count}")
+  if d.format in dataset.DIRECTORY_FORMATS:
+    _require(bool(str(d.train_path).strip()), "data.train_path",
+             f"required for format {d.format!r}: the directory experiments.preprocess wrote")
+    for field in ("data.eval_path", "data.test_path"):
+      _require(not str(_get(config, field)).strip(), field,
+               f"not used by format {d.format!r} (its eval/test splits are subdirectories of "
+               "data.train_path); leave it empty")
+  _require(isinstance(d.shuffle_buffer, int) and d.shuffle_buffer >= 0, "data.shuffle_buffer",
+           f"must be an integer >= 0, got {d.shuffle_buffer!r}")
   _choice(config.model.name, "model.name", models.MODEL_NAMES)
   _choice(e.backend, "embedding.backend", tuple(backends.BACKENDS))
   if e.backend == "cache":

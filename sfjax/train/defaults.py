@@ -15,8 +15,8 @@ def ctr_defaults() -> ml_collections.ConfigDict:
 
   # ---- data -------------------------------------------------------------
   c.data = d = ml_collections.ConfigDict()
-  d.format = "synthetic"  # synthetic | criteo | avazu | movielens
-  d.train_path = ""  # glob(s), comma separated; .gz read transparently
+  d.format = "synthetic"  # synthetic | criteo | avazu | movielens | preprocessed (shards of DIR)
+  d.train_path = ""  # glob(s), comma separated; .gz read transparently; preprocessed: the DIR
   d.eval_path = ""
   d.test_path = ""  # optional second held-out split
   d.hash_rows = 0  # >0: hash each field into this many rows

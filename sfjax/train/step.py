@@ -67,9 +67,14 @@ def loss_and_grads(graphdef: nnx.GraphDef, params: Any, uniq_values: jax.Array,
     (loss, logits), (param_grads, row_grads [U, E]).
   """
 
+  # A literal 0.0 (the default) adds no term: XLA may not drop `0 * x` (x could be inf).
+  no_l2 = isinstance(l2, (int, float)) and l2 == 0
+
   def objective(p, values):
     logits = forward_logits(graphdef, p, values, batch)
     loss = masked_loss(logits, batch.labels, batch.mask)
+    if no_l2:
+      return loss, (loss, logits)
     # Padding rows read as zeros, so they add nothing to the penalty.
     return loss + l2 * jnp.sum(values * values), (loss, logits)
 

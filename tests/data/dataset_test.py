@@ -102,7 +102,7 @@ def test_avazu_dataset(tmp_path):
 
 
 def test_config_errors_name_the_key(tmp_path, write_file):
-  known = r"\(known: synthetic, criteo, avazu, movielens\)"
+  known = r"\(known: synthetic, criteo, avazu, movielens, preprocessed\)"
   with pytest.raises(ValueError, match=rf"data.format: unknown format 'parquet' {known}"):
     dataset.make_dataset(_config(format="parquet"), 0)
   with pytest.raises(ValueError, match="data.train_path is empty"):
@@ -116,6 +116,18 @@ def test_config_errors_name_the_key(tmp_path, write_file):
   ds = dataset.make_dataset(_config(format="criteo", train_path=path, hash_rows=4), 0)
   with pytest.raises(ValueError, match=r"unknown eval split 'eval' \(known: none"):
     ds.eval_batches("eval", 4)
+
+
+def test_file_dataset_exposes_its_splits_for_preprocessing(criteo_files):
+  cfg = _config(format="criteo", train_path=f"{criteo_files}/train-*", hash_rows=64,
+                eval_path=f"{criteo_files}/eval.tsv")
+  ds = dataset.make_dataset(cfg, seed=0)
+  assert ds.format_name == "criteo"
+  assert ds.paths == {"train": (f"{criteo_files}/train-0.tsv", f"{criteo_files}/train-1.tsv.gz"),
+                      "eval": (f"{criteo_files}/eval.tsv",)}
+  assert sum(c.size for c in ds.chunks("train")) == 50  # one pass, file order
+  with pytest.raises(ValueError, match=r"unknown split 'test' \(known: train, eval\)"):
+    next(ds.chunks("test"))
 
 
 def test_synthetic_format_delegates_to_synthetic_ctr(monkeypatch):

@@ -1,6 +1,9 @@
 """Smoke runs of experiments/bench_train.py on both embedding backends (tiny sizes)."""
 
 import math
+import os
+
+import pytest
 
 # 4 fields x 16 examples: at most 64 unique ids per batch, so unique capacity 64 is
 # enough and a cache of 130 rows passes the lookahead 2 x 64 = 128 start-up check.
@@ -57,16 +60,24 @@ def test_device_backend_with_profile(run_bench):
 
 def test_both_backends_on_fresh_batches(run_bench):
   tiny = [f for f in _TINY if not f.startswith("--distinct_batches")]
-  final = run_bench("experiments.bench_train", *tiny, "--backend=both", "--cache_rows=130")
+  final = run_bench("experiments.bench_train", *tiny, "--backend=both", "--cache_rows=130",
+                    "--repeats=2")
   _check_common(final, "both")
   assert final["fresh_batches"] and final["distinct_batches"] == 1 + 2 + 2 * 4
   runs = final["runs"]
   assert set(runs) == {"device", "cache"}
   for run in runs.values():
     _check_run(run)
-  assert final["examples_per_sec"] == runs["device"]["examples_per_sec"]
+  # Two interleaved rounds: the figures are medians over rounds, `runs` is the last one.
+  rounds = final["rounds"]
+  assert final["repeats"] == len(rounds) == 2 and runs == {k: rounds[-1][k] for k in runs}
+  assert math.isclose(final["examples_per_sec"],
+                      (rounds[0]["device"]["examples_per_sec"] + rounds[1]["device"]["examples_per_sec"]) / 2)
+  for r in rounds:
+    assert math.isclose(r["cache_to_device_ratio"],
+                        r["cache"]["examples_per_sec"] / r["device"]["examples_per_sec"])
   assert math.isclose(final["cache_to_device_ratio"],
-                      runs["cache"]["examples_per_sec"] / runs["device"]["examples_per_sec"])
+                      (rounds[0]["cache_to_device_ratio"] + rounds[1]["cache_to_device_ratio"]) / 2)
   assert "cache" not in runs["device"]
   _check_cache(runs["cache"]["cache"], 130)
 
@@ -77,3 +88,17 @@ def test_cache_backend(run_bench):
   assert final["cache_rows"] == 130
   assert "profile" not in final
   _check_cache(final["cache"], 130)
+
+
+_FLOOR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                      os.pardir, "shared", "bench", "bare_jax_deepfm.py")
+
+
+@pytest.mark.skipif(not os.path.exists(_FLOOR), reason="../shared/bench/bare_jax_deepfm.py absent")
+def test_floor_is_interleaved_with_the_device_step(run_bench):
+  final = run_bench("experiments.bench_train", *_TINY, "--backend=device", f"--floor={_FLOOR}")
+  _check_common(final, "device")
+  assert final["floor"]["probe"] == "bare_jax_deepfm" and final["floor"]["examples_per_sec"] > 0
+  inter = final["floor_interleaved"]
+  assert inter["step_ms"] > 0 and inter["floor_step_ms"] > 0
+  assert math.isclose(final["step_to_floor_ratio"], inter["floor_step_ms"] / inter["step_ms"])

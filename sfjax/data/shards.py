@@ -1,0 +1,342 @@
+"""Binary example shards: plain `.npy` files, memory-mapped on read, indexed by `split.json`.
+
+A split directory (e.g. `DIR/train`) holds, for shard k = 0, 1, ...:
+
+  shard_0000k.ids.npy      [n_k, F] int32 per-field row ids (int64 if a field has > 2**31 rows)
+  shard_0000k.dense.npy    [n_k, Nd] float32, already transformed
+  shard_0000k.labels.npy   [n_k] float32 in {0, 1}
+  split.json               num_examples, F, Nd, ids dtype; per shard its example
+                           count and each file's size in bytes and CRC-32
+
+Any numpy reads them (`np.load(path, mmap_mode='r')`); no sfjax needed.
+
+Writing (`write_split`): chunks of `Batch`es are rolled into shards of
+`rows_per_shard` examples; every file is written atomically (`core.atomic`) and
+`split.json` last, so a directory without it is an unfinished split.
+
+Reading (`ShardSplit`): opening checks `split.json` and every file's size and
+`.npy` header, so a truncated or swapped shard fails at once naming its file;
+each shard's CRC-32s are checked the first time it is read (zlib runs at GB/s
+and the pages it touches are the ones about to be read). `chunks` copies
+contiguous slices of the maps (no per-example Python work), in file order or,
+given a generator, with the shards and the blocks of `chunk_size` examples
+inside each shard in a seeded random order (mix examples further with
+`batching.shuffle_stream`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import mmap
+import os
+import threading
+import zlib
+from typing import IO, Iterable, Iterator, NamedTuple
+
+import numpy as np
+
+from sfjax.core import atomic
+from sfjax.data.types import Batch, DatasetSpec
+
+SPLIT_FILE = "split.json"
+ARRAYS = ("ids", "dense", "labels")  # one .npy file per array per shard
+_KIND = "sfjax.shards"
+_VERSION = 1
+_INT32_ROWS = 2**31  # ids < rows <= 2**31 fit int32
+
+
+class CorruptShardError(ValueError):
+  """A shard file or `split.json` is missing, truncated or corrupt; names the file."""
+
+  def __init__(self, path: str, reason: str):
+    self.path = path
+    self.reason = reason
+    super().__init__(f"{path}: {reason}")
+
+
+def shard_file(index: int, array: str) -> str:
+  """File name of `array` ('ids' | 'dense' | 'labels') of shard `index`."""
+  return f"shard_{index:05d}.{array}.npy"
+
+
+def ids_dtype_for(spec: DatasetSpec) -> np.dtype:
+  """int32 when every field's ids fit (rows <= 2**31), else int64."""
+  return np.dtype(np.int32 if max(spec.field_rows, default=1) <= _INT32_ROWS else np.int64)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardInfo:
+  """One shard: its example count and, per array, {'file', 'bytes', 'crc32'}."""
+
+  num_examples: int
+  files: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitInfo:
+  """The contents of `split.json`."""
+
+  num_examples: int
+  num_fields: int
+  num_dense: int
+  ids_dtype: str
+  shards: tuple[ShardInfo, ...]
+
+  def to_json(self) -> dict:
+    return {"kind": _KIND, "version": _VERSION, "num_examples": self.num_examples,
+            "num_fields": self.num_fields, "num_dense": self.num_dense,
+            "ids_dtype": self.ids_dtype,
+            "shards": [{"num_examples": s.num_examples, "files": s.files} for s in self.shards]}
+
+
+class _Crc32Writer:
+  """A write-only file wrapper that counts bytes and folds them into a CRC-32."""
+
+  def __init__(self, f: IO):
+    self.f, self.crc, self.bytes = f, 0, 0
+
+  def write(self, data) -> int:
+    view = memoryview(data).cast("B")
+    self.crc = zlib.crc32(view, self.crc)
+    self.bytes += view.nbytes
+    return self.f.write(view)
+
+
+def _save_npy(path: str, array: np.ndarray) -> dict:
+  """Writes `array` as `.npy` atomically; returns {'file', 'bytes', 'crc32'}."""
+  array = np.ascontiguousarray(array)
+  out = {}
+
+  def write(f):
+    w = _Crc32Writer(f)
+    np.lib.format.write_array_header_1_0(w, np.lib.format.header_data_from_array_1_0(array))
+    if array.size:
+      w.write(array.reshape(-1).view(np.uint8))  # the raw C-order bytes, no copy
+    out.update(file=os.path.basename(path), bytes=w.bytes, crc32=f"{w.crc:08x}")
+
+  atomic.atomic_write(path, write)
+  return out
+
+
+def file_crc32(path: str) -> int:
+  """CRC-32 of a whole file (read through a memory map)."""
+  with open(path, "rb") as f:
+    if os.fstat(f.fileno()).st_size == 0:
+      return 0
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+      return zlib.crc32(m)
+
+
+def _check_chunk(chunk: Batch, spec: DatasetSpec, rows: np.ndarray) -> None:
+  f, nd = spec.num_fields, spec.num_dense
+  if chunk.ids.ndim != 2 or chunk.ids.shape[1] != f or chunk.dense.shape[1:] != (nd,):
+    raise ValueError(f"chunk ids {chunk.ids.shape} / dense {chunk.dense.shape} do not match the "
+                     f"spec ({f} fields, {nd} dense)")
+  if chunk.size and (chunk.ids.min() < 0 or (chunk.ids.max(axis=0) >= rows).any()):
+    bad = int(np.argmax((chunk.ids < 0).any(axis=0) | (chunk.ids.max(axis=0) >= rows)))
+    raise ValueError(f"ids of field {spec.fields[bad].name!r} outside [0, {rows[bad]})")
+
+
+def write_split(chunks: Iterable[Batch], directory: str, spec: DatasetSpec,
+                rows_per_shard: int) -> SplitInfo:
+  """Writes a stream of examples as shards of `rows_per_shard` examples.
+
+  Args:
+    chunks: batches of any sizes, in the order to keep; examples with mask 0
+      (padding) are dropped.
+    directory: the split directory; created, and must be empty or missing.
+    spec: fields and dense width of the chunks; the ids must lie in each
+      field's rows, and set the ids dtype (`ids_dtype_for`).
+    rows_per_shard: examples per shard (the last one may hold fewer).
+
+  Returns:
+    The `SplitInfo` written to `directory/split.json` (written last).
+  """
+  rows_per_shard = int(rows_per_shard)
+  if rows_per_shard < 1:
+    raise ValueError(f"rows_per_shard must be >= 1, got {rows_per_shard}")
+  if os.path.isdir(directory) and os.listdir(directory):
+    raise FileExistsError(f"{directory}: split directory is not empty")
+  os.makedirs(directory, exist_ok=True)
+  ids_dtype = ids_dtype_for(spec)
+  rows = np.asarray(spec.field_rows, np.int64)
+  shards: list[ShardInfo] = []
+  pending: list[tuple[np.ndarray, ...]] = []  # (ids, dense, labels) pieces of the next shard
+  count = 0
+
+  def flush(parts: list[tuple[np.ndarray, ...]]) -> None:
+    merged = [np.concatenate(a) for a in zip(*parts)]
+    index = len(shards)
+    files = {name: _save_npy(os.path.join(directory, shard_file(index, name)), a)
+             for name, a in zip(ARRAYS, merged)}
+    shards.append(ShardInfo(int(merged[2].shape[0]), files))
+
+  for chunk in chunks:
+    _check_chunk(chunk, spec, rows)
+    keep = chunk.mask > 0
+    parts = (chunk.ids, chunk.dense, chunk.labels)
+    if not keep.all():
+      parts = tuple(a[keep] for a in parts)
+    # Storage dtypes at once: a pending shard costs 4F + 4Nd + 4 bytes per example (int32 ids).
+    parts = (parts[0].astype(ids_dtype), parts[1].astype(np.float32),
+             parts[2].astype(np.float32))
+    start = 0
+    n = parts[2].shape[0]
+    while start < n:
+      take = min(n - start, rows_per_shard - count)
+      pending.append(tuple(a[start:start + take] for a in parts))
+      count += take
+      start += take
+      if count == rows_per_shard:
+        flush(pending)
+        pending, count = [], 0
+  if count:
+    flush(pending)
+  info = SplitInfo(sum(s.num_examples for s in shards), spec.num_fields, spec.num_dense,
+                   ids_dtype.name, tuple(shards))
+  atomic.atomic_write(os.path.join(directory, SPLIT_FILE),
+                      json.dumps(info.to_json(), indent=1) + "\n")
+  return info
+
+
+def read_split_info(directory: str) -> SplitInfo:
+  """Parses `directory/split.json`; CorruptShardError naming it if missing or malformed."""
+  path = os.path.join(directory, SPLIT_FILE)
+  if not os.path.exists(path):
+    raise CorruptShardError(path, "missing: not a shard directory, or writing it did not finish")
+  try:
+    with open(path) as f:
+      raw = json.load(f)
+    if raw.get("kind") != _KIND or raw.get("version") != _VERSION:
+      raise ValueError(f"kind/version {raw.get('kind')!r}/{raw.get('version')!r}, "
+                       f"expected {_KIND!r}/{_VERSION}")
+    shards = tuple(ShardInfo(int(s["num_examples"]),
+                             {a: dict(s["files"][a]) for a in ARRAYS}) for s in raw["shards"])
+    info = SplitInfo(int(raw["num_examples"]), int(raw["num_fields"]), int(raw["num_dense"]),
+                     str(np.dtype(raw["ids_dtype"])), shards)
+  except (ValueError, KeyError, TypeError) as exc:
+    raise CorruptShardError(path, f"malformed split index ({exc})") from exc
+  if info.num_examples != sum(s.num_examples for s in shards):
+    raise CorruptShardError(path, "num_examples is not the sum of the shards' counts")
+  return info
+
+
+class ShardArrays(NamedTuple):
+  """One shard's arrays: read-only ndarray views of its memory maps."""
+
+  ids: np.ndarray  # [n, F] int32 | int64
+  dense: np.ndarray  # [n, Nd] float32
+  labels: np.ndarray  # [n] float32
+
+
+class ShardSplit:
+  """A split directory opened for reading.
+
+  Args:
+    directory: holds `split.json` and the shards.
+    verify_checksums: check each shard's CRC-32s on its first read.
+
+  Raises:
+    CorruptShardError: `split.json` missing or malformed, or a shard file
+      missing, of the wrong size, or with an unexpected `.npy` header.
+  """
+
+  def __init__(self, directory: str, verify_checksums: bool = True):
+    self.directory = directory
+    self.info = read_split_info(directory)
+    self.verify_checksums = bool(verify_checksums)
+    self._verified: set[int] = set()
+    self._lock = threading.Lock()
+    for index in range(len(self.info.shards)):
+      self._open(index, verify=False)  # sizes and headers of every file, now
+
+  @property
+  def num_examples(self) -> int:
+    return self.info.num_examples
+
+  @property
+  def num_shards(self) -> int:
+    return len(self.info.shards)
+
+  def _expected_shape(self, index: int, array: str) -> tuple[int, ...]:
+    n = self.info.shards[index].num_examples
+    return {"ids": (n, self.info.num_fields), "dense": (n, self.info.num_dense),
+            "labels": (n,)}[array]
+
+  def _open(self, index: int, verify: bool) -> ShardArrays:
+    shard = self.info.shards[index]
+    maps = {}
+    for array in ARRAYS:
+      meta = shard.files[array]
+      path = os.path.join(self.directory, meta["file"])
+      if not os.path.exists(path):
+        raise CorruptShardError(path, f"missing (listed in {SPLIT_FILE})")
+      size = os.path.getsize(path)
+      if size != int(meta["bytes"]):
+        raise CorruptShardError(path, f"{size} bytes, {SPLIT_FILE} says {meta['bytes']} "
+                                      "(truncated or replaced)")
+      if verify:
+        crc = f"{file_crc32(path):08x}"
+        if crc != meta["crc32"]:
+          raise CorruptShardError(path, f"CRC-32 {crc}, {SPLIT_FILE} says {meta['crc32']} "
+                                        "(corrupt: preprocess again)")
+      dtype = np.dtype(self.info.ids_dtype if array == "ids" else np.float32)
+      try:
+        m = np.load(path, mmap_mode="r", allow_pickle=False)
+      except ValueError as exc:
+        raise CorruptShardError(path, f"unreadable .npy file ({exc})") from exc
+      if m.shape != self._expected_shape(index, array) or m.dtype != dtype:
+        raise CorruptShardError(path, f"holds {m.dtype}{list(m.shape)}, expected "
+                                      f"{dtype}{list(self._expected_shape(index, array))}")
+      maps[array] = np.asarray(m)  # a plain ndarray view; keeps the map alive
+    return ShardArrays(**maps)
+
+  def shard(self, index: int) -> ShardArrays:
+    """Memory-mapped (read-only) ids / dense / labels of shard `index`, checksummed once."""
+    with self._lock:
+      verify = self.verify_checksums and index not in self._verified
+    arrays = self._open(index, verify)
+    if verify:
+      with self._lock:
+        self._verified.add(index)
+    return arrays
+
+  def verify(self) -> None:
+    """Checks every shard's CRC-32s now (CorruptShardError naming the first bad file)."""
+    for index in range(self.num_shards):
+      self._open(index, verify=True)
+    with self._lock:
+      self._verified.update(range(self.num_shards))
+
+  def chunks(self, chunk_size: int, rng: np.random.Generator | None = None) -> Iterator[Batch]:
+    """One pass over the split as chunks of at most `chunk_size` examples.
+
+    Chunks never straddle shards (a shard's last chunk may be shorter); cut
+    them into fixed-size batches with `batching.rebatch`.
+
+    Args:
+      chunk_size: examples per chunk, also the block size of the shuffle.
+      rng: None: file order. Else the shards, and the blocks of `chunk_size`
+        examples within each shard, come in an order drawn from `rng` (its
+        state advances, so each pass differs).
+
+    Yields:
+      Batches of fresh arrays (ids int64, mask ones): copies of contiguous
+      slices of the maps, so page faults and disk reads happen here.
+    """
+    if int(chunk_size) < 1:
+      raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    order = range(self.num_shards) if rng is None else rng.permutation(self.num_shards)
+    for index in order:
+      arrays = self.shard(int(index))
+      n = self.info.shards[int(index)].num_examples
+      starts = np.arange(0, n, chunk_size)
+      if rng is not None:
+        starts = rng.permutation(starts)
+      for start in starts.tolist():
+        stop = min(start + chunk_size, n)
+        yield Batch(arrays.ids[start:stop].astype(np.int64),
+                    np.array(arrays.dense[start:stop]),
+                    np.array(arrays.labels[start:stop]),
+                    np.ones((stop - start,), np.float32))

@@ -1,0 +1,170 @@
+"""Tests for sfjax.data.preprocessed: text -> shards once, then the same examples as the text path."""
+
+import itertools
+import json
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from experiments.configs import ctr
+from sfjax.core.errors import ConfigError
+from sfjax.data import dataset, feature_map, preprocessed, shards, synthetic
+from sfjax.data.types import concat_batches
+
+
+@pytest.fixture(scope="module")
+def criteo_dir(tmp_path_factory):
+  root = tmp_path_factory.mktemp("criteo_text")
+  gen = synthetic.SyntheticCTR(ctr.get_config("smoke").data.synthetic, seed=0)
+  gen.write_criteo(str(root / "train_0.tsv"), "train", 700)
+  gen.write_criteo(str(root / "train_1.tsv.gz"), "train", 500)  # 1200 train lines
+  gen.write_criteo(str(root / "eval.tsv"), "eval", 300)
+  other = synthetic.SyntheticCTR(ctr.get_config("smoke").data.synthetic, seed=1)
+  other.write_criteo(str(root / "test.tsv"), "eval", 130)
+  return root
+
+
+def _text_config(root, **data):
+  d = ctr.get_config().data
+  d.format, d.train_path = "criteo", f"{root}/train_*"
+  d.eval_path, d.test_path = f"{root}/eval.tsv", f"{root}/test.tsv"
+  d.shuffle_buffer = 0
+  for k, v in data.items():
+    d[k] = v
+  return d
+
+
+def _binary_config(out_dir, shuffle_buffer=0):
+  d = ctr.get_config().data
+  d.format, d.train_path, d.shuffle_buffer = "preprocessed", str(out_dir), shuffle_buffer
+  return d
+
+
+def _assert_same_batches(a_iter, b_iter):
+  count = 0
+  for a, b in itertools.zip_longest(a_iter, b_iter):
+    for x, y in zip(a, b):
+      assert x.dtype == y.dtype
+      np.testing.assert_array_equal(x, y)
+    count += 1
+  return count
+
+
+@pytest.mark.parametrize("mapping", [{"hash_rows": 500}, {"min_count": 2}])
+def test_shards_give_the_text_path_examples_in_its_order(criteo_dir, tmp_path, mapping):
+  text_cfg = _text_config(criteo_dir, hash_rows=mapping.get("hash_rows", 0),
+                          min_count=mapping.get("min_count", 1))
+  meta = preprocessed.preprocess_files(text_cfg, str(tmp_path / "pre"), rows_per_shard=256)
+  assert {k: v["num_examples"] for k, v in meta["splits"].items()} == {
+      "train": 1200, "eval": 300, "test": 130}
+  assert meta["splits"]["train"]["num_shards"] == 5 and meta["source"]["format"] == "criteo"
+  assert meta == {**json.loads((tmp_path / "pre" / "spec.json").read_text())}
+
+  text = dataset.make_dataset(text_cfg, seed=0)
+  binary = dataset.make_dataset(_binary_config(tmp_path / "pre"), seed=0)
+  assert isinstance(binary, preprocessed.PreprocessedDataset)
+  assert binary.spec == text.spec and binary.eval_splits == ("eval", "test")
+  assert binary.mapping["kind"] == ("hashing" if "hash_rows" in mapping else "vocabulary")
+  # 3+ epochs of 1200 in batches of 512 that straddle epoch boundaries.
+  n = _assert_same_batches(itertools.islice(text.train_batches(512, seed=3), 8),
+                           itertools.islice(binary.train_batches(512, seed=3), 8))
+  assert n == 8
+  for split in ("eval", "test"):
+    assert _assert_same_batches(text.eval_batches(split, 128), binary.eval_batches(split, 128)) > 1
+  assert binary.stats == {"bad_lines": 0,
+                          "preprocess_bad_lines_by_split": {"train": 0, "eval": 0, "test": 0}}
+
+  mapper = preprocessed.load_mapping(str(tmp_path / "pre"))
+  if "hash_rows" in mapping:
+    assert mapper == feature_map.HashingMapper(500)
+  else:
+    assert mapper.min_count == 2 and mapper.num_distinct == text.mapper.num_distinct
+    for got, want in zip(mapper.keys, text.mapper.keys):
+      np.testing.assert_array_equal(got, want)
+    settings = json.loads((tmp_path / "pre" / "mapping.json").read_text())
+    assert settings["fields"][0]["keys"] == os.path.join("vocabulary", "C1.keys.npy")
+
+
+@pytest.fixture(scope="module")
+def pre_dir(criteo_dir, tmp_path_factory):
+  out = tmp_path_factory.mktemp("pre") / "dir"
+  preprocessed.preprocess_files(_text_config(criteo_dir, hash_rows=500), str(out),
+                                rows_per_shard=100)
+  return out
+
+
+def test_shuffled_training_is_seeded_and_each_epoch_a_permutation(pre_dir):
+  ds = dataset.make_dataset(_binary_config(pre_dir, shuffle_buffer=256), seed=0)
+  plain = concat_batches(list(ds.split("train").chunks(1000)))
+  epoch = concat_batches(list(itertools.islice(ds.train_batches(100, seed=5), 12)))  # 1200
+  again = concat_batches(list(itertools.islice(ds.train_batches(100, seed=5), 12)))
+  other = concat_batches(list(itertools.islice(ds.train_batches(100, seed=6), 12)))
+  np.testing.assert_array_equal(epoch.ids, again.ids)
+  assert not np.array_equal(epoch.ids, other.ids)
+  assert not np.array_equal(epoch.ids, plain.ids)
+
+  def rows(b):
+    return sorted(map(tuple, np.concatenate([b.ids, b.dense, b.labels[:, None]], 1).tolist()))
+
+  assert rows(epoch) == rows(plain)
+
+
+def test_background_reader_stops_when_the_stream_is_dropped(pre_dir):
+  ds = dataset.make_dataset(_binary_config(pre_dir), seed=0)
+  batches = ds.train_batches(64, seed=0)
+  next(batches)
+  assert any(t.name == "sfjax-shards-train" for t in threading.enumerate())
+  batches.close()
+  deadline = time.time() + 5
+  while any(t.name == "sfjax-shards-train" for t in threading.enumerate()):
+    assert time.time() < deadline, "the reader thread is still running"
+    time.sleep(0.01)
+  with pytest.raises(ValueError, match="unknown eval split 'valid'"):
+    ds.eval_batches("valid", 8)
+
+
+def test_out_dir_must_be_new_unless_overwritten(criteo_dir, tmp_path):
+  cfg = _text_config(criteo_dir, hash_rows=50, test_path="")
+  out = tmp_path / "pre"
+  preprocessed.preprocess_files(cfg, str(out), rows_per_shard=1000)
+  with pytest.raises(FileExistsError, match=f"{out}: output directory is not empty"):
+    preprocessed.preprocess_files(cfg, str(out))
+  cfg.hash_rows = 60
+  meta = preprocessed.preprocess_files(cfg, str(out), rows_per_shard=1000, overwrite=True)
+  assert meta["mapping"] == {"kind": "hashing", "num_rows": 60}
+  assert set(os.listdir(out)) == {"spec.json", "mapping.json", "train", "eval"}
+  (out / "notes.txt").write_text("mine")
+  with pytest.raises(FileExistsError, match="notes.txt"):
+    preprocessed.preprocess_files(cfg, str(out), overwrite=True)
+  assert (out / "spec.json").exists()  # nothing was deleted
+
+
+def test_config_and_directory_errors_name_the_culprit(criteo_dir, pre_dir, tmp_path):
+  with pytest.raises(ConfigError, match="data.format"):
+    preprocessed.preprocess_files(ctr.get_config().data, str(tmp_path / "x"))
+  with pytest.raises(ConfigError, match="data.eval_path"):
+    preprocessed.preprocess_files(_text_config(criteo_dir, eval_path=""), str(tmp_path / "x"))
+  with pytest.raises(ValueError, match="data.train_path is empty"):
+    dataset.make_dataset(_binary_config(""), seed=0)
+  with pytest.raises(shards.CorruptShardError, match="spec.json: missing") as info:
+    dataset.make_dataset(_binary_config(tmp_path), seed=0)
+  assert info.value.path == str(tmp_path / "spec.json")
+  broken = tmp_path / "broken"
+  os.makedirs(broken)
+  spec = json.loads((pre_dir / "spec.json").read_text())
+  spec["num_dense"] = 12
+  (broken / "spec.json").write_text(json.dumps(spec))
+  os.symlink(pre_dir / "train", broken / "train")
+  with pytest.raises(shards.CorruptShardError, match="13 dense, spec.json says 26 / 12"):
+    dataset.make_dataset(_binary_config(broken), seed=0)
+  spec["num_dense"] = 13
+  (broken / "spec.json").write_text(json.dumps(spec))
+  with pytest.raises(shards.CorruptShardError, match="eval/split.json: missing"):
+    dataset.make_dataset(_binary_config(broken), seed=0)
+  del spec["splits"]["eval"], spec["splits"]["test"]
+  (broken / "spec.json").write_text(json.dumps(spec))
+  with pytest.raises(ValueError, match="eval split is required"):
+    dataset.make_dataset(_binary_config(broken), seed=0)

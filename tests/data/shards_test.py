@@ -1,0 +1,170 @@
+"""Tests for sfjax.data.shards: .npy shards rolled by count, read back in order or shuffled."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from sfjax.data import shards
+from sfjax.data.types import Batch, DatasetSpec, FieldSpec, concat_batches, make_batch
+
+SPEC = DatasetSpec((FieldSpec("a", 10), FieldSpec("b", 1000)), num_dense=2)
+
+
+def _examples(n, start=0, spec=SPEC):
+  """n distinct examples: label i % 2, dense (i, -i), ids (i % rows_f)."""
+  i = np.arange(start, start + n)
+  ids = np.stack([i % r for r in spec.field_rows], axis=1)
+  dense = np.stack([i, -i], axis=1)[:, :spec.num_dense]
+  return make_batch(ids, dense.reshape(n, spec.num_dense), i % 2)
+
+
+def _chunks(sizes, spec=SPEC):
+  out, start = [], 0
+  for n in sizes:
+    out.append(_examples(n, start, spec))
+    start += n
+  return out
+
+
+def _read_all(split, chunk_size=4, rng=None):
+  return concat_batches(list(split.chunks(chunk_size, rng)))
+
+
+def test_round_trip_rolls_shards_and_keeps_file_order(tmp_path):
+  chunks = _chunks([3, 0, 9, 1, 5])  # 18 examples
+  padded = chunks[2]._replace(mask=np.array([1] * 8 + [0], np.float32))  # padding is dropped
+  chunks[2] = padded
+  info = shards.write_split(chunks, str(tmp_path / "s"), SPEC, rows_per_shard=7)
+  assert [s.num_examples for s in info.shards] == [7, 7, 3] and info.num_examples == 17
+  assert info.ids_dtype == "int32"
+  names = sorted(os.listdir(tmp_path / "s"))
+  assert names == sorted(["split.json"] + [shards.shard_file(k, a) for k in range(3)
+                                           for a in shards.ARRAYS])
+  # Plain numpy reads a shard; no sfjax needed.
+  ids0 = np.load(tmp_path / "s" / "shard_00000.ids.npy", mmap_mode="r")
+  assert ids0.dtype == np.int32 and ids0.shape == (7, 2)
+  on_disk = json.loads((tmp_path / "s" / "split.json").read_text())
+  assert on_disk["num_examples"] == 17 and len(on_disk["shards"][0]["files"]["ids"]["crc32"]) == 8
+
+  split = shards.ShardSplit(str(tmp_path / "s"))
+  expected = concat_batches([c if c.mask.all() else Batch(*(a[:8] for a in c)) for c in chunks])
+  got = _read_all(split, chunk_size=4)
+  for a, b in zip(got, expected):
+    np.testing.assert_array_equal(a, b)
+  assert got.ids.dtype == np.int64 and got.dense.dtype == np.float32
+  # Chunks never straddle shards: 7 = 4 + 3, 7 = 4 + 3, 3.
+  assert [c.size for c in split.chunks(4)] == [4, 3, 4, 3, 3]
+
+
+def test_shuffle_is_a_seeded_permutation_of_blocks(tmp_path):
+  shards.write_split(_chunks([50, 50]), str(tmp_path / "s"), SPEC, rows_per_shard=30)
+  split = shards.ShardSplit(str(tmp_path / "s"))
+  plain = _read_all(split, 4)
+  first = _read_all(split, 4, np.random.default_rng(1))
+  again = _read_all(split, 4, np.random.default_rng(1))
+  other = _read_all(split, 4, np.random.default_rng(2))
+  order = first.dense[:, 0].astype(int)  # dense[:, 0] is the example's position
+  assert sorted(order) == list(range(100)) and not np.array_equal(order, np.arange(100))
+  np.testing.assert_array_equal(first.ids, again.ids)
+  assert not np.array_equal(first.dense, other.dense)
+  np.testing.assert_array_equal(first.ids, plain.ids[order])
+  # Blocks keep their examples together: each chunk is a contiguous run within one shard.
+  for chunk in split.chunks(4, np.random.default_rng(3)):
+    pos = chunk.dense[:, 0].astype(int)
+    assert (np.diff(pos) == 1).all() and pos[0] // 30 == pos[-1] // 30
+  # The generator advances: a second pass in the same stream differs.
+  rng = np.random.default_rng(1)
+  assert not np.array_equal(_read_all(split, 4, rng).dense, _read_all(split, 4, rng).dense)
+
+
+def test_ids_fall_back_to_int64_beyond_int32(tmp_path):
+  spec = DatasetSpec((FieldSpec("big", 2**31 + 10), FieldSpec("small", 3)), num_dense=0)
+  ids = np.array([[2**31 + 9, 2], [0, 0], [2**31, 1]], np.int64)
+  batch = make_batch(ids, np.zeros((3, 0)), [1, 0, 1])
+  info = shards.write_split([batch], str(tmp_path / "s"), spec, rows_per_shard=2)
+  assert info.ids_dtype == "int64" and shards.ids_dtype_for(spec) == np.int64
+  got = _read_all(shards.ShardSplit(str(tmp_path / "s")))
+  np.testing.assert_array_equal(got.ids, ids)
+  assert got.dense.shape == (3, 0)  # no dense features (Avazu) round-trips too
+  assert shards.ids_dtype_for(DatasetSpec((FieldSpec("x", 2**31),), 0)) == np.int32
+
+
+@pytest.fixture
+def split_dir(tmp_path):
+  shards.write_split(_chunks([20]), str(tmp_path / "s"), SPEC, rows_per_shard=8)
+  return tmp_path / "s"
+
+
+def test_a_truncated_shard_fails_at_open_naming_the_file(split_dir):
+  path = split_dir / "shard_00001.dense.npy"
+  data = path.read_bytes()
+  path.write_bytes(data[:-8])
+  with pytest.raises(shards.CorruptShardError, match="truncated") as info:
+    shards.ShardSplit(str(split_dir))
+  assert info.value.path == str(path) and str(path) in str(info.value)
+
+
+def test_a_corrupt_shard_fails_its_checksum_naming_the_file(split_dir):
+  path = split_dir / "shard_00002.ids.npy"
+  data = bytearray(path.read_bytes())
+  data[-1] ^= 0x01  # same size, same header: only the CRC can tell
+  path.write_bytes(bytes(data))
+  split = shards.ShardSplit(str(split_dir))  # sizes and headers are fine
+  with pytest.raises(shards.CorruptShardError, match="CRC-32") as info:
+    list(split.chunks(4))
+  assert info.value.path == str(path)
+  with pytest.raises(shards.CorruptShardError, match="shard_00002.ids.npy"):
+    split.verify()
+  unchecked = shards.ShardSplit(str(split_dir), verify_checksums=False)
+  assert _read_all(unchecked).size == 20
+
+
+def test_checksums_are_checked_once_per_shard(split_dir, monkeypatch):
+  split = shards.ShardSplit(str(split_dir))
+  calls = []
+  real = shards.file_crc32
+  monkeypatch.setattr(shards, "file_crc32", lambda p: calls.append(p) or real(p))
+  for _ in range(3):
+    _read_all(split)
+  assert len(calls) == 3 * len(shards.ARRAYS)  # 3 shards x 3 files, the first pass only
+
+
+def test_a_wrong_header_or_missing_index_names_the_file(split_dir):
+  path = split_dir / "shard_00000.labels.npy"
+  size = path.stat().st_size
+  np.save(path, np.zeros((16,), np.float16))  # another array of exactly the same size
+  assert path.stat().st_size == size
+  with pytest.raises(shards.CorruptShardError, match=r"float16\[16\], expected float32\[8\]"):
+    shards.ShardSplit(str(split_dir), verify_checksums=False)
+  os.remove(path)
+  with pytest.raises(shards.CorruptShardError, match="missing") as info:
+    shards.ShardSplit(str(split_dir))
+  assert info.value.path == str(path)
+  (split_dir / "split.json").write_text("{not json")
+  with pytest.raises(shards.CorruptShardError, match="malformed") as info:
+    shards.ShardSplit(str(split_dir))
+  assert info.value.path == str(split_dir / "split.json")
+  os.remove(split_dir / "split.json")
+  with pytest.raises(shards.CorruptShardError, match="did not finish"):
+    shards.ShardSplit(str(split_dir))
+
+
+def test_write_split_rejects_bad_input(tmp_path):
+  (tmp_path / "full").mkdir()
+  (tmp_path / "full" / "x").write_text("")
+  with pytest.raises(FileExistsError, match="full: split directory is not empty"):
+    shards.write_split(_chunks([3]), str(tmp_path / "full"), SPEC, 4)
+  with pytest.raises(ValueError, match="rows_per_shard"):
+    shards.write_split(_chunks([3]), str(tmp_path / "a"), SPEC, 0)
+  bad = _examples(3)
+  bad.ids[1, 1] = 1000  # field 'b' has 1000 rows
+  with pytest.raises(ValueError, match="field 'b'"):
+    shards.write_split([bad], str(tmp_path / "b"), SPEC, 4)
+  wide = make_batch(np.zeros((2, 3)), np.zeros((2, 2)), [0, 1])
+  with pytest.raises(ValueError, match="do not match the spec"):
+    shards.write_split([wide], str(tmp_path / "c"), SPEC, 4)
+  shards.write_split(_chunks([3]), str(tmp_path / "d"), SPEC, 4)
+  with pytest.raises(ValueError, match="chunk_size"):
+    next(shards.ShardSplit(str(tmp_path / "d")).chunks(0))
