@@ -84,6 +84,7 @@ class SplitInfo:
   shards: tuple[ShardInfo, ...]
 
   def to_json(self) -> dict:
+    """The `split.json` content."""
     return {"kind": _KIND, "version": _VERSION, "num_examples": self.num_examples,
             "num_fields": self.num_fields, "num_dense": self.num_dense,
             "ids_dtype": self.ids_dtype,
@@ -253,10 +254,12 @@ class ShardSplit:
 
   @property
   def num_examples(self) -> int:
+    """Examples in the split."""
     return self.info.num_examples
 
   @property
   def num_shards(self) -> int:
+    """Shard files (each a set of .npy columns)."""
     return len(self.info.shards)
 
   def _expected_shape(self, index: int, array: str) -> tuple[int, ...]:

@@ -37,10 +37,12 @@ class DatasetSpec:
 
   @property
   def num_fields(self) -> int:
+    """F, the number of categorical fields."""
     return len(self.fields)
 
   @property
   def field_rows(self) -> tuple[int, ...]:
+    """Rows of each field's slice of the concatenated table."""
     return tuple(f.num_rows for f in self.fields)
 
   @property
@@ -50,6 +52,7 @@ class DatasetSpec:
 
   @property
   def total_rows(self) -> int:
+    """V, rows of the concatenated table (also the padding row index)."""
     return int(sum(self.field_rows))
 
 
@@ -70,6 +73,7 @@ class Batch(NamedTuple):
 
   @property
   def size(self) -> int:
+    """B, examples in the batch (padding included)."""
     return int(self.labels.shape[0])
 
 

@@ -38,6 +38,7 @@ class CacheSimResult(NamedTuple):
 
   @property
   def hit_rate(self) -> float:
+    """Hits over accesses (0 for no access)."""
     return self.hits / self.accesses if self.accesses else 0.0
 
 
