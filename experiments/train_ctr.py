@@ -2,7 +2,10 @@
 
 Any config field can be overridden, e.g. `--config.model.name=dcnv2
 --config.train.steps=500`. Writes DIR/metrics.jsonl (one JSON object per eval) and
-ends stdout with one JSON line of final metrics. Everything else lives in
+ends stdout with one JSON line of final metrics. With `--config.checkpoint.every_steps=K`
+it checkpoints to DIR/checkpoints/ every K steps, and rerunning the same command resumes
+from the latest checkpoint (exactly: same final metrics and table as an uninterrupted
+run). Everything else lives in
 `sfjax.train.loop` so it can be used from a notebook.
 """
 

@@ -44,7 +44,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   # ---- the study (sfjax.ctr_search.search_loop) -----------------------------------
   c.study = st = ml_collections.ConfigDict()
   # Any name of sfjax.automl.ALGORITHMS: random | grid | qmc | evolution | tpe | gp |
-  # successive_halving | asha | hyperband | pbt. An algorithm reads the study fields named
+  # successive_halving | asha | hyperband | bohb | pbt. An algorithm reads the study fields named
   # like its own settings (eta, population_size, num_iterations, ...).
   st.algorithm = "asha"
   st.num_trials = 64  # trials trained to a final status (done / failed); rejected ones don't count

@@ -4,7 +4,7 @@ Nothing here knows about CTR models or JAX programs; the CTR search application
 (trial programs, vmapped cohorts, the search driver) is `sfjax.ctr_search`.
 """
 
-from sfjax.automl.algorithms import (ALGORITHMS, ASHA, GP, PBT, TPE, AlgorithmSpec, GridSearch,
+from sfjax.automl.algorithms import (ALGORITHMS, ASHA, BOHB, GP, PBT, TPE, AlgorithmSpec, GridSearch,
                                      Hyperband, Objective, QuasiRandomSearch, RandomSearch,
                                      RegularizedEvolution, Searcher, SuccessiveHalving, Suggestion,
                                      TrialStatus, algorithm_from_dict, pbt_exploit_explore)

@@ -12,6 +12,13 @@ Examples get 23 categorical fields and no dense feature: the 21 categorical
 columns in the order above, then `hour_of_day` (b'00'..b'23') and
 `day_of_week` (b'0' = Monday .. b'6'), both derived from `hour` (YYMMDDHH,
 year 20YY). Missing values (empty fields) are the value b''.
+
+Hostile input: a `click` other than exactly '0' or '1', an `hour` that is not a
+valid YYMMDDHH date, a wrong field count or a NUL byte make a bad line (a
+`DataFormatError` naming file and line, or a counted, dropped line with
+`skip_bad_lines`). Categorical values are opaque bytes (any encoding). A file
+of 0 bytes has no header and no examples; a non-empty file must start with
+the header.
 """
 
 from __future__ import annotations
@@ -122,7 +129,10 @@ class AvazuFormat:
 
   def start_file(self, f: BinaryIO, path: str) -> tuple[text_io.ChunkParser, int]:
     """Reads the header; data lines are numbered from 2."""
-    header = f.readline()
+    header = f.readline(text_io.MAX_LINE_BYTES + 1)
+    if len(header) > text_io.MAX_LINE_BYTES:
+      raise DataFormatError(path, 1, f"header is longer than {text_io.MAX_LINE_BYTES} bytes: not "
+                            "a CSV file?")
     if not header.strip():
       raise DataFormatError(path, 1, "expected a CSV header, got an empty line")
     return AvazuParser(parse_header(header, path)), 2

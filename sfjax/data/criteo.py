@@ -10,6 +10,14 @@ Defined transforms:
     an odd-symmetric extension for the few negatives (I2 has -1, -2, -3);
     missing -> 0.0 (the same as x = 0).
   * categorical: missing -> the empty value b'', which has its own row.
+
+Hostile input: I1..I13 are integer counts, so 'nan', 'inf', '1.5' or a value
+outside int64 is a bad line (a `DataFormatError` naming file and line, or a
+counted, dropped line with `skip_bad_lines`), never a NaN/inf feature: every
+dense value is finite, |value| <= log(1 + 2**63) ~ 43.7. Python's integer
+syntax is accepted (surrounding whitespace, '+', '_' between digits). A label
+other than exactly '0' or '1' is a bad line, and so is a line holding a NUL
+byte (`text_io`).
 """
 
 from __future__ import annotations

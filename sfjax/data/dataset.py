@@ -11,6 +11,9 @@
     row, the rest share the OOV row 0.
   * skip_bad_lines: drop and count malformed lines (`stats['bad_lines']`)
     instead of raising `DataFormatError` naming file and line.
+    A split with no examples is a `ValueError` naming its config key: at
+    construction when its files hold no data line (0-byte files, headers only),
+    at the end of its first pass when every line was skipped.
   * shuffle_buffer: examples in the training streaming shuffle buffer.
 """
 
@@ -67,9 +70,16 @@ class FileCTRDataset:
     split_paths = {"train": ("data.train_path", data_cfg.train_path),
                    "eval": ("data.eval_path", data_cfg.eval_path),
                    "test": ("data.test_path", data_cfg.test_path)}
+    self._keys = {name: key for name, (key, spec) in split_paths.items() if str(spec).strip()}
     self._readers = {
-        name: text_io.TextReader(text_io.expand_paths(str(spec), key), fmt, skip, chunk_lines)
-        for name, (key, spec) in split_paths.items() if str(spec).strip()}
+        name: text_io.TextReader(text_io.expand_paths(str(split_paths[name][1]), key), fmt, skip,
+                                 chunk_lines)
+        for name, key in self._keys.items()}
+    for name, reader in self._readers.items():
+      # Fail now, not at the first evaluation (or the first epoch's end).
+      if not reader.has_data_lines():
+        raise ValueError(f"{self._keys[name]}: split {name!r} has no examples: no data line in "
+                         f"{', '.join(reader.paths)}")
     self.eval_splits = tuple(name for name in ("eval", "test") if name in self._readers)
     train = self._readers["train"]
     self.mapper = feature_map.make_mapper(
@@ -93,8 +103,15 @@ class FileCTRDataset:
     """One pass over a split ('train' or an eval split) as mapped, variable-size batches."""
     if split not in self._readers:
       raise ValueError(f"unknown split {split!r} (known: {', '.join(self._readers)})")
-    for raw in self._readers[split]:
+    reader = self._readers[split]
+    examples = 0
+    for raw in reader:
+      examples += raw.labels.shape[0]
       yield make_batch(self.mapper(raw.values), raw.dense, raw.labels)
+    if not examples:  # Every line was malformed and skipped (data.skip_bad_lines).
+      raise ValueError(f"{self._keys[split]}: split {split!r} has no examples: all "
+                       f"{reader.bad_lines} data lines of {', '.join(reader.paths)} were "
+                       "malformed and skipped")
 
   def train_batches(self, batch_size: int, seed: int) -> Iterator[Batch]:
     """Infinite full batches: epochs through a seeded streaming shuffle buffer."""

@@ -173,6 +173,12 @@ class MovieLensDataset:
     self.folder = find_movielens_dir(str(ml.path))
     raw, bad = load_movielens(self.folder, bool(data_cfg.skip_bad_lines))
     split = split_indices(raw.labels.shape[0], int(ml.split_seed))
+    for name, idx in split.items():  # Fail now, not with a NaN metric at the first evaluation.
+      if idx.shape[0] == 0:
+        raise ValueError(
+            f"data.movielens.path: split {name!r} has no examples: {raw.labels.shape[0]} usable "
+            f"ratings in {self.folder} ({bad} bad lines dropped) are too few for an 80/10/10 "
+            "split")
     mapper = feature_map.make_mapper(
         data_cfg.hash_rows, data_cfg.min_count, lambda: [raw.values[split["train"]]],
         len(FIELD_NAMES))

@@ -29,6 +29,7 @@ from sfjax.data import batching
 from sfjax.data import planted
 from sfjax.data.types import Batch, DatasetSpec, FieldSpec, make_batch
 from sfjax.core import metrics
+from sfjax.core.errors import ConfigError
 
 # Criteo Kaggle Display Advertising Challenge, fields C1..C26: distinct values per
 # field (DLRM preprocessing). Source: /work/shared/data/ctr_dataset_facts.json, key
@@ -64,7 +65,7 @@ class SyntheticConfig:
     values = {}
     for field in dataclasses.fields(cls):
       if not hasattr(cfg, field.name):
-        raise ValueError(f"data.synthetic.{field.name} is missing from the config")
+        raise ConfigError(f"config field data.synthetic.{field.name}: missing from the config")
       values[field.name] = getattr(cfg, field.name)
     for name in ("num_train", "num_eval", "min_rows", "planted_dim", "num_dense"):
       low = 0 if name == "num_dense" else 1
@@ -74,16 +75,28 @@ class SyntheticConfig:
     return cls(**values)
 
 
+_INT64_MAX = 2**63 - 1
+
+
 def _as_number(name: str, value, kind: type, low: float, low_ok: bool):
-  """`value` as a finite int/float >= low (> low unless low_ok); errors name the config key."""
+  """`value` as a finite int/float >= low (> low unless low_ok).
+
+  Raises:
+    ConfigError: naming the field (`config field data.synthetic.<name>: ...`).
+  """
   bound = f"{'>=' if low_ok else '>'} {low}"
   try:
     number = kind(value)
-    valid = not isinstance(value, bool) and np.isfinite(number) and number == value
-  except (TypeError, ValueError):
+    # An int field takes only whole numbers (3.0, not 2.5); a float field any finite real.
+    valid = (not isinstance(value, (bool, str, bytes)) and bool(np.isfinite(number))
+             and (kind is float or number == value))
+  except (TypeError, ValueError, OverflowError):  # int(inf) and float(10**400) overflow
     valid = False
+  if kind is int and valid and number > _INT64_MAX:  # Counts become numpy int64 values.
+    bound, valid = f"in [{low}, {_INT64_MAX}]", False
   if not valid or number < low or (number == low and not low_ok):
-    raise ValueError(f"data.synthetic.{name} must be a finite {kind.__name__} {bound}, got {value!r}")
+    raise ConfigError(f"config field data.synthetic.{name}: must be a finite {kind.__name__} "
+                      f"{bound}, got {value!r}")
   return number
 
 

@@ -10,20 +10,41 @@ feature -> row mapping.
 
 Bad-line policy: a parser collects `problems` (row in chunk -> reason); with
 `skip_bad_lines=False` the first one raises `DataFormatError(path, line,
-reason)`, otherwise the rows are dropped and counted per file.
+reason)`, otherwise the rows are dropped and counted per file. A line holding
+a NUL byte is a bad line (text logs never contain one; a crash can leave
+NUL-filled blocks in a file).
+
+Broken files always raise `DataFormatError`, whatever `skip_bad_lines` says,
+because no later line of the file can be trusted:
+  * a `.gz` file that is truncated, corrupt (CRC, invalid deflate data) or not
+    gzip: the error names the first line that could not be read, after the
+    last line read;
+  * a line longer than `max_line_bytes` (default `MAX_LINE_BYTES`): the file
+    is not line-oriented text (binary data, lost line breaks). Lines are read
+    with that bound, so such a file never loads into memory whole.
+An empty file (0 bytes, also after decompression) has no lines and no header:
+it contributes no examples. A last line without a line break is read as a line.
 """
 
 from __future__ import annotations
 
 import glob
 import gzip
-import itertools
 import os
+import zlib
 from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple, Protocol
 
 import numpy as np
 
 from sfjax.core.errors import DataFormatError
+
+# Longest accepted line (bytes, terminator included). Criteo and Avazu lines are
+# < 1 KiB; a longer line means the file is not line-oriented text.
+MAX_LINE_BYTES = 1 << 20
+
+# What reading a damaged .gz raises: EOFError (truncated), gzip.BadGzipFile (not
+# gzip, CRC or length mismatch; an OSError), zlib.error (invalid deflate data).
+_GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
 
 
 class LineChunk(NamedTuple):
@@ -105,16 +126,45 @@ def open_binary(path: str) -> BinaryIO:
   return open(path, "rb")
 
 
-def iter_line_chunks(f: BinaryIO, path: str, chunk_lines: int,
-                     first_line: int = 1) -> Iterator[LineChunk]:
-  """Yields the remaining lines of an open file in chunks of `chunk_lines`."""
+def damaged_gzip_error(path: str, line: int, error: Exception) -> DataFormatError:
+  """The error for gzip data that cannot be read at `line` (1-based)."""
+  where = f"past line {line - 1}" if line > 1 else "from its start"
+  return DataFormatError(path, line, f"cannot read the file {where}: the gzip data is truncated "
+                         f"or corrupt ({type(error).__name__}: {error})")
+
+
+def iter_line_chunks(f: BinaryIO, path: str, chunk_lines: int, first_line: int = 1,
+                     max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[LineChunk]:
+  """Yields the remaining lines of an open file in chunks of `chunk_lines`.
+
+  Raises:
+    DataFormatError: a line is longer than `max_line_bytes`, or the gzip data
+      is damaged; naming the first line that could not be read.
+  """
   line = first_line
+  readline = f.readline
   while True:
-    lines = list(itertools.islice(f, chunk_lines))
+    lines, error, cause = [], None, None
+    try:
+      while len(lines) < chunk_lines:
+        text = readline(max_line_bytes + 1)  # Bounded: a file with no line break never loads whole.
+        if not text:
+          break
+        if len(text) > max_line_bytes:
+          error = DataFormatError(
+              path, line + len(lines), f"line is longer than {max_line_bytes} bytes: not a "
+              "line-oriented text file (binary data or missing line breaks?)")
+          break
+        lines.append(text)
+    except _GZIP_ERRORS as e:
+      error, cause = damaged_gzip_error(path, line + len(lines), e), e
+    if lines:  # The lines before an unreadable one go first: an earlier bad line is reported first.
+      yield LineChunk(path, line, lines)
+      line += len(lines)
+    if error is not None:
+      raise error from cause
     if not lines:
       return
-    yield LineChunk(path, line, lines)
-    line += len(lines)
 
 
 def split_fields(chunk: LineChunk, sep: bytes, num_fields: int,
@@ -133,6 +183,11 @@ def split_fields(chunk: LineChunk, sep: bytes, num_fields: int,
   """
   split = [line.rstrip(b"\r\n").split(sep) for line in chunk.lines]
   good = [i for i, parts in enumerate(split) if len(parts) == num_fields]
+  if b"\0" in b"".join(chunk.lines):  # One scan of the chunk; per line only when found.
+    for i, line in enumerate(chunk.lines):
+      if b"\0" in line:
+        problems.setdefault(i, "line contains a NUL byte (binary data in a text file)")
+    good = [i for i in good if i not in problems]
   if len(good) != len(split):
     name = {b"\t": "tab", b",": "comma"}.get(sep, repr(sep))
     for i, parts in enumerate(split):
@@ -211,13 +266,16 @@ class TextReader:
   """
 
   def __init__(self, paths: Iterable[str], fmt: LineFormat, skip_bad_lines: bool = False,
-               chunk_lines: int = 8192):
+               chunk_lines: int = 8192, max_line_bytes: int = MAX_LINE_BYTES):
     if chunk_lines < 1:
       raise ValueError(f"chunk_lines must be >= 1, got {chunk_lines}")
+    if max_line_bytes < 1:
+      raise ValueError(f"max_line_bytes must be >= 1, got {max_line_bytes}")
     self.paths = tuple(paths)
     self.format = fmt
     self.skip_bad_lines = bool(skip_bad_lines)
     self.chunk_lines = int(chunk_lines)
+    self.max_line_bytes = int(max_line_bytes)
     self.bad_lines_by_file: dict[str, int] = {}
 
   @property
@@ -229,8 +287,8 @@ class TextReader:
     for path in self.paths:
       bad = 0
       with open_binary(path) as f:
-        parse, first_line = self.format.start_file(f, path)
-        for chunk in iter_line_chunks(f, path, self.chunk_lines, first_line):
+        parse, first_line = self._start(f, path)
+        for chunk in iter_line_chunks(f, path, self.chunk_lines, first_line, self.max_line_bytes):
           raw, num_bad = parse(chunk, self.skip_bad_lines)
           if num_bad:
             bad += num_bad
@@ -238,6 +296,28 @@ class TextReader:
           if raw.labels.shape[0]:
             yield raw
       self._record_bad(path, bad)
+
+  def has_data_lines(self) -> bool:
+    """Whether any file has a line after its header (reads at most one line per file)."""
+    for path in self.paths:
+      with open_binary(path) as f:
+        _, first_line = self._start(f, path)
+        if next(iter_line_chunks(f, path, 1, first_line, self.max_line_bytes), None):
+          return True
+    return False
+
+  def _start(self, f: BinaryIO, path: str) -> tuple[ChunkParser | None, int]:
+    """The format's (parser, first data line) for an open file.
+
+    An empty file (0 bytes, also after decompression) has no header to read and
+    no line to parse: (None, 1).
+    """
+    try:
+      if not f.peek(1):
+        return None, 1
+      return self.format.start_file(f, path)
+    except _GZIP_ERRORS as e:
+      raise damaged_gzip_error(path, 1, e) from e
 
   def _record_bad(self, path: str, count: int) -> None:
     # Every pass drops the same lines: the max is the count of a full pass,

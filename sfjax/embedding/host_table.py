@@ -50,6 +50,8 @@ META_FILE = "meta.json"
 VALUES_FILE = "values.npy"
 SLOTS_FILE = "slots.npy"
 FLAGS_FILE = "materialised.npy"
+# Rows per chunk of dirty tracking; checkpoints (`table_checkpoint.py`) save chunks this size.
+CHUNK_ROWS = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +114,7 @@ class HostTable:
     self._clean = True
     self._initial_slot_row = np.asarray(spec.initial_slot_row, np.float32).reshape(spec.slot_width)
     self._lock = threading.RLock()
+    self._dirty = np.zeros((-(-spec.num_rows // CHUNK_ROWS),), np.bool_)  # [V / CHUNK_ROWS]
 
   # ---- constructors ---------------------------------------------------------
 
@@ -264,6 +267,43 @@ class HostTable:
       self._slots[ids] = slots
       self._flags[ids] = True  # Last: a half-finished write reads as initial rows.
       self._num_materialised += newly
+      self._dirty[ids // CHUNK_ROWS] = True
+
+  # ---- chunks (checkpoints) ---------------------------------------------------
+
+  def pop_dirty_chunks(self) -> np.ndarray:
+    """Indices of chunks `scatter` wrote since the last pop (cleared; see `mark_dirty_chunks`)."""
+    with self._lock:
+      chunks = np.flatnonzero(self._dirty)
+      self._dirty[chunks] = False
+      return chunks
+
+  def mark_dirty_chunks(self, chunks) -> None:
+    """Marks chunks dirty again (a checkpoint that popped them failed before it was committed)."""
+    with self._lock:
+      self._dirty[np.asarray(chunks, np.int64)] = True
+
+  def read_chunk(self, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Copies of chunk `chunk`'s stored values [n,E], slots [n,S] and materialised flags [n]."""
+    lo = chunk * CHUNK_ROWS
+    hi = min(lo + CHUNK_ROWS, self.num_rows)
+    with self._lock:
+      return (np.array(self._values[lo:hi]), np.array(self._slots[lo:hi]),
+              np.array(self._flags[lo:hi]))
+
+  def load_chunk(self, chunk: int, values, slots, flags) -> None:
+    """Overwrites chunk `chunk` with `read_chunk`'s arrays (a checkpoint restore; not dirty)."""
+    lo = chunk * CHUNK_ROWS
+    hi = min(lo + CHUNK_ROWS, self.num_rows)
+    if values.shape != (hi - lo, self.width) or slots.shape != (hi - lo, self.slot_width):
+      raise ValueError(f"load_chunk: chunk {chunk} needs {hi - lo} rows of width {self.width} "
+                       f"+ {self.slot_width} slots, got {values.shape} and {slots.shape}")
+    with self._lock:
+      if self.path is not None and self._clean:
+        self._write_meta(clean=False)
+      self._num_materialised += int(np.count_nonzero(flags)) - int(
+          np.count_nonzero(self._flags[lo:hi]))
+      self._values[lo:hi], self._slots[lo:hi], self._flags[lo:hi] = values, slots, flags
 
   def flush(self) -> None:
     """Flushes memory-mapped data and metadata to disk (no-op for RAM tables)."""

@@ -47,11 +47,14 @@ class Backend(Protocol):
     name: the `embedding.backend` value.
     capacity: padded unique rows per train step.
     initial_table: the table the initial TrainState carries (device table or empty cache).
+    host_table: the host table of record (cache backend; checkpoints save it in chunks),
+      or None when the TrainState's table is the whole table (device backend).
   """
 
   name: str
   capacity: int
   initial_table: device_table.TableState
+  host_table: host_table_lib.HostTable | None
 
   def make_step(self, state_sharding: Any) -> RunStep:
     """Compiles the train step for a state of `state_sharding` and returns it.
@@ -82,6 +85,7 @@ class DeviceBackend:
   """The whole table on device; the reference every other backend must reproduce."""
 
   name = "device"
+  host_table = None  # the TrainState's table is the table of record
 
   def __init__(self, config, spec: types.DatasetSpec, width: int, graphdef: nnx.GraphDef,
                train_step: step_lib.TrainStep, row_opt: row_optimizers.RowOptimizer, mesh):

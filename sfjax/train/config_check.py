@@ -1,5 +1,9 @@
 """Validation of a CTR training config: every error names the offending field.
 
+Any value of a checked field (a string for a number, NaN, a bool for an int, 10**30, a
+list for a name) either passes or raises `ConfigError("config field <dotted.field>: ...")`; never another
+exception (tests/train/config_check_test.py checks it property-based).
+
 The lists of known names come from the registries that build the things named
 (data formats, backends, host storages, cache policies, models, optimizers), so
 a name added there is accepted here with no second edit.
@@ -8,17 +12,26 @@ a name added there is accepted here with no second edit.
 from __future__ import annotations
 
 import math
+import numbers
 
 from sfjax import models
 from sfjax.core import names
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset
+from sfjax.data import synthetic
 from sfjax.embedding import cache_planner
 from sfjax.embedding import row_optimizers
 from sfjax.train import backends
+from sfjax.train import checkpoint
 from sfjax.train import optimizers
 
 __all__ = ["ConfigError", "validate"]
+
+
+# Upper bound of counts (rows per field, buffer sizes, cache rows): 2**40 rows is far beyond any
+# host, and keeps sums over fields and byte sizes inside int64.
+MAX_COUNT = 2**40
+_INT64_MAX = 2**63 - 1
 
 
 def _require(cond: bool, field: str, msg: str) -> None:
@@ -33,61 +46,140 @@ def _get(config, field: str):
   return value
 
 
+def _is_int(value) -> bool:
+  """An integer, not a bool (numpy integers count: values may come from numpy code)."""
+  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+  """A finite real number, not a bool."""
+  return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+          and math.isfinite(value))
+
+
+def _integer(config, field: str, low: int, high: int = _INT64_MAX) -> None:
+  """An int (not a bool) in [low, high]."""
+  value = _get(config, field)
+  bound = f">= {low}" if high == _INT64_MAX else f"in [{low}, {high}]"
+  what = "a positive integer" if (low, high) == (1, _INT64_MAX) else f"an integer {bound}"
+  _require(_is_int(value) and low <= value <= high, field, f"must be {what}, got {value!r}")
+
+
 def _positive_int(config, field: str) -> None:
-  value = _get(config, field)
-  _require(isinstance(value, int) and not isinstance(value, bool) and value > 0, field,
-           f"must be a positive integer, got {value!r}")
+  _integer(config, field, 1)
 
 
-def _number(config, field: str, *, low: float, low_ok: bool) -> None:
-  """A finite real number >= low (> low unless `low_ok`)."""
+def _number(config, field: str, *, low: float, low_ok: bool, high: float | None = None) -> None:
+  """A finite real number >= low (> low unless `low_ok`), and < high if given."""
   value = _get(config, field)
-  ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        and (value > low or (low_ok and value == low)))
-  _require(ok, field, f"must be a finite number {'>=' if low_ok else '>'} {low}, got {value!r}")
+  ok = _is_real(value) and (value > low or (low_ok and value == low))
+  ok = ok and (high is None or value < high)
+  bound = f"{'>=' if low_ok else '>'} {low}" + ("" if high is None else f" and < {high}")
+  _require(ok, field, f"must be a finite number {bound}, got {value!r}")
+
+
+def _boolean(config, field: str) -> None:
+  value = _get(config, field)
+  _require(isinstance(value, bool), field, f"must be True or False, got {value!r}")
+
+
+def _string(config, field: str) -> None:
+  value = _get(config, field)
+  _require(isinstance(value, str), field, f"must be a string, got {value!r}")
+
+
+def _dims(config, field: str) -> None:
+  """A tuple or list of positive integers (layer widths; may be empty)."""
+  value = _get(config, field)
+  _require(isinstance(value, (tuple, list)) and all(_is_int(v) and 0 < v <= MAX_COUNT
+                                                     for v in value),
+           field, f"must be a tuple of positive integers, got {value!r}")
 
 
 def _choice(value, field: str, known) -> None:
+  _require(isinstance(value, str), field, f"must be a name (a string), got {value!r}")
   names.lookup(dict.fromkeys(known), value, field, "value")
 
 
-def validate(config) -> None:
-  """Raises `ConfigError` naming the first invalid field of a CTR config."""
-  d, e, t = config.data, config.embedding, config.train
+def _cache_rows(config) -> None:
+  """`embedding.cache_rows`: a row count >= 1, or a fraction of the table in (0, 1)."""
+  value = config.embedding.cache_rows
+  ok = _is_real(value) and 0 < value <= MAX_COUNT and (value < 1 or float(value).is_integer())
+  _require(ok, "embedding.cache_rows", f"must be a row count in [1, {MAX_COUNT}] or a fraction "
+           f"of the table in (0, 1), got {value!r}")
+
+
+def _validate_data(config) -> None:
+  d = config.data
   _choice(d.format, "data.format", dataset.KNOWN_FORMATS)
+  for field in ("data.train_path", "data.eval_path", "data.test_path"):
+    _string(config, field)
   if d.format in dataset.FILE_FORMATS:
-    _require(bool(d.train_path), "data.train_path", f"required for format {d.format!r}")
-    _require(bool(d.eval_path), "data.eval_path", f"required for format {d.format!r}")
-    _require(d.hash_rows >= 0, "data.hash_rows", f"must be >= 0, got {d.hash_rows}")
-    _require(d.hash_rows > 0 or d.min_count >= 1, "data.min_count",
-             f"must be >= 1 when data.hash_rows is 0, got {d.min_count}")
+    _require(bool(d.train_path.strip()), "data.train_path", f"required for format {d.format!r}")
+    _require(bool(d.eval_path.strip()), "data.eval_path", f"required for format {d.format!r}")
+    _integer(config, "data.hash_rows", 0, MAX_COUNT)
+    _positive_int(config, "data.min_count")
   if d.format in dataset.DIRECTORY_FORMATS:
-    _require(bool(str(d.train_path).strip()), "data.train_path",
+    _require(bool(d.train_path.strip()), "data.train_path",
              f"required for format {d.format!r}: the directory experiments.preprocess wrote")
     for field in ("data.eval_path", "data.test_path"):
       _require(not str(_get(config, field)).strip(), field,
                f"not used by format {d.format!r} (its eval/test splits are subdirectories of "
                "data.train_path); leave it empty")
-  _require(isinstance(d.shuffle_buffer, int) and d.shuffle_buffer >= 0, "data.shuffle_buffer",
-           f"must be an integer >= 0, got {d.shuffle_buffer!r}")
-  _choice(config.model.name, "model.name", models.MODEL_NAMES)
+  if d.format == "synthetic":
+    synthetic.SyntheticConfig.from_any(d.synthetic)  # ConfigError naming data.synthetic.<field>
+  if d.format == "movielens":
+    _integer(config, "data.movielens.split_seed", 0)
+  _boolean(config, "data.skip_bad_lines")
+  _integer(config, "data.shuffle_buffer", 0, MAX_COUNT)
+
+
+def _validate_embedding(config) -> None:
+  e = config.embedding
   _choice(e.backend, "embedding.backend", tuple(backends.BACKENDS))
   if e.backend == "cache":
     _choice(e.cache_policy, "embedding.cache_policy", cache_planner.POLICIES)
     _choice(e.host_storage, "embedding.host_storage", tuple(backends.HOST_STORAGES))
-    _require(isinstance(e.lookahead, int) and e.lookahead >= 1, "embedding.lookahead",
-             f"must be an integer >= 1, got {e.lookahead!r}")
+    _integer(config, "embedding.lookahead", 1, 1024)
+    _cache_rows(config)
+    _string(config, "embedding.host_path")
     _require(e.host_storage != "mmap" or bool(e.host_path), "embedding.host_path",
              "required when embedding.host_storage=mmap")
   _choice(e.optimizer, "embedding.optimizer", row_optimizers.ROW_OPTIMIZER_NAMES)
-  _choice(config.optimizer.name, "optimizer.name", optimizers.DENSE_OPTIMIZER_NAMES)
-  for field in ("embedding.learning_rate", "optimizer.learning_rate"):
-    _number(config, field, low=0.0, low_ok=False)
-  for field in ("embedding.l2", "embedding.init_stddev", "optimizer.weight_decay"):
+  _number(config, "embedding.learning_rate", low=0.0, low_ok=False)
+  for field in ("embedding.l2", "embedding.init_stddev", "embedding.adagrad_initial_accumulator",
+                "embedding.adam_eps", "embedding.ftrl_l1", "embedding.ftrl_l2",
+                "embedding.ftrl_beta", "embedding.ftrl_initial_accumulator"):
     _number(config, field, low=0.0, low_ok=True)
-  _require(e.unique_capacity >= 0, "embedding.unique_capacity",
-           f"must be >= 0, got {e.unique_capacity}")
+  for field in ("embedding.adam_b1", "embedding.adam_b2"):
+    _number(config, field, low=0.0, low_ok=True, high=1.0)
+  _integer(config, "embedding.unique_capacity", 0, MAX_COUNT)
+
+
+def validate(config) -> None:
+  """Raises `ConfigError` naming the first invalid field of a CTR config.
+
+  Every field of `defaults.ctr_defaults()` with a value to check is checked for its type
+  too (an int is not a bool, a number is finite), so a bad value fails here, never later
+  with another exception.
+  """
+  _integer(config, "seed", 0)
+  _validate_data(config)
+  _choice(config.model.name, "model.name", models.MODEL_NAMES)
+  _positive_int(config, "model.embed_dim")
+  for field in ("model.mlp_dims", "model.bottom_mlp_dims", "model.cin_dims"):
+    _dims(config, field)
+  for field in ("model.cross_layers", "model.cross_rank", "model.attention_layers"):
+    _integer(config, field, 0, MAX_COUNT)
+  for field in ("model.attention_heads", "model.attention_dim"):
+    _integer(config, field, 1, MAX_COUNT)
+  _validate_embedding(config)
+  _choice(config.optimizer.name, "optimizer.name", optimizers.DENSE_OPTIMIZER_NAMES)
+  _number(config, "optimizer.learning_rate", low=0.0, low_ok=False)
+  _number(config, "optimizer.weight_decay", low=0.0, low_ok=True)
   for field in ("train.steps", "train.batch_size", "train.eval_every", "train.eval_batch_size",
-                "train.log_every", "model.embed_dim"):
+                "train.log_every"):
     _positive_int(config, field)
-  _require(t.prefetch >= 0, "train.prefetch", f"must be >= 0, got {t.prefetch}")
+  _integer(config, "train.prefetch", 0, 1024)
+  _integer(config, "train.num_devices", 0, 1 << 20)
+  checkpoint.settings(config)  # checkpoint.every_steps / keep, when the block exists

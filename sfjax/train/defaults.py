@@ -87,4 +87,10 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   t.prefetch = 4  # host batches prepared ahead of the device step
   t.num_devices = 0  # data-parallel devices of the ('data',) mesh; 0 = all local devices
 
+  # ---- checkpoints (WORKDIR/checkpoints/step_N; sfjax/train/checkpoint.py) ----
+  c.checkpoint = k = ml_collections.ConfigDict()
+  k.every_steps = 0  # save every this many steps and at the last step; 0 = off. When > 0, a
+  #                    rerun with the same workdir resumes from the latest checkpoint
+  k.keep = 3  # newest checkpoints kept (older ones are deleted after a save succeeds)
+
   return c

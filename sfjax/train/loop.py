@@ -12,12 +12,15 @@ Importable from notebooks; `experiments/train_ctr.py` only parses flags.
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import sys
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from absl import logging
 from flax import nnx
 
@@ -25,8 +28,10 @@ from sfjax import models
 from sfjax.data import dataset as dataset_lib
 from sfjax.data import types
 from sfjax.embedding import row_optimizers
+from sfjax.embedding import table_checkpoint
 from sfjax.parallel import mesh as mesh_lib
 from sfjax.train import backends
+from sfjax.train import checkpoint
 from sfjax.train import config_check
 from sfjax.train import evaluation
 from sfjax.train import metrics_writer
@@ -108,18 +113,60 @@ def _final_metrics(history: list[dict[str, Any]], windows: list[runner.StepWindo
   return final
 
 
+def _check_finite(window: runner.StepWindow, first: int) -> None:
+  """Raises FloatingPointError naming the first step of the window whose loss is not finite."""
+  bad = np.flatnonzero(~np.isfinite(window.losses))
+  if bad.size:
+    raise FloatingPointError(
+        f"training loss became {window.losses[bad[0]]} at step {first + int(bad[0])}")
+
+
+def _state_is_live(state: TrainState) -> bool:
+  """False once a step has consumed (donated) the state's buffers."""
+  return not any(getattr(x, "is_deleted", lambda: False)() for x in jax.tree.leaves(state))
+
+
+def _report_failure(exc: BaseException, backend: backends.Backend, state: TrainState,
+                    ckpt_root: str | None) -> None:
+  """Saves what can be saved after a fault and says where the last good checkpoint is.
+
+  The cache's dirty rows are flushed to the host table when the step state is still
+  valid (not donated to a step that failed, not diverged); otherwise nothing is written.
+  """
+  if not isinstance(exc, FloatingPointError) and _state_is_live(state):
+    try:
+      backend.sync(state)
+      logging.warning("training stopped at step %d (%s); the table of record is current up "
+                      "to that step", int(state.step), type(exc).__name__)
+    except Exception as err:  # pylint: disable=broad-except
+      logging.error("training stopped and the cache could not be flushed: %r", err)
+  else:
+    logging.error("training stopped (%s); the step state is not valid, nothing was flushed",
+                  type(exc).__name__)
+  good = checkpoint.latest(ckpt_root)
+  if ckpt_root:
+    logging.error("last good checkpoint: %s", good or "none (the run restarts from step 0)")
+
+
 def train_and_evaluate(config, workdir: str | None = None, dataset=None,
                        trainer: Trainer | None = None,
                        loss_log: list | None = None) -> tuple[dict[str, Any], TrainState]:
   """Trains, evaluates every `train.eval_every` steps and at the end.
 
+  With `checkpoint.every_steps = K > 0` and a workdir, a checkpoint is saved every K
+  steps and at the last step under `workdir/checkpoints/` (`sfjax.train.checkpoint`),
+  and a run whose workdir already holds one resumes from the latest: state, eval
+  history and data position (the deterministic train stream skips the batches already
+  consumed), so it ends exactly as an uninterrupted run would.
+
   Args:
     config: a CTR ConfigDict (`sfjax/train/defaults.py`, `experiments/configs/ctr.py`).
-    workdir: where `metrics.jsonl` and `config.json` go (None: nothing is written).
+    workdir: where `metrics.jsonl`, `config.json` and `checkpoints/` go (None: nothing
+      is written).
     dataset: an already built dataset (else built from `config.data`).
     trainer: an already built trainer for this config and data set (else built
       here); pass one to inspect its backend afterwards (e.g. the host table).
-    loss_log: if given, every step's train loss is appended to it (floats).
+    loss_log: if given, every step's train loss of this call is appended to it (floats).
 
   Returns:
     (metrics, final state). Metrics (JSON-able): those of the last eval (primary
@@ -130,6 +177,18 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
   """
   config_check.validate(config)
   tcfg = config.train
+  ckpt_every, ckpt_keep = checkpoint.settings(config)
+  ckpt_root = os.path.join(workdir, checkpoint.CHECKPOINT_DIR) if workdir and ckpt_every else None
+  if ckpt_every and not workdir:
+    logging.warning("checkpoint.every_steps=%d but no workdir: no checkpoints are written",
+                    ckpt_every)
+  # Newest checkpoint whose every file checks out; corrupt newer ones are moved aside.
+  resume_from = checkpoint.find_resumable(ckpt_root)
+  e = config.embedding
+  if resume_from and e.backend == "cache" and e.host_storage == "mmap" and trainer is None:
+    # Rows written after the checkpoint must not survive: recreate the table, then load it.
+    if table_checkpoint.discard_mmap_table(e.host_path):
+      logging.info("resuming: host table %s is reset to %s", e.host_path, resume_from)
   if dataset is None:
     dataset = dataset_lib.make_dataset(config.data, config.seed)
   spec = dataset.spec
@@ -139,35 +198,72 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
                "unique capacity=%d", backend.name, spec.total_rows, trainer.width,
                spec.num_fields, spec.num_dense, trainer.mesh.size, backend.capacity)
   oracle = dataset.oracle or {}
-  state, history, windows = trainer.state, [], []
-  inputs = backend.train_inputs(dataset.train_batches(tcfg.batch_size, config.seed))
+  state, history, windows, pending, start = trainer.state, [], [], [], 0
+  checkpointer = None
+  fields = [{"name": f.name, "rows": int(f.num_rows)} for f in spec.fields]  # for exports
+  if ckpt_root:
+    checkpointer = checkpoint.Checkpointer(ckpt_root, ckpt_keep, backend.host_table)
+  if resume_from:
+    try:
+      restored = checkpointer.restore(resume_from, trainer.state)
+    except BaseException:
+      checkpointer.close()
+      raise
+    state, start = restored.state, restored.step
+    history, pending = restored.meta["history"], restored.meta["pending_unique_counts"]
+    logging.info("resuming from %s (step %d)", resume_from, start)
+  batches = dataset.train_batches(tcfg.batch_size, config.seed)
+  if start:  # the stream is deterministic: skip the batches the checkpoint consumed
+    batches = itertools.islice(batches, start, None)
+  inputs = backend.train_inputs(batches)
+  eval_steps = {*range(tcfg.eval_every, tcfg.steps + 1, tcfg.eval_every), tcfg.steps}
+  ckpt_steps = {*range(ckpt_every, tcfg.steps + 1, ckpt_every), tcfg.steps} if ckpt_root else set()
+  since_eval: list[runner.StepWindow] = []
+  newest = [state]  # the latest dispatched state, for `_report_failure` after a fault
   try:
-    with metrics_writer.MetricsWriter(workdir, config) as writer:
-      eval_steps = sorted({*range(tcfg.eval_every, tcfg.steps + 1, tcfg.eval_every), tcfg.steps})
-      first = 1
-      for last in eval_steps:
+    with metrics_writer.MetricsWriter(workdir, config,
+                                      resume_step=start if resume_from else None) as writer:
+      first = start + 1
+      for last in sorted(s for s in eval_steps | ckpt_steps if s > start):
         state, window = runner.run_steps(trainer.run_step, state, inputs, first, last,
                                          tcfg.batch_size, total_steps=tcfg.steps,
-                                         log_every=tcfg.log_every, stats=backend.stats)
+                                         log_every=tcfg.log_every, stats=backend.stats,
+                                         on_step=lambda st: newest.__setitem__(0, st))
+        _check_finite(window, first)  # a diverged state is never evaluated or saved
         windows.append(window)
+        since_eval.append(window)
+        pending.extend(int(n) for n in window.unique_counts)
         if loss_log is not None:
           loss_log.extend(float(x) for x in window.losses)
-        record = {"step": last, "loss": float(window.last_metrics["loss"]),
-                  "examples_per_sec": window.examples_per_sec,
-                  "unique_per_batch": float(window.unique_counts.mean())}
-        record.update({k: v for k, v in backend.stats().items() if k in _CACHE_KEYS})
-        record.update(evaluation.evaluate_splits(backend, state, dataset, tcfg.eval_batch_size))
-        for split, om in oracle.items():
-          record[f"oracle_{split}_auc"] = om["auc"]
-          record[f"oracle_{split}_logloss"] = om["logloss"]
-        history.append(record)
-        logging.info("eval %s", json.dumps(record))
-        writer.write(record)
+        if last in eval_steps:
+          examples = sum(w.examples for w in since_eval)
+          record = {"step": last, "loss": float(window.last_metrics["loss"]),
+                    "examples_per_sec": examples / max(sum(w.seconds for w in since_eval), 1e-9),
+                    "unique_per_batch": float(np.mean(pending))}
+          record.update({k: v for k, v in backend.stats().items() if k in _CACHE_KEYS})
+          record.update(evaluation.evaluate_splits(backend, state, dataset, tcfg.eval_batch_size))
+          for split, om in oracle.items():
+            record[f"oracle_{split}_auc"] = om["auc"]
+            record[f"oracle_{split}_logloss"] = om["logloss"]
+          history.append(record)
+          logging.info("eval %s", json.dumps(record))
+          writer.write(record)
+          since_eval, pending = [], []
+        if last in ckpt_steps:
+          backend.sync(state)  # the cache's rows reach the host table before it is saved
+          path = checkpointer.save(state, {"history": history, "pending_unique_counts": pending,
+                                           "fields": fields})
+          logging.info("checkpoint %s", path)
         first = last + 1
     backend.sync(state)  # the cache backend flushes every cached row to the host table
+  except BaseException as exc:
+    _report_failure(exc, backend, newest[0], ckpt_root)
+    raise
   finally:
     inputs.close()
     backend.close()
+    if checkpointer is not None:
+      checkpointer.close()
   return _final_metrics(history, windows, dataset, backend), state
 
 

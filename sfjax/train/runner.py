@@ -72,8 +72,8 @@ def _log_progress(step: int, total: int, loss: float, rate: float, unique: float
 
 def run_steps(run_step: backends.RunStep, state: TrainState, inputs: Iterator[Any],
               first_step: int, last_step: int, batch_size: int, *, total_steps: int | None = None,
-              log_every: int = 0, stats=None, wait_each_step: bool = False
-              ) -> tuple[TrainState, StepWindow]:
+              log_every: int = 0, stats=None, wait_each_step: bool = False,
+              on_step=None) -> tuple[TrainState, StepWindow]:
   """Runs steps `first_step..last_step` (1-based, inclusive).
 
   Args:
@@ -87,6 +87,8 @@ def run_steps(run_step: backends.RunStep, state: TrainState, inputs: Iterator[An
     stats: a function returning the backend's counters for the log (optional).
     wait_each_step: wait for every step and record its time (a benchmark's
       device-bound step time; slower than the pipelined default).
+    on_step: called as `on_step(state)` after each step is dispatched (the trainer keeps
+      the newest state so a fault mid-window can still flush it).
 
   Returns:
     (state after `last_step`, StepWindow).
@@ -103,6 +105,8 @@ def run_steps(run_step: backends.RunStep, state: TrainState, inputs: Iterator[An
     step_inputs = next(inputs)
     t = time.perf_counter()
     state, metrics, n_unique = run_step(state, step_inputs)
+    if on_step is not None:
+      on_step(state)
     losses.append(metrics["loss"])
     uniques.append(n_unique)
     if step == 1:  # the compile: excluded from the window's time and examples

@@ -10,6 +10,7 @@ import pytest
 from sfjax.automl.algorithms import (
     ALGORITHMS,
     ASHA,
+    BOHB,
     PBT,
     TPE,
     AlgorithmSpec,
@@ -31,6 +32,7 @@ SPECS = [
     RegularizedEvolution(population_size=6, sample_size=3, seed=1), TPE(seed=1, n_startup_trials=4),
     SuccessiveHalving(min_budget=1, max_budget=9, eta=3, seed=1),
     Hyperband(min_budget=1, max_budget=9, eta=3, seed=1), ASHA(min_budget=1, max_budget=9, seed=1),
+    BOHB(min_budget=1, max_budget=9, eta=3, num_iterations=2, n_startup_trials=3, seed=1),
     PBT(population_size=4, seed=1),
 ]
 
@@ -54,7 +56,7 @@ def test_ask_gives_valid_batches(spec, model_space, fake_auc):
     for s in batch:
       model_space.validate(s.config)
       ids.append(s.trial_id)
-      multi_fidelity = spec.name in ("successive_halving", "hyperband", "asha")
+      multi_fidelity = spec.name in ("successive_halving", "hyperband", "asha", "bohb")
       assert (s.budget is not None) == multi_fidelity
     for s in batch:
       searcher.tell(s.trial_id, {"auc": fake_auc(s.config, s.budget)})
@@ -87,7 +89,7 @@ def test_algorithm_from_dict_rejects_unknown_names():
 def test_registry_keys_are_the_spec_names():
   assert sorted(ALGORITHMS) == sorted([
       "random", "grid", "qmc", "evolution", "tpe", "gp", "successive_halving", "hyperband",
-      "asha", "pbt"])
+      "asha", "bohb", "pbt"])
   for name, spec in ALGORITHMS.items():
     assert spec.name == name
     assert issubclass(spec, AlgorithmSpec)
@@ -98,7 +100,7 @@ def test_registry_keys_are_the_spec_names():
 
 def test_runner_hooks_are_set_exactly_for_their_algorithms():
   multi_fidelity = {name for name, spec in ALGORITHMS.items() if spec.multi_fidelity}
-  assert multi_fidelity == {"successive_halving", "hyperband", "asha"}
+  assert multi_fidelity == {"successive_halving", "hyperband", "asha", "bohb"}
   population_based = {name for name, spec in ALGORITHMS.items() if spec.population_based}
   assert population_based == {"pbt"}
   for spec in SPECS:  # instances see the class attributes too

@@ -7,6 +7,7 @@ import optuna
 import pytest
 
 from sfjax.automl.algorithms import GP, TPE, Objective, RandomSearch, TrialStatus
+from sfjax.automl.algorithms import optuna_search
 from sfjax.automl.space import Categorical, Float, Int, Space
 
 AUC = Objective("auc", "maximize")
@@ -83,7 +84,8 @@ def test_history_and_pending_are_replayed_with_their_states():
   searcher.tell(3, {}, TrialStatus.PRUNED)
   rejected = searcher.ask(1)[0]
   searcher.tell(rejected.trial_id, {}, TrialStatus.REJECTED)
-  study = searcher._rebuilt_study(optuna)  # pylint: disable=protected-access
+  study = optuna_search.rebuilt_study(optuna, space, searcher.objective, optuna.samplers.RandomSampler(),
+                                      searcher.history, [s.config for s in searcher.pending])
   state = optuna.trial.TrialState
   trials = study.get_trials(deepcopy=False)
   # History in the order told, then pending (trial 4) as RUNNING for the constant liar.

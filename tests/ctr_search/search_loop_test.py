@@ -77,7 +77,7 @@ def read_jsonl(path):
 
 
 @pytest.mark.parametrize("algorithm", ["random", "grid", "qmc", "evolution", "tpe", "gp", "asha",
-                                       "hyperband"])
+                                       "hyperband", "bohb"])
 def test_each_algorithm_exports_trials_and_best(tmp_path, runner, algorithm):
   summary = search_loop.run_search(tiny_config(algorithm), str(tmp_path), SPACE, runner=runner)
   assert set(summary) == SUMMARY_KEYS

@@ -67,11 +67,26 @@ def test_missing_column_is_reported_at_line_1(tmp_path):
     _read([path])
 
 
-def test_empty_file_is_reported(tmp_path):
+def test_a_blank_header_line_is_reported(tmp_path):
   path = tmp_path / "t.csv"
-  path.write_text("")
+  path.write_text("\n" + ",".join(HEADER) + "\n")
   with pytest.raises(DataFormatError, match=r"t.csv:1: expected a CSV header"):
     _read([str(path)])
+
+
+def test_a_0_byte_file_has_no_examples_and_no_header(tmp_path):
+  empty = tmp_path / "a.csv"
+  empty.write_bytes(b"")
+  full = _write(tmp_path / "b.csv", [_row(click="1")])
+  reader = text_io.TextReader([str(empty)], avazu.AvazuFormat())
+  assert list(reader) == [] and not reader.has_data_lines()
+  _, _, labels, reader = _read([str(empty), full])  # An empty part of a glob is harmless.
+  assert labels.tolist() == [1.0] and reader.bad_lines == 0
+
+
+def test_a_header_only_file_has_no_data_lines(tmp_path):
+  path = _write(tmp_path / "h.csv", [])
+  assert not text_io.TextReader([path], avazu.AvazuFormat()).has_data_lines()
 
 
 @pytest.mark.parametrize("row, reason", [

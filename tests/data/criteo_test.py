@@ -62,6 +62,14 @@ def test_gzip_and_glob_over_several_files(tmp_path, write_file):
     (_line("", ), "label must be 0 or 1, got ''"),
     (_line("0", ["7"] * 12 + ["abc"]), "I13 is not a 64-bit integer: 'abc'"),
     (_line("0", ["1.5"] + ["7"] * 12), "I1 is not a 64-bit integer: '1.5'"),
+    # Dense columns are integer counts: NaN/inf text is a parse error, never a NaN feature.
+    (_line("0", ["nan"] + ["7"] * 12), "I1 is not a 64-bit integer: 'nan'"),
+    (_line("0", ["7"] + ["inf"] + ["7"] * 11), "I2 is not a 64-bit integer: 'inf'"),
+    (_line("0", ["-Infinity"] + ["7"] * 12), "I1 is not a 64-bit integer: '-Infinity'"),
+    (_line("0", ["9223372036854775808"] + ["7"] * 12),
+     "I1 is not a 64-bit integer: '9223372036854775808'"),
+    (_line("0").replace("\t0000000a", "\t00\x0000a"), "line contains a NUL byte (binary data in a "
+     "text file)"),
 ])
 def test_malformed_line_names_file_and_line(tmp_path, bad_line, reason, write_file):
   good = write_file(tmp_path / "a.tsv", [_line()] * 5)
@@ -89,3 +97,10 @@ def test_skip_bad_lines_drops_and_counts_each_kind(tmp_path, write_file):
   np.testing.assert_array_equal(labels, [1, 0])
   assert values[1, 0] == b"ok" and dense.shape == (2, 13)
   assert reader.bad_lines == 4
+
+
+def test_extreme_dense_values_stay_finite(tmp_path, write_file):
+  big = ["9223372036854775807", "-9223372036854775808"] + ["0"] * 11
+  _, dense, _, _ = _read([write_file(tmp_path / "x.tsv", [_line("1", big)])])
+  assert np.isfinite(dense).all()
+  np.testing.assert_allclose(dense[0, :2], [np.log1p(2.0**63), -np.log1p(2.0**63)], rtol=1e-6)

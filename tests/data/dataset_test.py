@@ -136,3 +136,67 @@ def test_synthetic_format_delegates_to_synthetic_ctr(monkeypatch):
   monkeypatch.setitem(sys.modules, "sfjax.data.synthetic", fake)
   cfg = _config(format="synthetic")
   assert dataset.make_dataset(cfg, seed=7) == ("synthetic", cfg.synthetic.num_train, 7)
+
+
+_AVAZU_HEADER = ",".join(["id", "click", "hour"] + list(avazu.CATEGORICAL_COLUMNS)) + "\n"
+
+
+@pytest.mark.parametrize("fmt, content", [("criteo", b""), ("avazu", b""),
+                                          ("avazu", _AVAZU_HEADER.encode())])  # Header only.
+@pytest.mark.parametrize("split", ["train", "eval", "test"])
+def test_a_split_without_data_lines_fails_at_construction_naming_it(tmp_path, write_file, fmt,
+                                                                    content, split):
+  if fmt == "criteo":
+    good = write_file(tmp_path / "good.tsv", [_criteo_line(0)])
+  else:
+    good = write_file(tmp_path / "good.csv",
+                      _AVAZU_HEADER + ",".join(["1", "0", "14102100"] + ["x"] * 21) + "\n")
+  empty = tmp_path / f"empty.{fmt}"
+  empty.write_bytes(content)
+  paths = {"train": good, "eval": good, "test": good, split: str(empty)}
+  cfg = _config(format=fmt, hash_rows=8, train_path=paths["train"], eval_path=paths["eval"],
+                test_path=paths["test"])
+  with pytest.raises(ValueError, match=rf"^data.{split}_path: split '{split}' has no examples: "
+                     rf"no data line in {empty}$"):
+    dataset.make_dataset(cfg, 0)
+  cfg.hash_rows = 0  # The vocabulary pass must not hide an empty split either.
+  with pytest.raises(ValueError, match=rf"^data.{split}_path: split '{split}' has no examples"):
+    dataset.make_dataset(cfg, 0)
+
+
+def test_a_0_byte_part_of_a_glob_is_harmless(tmp_path, write_file):
+  write_file(tmp_path / "t-0.tsv", "")
+  write_file(tmp_path / "t-1.tsv.gz", [_criteo_line(i) for i in range(3)], gz=True)
+  write_file(tmp_path / "t-2.tsv.gz", "", gz=True)
+  cfg = _config(format="criteo", hash_rows=8, train_path=f"{tmp_path}/t-*",
+                eval_path=f"{tmp_path}/t-*")
+  ds = dataset.make_dataset(cfg, 0)
+  assert sum(b.mask.sum() for b in ds.eval_batches("eval", 2)) == 3
+  assert next(ds.train_batches(5, 0)).size == 5
+
+
+def test_a_split_whose_every_line_is_skipped_names_it_after_one_pass(tmp_path, write_file):
+  good = write_file(tmp_path / "t.tsv", [_criteo_line(i) for i in range(4)])
+  junk = write_file(tmp_path / "e.tsv", ["junk\n", _criteo_line(1, label=7)])
+  cfg = _config(format="criteo", hash_rows=8, train_path=good, eval_path=junk,
+                skip_bad_lines=True)
+  ds = dataset.make_dataset(cfg, 0)  # Data lines exist; that they are all bad shows on reading.
+  with pytest.raises(ValueError, match=rf"^data.eval_path: split 'eval' has no examples: all 2 "
+                     rf"data lines of {junk} were malformed and skipped$"):
+    list(ds.eval_batches("eval", 4))
+  cfg.train_path, cfg.eval_path = junk, good
+  with pytest.raises(ValueError, match=r"^data.train_path: split 'train' has no examples"):
+    next(dataset.make_dataset(cfg, 0).train_batches(4, 0))
+
+
+def test_ids_stay_in_the_table_for_values_never_seen(criteo_files, write_file):
+  unseen = write_file(criteo_files / "unseen.tsv",
+                      ["\t".join(["1"] + ["1"] * 13 + [f"new{j}" for j in range(26)]) + "\n"])
+  for hash_rows in (0, 5):  # A vocabulary maps them to the OOV row 0; hashing wraps them.
+    cfg = _config(format="criteo", train_path=f"{criteo_files}/train-*", eval_path=unseen,
+                  hash_rows=hash_rows)
+    ds = dataset.make_dataset(cfg, 0)
+    ids = next(ds.eval_batches("eval", 1)).ids[0]
+    assert ((ids >= 0) & (ids < np.asarray(ds.spec.field_rows))).all()
+    if hash_rows == 0:
+      assert (ids == 0).all()

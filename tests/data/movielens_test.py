@@ -118,3 +118,14 @@ def test_recbole_dataset_is_deterministic():
   c = movielens.MovieLensDataset(other)
   test_a, test_c = next(a.eval_batches("test", 512)), next(c.eval_batches("test", 512))
   assert not np.array_equal(test_a.ids, test_c.ids)
+
+
+def test_an_empty_split_fails_at_construction_naming_it(tmp_path):
+  # 4 ratings: 80/10/10 leaves 'valid' empty; all-bad ratings leave every split empty.
+  with pytest.raises(ValueError, match=r"^data.movielens.path: split 'valid' has no examples: "
+                     r"4 usable ratings .* \(0 bad lines dropped\)"):
+    movielens.MovieLensDataset(_config(_mini(tmp_path)))
+  bad = _mini(tmp_path, ["1\t10\tnan\t1", "9\t10\t5\t2"])
+  with pytest.raises(ValueError, match=r"split 'train' has no examples: 0 usable ratings .* "
+                     r"\(2 bad lines dropped\)"):
+    movielens.MovieLensDataset(_config(bad, skip_bad_lines=True))

@@ -1,5 +1,6 @@
-"""Tests for sfjax.data.text_io: globs, gzip, line numbering, bad-line policy."""
+"""Tests for sfjax.data.text_io: globs, gzip, line numbering, bad-line policy, broken files."""
 
+import gzip
 
 import numpy as np
 import pytest
@@ -95,3 +96,81 @@ def test_reader_skips_and_counts_bad_lines_once_per_file(tmp_path, write_file):
   assert values.tolist() == [b"a", b"b", b"d"]
   assert reader.bad_lines_by_file == {p1: 1, p2: 2}
   assert reader.bad_lines == 3
+
+
+def _gz_bytes(text):
+  return gzip.compress(text.encode(), mtime=0)
+
+
+def test_truncated_gzip_names_the_file_and_the_last_line_read(tmp_path):
+  packed = _gz_bytes("".join(f"1,v{i}\n" for i in range(5000)))
+  path = tmp_path / "x.csv.gz"
+  path.write_bytes(packed[:len(packed) // 2])  # An interrupted download.
+  for skip in (False, True):  # A broken file is never a skippable bad line.
+    reader = text_io.TextReader([str(path)], _TwoColumns(), skip, chunk_lines=1000)
+    seen = []
+    with pytest.raises(DataFormatError) as e:
+      for raw in reader:
+        seen.extend(raw.values[:, 0])
+    last = len(seen)  # Every line read before the damage was delivered, in order.
+    assert seen == [f"v{i}".encode() for i in range(last)] and 0 < last < 5000
+    assert (e.value.path, e.value.line) == (str(path), last + 1)
+    assert e.value.reason.startswith(f"cannot read the file past line {last}: the gzip data is "
+                                     "truncated or corrupt (EOFError: ")
+    assert isinstance(e.value.__cause__, EOFError)
+
+
+@pytest.mark.parametrize("damage, error", [
+    (lambda b: b"not gzip at all\n", "BadGzipFile: Not a gzipped file"),
+    (lambda b: b[:-8] + bytes(8), "BadGzipFile: CRC check failed"),
+    (lambda b: b[:12] + b"\xff" * 8 + b[20:], "error: Error -3"),  # Invalid deflate data.
+    (lambda b: b[:5], "EOFError: Compressed file ended"),
+])
+def test_damaged_gzip_is_a_data_format_error(tmp_path, damage, error):
+  path = tmp_path / "x.csv.gz"
+  path.write_bytes(damage(_gz_bytes("1,a\n0,b\n")))
+  with pytest.raises(DataFormatError, match=rf"^{path}:\d+: cannot read the file .*\({error}"):
+    list(text_io.TextReader([str(path)], _TwoColumns(), skip_bad_lines=True))
+
+
+def test_an_over_long_line_is_an_error_even_when_skipping(tmp_path, write_file):
+  path = write_file(tmp_path / "x.csv", "1,a\nbad\n0," + "z" * 100 + "\n1,b\n")
+  reader = text_io.TextReader([path], _TwoColumns(), skip_bad_lines=True, max_line_bytes=50)
+  with pytest.raises(DataFormatError, match=rf"^{path}:3: line is longer than 50 bytes"):
+    list(reader)
+  assert reader.bad_lines == 1  # Line 2, read (and skipped) before line 3.
+  strict = text_io.TextReader([path], _TwoColumns(), max_line_bytes=50)
+  with pytest.raises(DataFormatError, match=rf"^{path}:2: expected 2"):  # The first bad line.
+    list(strict)
+
+
+def test_a_file_without_line_breaks_is_read_with_bounded_memory(tmp_path):
+  path = tmp_path / "blob.csv"
+  path.write_bytes(b"\xff" * (3 << 20))  # 3 MiB, no b'\n': stopped after the first MiB.
+  with pytest.raises(DataFormatError, match=rf"^{path}:1: line is longer than {1 << 20} bytes"):
+    list(text_io.TextReader([str(path)], _TwoColumns()))
+
+
+def test_a_line_with_a_nul_byte_is_a_bad_line(tmp_path):
+  path = tmp_path / "x.csv"
+  path.write_bytes(b"1,a\n0,\0\0\0\n1,b\0c\n0,d\n")  # A crash can leave NUL-filled blocks.
+  with pytest.raises(DataFormatError, match=rf"^{path}:2: line contains a NUL byte"):
+    list(text_io.TextReader([str(path)], _TwoColumns()))
+  reader = text_io.TextReader([str(path)], _TwoColumns(), skip_bad_lines=True)
+  assert [v for raw in reader for v in raw.values[:, 0]] == [b"a", b"d"]
+  assert reader.bad_lines == 2
+
+
+@pytest.mark.parametrize("name, content", [("e.csv", b""), ("e.csv.gz", _gz_bytes(""))])
+def test_an_empty_file_has_no_lines(tmp_path, name, content):
+  path = tmp_path / name
+  path.write_bytes(content)
+  reader = text_io.TextReader([str(path)], _TwoColumns())
+  assert list(reader) == [] and reader.bad_lines == 0 and not reader.has_data_lines()
+
+
+def test_has_data_lines_reads_one_line_of_some_file(tmp_path, write_file):
+  empty = write_file(tmp_path / "a.csv", "")
+  full = write_file(tmp_path / "b.csv", "not even a good line\n")
+  assert text_io.TextReader([empty, full], _TwoColumns()).has_data_lines()
+  assert not text_io.TextReader([empty], _TwoColumns()).has_data_lines()

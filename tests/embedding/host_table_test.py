@@ -189,3 +189,30 @@ def test_bad_spec_rejected():
     HostTable.create_ram(10, 2, 3, seed=0, init_stddev=0.1, initial_slot_row=[0.0, 1.0])
   with pytest.raises(ValueError, match="num_rows"):
     HostTable.create_ram(0, 2, 0, seed=0, init_stddev=0.1, initial_slot_row=[])
+
+
+def test_scatter_marks_dirty_chunks_and_pop_clears_them(tmp_path):
+  from sfjax.embedding.host_table import CHUNK_ROWS
+  for table in _tables(tmp_path, num_rows=2 * CHUNK_ROWS + 3, width=2, slot_width=1):
+    assert table.pop_dirty_chunks().tolist() == []
+    table.scatter(np.array([5, 2 * CHUNK_ROWS + 1], np.int64), np.ones((2, 2), np.float32),
+                  np.ones((2, 1), np.float32))
+    assert table.pop_dirty_chunks().tolist() == [0, 2]
+    assert table.pop_dirty_chunks().tolist() == []
+    table.mark_dirty_chunks([1])  # a failed checkpoint puts them back
+    assert table.pop_dirty_chunks().tolist() == [1]
+
+
+def test_read_chunk_and_load_chunk_round_trip(tmp_path):
+  from sfjax.embedding.host_table import CHUNK_ROWS
+  src, dst = _tables(tmp_path, num_rows=CHUNK_ROWS + 10, width=2, slot_width=3)
+  ids = np.array([1, CHUNK_ROWS + 9], np.int64)
+  src.scatter(ids, np.full((2, 2), 3.0, np.float32), np.full((2, 3), 4.0, np.float32))
+  for k in (0, 1):
+    values, slots, flags = src.read_chunk(k)
+    assert values.shape[0] == (CHUNK_ROWS if k == 0 else 10) and flags.sum() == 1
+    dst.load_chunk(k, values, slots, flags)
+  assert dst.num_materialised == 2 and dst.pop_dirty_chunks().tolist() == []  # a restore is clean
+  chex.assert_trees_all_equal(dst.gather(ids), src.gather(ids))
+  with pytest.raises(ValueError, match="chunk 1 needs 10 rows"):
+    dst.load_chunk(1, values[:3], slots[:3], flags[:3])

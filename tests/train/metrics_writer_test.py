@@ -62,3 +62,16 @@ def test_rerun_starts_a_fresh_metrics_file(tmp_path):
   with metrics_writer.MetricsWriter(str(tmp_path)) as writer:
     writer.write({"step": 9})
   assert _lines(tmp_path / "metrics.jsonl") == [{"step": 9}]
+
+
+def test_resume_keeps_records_up_to_the_checkpoint_and_appends(tmp_path):
+  path = tmp_path / "metrics.jsonl"
+  path.write_text('{"step": 10, "auc": 0.6}\n{"step": 20, "auc": 0.7}\n{"step": 30, "au')
+  writer = metrics_writer.MetricsWriter(str(tmp_path), _config(), resume_step=20)
+  writer.write({"step": 30, "auc": 0.8})
+  writer.close()
+  assert [r["step"] for r in _lines(path)] == [10, 20, 30]  # torn line dropped, no duplicate
+  writer = metrics_writer.MetricsWriter(str(tmp_path), _config(), resume_step=10)
+  writer.close()
+  assert _lines(path) == [{"step": 10, "auc": 0.6}]
+  assert metrics_writer.read_records(str(tmp_path / "absent.jsonl")) == []

@@ -85,3 +85,17 @@ def test_log_reads_the_backends_counters():
   runner.run_steps(_fake_step([1.0] * 4), jnp.int32(0), _inputs(1), 1, 4, BATCH, log_every=2,
                    total_steps=10, stats=stats)
   assert len(calls) == 2  # steps 2 and 4
+
+
+def test_on_step_sees_every_new_state_even_when_a_later_input_fails():
+  seen = []
+
+  def inputs():
+    yield "batch1"
+    yield "batch2"
+    raise OSError("shard vanished")
+
+  with pytest.raises(OSError, match="shard vanished"):
+    runner.run_steps(_fake_step([1.0] * 4), jnp.int32(0), inputs(), 1, 4, BATCH,
+                     on_step=lambda s: seen.append(int(s)))
+  assert seen == [1, 2]  # the trainer can still flush the state after step 2

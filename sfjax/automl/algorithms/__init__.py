@@ -8,6 +8,7 @@ from sfjax.automl.algorithms.base import (
     TrialResult,
     TrialStatus,
 )
+from sfjax.automl.algorithms.bohb import BOHB
 from sfjax.automl.algorithms.evolution import RegularizedEvolution, mutate
 from sfjax.automl.algorithms.hyperband import (
     ASHA,
@@ -23,7 +24,7 @@ from sfjax.automl.algorithms.random_search import GridSearch, QuasiRandomSearch,
 # name -> spec class: the registry every algorithm name list (and `study.algorithm`) derives from.
 ALGORITHMS = {spec.name: spec for spec in (
     RandomSearch, GridSearch, QuasiRandomSearch, RegularizedEvolution, TPE, GP,
-    SuccessiveHalving, Hyperband, ASHA, PBT)}
+    SuccessiveHalving, Hyperband, ASHA, BOHB, PBT)}
 
 
 def algorithm_from_dict(data) -> AlgorithmSpec:
@@ -39,7 +40,7 @@ def algorithm_from_dict(data) -> AlgorithmSpec:
 
 
 __all__ = [
-    "ALGORITHMS", "ASHA", "AlgorithmSpec", "GP", "GridSearch", "Hyperband", "Objective", "PBT",
+    "ALGORITHMS", "ASHA", "BOHB", "AlgorithmSpec", "GP", "GridSearch", "Hyperband", "Objective", "PBT",
     "QuasiRandomSearch", "RandomSearch", "RegularizedEvolution", "Searcher",
     "SuccessiveHalving", "Suggestion", "TPE", "TrialResult", "TrialStatus",
     "algorithm_from_dict", "hyperband_brackets", "mutate", "pbt_exploit_explore",

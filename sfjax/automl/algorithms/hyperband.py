@@ -93,7 +93,7 @@ class SuccessiveHalving(AlgorithmSpec):
       raise ValueError(f"SuccessiveHalving.num_configs={n} leaves no config for the last rung "
                        f"of {budgets}; need >= {self.eta**(len(budgets) - 1)}")
     schedule = [(n // self.eta**i, b) for i, b in enumerate(budgets)]
-    return _BracketSearcher(self, space, objective, budgets, [schedule])
+    return BracketSearcher(self, space, objective, budgets, [schedule])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,13 +110,18 @@ class Hyperband(AlgorithmSpec):
 
   def build(self, space: Space, objective: Objective) -> Searcher:
     if self.num_iterations < 1:
-      raise ValueError(f"Hyperband.num_iterations must be >= 1, got {self.num_iterations}")
+      raise ValueError(f"{type(self).__name__}.num_iterations must be >= 1, got "
+                       f"{self.num_iterations}")
     budgets = rung_budgets(self.min_budget, self.max_budget, self.eta)
     brackets = hyperband_brackets(self.min_budget, self.max_budget, self.eta)
-    return _BracketSearcher(self, space, objective, budgets, brackets * self.num_iterations)
+    return self.searcher(space, objective, budgets, brackets * self.num_iterations)
+
+  def searcher(self, space, objective, budgets, brackets) -> Searcher:
+    """The searcher running `brackets` (BOHB swaps in its model-based one)."""
+    return BracketSearcher(self, space, objective, budgets, brackets)
 
 
-class _BracketSearcher(Searcher):
+class BracketSearcher(Searcher):
   """Synchronous successive-halving brackets, each independent of the others."""
 
   def __init__(self, spec, space, objective, budgets, brackets):
@@ -124,6 +129,14 @@ class _BracketSearcher(Searcher):
     self._budgets = budgets
     # Per bracket, per rung: (num_configs, budget, global rung index).
     self._brackets = [[(n, b, budgets.index(b)) for n, b in schedule] for schedule in brackets]
+
+  def _new_configs(self, count: int, asked: list) -> list:
+    """`count` fresh configs for a bracket's first rung (Hyperband: random samples).
+
+    `asked` holds the configs proposed earlier in the same ask (not yet pending).
+    """
+    del asked
+    return [self.space.sample(self._rng) for _ in range(count)]
 
   @property
   def brackets(self) -> list[list[tuple[int, float]]]:
@@ -167,7 +180,8 @@ class _BracketSearcher(Searcher):
       room = min(target - len(entries), n - len(out))
       fields = dict(budget=self._budgets[rung], rung=rung, bracket=bracket)
       if rung == self._brackets[bracket][0][2]:
-        out += [self._new_suggestion(self.space.sample(self._rng), **fields) for _ in range(room)]
+        out += [self._new_suggestion(config, **fields)
+                for config in self._new_configs(max(room, 0), [s.config for s in out])]
       else:
         promoted = {s.parent_trial_id for s, _ in entries}
         chosen = [r for r in ranked[:target] if r.trial_id not in promoted][:max(room, 0)]

@@ -88,7 +88,7 @@ def _stored_constraints(frozen_trial) -> tuple[float, ...]:
 
 
 @contextlib.contextmanager
-def _quiet_optuna():
+def quiet_optuna():
   """Silences Optuna's per-trial INFO logs and experimental-feature warnings."""
   import optuna  # pylint: disable=g-import-not-at-top
   verbosity = optuna.logging.get_verbosity()
@@ -101,56 +101,69 @@ def _quiet_optuna():
     optuna.logging.set_verbosity(verbosity)
 
 
+def rebuilt_study(optuna, space: Space, objective: Objective, sampler, results, pending_configs):
+  """A fresh in-memory Optuna study holding `results` and `pending_configs`.
+
+  Args:
+    optuna: the imported module (inside `quiet_optuna()`).
+    space, objective: the search's.
+    sampler: the Optuna sampler the study asks with.
+    results: told `TrialResult`s: DONE ones as COMPLETE with their objective,
+      REJECTED ones as infeasible (constraint 1.0), the rest as FAIL.
+    pending_configs: asked-but-not-told configs, as RUNNING (the constant liar).
+  """
+  # Pinned optuna 4.6: the system attribute the samplers read constraints from.
+  from optuna.samplers._base import _CONSTRAINTS_KEY  # pylint: disable=g-import-not-at-top
+  study = optuna.create_study(direction=objective.direction, sampler=sampler)
+  state_of = optuna.trial.TrialState
+  done = [objective.value(r.metrics) for r in results if r.status == TrialStatus.DONE]
+  worst = (min(done) if objective.direction == "maximize" else max(done)) if done else 0.0
+  for r in results:
+    config = r.suggestion.config
+    trial = dict(params=space.optuna_params(config), distributions=space.optuna_distributions(config))
+    if r.status == TrialStatus.DONE:
+      trial.update(value=objective.value(r.metrics), state=state_of.COMPLETE,
+                   system_attrs={_CONSTRAINTS_KEY: (0.0,)})
+    elif r.status == TrialStatus.REJECTED:  # infeasible: the samplers learn to avoid it
+      trial.update(value=worst, state=state_of.COMPLETE, system_attrs={_CONSTRAINTS_KEY: (1.0,)})
+    else:
+      trial.update(state=state_of.FAIL)
+    study.add_trial(optuna.trial.create_trial(**trial))
+  for config in pending_configs:
+    study.add_trial(optuna.trial.create_trial(
+        params=space.optuna_params(config), distributions=space.optuna_distributions(config),
+        state=state_of.RUNNING))
+  return study
+
+
+def ask_config(optuna, study, space: Space, rng):
+  """One config from the study's sampler; it stays RUNNING in `study` (the liar sees it).
+
+  A suggestion that hits a forbidden clause is told as FAIL and asked again; after
+  `_FORBIDDEN_TRIES` in a row a random allowed config (from `rng`) is used instead.
+  """
+  for _ in range(_FORBIDDEN_TRIES):
+    trial = study.ask()
+    try:
+      return space.suggest(trial)
+    except ForbiddenConfigError:
+      study.tell(trial, state=optuna.trial.TrialState.FAIL)
+  # The sampler ignores FAIL trials, so it may keep proposing forbidden values.
+  config = space.sample(rng)
+  study.add_trial(optuna.trial.create_trial(
+      params=space.optuna_params(config), distributions=space.optuna_distributions(config),
+      state=optuna.trial.TrialState.RUNNING))
+  return config
+
+
+
 class OptunaSearcher(Searcher):
   """Searcher driving an Optuna sampler through `study.ask()` / `space.suggest`."""
 
-  def _rebuilt_study(self, optuna):
-    # Pinned optuna 4.6: the system attribute the samplers read constraints from.
-    from optuna.samplers._base import _CONSTRAINTS_KEY  # pylint: disable=g-import-not-at-top
-    seed = int(self._rng.integers(2**31 - 1))
-    study = optuna.create_study(direction=self.objective.direction,
-                                sampler=self.spec.make_sampler(seed))
-    state_of = optuna.trial.TrialState
-    done = [self.objective.value(r.metrics) for r in self._done()]
-    worst = (min(done) if self.objective.direction == "maximize" else max(done)) if done else 0.0
-    for r in self._history:
-      config = r.suggestion.config
-      trial = dict(params=self.space.optuna_params(config),
-                   distributions=self.space.optuna_distributions(config))
-      if r.status == TrialStatus.DONE:
-        trial.update(value=self.objective.value(r.metrics), state=state_of.COMPLETE,
-                     system_attrs={_CONSTRAINTS_KEY: (0.0,)})
-      elif r.status == TrialStatus.REJECTED:  # infeasible: the samplers learn to avoid it
-        trial.update(value=worst, state=state_of.COMPLETE, system_attrs={_CONSTRAINTS_KEY: (1.0,)})
-      else:
-        trial.update(state=state_of.FAIL)
-      study.add_trial(optuna.trial.create_trial(**trial))
-    for s in self._pending.values():
-      study.add_trial(optuna.trial.create_trial(
-          params=self.space.optuna_params(s.config),
-          distributions=self.space.optuna_distributions(s.config), state=state_of.RUNNING))
-    return study
-
   def _propose(self, n):
-    with _quiet_optuna() as optuna:
-      study = self._rebuilt_study(optuna)
-      out, forbidden = [], 0
-      while len(out) < n:
-        trial = study.ask()
-        try:
-          config = self.space.suggest(trial)
-        except ForbiddenConfigError:
-          study.tell(trial, state=optuna.trial.TrialState.FAIL)
-          forbidden += 1
-          if forbidden < _FORBIDDEN_TRIES:
-            continue
-          # The sampler ignores FAIL trials, so it may keep proposing forbidden
-          # values; fall back to a random allowed config, shown to it as RUNNING.
-          config = self.space.sample(self._rng)
-          study.add_trial(optuna.trial.create_trial(
-              params=self.space.optuna_params(config),
-              distributions=self.space.optuna_distributions(config),
-              state=optuna.trial.TrialState.RUNNING))
-        forbidden = 0
-        out.append(self._new_suggestion(config))  # `trial` stays RUNNING: the liar sees it
-    return out
+    with quiet_optuna() as optuna:
+      sampler = self.spec.make_sampler(int(self._rng.integers(2**31 - 1)))
+      study = rebuilt_study(optuna, self.space, self.objective, sampler, self._history,
+                            [s.config for s in self._pending.values()])
+      return [self._new_suggestion(ask_config(optuna, study, self.space, self._rng))
+              for _ in range(n)]

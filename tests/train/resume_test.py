@@ -1,0 +1,135 @@
+"""Crash-safe training: a run killed mid-window resumes to exactly the uninterrupted result.
+
+In-process crashes (a step that raises) for both backends; the SIGKILLed CLI is
+tests/experiments/train_ctr_resume_test.py.
+"""
+
+import json
+import logging
+
+import chex
+import jax
+import numpy as np
+import pytest
+
+from experiments.configs import ctr
+from sfjax.data import dataset as dataset_lib
+from sfjax.embedding.host_table import HostTable
+from sfjax.train import checkpoint
+from sfjax.train import loop
+
+# Per-process counters and timings: not part of the training result.
+PROCESS_KEYS = ("examples_per_sec", "train_seconds", "cache_stats", "cache_hit_rate",
+                "h2d_bytes_per_example", "d2h_bytes_per_example", "evictions")
+
+
+def _config(backend, steps=40, host_path=""):
+  c = ctr.get_config("smoke")
+  devices = 1
+  if backend.endswith("-8dev"):  # the state replicated over 8 fake devices
+    backend, devices = backend[:-len("-8dev")], 8
+  if backend == "cache-mmap":
+    backend, c.embedding.host_storage, c.embedding.host_path = "cache", "mmap", host_path
+  c.train.num_devices, c.train.steps, c.train.eval_every, c.train.log_every = devices, steps, 20, 100
+  c.train.batch_size = 128
+  c.embedding.backend, c.embedding.cache_rows = backend, 0.25  # the cache evicts
+  c.checkpoint.every_steps, c.checkpoint.keep = 10, 2
+  return c
+
+
+def _without_process_keys(record):
+  out = {k: v for k, v in record.items() if k not in PROCESS_KEYS}
+  if "best" in out:
+    out["best"] = _without_process_keys(out["best"])
+  return out
+
+
+def _crashing(trainer, at_call, exc):
+  calls = [0]
+
+  def run_step(state, inputs):
+    calls[0] += 1
+    if calls[0] == at_call:
+      raise exc
+    return trainer.run_step(state, inputs)
+
+  return trainer._replace(run_step=run_step)
+
+
+def _table(trainer, state):
+  if trainer.backend.host_table is not None:
+    return trainer.backend.host_table.read_all()
+  return jax.device_get(state.table)
+
+
+@pytest.mark.parametrize("backend", ["device", "cache", "cache-mmap", "cache-8dev"])
+def test_resume_after_a_crash_equals_the_uninterrupted_run(tmp_path, backend, caplog):
+  c_ref = _config(backend, host_path=str(tmp_path / "ref_host"))
+  data = dataset_lib.make_dataset(c_ref.data, c_ref.seed)
+  ref_trainer = loop.build_trainer(c_ref, data.spec)
+  ref, ref_state = loop.train_and_evaluate(c_ref, str(tmp_path / "ref"), dataset=data,
+                                           trainer=ref_trainer)
+  c = _config(backend, host_path=str(tmp_path / "run_host"))
+
+  crashed = _crashing(loop.build_trainer(c, data.spec), 15, RuntimeError("node lost"))
+  with caplog.at_level(logging.INFO, logger="absl"):  # other tests may lower absl's verbosity
+    with pytest.raises(RuntimeError, match="node lost"):
+      loop.train_and_evaluate(c, str(tmp_path / "run"), dataset=data, trainer=crashed)
+  assert "last good checkpoint: " + str(tmp_path / "run" / "checkpoints" / "step_00000010") \
+      in caplog.text
+  assert "training stopped at step 14" in caplog.text  # the live state was flushed
+  if backend == "cache":  # nothing lost: the host table holds every row of step 14
+    c14 = _config(backend, steps=14)
+    c14.checkpoint.every_steps = 0
+    t14 = loop.build_trainer(c14, data.spec)
+    loop.train_and_evaluate(c14, None, dataset=data, trainer=t14)
+    chex.assert_trees_all_equal(crashed.backend.host_table.read_all(),
+                                t14.backend.host_table.read_all())
+
+  if backend == "cache-mmap":
+    crashed.backend.host_table.close()  # its rows after step 10 stay on disk, as after a kill
+    trainer = None  # the loop resets host_path and loads the checkpoint into a new table
+  else:
+    trainer = loop.build_trainer(c, data.spec)
+  resumed, state = loop.train_and_evaluate(c, str(tmp_path / "run"), dataset=data, trainer=trainer)
+  assert _without_process_keys(resumed) == _without_process_keys(ref)
+  chex.assert_trees_all_equal(jax.device_get((state.step, state.params, state.opt_state)),
+                              jax.device_get((ref_state.step, ref_state.params,
+                                              ref_state.opt_state)))
+  table = (_table(trainer, state) if trainer is not None
+           else HostTable.open_mmap(c.embedding.host_path, writable=False).read_all())
+  chex.assert_trees_all_equal(table, _table(ref_trainer, ref_state))
+  records = [json.loads(l) for l in open(tmp_path / "run" / "metrics.jsonl")]
+  ref_records = [json.loads(l) for l in open(tmp_path / "ref" / "metrics.jsonl")]
+  assert [r["step"] for r in records] == [20, 40]
+  assert ([_without_process_keys(r) for r in records]
+          == [_without_process_keys(r) for r in ref_records])
+  assert checkpoint.committed_steps(str(tmp_path / "run" / "checkpoints")) == [30, 40]
+
+  if backend not in ("device", "cache"):
+    return
+  # Rerunning a finished run trains nothing and reports the same result.
+  again, _ = loop.train_and_evaluate(c, str(tmp_path / "run"), dataset=data)
+  assert _without_process_keys(again) == _without_process_keys(ref)
+
+
+def test_a_non_finite_loss_stops_at_its_step_before_any_eval_or_save(tmp_path, caplog):
+  c = _config("device")
+  c.checkpoint.every_steps = 5
+  data = dataset_lib.make_dataset(c.data, c.seed)
+  trainer = loop.build_trainer(c, data.spec)
+  calls = [0]
+
+  def nan_at_7(state, inputs):
+    calls[0] += 1
+    state, metrics, n = trainer.run_step(state, inputs)
+    if calls[0] == 7:
+      metrics = dict(metrics, loss=metrics["loss"] * np.nan)
+    return state, metrics, n
+
+  with caplog.at_level(logging.INFO, logger="absl"):  # other tests may lower absl's verbosity
+    with pytest.raises(FloatingPointError, match="at step 7"):
+      loop.train_and_evaluate(c, str(tmp_path), dataset=data,
+                              trainer=trainer._replace(run_step=nan_at_7))
+  assert checkpoint.committed_steps(str(tmp_path / "checkpoints")) == [5]
+  assert "nothing was flushed" in caplog.text and "step_00000005" in caplog.text
