@@ -113,6 +113,42 @@ def _final_metrics(history: list[dict[str, Any]], windows: list[runner.StepWindo
   return final
 
 
+def _checkpoint_location(config, workdir: str | None, reset_mmap: bool):
+  """(checkpoint root or None, the checkpoint to resume from or None).
+
+  The resume point is the newest checkpoint whose every file checks out (corrupt newer
+  ones are moved aside). Resuming a cache run on an mmap table recreates the table
+  first (`reset_mmap`): rows written after the checkpoint must not survive.
+  """
+  every, _ = checkpoint.settings(config)
+  if every and not workdir:
+    logging.warning("checkpoint.every_steps=%d but no workdir: no checkpoints are written", every)
+  root = os.path.join(workdir, checkpoint.CHECKPOINT_DIR) if workdir and every else None
+  resume_from = checkpoint.find_resumable(root)
+  e = config.embedding
+  if resume_from and reset_mmap and e.backend == "cache" and e.host_storage == "mmap":
+    if table_checkpoint.discard_mmap_table(e.host_path):
+      logging.info("resuming: host table %s is reset to %s", e.host_path, resume_from)
+  return root, resume_from
+
+
+def _eval_record(step: int, windows: list[runner.StepWindow], unique_counts: list[int],
+                 backend: backends.Backend, state: TrainState, dataset,
+                 eval_batch_size: int) -> dict[str, Any]:
+  """One metrics.jsonl record: throughput of the windows since the last eval, cache
+  counters, every eval split's AUC / logloss and the oracle's (synthetic data)."""
+  examples = sum(w.examples for w in windows)
+  record = {"step": step, "loss": float(windows[-1].last_metrics["loss"]),
+            "examples_per_sec": examples / max(sum(w.seconds for w in windows), 1e-9),
+            "unique_per_batch": float(np.mean(unique_counts))}
+  record.update({k: v for k, v in backend.stats().items() if k in _CACHE_KEYS})
+  record.update(evaluation.evaluate_splits(backend, state, dataset, eval_batch_size))
+  for split, om in (dataset.oracle or {}).items():
+    record[f"oracle_{split}_auc"] = om["auc"]
+    record[f"oracle_{split}_logloss"] = om["logloss"]
+  return record
+
+
 def _check_finite(window: runner.StepWindow, first: int) -> None:
   """Raises FloatingPointError naming the first step of the window whose loss is not finite."""
   bad = np.flatnonzero(~np.isfinite(window.losses))
@@ -178,17 +214,7 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
   config_check.validate(config)
   tcfg = config.train
   ckpt_every, ckpt_keep = checkpoint.settings(config)
-  ckpt_root = os.path.join(workdir, checkpoint.CHECKPOINT_DIR) if workdir and ckpt_every else None
-  if ckpt_every and not workdir:
-    logging.warning("checkpoint.every_steps=%d but no workdir: no checkpoints are written",
-                    ckpt_every)
-  # Newest checkpoint whose every file checks out; corrupt newer ones are moved aside.
-  resume_from = checkpoint.find_resumable(ckpt_root)
-  e = config.embedding
-  if resume_from and e.backend == "cache" and e.host_storage == "mmap" and trainer is None:
-    # Rows written after the checkpoint must not survive: recreate the table, then load it.
-    if table_checkpoint.discard_mmap_table(e.host_path):
-      logging.info("resuming: host table %s is reset to %s", e.host_path, resume_from)
+  ckpt_root, resume_from = _checkpoint_location(config, workdir, reset_mmap=trainer is None)
   if dataset is None:
     dataset = dataset_lib.make_dataset(config.data, config.seed)
   spec = dataset.spec
@@ -197,7 +223,6 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
   logging.info("backend=%s table rows=%d width=%d, fields=%d dense=%d, devices=%d, "
                "unique capacity=%d", backend.name, spec.total_rows, trainer.width,
                spec.num_fields, spec.num_dense, trainer.mesh.size, backend.capacity)
-  oracle = dataset.oracle or {}
   state, history, windows, pending, start = trainer.state, [], [], [], 0
   checkpointer = None
   fields = [{"name": f.name, "rows": int(f.num_rows)} for f in spec.fields]  # for exports
@@ -236,15 +261,8 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
         if loss_log is not None:
           loss_log.extend(float(x) for x in window.losses)
         if last in eval_steps:
-          examples = sum(w.examples for w in since_eval)
-          record = {"step": last, "loss": float(window.last_metrics["loss"]),
-                    "examples_per_sec": examples / max(sum(w.seconds for w in since_eval), 1e-9),
-                    "unique_per_batch": float(np.mean(pending))}
-          record.update({k: v for k, v in backend.stats().items() if k in _CACHE_KEYS})
-          record.update(evaluation.evaluate_splits(backend, state, dataset, tcfg.eval_batch_size))
-          for split, om in oracle.items():
-            record[f"oracle_{split}_auc"] = om["auc"]
-            record[f"oracle_{split}_logloss"] = om["logloss"]
+          record = _eval_record(last, since_eval, pending, backend, state, dataset,
+                                tcfg.eval_batch_size)
           history.append(record)
           logging.info("eval %s", json.dumps(record))
           writer.write(record)
