@@ -42,6 +42,18 @@ from sfjax.train.state import TrainState
 
 # Cache counters copied into every metrics.jsonl record (cumulative).
 _CACHE_KEYS = ("cache_hit_rate", "h2d_bytes_per_example", "d2h_bytes_per_example", "evictions")
+# Metrics that describe this process, not the training result: timings and cache counters
+# (a resumed run counts them from its restart; everything else equals an uninterrupted run).
+PROCESS_METRICS = ("examples_per_sec", "train_seconds", "cache_stats", *_CACHE_KEYS)
+
+
+def training_result(record: dict[str, Any]) -> dict[str, Any]:
+  """`record` (an eval record or the final metrics) without `PROCESS_METRICS`, recursively
+  in `best`: what a resumed run must reproduce exactly."""
+  out = {k: v for k, v in record.items() if k not in PROCESS_METRICS}
+  if "best" in out:
+    out["best"] = training_result(out["best"])
+  return out
 
 
 class Trainer(NamedTuple):

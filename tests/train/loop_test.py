@@ -87,3 +87,12 @@ def test_the_loop_validates_the_config_before_building_anything(tmp_path):
   with pytest.raises(ConfigError, match="model.name"):
     loop.train_and_evaluate(c, str(tmp_path))
   assert not (tmp_path / "config.json").exists()
+
+
+def test_training_result_drops_only_the_per_process_metrics():
+  record = {"step": 40, "auc": 0.7, "loss": 0.5, "examples_per_sec": 1e4, "train_seconds": 3.0,
+            "cache_hit_rate": 0.4, "evictions": 12, "cache_stats": {"hits": 1},
+            "best": {"step": 20, "auc": 0.71, "examples_per_sec": 9e3, "evictions": 3}}
+  assert loop.training_result(record) == {"step": 40, "auc": 0.7, "loss": 0.5,
+                                          "best": {"step": 20, "auc": 0.71}}
+  assert record["examples_per_sec"] == 1e4  # the input is left as it was

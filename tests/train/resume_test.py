@@ -18,9 +18,6 @@ from sfjax.embedding.host_table import HostTable
 from sfjax.train import checkpoint
 from sfjax.train import loop
 
-# Per-process counters and timings: not part of the training result.
-PROCESS_KEYS = ("examples_per_sec", "train_seconds", "cache_stats", "cache_hit_rate",
-                "h2d_bytes_per_example", "d2h_bytes_per_example", "evictions")
 
 
 def _config(backend, steps=40, host_path=""):
@@ -35,13 +32,6 @@ def _config(backend, steps=40, host_path=""):
   c.embedding.backend, c.embedding.cache_rows = backend, 0.25  # the cache evicts
   c.checkpoint.every_steps, c.checkpoint.keep = 10, 2
   return c
-
-
-def _without_process_keys(record):
-  out = {k: v for k, v in record.items() if k not in PROCESS_KEYS}
-  if "best" in out:
-    out["best"] = _without_process_keys(out["best"])
-  return out
 
 
 def _crashing(trainer, at_call, exc):
@@ -92,7 +82,7 @@ def test_resume_after_a_crash_equals_the_uninterrupted_run(tmp_path, backend, ca
   else:
     trainer = loop.build_trainer(c, data.spec)
   resumed, state = loop.train_and_evaluate(c, str(tmp_path / "run"), dataset=data, trainer=trainer)
-  assert _without_process_keys(resumed) == _without_process_keys(ref)
+  assert loop.training_result(resumed) == loop.training_result(ref)
   chex.assert_trees_all_equal(jax.device_get((state.step, state.params, state.opt_state)),
                               jax.device_get((ref_state.step, ref_state.params,
                                               ref_state.opt_state)))
@@ -102,15 +92,15 @@ def test_resume_after_a_crash_equals_the_uninterrupted_run(tmp_path, backend, ca
   records = [json.loads(l) for l in open(tmp_path / "run" / "metrics.jsonl")]
   ref_records = [json.loads(l) for l in open(tmp_path / "ref" / "metrics.jsonl")]
   assert [r["step"] for r in records] == [20, 40]
-  assert ([_without_process_keys(r) for r in records]
-          == [_without_process_keys(r) for r in ref_records])
+  assert ([loop.training_result(r) for r in records]
+          == [loop.training_result(r) for r in ref_records])
   assert checkpoint.committed_steps(str(tmp_path / "run" / "checkpoints")) == [30, 40]
 
   if backend not in ("device", "cache"):
     return
   # Rerunning a finished run trains nothing and reports the same result.
   again, _ = loop.train_and_evaluate(c, str(tmp_path / "run"), dataset=data)
-  assert _without_process_keys(again) == _without_process_keys(ref)
+  assert loop.training_result(again) == loop.training_result(ref)
 
 
 def test_a_non_finite_loss_stops_at_its_step_before_any_eval_or_save(tmp_path, caplog):
