@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import mmap
 import os
 import threading
 import zlib
@@ -37,6 +36,7 @@ from typing import IO, Iterable, Iterator, NamedTuple
 import numpy as np
 
 from sfjax.core import atomic
+from sfjax.core import digest
 from sfjax.data.types import Batch, DatasetSpec
 
 SPLIT_FILE = "split.json"
@@ -118,15 +118,6 @@ def _save_npy(path: str, array: np.ndarray) -> dict:
 
   atomic.atomic_write(path, write)
   return out
-
-
-def file_crc32(path: str) -> int:
-  """CRC-32 of a whole file (read through a memory map)."""
-  with open(path, "rb") as f:
-    if os.fstat(f.fileno()).st_size == 0:
-      return 0
-    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-      return zlib.crc32(m)
 
 
 def _check_chunk(chunk: Batch, spec: DatasetSpec, rows: np.ndarray) -> None:
@@ -280,7 +271,7 @@ class ShardSplit:
         raise CorruptShardError(path, f"{size} bytes, {SPLIT_FILE} says {meta['bytes']} "
                                       "(truncated or replaced)")
       if verify:
-        crc = f"{file_crc32(path):08x}"
+        crc = f"{digest.file_digest(path)['crc32']:08x}"
         if crc != meta["crc32"]:
           raise CorruptShardError(path, f"CRC-32 {crc}, {SPLIT_FILE} says {meta['crc32']} "
                                         "(corrupt: preprocess again)")

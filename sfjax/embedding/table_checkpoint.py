@@ -165,28 +165,34 @@ def verify_table(directory: str) -> int:
   """
   manifest = read_manifest(directory)
   for entry in manifest["chunks"].values():
-    path = os.path.join(directory, entry["file"])
-    try:
-      with open(path, "rb") as f:
-        data = f.read()
-    except OSError as err:
-      raise ValueError(f"{path}: unreadable table checkpoint chunk: {err}") from err
-    if len(data) != entry["bytes"] or zlib.crc32(data) != entry["crc32"]:
-      raise ValueError(f"{path}: table checkpoint chunk is corrupt (size {len(data)} vs "
-                       f"{entry['bytes']}, crc32 {zlib.crc32(data)} vs {entry['crc32']})")
+    _read_chunk(directory, entry)
   return len(manifest["chunks"])
+
+
+def _read_chunk(directory: str, entry: dict[str, Any]) -> bytes:
+  """A chunk file's bytes, checked against its manifest entry (size and CRC-32).
+
+  Raises:
+    ValueError: naming the file, when it is unreadable, truncated or altered.
+  """
+  path = os.path.join(directory, entry["file"])
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except OSError as err:
+    raise ValueError(f"{path}: unreadable table checkpoint chunk: {err}") from err
+  crc = zlib.crc32(data)
+  if len(data) != entry["bytes"] or crc != entry["crc32"]:
+    raise ValueError(f"{path}: table checkpoint chunk is corrupt (size {len(data)} vs "
+                     f"{entry['bytes']}, crc32 {crc} vs {entry['crc32']})")
+  return data
 
 
 def load_chunk_file(directory: str, entry: dict[str, Any], rows: int,
                     width: int, slot_width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Reads and verifies one chunk file: (values [n,E], slots [n,S], flags [n] bool)."""
   path = os.path.join(directory, entry["file"])
-  with open(path, "rb") as f:
-    data = f.read()
-  if len(data) != entry["bytes"] or zlib.crc32(data) != entry["crc32"]:
-    raise ValueError(f"{path}: table checkpoint chunk is corrupt (size {len(data)} vs "
-                     f"{entry['bytes']}, crc32 {zlib.crc32(data)} vs {entry['crc32']})")
-  block = np.load(io.BytesIO(data))
+  block = np.load(io.BytesIO(_read_chunk(directory, entry)))
   if block.shape != (rows, width + slot_width + 1) or block.dtype != np.float32:
     raise ValueError(f"{path}: chunk has shape {block.shape} {block.dtype}, expected "
                      f"({rows}, {width + slot_width + 1}) float32")

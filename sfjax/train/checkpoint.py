@@ -42,6 +42,7 @@ import jax
 from absl import logging
 import orbax.checkpoint as ocp
 
+from sfjax.core import digest
 from sfjax.core.atomic import atomic_write
 from sfjax.core.atomic import fsync_directory
 from sfjax.core.errors import ConfigError
@@ -55,7 +56,6 @@ FORMAT_NAME = "sfjax.train_checkpoint"
 FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _META_CRC = "meta_crc32"
-_READ_BLOCK = 1 << 24
 
 
 class CorruptCheckpointError(ValueError):
@@ -127,25 +127,16 @@ def read_meta(path: str) -> dict[str, Any]:
   return meta
 
 
-def file_digest(path: str) -> dict[str, int]:
-  """{"bytes", "crc32"} of a file, read in 16 MiB blocks."""
-  crc, size = 0, 0
-  with open(path, "rb") as f:
-    while block := f.read(_READ_BLOCK):
-      crc, size = zlib.crc32(block, crc), size + len(block)
-  return {"bytes": size, "crc32": crc}
-
-
 def _digests(tmp: str, with_table: bool) -> dict[str, dict[str, int]]:
   """Digests of every file of `dense/` (and `table/manifest.json`), keyed by relative path."""
   files = {}
   for dirpath, _, filenames in os.walk(os.path.join(tmp, "dense")):
     for name in filenames:
       full = os.path.join(dirpath, name)
-      files[os.path.relpath(full, tmp)] = file_digest(full)
+      files[os.path.relpath(full, tmp)] = digest.file_digest(full)
   if with_table:
     rel = os.path.join("table", table_checkpoint.MANIFEST_FILE)
-    files[rel] = file_digest(os.path.join(tmp, rel))
+    files[rel] = digest.file_digest(os.path.join(tmp, rel))
   return dict(sorted(files.items()))
 
 
@@ -162,7 +153,7 @@ def verify(path: str) -> dict[str, Any]:
   for rel, want in meta.get("files", {}).items():
     full = os.path.join(path, rel)
     try:
-      got = file_digest(full)
+      got = digest.file_digest(full)
     except OSError as err:
       raise CorruptCheckpointError(f"{full}: unreadable checkpoint file: {err}") from err
     if got != want:

@@ -27,6 +27,7 @@ after it is flushed to the host table.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -39,6 +40,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
+from sfjax.core import digest
 from sfjax.core.atomic import atomic_write
 from sfjax.embedding import row_optimizers
 from sfjax.embedding import table_checkpoint
@@ -149,8 +151,7 @@ def _save_npy(out_dir: str, rel: str, array: np.ndarray, lo: int) -> dict[str, A
   full = os.path.join(out_dir, rel)
   with open(full, "wb") as f:
     np.save(f, np.ascontiguousarray(array, np.float32))
-  digest = checkpoint.file_digest(full)
-  return {"file": rel, "rows": [lo, lo + int(array.shape[0])], **digest}
+  return {"file": rel, "rows": [lo, lo + int(array.shape[0])], **digest.file_digest(full)}
 
 
 def export_checkpoint(workdir: str, out_dir: str, checkpoint_path: str | None = None
@@ -225,6 +226,6 @@ def read_export(out_dir: str) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
         data = f.read()
       if zlib.crc32(data) != entry["crc32"]:
         raise ValueError(f"{os.path.join(out_dir, entry['file'])}: CRC-32 mismatch")
-      arrays.append(np.load(os.path.join(out_dir, entry["file"])))
+      arrays.append(np.load(io.BytesIO(data)))
     parts[kind] = np.concatenate(arrays)
   return manifest, parts["values"], parts["slots"]

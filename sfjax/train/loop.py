@@ -125,14 +125,14 @@ def _final_metrics(history: list[dict[str, Any]], windows: list[runner.StepWindo
   return final
 
 
-def _checkpoint_location(config, workdir: str | None, reset_mmap: bool):
-  """(checkpoint root or None, the checkpoint to resume from or None).
+def _checkpoint_location(config, workdir: str | None, every: int, reset_mmap: bool):
+  """(checkpoint root or None, the checkpoint to resume from or None); `every` is
+  `checkpoint.every_steps`.
 
   The resume point is the newest checkpoint whose every file checks out (corrupt newer
   ones are moved aside). Resuming a cache run on an mmap table recreates the table
   first (`reset_mmap`): rows written after the checkpoint must not survive.
   """
-  every, _ = checkpoint.settings(config)
   if every and not workdir:
     logging.warning("checkpoint.every_steps=%d but no workdir: no checkpoints are written", every)
   root = os.path.join(workdir, checkpoint.CHECKPOINT_DIR) if workdir and every else None
@@ -226,7 +226,8 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
   config_check.validate(config)
   tcfg = config.train
   ckpt_every, ckpt_keep = checkpoint.settings(config)
-  ckpt_root, resume_from = _checkpoint_location(config, workdir, reset_mmap=trainer is None)
+  ckpt_root, resume_from = _checkpoint_location(config, workdir, ckpt_every,
+                                               reset_mmap=trainer is None)
   if dataset is None:
     dataset = dataset_lib.make_dataset(config.data, config.seed)
   spec = dataset.spec

@@ -124,8 +124,8 @@ def test_a_corrupt_shard_fails_its_checksum_naming_the_file(split_dir):
 def test_checksums_are_checked_once_per_shard(split_dir, monkeypatch):
   split = shards.ShardSplit(str(split_dir))
   calls = []
-  real = shards.file_crc32
-  monkeypatch.setattr(shards, "file_crc32", lambda p: calls.append(p) or real(p))
+  real = shards.digest.file_digest
+  monkeypatch.setattr(shards.digest, "file_digest", lambda p: calls.append(p) or real(p))
   for _ in range(3):
     _read_all(split)
   assert len(calls) == 3 * len(shards.ARRAYS)  # 3 shards x 3 files, the first pass only
