@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(PY) -m experiments.train_ctr --config=experiments/configs/ctr.py --workdir=$(WORKDIR)
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --dist=loadfile tests
 
 bench: $(STAMP)
 	$(PY) -m experiments.bench_train

@@ -9,6 +9,13 @@ log-spaced learning rates, seeds 0..N-1) are run
 Both paths include eval, exact host AUC/logloss and the transfer of each trial's
 final state to the host, i.e. what a study pays per trial. Each program is
 compiled (and run) once before the timed run; compile time is reported apart.
+
+With `--joint=N`, also N trials drawn at random from the default joint architecture +
+hyperparameter space of `experiments.search` (search_spaces/ctr.py, the families of
+search_ctr.py), asked in rounds of `--joint_batch` like a search: each round's trials
+of one architecture run as one cohort, against every trial alone. Both paths are
+timed end to end, compiles included (every new architecture compiles, as in a
+search), and `mean_cohort_width` is the mean number of trials per cohort.
 Ends stdout with one JSON line (also written to --out). Nothing here is
 platform-specific: the same command measures a GPU.
 """
@@ -27,6 +34,8 @@ from absl import flags
 from experiments import report
 
 from experiments.configs import ctr as ctr_config
+from experiments.configs import search_ctr
+from search_spaces import ctr as ctr_space
 from sfjax.automl.algorithms import TrialStatus
 from sfjax.ctr_search import arch as arch_lib
 from sfjax.ctr_search import cohort
@@ -43,6 +52,8 @@ _ROW_OPT = flags.DEFINE_string("embedding_optimizer", "adagrad", "Row optimizer.
 _SCALE = flags.DEFINE_float("cardinality_scale", 1e-3, "Synthetic Criteo cardinality scale (table size).")
 _EVAL_ROWS = flags.DEFINE_integer("eval_rows", 2048, "Eval examples per trial.")
 _SHARD = flags.DEFINE_boolean("shard_trials", False, "Shard the trial axis over all local devices.")
+_JOINT = flags.DEFINE_integer("joint", 0, "Also this many trials of the default joint space.")
+_JOINT_BATCH = flags.DEFINE_integer("joint_batch", 8, "Trials asked per round in --joint.")
 _OUT = flags.DEFINE_string("out", "", "Write the JSON result here too.")
 
 
@@ -95,6 +106,41 @@ def measure(data: trial_data.TrialData, arch, count: int, mesh) -> dict[str, flo
   }
 
 
+def measure_joint(data: trial_data.TrialData, count: int, batch: int, seed: int = 0) -> dict:
+  """`count` random trials of the default joint space: cohorts per round vs one at a time."""
+  space_cfg = search_ctr.get_config().space
+  space = ctr_space.space_from_config(space_cfg)
+  rng = np.random.default_rng(seed)
+  trials = [arch_lib.split_config(ctr_space.runner_config(space.sample(rng)))
+            for _ in range(count)]
+  rounds = [trials[i:i + batch] for i in range(0, count, batch)]
+  jax.clear_caches()  # each path pays its own compiles, as a search does
+  together = cohort.CohortRunner(data.task, cohort_width=batch, data=data)
+  widths, failed, t = [], 0, time.perf_counter()
+  for i, round_trials in enumerate(rounds):
+    groups: dict = {}
+    for j, (arch, hparams) in enumerate(round_trials):
+      groups.setdefault(arch, []).append((hparams, i * batch + j))
+    for arch, members in groups.items():
+      widths.append(len(members))
+      results, _ = timed_run(together, arch, [h for h, _ in members], [s for _, s in members])
+      failed += sum(r.status != TrialStatus.DONE for r in results)
+  cohort_s = time.perf_counter() - t
+  jax.clear_caches()
+  alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
+  t = time.perf_counter()
+  for j, (arch, hparams) in enumerate(trials):
+    timed_run(alone, arch, [hparams], [j])
+  seq_s = time.perf_counter() - t
+  return {"trials": count, "batch": batch, "families": space_cfg.families,
+          "architectures": len({arch for arch, _ in trials}), "cohorts": len(widths),
+          "mean_cohort_width": float(np.mean(widths)), "max_cohort_width": int(max(widths)),
+          "cohort_seconds": cohort_s, "sequential_seconds": seq_s,
+          "cohort_trials_per_hour": count * 3600.0 / cohort_s,
+          "sequential_trials_per_hour": count * 3600.0 / seq_s, "speedup": seq_s / cohort_s,
+          "failed": int(failed)}
+
+
 def main(argv):
   del argv
   widths = [int(w) for w in _WIDTHS.value]
@@ -118,6 +164,9 @@ def main(argv):
       "platform": jax.devices()[0].platform, "device_kind": jax.devices()[0].device_kind,
       "devices": jax.device_count(), "shard_trials": _SHARD.value, "results": rows,
   }
+  if _JOINT.value:
+    result["joint_space"] = measure_joint(data, _JOINT.value, _JOINT_BATCH.value)
+    print(json.dumps(result["joint_space"], sort_keys=True), file=sys.stderr)
   report.emit_json_line(result, _OUT.value)
 
 

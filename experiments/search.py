@@ -4,6 +4,10 @@
 
 Any config field can be overridden, e.g. `--config.study.algorithm=tpe
 --config.study.num_trials=32 --config.study.cohort_width=4 --config.seed=1`.
+Multi-objective: `--config.study.algorithm=nsga2 --config.study.objectives=auc:max,params:min`
+(or motpe; best.json then holds the Pareto front per budget). Across processes or
+machines: `--config.study.executor=dask` (a local cluster of `study.dask_workers`
+processes, or an existing scheduler at `--config.study.dask_address=tcp://HOST:8786`).
 Rerunning the same command on the same DIR resumes the study. Prints a live
 leaderboard to stderr, writes DIR/trials.jsonl and DIR/best.json, and ends stdout
 with one JSON line: the summary of `sfjax.ctr_search.search_loop.run_search`.
@@ -43,7 +47,7 @@ def main(argv):
   logging.set_verbosity(logging.INFO)
   try:
     summary = search_loop.run_search(_CONFIG.value, _WORKDIR.value, ctr_space.SEARCH_SPACE)
-  except (search_loop.SearchConfigError, StudyError, JournalLockedError) as e:
+  except (search_loop.SearchConfigError, StudyError, JournalLockedError, ConnectionError) as e:
     sys.stderr.write(f"error: {e}\n")
     sys.exit(2)
   sys.stdout.write(json.dumps(_finite(summary), sort_keys=True, allow_nan=False) + "\n")

@@ -7,6 +7,11 @@ it checkpoints to DIR/checkpoints/ every K steps, and rerunning the same command
 from the latest checkpoint (exactly: same final metrics and table as an uninterrupted
 run). Everything else lives in
 `sfjax.train.loop` so it can be used from a notebook.
+
+Several hosts: the same command on each, plus `--config.distributed.coordinator=HOST:PORT
+--config.distributed.num_processes=P --config.distributed.process_id=I` (or the
+environment variables JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID);
+process 0 writes DIR and prints the final JSON line.
 """
 
 from absl import app
@@ -14,6 +19,7 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from sfjax.parallel import distributed
 from sfjax.train import loop
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Python config file (ml_collections).",
@@ -25,8 +31,10 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.INFO)
+  distributed.initialize(_CONFIG.value)  # several hosts: join before anything uses JAX
   final, _ = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  loop.print_final(final)
+  if distributed.is_main_process():
+    loop.print_final(final)
 
 
 if __name__ == "__main__":

@@ -44,25 +44,39 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   # ---- the study (sfjax.ctr_search.search_loop) -----------------------------------
   c.study = st = ml_collections.ConfigDict()
   # Any name of sfjax.automl.ALGORITHMS: random | grid | qmc | evolution | tpe | gp |
-  # successive_halving | asha | hyperband | bohb | pbt. An algorithm reads the study fields named
-  # like its own settings (eta, population_size, num_iterations, ...).
+  # successive_halving | asha | hyperband | bohb | pbt | nsga2 | motpe. An algorithm reads
+  # the study fields named like its own settings (eta, population_size, num_iterations, ...).
   st.algorithm = "asha"
+  # What the search optimises: '<metric>:max|min', comma-separated; more than one needs a
+  # multi-objective algorithm (nsga2 | motpe). Metrics: auc, logloss, train_loss, params,
+  # flops (per example of the eval forward), latency_ms (measured eval forward of one batch).
+  # '' = 'auc:max'. The first objective picks the best trial; best.json holds the Pareto
+  # front per budget.
+  st.objectives = ""
   st.num_trials = 64  # trials trained to a final status (done / failed); rejected ones don't count
   st.cohort_width = "auto"  # 'auto' (measured per architecture) or an integer, e.g. '4'
   st.ask_batch = 0  # trials asked per round; 0: the cohort width ('auto': 8)
   st.max_params = 0  # quota: reject configs with more parameters (0: no quota)
+  st.max_flops = 0.0  # quota: reject configs whose eval forward costs more FLOPs/example (0: none)
+  st.max_latency_ms = 0.0  # quota: reject configs whose measured eval forward is slower (0: none)
   st.min_budget = 1.0  # budget units; multi-fidelity algorithms start here
   st.max_budget = 9.0  # budget of a full trial (and of the default config's baseline run)
   st.eta = 3  # successive-halving reduction factor (asha, hyperband)
   st.num_iterations = 1  # hyperband: rounds of its brackets
-  st.population_size = 16  # evolution: aging population; pbt: members
+  st.population_size = 16  # evolution: aging population; pbt: members; nsga2: generation size
   st.sample_size = 4  # evolution: tournament size
-  st.n_startup_trials = 8  # tpe / gp: random trials before the model is used
+  st.n_startup_trials = 8  # tpe / gp / motpe / bohb: random trials before the model is used
   st.num_points_per_float = 1  # grid: points per float parameter
   st.shuffle = True  # grid: visit the grid in a seeded random order
   st.pbt_interval = 1.0  # pbt: budget units between exploit / explore steps
   st.pbt_model = ""  # pbt: model.name of the trained architecture ('' = the default config's)
   st.leaderboard_size = 10  # rows of the live leaderboard printed to stderr
+  # Where cohorts run: 'local' (this process) or 'dask' (Dask distributed tasks; the driver
+  # keeps the journal). dask_address: an existing scheduler ('' = start a LocalCluster of
+  # dask_workers processes, one thread each).
+  st.executor = "local"
+  st.dask_address = ""
+  st.dask_workers = 2
 
   if arg == "smoke":
     t.data.synthetic.num_train, t.data.synthetic.num_eval = 50_000, 10_000

@@ -71,3 +71,28 @@ def pareto_front(points, directions: Sequence[str]) -> np.ndarray:
     return np.zeros(0, dtype=np.int64)
   everyone = np.arange(losses.shape[0])
   return everyone[~_dominated(losses, everyone)].astype(np.int64)
+
+
+def hypervolume_2d(points, directions: Sequence[str], reference: Sequence[float]) -> float:
+  """Area dominated by `points` [N, 2] and bounded by `reference` (exact, 2 objectives).
+
+  Args:
+    points: [N, 2] objective values.
+    directions: 2 of 'maximize' / 'minimize'.
+    reference: the bounding point, worse than every point that should count in
+      both objectives; points not strictly better than it in both add nothing.
+
+  Returns:
+    The area, in the objectives' units (0.0 for no point). Rows with a NaN add nothing.
+  """
+  losses = _as_losses(points, directions)
+  if losses.shape[1] != 2:
+    raise ValueError(f"hypervolume_2d needs 2 objectives, got {losses.shape[1]}")
+  ref = _as_losses(np.asarray([reference], dtype=np.float64), directions)[0]
+  inside = losses[np.all(losses < ref, axis=1)]
+  area, best_second = 0.0, ref[1]
+  for first, second in inside[np.lexsort((inside[:, 1], inside[:, 0]))]:
+    if second < best_second:  # sorted by the first loss: a new step of the staircase
+      area += (ref[0] - first) * (best_second - second)
+      best_second = second
+  return float(area)

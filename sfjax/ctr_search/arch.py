@@ -13,19 +13,22 @@ Config keys (dotted, as in `sfjax.automl.space.Config`):
            (-> cin_dims), model.bottom_mlp.depth, model.bottom_mlp.width
            (-> bottom_mlp_dims), model.cross_layers, model.cross_rank,
            model.cross_structure, model.attention_layers, model.attention_heads,
-           model.attention_dim, optim.embedding_optimizer, optim.dense_optimizer
+           model.attention_dim, model.blocks (the `composed` model's block spec JSON),
+           optim.embedding_optimizer, optim.dense_optimizer
   dynamic  optim.embedding_lr, optim.dense_lr, optim.weight_decay,
            optim.embedding_l2, optim.init_stddev
 
 Absent keys take the trainer's defaults (`sfjax/train/defaults.py`). Only the model
 hyperparameters the named model uses enter `ArchSpec.model_hparams`, so two
 configs that differ in a key their model ignores share a cohort (likewise `lr`
-ignores `model.embed_dim`, recorded as 1).
+ignores `model.embed_dim`, recorded as 1; `composed` takes its row width from
+`model.blocks`, kept as canonical JSON so equal specs share a cohort).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from typing import Any, Mapping, Sequence
 
@@ -36,6 +39,7 @@ from flax import nnx
 from sfjax import models
 from sfjax.data.types import DatasetSpec
 from sfjax.embedding import row_optimizers
+from sfjax.models import generator
 from sfjax.train import defaults as ctr_defaults_lib
 from sfjax.train import optimizers
 
@@ -51,6 +55,7 @@ _LAYER_KEYS = {
 _SCALAR_MODEL_KEYS = {
     "cross_layers": (int, 0), "cross_rank": (int, 0), "cross_structure": (str, None),
     "attention_layers": (int, 1), "attention_heads": (int, 1), "attention_dim": (int, 1),
+    "blocks": (str, None),
 }
 _INT_LOW = {"model.embed_dim": 1, **{k: 0 for k, _ in _LAYER_KEYS.values()},
             **{k: 1 for _, k in _LAYER_KEYS.values()}}
@@ -77,7 +82,7 @@ class ArchSpec:
   """Everything that fixes a trial's compiled program (hashable).
 
   Attributes:
-    model_name: a registered model (`sfjax.models.MODEL_NAMES`).
+    model_name: a registered model (`sfjax.models.ALL_MODEL_NAMES`).
     embed_dim: D (`model.embed_dim`).
     model_hparams: sorted ((keyword, value), ...) of the model's own keyword
       arguments, defaults filled in (layer widths as tuples).
@@ -105,7 +110,9 @@ class ArchSpec:
   def describe(self) -> str:
     """A short human-readable name, e.g. `deepfm/d4/mlp_dims=(16,)/adagrad+adam`."""
     parts = [self.model_name, f"d{self.embed_dim}"]
-    parts += [f"{k}={v}" for k, v in self.model_hparams]
+    # A block spec is long JSON: named by a short digest of its canonical text.
+    parts += [f"{k}={v}" if k != "blocks" else f"blocks#{_digest(v)}"
+              for k, v in self.model_hparams]
     return "/".join(parts + [f"{self.embedding_optimizer}+{self.dense_optimizer}"])
 
 
@@ -160,6 +167,19 @@ def _layers(config: Mapping[str, Any], kwarg: str) -> tuple[int, ...]:
   return (width,) * depth
 
 
+def _digest(text: str) -> str:
+  return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+def _composed_blocks(text: str) -> tuple[str, int]:
+  """(canonical spec JSON, row width E) of `model.blocks`; ValueError naming the key."""
+  try:
+    spec = generator.spec_from_json(text, "model.blocks")
+  except generator.SpecError as e:
+    _fail("model.blocks", str(e))
+  return generator.spec_to_json(spec), generator.spec_embedding_width(spec)
+
+
 def split_config(config: Mapping[str, Any]) -> tuple[ArchSpec, dict[str, float]]:
   """Splits a trial config into its `ArchSpec` and its dynamic hyperparameters.
 
@@ -176,7 +196,8 @@ def split_config(config: Mapping[str, Any]) -> tuple[ArchSpec, dict[str, float]]
   for key in config:
     if key not in STATIC_KEYS and key not in DYNAMIC_DEFAULTS:
       _fail(key, f"unknown key (static: {', '.join(STATIC_KEYS)}; dynamic: {', '.join(DYNAMIC_KEYS)})")
-  name = _as_choice("model.name", config.get("model.name", _CTR.model.name), models.MODEL_NAMES)
+  name = _as_choice("model.name", config.get("model.name", _CTR.model.name),
+                    models.ALL_MODEL_NAMES)
   embed_dim = _as_int("model.embed_dim", config.get("model.embed_dim", _CTR.model.embed_dim), 1)
   if name == "lr":  # LR reads one weight per row whatever embed_dim says: one cohort for all.
     embed_dim = 1
@@ -197,6 +218,8 @@ def split_config(config: Mapping[str, Any]) -> tuple[ArchSpec, dict[str, float]]
     else:
       raise ValueError(f"model {name!r} takes hyperparameter {kwarg!r}, which "
                        "sfjax/ctr_search/arch.py does not map from any config key")
+  if "blocks" in hparams:
+    hparams["blocks"], embed_dim = _composed_blocks(hparams["blocks"])
   arch = ArchSpec(
       model_name=name, embed_dim=embed_dim, model_hparams=tuple(sorted(hparams.items())),
       embedding_optimizer=_as_choice("optim.embedding_optimizer", config.get(

@@ -23,6 +23,11 @@ Choices:
     runners of one task (e.g. of different widths) share them.
   * A trial's `seconds` is its chunk's wall time (compilation included) divided
     by the real trials of the chunk.
+  * Cost metrics of the architecture, for multi-objective searches and quotas:
+    `params` (`arch.count_params`), `flops` (XLA's cost analysis of one trial's
+    eval forward, lowered but not compiled, per example) and, when the runner
+    `measure_latency`, `latency_ms` (median wall time of that forward over one
+    eval batch, compiled apart, on this runner's device). All are cached per arch.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from sfjax.automl.algorithms import TrialStatus
@@ -43,8 +49,10 @@ from sfjax.ctr_search import trial_program
 from sfjax.ctr_search.arch import ArchSpec
 from sfjax.ctr_search.trial_data import CTRTask, TrialData
 from sfjax.core import metrics as metrics_lib
+from sfjax.train import step as step_lib
 
 WIDTH_CANDIDATES = (1, 2, 4, 8, 16, 32)
+LATENCY_REPEATS = 5  # timed calls of the eval forward per arch (after one warm-up call)
 
 
 class TrialResult(NamedTuple):
@@ -53,7 +61,9 @@ class TrialResult(NamedTuple):
   Attributes:
     metrics: 'auc', 'logloss' (NaN when failed), 'train_loss' (mean over the
       applied steps of this run), 'steps' (global steps applied so far),
-      'params' (`arch.count_params`), 'seconds' (share of the chunk's wall time).
+      'params' (`arch.count_params`), 'flops' (per example of the eval forward),
+      'latency_ms' (only when the runner measures it), 'seconds' (share of the
+      chunk's wall time).
     status: TrialStatus.DONE or TrialStatus.FAILED.
     state: host (numpy) TrainState to resume from; None when failed.
     error: why it failed, else None.
@@ -151,7 +161,8 @@ class CohortRunner:
   """
 
   def __init__(self, task: CTRTask, *, cohort_width: int | str = "auto", mesh=None,
-               data: TrialData | None = None, width_candidates: Sequence[int] = WIDTH_CANDIDATES):
+               data: TrialData | None = None, width_candidates: Sequence[int] = WIDTH_CANDIDATES,
+               measure_latency: bool = False):
     """Builds the task's TrialData (unless `data` is given).
 
     Args:
@@ -160,6 +171,8 @@ class CohortRunner:
       mesh: optional ('trial',) mesh to shard the trial axis over.
       data: TrialData of `task`, shared between runners.
       width_candidates: the widths 'auto' measures.
+      measure_latency: add `latency_ms` to every trial's metrics (one extra
+        compilation per arch; a public attribute, may be switched on later).
     """
     if cohort_width != "auto" and (isinstance(cohort_width, bool) or not isinstance(cohort_width, int)
                                    or cohort_width < 1):
@@ -170,8 +183,11 @@ class CohortRunner:
     self.width_candidates = tuple(width_candidates)
     self.data = data if data is not None else TrialData(task)
     self.spec = self.data.spec
+    self.measure_latency = bool(measure_latency)
     self._widths: dict[ArchSpec, dict[int, float]] = {}
     self._params: dict[ArchSpec, int] = {}
+    self._flops: dict[ArchSpec, float] = {}
+    self._latency: dict[ArchSpec, float] = {}
 
   def _place(self, tree, width: int, per_trial: bool):
     if self.mesh is None or width % self.mesh.size:
@@ -240,6 +256,49 @@ class CohortRunner:
     if arch not in self._params:
       self._params[arch] = arch_lib.count_params(arch, self.spec)
     return self._params[arch]
+
+  def _eval_forward(self, arch: ArchSpec):
+    """(jitted one-trial eval forward, abstract params, abstract table, one eval batch)."""
+    graphdef, params = nnx.split(nnx.eval_shape(lambda: arch.build_model(self.spec, nnx.Rngs(0))))
+    table = jax.ShapeDtypeStruct((self.spec.total_rows, arch.embedding_width), jnp.float32)
+    batch = jax.tree.map(lambda x: x[0], self.data.eval_batches)
+    forward = jax.jit(lambda p, values, b: step_lib.eval_logits(graphdef, p, values, b))
+    return forward, params, table, batch
+
+  def count_flops(self, arch: ArchSpec) -> float:
+    """FLOPs per example of one trial's eval forward (XLA cost analysis; cached)."""
+    if arch not in self._flops:
+      forward, params, table, batch = self._eval_forward(arch)
+      abstract_batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), batch)
+      cost = forward.lower(params, table, abstract_batch).cost_analysis()
+      cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+      self._flops[arch] = float(cost.get("flops", 0.0)) / batch.labels.shape[0]
+    return self._flops[arch]
+
+  def latency_ms(self, arch: ArchSpec) -> float:
+    """Median milliseconds of one trial's eval forward over one eval batch [Be] (cached).
+
+    Measured on zero parameters and table (the cost does not depend on the values)
+    after a warm-up call, so compilation is excluded.
+    """
+    if arch not in self._latency:
+      forward, params, table, batch = self._eval_forward(arch)
+      params, table = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (params, table))
+      forward(params, table, batch).block_until_ready()
+      times = []
+      for _ in range(LATENCY_REPEATS):
+        t0 = time.perf_counter()
+        forward(params, table, batch).block_until_ready()
+        times.append(time.perf_counter() - t0)
+      self._latency[arch] = float(np.median(times) * 1e3)
+    return self._latency[arch]
+
+  def cost_metrics(self, arch: ArchSpec) -> dict[str, float]:
+    """`params`, `flops` and (when measured) `latency_ms` of `arch`."""
+    out = {"params": self.count_params(arch), "flops": self.count_flops(arch)}
+    if self.measure_latency:
+      out["latency_ms"] = self.latency_ms(arch)
+    return out
 
   def measure_widths(self, arch: ArchSpec, candidates: Sequence[int] = WIDTH_CANDIDATES
                      ) -> dict[int, float]:
@@ -336,18 +395,19 @@ class CohortRunner:
     except jax.errors.JaxRuntimeError as e:  # e.g. out of device memory: the chunk fails, not the study
       metrics = {"auc": float("nan"), "logloss": float("nan"), "test_auc": float("nan"),
                  "test_logloss": float("nan"), "train_loss": float("nan"),
-                 "steps": start, "params": self.count_params(arch), "seconds": 0.0}
+                 "steps": start, "params": self.count_params(arch),
+                 "flops": self.count_flops(arch), "seconds": 0.0}
       return [TrialResult(dict(metrics), TrialStatus.FAILED, None, f"{type(e).__name__}: {e}")
               for _ in range(num_real)]
     host_states = jax.device_get(out.states)
+    costs = self.cost_metrics(arch)
     results = []
     for i in range(num_real):
       ok = out.applied[i]
       metrics = {"auc": float(out.auc[i]), "logloss": float(out.logloss[i]),
                  "test_auc": float(out.test_auc[i]), "test_logloss": float(out.test_logloss[i]),
                  "train_loss": float(np.mean(out.losses[i][ok])) if ok.any() else float("nan"),
-                 "steps": int(out.steps[i]), "params": self.count_params(arch),
-                 "seconds": out.seconds / num_real}
+                 "steps": int(out.steps[i]), **costs, "seconds": out.seconds / num_real}
       if out.alive[i]:
         state = jax.tree.map(lambda x: x[i].copy(), host_states)
         results.append(TrialResult(metrics, TrialStatus.DONE, state, None))

@@ -10,19 +10,31 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from typing import Any, Mapping
 
-from sfjax.automl.algorithms import ALGORITHMS, PBT, AlgorithmSpec
+from sfjax.automl.algorithms import ALGORITHMS, PBT, AlgorithmSpec, Objective, Objectives
 from sfjax.automl.space import Space
 from sfjax.core import names
 from sfjax.core.atomic import atomic_write
 from sfjax.core.errors import ConfigError
 from sfjax.ctr_search import arch as arch_lib
+from sfjax.ctr_search.executor import EXECUTORS
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 from sfjax.ctr_search.trial_data import CTRTask
 
 SETTINGS_FILE = "search.json"
+# Metrics every CTR trial reports that a search may optimise ('test_auc' is never
+# selected on: it is the held-out half that judges the search). `latency_ms` is
+# measured only when an objective or a quota needs it.
+OBJECTIVE_METRICS = ("auc", "logloss", "train_loss", "params", "flops", "latency_ms")
+DEFAULT_OBJECTIVES = "auc:max"
+_DIRECTION_NAMES = {"max": "maximize", "maximize": "maximize", "min": "minimize",
+                    "minimize": "minimize"}
+# New study fields and their defaults (configs written before them still load).
+STUDY_DEFAULTS = {"objectives": "", "max_flops": 0.0, "max_latency_ms": 0.0,
+                  "executor": "local", "dask_address": "", "dask_workers": 2}
 
 
 class SearchConfigError(ValueError):
@@ -38,6 +50,61 @@ def parse_cohort_width(value: Any) -> int | str:
     raise SearchConfigError(f"study.cohort_width: expected 'auto' or a positive integer, "
                             f"got {value!r}")
   return int(text)
+
+
+def study_field(config, name: str) -> Any:
+  """`config.study.<name>`, or its default (`STUDY_DEFAULTS`) when the config predates it."""
+  return config.study.get(name, STUDY_DEFAULTS[name])
+
+
+def parse_objectives(value: Any) -> Objective:
+  """`study.objectives`, e.g. 'auc:max,params:min' ('' = 'auc:max', the single default).
+
+  Returns:
+    The `Objective`, or an `Objectives` for several (the first one is primary: it
+    picks `best_trial_id` and sorts the leaderboard).
+
+  Raises:
+    SearchConfigError: naming `study.objectives` (bad syntax, unknown metric or
+      direction, a metric named twice).
+  """
+  text = DEFAULT_OBJECTIVES if value is None or not str(value).strip() else str(value)
+  if not isinstance(value, str) and value is not None:
+    raise SearchConfigError(f"study.objectives: expected a string like 'auc:max,params:min', "
+                            f"got {value!r}")
+  objectives = []
+  for part in text.split(","):
+    metric, sep, direction = (x.strip() for x in part.partition(":"))
+    if not sep or not metric:
+      raise SearchConfigError(f"study.objectives: {part.strip()!r} is not '<metric>:max' or "
+                              f"'<metric>:min' (in {text!r})")
+    if metric not in OBJECTIVE_METRICS:
+      raise SearchConfigError(f"study.objectives: unknown metric {metric!r}; known: "
+                              f"{list(OBJECTIVE_METRICS)}")
+    if direction not in _DIRECTION_NAMES:
+      raise SearchConfigError(f"study.objectives: direction {direction!r} of {metric!r} is not "
+                              "'max' or 'min'")
+    objectives.append(Objective(metric, _DIRECTION_NAMES[direction]))
+  try:
+    return Objectives.of(objectives)
+  except ValueError as e:
+    raise SearchConfigError(f"study.objectives: {e}") from None
+
+
+def make_objective(config) -> Objective:
+  """The search's objective(s) (`parse_objectives`), checked against the algorithm.
+
+  Raises:
+    SearchConfigError: several objectives for a single-objective algorithm (naming
+      `study.objectives` and the algorithms that take several).
+  """
+  objective = parse_objectives(study_field(config, "objectives"))
+  cls = _algorithm_class(config)
+  if isinstance(objective, Objectives) and not getattr(cls, "multi_objective", False):
+    multi = sorted(n for n, c in ALGORITHMS.items() if getattr(c, "multi_objective", False))
+    raise SearchConfigError(f"study.objectives: {len(objective.all)} objectives, but "
+                            f"study.algorithm={cls.name!r} optimises one; use one of {multi}")
+  return objective
 
 
 def make_space(config, search_space: CTRSearchSpace) -> Space:
@@ -103,17 +170,33 @@ def make_algorithm(config) -> AlgorithmSpec:
 
 
 def check_study_settings(config) -> None:
-  """Checks the `study` block's numbers (counts, budgets, the PBT schedule).
+  """Checks the `study` block (counts, budgets, quotas, objectives, executor, PBT schedule).
 
   Raises:
     SearchConfigError: naming the first bad `study.*` field.
   """
   st = config.study
   for field, low in (("num_trials", 1), ("leaderboard_size", 0), ("ask_batch", 0),
-                     ("max_params", 0)):
-    value = getattr(st, field)
+                     ("max_params", 0), ("dask_workers", 1)):
+    value = getattr(st, field) if field in st else STUDY_DEFAULTS[field]
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
       raise SearchConfigError(f"study.{field}: expected an integer >= {low}, got {value!r}")
+  for field in ("max_flops", "max_latency_ms"):
+    value = study_field(config, field)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+      raise SearchConfigError(f"study.{field}: expected a finite number >= 0 (0: no quota), "
+                              f"got {value!r}")
+  executor = study_field(config, "executor")
+  if executor not in EXECUTORS:
+    raise SearchConfigError(f"study.executor: unknown executor {executor!r}; known: "
+                            f"{list(EXECUTORS)}")
+  if not isinstance(study_field(config, "dask_address"), str):
+    raise SearchConfigError(f"study.dask_address: expected a string ('' = start a local "
+                            f"cluster), got {study_field(config, 'dask_address')!r}")
+  if executor != "local" and _algorithm_class(config).population_based:
+    raise SearchConfigError(f"study.executor={executor!r}: a population-based algorithm "
+                            f"({st.algorithm}) trains its population in the driver; use 'local'")
+  make_objective(config)
   if not 0 < st.min_budget <= st.max_budget:
     raise SearchConfigError(f"study.min_budget / study.max_budget: need 0 < min_budget "
                             f"({st.min_budget}) <= max_budget ({st.max_budget})")

@@ -2,13 +2,25 @@
 
 One round of the loop (VEGA's search step, arXiv 2011.01507):
 
-  study.ask(n)            n fills a cohort; quota filters (`study.max_params`) reject
-                          configs before training (recorded, not counted);
-  group by ArchSpec       trials with equal architecture share one vmapped program;
-  CohortRunner.run        promotions (`resume_from`) continue from the parent's saved
-                          state `workdir/states/<id>.npz` up to their new budget;
-  study.tell              every result, failed ones as 'failed' (never fatal);
+  study.ask(n)            n fills a cohort; quota filters (`study.max_params`,
+                          `max_flops`, `max_latency_ms`) reject configs before
+                          training (recorded, not counted);
+  group by ArchSpec       trials with equal architecture share one vmapped program,
+                          one `executor.CohortJob` per group;
+  executor.map            `study.executor`: 'local' runs `CohortRunner.run` here, 'dask'
+                          as Dask tasks (`executor_dask`); promotions (`resume_from`)
+                          continue from the parent's saved state
+                          `workdir/states/<id>.npz` up to their new budget;
+  study.tell              every result in group order, whatever the executor (so both
+                          give the same trials), failed ones as 'failed' (never fatal);
   leaderboard             top-k trials by held-out AUC, to stderr.
+
+Objectives (`study.objectives`, default 'auc:max'): several need a multi-objective
+algorithm (nsga2, motpe); the first one picks the best trial. Trials report
+`params`, `flops` and (when an objective or quota needs it) `latency_ms` besides
+the AUCs; `best.json` and the summary hold the Pareto front (per budget in
+`best.json`), printed to stderr at the end of a multi-objective search. The driver
+alone writes the journal and the saved states, whichever executor runs the trials.
 
 How the suggestions run is the algorithm's hook, not its name: a
 `population_based` algorithm (PBT) trains each asked batch as one population
@@ -32,6 +44,7 @@ settings; rerunning with different ones is an error naming the fields.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -41,11 +54,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 from absl import logging
 
-from sfjax.automl.algorithms import Objective, Suggestion, TrialStatus
-from sfjax.automl.study import Quota, Study, TrialRecord
-from sfjax.ctr_search import search_config, search_pbt, search_report, trial_states
+from sfjax.automl.algorithms import (Objective, Objectives, Suggestion, TrialStatus,
+                                     all_objectives, directions_of)
+from sfjax.automl.study import Study, TrialRecord, limit_quotas
+from sfjax.ctr_search import (search_config, search_events, search_pbt, search_report,
+                              trial_states)
 from sfjax.ctr_search.arch import ArchSpec, split_config
 from sfjax.ctr_search.cohort import CohortRunner, TrialResult
+from sfjax.ctr_search.executor import CohortJob, make_executor
 from sfjax.ctr_search.search_config import SearchConfigError
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 
@@ -61,27 +77,6 @@ def trial_seed(base_seed: int, trial_id: int) -> int:
   return (base_seed * 1_000_003 + trial_id + 1) % (2**31 - 1)
 
 
-class _Runners:
-  """The cohort runner, plus a width-1 runner on the same data for lone trials.
-
-  With 'auto' width a group of one trial would otherwise pay for measuring every
-  candidate width (compiling each) although any width runs it alone.
-  """
-
-  def __init__(self, runner: CohortRunner):
-    self.main = runner
-    self._single = None
-
-  def for_group(self, size: int) -> CohortRunner:
-    """The runner for a group of `size` trials of one architecture."""
-    if size > 1 or self.main.cohort_width != "auto":
-      return self.main
-    if self._single is None:
-      self._single = CohortRunner(self.main.task, cohort_width=1, mesh=self.main.mesh,
-                                  data=self.main.data)
-    return self._single
-
-
 def run_search(config, workdir: str, search_space: CTRSearchSpace,
                runner: CohortRunner | None = None) -> dict[str, Any]:
   """Runs (or resumes) the search that `config` describes in `workdir`.
@@ -95,50 +90,74 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
 
   Returns:
     `{'best_trial_id', 'best_config', 'best_metrics', 'num_trials_done', 'num_failed',
-    'default_metrics', 'beats_default'}`. `num_trials_done` counts trials trained to
-    a final status (done or failed; quota rejections excluded), `num_failed` those
-    that failed; the best trial is the best DONE one among the largest budget
-    reached (selected on `auc`, the valid half of the eval rows); `beats_default`
-    compares its `test_auc` (the test half) with the default config's.
+    'default_metrics', 'beats_default', 'pareto_front', 'mean_cohort_width'}`.
+    `mean_cohort_width` is the mean number of trials trained together as one vmapped
+    program (one architecture) over this process's rounds (None if it ran none). `num_trials_done` counts
+    trials trained to a final status (done or failed; quota rejections excluded),
+    `num_failed` those that failed; the best trial is the best DONE one among the
+    largest budget reached (selected on the first objective, by default `auc`, the
+    valid half of the eval rows); `beats_default` compares its `test_auc` (the test
+    half) with the default config's; `pareto_front` lists the trial ids of the
+    front at that budget over the objectives (AUC and params for one objective).
+    Latency quotas are measured on the driver's device.
 
   Raises:
     SearchConfigError: a bad config, or a workdir made with a different one.
+    ConnectionError: `study.dask_address` names no reachable scheduler.
   """
   search_config.check_study_settings(config)
   width = search_config.parse_cohort_width(config.study.cohort_width)
   space = search_config.make_space(config, search_space)
   algorithm = search_config.make_algorithm(config)
+  objective = search_config.make_objective(config)
+  # One objective: the front reported is AUC up, parameters down, as always.
+  directions = directions_of(objective) if isinstance(objective, Objectives) else DIRECTIONS
+  field = lambda name: search_config.study_field(config, name)
+  needs_latency = "latency_ms" in directions or field("max_latency_ms") > 0
   task = search_config.make_task(config)
   os.makedirs(workdir, exist_ok=True)
   search_config.check_settings(workdir, search_config.settings_record(config))
   if runner is None:
-    runner = CohortRunner(task, cohort_width=width)
+    runner = CohortRunner(task, cohort_width=width, measure_latency=needs_latency)
   elif runner.task != task:
     raise SearchConfigError("run_search: the given runner was built for a different task "
                             "than config.task")
-  runners = _Runners(runner)
+  elif needs_latency:
+    runner.measure_latency = True
   split = lambda c: split_config(search_space.runner_config(c))
-  quotas = []
-  if config.study.max_params:
-    quotas.append(Quota(f"params <= {config.study.max_params}",
-                        {"params": lambda c: runner.count_params(split(c)[0])}))
+  arch_of = lambda c: split(c)[0]
+  quotas = limit_quotas(
+      {"params": config.study.max_params, "flops": field("max_flops"),
+       "latency_ms": field("max_latency_ms")},
+      {"params": lambda c: runner.count_params(arch_of(c)),
+       "flops": lambda c: runner.count_flops(arch_of(c)),
+       "latency_ms": lambda c: runner.latency_ms(arch_of(c))})
   max_steps = task.steps_for_budget(config.study.max_budget)
   ask_batch = config.study.ask_batch or (width if width != "auto" else AUTO_ASK_BATCH)
+  executor = make_executor(field("executor"), runner, address=field("dask_address"),
+                           num_workers=field("dask_workers"))
   if algorithm.population_based:
     ask_batch = algorithm.population_size
-    run_round = lambda study, batch: search_pbt.run_population(
-        study, runner, batch, [trial_seed(config.seed, s.trial_id) for s in batch],
-        algorithm.rounds(config.study.max_budget),
-        task.steps_for_budget(algorithm.pbt_interval), (config.seed, batch[0].trial_id),
-        search_pbt.pbt_bounds(space, search_space.zero_allowed), search_space.runner_config,
-        algorithm.quantile)
+
+    def run_round(study, batch):  # one vmapped population: every member in one program
+      search_pbt.run_population(
+          study, runner, batch, [trial_seed(config.seed, s.trial_id) for s in batch],
+          algorithm.rounds(config.study.max_budget),
+          task.steps_for_budget(algorithm.pbt_interval), (config.seed, batch[0].trial_id),
+          search_pbt.pbt_bounds(space, search_space.zero_allowed), search_space.runner_config,
+          algorithm.quantile)
+      return [len(batch)]
   else:
     run_round = lambda study, batch: run_batch(
-        study, runners, batch, workdir, config.seed, max_steps,
+        study, executor, runner, batch, workdir, config.seed, max_steps,
         keep_states=algorithm.multi_fidelity, split=split)
   started = time.perf_counter()
-  with Study.open(workdir, space, algorithm, OBJECTIVE, DIRECTIONS, quotas=quotas) as study:
-    default = default_metrics(workdir, runners.for_group(1), config.seed, max_steps, search_space)
+  events = search_events.SearchEvents(workdir, objective.metric, objective.direction)
+  with executor, Study.open(workdir, space, algorithm, objective, directions,
+                            quotas=quotas) as study, contextlib.closing(events):
+    default = default_metrics(workdir, executor, config.seed, max_steps, search_space)
+    events.update(study.trials())
+    cohort_widths: list[int] = []  # trials per vmapped program, this process's rounds
     while True:
       final = _num_final(study)
       if final >= config.study.num_trials:
@@ -146,13 +165,17 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
       batch = study.ask(min(ask_batch, config.study.num_trials - final))
       if not batch:
         break
-      run_round(study, batch)
+      cohort_widths += run_round(study, batch)
+      events.update(study.trials())
       sys.stderr.write(search_report.leaderboard(
           study.trials(), config.study.leaderboard_size, default.get("auc"),
           config.study.num_trials, time.perf_counter() - started))
       sys.stderr.flush()
     study.export()
-    return summarize(study, default)
+    if isinstance(objective, Objectives):
+      sys.stderr.write(search_report.pareto_report(study.pareto_fronts(), directions))
+    return dict(summarize(study, default), mean_cohort_width=(
+        float(sum(cohort_widths) / len(cohort_widths)) if cohort_widths else None))
 
 
 def _num_final(study: Study) -> int:
@@ -160,9 +183,12 @@ def _num_final(study: Study) -> int:
              for t in study.trials())
 
 
-def default_metrics(workdir: str, runner: CohortRunner, seed: int, steps: int,
+def default_metrics(workdir: str, executor, seed: int, steps: int,
                     search_space: CTRSearchSpace) -> dict[str, float]:
-  """Held-out metrics of the space's default config at `steps` steps, cached in default.json."""
+  """Held-out metrics of the space's default config at `steps` steps, cached in default.json.
+
+  `executor` runs it (`executor.make_executor`), like any trial.
+  """
   path = os.path.join(workdir, DEFAULT_FILE)
   if os.path.exists(path):
     with open(path, encoding="utf-8") as f:
@@ -170,7 +196,8 @@ def default_metrics(workdir: str, runner: CohortRunner, seed: int, steps: int,
   config = search_space.default_config(None)
   arch, hparams = split_config(search_space.runner_config(config))
   logging.info("training the default config (%s) for %d steps", arch.describe(), steps)
-  result = runner.run(arch, [hparams], [trial_seed(seed, -1)], [0], [steps], [None])[0]
+  job = CohortJob(arch, [hparams], [trial_seed(seed, -1)], [0], [steps], [None], [-1])
+  result = next(iter(executor.map([job])))[0]
   if result.status != TrialStatus.DONE:
     logging.warning("the default config failed: %s", result.error)
   search_config.write_json(path, {"config": config.to_dict(), "status": result.status.value,
@@ -178,14 +205,21 @@ def default_metrics(workdir: str, runner: CohortRunner, seed: int, steps: int,
   return dict(result.metrics)
 
 
-def run_batch(study: Study, runners: _Runners, batch: Sequence[Suggestion], workdir: str,
-              seed: int, max_steps: int, keep_states: bool,
-              split: Callable[[Any], tuple[ArchSpec, dict[str, float]]]) -> None:
-  """Trains `batch` grouped by architecture and tells the study every result.
+def run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Suggestion],
+              workdir: str, seed: int, max_steps: int, keep_states: bool,
+              split: Callable[[Any], tuple[ArchSpec, dict[str, float]]]) -> list[int]:
+  """Trains `batch` grouped by architecture (one job per group) and tells the study.
 
-  With `keep_states` (multi-fidelity algorithms), the state of each successful
-  trial below the full budget is saved for a later promotion. `split` maps a
-  point of the space to its (ArchSpec, hyperparameters).
+  `executor` runs the jobs (`executor.make_executor`); results are told in group
+  order whatever the executor. The driver's `runner` reads saved states for
+  promotions. With `keep_states` (multi-fidelity algorithms), the state of each
+  successful trial below the full budget is saved for a later promotion. `split`
+  maps a point of the space to its (ArchSpec, hyperparameters). A job submitted
+  again after its worker died is journaled as a re-queue of its trials.
+
+  Returns:
+    The number of trials of each job (trials of one architecture trained as one
+    vmapped program), for `mean_cohort_width`.
   """
   states_dir = os.path.join(workdir, STATES_DIR)
   groups: dict[ArchSpec, list[tuple[Suggestion, dict[str, float]]]] = {}
@@ -196,8 +230,8 @@ def run_batch(study: Study, runners: _Runners, batch: Sequence[Suggestion], work
       study.tell(s.trial_id, {}, TrialStatus.FAILED, reason=f"bad config: {e}")
       continue
     groups.setdefault(arch, []).append((s, hparams))
+  jobs, members_of = [], []
   for arch, members in groups.items():
-    runner = runners.for_group(len(members))
     starts, ends, init_states = [], [], []
     for s, _ in members:
       start, state = _resume_point(runner, arch, s, states_dir)
@@ -205,14 +239,15 @@ def run_batch(study: Study, runners: _Runners, batch: Sequence[Suggestion], work
       starts.append(start)
       ends.append(max(end, start))
       init_states.append(state)
-    seeds = [trial_seed(seed, s.trial_id) for s, _ in members]
-    try:
-      results = runner.run(arch, [h for _, h in members], seeds, starts, ends, init_states)
-    except Exception as e:  # pylint: disable=broad-except  (a trial's failure is never fatal)
-      logging.exception("cohort of %d trials (%s) failed", len(members), arch.describe())
-      results = [TrialResult({}, TrialStatus.FAILED, None, f"{type(e).__name__}: {e}")] * len(members)
-    for (s, _), result, end in zip(members, results, ends):
+    jobs.append(CohortJob(arch, [h for _, h in members],
+                          [trial_seed(seed, s.trial_id) for s, _ in members], starts, ends,
+                          init_states, [s.trial_id for s, _ in members]))
+    members_of.append(members)
+  on_retry = lambda job, reason: study.record_retry(job.trial_ids)
+  for job, members, results in zip(jobs, members_of, executor.map(jobs, on_retry)):
+    for (s, _), result, end in zip(members, results, job.end_steps):
       _record(study, s, result, states_dir, keep_states and end < max_steps)
+  return [len(members) for members in members_of]
 
 
 def _resume_point(runner: CohortRunner, arch: ArchSpec, s: Suggestion,
@@ -240,6 +275,10 @@ def _record(study: Study, s: Suggestion, result: TrialResult, states_dir: str,
   status, reason = result.status, result.error
   if status == TrialStatus.DONE and not math.isfinite(float(result.metrics.get("auc", math.nan))):
     status, reason = TrialStatus.FAILED, "held-out AUC is not finite"
+  for o in all_objectives(study.objective):
+    value = float(result.metrics.get(o.metric, math.nan))
+    if status == TrialStatus.DONE and not math.isfinite(value):
+      status, reason = TrialStatus.FAILED, f"objective metric {o.metric!r} is not finite"
   if status == TrialStatus.DONE and keep_state and result.state is not None:
     trial_states.save_state(trial_states.state_path(states_dir, s.trial_id), result.state)
   metrics = {k: float(v) for k, v in result.metrics.items() if math.isfinite(float(v))}
@@ -270,4 +309,7 @@ def summarize(study: Study, default: Mapping[str, float]) -> dict[str, Any]:
       "num_failed": sum(t.status == TrialStatus.FAILED for t in trials),
       "default_metrics": dict(default),
       "beats_default": bool(beats),
+      # non-dominated trials at the largest budget reached, over the study's directions
+      # (its objectives; AUC up / parameters down for a single-objective search)
+      "pareto_front": [t.trial_id for t in study.pareto_front()] if study.directions else [],
   }

@@ -7,12 +7,17 @@
 Finished trials are ranked by held-out AUC (failed ones last); the table shows the
 top k with the config values that matter most to a reader (for PBT members, the
 learning rates they ended with: `final.<key>` metrics).
+
+A multi-objective search ends with its Pareto front per budget (`pareto_report`):
+
+    [pareto] budget 4: 3 trials on the front (auc max, params min)
+      trial    12  auc 0.77120  params 3.45e+03
 """
 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from sfjax.automl.algorithms import TrialStatus
 from sfjax.automl.study import TrialRecord
@@ -49,6 +54,11 @@ def _row(rank: int, t: TrialRecord) -> list[str]:
           str(c.get("optim.embedding_optimizer", "-")),
           _fmt(_hparam(t, "optim.embedding_lr"), ".4g"),
           _fmt(_hparam(t, "optim.dense_lr"), ".3g"), _fmt(m.get("auc"), ".5f"), t.status.value]
+
+
+def _metric(value) -> str:
+  """A metric for reading: 5 decimals when small (AUC, logloss), else 3 significant digits."""
+  return _fmt(value, ".5f" if value is not None and abs(value) < 10 else ".3g")
 
 
 def _hparam(t: TrialRecord, key: str):
@@ -92,3 +102,23 @@ def leaderboard(trials: Sequence[TrialRecord], top_k: int, default_auc: float | 
       lines.append(" " + " ".join(cell.rjust(w) if i < 4 or i == 5 else cell.ljust(w)
                                   for i, (cell, w) in enumerate(zip(cells, widths))).rstrip())
   return "\n".join(lines) + "\n"
+
+
+def pareto_report(fronts: Sequence[tuple[float | None, Sequence[TrialRecord]]],
+                  directions: Mapping[str, str]) -> str:
+  """The Pareto front of each budget (`Study.pareto_fronts()`), one block per budget.
+
+  Args:
+    fronts: `(budget, front trials)` pairs, smallest budget first (budget None:
+      a study without budgets).
+    directions: metric -> 'maximize' / 'minimize', the columns shown.
+  """
+  names = ", ".join(f"{m} {d[:3]}" for m, d in directions.items())
+  lines = []
+  for budget, front in fronts:
+    where = "" if budget is None else f" budget {budget:g}:"
+    lines.append(f"[pareto]{where} {len(front)} trials on the front ({names})")
+    for t in sorted(front, key=lambda t: [t.metrics.get(m, math.nan) for m in directions]):
+      values = "  ".join(f"{m} {_metric(t.metrics.get(m))}" for m in directions)
+      lines.append(f"  trial {t.trial_id:5d}  {values}")
+  return "\n".join(lines) + "\n" if lines else ""

@@ -237,3 +237,34 @@ def calibrate_planted_model(model: PlantedModel, ids: np.ndarray, dense_counts: 
       factors=(model.factors * np.sqrt(w[1])).astype(np.float32),
       factor_sqnorm=(model.factor_sqnorm * w[1]).astype(np.float32),
       dense_weights=model.dense_weights * w[2], bias=float(bias - w @ mean))
+
+
+def factor_rows(model: PlantedModel, ids: np.ndarray) -> np.ndarray:
+  """[N, F, K] float32 planted factors v_f[id_f] of rows ids [N, F] (popularity decay applied)."""
+  index = _table_index(model, ids)
+  v = model.factors[index]  # [N, F, K]
+  for f in np.flatnonzero(model.hashed):
+    v[:, f] *= popularity_decay(((ids[:, f] - model.rank_add[f]) * model.rank_mul[f]) % model.field_rows[f])[:, None]
+  return v
+
+
+def pair_logit_variance(model: PlantedModel, ids: np.ndarray) -> np.ndarray:
+  """Variance of each pair's FM term <v_f[id_f], v_g[id_g]> of the planted logit over rows `ids`.
+
+  The ground truth of interaction searches (AutoFIS): the per-field importance
+  makes a few pairs carry most of this variance.
+
+  Args:
+    model: the (calibrated) planted model.
+    ids: [N, F] int64 local ids (a sample of a split).
+
+  Returns:
+    [F, F] float64, symmetric, zero diagonal.
+  """
+  v = factor_rows(model, np.asarray(ids, np.int64)).astype(np.float64)  # [N, F, K]
+  num_fields = v.shape[1]
+  variance = np.zeros((num_fields, num_fields))
+  for f in range(num_fields - 1):  # one field at a time: [N, F] products, not [N, F, F]
+    products = np.einsum("nk,ngk->ng", v[:, f], v[:, f + 1:])
+    variance[f, f + 1:] = products.var(axis=0)
+  return variance + variance.T

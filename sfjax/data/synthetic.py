@@ -39,7 +39,8 @@ CRITEO_KAGGLE_CARDINALITIES = (
     27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572)
 
 CHUNK_ROWS = 16384  # rows per deterministic chunk; changing it changes every stream
-SPLIT_IDS = {"train": 0, "eval": 1}
+# 'test' (stream 3, off by default): a second held-out split, e.g. one no model selection sees.
+SPLIT_IDS = {"train": 0, "eval": 1, "test": 3}
 CALIBRATION_ROWS = 2 * CHUNK_ROWS
 _CALIBRATION_SPLIT_ID = 2
 # Row streams (second seed word); far from the split ids 0, 1, 2 and from the
@@ -58,17 +59,21 @@ class SyntheticConfig:
   zipf_exponent: float
   planted_dim: int
   num_dense: int
+  test_rows: int = 0  # rows of the 'test' split; 0 = no test split (optional in configs)
 
   @classmethod
   def from_any(cls, cfg) -> "SyntheticConfig":
     """Reads and checks the fields of a ConfigDict (or any object with them)."""
     values = {}
     for field in dataclasses.fields(cls):
+      if not hasattr(cfg, field.name) and field.default is not dataclasses.MISSING:
+        values[field.name] = field.default
+        continue
       if not hasattr(cfg, field.name):
         raise ConfigError(f"config field data.synthetic.{field.name}: missing from the config")
       values[field.name] = getattr(cfg, field.name)
-    for name in ("num_train", "num_eval", "min_rows", "planted_dim", "num_dense"):
-      low = 0 if name == "num_dense" else 1
+    for name in ("num_train", "num_eval", "min_rows", "planted_dim", "num_dense", "test_rows"):
+      low = 0 if name in ("num_dense", "test_rows") else 1
       values[name] = _as_number(name, values[name], int, low, low_ok=True)
     values["cardinality_scale"] = _as_number("cardinality_scale", values["cardinality_scale"], float, 0.0, low_ok=False)
     values["zipf_exponent"] = _as_number("zipf_exponent", values["zipf_exponent"], float, 0.0, low_ok=True)
@@ -238,7 +243,9 @@ class SyntheticCTR:
   Implements the trainer's data-set protocol (`spec`, `eval_splits`,
   `train_batches`, `eval_batches`, `stats`) plus `generate`, `oracle` and
   `write_criteo`. A split's row indices are unbounded; `num_train` / `num_eval`
-  only set the epoch length and the evaluation set.
+  only set the epoch length and the evaluation set. With `test_rows` > 0 the
+  eval splits are ('eval', 'test'): the trainer selects on 'eval' and reports
+  'test' (`test_auc`), which no selection sees.
   """
 
   eval_splits = ("eval",)
@@ -258,14 +265,20 @@ class SyntheticCTR:
     self.planted = make_planted_model(self.seed, self.sampler, self.config.planted_dim)
     self.stats = {"bad_lines": 0}
     self._oracle = None
+    if self.config.test_rows:
+      self.eval_splits = ("eval", "test")
 
   def split_size(self, split: str) -> int:
-    """Rows of one epoch of 'train', rows of 'eval'."""
-    return self.config.num_train if self._split_id(split) == SPLIT_IDS["train"] else self.config.num_eval
+    """Rows of one epoch of 'train', rows of 'eval' and of 'test' (with test_rows > 0)."""
+    sizes = {"train": self.config.num_train, "eval": self.config.num_eval,
+             "test": self.config.test_rows}
+    self._split_id(split)
+    return sizes[split]
 
   def _split_id(self, split: str) -> int:
-    if split not in SPLIT_IDS:
-      raise ValueError(f"unknown split {split!r} of the synthetic data set (known: {sorted(SPLIT_IDS)})")
+    known = ("train",) + self.eval_splits  # 'test' exists only with test_rows > 0
+    if split not in known:
+      raise ValueError(f"unknown split {split!r} of the synthetic data set (known: {sorted(known)})")
     return SPLIT_IDS[split]
 
   def chunk(self, split: str, index: int) -> SyntheticRows:
@@ -323,7 +336,7 @@ class SyntheticCTR:
 
   @property
   def oracle(self) -> dict[str, dict[str, float]]:
-    """{'eval': {'auc', 'logloss'}} of the true probabilities (computed once)."""
+    """{split: {'auc', 'logloss'}} of the true probabilities per eval split (computed once)."""
     if self._oracle is None:
       self._oracle = {}
       for split in self.eval_splits:

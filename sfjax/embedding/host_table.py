@@ -43,6 +43,8 @@ import threading
 import numpy as np
 
 from sfjax.embedding.initializers import init_rows
+from sfjax.embedding.table_snapshot import DirtyRows
+from sfjax.embedding.table_snapshot import TableSnapshot
 
 FORMAT_NAME = "sfjax.host_table"
 FORMAT_VERSION = 1
@@ -114,7 +116,10 @@ class HostTable:
     self._clean = True
     self._initial_slot_row = np.asarray(spec.initial_slot_row, np.float32).reshape(spec.slot_width)
     self._lock = threading.RLock()
+    self._cond = threading.Condition(self._lock)
     self._dirty = np.zeros((-(-spec.num_rows // CHUNK_ROWS),), np.bool_)  # [V / CHUNK_ROWS]
+    self._dirty_rows = DirtyRows()  # rows written since the last checkpoint
+    self._snapshot: TableSnapshot | None = None
 
   # ---- constructors ---------------------------------------------------------
 
@@ -260,6 +265,9 @@ class HostTable:
       if dup.any():
         raise ValueError(f"scatter: row id {int(ordered[1:][dup][0])} appears more than once")
     with self._lock:
+      chunks = ids // CHUNK_ROWS
+      if self._snapshot is not None and not self._snapshot.closed:
+        self._snapshot.preserve(chunks)  # copy on write for a checkpoint being written
       if self.path is not None and self._clean:
         self._write_meta(clean=False)
       newly = int(np.count_nonzero(~self._flags[ids]))
@@ -267,7 +275,8 @@ class HostTable:
       self._slots[ids] = slots
       self._flags[ids] = True  # Last: a half-finished write reads as initial rows.
       self._num_materialised += newly
-      self._dirty[ids // CHUNK_ROWS] = True
+      self._dirty[chunks] = True
+      self._dirty_rows.add(ids)
 
   # ---- chunks (checkpoints) ---------------------------------------------------
 
@@ -283,22 +292,63 @@ class HostTable:
     with self._lock:
       self._dirty[np.asarray(chunks, np.int64)] = True
 
+  def pop_dirty_rows(self) -> np.ndarray:
+    """Sorted distinct ids [D] int64 of rows `scatter` wrote since the last pop (cleared)."""
+    with self._lock:
+      return self._dirty_rows.pop()
+
+  def mark_dirty_rows(self, ids) -> None:
+    """Marks rows dirty again (a checkpoint that popped them failed before it was committed)."""
+    with self._lock:
+      self._dirty_rows.mark(ids)
+
+  def num_dirty_rows(self) -> int:
+    """Distinct rows written since the last `pop_dirty_rows`."""
+    with self._lock:
+      return self._dirty_rows.count()
+
+  def chunk_range(self, chunk: int) -> tuple[int, int]:
+    """Rows `[lo, hi)` of chunk `chunk`."""
+    lo = chunk * CHUNK_ROWS
+    return lo, min(lo + CHUNK_ROWS, self.num_rows)
+
+  def _chunk_bytes(self, chunk: int) -> int:
+    lo, hi = self.chunk_range(chunk)
+    return (hi - lo) * (4 * (self.width + self.slot_width) + 1)
+
   def read_chunk(self, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Copies of chunk `chunk`'s stored values [n,E], slots [n,S] and materialised flags [n]."""
-    lo = chunk * CHUNK_ROWS
-    hi = min(lo + CHUNK_ROWS, self.num_rows)
+    lo, hi = self.chunk_range(chunk)
     with self._lock:
       return (np.array(self._values[lo:hi]), np.array(self._slots[lo:hi]),
               np.array(self._flags[lo:hi]))
 
+  def begin_snapshot(self, chunks, budget_bytes: int) -> TableSnapshot:
+    """A copy-on-write view of `chunks` as they are now (one open snapshot at a time).
+
+    Writes keep going; a write to a chunk the snapshot's reader has not read yet copies
+    the chunk aside first, holding at most `budget_bytes` of copies (then it waits for
+    the reader). Close it when done (`TableSnapshot.close`).
+
+    Raises:
+      RuntimeError: another snapshot is still open.
+    """
+    with self._lock:
+      if self._snapshot is not None and not self._snapshot.closed:
+        raise RuntimeError("begin_snapshot: a snapshot of this table is still open")
+      self._snapshot = TableSnapshot(chunks, self._dirty.size, self.read_chunk, self._chunk_bytes,
+                                     self._cond, budget_bytes)
+      return self._snapshot
+
   def load_chunk(self, chunk: int, values, slots, flags) -> None:
     """Overwrites chunk `chunk` with `read_chunk`'s arrays (a checkpoint restore; not dirty)."""
-    lo = chunk * CHUNK_ROWS
-    hi = min(lo + CHUNK_ROWS, self.num_rows)
+    lo, hi = self.chunk_range(chunk)
     if values.shape != (hi - lo, self.width) or slots.shape != (hi - lo, self.slot_width):
       raise ValueError(f"load_chunk: chunk {chunk} needs {hi - lo} rows of width {self.width} "
                        f"+ {self.slot_width} slots, got {values.shape} and {slots.shape}")
     with self._lock:
+      if self._snapshot is not None and not self._snapshot.closed:
+        raise RuntimeError("load_chunk: a checkpoint snapshot of this table is open")
       if self.path is not None and self._clean:
         self._write_meta(clean=False)
       self._num_materialised += int(np.count_nonzero(flags)) - int(

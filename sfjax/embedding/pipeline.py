@@ -15,6 +15,10 @@ An exception in any stage stops the pipeline and is re-raised in the caller with
 its original traceback; `close()` stops every thread. `flush(cache)` drains the
 write-backs and copies every cached row to the host table, which then holds
 exactly what training produced.
+
+Several processes (`owns`): every process runs the same planner on the same global
+unique ids, so all agree on the plan; each gathers, writes back and flushes only the
+rows it owns (its shard of the host table).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
+import jax
 import numpy as np
 
 from sfjax.core import background
@@ -34,6 +39,7 @@ from sfjax.embedding import cache as cache_lib
 from sfjax.embedding import cache_planner
 from sfjax.embedding import device_table
 from sfjax.embedding import host_table as host_table_lib
+from sfjax.embedding import sharded_cache
 from sfjax.embedding import vsi
 
 
@@ -56,8 +62,11 @@ class CacheStats:
   manager_wait_seconds: float = 0.0
   writeback_seconds: float = 0.0
   device_wait_seconds: float = 0.0
-  swap_rows: int = 0  # rows of the fill / evict buffers moved (bucketed, >= fills)
+  swap_rows: int = 0  # rows of the fill / evict buffers moved (bucketed, >= fills; all devices)
   steps_per_swap_size: dict = dataclasses.field(default_factory=dict)  # bucket -> steps
+  # "U<unique bucket>/F<swap bucket>" -> steps: each distinct pair is one compiled program.
+  steps_per_shape: dict = dataclasses.field(default_factory=dict)
+  put_bytes: int = 0  # bytes device_put to all devices (batches + swaps; replicas counted)
 
   def as_dict(self) -> dict[str, float]:
     """Counters plus derived rates (`cache_hit_rate`, `*_bytes_per_example`)."""
@@ -78,13 +87,16 @@ class StepInputs(NamedTuple):
     step: step index (0-based, the planner's step).
     batch: DeviceBatch on device; `rows` are cache slots.
     swap: CacheSwap on device.
-    plan: the host CachePlan (evict ids for the write-back, counts for stats).
+    plan: the host CachePlan (counts for stats).
+    evict_ids: [N] int64 ids of the step's evicted read-out rows, flattened in the
+      read-out's order (`[F]` or `[D, Fd]`); -1 in padding entries.
   """
 
   step: int
   batch: DeviceBatch
   swap: cache_lib.CacheSwap
   plan: cache_planner.CachePlan
+  evict_ids: np.ndarray
 
 
 def step_stats(plan: cache_planner.CachePlan, row_bytes: int) -> dict[str, int]:
@@ -119,10 +131,19 @@ def bucket_for(count: int, buckets: tuple[int, ...]) -> int:
   return buckets[min(int(np.searchsorted(buckets, count)), len(buckets) - 1)]
 
 
-def _pad_rows(rows: np.ndarray, length: int) -> np.ndarray:
-  out = np.zeros((length, rows.shape[1]), np.float32)
-  out[:rows.shape[0]] = rows
-  return out
+def _flat_rows(rows: np.ndarray, count: int) -> np.ndarray:
+  """[..., W] read-out rows as [count, W] (a [D, Fd, W] row-sharded read-out flattened)."""
+  return rows.reshape(count, rows.shape[-1])
+
+
+def device_bytes(tree) -> int:
+  """Bytes a pytree of placed arrays occupies over all devices (replicas counted);
+  numpy leaves count their own size."""
+  total = 0
+  for leaf in jax.tree.leaves(tree):
+    shards = getattr(leaf, "addressable_shards", None)
+    total += sum(s.data.nbytes for s in shards) if shards is not None else np.asarray(leaf).nbytes
+  return int(total)
 
 
 class CachePipeline(Iterator[StepInputs]):
@@ -136,16 +157,51 @@ class CachePipeline(Iterator[StepInputs]):
     put_batch: host DeviceBatch -> device DeviceBatch (e.g. `jax.device_put` with shardings).
     put_swap: host CacheSwap -> device CacheSwap.
     loader_depth: batches the Data-Loader keeps ready.
+    layout: where the planner's slots live (`sharded_cache.SlotLayout`); default one
+      cache of `planner.num_slots` rows (maybe replicated on every device).
+    sharded_swap: stage swaps per owning device (`[D, Fd]` buffers, row-sharded cache);
+      False: one `[F]` swap (needs `layout.num_shards == 1`).
+    owner_blocks: lay each step's unique rows out in per-owner blocks of local slots
+      (`sharded_cache.block_by_owner`, for the row-sharded step) instead of `[U]` slots.
+    bucket_unique: False pads every step's unique rows to the full unique capacity
+      (a benchmark's exchange volume without VSI when the capacity is B*F); with
+      owner_blocks, to blocks of at least capacity / D rows.
+    owns: ids [N] -> bool [N], the ids whose host rows this process owns (several
+      processes: each holds a shard of the host table by id). Only owned rows are
+      gathered for fills (the others are staged as zeros, so the fills of all processes
+      sum to the whole fill), written back and flushed. None: every id (one process).
+
+  Each step's unique rows are padded to the smallest bucket of `swap_buckets(unique
+  capacity)` that holds them, so gathers and the row-gradient all-reduce run over
+  the real unique rows, not the padded capacity.
   """
 
   def __init__(self, batches: Iterable[types.Batch], *, field_offsets: np.ndarray,
                host_table: host_table_lib.HostTable, planner: cache_planner.CachePlanner,
                put_batch: Callable[[Any], Any], put_swap: Callable[[Any], Any],
-               loader_depth: int = 4):
+               loader_depth: int = 4, layout: sharded_cache.SlotLayout | None = None,
+               sharded_swap: bool = False, owner_blocks: bool = False,
+               bucket_unique: bool = True,
+               owns: Callable[[np.ndarray], np.ndarray] | None = None):
+    self.layout = layout or sharded_cache.SlotLayout(1, planner.num_slots)
+    if self.layout.num_slots != planner.num_slots:
+      raise ValueError(f"CachePipeline: layout holds {self.layout.num_slots} slots, the planner "
+                       f"{planner.num_slots}")
+    if not sharded_swap and self.layout.num_shards != 1:
+      raise ValueError("CachePipeline: a layout over several shards needs sharded_swap=True")
+    self._sharded_swap, self._owner_blocks = sharded_swap, owner_blocks
+    self._bucket_unique = bucket_unique
+    self._owns = owns
+    self.unique_buckets = (swap_buckets(planner.unique_capacity) if bucket_unique
+                           else (planner.unique_capacity,))
+    # Per-owner blocks and per-device swaps hold about 1/D of the rows: finer buckets.
+    self.block_buckets = sharded_cache.owner_buckets(planner.unique_capacity,
+                                                     self.layout.num_shards)
     self.host_table, self.planner = host_table, planner
     self._offsets = np.asarray(field_offsets, np.int64)
     self._put_batch, self._put_swap = put_batch, put_swap
-    self.buckets = swap_buckets(planner.fill_capacity)
+    self.buckets = (sharded_cache.owner_buckets(planner.fill_capacity, self.layout.num_shards)
+                    if sharded_swap else swap_buckets(planner.fill_capacity))
     self.stats = CacheStats(row_bytes=4 * (host_table.width + host_table.slot_width))
     self._stats_lock = threading.Lock()
     self._stop = threading.Event()
@@ -154,7 +210,7 @@ class CachePipeline(Iterator[StepInputs]):
     self._submitted = 0
     self._flushed_after = -1  # `_submitted` at the last flush: nothing new to write if equal
     self.last_step: dict[str, int] = {}  # counters of the most recently submitted step
-    # Which id each cache slot holds ON THE DEVICE, i.e. after the last submitted step.
+    # Which id each (physical) cache slot holds ON THE DEVICE, i.e. after the last submitted step.
     # The planner runs up to `lookahead` steps ahead, so its own slot map may already
     # include swaps the device has not executed; flushing must follow the device.
     self._device_slot_ids = np.full((planner.num_slots,), -1, np.int64)
@@ -187,6 +243,17 @@ class CachePipeline(Iterator[StepInputs]):
     with self._stats_lock:
       self.stats.manager_wait_seconds += time.perf_counter() - t
 
+  def _device_rows(self, plan: cache_planner.CachePlan, vids: np.ndarray):
+    """(rows, vids) of the step's unique ids for the device: physical slots padded to a
+    unique bucket, or per-owner blocks of local slots (`owner_blocks`)."""
+    if not self._owner_blocks:
+      unique = bucket_for(plan.num_unique, self.unique_buckets)
+      return self.layout.physical(plan.slots[:unique]), vids
+    shards = self.layout.num_shards
+    min_rows = 0 if self._bucket_unique else -(-self.planner.unique_capacity // shards)
+    return sharded_cache.block_by_owner(self.layout.physical(plan.slots[:plan.num_unique]), vids,
+                                        self.layout, self.block_buckets, min_rows=min_rows)
+
   def _manage(self) -> Iterator[StepInputs]:
     for step, (batch, virt) in enumerate(self._loader):
       # At most `lookahead` planned-but-unretired steps, this one included.
@@ -194,12 +261,18 @@ class CachePipeline(Iterator[StepInputs]):
       t = time.perf_counter()
       plan = self.planner.plan(step, virt.uniq[:virt.num_unique])
       self._wait_retired(plan.fill_after_step)  # the write-back ordering rule
-      values, opt_slots = self.host_table.gather(plan.fill_ids[:plan.num_fills])
-      size = bucket_for(max(plan.num_fills, plan.num_evictions), self.buckets)
-      swap = cache_lib.CacheSwap(plan.fill_slots[:size], _pad_rows(values, size),
-                                 _pad_rows(opt_slots, size), plan.evict_slots[:size])
-      db = DeviceBatch(plan.slots, virt.vids, batch.dense, batch.labels, batch.mask)
-      inputs = StepInputs(step, self._put_batch(db), self._put_swap(swap), plan)
+      values, opt_slots = self._gather_owned(plan.fill_ids[:plan.num_fills])
+      staged = sharded_cache.stage_swap(plan, values, opt_slots, self.layout, self.buckets)
+      swap = staged.swap
+      if not self._sharded_swap:
+        swap = cache_lib.CacheSwap(*(x[0] for x in swap))
+      size = staged.swap.fill_slots.shape[1]
+      rows, vids = self._device_rows(plan, virt.vids)
+      unique = rows.shape[0]
+      db = DeviceBatch(rows, vids, batch.dense, batch.labels, batch.mask)
+      db, swap = self._put_batch(db), self._put_swap(swap)
+      put_bytes = device_bytes((db, swap))
+      inputs = StepInputs(step, db, swap, plan, staged.evict_ids)
       with self._stats_lock:
         s = self.stats
         s.manager_seconds += time.perf_counter() - t
@@ -212,9 +285,27 @@ class CachePipeline(Iterator[StepInputs]):
         s.h2d_rows += plan.num_fills
         s.d2h_rows += plan.num_evictions
         s.ordering_waits += int(plan.fill_after_step >= 0)
-        s.swap_rows += size
+        s.swap_rows += size * self.layout.num_shards
         s.steps_per_swap_size[size] = s.steps_per_swap_size.get(size, 0) + 1
+        shape = f"U{unique}/F{size}"
+        s.steps_per_shape[shape] = s.steps_per_shape.get(shape, 0) + 1
+        s.put_bytes += put_bytes
       yield inputs
+
+  def _owned(self, ids: np.ndarray) -> np.ndarray:
+    """bool [N]: the ids whose host rows this process owns (all with one process)."""
+    ids = np.asarray(ids)
+    return np.ones(ids.shape, bool) if self._owns is None else np.asarray(self._owns(ids), bool)
+
+  def _gather_owned(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Host rows of `ids` [N]: the owned ones from the host table, zeros for the others."""
+    if self._owns is None:
+      return self.host_table.gather(ids)
+    mine = self._owned(ids)
+    values = np.zeros((ids.size, self.host_table.width), np.float32)
+    slots = np.zeros((ids.size, self.host_table.slot_width), np.float32)
+    values[mine], slots[mine] = self.host_table.gather(ids[mine])
+    return values, slots
 
   def __next__(self) -> StepInputs:
     self._raise_writer_error()
@@ -233,24 +324,25 @@ class CachePipeline(Iterator[StepInputs]):
     """Hands step `inputs.step`'s evicted rows (device arrays, maybe not ready) to the writer."""
     self._raise_writer_error()
     plan = inputs.plan
-    self._device_slot_ids[plan.fill_slots[:plan.num_fills]] = plan.fill_ids[:plan.num_fills]
+    fill_slots = self.layout.physical(plan.fill_slots[:plan.num_fills])
+    self._device_slot_ids[fill_slots] = plan.fill_ids[:plan.num_fills]
     self.last_step = step_stats(plan, self.stats.row_bytes)
     self._submitted += 1
-    self._writeback.put((plan, evicted))
+    self._writeback.put((plan, inputs.evict_ids, evicted))
 
   def _write_back_loop(self) -> None:
     while True:
       item = self._writeback.get()
       if item is None:
         return
-      plan, evicted = item
+      plan, evict_ids, evicted = item
       try:
         t = time.perf_counter()
-        n = plan.num_evictions
-        if n:
-          values = np.asarray(evicted.values)[:n]  # waits for the device step
-          opt_slots = np.asarray(evicted.opt_slots)[:n]
-          self.host_table.scatter(plan.evict_ids[:n], values, opt_slots)
+        if plan.num_evictions:
+          real = (evict_ids >= 0) & self._owned(evict_ids)  # rows this process owns
+          # Waits for the device step. Row-sharded: each row is read from its owner's shard.
+          values, opt_slots = (_flat_rows(np.asarray(x), real.size)[real] for x in evicted)
+          self.host_table.scatter(evict_ids[real], values, opt_slots)
         self.planner.retire(plan.step)
         with self._stats_lock:
           self.stats.writeback_seconds += time.perf_counter() - t
@@ -285,7 +377,8 @@ class CachePipeline(Iterator[StepInputs]):
     if self._flushed_after == self._submitted:
       return 0
     self._flushed_after = self._submitted
-    slots = np.flatnonzero(self._device_slot_ids >= 0)
+    held = self._device_slot_ids >= 0
+    slots = np.flatnonzero(held & self._owned(self._device_slot_ids))
     ids = self._device_slot_ids[slots]
     if ids.size:
       values = np.asarray(cache.values)[slots]

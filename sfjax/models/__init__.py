@@ -1,6 +1,7 @@
 """CTR models as Flax NNX modules: `model(emb [B,F,E], dense [B,Nd]) -> logits [B]`."""
 
 from sfjax.models.autoint import AutoInt, InteractingLayer
+from sfjax.models.composed import ComposedModel
 from sfjax.models.dcnv2 import CROSS_STRUCTURES, CrossLayer, DCNv2
 from sfjax.models.deepfm import DeepFM
 from sfjax.models.dlrm import DLRM, num_interactions, pairwise_dot_interactions
@@ -8,6 +9,7 @@ from sfjax.models.fm import FM, fm_pairwise
 from sfjax.models.layers import MLP, DenseLinear
 from sfjax.models.lr import LR
 from sfjax.models.registry import (
+    ALL_MODEL_NAMES,
     HPARAM_KEYS,
     MODEL_NAMES,
     build_model,

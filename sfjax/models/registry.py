@@ -19,6 +19,7 @@ from flax import nnx
 from sfjax.core import names
 
 from sfjax.models.autoint import AutoInt
+from sfjax.models.composed import ComposedModel
 from sfjax.models.dcnv2 import DCNv2
 from sfjax.models.deepfm import DeepFM
 from sfjax.models.dlrm import DLRM
@@ -37,8 +38,13 @@ _MODELS: dict[str, type[nnx.Module]] = {
     "dlrm": DLRM,
     "autoint": AutoInt,
     "xdeepfm": XDeepFM,
+    # The block-composable generator (models/generator.py): `blocks` is the spec's JSON.
+    "composed": ComposedModel,
 }
-MODEL_NAMES: tuple[str, ...] = tuple(_MODELS)
+# The named models (each also one spec of the generator: `generator.named_model_spec`).
+MODEL_NAMES: tuple[str, ...] = tuple(n for n in _MODELS if n != "composed")
+# What `model.name` accepts: the named models and `composed`.
+ALL_MODEL_NAMES: tuple[str, ...] = tuple(_MODELS)
 
 _SIZE_ARGS = frozenset({"num_fields", "embed_dim", "num_dense", "rngs"})
 
@@ -54,7 +60,7 @@ def model_hparams(name: str) -> tuple[str, ...]:
   return tuple(p for p in params if p != "self" and p not in _SIZE_ARGS)
 
 
-HPARAM_KEYS: tuple[str, ...] = tuple(sorted({k for n in MODEL_NAMES for k in model_hparams(n)}))
+HPARAM_KEYS: tuple[str, ...] = tuple(sorted({k for n in ALL_MODEL_NAMES for k in model_hparams(n)}))
 
 
 def embedding_width(name: str, embed_dim: int) -> int:
@@ -62,7 +68,8 @@ def embedding_width(name: str, embed_dim: int) -> int:
 
   `embed_dim + 1` for models with first-order terms (fm, deepfm, wide_deep,
   xdeepfm: the last column is the field value's weight), 1 for lr (the weight
-  only), `embed_dim` otherwise.
+  only), `embed_dim` otherwise (for `composed`, `model.embed_dim` is the row width
+  of its blocks, `generator.spec_embedding_width`).
   """
   cls = model_class(name)
   return cls.embedding_width(as_count(name, "model.embed_dim", embed_dim, low=1))
@@ -73,14 +80,14 @@ def build_model(name: str, *, num_fields: int, embed_dim: int, num_dense: int, r
   """Builds model `name`; hyperparameters it does not use are ignored.
 
   Args:
-    name: one of MODEL_NAMES.
+    name: one of ALL_MODEL_NAMES.
     num_fields: F, the number of categorical fields.
     embed_dim: D (`model.embed_dim`); see `embedding_width` for the row width.
     num_dense: Nd, the number of dense features (may be 0).
     rngs: initialisation keys.
     **hparams: `model.*` keys (`mlp_dims`, `cross_layers`, `cross_rank`,
       `cross_structure`, `bottom_mlp_dims`, `attention_layers`, `attention_heads`,
-      `attention_dim`, `cin_dims`).
+      `attention_dim`, `cin_dims`, `blocks`).
 
   Returns:
     The NNX module, called as `model(emb [B, F, E], dense [B, Nd]) -> logits [B]`.

@@ -3,6 +3,7 @@
 Mesh axis 'data' (DESIGN.md §3). The batch's examples are sharded on 'data'; the
 unique-row indices, the embedding table and the dense parameters are replicated,
 so the `[U, E]` row gradient is combined by one all-reduce inside the jitted step.
+A row-sharded cache splits its rows on 'data' (`rows_on_devices`).
 Axes are `Auto` so `jax.jit` shardings (GSPMD) place the collectives.
 """
 
@@ -15,13 +16,28 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from sfjax.core.types import DeviceBatch
 
 
+def global_devices() -> list:
+  """Every process's devices, process by process (process p's devices are the mesh
+  positions `[p*L, (p+1)*L)`, so its examples are one contiguous block of the batch)."""
+  return sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+
+
 def make_mesh(num_devices: int = 0) -> jax.sharding.Mesh:
-  """A 1-D ('data',) mesh over the first `num_devices` local devices (0 = all)."""
-  devices = jax.local_devices()
+  """A 1-D ('data',) mesh over the first `num_devices` devices (0 = all).
+
+  One process: its local devices. Several processes (`jax.distributed`): the global mesh
+  over all processes' devices (`global_devices`); it must then hold all of them.
+  """
+  multi = jax.process_count() > 1
+  devices = global_devices() if multi else jax.local_devices()
   n = len(devices) if num_devices <= 0 else num_devices
   if n > len(devices):
     raise ValueError(f"config field train.num_devices={num_devices} but only "
                      f"{len(devices)} devices are visible")
+  if multi and n != len(devices):
+    raise ValueError(f"config field train.num_devices={num_devices}: with "
+                     f"{jax.process_count()} processes the mesh spans all {len(devices)} devices "
+                     "of all processes (set 0)")
   return jax.sharding.Mesh(np.array(devices[:n]), ("data",),
                            axis_types=(jax.sharding.AxisType.Auto,))
 
@@ -31,7 +47,14 @@ def replicated(mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
-def batch_shardings(mesh) -> DeviceBatch:
-  """Per-field shardings of a DeviceBatch: unique rows replicated, examples on 'data'."""
+def rows_on_devices(mesh) -> NamedSharding:
+  """Sharding of an array split on its leading axis over 'data' (a row-sharded cache,
+  per-device swap buffers): device d holds block d."""
+  return NamedSharding(mesh, P("data"))
+
+
+def batch_shardings(mesh, rows_on_owners: bool = False) -> DeviceBatch:
+  """Per-field shardings of a DeviceBatch: examples on 'data'; unique rows replicated, or
+  (`rows_on_owners`, a row-sharded cache) in per-device blocks on 'data'."""
   rep, data = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-  return DeviceBatch(rep, data, data, data, data)
+  return DeviceBatch(data if rows_on_owners else rep, data, data, data, data)

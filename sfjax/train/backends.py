@@ -5,6 +5,12 @@
   cache   MixCache: the table lives on the host (RAM or mmap, lazily initialised), a
           `C`-row device cache holds the working rows, a threaded pipeline plans slots,
           gathers fills and writes evicted rows back (`sfjax.embedding.pipeline`).
+          `embedding.cache_sharding`: `replicated` (SFCTR's default: every device holds
+          the same C rows) or `row` (device d owns slots [d*C, (d+1)*C): D*C rows in
+          all; `sfjax.embedding.sharded_cache`).
+
+Backends receive `build_step`, `make_train_step` with the model and optimizers bound
+(keyword `row_axis` for the row-sharded cache's per-device step), and build their own step.
 
 Both implement the `Backend` protocol the loop (`sfjax.train.runner`) talks to.
 `make_step` compiles and returns the step in one call; nothing is set aside for a
@@ -19,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import PartitionSpec as P
 
 from sfjax.core import background
 from sfjax.core import names
@@ -31,13 +38,19 @@ from sfjax.embedding import device_table
 from sfjax.embedding import host_table as host_table_lib
 from sfjax.embedding import pipeline as pipeline_lib
 from sfjax.embedding import row_optimizers
+from sfjax.embedding import sharded_cache
 from sfjax.embedding import vsi
+from sfjax.parallel import distributed
 from sfjax.parallel import mesh as mesh_lib
 from sfjax.train import step as step_lib
 from sfjax.train.state import TrainState
 
 # (state, inputs from `train_inputs`) -> (state, metrics, number of unique ids of the batch)
 RunStep = Callable[[TrainState, Any], tuple[TrainState, dict[str, jax.Array], int]]
+# `make_train_step` with graphdef, optimizers and l2 bound: (**kw) -> train step.
+BuildStep = Callable[..., step_lib.TrainStep]
+# embedding.cache_sharding values: one copy per device, or rows partitioned over the devices.
+CACHE_SHARDINGS = ("replicated", "row")
 
 
 class Backend(Protocol):
@@ -49,17 +62,23 @@ class Backend(Protocol):
     initial_table: the table the initial TrainState carries (device table or empty cache).
     host_table: the host table of record (cache backend; checkpoints save it in chunks),
       or None when the TrainState's table is the whole table (device backend).
+    capacity_rows: distinct rows the device holds in all (table rows or cache capacity).
+    sharding_name: how the device rows are laid out (`replicated` or `row`).
   """
 
   name: str
   capacity: int
   initial_table: device_table.TableState
   host_table: host_table_lib.HostTable | None
+  capacity_rows: int
+  sharding_name: str
 
   def make_step(self, state_sharding: Any) -> RunStep:
     """Compiles the train step for a state of `state_sharding` and returns it.
 
-    The returned function carries the `jax.jit` object as `.jitted`.
+    The cache backend replaces `state_sharding.table` by its cache's sharding (split on
+    'data' when row-sharded). The returned function carries the `jax.jit` object as
+    `.jitted`.
     """
 
   def train_inputs(self, batches: Iterable[types.Batch]) -> Iterator[Any]:
@@ -86,16 +105,18 @@ class DeviceBackend:
 
   name = "device"
   host_table = None  # the TrainState's table is the table of record
+  sharding_name = "replicated"
 
   def __init__(self, config, spec: types.DatasetSpec, width: int, graphdef: nnx.GraphDef,
-               train_step: step_lib.TrainStep, row_opt: row_optimizers.RowOptimizer, mesh):
+               build_step: BuildStep, row_opt: row_optimizers.RowOptimizer, mesh):
     self.spec, self.width, self.num_rows = spec, width, spec.total_rows
+    self.capacity_rows = self.num_rows
     self.capacity = config.embedding.unique_capacity or config.train.batch_size * spec.num_fields
     self.batch_sharding = mesh_lib.batch_shardings(mesh)
     self.initial_table = device_table.init_table(
         self.num_rows, width, row_opt, seed=config.seed, stddev=config.embedding.init_stddev,
         sharding=mesh_lib.replicated(mesh))
-    self._train_step = train_step
+    self._train_step = build_step()
     self._eval_step = step_lib.make_eval_step(graphdef)
     self._prefetch = max(1, config.train.prefetch)
 
@@ -116,8 +137,10 @@ class DeviceBackend:
     offsets = self.spec.field_offsets
 
     def prep(b):
+      # VSI over the global batch (the same on every process); each process puts only
+      # its own examples (`distributed.put_global`).
       db, n = vsi.prepare_batch(b, offsets, self.capacity, self.num_rows)
-      return jax.device_put(db, self.batch_sharding), n
+      return distributed.put_global(db, self.batch_sharding), n
 
     return background.map_in_background(prep, batches, maxsize=self._prefetch, name="sfjax-data")
 
@@ -127,7 +150,10 @@ class DeviceBackend:
     return vsi.prepare_batch(batch, self.spec.field_offsets, capacity, self.num_rows)[0]
 
   def eval_logits(self, state, prepared) -> jax.Array:
-    """Logits [B] of a prepared eval batch."""
+    """Logits [B] of a prepared eval batch (several processes: each scores its own
+    examples, `distributed.process_rows`, and gets back a global array of all logits)."""
+    if jax.process_count() > 1:
+      prepared = distributed.put_global(prepared, self.batch_sharding)
     return self._eval_step(state.params, state.table.values, prepared)
 
   def sync(self, state) -> None:
@@ -160,17 +186,32 @@ class CacheBackend:
   """MixCache: host-resident table + device cache + overlapped host pipeline."""
 
   name = "cache"
+  # False: every step exchanges the full unique capacity (benchmarks: the no-VSI volume).
+  bucket_unique = True
 
   def __init__(self, config, spec: types.DatasetSpec, width: int, graphdef: nnx.GraphDef,
-               train_step: step_lib.TrainStep, row_opt: row_optimizers.RowOptimizer, mesh):
+               build_step: BuildStep, row_opt: row_optimizers.RowOptimizer, mesh):
     e = config.embedding
     self.spec, self.width, self.num_rows = spec, width, spec.total_rows
     self.capacity = e.unique_capacity or config.train.batch_size * spec.num_fields
-    self.num_slots = cache_rows(e.cache_rows, spec.total_rows)
+    self.sharding_name = names.lookup({k: k for k in CACHE_SHARDINGS}, e.cache_sharding,
+                                      "embedding.cache_sharding", "cache sharding")
+    row = self.sharding_name == "row"
+    self._processes = jax.process_count()
+    if self._processes > 1 and row:
+      raise ConfigError(
+          f"config field embedding.cache_sharding='row': a run over {self._processes} processes "
+          "supports the replicated cache only (so far)")
+    # embedding.cache_rows is per device: a row-sharded cache holds D times as many rows.
+    self.layout = sharded_cache.SlotLayout(mesh.size if row else 1,
+                                           cache_rows(e.cache_rows, spec.total_rows))
+    self.num_slots = self.capacity_rows = self.layout.num_slots
     needed = e.lookahead * self.capacity
     if self.num_slots < needed:
+      held = (f"{self.num_slots} rows ({self.layout.rows_per_shard} per device x "
+              f"{self.layout.num_shards} devices, row-sharded)" if row else f"{self.num_slots} rows")
       raise ConfigError(
-          f"config field embedding.cache_rows: a cache of {self.num_slots} rows is too small for "
+          f"config field embedding.cache_rows: a cache of {held} is too small for "
           f"lookahead {e.lookahead} x unique capacity {self.capacity}; the minimum capacity is "
           f"{needed} rows (or lower embedding.lookahead / embedding.unique_capacity)")
     slot_width = row_opt.slot_width(width)
@@ -180,19 +221,40 @@ class CacheBackend:
     self.planner = cache_planner.CachePlanner(self.num_slots, self.capacity, policy=e.cache_policy,
                                               lookahead=e.lookahead)
     rep = mesh_lib.replicated(mesh)
-    self.batch_sharding = mesh_lib.batch_shardings(mesh)
-    self._swap_sharding = jax.tree.map(lambda _: rep, cache_lib.CacheSwap(0, 0, 0, 0))
-    self.initial_table = cache_lib.init_cache(self.num_slots, width, slot_width, rep)
-    self._cache_step = step_lib.make_cache_train_step(train_step)
+    self.batch_sharding = mesh_lib.batch_shardings(mesh, rows_on_owners=row)
+    # Row-sharded: the cache rows, each step's per-device swap buffers and row blocks on 'data'.
+    cache_sharding = mesh_lib.rows_on_devices(mesh) if row else rep
+    self._table_sharding = device_table.TableState(cache_sharding, cache_sharding)
+    self._swap_sharding = jax.tree.map(lambda _: cache_sharding, cache_lib.CacheSwap(0, 0, 0, 0))
+    self.initial_table = cache_lib.init_cache(self.num_slots, width, slot_width, cache_sharding)
+    if row:  # the whole step per device, collectives written out (sharded_cache docstring)
+      owner_step = step_lib.make_cache_train_step(
+          build_step(row_axis=sharded_cache.AXIS), swap_rows=sharded_cache.swap_rows_local)
+      on = P(sharded_cache.AXIS)
+      state_spec = TrainState(P(), P(), P(), on)
+      self._cache_step = jax.shard_map(
+          owner_step, mesh=mesh, in_specs=(state_spec, on, on), out_specs=(state_spec, P(), on),
+          check_vma=False)
+    else:
+      self._cache_step = step_lib.make_cache_train_step(build_step())
     self._eval_step = step_lib.make_eval_step(graphdef)
+    if self._processes > 1:  # fills (and eval rows) arrive as per-process blocks, summed
+      self._cache_step = _summing_fill_blocks(self._cache_step)
+      blocks = mesh_lib.rows_on_devices(mesh)
+      self._swap_sharding = cache_lib.CacheSwap(rep, blocks, blocks, rep)
+      self._eval_step = jax.jit(lambda params, blocks_, db: step_lib.eval_logits(
+          graphdef, params, blocks_.sum(0), db))
+      self._blocks, self._rep = blocks, rep
     self._pipeline: pipeline_lib.CachePipeline | None = None
     self._loader_depth = max(1, config.train.prefetch)
 
   def make_step(self, state_sharding) -> RunStep:
     """The jitted donated cache step; its evicted rows are queued for write-back."""
+    state_sharding = state_sharding._replace(table=self._table_sharding)
     jitted = jax.jit(self._cache_step, donate_argnums=0,
                      in_shardings=(state_sharding, self.batch_sharding, self._swap_sharding),
-                     out_shardings=(state_sharding, None, None))
+                     out_shardings=(state_sharding, None,
+                                    self._table_sharding if self._processes > 1 else None))
 
     def run_step(state, inputs: pipeline_lib.StepInputs):
       state, metrics, evicted = jitted(state, inputs.batch, inputs.swap)
@@ -206,11 +268,14 @@ class CacheBackend:
     """Starts the Data-Loader / Host-Manager / write-back threads over `batches`."""
     if self._pipeline is not None:
       raise RuntimeError("the cache backend runs one training pipeline at a time")
+    row = self.sharding_name == "row"
     self._pipeline = pipeline_lib.CachePipeline(
         batches, field_offsets=self.spec.field_offsets, host_table=self.host_table,
-        planner=self.planner, put_batch=lambda db: jax.device_put(db, self.batch_sharding),
-        put_swap=lambda sw: jax.device_put(sw, self._swap_sharding),
-        loader_depth=self._loader_depth)
+        planner=self.planner,
+        put_batch=lambda db: distributed.put_global(db, self.batch_sharding),
+        put_swap=self._put_swap, owns=self._owns,
+        loader_depth=self._loader_depth, layout=self.layout,
+        sharded_swap=row, owner_blocks=row, bucket_unique=self.bucket_unique)
     return self._pipeline
 
   def prepare_eval(self, batch: types.Batch) -> tuple[np.ndarray, DeviceBatch]:
@@ -221,16 +286,40 @@ class CacheBackend:
     """
     ids = vsi.global_row_ids(batch.ids, self.spec.field_offsets)
     virt = vsi.dedup_ids(ids, batch.size * self.spec.num_fields, pad_id=-1)
-    values, _ = self.host_table.gather(virt.uniq[:virt.num_unique])
+    uniq = virt.uniq[:virt.num_unique]
+    mine = self._owns(uniq) if self._owns is not None else np.ones(uniq.shape, bool)
     padded = np.zeros((virt.uniq.shape[0], self.width), np.float32)
-    padded[:virt.num_unique] = values
+    padded[:virt.num_unique][mine] = self.host_table.gather(uniq[mine])[0]  # own rows only
     rows = np.arange(virt.uniq.shape[0], dtype=np.int32)
     return padded, DeviceBatch(rows, virt.vids, batch.dense, batch.labels, batch.mask)
 
   def eval_logits(self, state, prepared) -> jax.Array:
     """Logits [B] of a prepared eval batch."""
     values, db = prepared
+    if self._processes > 1:  # every process's own rows, summed on device
+      db = distributed.put_global(db, self.batch_sharding)
+      return self._eval_step(state.params, distributed.put_process_blocks(values, self._blocks),
+                             db)
     return self._eval_step(state.params, jnp.asarray(values), db)
+
+  @property
+  def _owns(self):
+    """ids -> bool: this process's shard of the host table (id % P == process index);
+    None with one process."""
+    if self._processes == 1:
+      return None
+    count, index = self._processes, jax.process_index()
+    return lambda ids: np.asarray(ids) % count == index
+
+  def _put_swap(self, swap: cache_lib.CacheSwap) -> cache_lib.CacheSwap:
+    """A host swap on the devices; several processes: fill rows as per-process blocks."""
+    if self._processes == 1:
+      return jax.device_put(swap, self._swap_sharding)
+    return cache_lib.CacheSwap(
+        distributed.put_global(swap.fill_slots, self._rep),
+        distributed.put_process_blocks(swap.fill_values, self._blocks),
+        distributed.put_process_blocks(swap.fill_opt_slots, self._blocks),
+        distributed.put_global(swap.evict_slots, self._rep))
 
   def sync(self, state) -> None:
     """Flushes every cached row to the host table (the cache keeps its rows)."""
@@ -262,13 +351,27 @@ def cache_rows(setting: float, total_rows: int) -> int:
       f"got {setting!r}")
 
 
+def _summing_fill_blocks(cache_step):
+  """The cache step taking fills as per-process blocks `[D, F, ...]` (each row nonzero in
+  its owner's block only); their sum over the blocks is the step's fill."""
+
+  def step(state, batch, swap):
+    return cache_step(state, batch, swap._replace(fill_values=swap.fill_values.sum(0),
+                                                  fill_opt_slots=swap.fill_opt_slots.sum(0)))
+
+  return step
+
+
 # embedding.backend -> backend class. The registry config validation derives from.
 BACKENDS: dict[str, type[Backend]] = {"device": DeviceBackend, "cache": CacheBackend}
 
 
 def make_backend(config, spec: types.DatasetSpec, width: int, graphdef: nnx.GraphDef,
-                 train_step: step_lib.TrainStep, row_opt: row_optimizers.RowOptimizer,
+                 build_step: BuildStep, row_opt: row_optimizers.RowOptimizer,
                  mesh) -> Backend:
-  """The backend named by `config.embedding.backend`."""
+  """The backend named by `config.embedding.backend`.
+
+  `build_step(**kw)` is `make_train_step` with the model, optimizers and l2 bound.
+  """
   cls = names.lookup(BACKENDS, config.embedding.backend, "embedding.backend", "backend")
-  return cls(config, spec, width, graphdef, train_step, row_opt, mesh)
+  return cls(config, spec, width, graphdef, build_step, row_opt, mesh)

@@ -24,6 +24,15 @@ first, moves a corrupt one aside to `corrupt.step_<N>` with a warning naming the
 file, and resumes from the newest good one; if none is good it raises, naming every
 bad file.
 
+Saving does not stall training for the table's files: `save` takes the dense state
+(orbax, small) and a copy-on-write snapshot of the host table synchronously, then
+writes the table files, `meta.json` and the rename on a background thread while the
+next steps run (`async_table=True`). The checkpoint counts only once renamed; the next
+`save`, `wait` or `close` waits for it, and a background failure is raised there,
+naming the last good checkpoint. The table is saved as row deltas between whole-chunk
+bases (`embedding.table_checkpoint`), so a save writes about the rows touched since
+the previous one.
+
 The cache backend's device cache is not saved: the loop flushes it to the host
 table first (`Backend.sync`), and a fresh, empty cache after a restore gives the same
 results because the cache only holds exact copies of host rows.
@@ -35,6 +44,8 @@ import json
 import os
 import re
 import shutil
+import threading
+import time
 import zlib
 from typing import Any, NamedTuple
 
@@ -60,6 +71,13 @@ _META_CRC = "meta_crc32"
 
 class CorruptCheckpointError(ValueError):
   """A checkpoint file is missing, truncated or altered; the message names the file."""
+
+
+class CheckpointSaveError(RuntimeError):
+  """A background save failed; the message names it and the last good checkpoint."""
+
+
+SNAPSHOT_BUDGET_BYTES = 1 << 30  # copy-on-write copies held while a table save runs
 
 
 def settings(config) -> tuple[int, int]:
@@ -213,6 +231,19 @@ def _fsync_tree(path: str) -> None:
     fsync_directory(dirpath)
 
 
+def _without_empty(tree):
+  """`tree` with zero-size arrays (SGD's [V, 0] slots) as None: orbax refuses to save them."""
+  return jax.tree.map(lambda x: x if x.size else None, tree)
+
+
+def _with_empty(restored, target):
+  """`restored` (from a tree `_without_empty` made) with `target`'s zero-size arrays put back."""
+  leaves, _ = jax.tree_util.tree_flatten(restored, is_leaf=lambda x: x is None)
+  target_leaves, treedef = jax.tree_util.tree_flatten(target)
+  return jax.tree_util.tree_unflatten(
+      treedef, [t if r is None else r for r, t in zip(leaves, target_leaves)])
+
+
 def _abstract(tree):
   """Shapes, dtypes and shardings of `tree` (the restore target; no data)."""
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
@@ -240,15 +271,27 @@ class Checkpointer:
   Args:
     root: the checkpoints directory (created on the first save).
     keep: newest checkpoints kept.
-    host_table: the cache backend's host table (saved in chunks); None when the table
-      is part of the TrainState (device backend).
+    host_table: the cache backend's host table (saved in chunks and row deltas); None
+      when the table is part of the TrainState (device backend).
+    async_table: write the host table's files on a background thread (the save returns
+      once the dense state and a copy-on-write snapshot are taken).
+    snapshot_budget_bytes: most bytes of chunks copied aside while a save runs; past
+      it, a write-back waits for the writer (memory stays bounded, results exact).
+    compact_ratio: row deltas beyond this fraction of the base's bytes -> a new base.
   """
 
-  def __init__(self, root: str, keep: int, host_table: host_table_lib.HostTable | None = None):
+  def __init__(self, root: str, keep: int, host_table: host_table_lib.HostTable | None = None,
+               async_table: bool = True, snapshot_budget_bytes: int = SNAPSHOT_BUDGET_BYTES,
+               compact_ratio: float = table_checkpoint.COMPACT_RATIO):
     self.root, self.keep, self.host_table = root, keep, host_table
+    self.async_table = async_table
+    self.snapshot_budget_bytes, self.compact_ratio = snapshot_budget_bytes, compact_ratio
     self._orbax = ocp.StandardCheckpointer()
-    # The checkpoint the host table's dirty chunks are relative to (None: a fresh table).
+    # The checkpoint the host table's dirty rows and chunks are relative to (None: fresh).
     self._table_base: str | None = None
+    self._thread: threading.Thread | None = None
+    self._error: tuple[str, BaseException] | None = None  # (path, error) of a failed save
+    self.last_save: dict[str, Any] = {}  # the last committed save's kind, rows and seconds
 
   def _dense(self, state: TrainState) -> dict[str, Any]:
     tree = {"step": state.step, "params": state.params, "opt_state": state.opt_state}
@@ -257,20 +300,69 @@ class Checkpointer:
     return tree
 
   def save(self, state: TrainState, meta: dict[str, Any]) -> str:
-    """Saves `state` (the host table must be synced) plus `meta` (JSON); returns the path."""
+    """Saves `state` (the host table must be synced) plus `meta` (JSON).
+
+    Waits for the previous save first. With `async_table` the table's files are
+    written in the background: the returned path exists once `wait()` returns.
+
+    Returns:
+      The checkpoint's final path.
+
+    Raises:
+      CheckpointSaveError: the previous (background) save failed.
+    """
+    self.wait()
     step = int(state.step)
     os.makedirs(self.root, exist_ok=True)
     final = os.path.join(self.root, step_dir_name(step))
     tmp = os.path.join(self.root, f"tmp.{step_dir_name(step)}.{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    dirty = self.host_table.pop_dirty_chunks() if self.host_table is not None else None
+    plan = snapshot = None
+    t0 = time.perf_counter()
     try:
-      self._orbax.save(os.path.join(tmp, "dense"), self._dense(state))
+      self._orbax.save(os.path.join(tmp, "dense"), _without_empty(self._dense(state)))
       self._orbax.wait_until_finished()
       if self.host_table is not None:
         base = os.path.join(self._table_base, "table") if self._table_base else None
-        table_checkpoint.save_table(self.host_table, os.path.join(tmp, "table"), dirty, base)
+        plan = table_checkpoint.plan_save(self.host_table, base, self.compact_ratio)
+        plan, snapshot = table_checkpoint.capture(self.host_table, plan,
+                                                  self.snapshot_budget_bytes)
+    except BaseException:
+      self._abandon(tmp, plan, snapshot)
+      raise
+    job = (step, tmp, final, meta, plan, snapshot, t0)
+    if self.async_table and self.host_table is not None:
+      self._thread = threading.Thread(target=self._finish_in_background, args=job,
+                                      name=f"checkpoint-{step}", daemon=True)
+      self._thread.start()
+    else:
+      self._finish(*job)
+    return final
+
+  def _abandon(self, tmp: str, plan, snapshot) -> None:
+    """Undoes an uncommitted save: the next save must write its rows again."""
+    if snapshot is not None:
+      snapshot.close()
+    if plan is not None:
+      table_checkpoint.unplan_save(self.host_table, plan)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+  def _finish_in_background(self, *job) -> None:
+    try:
+      self._finish(*job)
+    except BaseException as err:  # pylint: disable=broad-except
+      self._error = (job[2], err)  # raised by the next save / wait
+
+  def _finish(self, step: int, tmp: str, final: str, meta: dict[str, Any], plan, snapshot,
+              t0: float) -> None:
+    """Writes the table files and metadata, then commits by one rename."""
+    try:
+      if plan is not None:
+        base = os.path.join(self._table_base, "table") if self._table_base else None
+        table_checkpoint.write_table(snapshot, self.host_table, os.path.join(tmp, "table"),
+                                     plan, base)
+        snapshot.close()
       full_meta = dict(meta, format=FORMAT_NAME, version=FORMAT_VERSION, step=step,
                        batches_consumed=step,
                        table="host_chunks" if self.host_table is not None else "dense",
@@ -287,13 +379,33 @@ class Checkpointer:
       if trash:
         shutil.rmtree(trash, ignore_errors=True)
     except BaseException:
-      if dirty is not None:  # not committed: the next save must write these chunks again
-        self.host_table.mark_dirty_chunks(dirty)
-      shutil.rmtree(tmp, ignore_errors=True)
+      self._abandon(tmp, plan, snapshot)
       raise
     self._table_base = final
+    self.last_save = {"path": final, "kind": plan.kind if plan is not None else "dense",
+                      "rows": int(plan.rows.size) if plan is not None else 0,
+                      "chunks": int(plan.chunks.size) if plan is not None else 0,
+                      "seconds": time.perf_counter() - t0,
+                      "snapshot_copies": snapshot.copies_made if snapshot is not None else 0,
+                      "snapshot_waits": snapshot.waits if snapshot is not None else 0}
     self._prune()
-    return final
+
+  def wait(self) -> str | None:
+    """Waits for a background save; returns the newest committed checkpoint (or None).
+
+    Raises:
+      CheckpointSaveError: the background save failed (its rows stay dirty, so the next
+        save writes them); the message names the last good checkpoint.
+    """
+    if self._thread is not None:
+      self._thread.join()
+      self._thread = None
+    if self._error is not None:
+      (path, err), self._error = self._error, None
+      good = latest(self.root)
+      raise CheckpointSaveError(f"checkpoint {path} was not saved ({type(err).__name__}: {err}); "
+                                f"the last good checkpoint is {good or 'none'}") from err
+    return latest(self.root)
 
   def _prune(self) -> None:
     """Deletes checkpoints beyond `keep` and leftovers of interrupted saves."""
@@ -308,8 +420,9 @@ class Checkpointer:
     """Loads checkpoint `path` into the shapes/shardings of `target` (and the host table).
 
     For the cache backend the host table must be freshly created; `target.table` (the
-    empty cache) is kept.
+    empty cache) is kept. Waits for a background save first.
     """
+    self.wait()
     meta = read_meta(path)
     want = "host_chunks" if self.host_table is not None else "dense"
     if meta.get("table") != want:
@@ -317,7 +430,10 @@ class Checkpointer:
                        f"{meta.get('table')!r}; this run's backend needs {want!r} (same "
                        "embedding.backend as the run that saved it)")
     try:
-      dense = self._orbax.restore(os.path.join(path, "dense"), _abstract(self._dense(target)))
+      target_dense = self._dense(target)
+      dense = _with_empty(self._orbax.restore(os.path.join(path, "dense"),
+                                              _abstract(_without_empty(target_dense))),
+                          target_dense)
     except ValueError as err:
       raise ValueError(f"{path}: does not fit this run's state (saved by a different model or "
                        f"config?): {err}") from err
@@ -329,5 +445,11 @@ class Checkpointer:
     return Restored(int(meta["step"]), state, meta, path)
 
   def close(self) -> None:
-    """Waits for orbax's background work and releases it."""
-    self._orbax.close()
+    """Waits for a background save (a failure is logged, not raised: call `wait` for that)
+    and releases orbax."""
+    try:
+      self.wait()
+    except CheckpointSaveError as err:
+      logging.error("%s", err)
+    finally:
+      self._orbax.close()

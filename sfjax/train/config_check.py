@@ -21,6 +21,8 @@ from sfjax.data import dataset
 from sfjax.data import synthetic
 from sfjax.embedding import cache_planner
 from sfjax.embedding import row_optimizers
+from sfjax.models import generator
+from sfjax.parallel import distributed
 from sfjax.train import backends
 from sfjax.train import checkpoint
 from sfjax.train import optimizers
@@ -96,6 +98,22 @@ def _dims(config, field: str) -> None:
            field, f"must be a tuple of positive integers, got {value!r}")
 
 
+def _blocks(config) -> None:
+  """`model.blocks`: a string; for `composed`, a valid block spec of row width model.embed_dim."""
+  value = config.model.get("blocks", "")
+  _require(isinstance(value, str), "model.blocks", f"must be JSON text (a string), got {value!r}")
+  if config.model.name != generator.COMPOSED_NAME:
+    return
+  try:
+    spec = generator.spec_from_json(value, "model.blocks")
+  except generator.SpecError as e:
+    raise ConfigError(f"config field {e}") from None
+  width = generator.spec_embedding_width(spec)
+  _require(config.model.embed_dim == width, "model.embed_dim",
+           f"the composed model's blocks read rows of width {width} (max embedding dim + "
+           f"first-order column); set model.embed_dim={width}, got {config.model.embed_dim!r}")
+
+
 def _choice(value, field: str, known) -> None:
   _require(isinstance(value, str), field, f"must be a name (a string), got {value!r}")
   names.lookup(dict.fromkeys(known), value, field, "value")
@@ -140,6 +158,7 @@ def _validate_embedding(config) -> None:
   if e.backend == "cache":
     _choice(e.cache_policy, "embedding.cache_policy", cache_planner.POLICIES)
     _choice(e.host_storage, "embedding.host_storage", tuple(backends.HOST_STORAGES))
+    _choice(e.cache_sharding, "embedding.cache_sharding", backends.CACHE_SHARDINGS)
     _integer(config, "embedding.lookahead", 1, 1024)
     _cache_rows(config)
     _string(config, "embedding.host_path")
@@ -165,7 +184,8 @@ def validate(config) -> None:
   """
   _integer(config, "seed", 0)
   _validate_data(config)
-  _choice(config.model.name, "model.name", models.MODEL_NAMES)
+  if config.model.name != generator.COMPOSED_NAME:  # composed: the generator (model.blocks)
+    _choice(config.model.name, "model.name", models.MODEL_NAMES)
   _positive_int(config, "model.embed_dim")
   for field in ("model.mlp_dims", "model.bottom_mlp_dims", "model.cin_dims"):
     _dims(config, field)
@@ -173,6 +193,7 @@ def validate(config) -> None:
     _integer(config, field, 0, MAX_COUNT)
   for field in ("model.attention_heads", "model.attention_dim"):
     _integer(config, field, 1, MAX_COUNT)
+  _blocks(config)
   _validate_embedding(config)
   _choice(config.optimizer.name, "optimizer.name", optimizers.DENSE_OPTIMIZER_NAMES)
   _number(config, "optimizer.learning_rate", low=0.0, low_ok=False)
@@ -183,3 +204,5 @@ def validate(config) -> None:
   _integer(config, "train.prefetch", 0, 1024)
   _integer(config, "train.num_devices", 0, 1 << 20)
   checkpoint.settings(config)  # checkpoint.every_steps / keep, when the block exists
+  if "distributed" in config:
+    distributed.settings(config)  # distributed.* (HOST:PORT, P, I), when the block exists

@@ -26,6 +26,7 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   d.synthetic = s = ml_collections.ConfigDict()
   s.num_train = 2_000_000  # rows, repeated as epochs
   s.num_eval = 200_000
+  s.test_rows = 0  # > 0: a 'test' split of this many rows beside 'eval' (reported, never selected on)
   s.cardinality_scale = 0.001  # multiplies the real Criteo per-field cardinalities
   s.min_rows = 4  # per field, after scaling
   s.zipf_exponent = 1.1
@@ -37,7 +38,7 @@ def ctr_defaults() -> ml_collections.ConfigDict:
 
   # ---- model ------------------------------------------------------------
   c.model = mo = ml_collections.ConfigDict()
-  mo.name = "deepfm"  # lr | fm | deepfm | wide_deep | dcnv2 | dlrm | autoint | xdeepfm
+  mo.name = "deepfm"  # lr | fm | deepfm | wide_deep | dcnv2 | dlrm | autoint | xdeepfm | composed
   mo.embed_dim = 16
   mo.mlp_dims = (400, 400, 400)
   mo.cross_layers = 3  # dcnv2
@@ -48,6 +49,7 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   mo.attention_heads = 2  # autoint
   mo.attention_dim = 16  # autoint (per head)
   mo.cin_dims = (64, 64)  # xdeepfm
+  mo.blocks = ""  # composed: block spec JSON (sfjax/models/generator.py); embed_dim = its row width
 
   # ---- embeddings (rows updated by a row-wise optimizer) ----------------
   c.embedding = e = ml_collections.ConfigDict()
@@ -55,6 +57,9 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   e.cache_rows = 0.05  # cache backend: device cache rows (>= 1), or a fraction of the table (< 1)
   e.cache_policy = "lru"  # cache backend: lru | lfu
   e.lookahead = 2  # cache backend: steps planned ahead of the device (in flight at once)
+  e.cache_sharding = "replicated"  # cache backend: replicated (every device holds the same
+  #                                 cache_rows rows) | row (device d owns its own cache_rows rows:
+  #                                 cache_rows x devices distinct rows in all)
   e.host_storage = "ram"  # cache backend: ram | mmap (memory-mapped files under host_path)
   e.host_path = ""  # cache backend with mmap: directory of the host table (created; must be new)
   e.optimizer = "adagrad"  # sgd | adagrad | rowwise_adagrad (1 slot per row) | adam | ftrl
@@ -86,6 +91,13 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   t.log_every = 100
   t.prefetch = 4  # host batches prepared ahead of the device step
   t.num_devices = 0  # data-parallel devices of the ('data',) mesh; 0 = all local devices
+
+  # ---- many processes / hosts (jax.distributed; sfjax/parallel/distributed.py) ----
+  c.distributed = dd = ml_collections.ConfigDict()
+  dd.coordinator = ""  # HOST:PORT of process 0 ('' = one process, or JAX_COORDINATOR_ADDRESS)
+  dd.num_processes = 0  # P, with a coordinator (or JAX_NUM_PROCESSES)
+  dd.process_id = -1  # this process, 0..P-1, with a coordinator (or JAX_PROCESS_ID)
+  dd.auto_detect = False  # True: JAX's cluster detection (SLURM / Open MPI / k8s / Cloud TPU)
 
   # ---- checkpoints (WORKDIR/checkpoints/step_N; sfjax/train/checkpoint.py) ----
   c.checkpoint = k = ml_collections.ConfigDict()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import numpy as np
 
 from sfjax.core import background
 from sfjax.core import metrics as metrics_lib
+from sfjax.parallel import distributed
 from sfjax.train import backends
 from sfjax.train.state import TrainState
 
@@ -17,7 +19,10 @@ def evaluate(backend: backends.Backend, state: TrainState, dataset, split: str,
   """Exact AUC and logloss of `state` over every real example of `split`.
 
   The backend is synced first (the cache flushes to the host table), eval
-  batches are prepared on a background thread while the device scores.
+  batches are prepared on a background thread while the device scores. Over several
+  processes each keeps the scores of its own examples (`distributed.process_rows`);
+  the scores, labels and masks of all processes are gathered before the exact metrics,
+  so every process returns the same numbers.
 
   Raises:
     ValueError: the split has no batch.
@@ -28,17 +33,26 @@ def evaluate(backend: backends.Backend, state: TrainState, dataset, split: str,
                                     dataset.eval_batches(split, batch_size),
                                     maxsize=2, name="sfjax-eval") as it:
     for prepared, batch in it:
-      logits.append(backend.eval_logits(state, prepared))
-      labels.append(batch.labels)
-      masks.append(batch.mask)
+      logits.append(_local_scores(backend.eval_logits(state, prepared)))
+      own = distributed.process_rows(batch.size)
+      labels.append(batch.labels[own])
+      masks.append(batch.mask[own])
   if not logits:
     raise ValueError(f"eval split {split!r} is empty")
-  scores = np.concatenate([np.asarray(x) for x in logits])
-  labels, masks = np.concatenate(labels), np.concatenate(masks)
+  scores = distributed.allgather_rows(np.concatenate(logits))
+  labels = distributed.allgather_rows(np.concatenate(labels))
+  masks = distributed.allgather_rows(np.concatenate(masks))
   probs = metrics_lib.sigmoid(scores)
   return {"auc": metrics_lib.auc(labels, scores, masks),
           "logloss": metrics_lib.logloss(labels, probs, masks),
           "num_examples": int(masks.sum())}
+
+
+def _local_scores(logits) -> np.ndarray:
+  """This process's rows of a batch's logits [B] (all of them on one process)."""
+  if isinstance(logits, jax.Array):
+    return distributed.local_rows(logits)
+  return np.asarray(logits)
 
 
 def evaluate_splits(backend: backends.Backend, state: TrainState, dataset,

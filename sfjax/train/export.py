@@ -117,16 +117,15 @@ def _host_chunks(path: str, num_rows: int, width: int, slot_width: int, seed: in
                  stddev: float, initial_slot_row: np.ndarray) -> Iterator[tuple[int, np.ndarray,
                                                                                np.ndarray]]:
   """(lo, values, slots) per CHUNK_ROWS rows of a host-table checkpoint, untrained rows initial."""
-  directory = os.path.join(path, "table")
-  manifest = table_checkpoint.read_manifest(directory)
+  reader = table_checkpoint.TableReader(os.path.join(path, "table"))
+  stored = set(reader.chunks)
   for k in range(-(-num_rows // CHUNK_ROWS)):
     lo = k * CHUNK_ROWS
     n = min(CHUNK_ROWS, num_rows - lo)
     values = init_rows(seed, 0, np.arange(lo, lo + n, dtype=np.int64), width, stddev)
     slots = np.broadcast_to(initial_slot_row, (n, slot_width)).copy()
-    entry = manifest["chunks"].get(str(k))
-    if entry is not None:
-      v, s, flags = table_checkpoint.load_chunk_file(directory, entry, n, width, slot_width)
+    if k in stored:
+      v, s, flags = reader.read(k)
       values[flags], slots[flags] = v[flags], s[flags]
     yield lo, values, slots
 

@@ -12,6 +12,7 @@ Importable from notebooks; `experiments/train_ctr.py` only parses flags.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -29,6 +30,7 @@ from sfjax.data import dataset as dataset_lib
 from sfjax.data import types
 from sfjax.embedding import row_optimizers
 from sfjax.embedding import table_checkpoint
+from sfjax.parallel import distributed
 from sfjax.parallel import mesh as mesh_lib
 from sfjax.train import backends
 from sfjax.train import checkpoint
@@ -44,7 +46,8 @@ from sfjax.train.state import TrainState
 _CACHE_KEYS = ("cache_hit_rate", "h2d_bytes_per_example", "d2h_bytes_per_example", "evictions")
 # Metrics that describe this process, not the training result: timings and cache counters
 # (a resumed run counts them from its restart; everything else equals an uninterrupted run).
-PROCESS_METRICS = ("examples_per_sec", "train_seconds", "cache_stats", *_CACHE_KEYS)
+PROCESS_METRICS = ("examples_per_sec", "train_seconds", "cache_stats", *_CACHE_KEYS,
+                   "num_devices", "num_processes", "cache_sharding", "cache_capacity_rows")
 
 
 def training_result(record: dict[str, Any]) -> dict[str, Any]:
@@ -91,9 +94,13 @@ def build_trainer(config, spec: types.DatasetSpec) -> Trainer:
     raise config_check.ConfigError(
         f"config field train.batch_size: {config.train.batch_size} must be divisible by the "
         f"{mesh.size} devices of the mesh")
+  if jax.process_count() > 1 and config.train.eval_batch_size % mesh.size:
+    raise config_check.ConfigError(
+        f"config field train.eval_batch_size: {config.train.eval_batch_size} must be divisible "
+        f"by the {mesh.size} devices of the {jax.process_count()} processes' mesh")
   rep = mesh_lib.replicated(mesh)
-  train_step = step_lib.make_train_step(graphdef, tx, row_opt, l2=ecfg.l2)
-  backend = backends.make_backend(config, spec, width, graphdef, train_step, row_opt, mesh)
+  build_step = functools.partial(step_lib.make_train_step, graphdef, tx, row_opt, l2=ecfg.l2)
+  backend = backends.make_backend(config, spec, width, graphdef, build_step, row_opt, mesh)
   params = jax.device_put(params, rep)
   opt_state = jax.device_put(tx.init(params), rep)
   state = TrainState(jax.device_put(jnp.zeros((), jnp.int32), rep), params, opt_state,
@@ -102,8 +109,15 @@ def build_trainer(config, spec: types.DatasetSpec) -> Trainer:
   return Trainer(graphdef, state, backend, run_step, width, mesh)
 
 
+def scale_out_metrics(backend: backends.Backend, num_devices: int) -> dict[str, Any]:
+  """How the run was laid out: devices, processes, cache sharding and the distinct rows the
+  device side holds in all (a row-sharded cache: cache_rows x devices)."""
+  return {"num_devices": int(num_devices), "num_processes": int(jax.process_count()),
+          "cache_sharding": backend.sharding_name, "cache_capacity_rows": int(backend.capacity_rows)}
+
+
 def _final_metrics(history: list[dict[str, Any]], windows: list[runner.StepWindow], dataset,
-                   backend: backends.Backend) -> dict[str, Any]:
+                   backend: backends.Backend, num_devices: int) -> dict[str, Any]:
   """The run's summary: the last eval record plus throughput, oracle, best and test metrics."""
   final = dict(history[-1])
   examples = sum(w.examples for w in windows)
@@ -111,6 +125,7 @@ def _final_metrics(history: list[dict[str, Any]], windows: list[runner.StepWindo
   final["examples_per_sec"] = examples / max(seconds, 1e-9)
   final["train_seconds"] = seconds
   final["bad_lines"] = int(dataset.stats.get("bad_lines", 0))
+  final.update(scale_out_metrics(backend, num_devices))
   oracle = dataset.oracle or {}
   if oracle:
     first = next(iter(oracle.values()))
@@ -196,6 +211,19 @@ def _report_failure(exc: BaseException, backend: backends.Backend, state: TrainS
     logging.error("last good checkpoint: %s", good or "none (the run restarts from step 0)")
 
 
+def _check_multiprocess(config, ckpt_every: int) -> None:
+  """What a run over several processes does not support yet, as ConfigErrors, and the
+  processes' agreement on the config (every process must run the same one)."""
+  if ckpt_every:
+    raise config_check.ConfigError(
+        f"config field checkpoint.every_steps={ckpt_every}: checkpoints of a run over "
+        f"{jax.process_count()} processes are not supported yet (set 0)")
+  same = config.to_dict()
+  same.pop("distributed", None)  # process_id differs by design
+  distributed.check_agreement("the config", np.frombuffer(
+      json.dumps(same, sort_keys=True, default=str).encode(), np.uint8))
+
+
 def train_and_evaluate(config, workdir: str | None = None, dataset=None,
                        trainer: Trainer | None = None,
                        loss_log: list | None = None) -> tuple[dict[str, Any], TrainState]:
@@ -224,8 +252,11 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
     taken at that best eval (model selection on the first split).
   """
   config_check.validate(config)
+  distributed.initialize(config)  # no-op for one process; else joins (before any JAX use)
   tcfg = config.train
   ckpt_every, ckpt_keep = checkpoint.settings(config)
+  if jax.process_count() > 1:
+    _check_multiprocess(config, ckpt_every)
   ckpt_root, resume_from = _checkpoint_location(config, workdir, ckpt_every,
                                                reset_mmap=trainer is None)
   if dataset is None:
@@ -259,7 +290,7 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
   since_eval: list[runner.StepWindow] = []
   newest = [state]  # the latest dispatched state, for `_report_failure` after a fault
   try:
-    with metrics_writer.MetricsWriter(workdir, config,
+    with metrics_writer.MetricsWriter(workdir if distributed.is_main_process() else None, config,
                                       resume_step=start if resume_from else None) as writer:
       first = start + 1
       for last in sorted(s for s in eval_steps | ckpt_steps if s > start):
@@ -271,6 +302,7 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
         windows.append(window)
         since_eval.append(window)
         pending.extend(int(n) for n in window.unique_counts)
+        writer.write_losses(first, window.losses)
         if loss_log is not None:
           loss_log.extend(float(x) for x in window.losses)
         if last in eval_steps:
@@ -287,7 +319,11 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
           logging.info("checkpoint %s", path)
         first = last + 1
     backend.sync(state)  # the cache backend flushes every cached row to the host table
+    if checkpointer is not None:
+      checkpointer.wait()  # the last checkpoint's table files are written in the background
   except BaseException as exc:
+    if checkpointer is not None:
+      checkpointer.close()  # settles a background save, so the report names the true last one
     _report_failure(exc, backend, newest[0], ckpt_root)
     raise
   finally:
@@ -295,7 +331,7 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
     backend.close()
     if checkpointer is not None:
       checkpointer.close()
-  return _final_metrics(history, windows, dataset, backend), state
+  return _final_metrics(history, windows, dataset, backend, trainer.mesh.size), state
 
 
 def final_json_line(final: dict[str, Any]) -> str:

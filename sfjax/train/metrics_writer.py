@@ -1,4 +1,6 @@
-"""The run's files: `config.json` and `metrics.jsonl` (one JSON object per eval)."""
+"""The run's files: `config.json`, `metrics.jsonl` (one JSON object per eval) and TensorBoard
+event files beside them (every number of each eval record, plus each step's train loss
+as `train/loss`; `tensorboard --logdir=WORKDIR`)."""
 
 from __future__ import annotations
 
@@ -7,22 +9,12 @@ import os
 from typing import Any, Mapping
 
 from sfjax.core.atomic import atomic_write
+from sfjax.core.jsonl import read_jsonl
+from sfjax.core.tensorboard import EVENT_FILE_PREFIX
+from sfjax.core.tensorboard import EventWriter
 
 
-def read_records(path: str) -> list[dict[str, Any]]:
-  """The JSON records of a `metrics.jsonl` ([] if absent); a torn or garbled line is skipped."""
-  if not os.path.exists(path):
-    return []
-  records = []
-  with open(path, encoding="utf-8") as f:
-    for line in f:
-      try:
-        record = json.loads(line)
-      except ValueError:
-        continue
-      if isinstance(record, dict):
-        records.append(record)
-  return records
+read_records = read_jsonl  # a run's metrics.jsonl records ([] if absent; torn lines skipped)
 
 
 class MetricsWriter:
@@ -42,9 +34,15 @@ class MetricsWriter:
     """
     self.workdir = workdir
     self._file = None
+    self._events: EventWriter | None = None
     if not workdir:
       return
     os.makedirs(workdir, exist_ok=True)
+    if resume_step is None:  # a fresh run replaces the old run's curves, as its metrics.jsonl
+      for name in os.listdir(workdir):
+        if name.startswith(EVENT_FILE_PREFIX):
+          os.remove(os.path.join(workdir, name))
+    self._events = EventWriter(workdir, purge_step=None if resume_step is None else resume_step + 1)
     if config is not None:
       atomic_write(os.path.join(workdir, "config.json"), config.to_json_best_effort(indent=2))
     path = os.path.join(workdir, "metrics.jsonl")
@@ -56,16 +54,28 @@ class MetricsWriter:
     self._file = open(path, "a", encoding="utf-8")
 
   def write(self, record: Mapping[str, Any]) -> None:
-    """Appends `record` as one line, flushed."""
+    """Appends `record` as one line, flushed, and its numbers as TensorBoard scalars at
+    `record["step"]`."""
     if self._file is not None:
       self._file.write(json.dumps(dict(record)) + "\n")
       self._file.flush()
+    if self._events is not None and "step" in record:
+      self._events.scalars(int(record["step"]), record, prefix="eval/")
+      self._events.flush()
+
+  def write_losses(self, first_step: int, losses) -> None:
+    """TensorBoard `train/loss` for steps `first_step, first_step + 1, ...` ([T] floats)."""
+    if self._events is not None:
+      self._events.series("train/loss", first_step, losses)
 
   def close(self) -> None:
-    """Closes `metrics.jsonl`."""
+    """Closes `metrics.jsonl` and the event file."""
     if self._file is not None:
       self._file.close()
       self._file = None
+    if self._events is not None:
+      self._events.close()
+      self._events = None
 
   def __enter__(self) -> "MetricsWriter":
     return self

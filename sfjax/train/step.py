@@ -89,7 +89,7 @@ def _all_finite(tree) -> jax.Array:
 
 def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
                     row_opt: row_optimizers.RowOptimizer, *, l2=0.0,
-                    skip_non_finite: bool = False) -> TrainStep:
+                    skip_non_finite: bool = False, row_axis: str | None = None) -> TrainStep:
   """Builds the un-jitted step `(state, batch) -> (state, metrics)`; see `jit_train_step`.
 
   Args:
@@ -103,10 +103,19 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
       argument `enabled` (bool scalar, default True): False skips the step too,
       so a caller can keep a diverged trial frozen. `metrics['applied']` says
       whether the step was applied.
+    row_axis: None (the table is replicated or on one device), or the mesh axis of a
+      row-sharded cache: the step is then the per-device body to run inside
+      `jax.shard_map` over that axis (`_owner_train_step`): `state.table` is this
+      device's cache block and `batch.rows` its local slots (`sharded_cache.block_by_owner`).
 
   Returns:
     `train_step(state, batch[, enabled]) -> (state, {'loss'[, 'applied']})`.
   """
+
+  if row_axis is not None:
+    if skip_non_finite:
+      raise ValueError("make_train_step: skip_non_finite is not supported with row_axis")
+    return _owner_train_step(graphdef, tx, row_opt, l2, row_axis)
 
   def train_step(state: TrainState, batch: DeviceBatch, enabled=True):
     uniq = device_table.gather_rows(state.table, batch.rows)  # [U, E], [U, S]
@@ -136,15 +145,52 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
   return train_step
 
 
-def make_cache_train_step(train_step: TrainStep) -> Callable:
+def _owner_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
+                      row_opt: row_optimizers.RowOptimizer, l2, axis: str) -> TrainStep:
+  """The train step of one device of a row-sharded cache (inside `jax.shard_map`).
+
+  The same computation as `make_train_step`'s, with the collectives written out:
+  each device gathers its own rows `[Ud, E]`, `all_gather` assembles the `[D*Ud, E]`
+  rows the examples index, the local gradients are weighted by the device's share of
+  the real examples (so their sum is the global mean's gradient), the row gradient is
+  `psum_scatter`ed to the rows' owners and the dense gradients `psum`med; each owner
+  applies the row optimizer to its own rows only.
+  """
+  no_l2 = isinstance(l2, (int, float)) and l2 == 0
+
+  def owner_step(state: TrainState, batch: DeviceBatch):
+    own = device_table.gather_rows(state.table, batch.rows)  # [Ud, E], [Ud, S]
+    values = jax.lax.all_gather(own.values, axis, tiled=True)  # [D*Ud, E]
+    examples = jnp.sum(batch.mask)
+    weight = examples / jnp.maximum(jax.lax.psum(examples, axis), 1.0)
+    (loss, _), (param_grads, row_grads) = loss_and_grads(graphdef, state.params, values, batch, 0.0)
+    loss = jax.lax.psum(weight * loss, axis)
+    param_grads = jax.tree.map(lambda g: jax.lax.psum(weight * g, axis), param_grads)
+    row_grads = jax.lax.psum_scatter(weight * row_grads, axis, tiled=True)  # [Ud, E] own rows
+    if not no_l2:  # d/dv of l2 * sum(v^2), added once, by the owner
+      row_grads = row_grads + 2.0 * l2 * own.values
+    count = state.step + 1
+    new_values, new_slots = row_opt.update(own.values, own.opt_slots, row_grads, count)
+    table = device_table.scatter_rows(state.table, batch.rows,
+                                      device_table.TableState(new_values, new_slots))
+    updates, opt_state = tx.update(param_grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    return TrainState(count, params, opt_state, table), {"loss": loss}
+
+  return owner_step
+
+
+def make_cache_train_step(train_step: TrainStep, swap_rows=cache_lib.swap_rows) -> Callable:
   """Wraps the train step for the MixCache: `(state, batch, swap) -> (state, metrics, evicted)`.
 
   `state.table` is the device cache and `batch.rows` holds cache slots; the
   swap (victims read out, then fills written) runs first, in the same program.
+  `swap_rows(cache, swap) -> (cache, evicted)` is `cache.swap_rows` (one cache,
+  maybe replicated) or, inside `jax.shard_map`, `sharded_cache.swap_rows_local`.
   """
 
   def cache_train_step(state: TrainState, batch: DeviceBatch, swap: cache_lib.CacheSwap):
-    cache, evicted = cache_lib.swap_rows(state.table, swap)
+    cache, evicted = swap_rows(state.table, swap)
     state, metrics = train_step(state._replace(table=cache), batch)
     return state, metrics, evicted
 

@@ -1,7 +1,7 @@
 """Tests of the algorithm registry and the ask/tell contract every algorithm keeps
 (sfjax/automl/algorithms/__init__.py); each algorithm's specifics are in its sibling
 test file (random_search_test, evolution_test, optuna_search_test, hyperband_test,
-pbt_test), the `Searcher` base in base_test."""
+pbt_test, bohb_test, multi_objective_test), the `Searcher` base in base_test."""
 
 import json
 
@@ -16,6 +16,8 @@ from sfjax.automl.algorithms import (
     AlgorithmSpec,
     GridSearch,
     Hyperband,
+    MOTPE,
+    NSGA2,
     Objective,
     QuasiRandomSearch,
     RandomSearch,
@@ -33,7 +35,8 @@ SPECS = [
     SuccessiveHalving(min_budget=1, max_budget=9, eta=3, seed=1),
     Hyperband(min_budget=1, max_budget=9, eta=3, seed=1), ASHA(min_budget=1, max_budget=9, seed=1),
     BOHB(min_budget=1, max_budget=9, eta=3, num_iterations=2, n_startup_trials=3, seed=1),
-    PBT(population_size=4, seed=1),
+    PBT(population_size=4, seed=1), NSGA2(population_size=4, seed=1),
+    MOTPE(n_startup_trials=4, seed=1),
 ]
 
 
@@ -89,7 +92,7 @@ def test_algorithm_from_dict_rejects_unknown_names():
 def test_registry_keys_are_the_spec_names():
   assert sorted(ALGORITHMS) == sorted([
       "random", "grid", "qmc", "evolution", "tpe", "gp", "successive_halving", "hyperband",
-      "asha", "bohb", "pbt"])
+      "asha", "bohb", "pbt", "nsga2", "motpe"])
   for name, spec in ALGORITHMS.items():
     assert spec.name == name
     assert issubclass(spec, AlgorithmSpec)
@@ -103,5 +106,8 @@ def test_runner_hooks_are_set_exactly_for_their_algorithms():
   assert multi_fidelity == {"successive_halving", "hyperband", "asha", "bohb"}
   population_based = {name for name, spec in ALGORITHMS.items() if spec.population_based}
   assert population_based == {"pbt"}
+  multi_objective = {name for name, spec in ALGORITHMS.items()
+                     if getattr(spec, "multi_objective", False)}
+  assert multi_objective == {"nsga2", "motpe"}
   for spec in SPECS:  # instances see the class attributes too
     assert spec.multi_fidelity == (spec.name in multi_fidelity)

@@ -3,7 +3,7 @@
 import pytest
 
 from sfjax.automl.space import Config
-from sfjax.automl.study import Quota, check_quotas
+from sfjax.automl.study import Quota, check_quotas, limit_quotas
 
 CONFIG = Config({"model.width": 128, "model.depth": 3, "optim.lr": 0.01})
 
@@ -83,3 +83,15 @@ def test_check_quotas_returns_the_first_reason_naming_its_quota():
 def test_callable_reasons_become_strings():
   assert check_quotas([lambda config: 42], CONFIG) == ({}, "42")
   assert check_quotas([lambda config: None], CONFIG) == ({}, None)
+
+
+def test_limit_quotas_skip_zero_limits_and_name_missing_measures():
+  quotas = limit_quotas({"flops": 2e5, "latency_ms": 0, "params": 10}, {
+      "flops": lambda c: 3e5, "latency_ms": lambda c: 1.0, "params": lambda c: 5})
+  assert [q.expression for q in quotas] == ["flops <= 200000.0", "params <= 10"]
+  assert check_quotas(quotas, Config({})) == ({"flops": 3e5}, "quota 'flops <= 200000.0' "
+                                              "failed: flops = 300000")
+  with pytest.raises(ValueError, match="'latency_ms'.*no measure"):
+    limit_quotas({"latency_ms": 5.0}, {})
+  with pytest.raises(ValueError, match="'flops'.*not a finite number"):
+    limit_quotas({"flops": float("nan")}, {"flops": lambda c: 1})

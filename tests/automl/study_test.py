@@ -5,6 +5,7 @@ Run as a script (`python study_test.py PATH N_TRIALS [HANG_AT]`), this file is t
 toy study that `test_sigkill_and_resume` kills and resumes.
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -13,17 +14,20 @@ import subprocess
 import sys
 import time
 import warnings
+from typing import ClassVar
 
 import pytest
 
 from sfjax.automl.algorithms import (
     ASHA,
+    AlgorithmSpec,
     Objective,
     RandomSearch,
     RegularizedEvolution,
+    Searcher,
     TrialStatus,
 )
-from sfjax.automl.space import Categorical, Float, Int, Space
+from sfjax.automl.space import Categorical, Config, Float, Int, Space
 from sfjax.automl.study import JournalError, JournalLockedError, Quota, Study, StudyError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -249,3 +253,60 @@ def test_multi_fidelity_study_resumes_and_picks_best_at_full_budget(tmp_path):
 if __name__ == "__main__":
   run_toy_study(sys.argv[1], int(sys.argv[2]), sleep=0.01,
                 hang_at=int(sys.argv[3]) if len(sys.argv) > 3 else None)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Scripted(AlgorithmSpec):
+  """Hands out `budgets` in order, one config each (x = its index)."""
+
+  name: ClassVar[str] = "scripted"
+  budgets: tuple = ()
+
+  def build(self, space, objective):
+    return _ScriptedSearcher(self, space, objective)
+
+
+class _ScriptedSearcher(Searcher):
+
+  def _propose(self, n):
+    out = []
+    while len(out) < n and self._next_trial_id < len(self.spec.budgets):
+      i = self._next_trial_id
+      out.append(self._new_suggestion(Config({"x": i / 10, "width": 16, "act": "relu"}),
+                                      budget=self.spec.budgets[i]))
+    return out
+
+
+def test_pareto_front_per_budget_in_best_json(tmp_path):
+  auc_params = {"auc": "maximize", "params": "minimize"}
+  metrics = [(0.70, 100), (0.72, 300), (0.69, 50), (0.71, 300),  # budget 1: front 0, 1, 2
+             (0.74, 300), (0.73, 100), None]  # budget 2: front 4, 5 (6 fails)
+  spec = _Scripted(budgets=(1.0,) * 4 + (2.0,) * 3)
+  with Study.open(str(tmp_path), SPACE, spec, Objective("auc", "maximize"), auc_params) as study:
+    for s in study.ask(7):
+      m = metrics[s.trial_id]
+      if m is None:
+        study.tell(s.trial_id, {}, TrialStatus.FAILED)
+      else:
+        study.tell(s.trial_id, {"auc": m[0], "params": float(m[1])})
+    assert [t.trial_id for t in study.pareto_front(budget="all")] == [2, 4, 5]  # mixed budgets
+    study.export()
+  with open(tmp_path / "best.json") as f:
+    best = json.load(f)
+  assert best["pareto_fronts"] == [{"budget": 1.0, "trial_ids": [0, 1, 2]},
+                                   {"budget": 2.0, "trial_ids": [4, 5]}]
+  assert best["pareto_front"] == [4, 5] and best["best"]["trial_id"] == 4
+  assert best["directions"] == auc_params
+
+
+def test_record_retry_is_journaled_and_replayed(tmp_path):
+  with Study.open(str(tmp_path), SPACE, RandomSearch(seed=0), LOSS) as study:
+    a, b = study.ask(2)
+    study.record_retry([a.trial_id])
+    assert study.trial(a.trial_id).attempts == 2 and study.trial(b.trial_id).attempts == 1
+    study.tell(b.trial_id, toy_metrics(b))
+    with pytest.raises(StudyError, match="already finished"):
+      study.record_retry([b.trial_id])
+    study.tell(a.trial_id, toy_metrics(a))
+  with Study.open(str(tmp_path), SPACE, RandomSearch(seed=0), LOSS) as study:
+    assert study.trial(a.trial_id).attempts == 2 and study.trial(a.trial_id).status == "done"

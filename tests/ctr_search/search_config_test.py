@@ -9,7 +9,7 @@ import pytest
 
 from experiments.configs import search_ctr
 from search_spaces.ctr import SEARCH_SPACE
-from sfjax.automl.algorithms import ALGORITHMS
+from sfjax.automl.algorithms import ALGORITHMS, Objective, Objectives
 from sfjax.automl.space import Fixed
 from sfjax.ctr_search import arch as arch_lib
 from sfjax.ctr_search import search_config
@@ -146,3 +146,52 @@ def test_make_space_of_a_pbt_config_fixes_one_architecture(pbt_model, name):
 def test_pbt_model_must_be_a_model():
   with pytest.raises(SearchConfigError, match="study.pbt_model"):
     search_config.make_space(_config("pbt", pbt_model="transformer"), SEARCH_SPACE)
+
+
+def test_parse_objectives():
+  auc = search_config.parse_objectives("")
+  assert auc == Objective("auc", "maximize") and not isinstance(auc, Objectives)
+  both = search_config.parse_objectives(" auc:max , params:minimize,latency_ms:min")
+  assert isinstance(both, Objectives) and [(o.metric, o.direction) for o in both.all] == [
+      ("auc", "maximize"), ("params", "minimize"), ("latency_ms", "minimize")]
+
+
+@pytest.mark.parametrize("value,match", [
+    ("auc", "'auc' is not '<metric>:max'"), ("auc:up", "direction 'up' of 'auc'"),
+    ("test_auc:max", "unknown metric 'test_auc'"), ("auc:max,auc:min", "named twice"),
+    ("auc:max,", "'' is not"), (3, "expected a string")])
+def test_bad_objectives_name_the_field(value, match):
+  with pytest.raises(SearchConfigError, match=f"study.objectives: .*{match}"):
+    search_config.parse_objectives(value)
+
+
+def test_several_objectives_need_a_multi_objective_algorithm():
+  c = _config("tpe", objectives="auc:max,params:min")
+  with pytest.raises(SearchConfigError, match=r"study.objectives: 2 objectives.*'tpe'.*motpe"):
+    search_config.check_study_settings(c)
+  for name in ("nsga2", "motpe"):
+    search_config.check_study_settings(_config(name, objectives="auc:max,flops:min"))
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("max_flops", -1.0, "study.max_flops"),
+    ("max_latency_ms", float("inf"), "study.max_latency_ms"),
+    ("executor", "ray", "study.executor: unknown executor 'ray'"),
+    ("dask_workers", 0, "study.dask_workers"), ("dask_address", 5, "study.dask_address")])
+def test_bad_quota_and_executor_fields_are_named(field, value, match):
+  with pytest.raises(SearchConfigError, match=match):
+    search_config.check_study_settings(_config("random", **{field: value}))
+
+
+def test_pbt_runs_only_on_the_local_executor():
+  with pytest.raises(SearchConfigError, match="study.executor='dask'.*pbt"):
+    search_config.check_study_settings(_config("pbt", executor="dask"))
+
+
+def test_configs_without_the_new_study_fields_still_load():
+  c = _config("random")
+  c.study = ml_collections.ConfigDict({k: v for k, v in c.study.to_dict().items()
+                                       if k not in search_config.STUDY_DEFAULTS})
+  search_config.check_study_settings(c)
+  assert search_config.study_field(c, "executor") == "local"
+  assert search_config.make_objective(c) == Objective("auc", "maximize")

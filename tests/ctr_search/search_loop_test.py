@@ -15,15 +15,17 @@ import pytest
 
 from experiments.configs import search_ctr
 from search_spaces.ctr import SEARCH_SPACE as SPACE
+from sfjax.core import tensorboard
 from sfjax.ctr_search import search_config, search_loop, search_report, trial_states
 from sfjax.automl.algorithms import Suggestion, TrialStatus
+from sfjax.automl.pareto import pareto_front
 from sfjax.ctr_search.arch import split_config
 from sfjax.ctr_search.cohort import CohortRunner
 from sfjax.automl.space import Config
 from sfjax.automl.study import TrialRecord
 
 SUMMARY_KEYS = {"best_trial_id", "best_config", "best_metrics", "num_trials_done", "num_failed",
-                "default_metrics", "beats_default"}
+                "default_metrics", "beats_default", "pareto_front", "mean_cohort_width"}
 
 
 def tiny_config(algorithm="random", num_trials=3, **study):
@@ -82,6 +84,9 @@ def test_each_algorithm_exports_trials_and_best(tmp_path, runner, algorithm):
   summary = search_loop.run_search(tiny_config(algorithm), str(tmp_path), SPACE, runner=runner)
   assert set(summary) == SUMMARY_KEYS
   assert summary["num_trials_done"] == 3 and summary["num_failed"] == 0
+  # trials of one architecture share one runner call (calls[0] trains the default config)
+  widths = [len(c["seeds"]) for c in runner.calls[1:]]
+  assert summary["mean_cohort_width"] == pytest.approx(sum(widths) / len(widths))
   trials = read_jsonl(tmp_path / "trials.jsonl")
   assert [t["trial_id"] for t in trials] == list(range(3))
   for t in trials:
@@ -145,16 +150,6 @@ def test_pbt_population_explores_one_architecture(tmp_path, runner):
                                       > summary["default_metrics"]["test_auc"])
 
 
-def test_lone_trials_skip_width_measurement(runner):
-  auto = CohortRunner(runner.task, cohort_width="auto", data=runner.data)
-  runners = search_loop._Runners(auto)
-  single = runners.for_group(1)
-  assert single.cohort_width == 1 and single.data is runner.data
-  assert runners.for_group(1) is single and runners.for_group(2) is auto
-  fixed = search_loop._Runners(runner)
-  assert fixed.for_group(1) is runner
-
-
 def test_missing_parent_state_trains_from_scratch_and_logs(tmp_path, runner, caplog):
   arch, _ = split_config({"model.name": "fm", "model.embed_dim": 4})
   s = Suggestion(5, Config({"model.name": "fm"}), budget=2, rung=1, parent_trial_id=3,
@@ -174,6 +169,9 @@ def test_resume_runs_only_new_trials(tmp_path, runner):
   seeds = [seed for c in runner.calls for seed in c["seeds"]]
   assert sorted(seeds) == [search_loop.trial_seed(0, i) for i in (2, 3)]  # no default rerun either
   assert [t["trial_id"] for t in read_jsonl(tmp_path / "trials.jsonl")] == [0, 1, 2, 3]
+  # TensorBoard: rebuilt from the journal on resume, every done trial once
+  done = [t["trial_id"] for t in read_jsonl(tmp_path / "trials.jsonl") if t["status"] == "done"]
+  assert [s for s, _ in tensorboard.read_scalars(str(tmp_path))["trial/auc"]] == done
 
 
 def test_rerun_with_different_settings_is_an_error(tmp_path, runner):
@@ -242,7 +240,9 @@ def _record(trial_id, auc, status=TrialStatus.DONE, name="fm", test_auc=None):
 
 
 class _FakeStudy:
-  """What `summarize` reads of a Study: `trials()` and `best()`."""
+  """What `summarize` reads of a Study: `trials()`, `best()` and `directions`."""
+
+  directions = None
 
   def __init__(self, records, best):
     self._records, self._best = records, best
@@ -331,6 +331,8 @@ def test_state_files_round_trip_and_reject_other_archs(tmp_path, runner):
 class _TellRecorder:
   """Records `study.tell` calls (the searcher would refuse a DONE trial without 'auc')."""
 
+  objective = search_loop.OBJECTIVE
+
   def __init__(self):
     self.told = []
 
@@ -348,3 +350,26 @@ def test_trial_without_finite_auc_is_told_failed_and_keeps_no_state(tmp_path):
   search_loop._record(study, s, result, str(tmp_path), keep_state=True)
   assert study.told == [(5, {"steps": 3.0}, TrialStatus.FAILED, "held-out AUC is not finite")]
   assert not os.listdir(tmp_path)
+
+
+def test_multi_objective_search_with_a_flops_quota(tmp_path, runner, capsys):
+  # lr costs ~400 FLOPs per example of this task's eval forward, fm ~900: the quota keeps lr.
+  config = tiny_config("nsga2", num_trials=3, objectives="auc:max,flops:min,latency_ms:min",
+                       max_flops=600.0)
+  summary = search_loop.run_search(config, str(tmp_path), SPACE, runner=runner)
+  trials = read_jsonl(tmp_path / "trials.jsonl")
+  done = [t for t in trials if t["status"] == "done"]
+  rejected = [t for t in trials if t["status"] == "rejected"]
+  assert len(done) == 3 and all(t["config"]["model.name"] == "lr" for t in done)
+  assert all(t["metrics"]["flops"] <= 600 and t["metrics"]["latency_ms"] > 0 for t in done)
+  assert rejected and all("flops <= 600.0" in t["reason"] and t["metrics"]["flops"] > 600
+                          for t in rejected)
+  best = json.load(open(tmp_path / "best.json"))
+  directions = {"auc": "maximize", "flops": "minimize", "latency_ms": "minimize"}
+  assert best["directions"] == directions
+  points = [[t["metrics"][m] for m in directions] for t in done]
+  front = [done[i]["trial_id"] for i in pareto_front(points, list(directions.values()))]
+  assert best["pareto_fronts"] == [{"budget": None, "trial_ids": front}]
+  assert summary["pareto_front"] == best["pareto_front"] == front
+  assert summary["best_metrics"]["auc"] == max(t["metrics"]["auc"] for t in done)
+  assert "[pareto]" in capsys.readouterr().err

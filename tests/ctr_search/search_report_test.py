@@ -76,3 +76,18 @@ def test_leaderboard_with_only_done_trials_lacking_a_finite_auc_has_no_best():
   for trials in ([_record(0, None)], [_record(0, math.nan)]):
     text = search_report.leaderboard(trials, 3, None, 2, 1.0)
     assert "best auc" not in text.splitlines()[0]
+
+
+def test_pareto_report_one_block_per_budget():
+  a, b, c = _record(3, 0.71), _record(4, 0.69), _record(7, 0.74)
+  a.metrics["params"], b.metrics["params"], c.metrics["params"] = 1200.0, 300.0, 5e4
+  text = search_report.pareto_report([(1.0, [a, b]), (3.0, [c])],
+                                     {"auc": "maximize", "params": "minimize"})
+  lines = text.splitlines()
+  assert lines[0] == "[pareto] budget 1: 2 trials on the front (auc max, params min)"
+  assert lines[1].split() == ["trial", "4", "auc", "0.69000", "params", "300"]
+  assert lines[2].split() == ["trial", "3", "auc", "0.71000", "params", "1.2e+03"]
+  assert lines[3].startswith("[pareto] budget 3: 1 trials") and "5e+04" in lines[4]
+  assert search_report.pareto_report([], {"auc": "maximize"}) == ""
+  no_budget = search_report.pareto_report([(None, [a])], {"auc": "maximize"})
+  assert no_budget.startswith("[pareto] 1 trials on the front (auc max)")

@@ -113,3 +113,32 @@ def test_oracle_beats_noisier_scorers(data):
   parts = planted.logit_components(data.planted, rows.ids, rows.dense_counts)
   for k in range(3):
     assert metrics.auc(rows.labels, parts.sum(0) - parts[k]) < data.oracle["eval"]["auc"] - 0.005
+
+
+def test_pair_logit_variance_by_hand():
+  model = tiny_model()
+  rng = np.random.default_rng(1)
+  ids = np.stack([rng.integers(0, n, 500) for n in (3, 5, 7)], axis=1)
+  variance = planted.pair_logit_variance(model, ids)
+  v = model.factors[ids + model.table_offsets].astype(np.float64)  # [N, F, K]
+  assert variance.shape == (3, 3)
+  np.testing.assert_allclose(np.diag(variance), 0.0)
+  np.testing.assert_allclose(variance, variance.T)
+  for f, g in itertools.combinations(range(3), 2):
+    np.testing.assert_allclose(variance[f, g], np.var(np.sum(v[:, f] * v[:, g], axis=1)), rtol=1e-10)
+  # A field fixed to one id: its pairs still vary (through the other field), a pair of two fixed
+  # fields does not.
+  fixed = ids.copy()
+  fixed[:, :2] = 0
+  pair = planted.pair_logit_variance(model, fixed)
+  assert pair[0, 1] < 1e-20 and pair[0, 2] > 1e-4 and pair[1, 2] > 1e-4
+
+
+def test_factor_rows_apply_the_decay_of_hashed_fields(small_config):
+  data = synthetic.SyntheticCTR(small_config(cardinality_scale=0.03), seed=3)
+  rows = data.generate_rows("train", 0, 2000)
+  v = planted.factor_rows(data.planted, rows.ids)  # [N, F, K]
+  total = v.sum(axis=1)
+  fm = 0.5 * (np.sum(total * total, axis=1) - np.sum(v * v, axis=(1, 2)))
+  np.testing.assert_allclose(fm, planted.logit_components(data.planted, rows.ids, rows.dense_counts)[1],
+                             rtol=1e-4, atol=1e-6)

@@ -213,3 +213,28 @@ def test_write_criteo_round_trips(data, tmp_path, suffix):
   np.testing.assert_array_equal([int(c[0]) for c in cols], rows.labels.astype(int))
   np.testing.assert_array_equal([[int(v) for v in c[1:14]] for c in cols], rows.dense_counts)
   np.testing.assert_array_equal([[int(v, 16) for v in c[14:]] for c in cols], rows.ids)
+
+
+def test_test_split_is_opt_in_held_out_and_deterministic(data, small_config):
+  assert data.eval_splits == ("eval",)
+  with pytest.raises(ValueError, match="'test'"):
+    data.split_size("test")
+  with_test = synthetic.SyntheticCTR(small_config(test_rows=1000), seed=0)
+  assert with_test.eval_splits == ("eval", "test") and with_test.split_size("test") == 1000
+  batches = list(with_test.eval_batches("test", 400))
+  assert [int(b.mask.sum()) for b in batches] == [400, 400, 200]
+  test_rows = with_test.generate_rows("test", 0, 1000)
+  np.testing.assert_array_equal(np.concatenate([b.ids for b in batches])[:1000], test_rows.ids)
+  # Its own stream: neither eval nor train rows, and eval rows are unchanged by it.
+  assert not np.array_equal(test_rows.ids, with_test.generate_rows("eval", 0, 1000).ids)
+  chex.assert_trees_all_equal(with_test.generate_rows("eval", 0, 500), data.generate_rows("eval", 0, 500))
+  assert set(with_test.oracle) == {"eval", "test"} and 0.6 < with_test.oracle["test"]["auc"] < 0.95
+
+
+def test_test_rows_is_optional_and_checked():
+  cfg = types.SimpleNamespace(num_train=10, num_eval=10, cardinality_scale=1e-3, min_rows=4,
+                              zipf_exponent=1.1, planted_dim=2, num_dense=13)
+  assert synthetic.SyntheticConfig.from_any(cfg).test_rows == 0  # configs written before it
+  cfg.test_rows = -1
+  with pytest.raises(synthetic.ConfigError, match="data.synthetic.test_rows"):
+    synthetic.SyntheticConfig.from_any(cfg)

@@ -8,13 +8,16 @@ import chex
 import jax
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from sfjax.data import types
 from sfjax.embedding import cache as cache_lib
 from sfjax.embedding import cache_planner
 from sfjax.embedding import host_table as host_table_lib
 from sfjax.embedding import pipeline as pipeline_lib
+from sfjax.embedding import sharded_cache
 from sfjax.embedding.initializers import init_rows
+from sfjax.parallel import mesh as mesh_lib
 
 SEED, STD = 3, 0.1
 OFFSETS = np.array([0, 6], np.int64)  # two fields of 6 rows: global ids 0..5 and 6..11
@@ -195,3 +198,63 @@ def test_swap_buckets_are_eighths_of_the_capacity_and_cover_every_count():
     assert size >= count and size in buckets
     smaller = [b for b in buckets if b < size]
     assert not smaller or smaller[-1] < count  # the smallest bucket that holds the count
+
+
+def test_row_sharded_pipeline_sends_fills_to_owners_and_writes_back_the_same_rows():
+  """The first test's stream on a cache split over 2 devices (2 slots each): same host table."""
+  mesh = mesh_lib.make_mesh(2)
+  on_devices = NamedSharding(mesh, P("data"))
+
+  @jax.jit
+  def step(cache, swap, rows):
+    cache, evicted = sharded_cache.swap_rows_sharded(mesh, cache, swap)
+    return cache._replace(values=cache.values.at[rows].add(1.0, mode="drop")), evicted
+
+  layout = sharded_cache.SlotLayout(2, 2)
+  batches = [_batch([[0, 1], [1, 2]]), _batch([[3, 1], [3, 1]]), _batch([[0, 0], [0, 0]])]
+  planner = cache_planner.CachePlanner(NUM_SLOTS, 4, lookahead=1)
+  with pipeline_lib.CachePipeline(batches, field_offsets=OFFSETS, host_table=_table(),
+                                  planner=planner, put_batch=lambda x: x,
+                                  put_swap=lambda sw: jax.device_put(sw, on_devices),
+                                  layout=layout, sharded_swap=True) as pipe:
+    cache = jax.device_put(cache_lib.init_cache(NUM_SLOTS, 2, 1), on_devices)
+    for _ in range(3):
+      inputs = next(pipe)
+      assert inputs.swap.fill_slots.shape[0] == 2  # one row of fills per device
+      np.testing.assert_array_equal(inputs.batch.rows, layout.physical(inputs.plan.slots))
+      cache, evicted = step(cache, inputs.swap, inputs.batch.rows)
+      pipe.submit(inputs, evicted)
+    # Step 0 filled logical slots 0..3 = physical 0, 2, 1, 3: two rows on each device.
+    assert pipe.stats.d2h_rows == 3 and pipe.flush(cache) == 4
+    expected = {3: _init([3])[0] + 1, 7: _init([7])[0] + 2, 0: _init([0])[0] + 2,
+                6: _init([6])[0] + 1, 1: _init([1])[0] + 1, 8: _init([8])[0] + 1}
+    for row_id, row in expected.items():
+      chex.assert_trees_all_close(pipe.host_table.gather(np.array([row_id]))[0][0], row)
+  assert not _pipeline_threads()
+
+
+def test_pipeline_rejects_a_layout_that_does_not_match():
+  planner = cache_planner.CachePlanner(NUM_SLOTS, 4)
+  for layout, sharded, message in [(sharded_cache.SlotLayout(2, 3), True, "layout holds 6"),
+                                   (sharded_cache.SlotLayout(2, 2), False, "sharded_swap")]:
+    with pytest.raises(ValueError, match=message):
+      pipeline_lib.CachePipeline([], field_offsets=OFFSETS, host_table=_table(), planner=planner,
+                                 put_batch=lambda x: x, put_swap=lambda x: x, layout=layout,
+                                 sharded_swap=sharded)
+
+
+def test_unique_rows_are_padded_to_a_bucket_not_the_capacity():
+  """600 unique ids of a 2000-capacity step travel as 768 rows (3/8 of the capacity, rounded)."""
+  table = host_table_lib.HostTable.create_ram(1200, 2, 1, seed=SEED, init_stddev=STD,
+                                              initial_slot_row=[0.5])
+  batch = types.make_batch(np.stack([np.arange(300), np.arange(300)], axis=1),
+                           np.zeros((300, 1)), np.zeros(300))
+  offsets = np.array([0, 600], np.int64)  # 600 distinct global ids
+  for bucket_unique, rows in [(True, 768), (False, 2000)]:
+    planner = cache_planner.CachePlanner(4000, 2000)
+    with pipeline_lib.CachePipeline([batch], field_offsets=offsets, host_table=table,
+                                    planner=planner, put_batch=lambda x: x, put_swap=lambda x: x,
+                                    bucket_unique=bucket_unique) as pipe:
+      inputs = next(pipe)
+      assert inputs.plan.num_unique == 600 and inputs.batch.rows.shape == (rows,)
+      assert pipe.stats.steps_per_shape == {f"U{rows}/F768": 1}

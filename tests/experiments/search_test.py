@@ -78,3 +78,21 @@ def test_bad_cohort_width_fails_naming_the_field(tmp_path):
   assert r.returncode != 0
   assert "study.cohort_width" in r.stderr and "wide" in r.stderr
   assert not os.path.exists(tmp_path / "journal.jsonl")
+
+
+def test_tiny_multi_objective_search_with_nsga2(tmp_path):
+  r = _run(tmp_path, "--config.study.algorithm=nsga2", "--config.study.objectives=auc:max,params:min",
+           "--config.study.num_trials=3", "--config.study.ask_batch=3",
+           "--config.study.population_size=2", "--config.task.eval_rows=1024")
+  assert r.returncode == 0, r.stderr[-3000:]
+  summary = json.loads(r.stdout.strip().splitlines()[-1])
+  assert summary["num_trials_done"] == 3 and summary["pareto_front"]
+  best = json.load(open(tmp_path / "best.json"))
+  assert best["directions"] == {"auc": "maximize", "params": "minimize"}
+  assert best["pareto_fronts"] == [{"budget": None, "trial_ids": summary["pareto_front"]}]
+  assert "[pareto]" in r.stderr
+
+
+def test_bad_objectives_fail_naming_the_field(tmp_path):
+  r = _run(tmp_path, "--config.study.objectives=auc:best", timeout=120)
+  assert r.returncode == 2 and "study.objectives" in r.stderr and "'best'" in r.stderr

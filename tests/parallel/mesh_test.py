@@ -56,3 +56,11 @@ def test_batch_shardings_put_rows_replicated_and_examples_on_data():
   chex.assert_shape([s.data for s in placed.mask.addressable_shards], [(2,)] * 8)
   # Under jit the sharded mask still sums to the batch size (GSPMD all-reduce).
   assert float(jax.jit(jnp.sum)(placed.mask)) == b
+
+
+def test_rows_on_devices_splits_the_leading_axis():
+  mesh = mesh_lib.make_mesh(8)
+  x = jax.device_put(np.arange(16.0).reshape(16, 1), mesh_lib.rows_on_devices(mesh))
+  assert x.sharding.spec == P("data")
+  assert [s.data.shape for s in x.addressable_shards] == [(2, 1)] * 8
+  np.testing.assert_array_equal(np.asarray(x.addressable_shards[3].data)[:, 0], [6.0, 7.0])

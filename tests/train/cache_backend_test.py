@@ -129,9 +129,9 @@ def test_step_compiles_once_for_both_backends():
   for backend in ("device", "cache"):
     run = _train(_config("sgd", backend))
     assert len(set(np.diff(run.losses))) > 1
-    # The cache step compiles once per swap bucket it used (fill / evict buffers sized by
-    # the step's misses), never again for a bucket it has seen.
-    buckets = run.final.get("cache_stats", {}).get("steps_per_swap_size", {None: 48})
+    # The cache step compiles once per (unique-row bucket, swap bucket) pair it used (rows
+    # sized by the step's unique ids, fill / evict buffers by its misses), never again.
+    buckets = run.final.get("cache_stats", {}).get("steps_per_shape", {None: 48})
     assert run.trainer.run_step.jitted._cache_size() == len(buckets), (backend, buckets)
     assert sum(buckets.values()) >= 48  # (the pipeline may have planned steps ahead)
 

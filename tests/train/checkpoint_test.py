@@ -1,6 +1,7 @@
 """Run checkpoints: settings validation, orbax round trip onto another mesh, crash safety, pruning."""
 
 import os
+import threading
 
 import chex
 import jax
@@ -62,30 +63,39 @@ def _host_table():
                               initial_slot_row=np.zeros(1, np.float32))
 
 
-def test_a_crash_during_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+@pytest.mark.parametrize("async_table", [True, False])
+def test_a_crash_during_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch, async_table):
   table = _host_table()
-  ckpt = checkpoint.Checkpointer(str(tmp_path), keep=3, host_table=table)
+  ckpt = checkpoint.Checkpointer(str(tmp_path), keep=3, host_table=table, async_table=async_table)
   table.scatter(np.array([1], np.int64), np.ones((1, 2), np.float32), np.ones((1, 1), np.float32))
   ckpt.save(_tiny_state(10), {"history": [1]})
   table.scatter(np.array([CHUNK_ROWS + 1], np.int64), np.full((1, 2), 2.0, np.float32),
                 np.ones((1, 1), np.float32))
 
-  def torn_save(table_, directory, dirty, previous):
+  def torn_write(snapshot, table_, directory, plan, previous):
     os.makedirs(directory)
-    with open(os.path.join(directory, "chunk_00000001.npy"), "wb") as f:
+    with open(os.path.join(directory, "delta_000000_0000.ids.npy"), "wb") as f:
       f.write(b"half")
     raise OSError("disk full")
 
-  monkeypatch.setattr(table_checkpoint, "save_table", torn_save)
-  with pytest.raises(OSError, match="disk full"):
+  monkeypatch.setattr(table_checkpoint, "write_table", torn_write)
+  if async_table:  # the failure surfaces at the next wait / save, naming the last good one
     ckpt.save(_tiny_state(20), {"history": [1, 2]})
+    with pytest.raises(checkpoint.CheckpointSaveError,
+                       match=r"step_00000020 was not saved \(OSError: disk full\); the last "
+                             r"good checkpoint is .*step_00000010"):
+      ckpt.wait()
+  else:
+    with pytest.raises(OSError, match="disk full"):
+      ckpt.save(_tiny_state(20), {"history": [1, 2]})
   monkeypatch.undo()
   # A SIGKILLed save leaves its temporary directory behind: ignored, removed by the next save.
   os.makedirs(tmp_path / "tmp.step_00000030.999" / "table")
   assert checkpoint.committed_steps(str(tmp_path)) == [10]
   assert checkpoint.read_meta(checkpoint.latest(str(tmp_path)))["history"] == [1]
-  # The failed save put its dirty chunk back: the next checkpoint holds the row.
+  # The failed save put its dirty row back: the next checkpoint holds it.
   ckpt.save(_tiny_state(20), {"history": [1, 2]})
+  ckpt.wait()
   assert sorted(os.listdir(tmp_path)) == ["step_00000010", "step_00000020"]
   fresh = _host_table()
   restored = checkpoint.Checkpointer(str(tmp_path), keep=3, host_table=fresh).restore(
@@ -94,6 +104,46 @@ def test_a_crash_during_save_leaves_the_previous_checkpoint(tmp_path, monkeypatc
   chex.assert_trees_all_equal(fresh.gather(np.array([1, CHUNK_ROWS + 1])),
                               table.gather(np.array([1, CHUNK_ROWS + 1])))
   ckpt.close()
+
+
+def test_an_async_save_holds_the_table_as_it_was_while_training_writes_on(tmp_path, monkeypatch):
+  table = _host_table()
+  ids = np.arange(0, 2 * CHUNK_ROWS, 1000, dtype=np.int64)
+  table.scatter(ids, np.ones((ids.size, 2), np.float32), np.ones((ids.size, 1), np.float32))
+  ckpt = checkpoint.Checkpointer(str(tmp_path), keep=3, host_table=table,
+                                 snapshot_budget_bytes=1)  # one copy at a time, then writes wait
+  started, release = threading.Event(), threading.Event()
+  real_write = table_checkpoint.write_table
+
+  def slow_write(*args):
+    started.set()
+    release.wait(10)
+    return real_write(*args)
+
+  monkeypatch.setattr(table_checkpoint, "write_table", slow_write)
+  expected = table.gather(ids)
+  ckpt.save(_tiny_state(5), {})  # returns before the table files are written
+  assert started.wait(10) and checkpoint.committed_steps(str(tmp_path)) == []
+  table.scatter(ids[:3], np.full((3, 2), 7.0, np.float32), np.ones((3, 1), np.float32))  # copied
+
+  def writes_beyond_the_budget():
+    table.scatter(ids[-3:], np.full((3, 2), 8.0, np.float32), np.ones((3, 1), np.float32))
+
+  waiter = threading.Thread(target=writes_beyond_the_budget)
+  waiter.start()
+  waiter.join(0.3)
+  assert waiter.is_alive()  # chunk 1 cannot be copied (budget): the write waits for the writer
+  release.set()
+  waiter.join(10)
+  assert not waiter.is_alive()
+  assert ckpt.wait() == os.path.join(str(tmp_path), "step_00000005")
+  assert ckpt.last_save["kind"] == "base" and ckpt.last_save["snapshot_waits"] >= 1
+  ckpt.close()
+  fresh = _host_table()
+  checkpoint.Checkpointer(str(tmp_path), keep=3, host_table=fresh).restore(
+      checkpoint.latest(str(tmp_path)), _tiny_state(0))
+  chex.assert_trees_all_equal(fresh.gather(ids), expected)  # the table at save time
+  assert sorted(table.pop_dirty_rows().tolist()) == sorted([*ids[:3], *ids[-3:]])
 
 
 def test_keeps_the_newest_and_refuses_the_other_backend(tmp_path):
@@ -138,3 +188,19 @@ def test_verify_names_a_corrupt_file_and_find_resumable_skips_it(tmp_path, caplo
   os.remove(os.path.join(str(tmp_path), "step_00000001", "table", "manifest.json"))
   with pytest.raises(checkpoint.CorruptCheckpointError, match="every checkpoint .* is corrupt"):
     checkpoint.find_resumable(str(tmp_path))
+
+
+def test_zero_width_optimizer_slots_round_trip(tmp_path):
+  """SGD rows have no optimizer slots ([V, 0]); orbax refuses zero-size arrays."""
+  c = ctr.get_config("smoke")
+  c.train.num_devices, c.embedding.optimizer = 1, "sgd"
+  data = dataset_lib.make_dataset(c.data, c.seed)
+  saved = loop.build_trainer(c, data.spec).state
+  assert saved.table.opt_slots.size == 0
+  saved = saved._replace(step=saved.step + 3,
+                         table=saved.table._replace(values=saved.table.values * 2.0))
+  ckpt = checkpoint.Checkpointer(str(tmp_path), keep=1)
+  ckpt.save(saved, {})
+  restored = ckpt.restore(checkpoint.latest(str(tmp_path)), loop.build_trainer(c, data.spec).state)
+  ckpt.close()
+  chex.assert_trees_all_equal(jax.device_get(restored.state), jax.device_get(saved))

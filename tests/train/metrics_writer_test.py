@@ -4,7 +4,9 @@ import json
 import os
 
 import ml_collections
+import pytest
 
+from sfjax.core import tensorboard
 from sfjax.train import metrics_writer
 
 
@@ -13,6 +15,10 @@ def _config():
   c.seed = 3
   c.train = ml_collections.ConfigDict({"steps": 7, "mlp_dims": (8,)})
   return c
+
+
+def _files(path):
+  return sorted(n for n in os.listdir(path) if not n.startswith(tensorboard.EVENT_FILE_PREFIX))
 
 
 def _lines(path):
@@ -31,13 +37,13 @@ def test_writes_config_and_one_flushed_line_per_record(tmp_path):
   writer.write({"step": 2, "auc": 0.75})
   writer.close()
   assert _lines(workdir / "metrics.jsonl") == [{"step": 1, "auc": 0.5}, {"step": 2, "auc": 0.75}]
-  assert sorted(os.listdir(workdir)) == ["config.json", "metrics.jsonl"]  # no temporary file
+  assert _files(workdir) == ["config.json", "metrics.jsonl"]  # no temporary file
 
 
 def test_without_config_only_metrics_are_written(tmp_path):
   with metrics_writer.MetricsWriter(str(tmp_path)) as writer:
     writer.write({"step": 1})
-  assert os.listdir(tmp_path) == ["metrics.jsonl"]
+  assert _files(tmp_path) == ["metrics.jsonl"]
 
 
 def test_no_workdir_writes_nothing(tmp_path, monkeypatch):
@@ -75,3 +81,21 @@ def test_resume_keeps_records_up_to_the_checkpoint_and_appends(tmp_path):
   writer.close()
   assert _lines(path) == [{"step": 10, "auc": 0.6}]
   assert metrics_writer.read_records(str(tmp_path / "absent.jsonl")) == []
+
+
+def test_tensorboard_gets_each_record_and_step_losses_and_a_resume_has_no_duplicates(tmp_path):
+  with metrics_writer.MetricsWriter(str(tmp_path), _config()) as writer:
+    writer.write_losses(1, [0.9, 0.8, float("nan"), 0.6])  # a NaN step is left out
+    writer.write({"step": 4, "auc": 0.7, "split": "eval", "cache": {"hit_rate": 0.5}})
+    writer.write_losses(5, [0.5, 0.4])
+  scalars = tensorboard.read_scalars(str(tmp_path))
+  steps, values = zip(*scalars["train/loss"])  # float32 in the event file
+  assert steps == (1, 2, 4, 5, 6) and values == pytest.approx((0.9, 0.8, 0.6, 0.5, 0.4))
+  assert scalars["eval/auc"] == [(4, pytest.approx(0.7))]
+  assert scalars["eval/cache/hit_rate"] == [(4, 0.5)] and "eval/split" not in scalars
+  with metrics_writer.MetricsWriter(str(tmp_path), _config(), resume_step=4) as writer:
+    writer.write_losses(5, [0.45])  # steps after the checkpoint are written again
+  assert [s for s, _ in tensorboard.read_scalars(str(tmp_path))["train/loss"]] == [1, 2, 4, 5]
+  with metrics_writer.MetricsWriter(str(tmp_path), _config()) as writer:
+    writer.write_losses(1, [2.0])  # a fresh run replaces the old curves
+  assert tensorboard.read_scalars(str(tmp_path)) == {"train/loss": [(1, 2.0)]}

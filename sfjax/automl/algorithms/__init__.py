@@ -17,6 +17,8 @@ from sfjax.automl.algorithms.hyperband import (
     hyperband_brackets,
     rung_budgets,
 )
+from sfjax.automl.algorithms.multi_objective import (MOTPE, NSGA2, Objectives, all_objectives,
+                                                     directions_of)
 from sfjax.automl.algorithms.optuna_search import GP, TPE
 from sfjax.automl.algorithms.pbt import PBT, pbt_exploit_explore
 from sfjax.automl.algorithms.random_search import GridSearch, QuasiRandomSearch, RandomSearch
@@ -24,7 +26,7 @@ from sfjax.automl.algorithms.random_search import GridSearch, QuasiRandomSearch,
 # name -> spec class: the registry every algorithm name list (and `study.algorithm`) derives from.
 ALGORITHMS = {spec.name: spec for spec in (
     RandomSearch, GridSearch, QuasiRandomSearch, RegularizedEvolution, TPE, GP,
-    SuccessiveHalving, Hyperband, ASHA, BOHB, PBT)}
+    SuccessiveHalving, Hyperband, ASHA, BOHB, PBT, NSGA2, MOTPE)}
 
 
 def algorithm_from_dict(data) -> AlgorithmSpec:
@@ -40,9 +42,11 @@ def algorithm_from_dict(data) -> AlgorithmSpec:
 
 
 __all__ = [
-    "ALGORITHMS", "ASHA", "BOHB", "AlgorithmSpec", "GP", "GridSearch", "Hyperband", "Objective", "PBT",
+    "ALGORITHMS", "ASHA", "BOHB", "AlgorithmSpec", "GP", "GridSearch", "Hyperband", "MOTPE",
+    "NSGA2", "Objective", "Objectives", "PBT",
     "QuasiRandomSearch", "RandomSearch", "RegularizedEvolution", "Searcher",
     "SuccessiveHalving", "Suggestion", "TPE", "TrialResult", "TrialStatus",
-    "algorithm_from_dict", "hyperband_brackets", "mutate", "pbt_exploit_explore",
+    "algorithm_from_dict", "all_objectives", "directions_of", "hyperband_brackets", "mutate",
+    "pbt_exploit_explore",
     "rung_budgets",
 ]

@@ -1,10 +1,10 @@
 """Durable studies: a crash-safe trial journal, quota filters, exports."""
 
 from sfjax.automl.study.journal import Journal, JournalError, JournalLockedError
-from sfjax.automl.study.quota import Quota, QuotaFilter, check_quotas
+from sfjax.automl.study.quota import Quota, QuotaFilter, check_quotas, limit_quotas
 from sfjax.automl.study.study import Study, StudyError, TrialRecord
 
 __all__ = [
     "Journal", "JournalError", "JournalLockedError", "Quota", "QuotaFilter", "Study",
-    "StudyError", "TrialRecord", "check_quotas",
+    "StudyError", "TrialRecord", "check_quotas", "limit_quotas",
 ]

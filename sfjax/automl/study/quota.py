@@ -73,3 +73,27 @@ def check_quotas(filters: Sequence[QuotaFilter],
     if reason is not None:
       return measured, str(reason)
   return measured, None
+
+
+def limit_quotas(limits: Mapping[str, float],
+                 measures: Mapping[str, Callable[[Config], float]]) -> list[Quota]:
+  """`Quota('<name> <= <limit>')` for every positive limit (0 or less: no quota).
+
+  Args:
+    limits: measure name -> upper limit, e.g. `{'params': 2e6, 'flops': 0, 'latency_ms': 5}`.
+    measures: measure name -> function of the config (must cover every positive limit).
+
+  Raises:
+    ValueError: a positive limit without a measure, or a limit that is not a finite number.
+  """
+  quotas = []
+  for name, limit in limits.items():
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit != limit \
+        or limit in (float("inf"), float("-inf")):
+      raise ValueError(f"quota on {name!r}: limit {limit!r} is not a finite number")
+    if limit <= 0:
+      continue
+    if name not in measures:
+      raise ValueError(f"quota on {name!r}: no measure of that name (known: {sorted(measures)})")
+    quotas.append(Quota(f"{name} <= {limit!r}", {name: measures[name]}))
+  return quotas

@@ -296,8 +296,15 @@ class Study:
     return min(done, key=lambda t: (self.objective.loss(self.objective.value(t.metrics)),
                                     t.trial_id))
 
-  def pareto_front(self, directions: Mapping[str, str] | None = None) -> list[TrialRecord]:
+  def pareto_front(self, directions: Mapping[str, str] | None = None,
+                   budget: float | None | str = "largest") -> list[TrialRecord]:
     """Non-dominated DONE trials over `directions` (default: the study's), by id.
+
+    Args:
+      directions: metric -> 'maximize' / 'minimize'.
+      budget: the budget whose trials compete: 'largest' (default: the largest
+        budget reached, as `best()`; low-fidelity results never compete with full
+        ones), a budget value, or 'all' (every budget mixed).
 
     Trials lacking one of the metrics are left out.
     """
@@ -308,20 +315,63 @@ class Study:
     names = list(directions)
     done = [t for t in self.trials()
             if t.status == TrialStatus.DONE and all(m in t.metrics for m in names)]
+    if budget == "largest":
+      budgets = [t.suggestion.budget for t in done if t.suggestion.budget is not None]
+      budget = max(budgets) if budgets else "all"
+    if budget != "all":
+      done = [t for t in done if t.suggestion.budget == budget]
     points = np.array([[t.metrics[m] for m in names] for t in done]).reshape(len(done), len(names))
     return [done[i] for i in pareto_front(points, [directions[m] for m in names])]
 
+  def pareto_fronts(self, directions: Mapping[str, str] | None = None
+                    ) -> list[tuple[float | None, list[TrialRecord]]]:
+    """`(budget, front)` for every budget with a DONE trial, smallest budget first
+    (one `(None, front)` entry for a study without budgets)."""
+    budgets = {t.suggestion.budget for t in self.trials() if t.status == TrialStatus.DONE}
+    order = sorted(b for b in budgets if b is not None) + ([None] if None in budgets else [])
+    return [(b, self.pareto_front(directions, budget=b)) for b in order]
+
+  def record_retry(self, trial_ids: Sequence[int]) -> None:
+    """Journals that running trials are handed out again (e.g. their worker died).
+
+    Their `attempts` grow by one and `started_at` restarts; they stay running
+    until told. The journal's `requeue` event, as after a driver crash.
+
+    Raises:
+      StudyError: a trial is not running.
+    """
+    trial_ids = [int(i) for i in trial_ids]
+    for trial_id in trial_ids:
+      self._running(trial_id)
+    now = time.time()
+    self._journal.append({"event": "requeue", "time": now, "trial_ids": trial_ids})
+    for trial_id in trial_ids:
+      t = self._trials[trial_id]
+      self._trials[trial_id] = dataclasses.replace(t, started_at=now, attempts=t.attempts + 1)
+
   def export(self, directory: str | None = None) -> None:
-    """Writes `trials.jsonl` (one line per trial) and `best.json` atomically."""
+    """Writes `trials.jsonl` (one line per trial) and `best.json` atomically.
+
+    `best.json` holds the objective, the best trial, the Pareto directions,
+    `pareto_front` (trial ids of the front at the largest budget reached) and
+    `pareto_fronts` (`[{'budget': b, 'trial_ids': [...]}, ...]`, one per budget,
+    smallest first).
+    """
     directory = directory or self.path
     os.makedirs(directory, exist_ok=True)
     lines = "".join(json.dumps(t.to_dict(), sort_keys=True, allow_nan=False) + "\n"
                     for t in self.trials())
     atomic_write(os.path.join(directory, "trials.jsonl"), lines)
     best = self.best()
+    fronts = self.pareto_fronts() if self.directions else None
     summary = {"objective": self.objective.to_dict(),
                "best": best.to_dict() if best is not None else None,
-               "pareto_front": [t.trial_id for t in self.pareto_front()] if self.directions else None}
+               "directions": self.directions,
+               # the front at the largest budget reached (as `best`), and one per budget
+               "pareto_front": [t.trial_id for t in self.pareto_front()] if self.directions
+                               else None,
+               "pareto_fronts": [{"budget": b, "trial_ids": [t.trial_id for t in front]}
+                                 for b, front in fronts] if fronts is not None else None}
     atomic_write(os.path.join(directory, "best.json"),
                       json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n")
 

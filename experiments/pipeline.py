@@ -1,0 +1,81 @@
+"""VEGA's pipelines: NAS -> HPO -> AutoFIS -> fully train for CTR, and image pipelines
+(DARTS, compression, augmentation search), each step resumable.
+
+  python -m experiments.pipeline --config=experiments/configs/pipeline_ctr.py --workdir=DIR
+  python -m experiments.pipeline --config=experiments/configs/pipeline_ctr.py:smoke --workdir=DIR
+  python -m experiments.pipeline --config=experiments/configs/pipeline_digits.py:smoke --workdir=DIR
+  (also pipeline_compress.py, pipeline_augment.py; `config.application` picks the steps)
+
+Any config field can be overridden (`--config.pipeline.order=nas,fully_train,baseline`,
+`--config.steps.nas.search_space=blocks` (NAS over the block generator's space),
+`--config.steps.fully_train.trainer.embedding.backend=cache`). Rerunning the same
+command on the same DIR skips the finished steps and resumes the interrupted one.
+Writes DIR/report.json and DIR/summary.txt, prints the summary table, and ends
+stdout with the report as one JSON line. Exit status 1 when a step failed, 2 for a
+bad config. Everything else lives in `sfjax.automl.pipeline` (the engine) and
+`sfjax.ctr_search.pipeline_steps` (the CTR steps).
+"""
+
+import json
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+
+from search_spaces import blocks as blocks_space
+from search_spaces import ctr as ctr_space
+from sfjax.automl import pipeline
+from sfjax.core.errors import ConfigError
+from sfjax.ctr_search import pipeline_steps
+from sfjax.ctr_search import pipeline_steps_train
+from sfjax.vision import vision_steps
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Python config file (ml_collections).",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory of the pipeline (steps/, report.json).")
+
+# The search spaces a step may name in `steps.<name>.search_space`: the named model
+# families, or the block generator's composable models.
+SPACES = {"ctr": ctr_space.SEARCH_SPACE, "blocks": blocks_space.BLOCK_SEARCH_SPACE}
+
+
+def application(config):
+  """(step kinds, report finalizer) of `config.application`: 'ctr' (default) or 'vision'.
+
+  Raises:
+    ConfigError: naming `application` for an unknown value.
+  """
+  name = config.get("application", "ctr")
+  if name == "vision":
+    return vision_steps.VISION_STEP_KINDS, vision_steps.vision_report
+  if name != "ctr":
+    raise ConfigError(f"config field application: unknown value {name!r} (known: ctr, vision)")
+  finalize = lambda results, workdir: pipeline_steps_train.compare_final_to_baseline(
+      results, workdir, num_resamples=config.report.bootstrap_resamples,
+      seed=config.report.bootstrap_seed)
+  return pipeline_steps.ctr_step_kinds(SPACES), finalize
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  logging.set_verbosity(logging.INFO)
+  config = _CONFIG.value
+  try:
+    kinds, finalize = application(config)
+    report = pipeline.run_pipeline(config, _WORKDIR.value, kinds, finalize=finalize)
+  except (ConfigError, pipeline.PipelineLockedError) as e:
+    sys.stderr.write(f"error: {e}\n")
+    sys.exit(2)
+  sys.stdout.write(pipeline.summary_table(report))
+  sys.stdout.write(json.dumps(report, sort_keys=True, allow_nan=False) + "\n")
+  sys.stdout.flush()
+  if report["status"] != "done":
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["config", "workdir"])
+  app.run(main)

@@ -1,0 +1,123 @@
+"""The block space: generated CTR models composed from the blocks' own sub-spaces.
+
+    space = block_space()                  # architecture (blocks) + hyperparameters
+    baseline = default_config(space)       # the trainer's default DeepFM as a point
+    runner_keys = runner_config(config)    # model.name='composed', model.blocks=<json>, optim.*
+    run_search(config, workdir, BLOCK_SEARCH_SPACE)
+
+Each block module declares its sub-space next to its code (DESIGN.md §4):
+`field_layout.embedding_space` (field groups and their dims), every
+`block_spec.BLOCK_TYPES[t].space()` (cross layers and rank, CIN maps, attention
+heads, ...), `deep_blocks.tower_space` / `bottom_space`. This module nests them
+under the keys `sfjax.models.generator.config_to_spec` reads (`model.<block>.use`
+switches a block on, its sub-space is active only then), adds the combination
+(`model.combine`: parallel | stacked) and takes the hyperparameter sub-spaces of
+`search_spaces/ctr.py` unchanged. A point becomes a trial config through
+`runner_config`: the generator's spec as canonical JSON in `model.blocks`.
+
+Forbidden: a stacked model without a tower, and a stacked model with no block.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from search_spaces import ctr
+from sfjax.automl.space import Bool, Categorical, Config, Space
+from sfjax.ctr_search.space_provider import CTRSearchSpace
+from sfjax.models import deep_blocks, field_layout, generator
+from sfjax.train.defaults import ctr_defaults
+
+BLOCK_TYPES = tuple(generator.BLOCK_TYPES)
+TOWER_WIDTHS = ctr.MLP_WIDTHS  # includes the baseline's 400
+
+
+def _use(prefix: str) -> str:
+  return f"{prefix}.{generator.USE}"
+
+
+def architecture_space(tower_widths: Sequence[int] = TOWER_WIDTHS,
+                       embed_dims: Sequence[int] = field_layout.EMBEDDING_DIMS) -> Space:
+  """The generated models: embeddings, which blocks, their settings, combination, tower, dense.
+
+  Args:
+    tower_widths: the tower widths searched.
+    embed_dims: the per-group embedding dimensions searched.
+  """
+  space = Space({"model.combine": Categorical(generator.COMBINES),
+                 "model.dense.linear": Bool()})
+  space = space.nest("model.embedding", field_layout.embedding_space(tuple(embed_dims)))
+  for kind, cls in generator.BLOCK_TYPES.items():
+    prefix = f"model.{kind}"
+    space = Space.compose(space, Space({_use(prefix): Bool()}))
+    space = space.nest(prefix, cls.space(), when=(_use(prefix), "eq", True))
+  for prefix, sub_space in (("model.tower", deep_blocks.tower_space(widths=tuple(tower_widths))),
+                            ("model.dense.bottom", deep_blocks.bottom_space())):
+    space = Space.compose(space, Space({_use(prefix): Bool()}))
+    space = space.nest(prefix, sub_space, when=(_use(prefix), "eq", True))
+  no_block = {_use(f"model.{kind}"): False for kind in BLOCK_TYPES}
+  return space.with_forbidden({"model.combine": "stacked", _use("model.tower"): False},
+                              {"model.combine": "stacked", **no_block})
+
+
+def block_space(tower_widths: Sequence[int] = TOWER_WIDTHS,
+                embed_dims: Sequence[int] = field_layout.EMBEDDING_DIMS) -> Space:
+  """`architecture_space` plus the row optimizer and the hyperparameters of `ctr.py`."""
+  return Space.compose(
+      architecture_space(tower_widths, embed_dims),
+      Space({"optim.embedding_optimizer": Categorical(ctr.EMBEDDING_OPTIMIZERS)}),
+      ctr.hparam_space())
+
+
+def default_config(space: Space | None = None) -> Config:
+  """The trainer's default model (DeepFM) and optimizers as a point of `space`.
+
+  Raises:
+    ConfigError: naming the key whose default lies outside `space`.
+  """
+  space = block_space() if space is None else space
+  model = ctr_defaults().model
+  dims = tuple(model.mlp_dims)
+  values = {_use(f"model.{kind}"): kind in ("first_order", "fm") for kind in BLOCK_TYPES}
+  values.update({
+      "model.combine": "parallel", "model.dense.linear": True,
+      _use("model.dense.bottom"): False, "model.embedding.num_groups": 1,
+      "model.embedding.group0.dim": model.embed_dim, _use("model.tower"): True,
+      "model.tower.depth": len(dims), "model.tower.width": dims[0]})
+  values.update({k: v for k, v in ctr.default_config().items() if k.startswith("optim.")})
+  active: dict[str, Any] = {}
+  changed = True
+  while changed:  # add keys once their parents are in (conditions form a DAG)
+    changed = False
+    for key in space.keys:
+      if key not in active and key in values and space.is_active(key, active):
+        active[key] = values[key]
+        changed = True
+  return space.validate(active)
+
+
+def runner_config(config: Mapping[str, Any]) -> dict[str, Any]:
+  """The trial runner's keys: `model.name='composed'`, `model.blocks` (canonical JSON),
+  `model.embed_dim` (the spec's row width) and the hyperparameters (gates made explicit).
+
+  Raises:
+    SpecError: the point is not a valid model (the trial then fails with this reason).
+  """
+  spec = generator.config_to_spec(config)
+  out = ctr.runner_config({k: v for k, v in config.items() if not k.startswith("model.")})
+  out.update({"model.name": generator.COMPOSED_NAME, "model.blocks": generator.spec_to_json(spec),
+              "model.embed_dim": generator.spec_embedding_width(spec)})
+  return out
+
+
+def space_from_config(space_cfg) -> Space:
+  """`block_space` of a search config's `space` block (`mlp_widths`: the tower widths)."""
+  widths = ctr._int_list("space.mlp_widths", space_cfg.mlp_widths)  # pylint: disable=protected-access
+  return block_space(tower_widths=widths)
+
+
+# What `sfjax.ctr_search.search_loop.run_search` is given for a search over generated models.
+BLOCK_SEARCH_SPACE = CTRSearchSpace(
+    from_config=space_from_config, default_config=default_config,
+    fixed_arch_space=ctr.fixed_arch_space, arch_part=ctr.arch_part, runner_config=runner_config,
+    zero_allowed=frozenset(ctr.GATES.values()))

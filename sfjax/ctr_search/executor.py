@@ -1,0 +1,139 @@
+"""Where cohorts run: in the driver's process (`local`) or as remote tasks (`dask`).
+
+A `CohortJob` is what one `CohortRunner.run` call needs: the trials of one
+architecture with their hyperparameters, seeds, step ranges and resume states.
+`run_job` runs it and turns an exception into FAILED results (a trial's
+failure is never fatal to the study). An executor maps jobs to results **in
+job order**, so the driver tells the study in the same order whichever
+executor ran them, and the algorithm's state (hence every later suggestion)
+is the same (`study.executor` does not change a seeded search's trials).
+
+The driver alone owns the study journal, the saved trial states and the
+quota measures; executors only compute (`executor_dask.py`: one Dask task per
+job, a pure function of task, width and job).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
+
+from absl import logging
+
+from sfjax.automl.algorithms import TrialStatus
+from sfjax.ctr_search.arch import ArchSpec
+from sfjax.ctr_search.cohort import CohortRunner, TrialResult
+
+EXECUTORS = ("local", "dask")
+
+
+class CohortJob(NamedTuple):
+  """The trials of one architecture to run together (one `CohortRunner.run` call).
+
+  Attributes:
+    arch: their ArchSpec.
+    hparams: per trial, dynamic hyperparameters (`arch.DYNAMIC_KEYS`).
+    seeds: per trial, its init seed.
+    start_steps, end_steps: per trial, its global step range.
+    init_states: per trial, None (fresh) or the host state to resume from.
+    trial_ids: per trial, its study trial id (for retries; -1 for the default config).
+  """
+
+  arch: ArchSpec
+  hparams: Sequence[dict[str, float]]
+  seeds: Sequence[int]
+  start_steps: Sequence[int]
+  end_steps: Sequence[int]
+  init_states: Sequence[Any]
+  trial_ids: Sequence[int]
+
+
+class GroupRunners:
+  """The cohort runner, plus a width-1 runner on the same data for lone trials.
+
+  With 'auto' width a group of one trial would otherwise pay for measuring every
+  candidate width (compiling each) although any width runs it alone.
+  """
+
+  def __init__(self, runner: CohortRunner):
+    self.main = runner
+    self._single = None
+
+  def for_group(self, size: int) -> CohortRunner:
+    """The runner for a group of `size` trials of one architecture."""
+    if size > 1 or self.main.cohort_width != "auto":
+      return self.main
+    if self._single is None:
+      self._single = CohortRunner(self.main.task, cohort_width=1, mesh=self.main.mesh,
+                                  data=self.main.data,
+                                  measure_latency=self.main.measure_latency)
+    self._single.measure_latency = self.main.measure_latency
+    return self._single
+
+
+def failed_results(job: CohortJob, reason: str) -> list[TrialResult]:
+  """One FAILED result per trial of `job`, all with `reason`."""
+  return [TrialResult({}, TrialStatus.FAILED, None, reason) for _ in job.hparams]
+
+
+def run_job(runners: GroupRunners, job: CohortJob) -> list[TrialResult]:
+  """Runs `job` on the runner for its group size; an exception fails its trials."""
+  try:
+    return runners.for_group(len(job.hparams)).run(
+        job.arch, list(job.hparams), list(job.seeds), list(job.start_steps),
+        list(job.end_steps), list(job.init_states))
+  except Exception as e:  # pylint: disable=broad-except  (a trial's failure is never fatal)
+    logging.exception("cohort of %d trials (%s) failed", len(job.hparams), job.arch.describe())
+    return failed_results(job, f"{type(e).__name__}: {e}")
+
+
+RetryHook = Callable[[CohortJob, str], None]
+
+
+class LocalExecutor:
+  """Runs every job in this process, one after the other."""
+
+  name = "local"
+
+  def __init__(self, runner: CohortRunner):
+    self.runners = GroupRunners(runner)
+
+  def map(self, jobs: Iterable[CohortJob], on_retry: RetryHook | None = None
+          ) -> Iterator[list[TrialResult]]:
+    """Results of each job, in job order (`on_retry` is never called here)."""
+    del on_retry
+    for job in jobs:
+      yield run_job(self.runners, job)
+
+  def close(self) -> None:
+    """Nothing to release."""
+
+  def __enter__(self) -> LocalExecutor:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+
+def make_executor(kind: str, runner: CohortRunner, *, address: str = "", num_workers: int = 2,
+                  max_attempts: int = 3):
+  """The executor `study.executor` names.
+
+  Args:
+    kind: 'local' or 'dask'.
+    runner: the driver's runner (local: it runs the jobs; dask: its task, width
+      and latency setting are what the workers' runners are built from).
+    address: dask: an existing scheduler ('' = start a `LocalCluster`).
+    num_workers: dask `LocalCluster` worker processes (one thread each).
+    max_attempts: dask: submissions of one job before its trials fail.
+
+  Raises:
+    ValueError: an unknown kind (naming `study.executor`).
+  """
+  if kind == "local":
+    return LocalExecutor(runner)
+  if kind == "dask":
+    from sfjax.ctr_search import executor_dask  # pylint: disable=g-import-not-at-top
+    return executor_dask.DaskExecutor(runner.task, runner.cohort_width, runner.measure_latency,
+                                      address=address, num_workers=num_workers,
+                                      max_attempts=max_attempts)
+  raise ValueError(f"study.executor: unknown executor {kind!r}; known: {list(EXECUTORS)}")

@@ -1,0 +1,150 @@
+"""What changed in a host table since a checkpoint, and copy-on-write snapshots of it.
+
+Two pieces the `HostTable` holds for incremental, asynchronous checkpoints
+(`sfjax.embedding.table_checkpoint`, `sfjax.train.checkpoint`):
+
+* `DirtyRows`: the distinct row ids written since the last checkpoint. Checkpoints
+  between two full (chunk) saves write only these rows, so a save costs the rows a
+  Zipf tail actually touched, not every 65,536-row chunk that one of them fell in.
+  Memory is 8 bytes per distinct dirty row plus a bounded buffer of recent writes.
+* `TableSnapshot`: a consistent view of some chunks at one moment while training keeps
+  writing. A background writer reads each chunk through it once; a write to a chunk
+  it has not read yet first copies that chunk aside (copy on write). Copies are
+  bounded by `budget_bytes`: past it, the write waits until the writer has read the
+  chunk (or freed a copy), so memory stays bounded and the result stays exact.
+
+Both are used under the table's lock (`HostTable._lock`); `TableSnapshot` waits on a
+condition of that lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import numpy as np
+
+ChunkArrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # values [n,E], slots [n,S], flags [n]
+
+
+class DirtyRows:
+  """The distinct row ids written since the last `pop` (not thread-safe: the table locks).
+
+  Args:
+    compact_at: buffered ids (with repeats) that trigger a deduplication; it grows
+      with the distinct count so deduplication stays amortised O(log n) per id.
+  """
+
+  def __init__(self, compact_at: int = 1 << 20):
+    self._base_compact_at = int(compact_at)
+    self._unique = np.zeros((0,), np.int64)  # sorted, distinct
+    self._pending: list[np.ndarray] = []
+    self._pending_count = 0
+
+  def add(self, ids: np.ndarray) -> None:
+    """Records a write of rows `ids` ([N] int64)."""
+    if ids.size == 0:
+      return
+    self._pending.append(np.array(ids, np.int64, copy=True))
+    self._pending_count += ids.size
+    if self._pending_count > max(self._base_compact_at, 2 * self._unique.size):
+      self._compact()
+
+  def _compact(self) -> None:
+    if self._pending:
+      self._unique = np.unique(np.concatenate([self._unique, *self._pending]))
+      self._pending, self._pending_count = [], 0
+
+  def count(self) -> int:
+    """Distinct dirty rows (deduplicates the buffer)."""
+    self._compact()
+    return int(self._unique.size)
+
+  def pop(self) -> np.ndarray:
+    """The sorted distinct dirty row ids [D] int64; the set is cleared."""
+    self._compact()
+    rows, self._unique = self._unique, np.zeros((0,), np.int64)
+    return rows
+
+  def mark(self, ids) -> None:
+    """Marks rows dirty again (a checkpoint that popped them failed before its commit)."""
+    self.add(np.asarray(ids, np.int64).reshape(-1))
+
+
+class TableSnapshot:
+  """Chunks of a table as they were at `begin`, readable while the table keeps changing.
+
+  Created by `HostTable.begin_snapshot`; the writer calls `read_chunk(k)` once per
+  chunk of `chunks`, then `close()`. The table calls `preserve(chunks)` before every
+  write (holding its lock).
+
+  Args:
+    chunks: the chunk indices the snapshot covers.
+    num_chunks: chunks of the table (size of the pending mask).
+    read_live: reads a chunk's current arrays (copies); called with the lock held.
+    chunk_bytes: bytes of one chunk's copy.
+    cond: a condition on the table's lock (writes wait on it when over budget).
+    budget_bytes: most bytes of copies held at once.
+  """
+
+  def __init__(self, chunks, num_chunks: int, read_live: Callable[[int], ChunkArrays],
+               chunk_bytes: Callable[[int], int], cond: threading.Condition, budget_bytes: int):
+    self._pending = np.zeros((num_chunks,), np.bool_)  # [num_chunks] not read by the writer yet
+    self._pending[np.asarray(chunks, np.int64)] = True
+    self._copies: dict[int, ChunkArrays] = {}
+    self._read_live, self._chunk_bytes, self._cond = read_live, chunk_bytes, cond
+    self.budget_bytes = int(budget_bytes)
+    self.copied_bytes = 0  # held now
+    self.peak_copied_bytes = 0
+    self.copies_made = 0
+    self.waits = 0  # writes that waited for the writer (budget exhausted)
+    self.closed = False
+
+  def preserve(self, chunks: np.ndarray) -> None:
+    """Before a write to `chunks` ([N] int64, repeats allowed): copy the unread ones aside.
+
+    Called with the table lock held; may wait (releasing it) while the copy budget is
+    exhausted, until the writer reads the chunk or frees a copy.
+    """
+    if self.closed:
+      return
+    touched = np.unique(chunks)
+    for k in touched[self._pending[touched]].tolist():
+      while self._pending[k] and k not in self._copies and not self.closed:
+        size = self._chunk_bytes(k)
+        if self.copied_bytes + size <= self.budget_bytes or not self._copies:
+          # Always allow one copy, so a budget below one chunk cannot deadlock.
+          self._copies[k] = self._read_live(k)
+          self.copied_bytes += size
+          self.copies_made += 1
+          self.peak_copied_bytes = max(self.peak_copied_bytes, self.copied_bytes)
+          break
+        self.waits += 1
+        self._cond.wait()
+
+  def read_chunk(self, k: int) -> ChunkArrays:
+    """Chunk `k` as it was when the snapshot began (each chunk is read at most once).
+
+    Raises:
+      KeyError: `k` is not covered, or was already read.
+    """
+    with self._cond:
+      if k in self._copies:
+        arrays = self._copies.pop(k)
+        self.copied_bytes -= self._chunk_bytes(k)
+      elif 0 <= k < self._pending.size and self._pending[k]:
+        arrays = self._read_live(k)
+      else:
+        raise KeyError(f"TableSnapshot: chunk {k} is not in the snapshot or was already read")
+      self._pending[k] = False
+      self._cond.notify_all()
+      return arrays
+
+  def close(self) -> None:
+    """Releases every copy and lets waiting writes proceed (the writer is done or failed)."""
+    with self._cond:
+      self.closed = True
+      self._copies.clear()
+      self.copied_bytes = 0
+      self._pending[:] = False
+      self._cond.notify_all()

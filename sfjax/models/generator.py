@@ -1,0 +1,166 @@
+"""The block-composable CTR model generator (VEGA-style; DESIGN.md §4).
+
+    spec = named_model_spec("deepfm", embed_dim=16, mlp_dims=(400, 400, 400))
+    model = build_from_spec(spec, num_fields=F, num_dense=Nd, rngs=nnx.Rngs(0))
+    text = spec_to_json(spec)            # what --config.model.blocks carries (model `composed`)
+    spec = with_interaction_pairs(spec, [(0, 3), (2, 5)])   # e.g. AutoFIS's kept pairs
+    spec = config_to_spec(point)          # a point of the block space (search_spaces/blocks.py)
+
+Every named model (`MODEL_NAMES`) is one spec: `named_model_spec` gives it, and the
+generated model has the named model's parameters (up to their names) and computes
+the same function (tests/models/generator_test.py).
+
+Keys of a point of the block space (`config_to_spec`), each block's own sub-space
+nested under its prefix:
+  model.embedding.*            field_layout.embedding_space (groups and their dims)
+  model.<block type>.use       Bool, one per `BLOCK_TYPES` entry, then its `space()` keys
+  model.combine                parallel | stacked
+  model.tower.use              Bool; model.tower.{depth, width} (deep_blocks.tower_space)
+  model.dense.linear           Bool, the `dense @ w` term
+  model.dense.bottom.use       Bool; model.dense.bottom.{depth, width} (deep_blocks.bottom_space)
+The scalar bias is there exactly when there is no tower (the tower's output bias
+plays its part otherwise, as in the named models). Keys outside `model.` are ignored.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from flax import nnx
+
+from sfjax.models import deep_blocks, field_layout, registry
+from sfjax.models.block_spec import (BLOCK_TYPES, COMBINES, PAIRWISE_TYPES, SpecError,
+                                     spec_embedding_width, spec_from_json, spec_to_json,
+                                     validate_spec, with_interaction_pairs)
+from sfjax.models.composed import NAME as COMPOSED_NAME
+from sfjax.models.composed import ComposedModel
+
+__all__ = [
+    "BLOCK_TYPES", "COMBINES", "COMPOSED_NAME", "PAIRWISE_TYPES", "SpecError", "USE",
+    "build_from_spec", "config_to_spec", "named_model_spec", "spec_embedding_width",
+    "spec_from_json", "spec_to_json", "validate_spec", "with_interaction_pairs",
+]
+
+USE = "use"  # the Bool key switching a block on: model.<block>.use
+
+
+def _hparams(name: str, given: Mapping[str, Any]) -> dict[str, Any]:
+  """The named model's keyword hyperparameters: its defaults, overridden by `given`."""
+  cls = registry.model_class(name)
+  unknown = sorted(set(given) - set(registry.HPARAM_KEYS))
+  if unknown:
+    raise ValueError(f"named_model_spec: unknown model hyperparameter(s) {unknown} "
+                     f"(known: {', '.join(registry.HPARAM_KEYS)})")
+  params = inspect.signature(cls.__init__).parameters
+  used = registry.model_hparams(name)
+  return {k: given.get(k, params[k].default) for k in used}
+
+
+def named_model_spec(name: str, embed_dim: int, **hparams: Any) -> dict:
+  """The block spec that is exactly the named model.
+
+  Args:
+    name: one of `sfjax.models.MODEL_NAMES` except `composed`.
+    embed_dim: D (`model.embed_dim`); ignored by `lr`, whose rows are one weight.
+    **hparams: the model's keyword hyperparameters as `build_model` takes them;
+      keys other models use are ignored, unknown keys raise.
+
+  Returns:
+    The canonical spec (`build_from_spec` builds the named model's function).
+
+  Raises:
+    ValueError: an unknown name or hyperparameter.
+  """
+  if name not in registry.MODEL_NAMES:
+    raise ValueError(f"named_model_spec: model.name {name!r} is not a named model "
+                     f"(known: {', '.join(registry.MODEL_NAMES)})")
+  hp = _hparams(name, hparams)
+  wide = [{"type": "first_order"}]
+  deep = lambda dims: {"dims": list(dims), "inputs": ["embeddings", "dense"]}
+  spec: dict[str, Any] = {"embedding": {"dims": [embed_dim]}, "interactions": [],
+                          "dense": {"linear": True, "bottom_mlp": None}}
+  if name == "lr":
+    spec.update(embedding={"dims": [0]}, bias=True, interactions=wide)
+  elif name == "fm":
+    spec.update(bias=True, interactions=wide + [{"type": "fm"}])
+  elif name == "deepfm":
+    spec.update(interactions=wide + [{"type": "fm"}], tower=deep(hp["mlp_dims"]))
+  elif name == "wide_deep":
+    spec.update(interactions=wide, tower=deep(hp["mlp_dims"]))
+  elif name == "dcnv2":
+    cross = {"type": "cross", "layers": hp["cross_layers"], "rank": hp["cross_rank"]}
+    stacked = hp["cross_structure"] == "stacked"
+    spec.update(interactions=[cross], combine="stacked" if stacked else "parallel",
+                tower={"dims": list(hp["mlp_dims"]), "inputs": ["blocks"]} if stacked
+                else deep(hp["mlp_dims"]))
+  elif name == "xdeepfm":
+    spec.update(interactions=wide + [{"type": "cin", "layer_dims": list(hp["cin_dims"])}],
+                tower=deep(hp["mlp_dims"]))
+  elif name == "autoint":
+    spec.update(interactions=[{"type": "self_attention", "layers": hp["attention_layers"],
+                               "heads": hp["attention_heads"], "head_dim": hp["attention_dim"]}],
+                tower=deep(hp["mlp_dims"]))
+  elif name == "dlrm":
+    spec.update(dense={"linear": False, "bottom_mlp": list(hp["bottom_mlp_dims"])},
+                interactions=[{"type": "inner_product"}], combine="stacked",
+                tower={"dims": list(hp["mlp_dims"]), "inputs": ["bottom", "blocks"]})
+  else:
+    raise ValueError(f"named_model_spec: model {name!r} has no block spec yet; add it here")
+  return validate_spec(spec, f"named_model_spec({name!r})")
+
+
+def build_from_spec(spec: Mapping[str, Any], num_fields: int, num_dense: int,
+                    rngs: nnx.Rngs) -> nnx.Module:
+  """The generated model, called as `model(emb [B, F, E], dense [B, Nd]) -> logits [B]`.
+
+  E is `spec_embedding_width(spec)`.
+  """
+  return ComposedModel(num_fields=num_fields, embed_dim=spec_embedding_width(spec),
+                       num_dense=num_dense, rngs=rngs, blocks=spec)
+
+
+def _section(config: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+  head = prefix + "."
+  return {k[len(head):]: v for k, v in config.items() if k.startswith(head)}
+
+
+def config_to_spec(config: Mapping[str, Any]) -> dict:
+  """The spec of a point of the block space (dotted keys; see the module docstring).
+
+  Raises:
+    SpecError: an unknown `model.*` key, a missing one, or a point whose spec is invalid.
+  """
+  model = _section(config, "model")
+  known = ("embedding.", "dense.", "tower.", "combine") + tuple(f"{t}." for t in BLOCK_TYPES)
+  for key in model:
+    if not key.startswith(known):
+      raise SpecError(f"config_to_spec: unknown key 'model.{key}' (known prefixes: "
+                      f"{', '.join('model.' + k for k in known)})")
+  try:
+    embedding = field_layout.embedding_spec_from_config(_section(model, "embedding"))
+    blocks = []
+    for kind, cls in BLOCK_TYPES.items():
+      section = _section(model, kind)
+      if section.get(USE, False):
+        blocks.append({"type": kind, **cls.spec_from_config(section)})
+    combine = model.get("combine", "parallel")
+    bottom = _section(model, "dense.bottom")
+    has_bottom = bool(bottom.get(USE, False))
+    tower = None
+    tower_section = _section(model, "tower")
+    if tower_section.get(USE, False):
+      extra = ["bottom"] if has_bottom else []
+      inputs = (["embeddings", "dense"] + extra if combine == "parallel"
+                else extra + ["blocks"])
+      tower = {"dims": deep_blocks.layer_dims_from_config(tower_section), "inputs": inputs}
+    spec = {"embedding": embedding, "interactions": blocks, "combine": combine, "tower": tower,
+            "bias": tower is None,
+            "dense": {"linear": bool(model.get("dense.linear", True)),
+                      "bottom_mlp": deep_blocks.layer_dims_from_config(bottom)
+                                    if has_bottom else None}}
+  except KeyError as e:
+    raise SpecError(f"config_to_spec: a point lacks key {e.args[0]!r} of an active section "
+                    "(model.embedding, model.<block>, model.tower or model.dense.bottom)") from None
+  return validate_spec(spec, "config_to_spec")

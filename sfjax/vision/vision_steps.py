@@ -1,0 +1,306 @@
+"""The image pipeline's step kinds (`VISION_STEP_KINDS`) and its report fields.
+
+VEGA beyond CTR (arXiv 2011.01507) on `sfjax.automl.pipeline`; shared blocks in
+`vision_task.py`. Searches select on the valid split; only the final numbers read test.
+
+  darts        first-order DARTS on the supernet -> `genotype`, `supernet_spec`.
+  hpo          learning rate / weight decay of the latest model (the derived network
+               after `darts`, else the baseline CNN) by an `sfjax.automl` algorithm;
+               each round of suggestions trains as one vmap -> `best_hparams`.
+  augment      PBA: PBT over a vmapped population of policies -> `augment_schedule`.
+  fully_train  the latest model with the recipe (+ `best_hparams`, + the schedule),
+               from scratch; and the unsearched baseline CNN with the plain recipe:
+               `final_test_accuracy` vs `baseline_test_accuracy`; saves the weights.
+  compress     Prune-EA / Quant-EA on the latest trained CNN -> size-vs-accuracy fronts.
+
+Steps are short and deterministic, so a step interrupted by a crash is rerun
+from its start (the engine skips the finished ones).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from sfjax.automl import algorithms, space
+from sfjax.automl.pipeline import StepContext, StepKind, StepOutput, StepResult
+from sfjax.core import names
+from sfjax.core.errors import ConfigError
+from sfjax.vision import augment, augment_search, cnn, compression, darts, training
+from sfjax.vision import conv_layers as layers
+from sfjax.vision import vision_task
+from sfjax.vision.vision_task import require
+
+PARAMS_FILE = "model.npz"
+
+
+# ---- darts -------------------------------------------------------------------------
+DARTS_FIELDS = ("channels", "num_cells", "num_nodes", "steps", "batch_size", "weights_lr",
+                "alpha_lr")
+
+
+def _check_darts(block, field: str) -> None:
+  require(block, field, DARTS_FIELDS)
+  for key in ("channels", "num_cells", "num_nodes", "steps", "batch_size"):
+    if int(block[key]) < 1:
+      raise ConfigError(f"config field {field}.{key}: must be >= 1, got {block[key]!r}")
+
+
+def run_darts(ctx: StepContext) -> StepOutput:
+  """DARTS search; hands on the genotype and the supernet's static spec."""
+  b, splits = ctx.block, vision_task.splits_of(ctx.config)
+  spec = darts.SupernetSpec(int(b.channels), int(b.num_cells), int(b.num_nodes),
+                            splits.train_x.shape[-1], 10)
+  state, metrics = darts.run_search(splits, spec, int(b.steps), int(b.batch_size),
+                                    float(b.weights_lr), float(b.alpha_lr), int(ctx.config.seed))
+  genotype = darts.discretize(state.alpha, spec.num_nodes)
+  return StepOutput(metrics, {"genotype": [[list(p) for p in node] for node in genotype],
+                              "supernet_spec": spec._asdict(),
+                              "alpha": np.asarray(state.alpha).round(4).tolist()})
+
+
+def latest_model(ctx: StepContext) -> vision_task.Model:
+  """The derived network of the latest `genotype`, else the baseline CNN."""
+  genotype = ctx.latest("genotype", None)
+  if genotype is None:
+    return vision_task.baseline_model(ctx.config)
+  return vision_task.darts_model(genotype, ctx.latest("supernet_spec"))
+
+
+# ---- hpo ---------------------------------------------------------------------------
+HPO_FIELDS = ("algorithm", "num_trials", "width", "steps", "learning_rate", "weight_decay")
+
+
+def _check_hpo(block, field: str) -> None:
+  require(block, field, HPO_FIELDS)
+  names.lookup(algorithms.ALGORITHMS, block.algorithm, f"{field}.algorithm", "algorithm")
+  for key in ("learning_rate", "weight_decay"):
+    rng = tuple(block[key])
+    if len(rng) != 2 or not 0 < rng[0] < rng[1]:
+      raise ConfigError(f"config field {field}.{key}: expected (low, high) with 0 < low < high, "
+                        f"got {rng}")
+  if int(block.width) < 2 or int(block.num_trials) < 1:
+    raise ConfigError(f"config field {field}.width / num_trials: width >= 2 (the recipe's own "
+                      f"values take one lane), num_trials >= 1")
+
+
+def run_hpo(ctx: StepContext) -> StepOutput:
+  """Rounds of `width` lanes: lane 0 the recipe's own values, the rest suggestions."""
+  import jax  # the steps' device work; imported here so listing the kinds stays light
+  b, splits = ctx.block, vision_task.splits_of(ctx.config)
+  model, recipe = latest_model(ctx), vision_task.recipe_of(ctx.config)
+  search_space = space.Space({"learning_rate": space.Float(*b.learning_rate, log=True),
+                              "weight_decay": space.Float(*b.weight_decay, log=True)})
+  spec = algorithms.ALGORITHMS[b.algorithm](seed=int(ctx.config.seed))
+  searcher = spec.build(search_space, algorithms.Objective("valid_accuracy", "maximize"))
+  width, steps = int(b.width), int(b.steps)
+  key = jax.random.key(int(ctx.config.seed))
+  params0 = model.init(key)
+
+  @jax.jit
+  def lanes(lr, wd, x, y, vx, vy):
+    def one(lr, wd):
+      p, _ = training.fit(model.apply, params0, x, y, steps, recipe.batch_size, lr, wd, key)
+      return training.accuracy(model.apply, p, vx, vy)
+    return jax.vmap(one)(lr, wd)
+
+  told, default_acc, best = 0, None, (-1.0, None)
+  while told < int(b.num_trials):
+    asked = searcher.ask(min(width - 1, int(b.num_trials) - told))
+    if not asked:
+      break
+    configs = [{"learning_rate": recipe.learning_rate, "weight_decay": recipe.weight_decay}]
+    configs += [dict(s.config) for s in asked]
+    configs += [configs[0]] * (width - len(configs))  # fixed width: one compilation
+    acc = np.asarray(lanes(np.array([c["learning_rate"] for c in configs], np.float32),
+                           np.array([c["weight_decay"] for c in configs], np.float32),
+                           splits.train_x, splits.train_y, splits.valid_x, splits.valid_y))
+    default_acc = float(acc[0])
+    for s, a in zip(asked, acc[1:]):
+      searcher.tell(s.trial_id, {"valid_accuracy": float(a)})
+      if a > best[0]:
+        best = (float(a), {k: float(v) for k, v in dict(s.config).items()})
+    told += len(asked)
+  if best[1] is None:
+    raise RuntimeError(f"hpo: algorithm {b.algorithm!r} suggested no trial")
+  chosen = best[1] if best[0] > default_acc else {"learning_rate": recipe.learning_rate,
+                                                   "weight_decay": recipe.weight_decay}
+  return StepOutput({"valid_accuracy": max(best[0], default_acc), "default_valid_accuracy":
+                     default_acc, "beats_default": best[0] > default_acc, "num_trials": told,
+                     "model": model.kind},
+                    {"best_hparams": chosen})
+
+
+# ---- augment -----------------------------------------------------------------------
+AUGMENT_FIELDS = ("population", "intervals", "interval_steps", "fraction")
+
+
+def _check_augment(block, field: str) -> None:
+  require(block, field, AUGMENT_FIELDS)
+  if int(block.population) < 2 or not 0 < float(block.fraction) <= 0.5:
+    raise ConfigError(f"config field {field}.population / fraction: population >= 2 and "
+                      f"0 < fraction <= 0.5, got {block.population} / {block.fraction}")
+
+
+def run_augment(ctx: StepContext) -> StepOutput:
+  """PBA on the latest model with the recipe's optimizer settings."""
+  b, splits = ctx.block, vision_task.splits_of(ctx.config)
+  model = latest_model(ctx)
+  recipe = vision_task.recipe_of(ctx.config, ctx.latest("best_hparams", None))
+  result = augment_search.pba_search(model.init, model.apply, splits, int(b.population),
+                                     int(b.intervals), int(b.interval_steps), recipe.batch_size,
+                                     recipe.learning_rate, recipe.weight_decay,
+                                     int(ctx.config.seed), float(b.fraction))
+  return StepOutput({"valid_accuracy": result.best_valid_accuracy,
+                     "population_mean_valid_accuracy": float(result.valid_accuracy[-1].mean())},
+                    {"augment_schedule": result.schedule.tolist(),
+                     "augment_ops": list(augment.AUG_OPS)})
+
+
+# ---- fully_train -------------------------------------------------------------------
+def _check_fully_train(block, field: str) -> None:
+  del block, field  # the recipe is the shared `recipe` block, checked when the step runs
+
+
+def run_fully_train(ctx: StepContext) -> StepOutput:
+  """The chosen model from scratch with the recipe, and the baseline with the plain recipe."""
+  import jax
+  splits, seed = vision_task.splits_of(ctx.config), int(ctx.config.seed)
+  model = latest_model(ctx)
+  hparams = ctx.latest("best_hparams", None)
+  schedule = ctx.latest("augment_schedule", None)
+  recipe = vision_task.recipe_of(ctx.config, hparams)
+  aug = None if schedule is None else augment.schedule_augment(
+      np.asarray(schedule, np.int32), recipe.steps)
+  params, final = training.fit_and_score(model.apply, model.init(jax.random.key(seed)), splits,
+                                         recipe, seed, aug)
+  vision_task.save_params(os.path.join(ctx.workdir, PARAMS_FILE), params)
+  searched = hparams is not None or schedule is not None or model.kind != "cnn"
+  if searched:
+    base = vision_task.baseline_model(ctx.config)
+    base_params, baseline = training.fit_and_score(
+        base.apply, base.init(jax.random.key(seed)), splits, vision_task.recipe_of(ctx.config),
+        seed)
+    base_size = layers.num_params(base_params)
+  else:  # nothing searched: the final model is the baseline itself
+    baseline, base_size = final, layers.num_params(params)
+  metrics = {"final_test_accuracy": final["test_accuracy"],
+             "baseline_test_accuracy": baseline["test_accuracy"],
+             "final_valid_accuracy": final["valid_accuracy"],
+             "baseline_valid_accuracy": baseline["valid_accuracy"],
+             "final_params": layers.num_params(params), "baseline_params": base_size,
+             "model": model.kind, "augmented": schedule is not None}
+  return StepOutput(metrics, {"model_params": ctx.relative(os.path.join(ctx.workdir, PARAMS_FILE)),
+                              "model_kind": model.kind, "model_description": model.description,
+                              "recipe": recipe._asdict()})
+
+
+# ---- compress ----------------------------------------------------------------------
+COMPRESS_FIELDS = ("methods", "population", "generations", "finetune_steps", "finetune_lr",
+                   "mutation_rate", "bit_choices", "max_accuracy_drop")
+
+
+def _methods(block, field: str) -> list[str]:
+  methods = [m.strip() for m in str(block.methods).split(",") if m.strip()]
+  bad = [m for m in methods if m not in (compression.PRUNE, compression.QUANT)]
+  if not methods or bad:
+    raise ConfigError(f"config field {field}.methods: expected a comma-separated subset of "
+                      f"'prune,quant', got {block.methods!r}")
+  return methods
+
+
+def _check_compress(block, field: str) -> None:
+  require(block, field, COMPRESS_FIELDS)
+  _methods(block, field)
+  if int(block.population) < 2 or int(block.generations) < 0:
+    raise ConfigError(f"config field {field}.population / generations: population >= 2, "
+                      f"generations >= 0")
+  if not block.bit_choices or min(int(b) for b in block.bit_choices) < 2:
+    raise ConfigError(f"config field {field}.bit_choices: bit widths >= 2, got "
+                      f"{block.bit_choices!r}")
+
+
+def _front_json(front: Sequence[compression.Candidate], full_size: int) -> list[dict[str, Any]]:
+  return [{"genome": list(c.genome), "size": c.size, "size_ratio": c.size / full_size,
+           "valid_accuracy": c.valid_accuracy, "test_accuracy": c.test_accuracy} for c in front]
+
+
+def run_compress(ctx: StepContext) -> StepOutput:
+  """Prune-EA and/or Quant-EA on the latest trained CNN; the first method's pick is final."""
+  import jax
+  b, splits, seed = ctx.block, vision_task.splits_of(ctx.config), int(ctx.config.seed)
+  kind = ctx.latest("model_kind")
+  if kind != "cnn":
+    raise ConfigError(f"config field {ctx.spec.field}: compress needs a trained CNN (a "
+                      f"fully_train of the baseline), the latest model is {kind!r}")
+  model = vision_task.model_from_description(kind, ctx.latest("model_description"))
+  params = vision_task.load_params(ctx.resolve(ctx.latest("model_params")),
+                                   model.init(jax.random.key(0)))
+  widths = cnn.widths_of(params)
+  score = jax.jit(lambda p, x, y: training.accuracy(cnn.apply_cnn, p, x, y))
+  ref_valid = float(score(params, splits.valid_x, splits.valid_y))
+  ref_test = float(score(params, splits.test_x, splits.test_y))
+  rng = np.random.default_rng(seed)
+  metrics, fronts, picks = {"reference_valid_accuracy": ref_valid}, {}, {}
+  for method in _methods(b, ctx.spec.field):
+    evaluate = compression.make_evaluator(method, params, splits, int(b.finetune_steps),
+                                          vision_task.recipe_of(ctx.config).batch_size,
+                                          float(b.finetune_lr), seed)
+    if method == compression.PRUNE:
+      full = cnn.cnn_param_count(widths)
+      size_of = lambda g: compression.pruned_param_count(g, widths)
+      mutate = lambda r, g: compression.mutate_masks(r, g, widths, float(b.mutation_rate))
+      start = compression.random_masks(rng, widths, int(b.population))
+    else:
+      choices = [int(x) for x in b.bit_choices]
+      full = 32 * sum(cnn.layer_weight_sizes(widths))
+      size_of = lambda g: compression.weight_bits(g, widths)
+      mutate = lambda r, g: compression.mutate_bits(r, g, choices, float(b.mutation_rate))
+      start = compression.random_bits(rng, choices, int(b.population))
+    evaluated = compression.evolve(start, evaluate, size_of, mutate, int(b.generations), rng)
+    front = compression.pareto_front(evaluated)
+    pick = compression.choose(front, ref_valid, float(b.max_accuracy_drop))
+    fronts[method], picks[method] = _front_json(front, full), _front_json([pick], full)[0]
+    metrics.update({f"{method}_size_ratio": pick.size / full,
+                    f"{method}_test_accuracy": pick.test_accuracy,
+                    f"{method}_evaluated": len(evaluated), f"{method}_front_size": len(front)})
+    if method == compression.PRUNE:  # the pick, physically pruned: its size is exact
+      small = cnn.prune_cnn(params, compression.split_masks(np.asarray(pick.genome), widths))
+      metrics["prune_params"] = layers.num_params(small)
+  first = picks[_methods(b, ctx.spec.field)[0]]
+  metrics.update({"final_test_accuracy": first["test_accuracy"],
+                  "baseline_test_accuracy": ref_test, "final_size_ratio": first["size_ratio"]})
+  return StepOutput(metrics, {"compression_fronts": fronts, "compression_picks": picks})
+
+
+# ---- registry and report -----------------------------------------------------------
+VISION_STEP_KINDS = {
+    "darts": StepKind(run_darts, _check_darts, "first-order DARTS supernet search -> genotype"),
+    "hpo": StepKind(run_hpo, _check_hpo, "learning rate / weight decay of the latest model"),
+    "augment": StepKind(run_augment, _check_augment, "PBA: PBT over augmentation policies"),
+    "fully_train": StepKind(run_fully_train, _check_fully_train,
+                            "the chosen model from scratch vs the unsearched baseline CNN"),
+    "compress": StepKind(run_compress, _check_compress,
+                         "Prune-EA / Quant-EA on the trained CNN: size-vs-accuracy fronts"),
+}
+
+
+def vision_report(results: Sequence[StepResult], workdir: str) -> dict[str, Any]:
+  """The report's fields: the newest done step's `final_test_accuracy` and
+  `baseline_test_accuracy` (test split), and the compression fronts when there are any."""
+  del workdir
+  out: dict[str, Any] = {"final_test_accuracy": None, "baseline_test_accuracy": None,
+                         "final_step": None, "compression_fronts": None}
+  for r in reversed(results):
+    if r.status == "done" and "final_test_accuracy" in r.best_metrics:
+      out.update(final_test_accuracy=r.best_metrics["final_test_accuracy"],
+                 baseline_test_accuracy=r.best_metrics["baseline_test_accuracy"],
+                 final_step=r.name)
+      break
+  for r in reversed(results):
+    if r.status == "done" and "compression_fronts" in r.output:
+      out["compression_fronts"] = r.output["compression_fronts"]
+      break
+  return out

@@ -1,0 +1,1 @@
+"""Figures from the files runs, studies and pipelines write (matplotlib)."""

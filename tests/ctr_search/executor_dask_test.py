@@ -1,0 +1,111 @@
+"""Cohorts on a 2-worker Dask LocalCluster: a killed worker's job is re-run, and a search
+gives the local executor's trials and metrics exactly (sfjax/ctr_search/executor_dask.py)."""
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from experiments.configs import search_ctr
+from search_spaces.ctr import SEARCH_SPACE as SPACE
+from sfjax.ctr_search import search_config, search_loop
+from sfjax.ctr_search.arch import split_config
+from sfjax.ctr_search.cohort import CohortRunner
+from sfjax.ctr_search.executor import CohortJob, LocalExecutor
+from sfjax.ctr_search.executor_dask import DaskExecutor, worker_environment
+
+TIMING = ("seconds", "latency_ms")  # wall-clock measures: the only metrics allowed to differ
+
+
+def tiny_config(**study):
+  c = search_ctr.get_config("smoke")
+  s = c.task.data.synthetic
+  s.num_train, s.num_eval, s.cardinality_scale = 4096, 2048, 0.0001
+  c.task.batch_size, c.task.eval_rows, c.task.eval_batch_size = 64, 1024, 1024
+  c.task.steps_per_budget_unit = 4
+  c.space.families = "lr,fm"
+  c.study.algorithm, c.study.num_trials, c.study.ask_batch = "random", 4, 4
+  c.study.cohort_width, c.study.max_budget, c.study.leaderboard_size = "1", 2.0, 0
+  for key, value in study.items():
+    setattr(c.study, key, value)
+  return c
+
+
+@pytest.fixture(scope="module")
+def task():
+  return search_config.make_task(tiny_config())
+
+
+@pytest.fixture(scope="module")
+def cluster(task):
+  # allowed_failures=0: the scheduler gives up on a task at its first dead worker, so the
+  # executor's own resubmission is what re-runs it (with Dask's default it reschedules itself).
+  with DaskExecutor(task, 1, False, num_workers=2, allowed_failures=0) as executor:
+    yield executor
+
+
+def _without_timing(metrics):
+  return {k: v for k, v in metrics.items() if k not in TIMING}
+
+
+def _read_jsonl(path):
+  with open(path) as f:
+    return [json.loads(line) for line in f]
+
+
+def test_workers_get_the_drivers_device_setup(cluster):
+  env = cluster.client.run(lambda: {k: os.environ.get(k) for k in ("XLA_FLAGS", "JAX_PLATFORMS")})
+  assert len(env) == 2
+  expected = worker_environment()
+  for worker_env in env.values():
+    assert worker_env["XLA_FLAGS"] == expected["XLA_FLAGS"]
+    assert worker_env["JAX_PLATFORMS"] == expected.get("JAX_PLATFORMS")
+
+
+@pytest.mark.timeout(240)
+def test_killed_worker_mid_task_is_resubmitted_with_the_same_results(cluster, task):
+  # The default config's architecture and step count: the search test below reuses the
+  # programs compiled here (in the driver and in a worker).
+  arch, hparams = split_config(SPACE.runner_config(SPACE.default_config(None)))
+  job = CohortJob(arch, [hparams, {**hparams, "optim.dense_lr": 3e-3}], [11, 12], [0, 0], [8, 8],
+                  [None, None], [0, 1])
+  retried, out = [], []
+  thread = threading.Thread(
+      target=lambda: out.extend(cluster.map([job], lambda j, r: retried.append(r))))
+  thread.start()
+  deadline = time.time() + 60
+  busy = []
+  while not busy and time.time() < deadline:
+    busy = [addr for addr, keys in cluster.client.processing().items() if keys]
+    time.sleep(0.05)
+  assert busy, "the job never started"
+  time.sleep(1.0)  # mid-task: a cold worker imports JAX, builds the data and compiles first
+  pid = cluster.client.run(os.getpid, workers=busy[:1])[busy[0]]
+  os.kill(pid, signal.SIGKILL)
+  thread.join(timeout=180)
+  assert not thread.is_alive()
+  assert len(retried) == 1 and "KilledWorker" in retried[0] and cluster.retries == 1
+  local = next(LocalExecutor(CohortRunner(task, cohort_width=1)).map([job]))
+  (remote,) = out
+  assert [r.status for r in remote] == [r.status for r in local] == ["done", "done"]
+  assert [_without_timing(r.metrics) for r in remote] == [_without_timing(r.metrics) for r in local]
+
+
+@pytest.mark.timeout(240)
+def test_search_on_the_cluster_matches_the_local_executor(cluster, tmp_path):
+  local = search_loop.run_search(tiny_config(), str(tmp_path / "local"), SPACE)
+  remote = search_loop.run_search(tiny_config(executor="dask", dask_address=cluster.address),
+                                  str(tmp_path / "dask"), SPACE)
+  assert local["num_trials_done"] == remote["num_trials_done"] == 4
+  trials = {}
+  for name in ("local", "dask"):
+    trials[name] = [(t["trial_id"], t["config"], t["status"], _without_timing(t["metrics"]))
+                    for t in _read_jsonl(tmp_path / name / "trials.jsonl")]
+  assert trials["local"] == trials["dask"]
+  assert {t[1]["model.name"] for t in trials["local"]} == {"lr", "fm"}  # two jobs in parallel
+  assert _without_timing(local["default_metrics"]) == _without_timing(remote["default_metrics"])
+  for key in ("best_trial_id", "best_config", "beats_default", "pareto_front"):
+    assert local[key] == remote[key]

@@ -1,0 +1,116 @@
+"""The smoke pipeline end to end, SIGKILLed in its fully_train step and rerun.
+
+One run covers both: the rerun must skip the finished steps (nas, hpo, autofis),
+resume fully_train from the trainer's checkpoint, run the baseline and write a
+valid report whose JSON is also the last stdout line.
+"""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from experiments.configs import pipeline_ctr
+from search_spaces import blocks, ctr
+from sfjax.automl.pipeline import parse_steps
+from sfjax.ctr_search import pipeline_steps
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FLAGS = ("--config=experiments/configs/pipeline_ctr.py:smoke",)
+STEPS = ["nas", "hpo", "autofis", "fully_train", "baseline"]
+
+
+def _status(workdir, index, name):
+  path = os.path.join(workdir, "steps", f"{index}_{name}", "status.json")
+  with open(path) as f:
+    return json.load(f)
+
+
+def _command(workdir):
+  return [sys.executable, "-m", "experiments.pipeline", *FLAGS, f"--workdir={workdir}"]
+
+
+def _env():
+  return dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+
+
+def _run_until_checkpoint(workdir, checkpoint, log_path, timeout=300):
+  """Starts the pipeline and SIGKILLs it as soon as `checkpoint` exists."""
+  with open(log_path, "w") as log:  # a file, not a pipe: a full pipe would block the child
+    proc = subprocess.Popen(_command(workdir), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=log)
+    deadline = time.monotonic() + timeout
+    try:
+      while not os.path.isdir(checkpoint):
+        assert proc.poll() is None, f"the pipeline ended before {checkpoint}"
+        assert time.monotonic() < deadline, f"no {checkpoint} after {timeout} s"
+        time.sleep(0.02)
+      proc.send_signal(signal.SIGKILL)
+    finally:
+      proc.kill()
+      proc.wait()
+
+
+def test_smoke_pipeline_resumes_after_a_kill_in_fully_train(tmp_path):
+  workdir = str(tmp_path / "pipe")
+  train_dir = os.path.join(workdir, "steps", "3_fully_train")
+  _run_until_checkpoint(workdir, os.path.join(train_dir, "checkpoints", "step_00000040"),
+                        str(tmp_path / "first_run.log"))
+  assert _status(workdir, 3, "fully_train")["status"] == "running"
+  assert [_status(workdir, i, n)["status"] for i, n in enumerate(STEPS[:3])] == ["done"] * 3
+  assert not os.path.exists(os.path.join(workdir, "report.json"))
+
+  r = subprocess.run(_command(workdir), cwd=ROOT, env=_env(), capture_output=True, text=True,
+                     timeout=300)
+  assert r.returncode == 0, r.stderr[-3000:]
+  report = json.loads(r.stdout.strip().splitlines()[-1])
+  with open(os.path.join(workdir, "report.json")) as f:
+    assert json.load(f) == report
+  assert report["status"] == "done"
+  assert [(s["name"], s["status"]) for s in report["steps"]] == [(n, "done") for n in STEPS]
+  assert all(s["wall_s"] > 0 and s["best_metrics"] for s in report["steps"])
+  # Finished steps were skipped, the interrupted one resumed from its checkpoint.
+  assert [_status(workdir, i, n)["attempt"] for i, n in enumerate(STEPS)] == [1, 1, 1, 2, 1]
+  assert r.stderr.count("done before, skipped") == 3
+  assert "resuming from" in r.stderr and "step_00000040" in r.stderr
+  with open(os.path.join(train_dir, "metrics.jsonl")) as f:
+    assert [json.loads(line)["step"] for line in f] == [120]
+  # The report's comparison: final vs baseline on the held-out test split.
+  final, base = report["final_test_auc"], report["baseline_test_auc"]
+  assert 0.5 < final < 1 and 0.5 < base < 1
+  interval = report["test_auc_interval"]
+  assert math.isclose(interval["diff"], final - base, abs_tol=1e-9)
+  assert interval["low"] <= interval["diff"] <= interval["high"] and interval["stderr"] > 0
+  assert interval["num_examples"] == 20_000 and report["beats_baseline"] == (interval["low"] > 0)
+  by_name = {s["name"]: s for s in report["steps"]}
+  assert by_name["fully_train"]["best_metrics"]["model"] == "composed"  # restricted to kept pairs
+  assert 0 <= by_name["autofis"]["best_metrics"]["planted_recall"] <= 1
+  # The readable table precedes the JSON line.
+  table = r.stdout.strip().splitlines()[:-1]
+  assert table[0].split()[:4] == ["#", "step", "type", "status"] and "final_test_auc" in r.stdout
+
+
+def test_a_bad_config_exits_2_naming_the_field(tmp_path):
+  r = subprocess.run(_command(str(tmp_path / "bad")) + ["--config.pipeline.order=nas,nosuch"],
+                     cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+  assert r.returncode == 2 and "config field steps.nosuch: missing" in r.stderr
+  assert not (tmp_path / "bad" / "steps").exists()
+
+
+def test_config_variants_pass_every_step_check():
+  # In-process (no training): every block of both variants passes its kind's check.
+  kinds = pipeline_steps.ctr_step_kinds({"ctr": ctr.SEARCH_SPACE,
+                                         "blocks": blocks.BLOCK_SEARCH_SPACE})
+  for variant in ("", "smoke"):
+    config = pipeline_ctr.get_config(variant)
+    assert [s.name for s in parse_steps(config, kinds)] == STEPS
+    config.pipeline.order = "autogroup"
+    assert parse_steps(config, kinds)[0].kind == "autogroup"
+    assert config.task.data.synthetic.test_rows > 0
+  with pytest.raises(ValueError, match="unknown config variant"):
+    pipeline_ctr.get_config("tiny")

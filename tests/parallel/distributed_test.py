@@ -1,0 +1,232 @@
+"""Many processes on jax.distributed: settings, the process's rows, agreement, and a
+2-process x 4-device training run equal to the 1-device reference.
+
+The 2-process run launches two Python subprocesses on loopback (gloo CPU collectives),
+each with 4 fake CPU devices, bounded by a timeout.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import chex
+import jax
+import numpy as np
+import pytest
+
+from experiments.configs import ctr
+from sfjax.core.errors import ConfigError
+from sfjax.data import dataset as dataset_lib
+from sfjax.parallel import distributed
+from sfjax.train import loop
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_STEPS = 12
+
+
+def _config(optimizer="adagrad"):
+  c = ctr.get_config("smoke")
+  c.data.synthetic.num_train, c.data.synthetic.num_eval = 2048, 512
+  c.model.mlp_dims, c.model.embed_dim = (16,), 4
+  c.embedding.optimizer, c.embedding.learning_rate, c.embedding.l2 = optimizer, 0.1, 1e-4
+  c.train.steps, c.train.batch_size, c.train.eval_every, c.train.log_every = _STEPS, 32, 6, 100
+  c.train.eval_batch_size, c.train.num_devices = 256, 1
+  return c
+
+
+# ---- settings -----------------------------------------------------------------------
+
+
+def test_no_distributed_block_or_empty_fields_is_one_process(monkeypatch):
+  monkeypatch.delenv(distributed.ENV_COORDINATOR, raising=False)
+  c = _config()
+  assert not distributed.settings(c).enabled
+  del c["distributed"]
+  assert not distributed.settings(c).enabled
+  assert distributed.initialize(c) == 1
+
+
+def test_explicit_fields():
+  c = _config()
+  c.distributed.coordinator, c.distributed.num_processes, c.distributed.process_id = (
+      "10.0.0.1:1234", 2, 1)
+  s = distributed.settings(c)
+  assert s == distributed.Settings("10.0.0.1:1234", 2, 1, False) and s.enabled
+
+
+def test_environment_variables(monkeypatch):
+  monkeypatch.setenv(distributed.ENV_COORDINATOR, "host0:999")
+  monkeypatch.setenv(distributed.ENV_NUM_PROCESSES, "4")
+  monkeypatch.setenv(distributed.ENV_PROCESS_ID, "3")
+  assert distributed.settings(_config()) == distributed.Settings("host0:999", 4, 3, False)
+  monkeypatch.setenv(distributed.ENV_PROCESS_ID, "x")
+  with pytest.raises(ConfigError, match="JAX_PROCESS_ID"):
+    distributed.settings(_config())
+  monkeypatch.delenv(distributed.ENV_PROCESS_ID)
+  with pytest.raises(ConfigError, match="JAX_PROCESS_ID"):
+    distributed.settings(_config())
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("coordinator", "nohostport", r"distributed\.coordinator: expected HOST:PORT"),
+    ("coordinator", 5, r"distributed\.coordinator"),
+    ("num_processes", 0, r"distributed\.num_processes: required"),
+    ("process_id", 2, r"distributed\.process_id: must be in \[0, 2\)"),
+    ("num_processes", 1.5, r"distributed\.num_processes: must be an integer"),
+    ("auto_detect", "yes", r"distributed\.auto_detect"),
+])
+def test_bad_fields_name_the_field(field, value, match, monkeypatch):
+  monkeypatch.delenv(distributed.ENV_COORDINATOR, raising=False)
+  c = {"distributed": {"coordinator": "127.0.0.1:1", "num_processes": 2, "process_id": 0}}
+  c["distributed"][field] = value  # a plain dict: any type reaches the check
+  with pytest.raises(ConfigError, match=match):
+    distributed.settings(c)
+
+
+def test_processes_without_a_coordinator_name_the_field(monkeypatch):
+  monkeypatch.delenv(distributed.ENV_COORDINATOR, raising=False)
+  c = _config()
+  c.distributed.num_processes = 2
+  with pytest.raises(ConfigError, match=r"distributed\.coordinator: required"):
+    distributed.settings(c)
+
+
+# ---- one-process behaviour of the helpers -----------------------------------------
+
+
+def test_one_process_helpers_are_identities():
+  x = np.arange(12.0).reshape(6, 2)
+  assert distributed.process_rows(6) == slice(0, 6)
+  np.testing.assert_array_equal(distributed.allgather_rows(x), x)
+  np.testing.assert_array_equal(distributed.broadcast(x), x)
+  distributed.check_agreement("x", x)
+  assert distributed.is_main_process()
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",))
+  sharded = distributed.put_global(x, jax.sharding.NamedSharding(mesh, jax.P("data")))
+  np.testing.assert_array_equal(distributed.local_rows(sharded), x)
+
+
+def test_fingerprint_sees_values_shapes_and_dtypes():
+  a = np.arange(4, dtype=np.int32)
+  assert np.array_equal(distributed.fingerprint(a), distributed.fingerprint(a.copy()))
+  assert not np.array_equal(distributed.fingerprint(a), distributed.fingerprint(a + 1))
+  assert not np.array_equal(distributed.fingerprint(a), distributed.fingerprint(a.reshape(2, 2)))
+  assert not np.array_equal(distributed.fingerprint(a), distributed.fingerprint(a.astype(np.int64)))
+
+
+# ---- two processes x 4 devices --------------------------------------------------------
+
+# One process of the run: joins, trains through the library like experiments/train_ctr.py,
+# and (process 0) saves losses, final metrics and the table; both write their own rows check.
+_WORKER = textwrap.dedent("""
+    import json, os, sys
+    import numpy as np
+    cfg_json, port, pid, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    from experiments.configs import ctr
+    from sfjax.parallel import distributed
+    c = ctr.get_config("smoke")
+    c.update_from_flattened_dict(json.loads(cfg_json))
+    c.distributed.coordinator = "127.0.0.1:" + port
+    c.distributed.num_processes, c.distributed.process_id = 2, pid
+    assert distributed.initialize(c) == 2
+    import jax
+    from sfjax.data import dataset as dataset_lib
+    from sfjax.train import loop
+    assert jax.process_index() == pid and jax.device_count() == 8
+    assert jax.local_device_count() == 4
+    losses = []
+    data = dataset_lib.make_dataset(c.data, c.seed)
+    trainer = loop.build_trainer(c, data.spec)
+    final, state = loop.train_and_evaluate(c, os.path.join(out, "work"), dataset=data,
+                                           trainer=trainer, loss_log=losses)
+    host = trainer.backend.host_table
+    if host is None:  # device backend: the whole table, replicated
+      ids = np.arange(state.table.values.shape[0])
+      values, slots = np.asarray(state.table.values), np.asarray(state.table.opt_slots)
+    else:  # cache backend: this process's shard of the host table (id % 2 == pid)
+      ids = np.arange(pid, host.num_rows, 2)
+      values, slots = host.gather(ids)
+    np.savez(os.path.join(out, f"p{pid}.npz"), losses=np.asarray(losses), ids=ids,
+             values=values, slots=slots)
+    with open(os.path.join(out, f"p{pid}.json"), "w") as f:
+      json.dump(final, f)
+""")
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _flat(config) -> dict:
+  out = {}
+
+  def walk(prefix, d):
+    for k, v in d.items():
+      if isinstance(v, dict):
+        walk(prefix + k + ".", v)
+      else:
+        out[prefix + k] = list(v) if isinstance(v, tuple) else v
+
+  walk("", config.to_dict())
+  return out
+
+
+def _run_two_processes(config, out_dir, timeout=110):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
+             XLA_FLAGS="--xla_force_host_platform_device_count=4")
+  env.pop(distributed.ENV_COORDINATOR, None)
+  cfg = {k: v for k, v in _flat(config).items() if not k.startswith("distributed.")}
+  cfg["train.num_devices"] = 0
+  port = str(_free_port())
+  procs = [subprocess.Popen([sys.executable, "-c", _WORKER, json.dumps(cfg), port, str(pid),
+                             str(out_dir)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True) for pid in (0, 1)]
+  logs = []
+  try:
+    for p in procs:
+      logs.append(p.communicate(timeout=timeout)[0])
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+  for pid, p in enumerate(procs):
+    assert p.returncode == 0, f"process {pid} failed:\n{logs[pid][-4000:]}"
+
+
+@pytest.mark.parametrize("backend", ["device", "cache"])
+def test_two_processes_match_the_one_device_reference(backend, tmp_path):
+  config = _config()
+  data = dataset_lib.make_dataset(config.data, config.seed)
+  ref_losses = []
+  ref_final, ref_state = loop.train_and_evaluate(config, dataset=data, loss_log=ref_losses)
+  config.embedding.backend, config.embedding.cache_rows = backend, 1700.0
+  _run_two_processes(config, tmp_path)
+  tol = dict(rtol=1e-4, atol=1e-5)
+  runs = [np.load(tmp_path / f"p{pid}.npz") for pid in (0, 1)]
+  finals = [json.loads((tmp_path / f"p{pid}.json").read_text()) for pid in (0, 1)]
+  for run, final in zip(runs, finals):
+    chex.assert_trees_all_close(run["losses"], np.asarray(ref_losses), **tol)
+    ids = run["ids"]
+    chex.assert_trees_all_close(run["values"], np.asarray(ref_state.table.values)[ids],
+                                rtol=1e-3, atol=1e-4)
+    chex.assert_trees_all_close(run["slots"], np.asarray(ref_state.table.opt_slots)[ids],
+                                rtol=1e-3, atol=1e-4)
+    assert final["num_processes"] == 2 and final["num_devices"] == 8
+    for key in ("auc", "logloss", "eval_auc", "eval_logloss"):
+      np.testing.assert_allclose(final[key], ref_final[key], rtol=1e-4, err_msg=key)
+  # Both processes hold the same state and the same metrics; only process 0 writes files.
+  if backend == "device":
+    np.testing.assert_array_equal(runs[0]["values"], runs[1]["values"])
+  else:  # each process owns (and wrote back) half of the host rows
+    assert np.intersect1d(runs[0]["ids"], runs[1]["ids"]).size == 0
+    assert runs[0]["ids"].size + runs[1]["ids"].size == ref_state.table.values.shape[0]
+  assert finals[0]["auc"] == finals[1]["auc"]
+  records = [json.loads(l) for l in (tmp_path / "work" / "metrics.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in records] == [6, 12]
+  np.testing.assert_allclose(records[-1]["auc"], ref_final["auc"], rtol=1e-4)

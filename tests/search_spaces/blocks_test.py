@@ -1,0 +1,115 @@
+"""Tests for the block space (search_spaces/blocks.py): composition, baseline, search."""
+
+import chex
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from experiments.configs import search_ctr
+from search_spaces import blocks
+from search_spaces.blocks import BLOCK_SEARCH_SPACE
+from sfjax.automl.space import ConfigError
+from sfjax.ctr_search import search_loop
+from sfjax.ctr_search.arch import split_config
+from sfjax.models import generator
+from sfjax.train.defaults import ctr_defaults
+
+
+def test_each_blocks_sub_space_is_nested_under_its_switch():
+  space = blocks.block_space()
+  for kind, cls in generator.BLOCK_TYPES.items():
+    for key in cls.space().keys:
+      full = f"model.{kind}.{key}"
+      assert full in space
+      assert not space.is_active(full, {f"model.{kind}.use": False})
+  assert "model.embedding.group2.dim" in space and "optim.dense_lr" in space
+
+
+def test_default_config_is_the_trainers_deepfm():
+  config = blocks.default_config()
+  model = ctr_defaults().model
+  want = generator.named_model_spec("deepfm", model.embed_dim, mlp_dims=tuple(model.mlp_dims))
+  assert generator.config_to_spec(config) == want
+  arch, hparams = split_config(blocks.runner_config(config))
+  assert arch.model_name == "composed" and arch.embed_dim == model.embed_dim + 1
+  assert generator.spec_from_json(dict(arch.model_hparams)["blocks"]) == want
+  assert hparams["optim.weight_decay"] == 0.0
+  with pytest.raises(ConfigError, match="model.tower.width"):
+    blocks.default_config(blocks.block_space(tower_widths=(8,)))
+
+
+def test_every_sampled_point_is_a_valid_spec():
+  space = blocks.block_space()
+  rng = np.random.default_rng(0)
+  kinds = set()
+  for _ in range(300):
+    spec = generator.config_to_spec(space.sample(rng))  # forbidden clauses keep it valid
+    kinds |= {b["type"] for b in spec["interactions"]} | {spec["combine"]}
+  assert kinds == set(generator.BLOCK_TYPES) | set(generator.COMBINES)
+
+
+def test_sampled_points_build_and_run_under_jit():
+  space = blocks.block_space(tower_widths=(8,), embed_dims=(2, 3))
+  rng = np.random.default_rng(1)
+  num_fields, num_dense, batch = 4, 2, 3
+  for _ in range(2):
+    spec = generator.config_to_spec(space.sample(rng))
+    width = generator.spec_embedding_width(spec)
+
+    @jax.jit
+    def logits(emb, dense, spec=spec):
+      return generator.build_from_spec(spec, num_fields, num_dense, nnx.Rngs(0))(emb, dense)
+
+    out = logits(rng.normal(size=(batch, num_fields, width)).astype(np.float32),
+                 rng.normal(size=(batch, num_dense)).astype(np.float32))
+    chex.assert_shape(out, (batch,))
+    chex.assert_tree_all_finite(out)
+
+
+def test_a_tiny_search_over_generated_models_completes(tmp_path):
+  c = search_ctr.get_config("smoke")
+  s = c.task.data.synthetic
+  s.num_train, s.num_eval, s.cardinality_scale, s.num_dense = 4096, 1024, 0.0001, 2
+  c.task.batch_size, c.task.eval_rows, c.task.eval_batch_size = 64, 512, 512
+  c.task.steps_per_budget_unit = 2
+  c.space.mlp_widths = "8"
+  c.study.algorithm, c.study.num_trials, c.study.cohort_width = "random", 2, "1"
+  c.study.min_budget = c.study.max_budget = 1.0
+  summary = search_loop.run_search(c, str(tmp_path), BLOCK_SEARCH_SPACE)
+  assert summary["num_trials_done"] == 2
+  assert summary["best_config"] is not None
+  assert np.isfinite(summary["default_metrics"]["auc"])
+
+
+def _point(blocks_on, combine="parallel", tower=True, linear=True, bottom=None, **settings):
+  values = {f"model.{kind}.use": kind in blocks_on for kind in blocks.BLOCK_TYPES}
+  values.update({"model.combine": combine, "model.dense.linear": linear,
+                 "model.embedding.num_groups": 1, "model.embedding.group0.dim": 16,
+                 "model.tower.use": tower, "model.dense.bottom.use": bottom is not None})
+  if tower:
+    values.update({"model.tower.depth": 3, "model.tower.width": 400})
+  if bottom is not None:
+    values.update({"model.dense.bottom.depth": len(bottom), "model.dense.bottom.width": bottom[0]})
+  values.update({f"model.{k.replace('__', '.')}": v for k, v in settings.items()})
+  return blocks.architecture_space().validate(values)
+
+
+@pytest.mark.parametrize("name,hparams,point", [
+    ("fm", {}, lambda: _point({"first_order", "fm"}, tower=False)),
+    ("wide_deep", {}, lambda: _point({"first_order"})),
+    ("dcnv2", {"cross_layers": 2, "cross_rank": 4},
+     lambda: _point({"cross"}, combine="stacked", cross__layers=2, cross__rank=4)),
+    ("dcnv2", {"cross_structure": "parallel"},
+     lambda: _point({"cross"}, cross__layers=3, cross__rank=0)),
+    ("xdeepfm", {"cin_dims": (32, 32)},
+     lambda: _point({"first_order", "cin"}, cin__depth=2, cin__width=32)),
+    ("autoint", {"attention_heads": 4},
+     lambda: _point({"self_attention"}, self_attention__layers=2, self_attention__heads=4,
+                    self_attention__head_dim=16)),
+    ("dlrm", {"bottom_mlp_dims": (32,)},
+     lambda: _point({"inner_product"}, combine="stacked", linear=False, bottom=(32,))),
+])
+def test_named_models_are_points_of_the_block_space(name, hparams, point):
+  want = generator.named_model_spec(name, 16, mlp_dims=(400,) * 3, **hparams)
+  assert generator.config_to_spec(point()) == want

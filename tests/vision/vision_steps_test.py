@@ -1,0 +1,78 @@
+"""The three smoke pipelines end to end through `run_pipeline`, and the steps' checks."""
+
+import json
+import os
+
+import pytest
+
+from experiments.configs import pipeline_augment, pipeline_compress, pipeline_digits
+from sfjax.automl.pipeline import parse_steps, run_pipeline
+from sfjax.core.errors import ConfigError
+from sfjax.vision import vision_steps as pipeline_steps
+from sfjax.vision.vision_steps import VISION_STEP_KINDS
+
+
+def _run(config, workdir):
+  report = run_pipeline(config, str(workdir), VISION_STEP_KINDS,
+                        finalize=pipeline_steps.vision_report)
+  assert report["status"] == "done", report
+  with open(os.path.join(workdir, "report.json")) as f:
+    assert json.load(f) == report
+  return report
+
+
+def _check_accuracies(report):
+  assert 0.5 < report["final_test_accuracy"] <= 1.0  # chance is 0.1
+  assert 0.5 < report["baseline_test_accuracy"] <= 1.0
+
+
+def test_digits_pipeline_smoke(tmp_path):
+  config = pipeline_digits.get_config("smoke")
+  assert config.application == "vision"
+  report = _run(config, tmp_path)
+  _check_accuracies(report)
+  steps = {s["name"]: s for s in report["steps"]}
+  assert steps["fully_train"]["best_metrics"]["model"] == "darts"
+  assert report["final_step"] == "fully_train"
+  # rerun: every step done before is skipped, same report
+  assert _run(config, tmp_path)["final_test_accuracy"] == report["final_test_accuracy"]
+
+
+def test_compress_pipeline_smoke(tmp_path):
+  report = _run(pipeline_compress.get_config("smoke"), tmp_path)
+  _check_accuracies(report)
+  fronts = report["compression_fronts"]
+  assert set(fronts) == {"prune", "quant"}
+  for front in fronts.values():
+    sizes = [p["size"] for p in front]
+    assert sizes == sorted(sizes) and all(0 < p["size_ratio"] <= 1 for p in front)
+  compress = report["steps"][1]["best_metrics"]
+  assert compress["final_size_ratio"] <= 1.0
+
+
+def test_augment_pipeline_smoke(tmp_path):
+  report = _run(pipeline_augment.get_config("smoke"), tmp_path)
+  _check_accuracies(report)
+  assert report["steps"][1]["best_metrics"]["augmented"] is True
+
+
+def test_every_variant_parses():
+  for module in (pipeline_digits, pipeline_compress, pipeline_augment):
+    for arg in pipeline_digits.VARIANTS:
+      assert parse_steps(module.get_config(arg), VISION_STEP_KINDS)
+  with pytest.raises(ValueError, match="unknown config variant"):
+    pipeline_augment.get_config("huge")
+
+
+def test_checks_name_the_field():
+  config = pipeline_compress.get_config("smoke")
+  config.steps.compress.methods = "prune,distill"
+  with pytest.raises(ConfigError, match="steps.compress.methods"):
+    parse_steps(config, VISION_STEP_KINDS)
+  config = pipeline_digits.get_config("smoke")
+  config.steps.hpo.algorithm = "annealing"
+  with pytest.raises(ConfigError, match="steps.hpo.algorithm"):
+    parse_steps(config, VISION_STEP_KINDS)
+  del config.steps.darts.alpha_lr
+  with pytest.raises(ConfigError, match="steps.darts.alpha_lr"):
+    parse_steps(config, VISION_STEP_KINDS)
