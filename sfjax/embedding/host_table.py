@@ -355,6 +355,26 @@ class HostTable:
           np.count_nonzero(self._flags[lo:hi]))
       self._values[lo:hi], self._slots[lo:hi], self._flags[lo:hi] = values, slots, flags
 
+  def load_rows(self, ids, values, slots) -> None:
+    """Writes restored rows (a checkpoint restore): materialised, not marked dirty.
+
+    Only these rows' pages are touched, so restoring a sparse table stays sparse.
+
+    Args:
+      ids: [N] int64 distinct row ids; values: [N, E]; slots: [N, S] (finite).
+    """
+    ids = self._check_ids(ids, "load_rows")
+    values = _check_rows(values, (ids.size, self.width), "values")
+    slots = _check_rows(slots, (ids.size, self.slot_width), "slots")
+    with self._lock:
+      if self._snapshot is not None and not self._snapshot.closed:
+        raise RuntimeError("load_rows: a checkpoint snapshot of this table is open")
+      if self.path is not None and self._clean:
+        self._write_meta(clean=False)
+      self._num_materialised += int(np.count_nonzero(~self._flags[ids]))
+      self._values[ids], self._slots[ids] = values, slots
+      self._flags[ids] = True
+
   def flush(self) -> None:
     """Flushes memory-mapped data and metadata to disk (no-op for RAM tables)."""
     if self.path is None or not self._writable:

@@ -468,7 +468,9 @@ def load_table(table: host_table_lib.HostTable, directory: str) -> int:
     raise ValueError(f"load_table: the table already holds {table.num_materialised} written "
                      "rows; restore into a freshly created table")
   for k in reader.chunks:
-    table.load_chunk(k, *reader.read(k))
+    values, slots, flags = reader.read(k)
+    local = np.flatnonzero(flags)  # only stored rows: a sparse table stays sparse
+    table.load_rows(k * CHUNK_ROWS + local, values[local], slots[local])
   table.mark_dirty_chunks(reader.delta_chunks())
   table.flush()
   return len(reader.chunks)

@@ -312,6 +312,8 @@ class Checkpointer:
       CheckpointSaveError: the previous (background) save failed.
     """
     self.wait()
+    # A copy now: the background writer must not see the caller's lists grow afterwards.
+    meta = json.loads(json.dumps(meta))
     step = int(state.step)
     os.makedirs(self.root, exist_ok=True)
     final = os.path.join(self.root, step_dir_name(step))

@@ -216,3 +216,18 @@ def test_read_chunk_and_load_chunk_round_trip(tmp_path):
   chex.assert_trees_all_equal(dst.gather(ids), src.gather(ids))
   with pytest.raises(ValueError, match="chunk 1 needs 10 rows"):
     dst.load_chunk(1, values[:3], slots[:3], flags[:3])
+
+
+def test_load_rows_restores_without_marking_dirty(tmp_path):
+  table = HostTable.create_mmap(str(tmp_path / "t"), 1000, 2, 1, seed=0, init_stddev=0.1,
+                                initial_slot_row=np.zeros(1, np.float32))
+  table.load_rows(np.array([3, 900], np.int64), np.ones((2, 2), np.float32),
+                  np.full((2, 1), 5.0, np.float32))
+  values, slots = table.gather(np.array([3, 4, 900], np.int64))
+  assert values[0].tolist() == [1.0, 1.0] and slots[2].tolist() == [5.0]
+  assert table.num_materialised == 2
+  assert table.pop_dirty_rows().tolist() == [] and table.pop_dirty_chunks().tolist() == []
+  with pytest.raises(ValueError, match="not finite"):
+    table.load_rows(np.array([5], np.int64), np.full((1, 2), np.nan, np.float32),
+                    np.zeros((1, 1), np.float32))
+  table.close()

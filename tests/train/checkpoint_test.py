@@ -204,3 +204,18 @@ def test_zero_width_optimizer_slots_round_trip(tmp_path):
   restored = ckpt.restore(checkpoint.latest(str(tmp_path)), loop.build_trainer(c, data.spec).state)
   ckpt.close()
   chex.assert_trees_all_equal(jax.device_get(restored.state), jax.device_get(saved))
+
+
+def test_meta_is_taken_at_save_time_not_when_written(tmp_path, monkeypatch):
+  table = _host_table()
+  ckpt = checkpoint.Checkpointer(str(tmp_path), keep=1, host_table=table)
+  release = threading.Event()
+  real_write = table_checkpoint.write_table
+  monkeypatch.setattr(table_checkpoint, "write_table",
+                      lambda *a: (release.wait(10), real_write(*a))[1])
+  pending = [1, 2]
+  ckpt.save(_tiny_state(3), {"pending_unique_counts": pending})
+  pending.append(3)  # the loop goes on while the table is written
+  release.set()
+  assert checkpoint.read_meta(ckpt.wait())["pending_unique_counts"] == [1, 2]
+  ckpt.close()
