@@ -46,10 +46,16 @@ class EventWriter:
     logdir: the directory of the event files (created).
     purge_step: when resuming, the first step written again: TensorBoard hides the
       older files' events at and after it, so a resumed curve has no duplicates.
+    fresh: remove the event files already in `logdir` first (a run that starts over
+      replaces the old curves).
   """
 
-  def __init__(self, logdir: str, purge_step: int | None = None):
+  def __init__(self, logdir: str, purge_step: int | None = None, fresh: bool = False):
     from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
+    if fresh and os.path.isdir(logdir):
+      for name in os.listdir(logdir):
+        if name.startswith(EVENT_FILE_PREFIX):
+          os.remove(os.path.join(logdir, name))
     self.logdir = logdir
     # A unique suffix: tensorboardX names files by the second, and a second writer in the
     # same second (a quick resume) would truncate the first one's file.

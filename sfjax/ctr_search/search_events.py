@@ -14,12 +14,10 @@ duplicates.
 from __future__ import annotations
 
 import math
-import os
 from typing import Sequence
 
 from sfjax.automl.algorithms import TrialStatus
 from sfjax.automl.study import TrialRecord
-from sfjax.core.tensorboard import EVENT_FILE_PREFIX
 from sfjax.core.tensorboard import EventWriter
 
 
@@ -33,11 +31,8 @@ class SearchEvents:
   """
 
   def __init__(self, workdir: str, metric: str, direction: str):
-    for name in os.listdir(workdir):
-      if name.startswith(EVENT_FILE_PREFIX):
-        os.remove(os.path.join(workdir, name))
     self.metric, self.direction = metric, direction
-    self._writer = EventWriter(workdir)
+    self._writer = EventWriter(workdir, fresh=True)
     self._written: set[int] = set()
     self._best: float | None = None
 

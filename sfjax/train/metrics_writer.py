@@ -10,7 +10,6 @@ from typing import Any, Mapping
 
 from sfjax.core.atomic import atomic_write
 from sfjax.core.jsonl import read_jsonl
-from sfjax.core.tensorboard import EVENT_FILE_PREFIX
 from sfjax.core.tensorboard import EventWriter
 
 
@@ -38,11 +37,9 @@ class MetricsWriter:
     if not workdir:
       return
     os.makedirs(workdir, exist_ok=True)
-    if resume_step is None:  # a fresh run replaces the old run's curves, as its metrics.jsonl
-      for name in os.listdir(workdir):
-        if name.startswith(EVENT_FILE_PREFIX):
-          os.remove(os.path.join(workdir, name))
-    self._events = EventWriter(workdir, purge_step=None if resume_step is None else resume_step + 1)
+    # A fresh run replaces the old run's curves, as it does its metrics.jsonl.
+    self._events = EventWriter(workdir, purge_step=None if resume_step is None else resume_step + 1,
+                               fresh=resume_step is None)
     if config is not None:
       atomic_write(os.path.join(workdir, "config.json"), config.to_json_best_effort(indent=2))
     path = os.path.join(workdir, "metrics.jsonl")
