@@ -12,10 +12,12 @@ compiled (and run) once before the timed run; compile time is reported apart.
 
 With `--joint=N`, also N trials drawn at random from the default joint architecture +
 hyperparameter space of `experiments.search` (search_spaces/ctr.py, the families of
-search_ctr.py), asked in rounds of `--joint_batch` like a search: each round's trials
-of one architecture run as one cohort, against every trial alone. Both paths are
-timed end to end, compiles included (every new architecture compiles, as in a
-search), and `mean_cohort_width` is the mean number of trials per cohort.
+search_ctr.py), asked in rounds of `--joint_batch` like a search (architecture-aware
+unless `--nojoint_fill`: a round's first draw is free, the rest share its shape bucket):
+each round's trials of one bucket run as one padded cohort, against every trial
+alone. Both paths are timed end to end, compiles included (every new program
+compiles, as in a search), `mean_cohort_width` is the mean number of trials per
+cohort and `max_auc_diff_vs_sequential` checks that both paths train the same trials.
 Ends stdout with one JSON line (also written to --out). Nothing here is
 platform-specific: the same command measures a GPU.
 """
@@ -39,6 +41,7 @@ from search_spaces import ctr as ctr_space
 from sfjax.automl.algorithms import TrialStatus
 from sfjax.ctr_search import arch as arch_lib
 from sfjax.ctr_search import cohort
+from sfjax.ctr_search import padded
 from sfjax.ctr_search import trial_data
 
 _WIDTHS = flags.DEFINE_list("widths", ["1", "8", "32", "128"], "Cohort sizes N to measure.")
@@ -54,6 +57,8 @@ _EVAL_ROWS = flags.DEFINE_integer("eval_rows", 2048, "Eval examples per trial.")
 _SHARD = flags.DEFINE_boolean("shard_trials", False, "Shard the trial axis over all local devices.")
 _JOINT = flags.DEFINE_integer("joint", 0, "Also this many trials of the default joint space.")
 _JOINT_BATCH = flags.DEFINE_integer("joint_batch", 8, "Trials asked per round in --joint.")
+_JOINT_FILL = flags.DEFINE_boolean("joint_fill", True, "--joint rounds are architecture-aware "
+                                   "(one shape bucket per round, as study.fill_cohorts).")
 _OUT = flags.DEFINE_string("out", "", "Write the JSON result here too.")
 
 
@@ -106,39 +111,68 @@ def measure(data: trial_data.TrialData, arch, count: int, mesh) -> dict[str, flo
   }
 
 
-def measure_joint(data: trial_data.TrialData, count: int, batch: int, seed: int = 0) -> dict:
-  """`count` random trials of the default joint space: cohorts per round vs one at a time."""
+def joint_draws(space, count: int, batch: int, fill: bool, rng) -> list:
+  """`count` (arch, hparams) draws of `space` in rounds of `batch`, as a search asks them.
+
+  With `fill` a round is architecture-aware (`search_loop.ask_round`): its first draw
+  is free, the others are drawn from `space.fixing` its shape-bucket keys.
+  """
+  keys = [k for k in space.keys
+          if k in arch_lib.STATIC_KEYS and k not in padded.MASKED_CONFIG_KEYS] if fill else []
+  draws = []
+  while len(draws) < count:
+    first = space.sample(rng)
+    fixed = space.fixing({k: first[k] for k in keys if k in first}) if keys else space
+    size = min(batch, count - len(draws))
+    draws += [first] + [fixed.sample(rng) for _ in range(size - 1)]
+  return [arch_lib.split_config(ctr_space.runner_config(c)) for c in draws]
+
+
+def measure_joint(data: trial_data.TrialData, count: int, batch: int, fill: bool = True,
+                  seed: int = 0) -> dict:
+  """`count` random trials of the default joint space: cohorts per round vs one at a time.
+
+  A round's trials of one shape bucket run as one (padded) cohort; `fill` asks each
+  round inside one bucket. Both paths are timed end to end, compiles included, and
+  their held-out AUCs are compared trial by trial (the padded program must equal the
+  trial alone).
+  """
   space_cfg = search_ctr.get_config().space
   space = ctr_space.space_from_config(space_cfg)
-  rng = np.random.default_rng(seed)
-  trials = [arch_lib.split_config(ctr_space.runner_config(space.sample(rng)))
-            for _ in range(count)]
-  rounds = [trials[i:i + batch] for i in range(0, count, batch)]
+  trials = joint_draws(space, count, batch, fill, np.random.default_rng(seed))
+  rounds = [list(range(i, min(i + batch, count))) for i in range(0, count, batch)]
   jax.clear_caches()  # each path pays its own compiles, as a search does
   together = cohort.CohortRunner(data.task, cohort_width=batch, data=data)
-  widths, failed, t = [], 0, time.perf_counter()
-  for i, round_trials in enumerate(rounds):
+  widths, auc = [], np.full(count, np.nan)
+  t = time.perf_counter()
+  for members in rounds:
     groups: dict = {}
-    for j, (arch, hparams) in enumerate(round_trials):
-      groups.setdefault(arch, []).append((hparams, i * batch + j))
-    for arch, members in groups.items():
-      widths.append(len(members))
-      results, _ = timed_run(together, arch, [h for h, _ in members], [s for _, s in members])
-      failed += sum(r.status != TrialStatus.DONE for r in results)
+    for j in members:
+      groups.setdefault(padded.bucket_key(trials[j][0]), []).append(j)
+    for group in groups.values():
+      widths.append(len(group))
+      results, _ = timed_run(together, [trials[j][0] for j in group],
+                             [trials[j][1] for j in group], group)
+      auc[group] = [r.metrics["auc"] for r in results]
   cohort_s = time.perf_counter() - t
   jax.clear_caches()
   alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
+  seq_auc = np.full(count, np.nan)
   t = time.perf_counter()
   for j, (arch, hparams) in enumerate(trials):
-    timed_run(alone, arch, [hparams], [j])
+    seq_auc[j] = timed_run(alone, arch, [hparams], [j])[0][0].metrics["auc"]
   seq_s = time.perf_counter() - t
-  return {"trials": count, "batch": batch, "families": space_cfg.families,
-          "architectures": len({arch for arch, _ in trials}), "cohorts": len(widths),
+  both = np.isfinite(auc) & np.isfinite(seq_auc)
+  return {"trials": count, "batch": batch, "fill": bool(fill), "families": space_cfg.families,
+          "architectures": len({arch for arch, _ in trials}),
+          "buckets": len({padded.bucket_key(arch) for arch, _ in trials}), "cohorts": len(widths),
           "mean_cohort_width": float(np.mean(widths)), "max_cohort_width": int(max(widths)),
           "cohort_seconds": cohort_s, "sequential_seconds": seq_s,
           "cohort_trials_per_hour": count * 3600.0 / cohort_s,
           "sequential_trials_per_hour": count * 3600.0 / seq_s, "speedup": seq_s / cohort_s,
-          "failed": int(failed)}
+          "failed": int(np.sum(~np.isfinite(auc))),
+          "max_auc_diff_vs_sequential": float(np.max(np.abs(auc - seq_auc)[both]))
+          if both.any() else None}
 
 
 def main(argv):
@@ -165,7 +199,7 @@ def main(argv):
       "devices": jax.device_count(), "shard_trials": _SHARD.value, "results": rows,
   }
   if _JOINT.value:
-    result["joint_space"] = measure_joint(data, _JOINT.value, _JOINT_BATCH.value)
+    result["joint_space"] = measure_joint(data, _JOINT.value, _JOINT_BATCH.value, _JOINT_FILL.value)
     print(json.dumps(result["joint_space"], sort_keys=True), file=sys.stderr)
   report.emit_json_line(result, _OUT.value)
 

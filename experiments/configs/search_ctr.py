@@ -35,6 +35,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   t.eval_rows = 8192  # held-out examples every trial (and the default config) is scored on
   t.eval_batch_size = 2048
   t.steps_per_budget_unit = 50  # a budget b trains round(b * 50) steps
+  # Trial tables hold only the rows the task's batches touch (the steps of study.max_budget
+  # are fixed up front), so a cohort's memory does not grow with the table's cardinality.
+  t.compact_rows = True
 
   # ---- the search space (search_spaces/ctr.py) --------------------------------
   c.space = s = ml_collections.ConfigDict()
@@ -56,6 +59,11 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   st.num_trials = 64  # trials trained to a final status (done / failed); rejected ones don't count
   st.cohort_width = "auto"  # 'auto' (measured per architecture) or an integer, e.g. '4'
   st.ask_batch = 0  # trials asked per round; 0: the cohort width ('auto': 8)
+  # Architecture-aware asking: a round's first trial is asked freely, the others inside its
+  # shape bucket (same family, row width, optimizers; MLP widths/depth and cross layers free),
+  # so they share one padded vmapped program (sfjax.ctr_search.padded). False: every trial
+  # of a round is asked freely (cohorts group only what the draws happen to share).
+  st.fill_cohorts = True
   st.max_params = 0  # quota: reject configs with more parameters (0: no quota)
   st.max_flops = 0.0  # quota: reject configs whose eval forward costs more FLOPs/example (0: none)
   st.max_latency_ms = 0.0  # quota: reject configs whose measured eval forward is slower (0: none)

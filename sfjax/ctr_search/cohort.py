@@ -45,7 +45,9 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from sfjax.automl.algorithms import TrialStatus
 from sfjax.ctr_search import arch as arch_lib
+from sfjax.ctr_search import padded
 from sfjax.ctr_search import trial_program
+from sfjax.ctr_search import trial_states
 from sfjax.ctr_search.arch import ArchSpec
 from sfjax.ctr_search.trial_data import CTRTask, TrialData
 from sfjax.core import metrics as metrics_lib
@@ -137,16 +139,20 @@ def num_traces() -> int:
 
 
 @functools.lru_cache(maxsize=64)
-def cohort_program(arch: ArchSpec, spec, resume: bool):
+def cohort_program(arch: ArchSpec, spec, resume: bool, masked: bool = False,
+                   num_rows: int | None = None):
   """The jitted cohort program of `arch` on data set `spec` (cached, shared by runners).
 
   `jax.jit` then keeps one executable per (width, step count, input shardings).
-  Resumed states are donated.
+  Resumed states are donated. `masked`: the padded program of a shape bucket whose
+  superset is `arch` (`sfjax.ctr_search.padded`; it takes per-trial dense masks).
+  `num_rows`: rows of a fresh trial's table (`TrialData.num_rows`).
   """
   graphdef = trial_program.abstract_graphdef(arch, spec)
-  fn = trial_program.make_cohort_fn(arch, spec, graphdef, resume=resume,
-                                    on_trace=lambda: _TRACES.update([(arch, resume)]))
-  return jax.jit(fn, donate_argnums=(2,) if resume else ())
+  fn = trial_program.make_cohort_fn(arch, spec, graphdef, resume=resume, masked=masked,
+                                    num_rows=num_rows,
+                                    on_trace=lambda: _TRACES.update([(arch, resume, masked)]))
+  return jax.jit(fn, donate_argnums=(2,) if resume or masked else ())
 
 
 def _chunk_width(size: int, width: int) -> int:
@@ -188,6 +194,7 @@ class CohortRunner:
     self._params: dict[ArchSpec, int] = {}
     self._flops: dict[ArchSpec, float] = {}
     self._latency: dict[ArchSpec, float] = {}
+    self._templates: dict[ArchSpec, Any] = {}
 
   def _place(self, tree, width: int, per_trial: bool):
     if self.mesh is None or width % self.mesh.size:
@@ -195,7 +202,7 @@ class CohortRunner:
     return jax.device_put(tree, NamedSharding(self.mesh, P("trial") if per_trial else P()))
 
   def run_stacked(self, arch: ArchSpec, hparams: Mapping[str, Any], seeds, start: int, end: int,
-                  init_states=None) -> CohortOutput:
+                  init_states=None, dense_masks=None) -> CohortOutput:
     """Runs W trials over steps `[start, end)` as one program call.
 
     Args:
@@ -205,6 +212,8 @@ class CohortRunner:
       start, end: the global step range (all trials).
       init_states: None (fresh trials, `start` must be 0) or a stacked [W]
         TrainState (host or device; device arrays are donated) at step `start`.
+      dense_masks: None, or stacked [W] dense masks of padded trials of a shape
+        bucket whose superset is `arch` (`padded.pad_state`; `init_states` required).
 
     Returns:
       CohortOutput.
@@ -225,6 +234,8 @@ class CohortRunner:
       stacked[key] = value
     if init_states is None and start != 0:
       raise ValueError(f"fresh trials start at step 0, got start={start}; pass init_states to resume")
+    if dense_masks is not None and init_states is None:
+      raise ValueError("dense_masks need init_states (padded trials start from padded states)")
     if init_states is not None:
       # Host leaves are copied: the program donates its input state, and on CPU a
       # transferred numpy buffer may be aliased, so the caller's arrays would change.
@@ -232,10 +243,13 @@ class CohortRunner:
     t0 = time.perf_counter()
     batches = self._place(self.data.train_steps(start, end), width, per_trial=False)
     eval_batches = self._place(self.data.eval_batches, width, per_trial=False)
-    program = cohort_program(arch, self.spec, init_states is not None)
+    masked = dense_masks is not None
+    program = cohort_program(arch, self.spec, init_states is not None, masked,
+                             self.data.num_rows)
     out = program(self._place(stacked, width, True), self._place(seeds, width, True),
                   None if init_states is None else self._place(init_states, width, True),
-                  batches, eval_batches)
+                  batches, eval_batches,
+                  self._place(dense_masks, width, True) if masked else None)
     alive, steps, losses, applied, logits = jax.device_get(
         (out.alive, out.state.step, out.losses, out.applied, out.logits))
     seconds = time.perf_counter() - t0
@@ -260,7 +274,7 @@ class CohortRunner:
   def _eval_forward(self, arch: ArchSpec):
     """(jitted one-trial eval forward, abstract params, abstract table, one eval batch)."""
     graphdef, params = nnx.split(nnx.eval_shape(lambda: arch.build_model(self.spec, nnx.Rngs(0))))
-    table = jax.ShapeDtypeStruct((self.spec.total_rows, arch.embedding_width), jnp.float32)
+    table = jax.ShapeDtypeStruct((self.data.num_rows, arch.embedding_width), jnp.float32)
     batch = jax.tree.map(lambda x: x[0], self.data.eval_batches)
     forward = jax.jit(lambda p, values, b: step_lib.eval_logits(graphdef, p, values, b))
     return forward, params, table, batch
@@ -337,31 +351,35 @@ class CohortRunner:
     rates = self.measure_widths(arch, candidates)
     return max(sorted(rates), key=lambda w: rates[w])
 
-  def run(self, arch: ArchSpec, hparams: Sequence[Mapping[str, float]], seeds: Sequence[int],
-          start_steps: Sequence[int], end_steps: Sequence[int] | int,
+  def run(self, arch: ArchSpec | Sequence[ArchSpec], hparams: Sequence[Mapping[str, float]],
+          seeds: Sequence[int], start_steps: Sequence[int], end_steps: Sequence[int] | int,
           init_states: Sequence[Any]) -> list[TrialResult]:
-    """Runs trials of one architecture; results in input order.
+    """Runs trials of one architecture, or of one shape bucket; results in input order.
 
     Args:
-      arch: the trials' ArchSpec.
+      arch: the trials' ArchSpec, or one ArchSpec per trial. Trials of one bucket
+        (`padded.bucket_key`) whose architectures differ share a padded program
+        (`sfjax.ctr_search.padded`); trials of other buckets run apart.
       hparams: per trial, dynamic hyperparameters (`arch.DYNAMIC_KEYS`; missing -> defaults).
       seeds: per trial, its initialisation seed.
       start_steps: per trial, the global step it starts at (0 for a fresh trial).
       end_steps: per trial (or one int for all), the global step it stops at.
       init_states: per trial, None (fresh) or the host state of an earlier
-        TrialResult at step `start_steps[i]` (resume: training continues).
+        TrialResult at step `start_steps[i]` (resume: training continues), in the
+        trial's own shapes.
 
     Returns:
-      One TrialResult per trial.
+      One TrialResult per trial; states in each trial's own shapes.
     """
     n = len(hparams)
+    archs = [arch] * n if isinstance(arch, ArchSpec) else list(arch)
     if isinstance(end_steps, (int, np.integer)):
       end_steps = [int(end_steps)] * n
-    for name, seq in (("seeds", seeds), ("start_steps", start_steps), ("end_steps", end_steps),
-                      ("init_states", init_states)):
+    for name, seq in (("archs", archs), ("seeds", seeds), ("start_steps", start_steps),
+                      ("end_steps", end_steps), ("init_states", init_states)):
       if len(seq) != n:
         raise ValueError(f"{name} has {len(seq)} entries but hparams has {n}")
-    groups: dict[tuple[int, int, bool], list[int]] = {}
+    groups: dict[tuple[ArchSpec, int, int, bool], list[int]] = {}
     for i in range(n):
       start, end, state = int(start_steps[i]), int(end_steps[i]), init_states[i]
       if not 0 <= start <= end:
@@ -371,38 +389,79 @@ class CohortRunner:
       if state is not None and int(np.asarray(state.step)) != start:
         raise ValueError(f"trial {i}: init_state is at step {int(np.asarray(state.step))}, "
                          f"not at start_steps={start}")
-      groups.setdefault((start, end, state is not None), []).append(i)
+      key = (padded.bucket_key(archs[i]), start, end, state is not None)
+      groups.setdefault(key, []).append(i)
     stacked = stack_hparams(hparams)
-    width = self.width_for(arch, n) if n else 1
     results: list[TrialResult | None] = [None] * n
-    for (start, end, resume), members in groups.items():
+    for (_, start, end, resume), members in groups.items():
+      width = self.width_for(archs[members[0]], len(members))
       for lo in range(0, len(members), width):
         chunk = members[lo:lo + width]
-        padded = chunk + [chunk[0]] * (_chunk_width(len(chunk), width) - len(chunk))
-        states = None
-        if resume:
-          states = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]),
-                                *[init_states[i] for i in padded])
-        chunk_results = self._run_chunk(arch, {k: v[padded] for k, v in stacked.items()},
-                                        np.asarray(seeds)[padded], start, end, states, len(chunk))
+        padded_chunk = chunk + [chunk[0]] * (_chunk_width(len(chunk), width) - len(chunk))
+        chunk_hparams = {k: v[padded_chunk] for k, v in stacked.items()}
+        chunk_seeds = np.asarray(seeds)[padded_chunk]
+        if len({archs[i] for i in chunk}) == 1:
+          states = None
+          if resume:
+            states = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]),
+                                  *[init_states[i] for i in padded_chunk])
+          chunk_results = self._run_chunk(archs[chunk[0]], chunk_hparams, chunk_seeds, start,
+                                          end, states, len(chunk))
+        else:
+          chunk_results = self._run_padded_chunk(
+              [archs[i] for i in padded_chunk], chunk_hparams, chunk_seeds, start, end,
+              [init_states[i] for i in padded_chunk], len(chunk))
         for i, result in zip(chunk, chunk_results):
           results[i] = result
     return results
 
-  def _run_chunk(self, arch, hparams, seeds, start, end, states, num_real) -> list[TrialResult]:
+  def _run_padded_chunk(self, archs, hparams, seeds, start, end, init_states,
+                        num_real) -> list[TrialResult]:
+    """One chunk of a bucket's trials with different architectures: each trial's exact
+    state (its resume state, or its fresh init drawn from its seed) padded to the
+    chunk's superset, one masked program call, results cut back to exact shapes."""
+    sup = padded.superset(archs)
+    template = self.state_template(sup)
+    states, masks = [], []
+    for i, (arch, state) in enumerate(zip(archs, init_states)):
+      if state is None:
+        trial_hparams = {k: jnp.float32(v[i]) for k, v in hparams.items()}
+        state = jax.device_get(trial_program.init_trial_state(
+            arch, self.spec, trial_hparams, jax.random.key(int(seeds[i])), self.data.num_rows))
+      state, mask = padded.pad_state(state, template)
+      states.append(state)
+      masks.append(mask)
+    stack = lambda trees: jax.tree.map(lambda *xs: np.stack(xs), *trees)
+    results = self._run_chunk(sup, hparams, seeds, start, end, stack(states), num_real,
+                              dense_masks=stack(masks), archs=archs)
+    return [r._replace(state=padded.unpad_state(r.state, self.state_template(arch)))
+            if r.state is not None else r for r, arch in zip(results, archs)]
+
+  def state_template(self, arch: ArchSpec):
+    """The abstract TrainState of `arch` on this task's data set (cached)."""
+    if arch not in self._templates:
+      self._templates[arch] = trial_states.state_template(arch, self.spec, self.data.num_rows)
+    return self._templates[arch]
+
+  def _run_chunk(self, arch, hparams, seeds, start, end, states, num_real, dense_masks=None,
+                 archs=None) -> list[TrialResult]:
+    """One program call; `archs` (padded chunks) names each trial's own architecture,
+    whose cost metrics it reports (else every trial's is `arch`)."""
+    archs = archs if archs is not None else [arch] * num_real
     try:
-      out = self.run_stacked(arch, hparams, seeds, start, end, states)
+      out = self.run_stacked(arch, hparams, seeds, start, end, states, dense_masks)
     except jax.errors.JaxRuntimeError as e:  # e.g. out of device memory: the chunk fails, not the study
-      metrics = {"auc": float("nan"), "logloss": float("nan"), "test_auc": float("nan"),
-                 "test_logloss": float("nan"), "train_loss": float("nan"),
-                 "steps": start, "params": self.count_params(arch),
-                 "flops": self.count_flops(arch), "seconds": 0.0}
-      return [TrialResult(dict(metrics), TrialStatus.FAILED, None, f"{type(e).__name__}: {e}")
-              for _ in range(num_real)]
+      return [TrialResult({"auc": float("nan"), "logloss": float("nan"),
+                           "test_auc": float("nan"), "test_logloss": float("nan"),
+                           "train_loss": float("nan"), "steps": start,
+                           "params": self.count_params(archs[i]),
+                           "flops": self.count_flops(archs[i]), "seconds": 0.0},
+                          TrialStatus.FAILED, None, f"{type(e).__name__}: {e}")
+              for i in range(num_real)]
     host_states = jax.device_get(out.states)
-    costs = self.cost_metrics(arch)
     results = []
     for i in range(num_real):
+      costs = self.cost_metrics(archs[i])
       ok = out.applied[i]
       metrics = {"auc": float(out.auc[i]), "logloss": float(out.logloss[i]),
                  "test_auc": float(out.test_auc[i]), "test_logloss": float(out.test_logloss[i]),

@@ -27,10 +27,11 @@ EXECUTORS = ("local", "dask")
 
 
 class CohortJob(NamedTuple):
-  """The trials of one architecture to run together (one `CohortRunner.run` call).
+  """The trials of one architecture or shape bucket to run together (one
+  `CohortRunner.run` call).
 
   Attributes:
-    arch: their ArchSpec.
+    arch: their ArchSpec, or a tuple of one ArchSpec per trial (one shape bucket).
     hparams: per trial, dynamic hyperparameters (`arch.DYNAMIC_KEYS`).
     seeds: per trial, its init seed.
     start_steps, end_steps: per trial, its global step range.
@@ -38,7 +39,7 @@ class CohortJob(NamedTuple):
     trial_ids: per trial, its study trial id (for retries; -1 for the default config).
   """
 
-  arch: ArchSpec
+  arch: ArchSpec | tuple[ArchSpec, ...]
   hparams: Sequence[dict[str, float]]
   seeds: Sequence[int]
   start_steps: Sequence[int]
@@ -70,6 +71,13 @@ class GroupRunners:
     return self._single
 
 
+def describe(job: CohortJob) -> str:
+  """A short name of the job's architecture (the first one's, for a bucket)."""
+  if isinstance(job.arch, ArchSpec):
+    return job.arch.describe()
+  return f"{job.arch[0].describe()} and {len(set(job.arch)) - 1} more of its bucket"
+
+
 def failed_results(job: CohortJob, reason: str) -> list[TrialResult]:
   """One FAILED result per trial of `job`, all with `reason`."""
   return [TrialResult({}, TrialStatus.FAILED, None, reason) for _ in job.hparams]
@@ -82,7 +90,7 @@ def run_job(runners: GroupRunners, job: CohortJob) -> list[TrialResult]:
         job.arch, list(job.hparams), list(job.seeds), list(job.start_steps),
         list(job.end_steps), list(job.init_states))
   except Exception as e:  # pylint: disable=broad-except  (a trial's failure is never fatal)
-    logging.exception("cohort of %d trials (%s) failed", len(job.hparams), job.arch.describe())
+    logging.exception("cohort of %d trials (%s) failed", len(job.hparams), describe(job))
     return failed_results(job, f"{type(e).__name__}: {e}")
 
 

@@ -31,8 +31,8 @@ from typing import Any, Iterable, Iterator
 from absl import logging
 
 from sfjax.ctr_search.cohort import CohortRunner, TrialResult
-from sfjax.ctr_search.executor import (CohortJob, GroupRunners, RetryHook, failed_results,
-                                       run_job)
+from sfjax.ctr_search.executor import (CohortJob, GroupRunners, RetryHook, describe,
+                                       failed_results, run_job)
 from sfjax.ctr_search.trial_data import CTRTask
 
 # Per worker process: (task, cohort width, measure_latency) -> its runners.
@@ -132,7 +132,7 @@ class DaskExecutor:
             if attempt >= self.max_attempts:
               results = failed_results(job, f"{reason} (after {attempt} submissions)")
               break
-            logging.warning("cohort %s: %s; submitting it again", job.arch.describe(), reason)
+            logging.warning("cohort %s: %s; submitting it again", describe(job), reason)
             if on_retry is not None:
               on_retry(job, reason)
             attempt += 1

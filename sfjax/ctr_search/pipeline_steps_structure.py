@@ -65,8 +65,9 @@ def _check_autofis(block, field: str) -> None:
 
 
 def _task(ctx: StepContext):
-  shared = ml_collections.ConfigDict({"seed": ctx.config.seed, "task": ctx.config.task.to_dict()})
-  return search_config.make_task(shared)
+  # AutoFIS / AutoGroup train their own step counts on one full table: no touched-rows tables.
+  task = {**ctx.config.task.to_dict(), "compact_rows": False}
+  return search_config.make_task(ml_collections.ConfigDict({"seed": ctx.config.seed, "task": task}))
 
 
 def run_autofis_step(ctx: StepContext) -> StepOutput:

@@ -34,7 +34,8 @@ _DIRECTION_NAMES = {"max": "maximize", "maximize": "maximize", "min": "minimize"
                     "minimize": "minimize"}
 # New study fields and their defaults (configs written before them still load).
 STUDY_DEFAULTS = {"objectives": "", "max_flops": 0.0, "max_latency_ms": 0.0,
-                  "executor": "local", "dask_address": "", "dask_workers": 2}
+                  "executor": "local", "dask_address": "", "dask_workers": 2,
+                  "fill_cohorts": True}
 
 
 class SearchConfigError(ValueError):
@@ -133,12 +134,18 @@ def pbt_arch_config(search_space: CTRSearchSpace, model_name: str) -> dict[str, 
 
 
 def make_task(config) -> CTRTask:
-  """The `CTRTask` of `config.task` (data seed = `config.seed`)."""
+  """The `CTRTask` of `config.task` (data seed = `config.seed`).
+
+  With `task.compact_rows` (trial tables of the touched rows only), the train steps
+  of `study.max_budget` are fixed up front (`CTRTask.max_steps`).
+  """
   t = config.task
+  compact = t.get("compact_rows", False)
   try:
+    max_steps = int(round(float(config.study.max_budget) * t.steps_per_budget_unit)) if compact else 0
     return CTRTask(data=t.data, seed=config.seed, batch_size=t.batch_size, eval_rows=t.eval_rows,
                    steps_per_budget_unit=t.steps_per_budget_unit,
-                   eval_batch_size=t.eval_batch_size)
+                   eval_batch_size=t.eval_batch_size, max_steps=max_steps, compact_rows=compact)
   except ValueError as e:
     raise SearchConfigError(f"task: {e}") from None
 

@@ -2,11 +2,14 @@
 
 One round of the loop (VEGA's search step, arXiv 2011.01507):
 
-  study.ask(n)            n fills a cohort; quota filters (`study.max_params`,
-                          `max_flops`, `max_latency_ms`) reject configs before
-                          training (recorded, not counted);
-  group by ArchSpec       trials with equal architecture share one vmapped program,
-                          one `executor.CohortJob` per group;
+  study.ask(n)            n fills a cohort: architecture-aware (`ask_round`,
+                          `study.fill_cohorts`), the first trial free and the
+                          rest inside its shape bucket; quota filters
+                          (`study.max_params`, `max_flops`, `max_latency_ms`)
+                          reject configs before training (recorded, not counted);
+  group by bucket         trials whose architectures differ only in MLP widths /
+                          depth or cross layers share one padded vmapped program
+                          (`padded`), one `executor.CohortJob` per bucket;
   executor.map            `study.executor`: 'local' runs `CohortRunner.run` here, 'dask'
                           as Dask tasks (`executor_dask`); promotions (`resume_from`)
                           continue from the parent's saved state
@@ -44,6 +47,7 @@ settings; rerunning with different ones is an error naming the fields.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import math
@@ -57,7 +61,8 @@ from absl import logging
 from sfjax.automl.algorithms import (Objective, Objectives, Suggestion, TrialStatus,
                                      all_objectives, directions_of)
 from sfjax.automl.study import Study, TrialRecord, limit_quotas
-from sfjax.ctr_search import (search_config, search_events, search_pbt, search_report,
+from sfjax.ctr_search import arch as arch_lib
+from sfjax.ctr_search import (padded, search_config, search_events, search_pbt, search_report,
                               trial_states)
 from sfjax.ctr_search.arch import ArchSpec, split_config
 from sfjax.ctr_search.cohort import CohortRunner, TrialResult
@@ -151,6 +156,10 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
     run_round = lambda study, batch: run_batch(
         study, executor, runner, batch, workdir, config.seed, max_steps,
         keep_states=algorithm.multi_fidelity, split=split)
+  # Architecture-aware asking: the space's keys that fix a shape bucket (PBT's population
+  # is one architecture already).
+  fill_keys = () if algorithm.population_based or not field("fill_cohorts") else tuple(
+      k for k in space.keys if k in arch_lib.STATIC_KEYS and k not in padded.MASKED_CONFIG_KEYS)
   started = time.perf_counter()
   events = search_events.SearchEvents(workdir, objective.metric, objective.direction)
   with executor, Study.open(workdir, space, algorithm, objective, directions,
@@ -162,7 +171,7 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
       final = _num_final(study)
       if final >= config.study.num_trials:
         break
-      batch = study.ask(min(ask_batch, config.study.num_trials - final))
+      batch = ask_round(study, min(ask_batch, config.study.num_trials - final), fill_keys)
       if not batch:
         break
       cohort_widths += run_round(study, batch)
@@ -176,6 +185,23 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
       sys.stderr.write(search_report.pareto_report(study.pareto_fronts(), directions))
     return dict(summarize(study, default), mean_cohort_width=(
         float(sum(cohort_widths) / len(cohort_widths)) if cohort_widths else None))
+
+
+def ask_round(study: Study, n: int, fill_keys: Sequence[str]) -> list[Suggestion]:
+  """Up to `n` suggestions for one round; with `fill_keys`, architecture-aware.
+
+  The first suggestion is asked freely; the others are asked with `fill_keys` fixed
+  to its values (`Study.ask(fixed=...)`), so new configs land in its shape bucket
+  and train in one padded program with it. Promotions of multi-fidelity algorithms
+  come back as they are (they resume a saved state).
+  """
+  if n <= 1 or not fill_keys:
+    return study.ask(n)
+  batch = study.ask(1)
+  if not batch:
+    return batch
+  fixed = {k: batch[0].config[k] for k in fill_keys if k in batch[0].config}
+  return batch + study.ask(n - 1, fixed=fixed)
 
 
 def _num_final(study: Study) -> int:
@@ -208,46 +234,62 @@ def default_metrics(workdir: str, executor, seed: int, steps: int,
 def run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Suggestion],
               workdir: str, seed: int, max_steps: int, keep_states: bool,
               split: Callable[[Any], tuple[ArchSpec, dict[str, float]]]) -> list[int]:
-  """Trains `batch` grouped by architecture (one job per group) and tells the study.
+  """Trains `batch` grouped by shape bucket (one job per bucket) and tells the study.
 
-  `executor` runs the jobs (`executor.make_executor`); results are told in group
-  order whatever the executor. The driver's `runner` reads saved states for
-  promotions. With `keep_states` (multi-fidelity algorithms), the state of each
-  successful trial below the full budget is saved for a later promotion. `split`
-  maps a point of the space to its (ArchSpec, hyperparameters). A job submitted
-  again after its worker died is journaled as a re-queue of its trials.
+  Trials whose architectures differ only in sizes a superset can hold (MLP widths
+  and depth, cross layers: `padded.bucket_key`) form one job, run as one padded
+  vmapped program per chunk. `executor` runs the jobs (`executor.make_executor`);
+  results are told in group order whatever the executor. The driver's `runner`
+  reads saved states for promotions. With `keep_states` (multi-fidelity
+  algorithms), the state of each successful trial below the full budget is saved
+  for a later promotion. `split` maps a point of the space to its (ArchSpec,
+  hyperparameters). A job submitted again after its worker died is journaled as a
+  re-queue of its trials.
 
   Returns:
-    The number of trials of each job (trials of one architecture trained as one
-    vmapped program), for `mean_cohort_width`.
+    The number of trials of each program call (trials of a job that share a step
+    range, up to the cohort width), for `mean_cohort_width`.
   """
   states_dir = os.path.join(workdir, STATES_DIR)
-  groups: dict[ArchSpec, list[tuple[Suggestion, dict[str, float]]]] = {}
+  groups: dict[ArchSpec, list[tuple[Suggestion, ArchSpec, dict[str, float]]]] = {}
   for s in batch:
     try:
       arch, hparams = split(s.config)
     except ValueError as e:  # a config the runner cannot build: that trial fails
       study.tell(s.trial_id, {}, TrialStatus.FAILED, reason=f"bad config: {e}")
       continue
-    groups.setdefault(arch, []).append((s, hparams))
+    # One job per shape bucket: architectures that differ only in maskable sizes share
+    # one padded program (`padded`); equal architectures run unpadded.
+    groups.setdefault(padded.bucket_key(arch), []).append((s, arch, hparams))
   jobs, members_of = [], []
-  for arch, members in groups.items():
+  for members in groups.values():
     starts, ends, init_states = [], [], []
-    for s, _ in members:
+    for s, arch, _ in members:
       start, state = _resume_point(runner, arch, s, states_dir)
       end = max_steps if s.budget is None else runner.task.steps_for_budget(s.budget)
       starts.append(start)
       ends.append(max(end, start))
       init_states.append(state)
-    jobs.append(CohortJob(arch, [h for _, h in members],
-                          [trial_seed(seed, s.trial_id) for s, _ in members], starts, ends,
-                          init_states, [s.trial_id for s, _ in members]))
+    archs = tuple(arch for _, arch, _ in members)
+    jobs.append(CohortJob(archs[0] if len(set(archs)) == 1 else archs,
+                          [h for _, _, h in members],
+                          [trial_seed(seed, s.trial_id) for s, _, _ in members], starts, ends,
+                          init_states, [s.trial_id for s, _, _ in members]))
     members_of.append(members)
   on_retry = lambda job, reason: study.record_retry(job.trial_ids)
   for job, members, results in zip(jobs, members_of, executor.map(jobs, on_retry)):
-    for (s, _), result, end in zip(members, results, job.end_steps):
+    for (s, _, _), result, end in zip(members, results, job.end_steps):
       _record(study, s, result, states_dir, keep_states and end < max_steps)
-  return [len(members) for members in members_of]
+  return [size for job in jobs for size in program_sizes(job, runner.cohort_width)]
+
+
+def program_sizes(job: CohortJob, width: int | str) -> list[int]:
+  """Trials per program call of `job` as `CohortRunner.run` splits it: by step range
+  and resume, then into chunks of `width` (an 'auto' width is taken as unbounded)."""
+  ranges = collections.Counter((start, end, state is not None) for start, end, state in
+                               zip(job.start_steps, job.end_steps, job.init_states))
+  cap = width if isinstance(width, int) else max(ranges.values(), default=1)
+  return [min(cap, n - lo) for n in ranges.values() for lo in range(0, n, cap)]
 
 
 def _resume_point(runner: CohortRunner, arch: ArchSpec, s: Suggestion,
@@ -257,7 +299,7 @@ def _resume_point(runner: CohortRunner, arch: ArchSpec, s: Suggestion,
     return 0, None
   path = trial_states.state_path(states_dir, s.resume_from)
   try:
-    state = trial_states.load_state(path, trial_states.state_template(arch, runner.spec))
+    state = trial_states.load_state(path, runner.state_template(arch))
   except (FileNotFoundError, trial_states.StateFileError) as e:
     logging.warning("trial %d: cannot resume from trial %d (%s); training from scratch",
                     s.trial_id, s.resume_from, e)

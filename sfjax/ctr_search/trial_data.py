@@ -7,6 +7,17 @@ set is stacked along `[Te]` (the last batch padded with mask 0). A trial's run
 over steps `[t0, t1)` is then `lax.scan(step, state, batches[t0:t1])` with no
 host work inside, and every trial of a study sees the same batches in the same
 order, so trials differ only by their config and seed.
+
+Touched rows (`CTRTask.compact_rows`): since every trial of a task reads the same
+precomputed batches, the rows any trial can ever read or write are known before
+the first trial runs: the union U of the unique ids of every train step up to
+`max_steps` and of the eval set. With `compact_rows` the batches' row ids are
+renumbered into that union (`TrialData.row_ids`: compact row -> global id), and a
+trial's table holds `U` rows instead of the full `V`: memory per trial is bounded
+by what the search's data touches, not by the table's cardinality (a 1e8-row
+table searched over 10^5 touched rows costs 10^5 rows per trial). The trials are
+the same as with a full table up to the random draw of their initial rows (the
+rows no batch touches never change and are never read).
 """
 
 from __future__ import annotations
@@ -48,6 +59,8 @@ class CTRTask:
     eval_batch_size: examples per stacked eval batch (memory of one eval step).
     max_steps: train steps precomputed up front (0: grown on demand).
     unique_capacity: padded unique rows per step (0: batch_size * num_fields).
+    compact_rows: trial tables hold only the rows the task's batches touch (see the
+      module docstring); needs `max_steps` > 0 (the steps are fixed up front).
   """
 
   data: Any
@@ -58,6 +71,7 @@ class CTRTask:
   eval_batch_size: int = 1024
   max_steps: int = 0
   unique_capacity: int = 0
+  compact_rows: bool = False
 
   def __post_init__(self):
     data = self.data
@@ -71,6 +85,11 @@ class CTRTask:
       object.__setattr__(self, name, _positive(name, getattr(self, name), low=0))
     for name in ("batch_size", "eval_rows", "steps_per_budget_unit", "eval_batch_size"):
       object.__setattr__(self, name, _positive(name, getattr(self, name)))
+    if not isinstance(self.compact_rows, (bool, np.bool_)):
+      raise ValueError(f"CTRTask.compact_rows must be True or False, got {self.compact_rows!r}")
+    if self.compact_rows and not self.max_steps:
+      raise ValueError("CTRTask.compact_rows needs max_steps > 0: the touched rows are "
+                       "those of the train steps fixed up front")
 
   def steps_for_budget(self, budget: float) -> int:
     """Train steps of budget `budget` (>= 0): `round(budget * steps_per_budget_unit)`."""
@@ -97,7 +116,10 @@ class TrialData:
     task: the CTRTask.
     dataset: the data set (`sfjax.data.dataset.CTRDataset`).
     spec: its DatasetSpec.
-    num_rows: V, rows of the concatenated embedding table (also the padding row).
+    num_rows: rows of a trial's table (also the padding row): V, the concatenated
+      embedding table's rows, or with `task.compact_rows` U, the rows the task touches.
+    full_rows: V.
+    row_ids: [U] int64 global id of each compact row (None without compact_rows).
     capacity: padded unique rows per train step.
     eval_batches: DeviceBatch with leading [Te] axis, rows [Te, Be*F], vids [Te, Be, F], ...
     eval_labels: [Te*Be] float32 host labels; eval_mask: [Te*Be] float32 (0 = padding).
@@ -109,7 +131,8 @@ class TrialData:
     self.task = task
     self.dataset = dataset if dataset is not None else dataset_lib.make_dataset(task.data, task.seed)
     self.spec = self.dataset.spec
-    self.num_rows = self.spec.total_rows
+    self.num_rows = self.full_rows = self.spec.total_rows
+    self.row_ids: np.ndarray | None = None
     self.capacity = task.unique_capacity or task.batch_size * self.spec.num_fields
     self.max_unique = 0
     self._source = self.dataset.train_batches(task.batch_size, task.seed)
@@ -118,6 +141,22 @@ class TrialData:
     self.eval_batches, self.eval_labels, self.eval_mask = self._build_eval()
     if task.max_steps:
       self.ensure_steps(task.max_steps)
+    if task.compact_rows:
+      self._compact()
+
+  def _compact(self) -> None:
+    """Renumbers the rows of every batch into the union of the rows they touch."""
+    eval_rows, train_rows = np.asarray(self.eval_batches.rows), np.asarray(self._train.rows)
+    ids = np.unique(np.concatenate([eval_rows.reshape(-1), train_rows.reshape(-1)]))
+    self.row_ids = ids[ids < self.full_rows].astype(np.int64)
+    self.num_rows = int(self.row_ids.shape[0])  # U: also the new padding row
+
+    def renumber(rows: np.ndarray) -> jax.Array:
+      compact = np.searchsorted(self.row_ids, rows)
+      return jnp.asarray(np.where(rows < self.full_rows, compact, self.num_rows).astype(np.int32))
+
+    self.eval_batches = self.eval_batches._replace(rows=renumber(eval_rows))
+    self._train = self._train._replace(rows=renumber(train_rows))
 
   def _prepare(self, batch: Batch, capacity: int) -> state_lib.DeviceBatch:
     device_batch, num_unique = vsi.prepare_batch(batch, self.spec.field_offsets, capacity,
@@ -157,6 +196,10 @@ class TrialData:
     """Precomputes train steps up to `num_steps` (host VSI, then one transfer)."""
     if num_steps <= self._num_steps:
       return
+    if self.row_ids is not None:
+      raise ValueError(f"train steps up to {num_steps} were asked for, but the task has "
+                       f"CTRTask.compact_rows with max_steps={self.task.max_steps}: raise "
+                       "max_steps to the largest budget's steps")
     new = [self._prepare(next(self._source), self.capacity)
            for _ in range(num_steps - self._num_steps)]
     stacked = jax.tree.map(jnp.array, stack_batches(new))

@@ -74,21 +74,23 @@ def abstract_graphdef(arch: ArchSpec, spec: DatasetSpec) -> nnx.GraphDef:
 
 
 def init_trial_state(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams,
-                     key: jax.Array) -> TrainState:
+                     key: jax.Array, num_rows: int | None = None) -> TrainState:
   """A fresh trial: model parameters and table drawn from `key`.
 
   Table values are uniform with standard deviation `optim.init_stddev` (the
   distribution of `initializers.init_rows`, drawn on device); slots start at
-  the row optimizer's initial values.
+  the row optimizer's initial values. The table has `num_rows` rows (default
+  `spec.total_rows`; a task with `compact_rows` passes its touched rows).
   """
+  num_rows = spec.total_rows if num_rows is None else int(num_rows)
   tx, row_opt = make_optimizers(arch, hparams)
   model_key, table_key = jax.random.split(key)
   params = nnx.split(arch.build_model(spec, nnx.Rngs(model_key)))[1]
   width = arch.embedding_width
-  unit = jax.random.uniform(table_key, (spec.total_rows, width), jnp.float32, -1.0, 1.0)
+  unit = jax.random.uniform(table_key, (num_rows, width), jnp.float32, -1.0, 1.0)
   values = unit * (math.sqrt(3.0) * hparams["optim.init_stddev"])  # [V, E]
   slot_row = jnp.asarray(row_opt.initial_slot_row(width))
-  slots = jnp.broadcast_to(slot_row, (spec.total_rows, slot_row.shape[0]))  # [V, S]
+  slots = jnp.broadcast_to(slot_row, (num_rows, slot_row.shape[0]))  # [V, S]
   return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params),
                               device_table.TableState(values, slots))
 
@@ -108,25 +110,37 @@ def eval_logits(graphdef: nnx.GraphDef, state: TrainState, eval_batches: DeviceB
 
 
 def make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
-                  resume: bool) -> Callable[..., TrialOutput]:
+                  resume: bool, masked: bool = False,
+                  num_rows: int | None = None) -> Callable[..., TrialOutput]:
   """The pure function of one trial.
 
-  Returns:
-    `trial(hparams, seed, init_state, batches, eval_batches) -> TrialOutput` with
-    hparams a dict of scalars, seed an int32 scalar, init_state a TrainState
-    (ignored, may be None, unless `resume`), batches a DeviceBatch with a
-    leading [L] step axis and eval_batches one with a leading [Te] axis.
-  """
+  Args:
+    arch, spec, graphdef: the (padded program's superset) architecture, data set
+      and the model's graph definition.
+    resume: start from `init_state` instead of drawing one from the seed.
+    masked: a padded trial of a shape bucket (`sfjax.ctr_search.padded`): it
+      resumes from its padded `init_state` and `dense_mask` freezes the padding.
+    num_rows: rows of a fresh trial's table (`init_trial_state`).
 
-  def trial(hparams, seed, init_state, batches, eval_batches) -> TrialOutput:
+  Returns:
+    `trial(hparams, seed, init_state, batches, eval_batches, dense_mask=None) ->
+    TrialOutput` with hparams a dict of scalars, seed an int32 scalar, init_state a
+    TrainState (ignored, may be None, unless `resume` or `masked`), batches a
+    DeviceBatch with a leading [L] step axis, eval_batches one with a leading [Te]
+    axis and dense_mask (masked only) a 0/1 pytree like the dense parameters.
+  """
+  resume = resume or masked
+
+  def trial(hparams, seed, init_state, batches, eval_batches, dense_mask=None) -> TrialOutput:
     tx, row_opt = make_optimizers(arch, hparams)
     if resume:
       state = with_dense_hparams(init_state, hparams)
     else:
-      state = init_trial_state(arch, spec, hparams, jax.random.key(seed))
+      state = init_trial_state(arch, spec, hparams, jax.random.key(seed), num_rows)
 
     train_step = step_lib.make_train_step(graphdef, tx, row_opt, l2=hparams["optim.embedding_l2"],
-                                          skip_non_finite=True)
+                                          skip_non_finite=True,
+                                          dense_mask=dense_mask if masked else None)
 
     def body(carry, batch):
       state, alive = carry
@@ -141,19 +155,24 @@ def make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
 
 
 def make_cohort_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *, resume: bool,
-                   on_trace: Callable[[], Any] | None = None) -> Callable[..., TrialOutput]:
-  """`jax.vmap` of `make_trial_fn` over trials; batches are shared (not vmapped).
+                   on_trace: Callable[[], Any] | None = None,
+                   masked: bool = False, num_rows: int | None = None
+                   ) -> Callable[..., TrialOutput]:
+  """`jax.vmap` of `make_trial_fn` over trials (`masked`, `num_rows`: as there); batches
+  are shared (not vmapped).
 
   Returns:
-    `cohort(hparams [W], seeds [W], init_states [W] | None, batches, eval_batches)
-    -> TrialOutput` with a leading [W] axis; `on_trace` runs each time it is traced.
+    `cohort(hparams [W], seeds [W], init_states [W] | None, batches, eval_batches,
+    dense_masks [W] | None) -> TrialOutput` with a leading [W] axis (`dense_masks`
+    only when `masked`); `on_trace` runs each time it is traced.
   """
-  trial = make_trial_fn(arch, spec, graphdef, resume=resume)
+  trial = make_trial_fn(arch, spec, graphdef, resume=resume, masked=masked, num_rows=num_rows)
+  stacked_states = 0 if resume or masked else None
 
-  def cohort(hparams, seeds, init_states, batches, eval_batches):
+  def cohort(hparams, seeds, init_states, batches, eval_batches, dense_masks=None):
     if on_trace is not None:
       on_trace()
-    return jax.vmap(trial, in_axes=(0, 0, 0 if resume else None, None, None))(
-        hparams, seeds, init_states, batches, eval_batches)
+    return jax.vmap(trial, in_axes=(0, 0, stacked_states, None, None, 0 if masked else None))(
+        hparams, seeds, init_states, batches, eval_batches, dense_masks)
 
   return cohort

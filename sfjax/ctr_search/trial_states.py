@@ -36,11 +36,12 @@ def state_path(directory: str, trial_id: int) -> str:
   return os.path.join(directory, f"{int(trial_id)}.npz")
 
 
-def state_template(arch: ArchSpec, spec: DatasetSpec) -> Any:
-  """The abstract `TrainState` of `arch` on `spec` (`jax.ShapeDtypeStruct` leaves)."""
+def state_template(arch: ArchSpec, spec: DatasetSpec, num_rows: int | None = None) -> Any:
+  """The abstract `TrainState` of `arch` on `spec` (`jax.ShapeDtypeStruct` leaves), with a
+  table of `num_rows` rows (default `spec.total_rows`; `TrialData.num_rows`)."""
   hparams = arch_lib.resolve_hparams({})
-  return jax.eval_shape(
-      lambda: trial_program.init_trial_state(arch, spec, hparams, jax.random.key(0)))
+  return jax.eval_shape(lambda: trial_program.init_trial_state(
+      arch, spec, hparams, jax.random.key(0), num_rows))
 
 
 def save_state(path: str, state: Any) -> None:

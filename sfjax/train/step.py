@@ -89,7 +89,8 @@ def _all_finite(tree) -> jax.Array:
 
 def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
                     row_opt: row_optimizers.RowOptimizer, *, l2=0.0,
-                    skip_non_finite: bool = False, row_axis: str | None = None) -> TrainStep:
+                    skip_non_finite: bool = False, row_axis: str | None = None,
+                    dense_mask: Any = None) -> TrainStep:
   """Builds the un-jitted step `(state, batch) -> (state, metrics)`; see `jit_train_step`.
 
   Args:
@@ -107,14 +108,19 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
       row-sharded cache: the step is then the per-device body to run inside
       `jax.shard_map` over that axis (`_owner_train_step`): `state.table` is this
       device's cache block and `batch.rows` its local slots (`sharded_cache.block_by_owner`).
+    dense_mask: None, or a pytree like the dense parameters (0/1 values, may be
+      traced) that multiplies both their gradients and their updates: entries at 0
+      never change (a padded program's unused units and identity layers,
+      `sfjax.ctr_search.padded`), entries at 1 follow exactly the unmasked step.
 
   Returns:
     `train_step(state, batch[, enabled]) -> (state, {'loss'[, 'applied']})`.
   """
 
   if row_axis is not None:
-    if skip_non_finite:
-      raise ValueError("make_train_step: skip_non_finite is not supported with row_axis")
+    if skip_non_finite or dense_mask is not None:
+      raise ValueError("make_train_step: skip_non_finite and dense_mask are not supported "
+                       "with row_axis")
     return _owner_train_step(graphdef, tx, row_opt, l2, row_axis)
 
   def train_step(state: TrainState, batch: DeviceBatch, enabled=True):
@@ -123,7 +129,11 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
         graphdef, state.params, uniq.values, batch, l2)
     count = state.step + 1
     new_values, new_slots = row_opt.update(uniq.values, uniq.opt_slots, row_grads, count)
+    if dense_mask is not None:
+      param_grads = jax.tree.map(jnp.multiply, param_grads, dense_mask)
     updates, opt_state = tx.update(param_grads, state.opt_state, state.params)
+    if dense_mask is not None:
+      updates = jax.tree.map(jnp.multiply, updates, dense_mask)
     params = optax.apply_updates(state.params, updates)
     rows, metrics = batch.rows, {"loss": loss}
     if skip_non_finite:

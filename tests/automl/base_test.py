@@ -168,3 +168,34 @@ def test_spec_to_dict_names_the_algorithm():
   assert Counting(seed=3).to_dict() == {"name": "counting", "seed": 3}
   assert not Counting.multi_fidelity and not Counting.population_based
   assert not Counting().build(SPACE, AUC).finished
+
+
+class BucketBreaking(CountingSearcher):
+  """Ignores `fixed`: the base class must catch it."""
+
+  def _propose(self, n):
+    return [self._new_suggestion(Config({"x": 0.5, "kind": "b"})) for _ in range(n)]
+
+
+def test_ask_with_fixed_samples_the_fixing_and_checks_the_result():
+  searcher = Counting().build(SPACE, AUC)
+  seen = []
+
+  def propose(n):  # pylint: disable=protected-access
+    seen.append((searcher.sampling_space, searcher.ask_fixed))
+    space = searcher.sampling_space
+    return [searcher._new_suggestion(space.sample(searcher._rng)) for _ in range(n)]
+
+  searcher._propose = propose  # pylint: disable=protected-access
+  batch = searcher.ask(3, fixed={"kind": "a"})
+  assert [s.config["kind"] for s in batch] == ["a"] * 3
+  assert seen == [(SPACE.fixing({"kind": "a"}), {"kind": "a"})]
+  assert searcher.sampling_space is SPACE and searcher.ask_fixed == {}  # only during the ask
+  searcher.ask(1, fixed={})
+  assert seen[-1] == (SPACE, {})
+  with pytest.raises(ValueError, match="'kind': value 'c' is outside"):
+    searcher.ask(0, fixed={"kind": "c"})
+  breaking = BucketBreaking(Counting(), SPACE, AUC)
+  assert len(breaking.ask(2, fixed={"kind": "b"})) == 2
+  with pytest.raises(RuntimeError, match="breaks the fixed keys"):
+    breaking.ask(1, fixed={"kind": "a"})

@@ -114,3 +114,11 @@ def test_errors_carry_key_and_reason():
   assert isinstance(forbidden, ConfigError) and forbidden.clause == clause
   assert forbidden.key == "model.name, model.mlp.depth"
   assert "matches forbidden clause Forbidden(" in str(forbidden)
+
+
+def test_agrees_ignores_absent_keys_and_keeps_bool_apart():
+  config = Config({"model": "fm", "lr": 0.01, "flag": True, "n": 2})
+  assert config.agrees({}) and config.agrees({"model": "fm", "depth": 3})
+  assert config.agrees({"n": np.int64(2), "lr": 0.01}) and config.agrees({"n": 2.0})
+  assert not config.agrees({"model": "deepfm"})
+  assert not config.agrees({"flag": 1})

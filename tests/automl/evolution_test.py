@@ -10,6 +10,7 @@ from sfjax.automl.algorithms import (
     TrialStatus,
     algorithm_from_dict,
     mutate,
+    project,
 )
 from sfjax.automl.space import Categorical, Config, Fixed, Float, Int, Space
 
@@ -86,3 +87,40 @@ def test_evolution_beats_random_search_on_a_quadratic(toy_best):
   ours = np.median([toy_best(make(s)) for s in seeds])
   random = np.median([toy_best(RandomSearch(seed=s)) for s in seeds])
   assert ours < random / 2, (ours, random)
+
+
+def test_project_moves_a_config_into_a_fixing(model_space):
+  rng = np.random.default_rng(0)
+  deep = model_space.validate({"model": "deepfm", "depth": 3, "width": 64, "lr": 0.01,
+                               "dropout": 0.1})
+  # Same keys active: only the fixed one changes, the others keep their exact values.
+  assert project(model_space.fixing({"depth": 1}), deep, rng) == {**deep, "depth": 1}
+  # To fm: depth / width switch off.
+  assert project(model_space.fixing({"model": "fm"}), deep, rng) == {
+      "model": "fm", "lr": 0.01, "dropout": 0.1}
+  # From fm to dcnv2 (depth 3 forbidden there): newly active keys drawn, clause respected.
+  fm = model_space.validate({"model": "fm", "lr": 0.001, "dropout": 0.3})
+  dcn = model_space.fixing({"model": "dcnv2"})
+  for _ in range(20):
+    child = project(dcn, fm, rng)
+    model_space.validate(child)
+    assert child["model"] == "dcnv2" and child["lr"] == 0.001 and child["dropout"] == 0.3
+
+
+def test_fixed_children_come_from_parents_inside_the_bucket(model_space, fake_auc):
+  searcher = RegularizedEvolution(population_size=6, sample_size=6, seed=0).build(model_space,
+                                                                                   AUC)
+  fixed = {"model": "deepfm", "depth": 2}
+  for batch in (searcher.ask(4, fixed={"model": "fm"}), searcher.ask(2, fixed=fixed)):
+    for s in batch:
+      searcher.tell(s.trial_id, {"auc": fake_auc(s.config)})
+  bucket = {r.trial_id for r in searcher.population() if r.suggestion.config.agrees(fixed)}
+  assert len(bucket) == 2
+  for child in searcher.ask(8, fixed=fixed):
+    assert child.parent_trial_id in bucket  # the fm members are never parents here
+    assert child.config["model"] == "deepfm" and child.config["depth"] == 2
+  # A bucket with no member: the tournament winner is projected into it.
+  for child in searcher.ask(4, fixed={"model": "dcnv2", "depth": 1}):
+    assert child.parent_trial_id is not None
+    assert child.config["model"] == "dcnv2" and child.config["depth"] == 1
+    model_space.validate(child.config)

@@ -111,3 +111,34 @@ def test_qmc_on_a_space_without_dimensions():
   restored = QuasiRandomSearch().build(space, AUC)
   restored.load_state_dict(searcher.state_dict())
   assert [s.trial_id for s in restored.ask(1)] == [3]
+
+
+def test_grid_fixed_asks_pass_over_points_and_keep_them_for_later():
+  space = Space({"a": Categorical(("x", "y")), "n": Int(0, 2)})
+  searcher = GridSearch().build(space, AUC)
+  grid = space.grid()  # a=x: n=0,1,2; a=y: n=0,1,2
+  assert configs(searcher.ask(2, fixed={"a": "y"})) == grid[3:5]
+  assert searcher.core_state()["taken"] == [3, 4]
+  restored = GridSearch().build(space, AUC)
+  restored.load_state_dict(json.loads(json.dumps(searcher.state_dict())))
+  for s in (searcher, restored):
+    assert configs(s.ask(5)) == grid[:3] + grid[5:]  # skipped ones first, taken ones never
+    assert s.finished and s.ask(1) == [] and "taken" not in s.core_state()
+  searcher = GridSearch().build(space, AUC)
+  assert configs(searcher.ask(9, fixed={"n": 1})) == [grid[1], grid[4]]
+  assert searcher.ask(1, fixed={"n": 1}) == [] and not searcher.finished
+
+
+def test_qmc_fixed_asks_keep_the_free_coordinates_of_the_sequence(model_space):
+  fixed = {"model": "deepfm", "width": 32}
+  free = QuasiRandomSearch(seed=3).build(model_space, AUC)
+  held = QuasiRandomSearch(seed=3).build(model_space, AUC)
+  batch = held.ask(8, fixed=fixed)
+  points = [free._next_point() for _ in range(8)]  # pylint: disable=protected-access
+  dims = model_space.dims
+  for s, u in zip(batch, points):
+    model_space.validate(s.config)
+    assert s.config["model"] == "deepfm" and s.config["width"] == 32
+    for key in ("depth", "lr", "dropout"):
+      assert s.config[key] == model_space[key].from_unit(u[dims.index(key)]), key
+  assert held.core_state()["position"] == 8

@@ -211,3 +211,42 @@ def test_optuna_suggest_only_active_params():
     assert set(space.optuna_distributions(config)) == set(trial.params)
     study.tell(trial, 0.0)
   assert seen > 30
+
+
+def test_fixing_holds_keys_and_keeps_conditions_and_clauses(model_space):
+  fixed = model_space.fixing({"model": np.str_("deepfm"), "depth": np.int64(2)})
+  assert fixed["model"] == Fixed("deepfm") and fixed["depth"] == Fixed(2)
+  assert fixed.dims == ("width", "lr", "dropout")  # the free keys, in the same order
+  assert fixed.conditions == model_space.conditions and fixed.forbidden == model_space.forbidden
+  rng = np.random.default_rng(0)
+  for _ in range(20):
+    config = fixed.sample(rng)
+    assert config["model"] == "deepfm" and config["depth"] == 2
+    assert model_space.validate(config) == fixed.validate(config)
+  # Fixing a parent switches its children off: fixed children then just stay absent.
+  fm = model_space.fixing({"model": "fm", "depth": 3})
+  assert all(set(fm.sample(rng)) == {"model", "lr", "dropout"} for _ in range(5))
+  assert model_space.fixing({}) == model_space
+
+
+@pytest.mark.parametrize("values, fragment", [
+    ({"modle": "fm"}, "'modle': not a parameter"),
+    ({"model": "xgb"}, "'model': value 'xgb' is outside"),
+    ({"depth": 4}, "'depth': value 4 is outside"),
+    ({"depth": 2.0}, "'depth': value 2.0 is outside"),
+    ({"lr": 0.5}, "'lr': value 0.5 is outside"),
+    ({"lr": float("nan")}, "'lr'.*not finite"),
+    ({"model": "dcnv2", "depth": 3}, "every config matches forbidden clause"),
+])
+def test_fixing_errors_name_the_key(model_space, values, fragment):
+  with pytest.raises(SpaceError, match=fragment):
+    model_space.fixing(values)
+
+
+def test_a_clause_on_a_free_parent_does_not_block_fixing(model_space):
+  # depth=3 is forbidden only with dcnv2; with the model free, fixing depth=3 is fine.
+  fixed = model_space.fixing({"depth": 3})
+  rng = np.random.default_rng(1)
+  configs = [fixed.sample(rng) for _ in range(30)]
+  assert {c["model"] for c in configs} == {"fm", "deepfm"}
+  assert all(c.get("depth", 3) == 3 for c in configs)

@@ -9,6 +9,7 @@ from experiments.configs import ctr as ctr_config
 from sfjax.ctr_search import arch as arch_lib
 from sfjax.ctr_search import cohort
 from sfjax.ctr_search import trial_data
+from sfjax.ctr_search import trial_program
 
 STEPS = 12
 
@@ -171,3 +172,27 @@ def test_cost_metrics_flops_and_latency(data, arch):
   result = runner.run(arch, HPARAMS[:1], SEEDS[:1], [0], 2, [None])[0]
   assert result.metrics["latency_ms"] == costs["latency_ms"]
   assert result.metrics["flops"] == flops[arch]
+
+
+def test_compact_rows_train_the_same_trial_as_the_full_table(data, arch):
+  tasks = [trial_data.CTRTask(data.task.data, batch_size=128, eval_rows=1500,
+                              steps_per_budget_unit=STEPS, eval_batch_size=512, max_steps=STEPS,
+                              compact_rows=compact) for compact in (False, True)]
+  full, compact = [trial_data.TrialData(t, data.dataset) for t in tasks]
+  hparams = HPARAMS[1]
+  init = jax.device_get(trial_program.init_trial_state(
+      arch, data.spec, arch_lib.resolve_hparams(hparams), jax.random.key(5)))
+  ids = compact.row_ids
+  compact_init = init._replace(table=jax.tree.map(lambda x: x[ids], init.table))
+  a = cohort.CohortRunner(full.task, cohort_width=1, data=full).run(
+      arch, [hparams], [5], [0], STEPS, [init])[0]
+  b = cohort.CohortRunner(compact.task, cohort_width=1, data=compact).run(
+      arch, [hparams], [5], [0], STEPS, [compact_init])[0]
+  for key in ("auc", "logloss", "train_loss", "test_auc", "steps"):
+    assert abs(a.metrics[key] - b.metrics[key]) < 1e-5, key
+  assert b.state.table.values.shape[0] == compact.num_rows < full.num_rows
+  chex.assert_trees_all_close(b.state.table, jax.tree.map(lambda x: x[ids], a.state.table),
+                              atol=1e-6)
+  chex.assert_trees_all_close(b.state.params, a.state.params, atol=1e-6)
+  untouched = np.setdiff1d(np.arange(full.num_rows), ids)
+  np.testing.assert_array_equal(a.state.table.values[untouched], init.table.values[untouched])

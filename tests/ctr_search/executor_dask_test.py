@@ -96,9 +96,11 @@ def test_killed_worker_mid_task_is_resubmitted_with_the_same_results(cluster, ta
 
 @pytest.mark.timeout(240)
 def test_search_on_the_cluster_matches_the_local_executor(cluster, tmp_path):
-  local = search_loop.run_search(tiny_config(), str(tmp_path / "local"), SPACE)
-  remote = search_loop.run_search(tiny_config(executor="dask", dask_address=cluster.address),
-                                  str(tmp_path / "dask"), SPACE)
+  # Free asking (no bucket-filled rounds), so a round holds two families: two jobs at once.
+  local = search_loop.run_search(tiny_config(fill_cohorts=False), str(tmp_path / "local"), SPACE)
+  remote = search_loop.run_search(
+      tiny_config(executor="dask", dask_address=cluster.address, fill_cohorts=False),
+      str(tmp_path / "dask"), SPACE)
   assert local["num_trials_done"] == remote["num_trials_done"] == 4
   trials = {}
   for name in ("local", "dask"):

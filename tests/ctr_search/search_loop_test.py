@@ -314,17 +314,17 @@ def test_state_files_round_trip_and_reject_other_archs(tmp_path, runner):
   path = trial_states.state_path(str(tmp_path), 7)
   trial_states.save_state(path, result.state)
   assert os.listdir(tmp_path) == ["7.npz"]  # no temporary file left behind
-  loaded = trial_states.load_state(path, trial_states.state_template(arch, runner.spec))
+  loaded = trial_states.load_state(path, runner.state_template(arch))
   assert jax.tree.structure(loaded) == jax.tree.structure(result.state)
   for a, b in zip(jax.tree.leaves(loaded), jax.tree.leaves(result.state)):
     np.testing.assert_array_equal(a, b)
   other, _ = split_config({"model.name": "fm", "model.embed_dim": 8})
   with pytest.raises(trial_states.StateFileError, match="7.npz"):
-    trial_states.load_state(path, trial_states.state_template(other, runner.spec))
+    trial_states.load_state(path, runner.state_template(other))
   with open(path, "wb") as f:
     f.write(b"torn")
   with pytest.raises(trial_states.StateFileError, match="unreadable"):
-    trial_states.load_state(path, trial_states.state_template(arch, runner.spec))
+    trial_states.load_state(path, runner.state_template(arch))
   assert math.isfinite(result.metrics["auc"])
 
 
@@ -373,3 +373,20 @@ def test_multi_objective_search_with_a_flops_quota(tmp_path, runner, capsys):
   assert summary["pareto_front"] == best["pareto_front"] == front
   assert summary["best_metrics"]["auc"] == max(t["metrics"]["auc"] for t in done)
   assert "[pareto]" in capsys.readouterr().err
+
+
+def test_architecture_aware_rounds_fill_cohorts_on_the_joint_space(tmp_path):
+  # The default joint space's families (MLP, cross network, DLRM, ...); a round of 8 is
+  # asked inside the shape bucket of its first trial, so it trains as one padded program.
+  c = tiny_config("random", num_trials=8, cohort_width="8")
+  c.space.families = search_ctr.get_config().space.families
+  c.space.mlp_widths = "8,16"
+  c.study.max_budget = 1.0
+  assert c.study.fill_cohorts
+  wide = CohortRunner(search_config.make_task(c), cohort_width=8)
+  summary = search_loop.run_search(c, str(tmp_path), SPACE, runner=wide)
+  assert summary["num_trials_done"] == 8 and summary["num_failed"] == 0
+  assert summary["mean_cohort_width"] == 8
+  trials = read_jsonl(os.path.join(tmp_path, "trials.jsonl"))
+  archs = [split_config(SPACE.runner_config(Config(t["config"])))[0] for t in trials]
+  assert len({search_loop.padded.bucket_key(a) for a in archs}) == 1

@@ -117,3 +117,33 @@ def test_eval_stack_of_a_smaller_split_keeps_all_of_it():
                             eval_batch_size=128)
   data = trial_data.TrialData(task)
   assert data.num_eval_examples == 200 and data.eval_mask.shape == (256,)
+
+
+def test_compact_rows_renumber_into_the_touched_rows(dataset):
+  full = trial_data.TrialData(_task(max_steps=5), dataset)
+  compact = trial_data.TrialData(_task(max_steps=5, compact_rows=True), dataset)
+  assert full.row_ids is None and full.num_rows == full.full_rows == dataset.spec.total_rows
+  u, v = compact.num_rows, compact.full_rows
+  assert v == full.num_rows and 0 < u < v
+  assert np.all(np.diff(compact.row_ids) > 0) and compact.row_ids[-1] < v
+  for got, want in ((compact.train_steps(0, 5), full.train_steps(0, 5)),
+                    (compact.eval_batches, full.eval_batches)):
+    got_rows, want_rows = np.asarray(got.rows), np.asarray(want.rows)
+    real = want_rows < v
+    np.testing.assert_array_equal(got_rows == u, ~real)  # padding -> the new padding row U
+    np.testing.assert_array_equal(compact.row_ids[got_rows[real]], want_rows[real])
+    chex.assert_trees_all_equal(got._replace(rows=0), want._replace(rows=0))
+  # every touched row is some batch's: U is exactly the union
+  touched = np.concatenate([np.asarray(full.train_steps(0, 5).rows).ravel(),
+                            np.asarray(full.eval_batches.rows).ravel()])
+  np.testing.assert_array_equal(np.unique(touched[touched < v]), compact.row_ids)
+
+
+def test_compact_rows_need_fixed_steps_and_refuse_more(dataset):
+  with pytest.raises(ValueError, match=r"CTRTask\.compact_rows needs max_steps"):
+    _task(compact_rows=True)
+  with pytest.raises(ValueError, match=r"CTRTask\.compact_rows must be True or False"):
+    _task(max_steps=2, compact_rows=1)
+  compact = trial_data.TrialData(_task(max_steps=2, compact_rows=True), dataset)
+  with pytest.raises(ValueError, match="max_steps=2"):
+    compact.train_steps(0, 3)

@@ -9,7 +9,7 @@ from sfjax.automl.algorithms.base import (
     TrialStatus,
 )
 from sfjax.automl.algorithms.bohb import BOHB
-from sfjax.automl.algorithms.evolution import RegularizedEvolution, mutate
+from sfjax.automl.algorithms.evolution import RegularizedEvolution, mutate, project
 from sfjax.automl.algorithms.hyperband import (
     ASHA,
     Hyperband,
@@ -47,6 +47,6 @@ __all__ = [
     "QuasiRandomSearch", "RandomSearch", "RegularizedEvolution", "Searcher",
     "SuccessiveHalving", "Suggestion", "TPE", "TrialResult", "TrialStatus",
     "algorithm_from_dict", "all_objectives", "directions_of", "hyperband_brackets", "mutate",
-    "pbt_exploit_explore",
+    "pbt_exploit_explore", "project",
     "rung_budgets",
 ]

@@ -11,6 +11,14 @@ State is `{'core': small JSON, 'history': told results, 'pending': asked but not
 told}`. Everything else a searcher knows (a population, rung tables, an Optuna
 study) is rebuilt from history and pending, so a study journal can store the
 history once, as events, plus the small core after each event.
+
+Architecture-aware asking: `ask(n, fixed={'model.name': 'deepfm', ...})` proposes
+new configs from `space.fixing(fixed)` (every fixed key that is active holds its
+value), so a cohort of vmapped trials can be filled with one shape bucket. Each
+algorithm says in its docstring how it honours `fixed`; promotions and other
+resumed suggestions (`resume_from` set) keep their configs. Asking with `fixed`
+changes no state beyond what the same free ask would (grid search also records
+the grid points it handed out of order).
 """
 
 from __future__ import annotations
@@ -173,15 +181,40 @@ class Searcher(abc.ABC):
     self._next_trial_id = 0
     self._history: list[TrialResult] = []
     self._pending: dict[int, Suggestion] = {}
+    self._ask_fixed: dict[str, Any] = {}
+    self._ask_space: Space | None = None
 
   # ---- the interface ---------------------------------------------------
-  def ask(self, n: int) -> list[Suggestion]:
+  def ask(self, n: int, fixed: Mapping[str, Any] | None = None) -> list[Suggestion]:
     """Up to `n` new suggestions (fewer when the algorithm waits for results or is
-    finished; an empty list with pending trials means 'tell me results first')."""
+    finished; an empty list with pending trials means 'tell me results first').
+
+    Args:
+      n: the most suggestions wanted.
+      fixed: key -> value every NEW config holds wherever that key is active (a
+        shape bucket: the configs of a cohort then share one compiled program).
+        Promotions / resumed suggestions (`resume_from` set) come as they are.
+        None or {} asks freely, exactly as without it.
+
+    Raises:
+      ValueError: n < 0, or (a `SpaceError`) naming a fixed key that is not a
+        parameter of the space or whose value is outside its domain.
+    """
     if n < 0:
       raise ValueError(f"ask(n): n must be >= 0, got {n}")
-    suggestions = self._propose(n) if n else []
+    fixed = dict(fixed or {})
+    space = self.space.fixing(fixed) if fixed else None
+    if fixed:
+      fixed = {k: space[k].value for k in fixed}  # plain scalars (numpy ones converted)
+    self._ask_fixed, self._ask_space = fixed, space
+    try:
+      suggestions = self._propose(n) if n else []
+    finally:
+      self._ask_fixed, self._ask_space = {}, None
     for s in suggestions:
+      if s.resume_from is None and not s.config.agrees(fixed):  # a bug of the algorithm
+        raise RuntimeError(f"{self.spec.name}: trial {s.trial_id}'s config {s.config} "
+                           f"breaks the fixed keys {fixed}")
       self._pending[s.trial_id] = s
     return suggestions
 
@@ -272,7 +305,21 @@ class Searcher(abc.ABC):
   # ---- for subclasses --------------------------------------------------
   @abc.abstractmethod
   def _propose(self, n: int) -> list[Suggestion]:
-    """Up to `n` suggestions (n >= 1); trial ids come from `_new_suggestion`."""
+    """Up to `n` suggestions (n >= 1); trial ids come from `_new_suggestion`.
+
+    New configs come from `sampling_space` and agree with `ask_fixed`.
+    """
+
+  @property
+  def sampling_space(self) -> Space:
+    """The space new configs come from: `space.fixing(fixed)` during a fixed ask,
+    else `space`."""
+    return self._ask_space if self._ask_space is not None else self.space
+
+  @property
+  def ask_fixed(self) -> dict[str, Any]:
+    """The fixed keys of the ask in progress (empty for a free ask)."""
+    return dict(self._ask_fixed)
 
   def _new_suggestion(self, config: Config, **fields) -> Suggestion:
     suggestion = Suggestion(self._next_trial_id, config, **fields)

@@ -12,6 +12,10 @@ The model is rebuilt at each ask from the searcher's history (as `optuna_search`
 does), with configs already proposed in the same ask and pending trials of that
 budget shown as RUNNING (constant liar), so a restored searcher asks what the
 original would have.
+
+`ask(n, fixed)`: random new configs sample `space.fixing(fixed)`; model-based ones
+come from TPE fitted on the model budget's results (all of them) with the fixed
+keys held (`optuna_search.hold_fixed`); promotions keep their configs.
 """
 
 from __future__ import annotations
@@ -71,19 +75,21 @@ class BOHBSearcher(BracketSearcher):
   def _new_configs(self, count: int, asked: list) -> list:
     budget = self.model_budget()
     out = []
+    space = self.sampling_space
     if budget is None:
-      return [self.space.sample(self._rng) for _ in range(count)]
+      return [space.sample(self._rng) for _ in range(count)]
     results = [r for r in self._history if r.suggestion.budget == budget]
     pending = [s.config for s in self._pending.values() if s.budget == budget] + list(asked)
     with optuna_search.quiet_optuna() as optuna:
       study = None
       for _ in range(count):
         if self._rng.random() < self.spec.random_fraction:
-          out.append(self.space.sample(self._rng))
+          out.append(space.sample(self._rng))
           continue
         if study is None:
           sampler = self.spec.make_sampler(int(self._rng.integers(2**31 - 1)))
           study = optuna_search.rebuilt_study(optuna, self.space, self.objective, sampler,
                                               results, pending)
-        out.append(optuna_search.ask_config(optuna, study, self.space, self._rng))
+          optuna_search.hold_fixed(optuna, study, self.space, self.ask_fixed)
+        out.append(optuna_search.ask_config(optuna, study, self.space, self._rng, space))
     return out

@@ -7,6 +7,13 @@ that each child is a one-parameter mutation of the best of a tournament of
 `sample_size` members drawn from the population. A batch of `n` children comes
 from the same population (the asynchronous variant of the paper, with the batch
 as the set of busy workers).
+
+`ask(n, fixed)` keeps children in the bucket of `space.fixing(fixed)`: random
+suggestions sample the fixing; a tournament draws from the population members
+that agree with `fixed` when any do (their one-parameter mutation changes only
+free keys), otherwise from the whole population, and the winner's child is its
+projection onto the bucket (`project`: fixed keys set, the keys that stay active
+keep their values, newly active ones drawn at random).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from typing import ClassVar
 import numpy as np
 
 from sfjax.automl.algorithms.base import AlgorithmSpec, Objective, Searcher
-from sfjax.automl.space import Categorical, Config, ConfigError, Int, Space
+from sfjax.automl.space import Categorical, Config, ConfigError, ForbiddenConfigError, Int, Space
 
 _MUTATION_TRIES = 20
 
@@ -86,6 +93,29 @@ def mutate(space: Space, config: Config, rng: np.random.Generator, scale: float)
   return space.sample(rng)
 
 
+def project(space: Space, config: Config, rng: np.random.Generator) -> Config:
+  """`config` moved into `space` (a `fixing` of its space): the nearest config there.
+
+  Fixed keys take their fixed values; every other key active in both keeps its
+  exact value; keys the move activates get uniform random values (drawn again
+  while the result hits a forbidden clause). Falls back to a random sample of
+  `space` when every draw does.
+  """
+  kept = [(i, space[key].to_unit(config[key])) for i, key in enumerate(space.dims)
+          if key in config]
+  for _ in range(_MUTATION_TRIES):
+    u = rng.random(space.num_dims)
+    for i, value in kept:
+      u[i] = value
+    try:
+      decoded = space.decode(u)
+      return space.validate(Config({k: config[k] if k in config and k in space.dims else x
+                                    for k, x in decoded.items()}))
+    except ForbiddenConfigError:
+      continue
+  return space.sample(rng)
+
+
 def _can_change(param) -> bool:
   if isinstance(param, Categorical):
     return len(param.choices) > 1
@@ -105,17 +135,23 @@ class _EvolutionSearcher(Searcher):
     return self._done()[-self.spec.population_size:]
 
   def _propose(self, n):
+    space, fixed = self.sampling_space, self.ask_fixed
     population = self.population()
+    bucket = [r for r in population if r.suggestion.config.agrees(fixed)] if fixed else population
     out = []
     for _ in range(n):
       if self._random_issued < self.spec.population_size or not population:
         self._random_issued += 1
-        out.append(self._new_suggestion(self.space.sample(self._rng)))
+        out.append(self._new_suggestion(space.sample(self._rng)))
         continue
-      size = min(self.spec.sample_size, len(population))
-      contenders = self._rng.choice(len(population), size=size, replace=False)
-      parent = min((population[i] for i in contenders), key=lambda r: (r.loss, r.trial_id))
-      child = mutate(self.space, parent.suggestion.config, self._rng, self.spec.mutation_scale)
+      pool = bucket or population
+      size = min(self.spec.sample_size, len(pool))
+      contenders = self._rng.choice(len(pool), size=size, replace=False)
+      parent = min((pool[i] for i in contenders), key=lambda r: (r.loss, r.trial_id))
+      if bucket is pool:
+        child = mutate(space, parent.suggestion.config, self._rng, self.spec.mutation_scale)
+      else:  # no member in the bucket: moving the winner into it is the mutation
+        child = project(space, parent.suggestion.config, self._rng)
       out.append(self._new_suggestion(child, parent_trial_id=parent.trial_id))
     return out
 

@@ -18,6 +18,10 @@ so the runner continues from that trial's saved state.
 
 Failed / pruned trials rank last; rejected ones (quota filters) do not count and
 are replaced. All rung tables are rebuilt from history + pending at each ask.
+
+`ask(n, fixed)`: new configs (a bracket's first rung, ASHA's rung 0) are sampled
+from `space.fixing(fixed)`; promotions keep their configs (they resume a trial),
+so a fixed batch may hold promotions of other buckets, as a free one does.
 """
 
 from __future__ import annotations
@@ -131,12 +135,13 @@ class BracketSearcher(Searcher):
     self._brackets = [[(n, b, budgets.index(b)) for n, b in schedule] for schedule in brackets]
 
   def _new_configs(self, count: int, asked: list) -> list:
-    """`count` fresh configs for a bracket's first rung (Hyperband: random samples).
+    """`count` fresh configs for a bracket's first rung (Hyperband: random samples
+    of `sampling_space`, the fixing during a fixed ask).
 
     `asked` holds the configs proposed earlier in the same ask (not yet pending).
     """
     del asked
-    return [self.space.sample(self._rng) for _ in range(count)]
+    return [self.sampling_space.sample(self._rng) for _ in range(count)]
 
   @property
   def brackets(self) -> list[list[tuple[int, float]]]:
@@ -224,7 +229,7 @@ class _AshaSearcher(Searcher):
     out = []
     for _ in range(n):
       out.append(self._promotion(told, promoted) or self._new_suggestion(
-          self.space.sample(self._rng), budget=self.budgets[0], rung=0))
+          self.sampling_space.sample(self._rng), budget=self.budgets[0], rung=0))
     return out
 
   def _promotion(self, told, promoted):

@@ -20,6 +20,12 @@ onto the rebuilt trials; Optuna recomputes the parent populations (elite
 selection by non-dominated rank and crowding distance) from them.
 
 A DONE trial needs every objective metric; a NaN in any of them makes it FAILED.
+
+`ask(n, fixed)`: the study is rebuilt from the whole history as for a free ask and
+asked through Optuna's `PartialFixedSampler` (`optuna_search.hold_fixed`): NSGA-II
+draws parents from the whole population and crosses / mutates only the free keys,
+MOTPE fits on every trial and samples only the free keys; the generations are
+still read from the NSGA-II sampler itself.
 """
 
 from __future__ import annotations
@@ -218,8 +224,10 @@ class MultiObjectiveSearcher(Searcher):
       study = rebuilt_multi_objective_study(optuna, self.space, self.objectives, sampler,
                                             self._history, list(self._pending.values()),
                                             self.generation)
+      optuna_search.hold_fixed(optuna, study, self.space, self.ask_fixed)
       for _ in range(n):
-        config = optuna_search.ask_config(optuna, study, self.space, self._rng)
+        config = optuna_search.ask_config(optuna, study, self.space, self._rng,
+                                          self.sampling_space)
         suggestion = self._new_suggestion(config)
         if hasattr(sampler, "get_trial_generation"):  # NSGA-II: keep the trial's generation
           trial = study.get_trials(deepcopy=False)[-1]

@@ -17,6 +17,13 @@ proposing rejected configs (89% of asks on a toy study). Failed and pruned trial
 are replayed as FAIL, which the samplers ignore, as Optuna does (as PRUNED without
 intermediate values, TPE could count them in its 'good' group).
 
+`ask(n, fixed)` (architecture-aware asking): the study is rebuilt from the whole
+history as for a free ask, and its sampler wrapped in Optuna's
+`PartialFixedSampler`: the model (TPE's Parzen estimators, the GP) is fitted on
+every past trial, the fixed keys are left out of the relative (multivariate)
+search space and answer their fixed value when suggested, and only the free keys
+are sampled. The forbidden-clause fallback samples `space.fixing(fixed)`.
+
 Optuna is imported on first use: importing `sfjax.automl` stays light.
 """
 
@@ -136,11 +143,51 @@ def rebuilt_study(optuna, space: Space, objective: Objective, sampler, results, 
   return study
 
 
-def ask_config(optuna, study, space: Space, rng):
+def hold_fixed(optuna, study, space: Space, fixed) -> None:
+  """Makes `study` ask with the keys of `fixed` held at their values.
+
+  Wraps the study's sampler in `optuna.samplers.PartialFixedSampler` (a subclass:
+  see `_held_sampler_class`; nothing to do for a free ask): the sampler still sees
+  every trial of the study, but samples only the keys not in `fixed`.
+
+  Args:
+    optuna: the imported module (inside `quiet_optuna()`).
+    study: a study from `rebuilt_study` (or the multi-objective one).
+    space: the (unfixed) search space; its `Fixed` keys are never suggested.
+    fixed: key -> value, already checked by `space.fixing`.
+  """
+  values = {k: v for k, v in fixed.items() if k in space.dims}
+  if values:
+    study.sampler = _held_sampler_class(optuna)(values, study.sampler)
+
+
+def _held_sampler_class(optuna):
+  """`PartialFixedSampler` that also drops held keys from relative samples.
+
+  TPE with `group=True` samples every group it infers from the trials, ignoring the
+  search space it is given, so the plain wrapper lets a held key through as a
+  relative parameter (Optuna then raises 'sampled by `sample_relative` method but
+  it is not contained in the relative search space'). The held key is dropped
+  here: the free keys come from the joint model, marginalised over the held ones.
+  """
+
+  class HeldSampler(optuna.samplers.PartialFixedSampler):
+    """Optuna's `PartialFixedSampler` whose relative samples leave the held keys out."""
+
+    def sample_relative(self, study, trial, search_space):
+      """The base sampler's relative sample without the held keys."""
+      params = super().sample_relative(study, trial, search_space)
+      return {k: v for k, v in params.items() if k not in self._fixed_params}
+
+  return HeldSampler
+
+
+def ask_config(optuna, study, space: Space, rng, fallback: Space | None = None):
   """One config from the study's sampler; it stays RUNNING in `study` (the liar sees it).
 
   A suggestion that hits a forbidden clause is told as FAIL and asked again; after
-  `_FORBIDDEN_TRIES` in a row a random allowed config (from `rng`) is used instead.
+  `_FORBIDDEN_TRIES` in a row a random allowed config (from `rng`) of `fallback`
+  (default `space`; a fixed ask passes its `space.fixing`) is used instead.
   """
   for _ in range(_FORBIDDEN_TRIES):
     trial = study.ask()
@@ -149,7 +196,7 @@ def ask_config(optuna, study, space: Space, rng):
     except ForbiddenConfigError:
       study.tell(trial, state=optuna.trial.TrialState.FAIL)
   # The sampler ignores FAIL trials, so it may keep proposing forbidden values.
-  config = space.sample(rng)
+  config = (fallback or space).sample(rng)
   study.add_trial(optuna.trial.create_trial(
       params=space.optuna_params(config), distributions=space.optuna_distributions(config),
       state=optuna.trial.TrialState.RUNNING))
@@ -158,12 +205,18 @@ def ask_config(optuna, study, space: Space, rng):
 
 
 class OptunaSearcher(Searcher):
-  """Searcher driving an Optuna sampler through `study.ask()` / `space.suggest`."""
+  """Searcher driving an Optuna sampler through `study.ask()` / `space.suggest`.
+
+  `ask(n, fixed)` fits the sampler on the whole history and samples only the free
+  keys (`hold_fixed`).
+  """
 
   def _propose(self, n):
     with quiet_optuna() as optuna:
       sampler = self.spec.make_sampler(int(self._rng.integers(2**31 - 1)))
       study = rebuilt_study(optuna, self.space, self.objective, sampler, self._history,
                             [s.config for s in self._pending.values()])
-      return [self._new_suggestion(ask_config(optuna, study, self.space, self._rng))
+      hold_fixed(optuna, study, self.space, self.ask_fixed)
+      return [self._new_suggestion(ask_config(optuna, study, self.space, self._rng,
+                                              self.sampling_space))
               for _ in range(n)]

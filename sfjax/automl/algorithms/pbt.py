@@ -27,6 +27,12 @@ class PBT(AlgorithmSpec):
   trains the population as one batch (`population_based`), calling
   `pbt_exploit_explore` every `pbt_interval` budget units, and tells each
   member's final result.
+
+  `ask(n, fixed)` draws the initial configs from `space.fixing(fixed)` (as random
+  search does), so a whole population can share one bucket. Exploit / explore
+  never leaves it: exploit copies members of the same population and explore
+  perturbs only the Int / Float hyperparameters the runner passes to
+  `pbt_exploit_explore`, so keep bucket keys out of those.
   """
 
   name: ClassVar[str] = "pbt"

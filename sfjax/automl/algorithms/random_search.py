@@ -1,4 +1,10 @@
-"""Model-free searches: random, grid and quasi-random (Sobol / Halton) over a space."""
+"""Model-free searches: random, grid and quasi-random (Sobol / Halton) over a space.
+
+With `ask(n, fixed)`: random samples `space.fixing(fixed)`; grid hands out the
+next grid points that agree with `fixed` (skipped ones stay for later asks);
+quasi-random decodes the next points' free coordinates in the fixing (the
+projection of a low-discrepancy sequence onto some coordinates is one too).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +20,10 @@ from sfjax.automl.space import ForbiddenConfigError, Space, SpaceError
 
 @dataclasses.dataclass(frozen=True)
 class RandomSearch(AlgorithmSpec):
-  """Independent uniform samples (log-uniform for log parameters)."""
+  """Independent uniform samples (log-uniform for log parameters).
+
+  `ask(n, fixed)` samples `space.fixing(fixed)`: the free keys are uniform as ever.
+  """
 
   name: ClassVar[str] = "random"
   seed: int = 0
@@ -27,12 +36,18 @@ class RandomSearcher(Searcher):
   """Independent samples of the space (random search; PBT's initial populations)."""
 
   def _propose(self, n):
-    return [self._new_suggestion(self.space.sample(self._rng)) for _ in range(n)]
+    space = self.sampling_space
+    return [self._new_suggestion(space.sample(self._rng)) for _ in range(n)]
 
 
 @dataclasses.dataclass(frozen=True)
 class GridSearch(AlgorithmSpec):
-  """Every config of `space.grid(...)`, in order (or shuffled by `seed`), then finished."""
+  """Every config of `space.grid(...)`, in order (or shuffled by `seed`), then finished.
+
+  `ask(n, fixed)` hands out the next grid points (in that order) that agree with
+  `fixed`, fewer or none when the rest of the grid has fewer (a value off the grid
+  matches nothing); the points it passes over stay for later asks.
+  """
 
   name: ClassVar[str] = "grid"
   num_points_per_float: int = 3
@@ -52,7 +67,8 @@ class _GridSearcher(Searcher):
     if spec.shuffle:
       grid = [grid[i] for i in np.random.default_rng(spec.seed).permutation(len(grid))]
     self._grid = grid
-    self._position = 0
+    self._position = 0  # every point before it was handed out
+    self._taken: set[int] = set()  # points after it handed out by fixed asks
 
   @property
   def size(self) -> int:
@@ -64,15 +80,28 @@ class _GridSearcher(Searcher):
     return self._position >= len(self._grid)
 
   def _propose(self, n):
-    batch = self._grid[self._position:self._position + n]
-    self._position += len(batch)
-    return [self._new_suggestion(c) for c in batch]
+    fixed = self.ask_fixed
+    chosen = []
+    for i in range(self._position, len(self._grid)):
+      if len(chosen) == n:
+        break
+      if i not in self._taken and self._grid[i].agrees(fixed):
+        chosen.append(i)
+    self._taken.update(chosen)
+    while self._position in self._taken:
+      self._taken.remove(self._position)
+      self._position += 1
+    return [self._new_suggestion(self._grid[i]) for i in chosen]
 
   def _extra_core(self):
-    return {"position": self._position}
+    core = {"position": self._position}
+    if self._taken:
+      core["taken"] = sorted(self._taken)
+    return core
 
   def _load_extra_core(self, core):
     self._position = int(core["position"])
+    self._taken = {int(i) for i in core.get("taken", ())}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +109,9 @@ class QuasiRandomSearch(AlgorithmSpec):
   """Low-discrepancy points of the unit cube (scrambled Sobol or Halton), decoded.
 
   Points that decode to a forbidden config are skipped; the sequence position is
-  the state.
+  the state. `ask(n, fixed)` decodes the free coordinates of the next points in
+  `space.fixing(fixed)` (the fixed keys' coordinates are dropped), so the free keys
+  still follow the low-discrepancy sequence.
   """
 
   name: ClassVar[str] = "qmc"
@@ -121,15 +152,17 @@ class _QuasiRandomSearcher(Searcher):
       return self._engine.random(1)[0]
 
   def _propose(self, n):
+    space = self.sampling_space
+    free = [i for i, key in enumerate(self.space.dims) if key in space.dims]
     out, skips = [], 0
     while len(out) < n:
       try:
-        out.append(self._new_suggestion(self.space.decode(self._next_point())))
+        out.append(self._new_suggestion(space.decode(self._next_point()[free])))
       except ForbiddenConfigError:
         skips += 1
         if skips > self.spec.max_skips:
           raise SpaceError(f"quasi-random search skipped {skips} forbidden points in a row; "
-                           f"clauses: {list(self.space.forbidden)}") from None
+                           f"clauses: {list(space.forbidden)}") from None
     return out
 
   def _extra_core(self):

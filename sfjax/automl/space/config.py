@@ -146,6 +146,15 @@ class Config(Mapping[str, Scalar]):
       node[leaf] = value
     return nested
 
+  def agrees(self, values: Mapping[str, Any]) -> bool:
+    """Whether every key of `values` present in this config holds the same value.
+
+    Keys absent here (inactive parameters) do not count: the test of a config
+    against the fixed keys of an architecture-aware ask (`Space.fixing`).
+    """
+    return all(same_value(self._dict[k], as_scalar(k, v)) for k, v in values.items()
+               if k in self._dict)
+
   def section(self, prefix: str) -> dict[str, Scalar]:
     """Values under `prefix`, keyed relative to it: what a sub-module is built from."""
     head = prefix + "."

@@ -24,8 +24,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from sfjax.automl.space.conditions import Condition, Forbidden, join_key
-from sfjax.automl.space.config import Config, ConfigError, ForbiddenConfigError, Scalar
-from sfjax.automl.space.params import Param, SpaceError, param_from_dict
+from sfjax.automl.space.config import Config, ConfigError, ForbiddenConfigError, Scalar, as_scalar
+from sfjax.automl.space.params import Fixed, Param, SpaceError, param_from_dict
 
 # Unit-cube value of the dimension of an inactive parameter (`Space.encode`).
 INACTIVE_VALUE = 0.5
@@ -40,6 +40,9 @@ class Space:
     params: dotted key -> parameter, in dimension order.
     conditions: `Condition`s; several on one child must all hold.
     forbidden: `Forbidden` clauses (a plain mapping is accepted for one clause).
+    domains: the parameters that condition and clause values are checked against
+      (default: `params`); `fixing` passes the unfixed ones, so a condition on a
+      value other than the fixed one stays legal (it simply never holds).
 
   Raises:
     SpaceError: bad key, a key that is also a prefix of another key, a condition
@@ -48,8 +51,10 @@ class Space:
   """
 
   def __init__(self, params: Mapping[str, Param], conditions: Iterable[Condition] = (),
-               forbidden: Iterable[Forbidden | Mapping[str, Scalar]] = ()):
+               forbidden: Iterable[Forbidden | Mapping[str, Scalar]] = (),
+               domains: Mapping[str, Param] | None = None):
     self._params = dict(params)
+    self._domains = dict(domains) if domains is not None else self._params
     self._conditions = tuple(conditions)
     self._forbidden = tuple(f if isinstance(f, Forbidden) else Forbidden(f) for f in forbidden)
     self._check_keys()
@@ -79,14 +84,14 @@ class Space:
         if key not in self._params:
           raise SpaceError(f"condition {c!r}: unknown {role} key {key!r}")
       for v in c.values:
-        if not self._params[c.parent].contains(v):
+        if not self._domains[c.parent].contains(v):
           raise SpaceError(f"condition {c!r}: value {v!r} is outside {c.parent}'s domain "
-                           f"{self._params[c.parent]!r}")
+                           f"{self._domains[c.parent]!r}")
     for f in self._forbidden:
       for key, v in f.pairs:
         if key not in self._params:
           raise SpaceError(f"forbidden clause {f!r}: unknown key {key!r}")
-        if not self._params[key].contains(v):
+        if not self._domains[key].contains(v):
           raise SpaceError(f"forbidden clause {f!r}: value {v!r} is outside {key}'s domain")
 
   def _topological_order(self) -> tuple[str, ...]:
@@ -228,6 +233,45 @@ class Space:
   def with_forbidden(self, *clauses: Forbidden | Mapping[str, Scalar]) -> Space:
     """This space plus forbidden `clauses`."""
     return Space(self._params, self._conditions, self._forbidden + tuple(clauses))
+
+  def fixing(self, values: Mapping[str, Any]) -> Space:
+    """The same space with each key of `values` replaced by `Fixed(value)`.
+
+    Conditions and forbidden clauses are kept, so a config of the fixing is a
+    config of this space whose active fixed keys hold their fixed values (a fixed
+    key whose parents switch it off is simply absent). What architecture-aware
+    asking samples from (`Searcher.ask(n, fixed)`). A fixing is for sampling:
+    compose / nest the full space first, then fix it (its conditions may name
+    values its fixed parents no longer take, which `Space(...)`, `compose` and
+    `from_dict` reject).
+
+    Raises:
+      SpaceError: naming the key that is not a parameter of this space, whose value
+        is outside the parameter's domain, or a forbidden clause that every config
+        of the fixing would match.
+    """
+    params = dict(self._params)
+    for key, value in values.items():
+      if key not in self._params:
+        raise SpaceError(f"fixing {key!r}: not a parameter of the space; known: "
+                         f"{sorted(self._params)}")
+      try:
+        value = as_scalar(key, value)
+      except ConfigError as e:
+        raise SpaceError(f"fixing {key!r}: {e.reason}") from None
+      if not self._params[key].contains(value):
+        raise SpaceError(f"fixing {key!r}: value {value!r} is outside {self._params[key]!r}")
+      params[key] = Fixed(value)
+    fixed = Space(params, self._conditions, self._forbidden, domains=self._domains)
+    certain = {}  # keys active in every config of the fixing, with their (fixed) values
+    for key in fixed._order:
+      if isinstance(params[key], Fixed) and all(c.parent in certain and c.holds(certain[c.parent])
+                                                for c in fixed._conds_of[key]):
+        certain[key] = params[key].value
+    clause = fixed.violated_clause(certain)
+    if clause is not None:
+      raise SpaceError(f"fixing {sorted(values)}: every config matches forbidden clause {clause!r}")
+    return fixed
 
   # ---- activity, validation --------------------------------------------
   def is_active(self, key: str, values: Mapping[str, Scalar]) -> bool:

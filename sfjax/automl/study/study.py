@@ -15,6 +15,10 @@ themselves, so the journal grows linearly. On reopen:
 
 Reopening with a different space, algorithm, objective or Pareto directions is an
 error (quota filters may change between runs: they only judge new hand-outs).
+
+`ask(n, fixed)` asks the algorithm for configs inside a bucket (`Searcher.ask`);
+the `ask` event records `fixed` (for audit only: replay rebuilds the searcher from
+its core state, so journals written before `fixed` existed replay as ever).
 """
 
 from __future__ import annotations
@@ -190,14 +194,29 @@ class Study:
     return t
 
   # ---- ask / tell ------------------------------------------------------
-  def ask(self, n: int) -> list[Suggestion]:
+  def ask(self, n: int, fixed: Mapping[str, Any] | None = None) -> list[Suggestion]:
     """Up to `n` trials to run: re-queued ones first, then new ones from the algorithm.
 
     Fresh configs failing a quota filter are recorded as rejected and replaced. An
     empty list means the algorithm is finished or waits for running trials.
+
+    Args:
+      n: the most trials wanted.
+      fixed: key -> value every new config holds where that key is active (see
+        `Searcher.ask`); only re-queued trials that agree with it are handed out
+        (the others wait for a later ask). Quota filters judge fixed asks too.
+
+    Raises:
+      ValueError: naming a fixed key outside the space or its domain.
+      StudyError: more than `max_rejections` quota rejections in this ask.
     """
     out, rejected = [], 0
-    requeued, self._queue = self._queue[:n], self._queue[n:]
+    fixed = dict(fixed or {})
+    if fixed:
+      space = self._searcher.space.fixing(fixed)  # checks the keys before anything is journaled
+      fixed = {k: space[k].value for k in fixed}
+    requeued = [i for i in self._queue if self._trials[i].config.agrees(fixed)][:n]
+    self._queue = [i for i in self._queue if i not in requeued]
     if requeued:
       now = time.time()
       self._journal.append({"event": "requeue", "time": now, "trial_ids": requeued})
@@ -206,12 +225,15 @@ class Study:
         self._trials[trial_id] = dataclasses.replace(t, started_at=now, attempts=t.attempts + 1)
       out += [s for s in (self._trials[i].suggestion for i in requeued) if self._admit(s)]
     while len(out) < n:
-      batch = self._searcher.ask(n - len(out))
+      batch = self._searcher.ask(n - len(out), fixed)
       if not batch:
         break
       now = time.time()
-      self._journal.append({"event": "ask", "time": now, "core": self._searcher.core_state(),
-                            "suggestions": [s.to_dict() for s in batch]})
+      event = {"event": "ask", "time": now, "core": self._searcher.core_state(),
+               "suggestions": [s.to_dict() for s in batch]}
+      if fixed:
+        event["fixed"] = fixed
+      self._journal.append(event)
       for s in batch:
         self._trials[s.trial_id] = TrialRecord(s, TrialStatus.RUNNING, {}, None, now, now,
                                                None, None, 1)
