@@ -1,6 +1,6 @@
 """The largest table a cohort of trials can search: full trial tables vs touched rows.
 
-  python -m experiments.bench_trial_tables [--trials=32 --scales=0.01,0.1,0.3,1,3 --out=t.json]
+  python -m experiments.bench_trial_tables [--trials=32 --scales=0.01,0.03,0.1,0.3,1,3 --out=t.json]
 
 Every trial of a cohort owns its table. With full tables (`CTRTask.compact_rows`
 False) a cohort of N trials holds N x V rows (values and optimizer slots); with
@@ -38,7 +38,7 @@ from sfjax.ctr_search import cohort
 from sfjax.ctr_search import trial_data
 
 _TRIALS = flags.DEFINE_integer("trials", 32, "Trials in the cohort.")
-_SCALES = flags.DEFINE_list("scales", ["0.01", "0.1", "0.3", "1", "3"],
+_SCALES = flags.DEFINE_list("scales", ["0.01", "0.03", "0.1", "0.3", "1", "3"],
                             "Synthetic cardinality scales (V grows with them).")
 _STEPS = flags.DEFINE_integer("steps", 20, "Train steps per trial.")
 _BATCH = flags.DEFINE_integer("batch_size", 128, "Examples per train step.")
