@@ -14,6 +14,8 @@ VEGA's CTR pipeline (arXiv 2011.01507) on `sfjax.automl.pipeline`:
   autogroup    (`pipeline_steps_structure`) AutoGroup on the task.
   fully_train  (`pipeline_steps_train`) the chosen config through the CTR trainer.
   baseline     (`pipeline_steps_train`) the unsearched default through the same recipe.
+  compress     (`pipeline_steps_compress`) Prune-EA (MLP neurons, embedding dims) of the
+               trained model an earlier step handed on.
 
 Shared blocks of the pipeline config: `seed` and `task` (the `CTRTask` every search
 trial trains on, as in `experiments/configs/search_ctr.py`). Searches select on the
@@ -35,6 +37,7 @@ import ml_collections
 from sfjax.automl.pipeline import StepContext, StepKind, StepOutput
 from sfjax.core import names
 from sfjax.core.errors import ConfigError
+from sfjax.ctr_search import pipeline_steps_compress
 from sfjax.ctr_search import pipeline_steps_structure, pipeline_steps_train
 from sfjax.ctr_search import search_config, search_loop
 from sfjax.ctr_search.space_provider import CTRSearchSpace
@@ -168,4 +171,5 @@ def ctr_step_kinds(spaces: Mapping[str, CTRSearchSpace]) -> dict[str, StepKind]:
   }
   kinds.update(pipeline_steps_train.train_step_kinds(spaces))
   kinds.update(pipeline_steps_structure.structure_step_kinds())
+  kinds.update(pipeline_steps_compress.compress_step_kinds())
   return kinds

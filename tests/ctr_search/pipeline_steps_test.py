@@ -37,7 +37,8 @@ def _config():
 
 def test_registry_has_every_ctr_step_kind():
   kinds = pipeline_steps.ctr_step_kinds({"ctr": SEARCH_SPACE})
-  assert set(kinds) == {"nas", "hpo", "autofis", "autogroup", "fully_train", "baseline"}
+  assert set(kinds) == {"nas", "hpo", "autofis", "autogroup", "fully_train", "baseline",
+                        "compress"}
   assert all(k.check is not None and k.description for k in kinds.values())
 
 
