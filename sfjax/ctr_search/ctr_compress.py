@@ -13,21 +13,22 @@ of Adam steps on the masked model (masks are traced arrays of one padded shape,
 so no candidate compiles its own program). The trained params and table are
 shared inputs; with `tune_table` every candidate tunes its own copy of the
 table ([P, V, E] in memory: for large tables tune only the dense params).
-Parents are the best of everything evaluated so far by (Pareto rank, valid AUC)
-(NSGA-II's elitism, without crowding), children their mutations; the result is
-every evaluated candidate, whose Pareto front `pareto_front` gives.
+The loop is `sfjax.automl.pareto_evolution.evolve` (parents: the best of
+everything evaluated so far by (Pareto rank, valid AUC), NSGA-II's elitism
+without crowding; children their mutations); `search` returns every evaluated
+candidate, whose front and pick `pareto_evolution.pareto_front` / `choose` give.
 """
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from sfjax.automl import pareto
+from sfjax.automl import pareto_evolution
 from sfjax.core import metrics as metrics_lib
 from sfjax.ctr_search import ctr_prune
 from sfjax.embedding import vsi
@@ -60,23 +61,6 @@ class CompressData(NamedTuple):
   train: Examples
   valid: Examples
   test: Examples
-
-
-class Candidate(NamedTuple):
-  """One evaluated genome.
-
-  Attributes:
-    genome: the `ctr_prune` genome as a tuple of ints.
-    size: exact parameters of its pruned model (`ctr_prune.pruned_size`).
-    bits: exact stored bits of it (`ctr_prune.pruned_bits`): the size objective.
-    valid_auc, test_auc: after its fine-tune.
-  """
-
-  genome: tuple[int, ...]
-  size: int
-  bits: int
-  valid_auc: float
-  test_auc: float
 
 
 def _real_rows(batches, field_offsets, limit: int | None) -> Examples:
@@ -239,66 +223,13 @@ def mutate(rng: np.random.Generator, spec: ctr_prune.PruneSpec, genome: np.ndarr
   return _fix_empty_layers(spec, genome, rng)
 
 
-def ranked(candidates: Sequence[Candidate]) -> list[Candidate]:
-  """Candidates by (Pareto front of (valid AUC up, bits down), valid AUC down, bits)."""
-  points = [[c.valid_auc, c.bits] for c in candidates]
-  rank = np.empty(len(candidates), np.int64)
-  for r, front in enumerate(pareto.non_dominated_sort(points, ("maximize", "minimize"))):
-    rank[front] = r
-  order = sorted(range(len(candidates)),
-                 key=lambda i: (rank[i], -candidates[i].valid_auc, candidates[i].bits))
-  return [candidates[i] for i in order]
-
-
-def evolve(population: np.ndarray, evaluate, size_of: Callable, mutate_fn: Callable,
-           generations: int, rng: np.random.Generator) -> list[Candidate]:
-  """Multi-objective evolution (valid AUC up, bits down); every evaluated candidate.
-
-  Args:
-    population: [P, G] initial genomes (P stays the batch of every evaluation).
-    evaluate: genomes [P, G] -> (valid_auc [P], test_auc [P]).
-    size_of: genome -> (parameters, bits).
-    mutate_fn: (rng, genome) -> genome.
-    generations: rounds of mutation after the initial population.
-    rng: the search's random stream.
-  """
-  archive: dict[tuple, Candidate] = {}
-
-  def add(genomes):
-    valid, test = evaluate(genomes)
-    for g, v, t in zip(genomes, valid, test):
-      key = tuple(int(x) for x in g)
-      size, bits = size_of(g)
-      archive.setdefault(key, Candidate(key, int(size), int(bits), float(v), float(t)))
-
-  add(np.asarray(population))
-  for _ in range(generations):
-    parents = ranked(list(archive.values()))[:len(population)]
-    picks = rng.integers(len(parents), size=len(population))
-    add(np.stack([mutate_fn(rng, np.asarray(parents[i].genome)) for i in picks]))
-  return list(archive.values())
-
-
-def pareto_front(candidates: Sequence[Candidate]) -> list[Candidate]:
-  """The non-dominated candidates (valid AUC up, bits down), smallest first."""
-  points = [[c.valid_auc, c.bits] for c in candidates]
-  front = pareto.non_dominated_sort(points, ("maximize", "minimize"))[0]
-  return sorted((candidates[i] for i in front), key=lambda c: (c.bits, -c.valid_auc))
-
-
-def choose(front: Sequence[Candidate], reference_valid_auc: float,
-           max_auc_drop: float) -> Candidate:
-  """The smallest (bits) front point within `max_auc_drop` of `reference_valid_auc`
-  (valid AUC); the most accurate one when none is."""
-  ok = [c for c in front if c.valid_auc >= reference_valid_auc - max_auc_drop]
-  return min(ok, key=lambda c: c.bits) if ok else max(front, key=lambda c: c.valid_auc)
-
-
 def search(graphdef, spec: ctr_prune.PruneSpec, params: dict, values, data: CompressData, *,
            population: int, generations: int, learning_rate: float, mutation_rate: float,
-           seed: int, tune_table: bool = True) -> list[Candidate]:
+           seed: int, tune_table: bool = True) -> list[pareto_evolution.Candidate]:
   """Prune-EA / Quant-EA on a trained model (already `ctr_prune.order_columns`-ed):
-  every candidate.
+  every candidate (`pareto_evolution.evolve`'s: cost = exact stored bits
+  (`ctr_prune.pruned_bits`), size = exact parameters (`ctr_prune.pruned_size`),
+  valid / test = AUC after its fine-tune).
 
   Args:
     graphdef, spec, params, values: the trained model and its `PruneSpec`.
@@ -312,10 +243,11 @@ def search(graphdef, spec: ctr_prune.PruneSpec, params: dict, values, data: Comp
   rng = np.random.default_rng(seed)
   evaluate = make_evaluator(graphdef, spec, params, values, data, learning_rate, tune_table)
   num_rows = int(values.shape[0])
-  return evolve(random_genomes(rng, spec, population), evaluate,
-                lambda g: (ctr_prune.pruned_size(spec, num_rows, g),
-                           ctr_prune.pruned_bits(spec, num_rows, g)),
-                lambda r, g: mutate(r, spec, g, mutation_rate), generations, rng)
+  return pareto_evolution.evolve(
+      random_genomes(rng, spec, population), evaluate,
+      lambda g: ctr_prune.pruned_bits(spec, num_rows, g),
+      lambda r, g: mutate(r, spec, g, mutation_rate), generations, rng,
+      size_of=lambda g: ctr_prune.pruned_size(spec, num_rows, g))
 
 
 def score(graphdef, params: dict, values, rows: Examples, chunk: int = 4096) -> np.ndarray:

@@ -34,6 +34,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 
+from sfjax.automl import pareto_evolution
 from sfjax.automl.pipeline import StepContext, StepKind, StepOutput
 from sfjax.core import metrics as metrics_lib
 from sfjax.core.atomic import atomic_write
@@ -181,10 +182,11 @@ def _flat(tree, prefix=""):
   return {prefix.rstrip("/"): np.asarray(tree)}
 
 
-def _point(c: ctr_compress.Candidate, spec, full_size: int, full_bits: int) -> dict[str, Any]:
+def _point(c: pareto_evolution.Candidate, spec, full_size: int,
+           full_bits: int) -> dict[str, Any]:
   cfg = ctr_prune.pruned_model_cfg(spec, c.genome)
-  return {"size": c.size, "size_ratio": c.size / full_size, "bits": c.bits,
-          "bits_ratio": c.bits / full_bits, "valid_auc": c.valid_auc, "test_auc": c.test_auc,
+  return {"size": c.size, "size_ratio": c.size / full_size, "bits": c.cost,
+          "bits_ratio": c.cost / full_bits, "valid_auc": c.valid, "test_auc": c.test,
           "embed_dim": cfg["embed_dim"], "mlp_dims": list(cfg["mlp_dims"]),
           "table_bits": int(c.genome[-1])}
 
@@ -224,8 +226,8 @@ def run_compress(ctx: StepContext) -> StepOutput:
       graphdef, spec, params, values, data, population=s["population"],
       generations=s["generations"], learning_rate=s["finetune_lr"],
       mutation_rate=s["mutation_rate"], seed=ctx.config.seed, tune_table=s["tune_table"])
-  front = ctr_compress.pareto_front(candidates)
-  pick = ctr_compress.choose(front, base_valid, s["max_auc_drop"])
+  front = pareto_evolution.pareto_front(candidates)
+  pick = pareto_evolution.choose(front, base_valid, s["max_auc_drop"])
   genome = np.asarray(pick.genome, np.int32)
   tuned = jax.jit(lambda p, v, g: ctr_compress.finetune(
       graphdef, spec, p, v, g, data.train, s["finetune_lr"], s["tune_table"]))(params, values,
@@ -236,10 +238,10 @@ def run_compress(ctx: StepContext) -> StepOutput:
   _save_pruned(os.path.join(ctx.workdir, PRUNED_FILE), pruned)
   metrics = {"baseline_test_auc": base_test, "baseline_valid_auc": base_valid,
              "baseline_params": full_size, "final_test_auc": final_test,
-             "final_valid_auc": pick.valid_auc, "final_params": pick.size,
-             "search_test_auc": pick.test_auc,  # the masked model's, in the vmapped search
+             "final_valid_auc": pick.valid, "final_params": pick.size,
+             "search_test_auc": pick.test,  # the masked model's, in the vmapped search
              "size_ratio": pick.size / full_size, "baseline_bits": full_bits,
-             "final_bits": pick.bits, "bits_ratio": pick.bits / full_bits,
+             "final_bits": pick.cost, "bits_ratio": pick.cost / full_bits,
              "final_table_bits": pruned.bits, "final_embed_dim": pruned.model_cfg["embed_dim"],
              "final_mlp_dims": ",".join(map(str, pruned.model_cfg["mlp_dims"])),
              "num_candidates": len(candidates), "front_size": len(front)}

@@ -10,40 +10,25 @@ on the valid split, trading accuracy (up) against size (down).
                fine-tuned with fake quantization (straight-through); size = weight bits.
 
 Each generation's population is fine-tuned as one `jax.vmap` of `training.fit`
-over genomes (the trained weights are shared, not copied). Parents are the best
-of everything evaluated so far by (Pareto rank, valid accuracy) (NSGA-II's
-elitism, without crowding), children are mutations. The result is the Pareto
-front (`sfjax.automl.pareto`) of all evaluated candidates, each with its test
-accuracy (scored, never used to select).
+over genomes (the trained weights are shared, not copied). The search loop is
+`sfjax.automl.pareto_evolution` (valid accuracy up, size down): its `evolve`
+with `make_evaluator`, a size function (`pruned_param_count` / `weight_bits`)
+and a mutation (`mutate_masks` / `mutate_bits`); its `pareto_front` and `choose`
+give the front and the pick, each candidate with its test accuracy (scored,
+never used to select).
 """
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sfjax.automl import pareto
 from sfjax.vision import cnn, training
 
 PRUNE, QUANT = "prune", "quant"
-
-
-class Candidate(NamedTuple):
-  """One evaluated genome.
-
-  Attributes:
-    genome: the 0/1 unit mask (prune) or per-layer bits (quant), as a tuple of ints.
-    size: parameters (prune) or weight bits (quant).
-    valid_accuracy, test_accuracy: after the fine-tune.
-  """
-
-  genome: tuple[int, ...]
-  size: int
-  valid_accuracy: float
-  test_accuracy: float
 
 
 def split_masks(genome, widths: Sequence[int]) -> tuple:
@@ -139,56 +124,3 @@ def make_evaluator(kind: str, params: dict, splits, steps: int, batch_size: int,
     return np.asarray(valid), np.asarray(test)
 
   return evaluate
-
-
-def evolve(population: np.ndarray, evaluate, size_of: Callable, mutate: Callable,
-           generations: int, rng: np.random.Generator) -> list[Candidate]:
-  """Multi-objective evolution (accuracy up, size down); every evaluated candidate.
-
-  Args:
-    population: [P, G] initial genomes (P stays the batch of every evaluation).
-    evaluate: genomes [P, G] -> (valid_acc [P], test_acc [P]).
-    size_of: genome -> int size.
-    mutate: (rng, genome) -> genome.
-    generations: rounds of mutation after the initial population.
-  """
-  archive: dict[tuple, Candidate] = {}
-
-  def add(genomes):
-    valid, test = evaluate(genomes)
-    for g, v, t in zip(genomes, valid, test):
-      key = tuple(int(x) for x in g)
-      archive.setdefault(key, Candidate(key, size_of(g), float(v), float(t)))
-
-  add(population)
-  for _ in range(generations):
-    parents = ranked(list(archive.values()))[:len(population)]
-    picks = rng.integers(len(parents), size=len(population))
-    add(np.stack([mutate(rng, np.asarray(parents[i].genome)) for i in picks]))
-  return list(archive.values())
-
-
-def ranked(candidates: Sequence[Candidate]) -> list[Candidate]:
-  """Candidates by (Pareto front of (valid accuracy up, size down), accuracy down)."""
-  points = [[c.valid_accuracy, c.size] for c in candidates]
-  rank = np.empty(len(candidates), np.int64)
-  for r, front in enumerate(pareto.non_dominated_sort(points, ("maximize", "minimize"))):
-    rank[front] = r
-  order = sorted(range(len(candidates)), key=lambda i: (rank[i], -candidates[i].valid_accuracy,
-                                                        candidates[i].size))
-  return [candidates[i] for i in order]
-
-
-def pareto_front(candidates: Sequence[Candidate]) -> list[Candidate]:
-  """The non-dominated candidates (valid accuracy up, size down), smallest first."""
-  points = [[c.valid_accuracy, c.size] for c in candidates]
-  front = pareto.non_dominated_sort(points, ("maximize", "minimize"))[0]
-  return sorted((candidates[i] for i in front), key=lambda c: c.size)
-
-
-def choose(front: Sequence[Candidate], reference_valid: float,
-           max_accuracy_drop: float) -> Candidate:
-  """The smallest front point within `max_accuracy_drop` of `reference_valid` accuracy
-  (on valid); the most accurate one when none is."""
-  ok = [c for c in front if c.valid_accuracy >= reference_valid - max_accuracy_drop]
-  return min(ok, key=lambda c: c.size) if ok else max(front, key=lambda c: c.valid_accuracy)

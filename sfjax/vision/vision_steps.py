@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sfjax.automl import algorithms, space
+from sfjax.automl import algorithms, pareto_evolution, space
 from sfjax.automl.pipeline import StepContext, StepKind, StepOutput, StepResult
 from sfjax.core import names
 from sfjax.core.errors import ConfigError
@@ -222,9 +222,10 @@ def _check_compress(block, field: str) -> None:
                       f"{block.bit_choices!r}")
 
 
-def _front_json(front: Sequence[compression.Candidate], full_size: int) -> list[dict[str, Any]]:
-  return [{"genome": list(c.genome), "size": c.size, "size_ratio": c.size / full_size,
-           "valid_accuracy": c.valid_accuracy, "test_accuracy": c.test_accuracy} for c in front]
+def _front_json(front: Sequence[pareto_evolution.Candidate],
+                full_size: int) -> list[dict[str, Any]]:
+  return [{"genome": list(c.genome), "size": c.cost, "size_ratio": c.cost / full_size,
+           "valid_accuracy": c.valid, "test_accuracy": c.test} for c in front]
 
 
 def run_compress(ctx: StepContext) -> StepOutput:
@@ -259,12 +260,13 @@ def run_compress(ctx: StepContext) -> StepOutput:
       size_of = lambda g: compression.weight_bits(g, widths)
       mutate = lambda r, g: compression.mutate_bits(r, g, choices, float(b.mutation_rate))
       start = compression.random_bits(rng, choices, int(b.population))
-    evaluated = compression.evolve(start, evaluate, size_of, mutate, int(b.generations), rng)
-    front = compression.pareto_front(evaluated)
-    pick = compression.choose(front, ref_valid, float(b.max_accuracy_drop))
+    evaluated = pareto_evolution.evolve(start, evaluate, size_of, mutate, int(b.generations),
+                                        rng)
+    front = pareto_evolution.pareto_front(evaluated)
+    pick = pareto_evolution.choose(front, ref_valid, float(b.max_accuracy_drop))
     fronts[method], picks[method] = _front_json(front, full), _front_json([pick], full)[0]
-    metrics.update({f"{method}_size_ratio": pick.size / full,
-                    f"{method}_test_accuracy": pick.test_accuracy,
+    metrics.update({f"{method}_size_ratio": pick.cost / full,
+                    f"{method}_test_accuracy": pick.test,
                     f"{method}_evaluated": len(evaluated), f"{method}_front_size": len(front)})
     if method == compression.PRUNE:  # the pick, physically pruned: its size is exact
       small = cnn.prune_cnn(params, compression.split_masks(np.asarray(pick.genome), widths))

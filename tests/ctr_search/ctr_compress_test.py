@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from sfjax.automl import pareto
+from sfjax.automl import pareto, pareto_evolution
 from sfjax.core import metrics as metrics_lib
 from sfjax.ctr_search import ctr_compress, ctr_prune
 from sfjax.data import dataset as dataset_lib
@@ -93,29 +93,31 @@ def test_evolution_keeps_and_improves_the_front():
                        ctr_prune.pruned_bits(spec, values.shape[0], g))
   mutate = lambda r, g: ctr_compress.mutate(r, spec, g, 0.2)
   population = ctr_compress.random_genomes(np.random.default_rng(0), spec, 3)
-  first = ctr_compress.evolve(population, evaluate, size_of, mutate, 0, np.random.default_rng(1))
-  more = ctr_compress.evolve(population, evaluate, size_of, mutate, 2, np.random.default_rng(1))
+  evolve = lambda generations: pareto_evolution.evolve(
+      population, evaluate, lambda g: size_of(g)[1], mutate, generations,
+      np.random.default_rng(1), size_of=lambda g: size_of(g)[0])
+  first, more = evolve(0), evolve(2)
   assert set(first) <= set(more) and len(more) > len(first)  # an archive: nothing is lost
-  assert all((c.size, c.bits) == size_of(np.asarray(c.genome)) for c in more)
+  assert all((c.size, c.cost) == size_of(np.asarray(c.genome)) for c in more)
   assert {c.genome[-1] for c in more} == {4, 32}  # quantized and float tables both tried
-  front = ctr_compress.pareto_front(more)
-  assert [c.bits for c in front] == sorted(c.bits for c in front)
-  points = lambda cs: [[c.valid_auc, c.bits] for c in cs]
+  front = pareto_evolution.pareto_front(more)
+  assert [c.cost for c in front] == sorted(c.cost for c in front)
+  points = lambda cs: [[c.valid, c.cost] for c in cs]
   dirs, ref = ("maximize", "minimize"), (0.0, size_of(ctr_prune.full_genome(spec))[1] + 1)
-  dominates = lambda o, c: (o.valid_auc >= c.valid_auc and o.bits <= c.bits
-                            and (o.valid_auc > c.valid_auc or o.bits < c.bits))
+  dominates = lambda o, c: (o.valid >= c.valid and o.cost <= c.cost
+                            and (o.valid > c.valid or o.cost < c.cost))
   assert not any(dominates(o, c) for c in front for o in more)  # nothing beats a front point
   assert all(any(dominates(c, o) for c in front) for o in set(more) - set(front))
   assert (pareto.hypervolume_2d(points(front), dirs, ref)
-          >= pareto.hypervolume_2d(points(ctr_compress.pareto_front(first)), dirs, ref))
-  ranked = ctr_compress.ranked(more)
+          >= pareto.hypervolume_2d(points(pareto_evolution.pareto_front(first)), dirs, ref))
+  ranked = pareto_evolution.ranked(more)
   assert set(ranked[:len(front)]) == set(front)
   assert evaluate.traces == 1  # every generation of P = 3 ran the same compiled program
 
 
 def test_choose_by_hand():
-  c = lambda bits, auc: ctr_compress.Candidate((bits,), bits // 32, bits, auc, auc)
+  c = lambda bits, auc: pareto_evolution.Candidate((bits,), bits, auc, auc, bits // 32)
   front = [c(10, 0.70), c(20, 0.75), c(30, 0.78)]
-  assert ctr_compress.choose(front, 0.78, 0.03).bits == 20
-  assert ctr_compress.choose(front, 0.78, 0.10).bits == 10
-  assert ctr_compress.choose(front, 0.90, 0.01).bits == 30  # none within: the most accurate
+  assert pareto_evolution.choose(front, 0.78, 0.03).cost == 20
+  assert pareto_evolution.choose(front, 0.78, 0.10).cost == 10
+  assert pareto_evolution.choose(front, 0.90, 0.01).cost == 30  # none within: the most accurate
