@@ -13,8 +13,10 @@ VEGA beyond CTR (arXiv 2011.01507) on `sfjax.automl.pipeline`; shared blocks in
                `final_test_accuracy` vs `baseline_test_accuracy`; saves the weights.
   compress     Prune-EA / Quant-EA on the latest trained CNN -> size-vs-accuracy fronts.
 
-Steps are short and deterministic, so a step interrupted by a crash is rerun
-from its start (the engine skips the finished ones).
+`hpo` keeps its trials in a study journal in the step's directory, so an interrupted
+hpo resumes without training its told trials again; the other steps are short and
+deterministic, so an interrupted one is rerun from its start (the engine skips the
+finished ones).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from sfjax.automl import algorithms, pareto_evolution, space
+from sfjax.automl.algorithms import TrialStatus
+from sfjax.automl.study import Study
 from sfjax.automl.pipeline import StepContext, StepKind, StepOutput, StepResult
 from sfjax.core import names
 from sfjax.core.errors import ConfigError
@@ -34,6 +38,7 @@ from sfjax.vision import vision_task
 from sfjax.vision.vision_task import require
 
 PARAMS_FILE = "model.npz"
+FINAL = (TrialStatus.DONE, TrialStatus.FAILED, TrialStatus.PRUNED)  # a trial's end states
 
 
 # ---- darts -------------------------------------------------------------------------
@@ -87,15 +92,20 @@ def _check_hpo(block, field: str) -> None:
 
 
 def run_hpo(ctx: StepContext) -> StepOutput:
-  """Rounds of `width` lanes: lane 0 the recipe's own values, the rest suggestions."""
+  """Rounds of `width` lanes: lane 0 the recipe's own values, the rest suggestions.
+
+  The trials live in an `sfjax.automl.Study` journal in the step's directory, so a
+  step interrupted mid-way resumes: told trials are not trained again, and the
+  algorithm continues from its journaled state (`trials.jsonl` / `best.json` are
+  exported at the end).
+  """
   import jax  # the steps' device work; imported here so listing the kinds stays light
   b, splits = ctx.block, vision_task.splits_of(ctx.config)
   model, recipe = latest_model(ctx), vision_task.recipe_of(ctx.config)
   search_space = space.Space({"learning_rate": space.Float(*b.learning_rate, log=True),
                               "weight_decay": space.Float(*b.weight_decay, log=True)})
   spec = algorithms.ALGORITHMS[b.algorithm](seed=int(ctx.config.seed))
-  searcher = spec.build(search_space, algorithms.Objective("valid_accuracy", "maximize"))
-  width, steps = int(b.width), int(b.steps)
+  width, steps, num_trials = int(b.width), int(b.steps), int(b.num_trials)
   key = jax.random.key(int(ctx.config.seed))
   params0 = model.init(key)
 
@@ -106,29 +116,36 @@ def run_hpo(ctx: StepContext) -> StepOutput:
       return training.accuracy(model.apply, p, vx, vy)
     return jax.vmap(one)(lr, wd)
 
-  told, default_acc, best = 0, None, (-1.0, None)
-  while told < int(b.num_trials):
-    asked = searcher.ask(min(width - 1, int(b.num_trials) - told))
-    if not asked:
-      break
-    configs = [{"learning_rate": recipe.learning_rate, "weight_decay": recipe.weight_decay}]
-    configs += [dict(s.config) for s in asked]
-    configs += [configs[0]] * (width - len(configs))  # fixed width: one compilation
-    acc = np.asarray(lanes(np.array([c["learning_rate"] for c in configs], np.float32),
-                           np.array([c["weight_decay"] for c in configs], np.float32),
-                           splits.train_x, splits.train_y, splits.valid_x, splits.valid_y))
-    default_acc = float(acc[0])
-    for s, a in zip(asked, acc[1:]):
-      searcher.tell(s.trial_id, {"valid_accuracy": float(a)})
-      if a > best[0]:
-        best = (float(a), {k: float(v) for k, v in dict(s.config).items()})
-    told += len(asked)
-  if best[1] is None:
+  default = {"learning_rate": recipe.learning_rate, "weight_decay": recipe.weight_decay}
+
+  def train_round(configs):  # lane 0 is the recipe's own values; fixed width: one compilation
+    configs = [default, *configs] + [default] * (width - 1 - len(configs))
+    return np.asarray(lanes(np.array([c["learning_rate"] for c in configs], np.float32),
+                            np.array([c["weight_decay"] for c in configs], np.float32),
+                            splits.train_x, splits.train_y, splits.valid_x, splits.valid_y))
+
+  default_acc = None
+  objective = algorithms.Objective("valid_accuracy", "maximize")
+  with Study.open(ctx.workdir, search_space, spec, objective) as study:
+    while (told := sum(t.status in FINAL for t in study.trials())) < num_trials:
+      asked = study.ask(min(width - 1, num_trials - told))
+      if not asked:
+        break
+      acc = train_round([dict(s.config) for s in asked])
+      default_acc = float(acc[0])
+      for s, a in zip(asked, acc[1:]):
+        study.tell(s.trial_id, {"valid_accuracy": float(a)})
+    study.export()
+    best, told = study.best(), sum(t.status in FINAL for t in study.trials())
+  if best is None:
     raise RuntimeError(f"hpo: algorithm {b.algorithm!r} suggested no trial")
-  chosen = best[1] if best[0] > default_acc else {"learning_rate": recipe.learning_rate,
-                                                   "weight_decay": recipe.weight_decay}
-  return StepOutput({"valid_accuracy": max(best[0], default_acc), "default_valid_accuracy":
-                     default_acc, "beats_default": best[0] > default_acc, "num_trials": told,
+  if default_acc is None:  # every trial was told before this (resumed) run
+    default_acc = float(train_round([])[0])
+  best_acc = float(best.metrics["valid_accuracy"])
+  chosen = ({k: float(v) for k, v in dict(best.config).items()} if best_acc > default_acc
+            else default)
+  return StepOutput({"valid_accuracy": max(best_acc, default_acc), "default_valid_accuracy":
+                     default_acc, "beats_default": best_acc > default_acc, "num_trials": told,
                      "model": model.kind},
                     {"best_hparams": chosen})
 

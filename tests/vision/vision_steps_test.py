@@ -76,3 +76,33 @@ def test_checks_name_the_field():
   del config.steps.darts.alpha_lr
   with pytest.raises(ConfigError, match="steps.darts.alpha_lr"):
     parse_steps(config, VISION_STEP_KINDS)
+
+
+def test_hpo_interrupted_mid_step_resumes_without_retraining_told_trials(tmp_path, monkeypatch):
+  config = pipeline_digits.get_config("smoke")
+  config.steps.hpo.num_trials, config.steps.hpo.width = 4, 3  # two rounds of two trials
+  real_tell, tells = pipeline_steps.Study.tell, []
+
+  def tell_then_die(study, trial_id, metrics, *args, **kwargs):
+    out = real_tell(study, trial_id, metrics, *args, **kwargs)
+    tells.append((trial_id, metrics["valid_accuracy"]))
+    if len(tells) == 2:
+      raise KeyboardInterrupt  # the process dies after the first round is journaled
+    return out
+
+  monkeypatch.setattr(pipeline_steps.Study, "tell", tell_then_die)
+  with pytest.raises(KeyboardInterrupt):
+    run_pipeline(config, str(tmp_path), VISION_STEP_KINDS, finalize=pipeline_steps.vision_report)
+  monkeypatch.setattr(pipeline_steps.Study, "tell", real_tell)
+  report = _run(config, tmp_path)
+  hpo_dir = os.path.join(tmp_path, "steps", "1_hpo")
+  with open(os.path.join(hpo_dir, "trials.jsonl")) as f:
+    trials = [json.loads(line) for line in f]
+  assert sorted(t["trial_id"] for t in trials) == [0, 1, 2, 3]
+  # the first round's trials were not trained again: their journaled results stand
+  first = {t["trial_id"]: t["metrics"]["valid_accuracy"] for t in trials if t["trial_id"] < 2}
+  assert first == dict(tells)
+  with open(os.path.join(hpo_dir, "journal.jsonl")) as f:
+    events = [json.loads(line)["event"] for line in f]
+  assert events.count("tell") == 4  # each trial told once across both runs
+  assert report["steps"][1]["best_metrics"]["num_trials"] == 4
