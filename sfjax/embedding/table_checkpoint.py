@@ -110,8 +110,10 @@ def read_manifest(directory: str) -> dict[str, Any]:
   return manifest
 
 
-def _check_compatible(manifest: dict[str, Any], table: host_table_lib.HostTable,
-                      where: str) -> None:
+def check_compatible(manifest: dict[str, Any], table: host_table_lib.HostTable,
+                     where: str) -> None:
+  """Raises ValueError naming `where` unless the manifest's table spec and chunk size are
+  `table`'s (rows, width, slot width, seed, init scale)."""
   expected = _spec_dict(table)
   for key in _SPEC_KEYS:
     if manifest.get(key) != expected[key]:
@@ -161,7 +163,7 @@ def plan_save(table: host_table_lib.HostTable, previous: str | None,
   rows = table.pop_dirty_rows()
   old = read_manifest(previous) if previous else None
   if old is not None:
-    _check_compatible(old, table, os.path.join(previous, MANIFEST_FILE))
+    check_compatible(old, table, os.path.join(previous, MANIFEST_FILE))
     row_bytes = 8 + 4 * (table.width + table.slot_width)
     if _delta_bytes(old) + rows.size * row_bytes <= compact_ratio * _base_bytes(old):
       return SavePlan("delta", np.unique(rows // CHUNK_ROWS), rows)
@@ -463,7 +465,7 @@ def load_table(table: host_table_lib.HostTable, directory: str) -> int:
       already holds written rows.
   """
   reader = TableReader(directory)
-  _check_compatible(reader.manifest, table, os.path.join(directory, MANIFEST_FILE))
+  check_compatible(reader.manifest, table, os.path.join(directory, MANIFEST_FILE))
   if table.num_materialised:
     raise ValueError(f"load_table: the table already holds {table.num_materialised} written "
                      "rows; restore into a freshly created table")

@@ -248,3 +248,10 @@ def put_process_blocks(x: np.ndarray, sharding) -> jax.Array:
   if jax.process_count() == 1:
     return jax.device_put(local, sharding)
   return jax.make_array_from_process_local_data(sharding, local, global_shape)
+
+
+def failed_processes(ok: bool) -> list[int]:
+  """The processes whose `ok` is False (every process calls it: it is also a barrier,
+  one allgather of a flag). One process: `[0]` if not ok, else `[]`."""
+  flags = allgather_rows(np.array([[bool(ok)]], np.int32))
+  return [p for p in range(flags.shape[0]) if not flags[p, 0]]

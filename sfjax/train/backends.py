@@ -42,6 +42,7 @@ from sfjax.embedding import sharded_cache
 from sfjax.embedding import vsi
 from sfjax.parallel import distributed
 from sfjax.parallel import mesh as mesh_lib
+from sfjax.train import process_cache
 from sfjax.train import step as step_lib
 from sfjax.train.state import TrainState
 
@@ -198,10 +199,6 @@ class CacheBackend:
                                       "embedding.cache_sharding", "cache sharding")
     row = self.sharding_name == "row"
     self._processes = jax.process_count()
-    if self._processes > 1 and row:
-      raise ConfigError(
-          f"config field embedding.cache_sharding='row': a run over {self._processes} processes "
-          "supports the replicated cache only (so far)")
     # embedding.cache_rows is per device: a row-sharded cache holds D times as many rows.
     self.layout = sharded_cache.SlotLayout(mesh.size if row else 1,
                                            cache_rows(e.cache_rows, spec.total_rows))
@@ -232,16 +229,24 @@ class CacheBackend:
           build_step(row_axis=sharded_cache.AXIS), swap_rows=sharded_cache.swap_rows_local)
       on = P(sharded_cache.AXIS)
       state_spec = TrainState(P(), P(), P(), on)
+      evicted_spec = on
+      if self._processes > 1:  # fills come from every process's rows; evictions go to all
+        owner_step = process_cache.route_fills_and_gather_evictions(owner_step)
+        evicted_spec = P()
       self._cache_step = jax.shard_map(
-          owner_step, mesh=mesh, in_specs=(state_spec, on, on), out_specs=(state_spec, P(), on),
-          check_vma=False)
+          owner_step, mesh=mesh, in_specs=(state_spec, on, on),
+          out_specs=(state_spec, P(), evicted_spec), check_vma=False)
     else:
       self._cache_step = step_lib.make_cache_train_step(build_step())
     self._eval_step = step_lib.make_eval_step(graphdef)
+    self._evicted_sharding = None
     if self._processes > 1:  # fills (and eval rows) arrive as per-process blocks, summed
-      self._cache_step = _summing_fill_blocks(self._cache_step)
       blocks = mesh_lib.rows_on_devices(mesh)
-      self._swap_sharding = cache_lib.CacheSwap(rep, blocks, blocks, rep)
+      slots = blocks if row else rep  # row-sharded: each device's [Fd] swap slots
+      if not row:  # (row-sharded: summed per device inside the step, `process_cache`)
+        self._cache_step = _summing_fill_blocks(self._cache_step)
+      self._swap_sharding = cache_lib.CacheSwap(slots, blocks, blocks, slots)
+      self._evicted_sharding = device_table.TableState(rep, rep)
       self._eval_step = jax.jit(lambda params, blocks_, db: step_lib.eval_logits(
           graphdef, params, blocks_.sum(0), db))
       self._blocks, self._rep = blocks, rep
@@ -253,8 +258,7 @@ class CacheBackend:
     state_sharding = state_sharding._replace(table=self._table_sharding)
     jitted = jax.jit(self._cache_step, donate_argnums=0,
                      in_shardings=(state_sharding, self.batch_sharding, self._swap_sharding),
-                     out_shardings=(state_sharding, None,
-                                    self._table_sharding if self._processes > 1 else None))
+                     out_shardings=(state_sharding, None, self._evicted_sharding))
 
     def run_step(state, inputs: pipeline_lib.StepInputs):
       state, metrics, evicted = jitted(state, inputs.batch, inputs.swap)
@@ -316,15 +320,18 @@ class CacheBackend:
     if self._processes == 1:
       return jax.device_put(swap, self._swap_sharding)
     return cache_lib.CacheSwap(
-        distributed.put_global(swap.fill_slots, self._rep),
+        distributed.put_global(swap.fill_slots, self._swap_sharding.fill_slots),
         distributed.put_process_blocks(swap.fill_values, self._blocks),
         distributed.put_process_blocks(swap.fill_opt_slots, self._blocks),
-        distributed.put_global(swap.evict_slots, self._rep))
+        distributed.put_global(swap.evict_slots, self._swap_sharding.evict_slots))
 
   def sync(self, state) -> None:
     """Flushes every cached row to the host table (the cache keeps its rows)."""
     if self._pipeline is not None:
-      self._pipeline.flush(state.table)
+      table = state.table
+      if self._processes > 1 and self.sharding_name == "row":  # each process sees all slots
+        table = process_cache.replicated_copy(table, self._evicted_sharding)
+      self._pipeline.flush(table)
     else:
       self.host_table.flush()
 

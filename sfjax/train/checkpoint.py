@@ -16,7 +16,8 @@ checkpoint untouched (leftover `tmp.*` directories are ignored and removed by th
 next save). Restores use an abstract target built from the caller's state, so the
 number of devices and the sharding may differ from the run that saved.
 
-Corruption (a truncated or altered file) is detected before anything is loaded:
+Corruption (a truncated or altered file) is detected before anything is loaded
+(`sfjax.train.checkpoint_files`, re-exported here):
 `meta.json` carries its own CRC-32 plus the size and CRC-32 of every file of `dense/`
 and of `table/manifest.json`, whose entries in turn give each chunk's size and CRC-32
 (orbax itself checks no checksums). `find_resumable` walks the checkpoints newest
@@ -36,42 +37,68 @@ the previous one.
 The cache backend's device cache is not saved: the loop flushes it to the host
 table first (`Backend.sync`), and a fresh, empty cache after a restore gives the same
 results because the cache only holds exact copies of host rows.
+
+Runs over P > 1 processes (`jax.distributed`; the checkpoint directory must be on a
+file system every process sees):
+
+  step_00000040/
+    dense/                  orbax, written by every process together (the state is
+                            replicated; orbax writes each array once and commits on
+                            process 0)
+    table/process_<p>_of_P/ process p's host-table rows (id % P == p), each an ordinary
+                            table checkpoint (`embedding.table_shards`)
+    meta.json               `processes`: P, the digests of dense/ and every shard's manifest
+
+A save is a protocol every process runs in step: process 0 makes `tmp.step_<N>.of<P>/`;
+all write the dense state and their own shard; an allgather of success flags
+(`distributed.failed_processes`, also the barrier) confirms every shard is durable
+(fsynced); only then process 0 writes meta.json and renames (the commit), and a second
+flag exchange tells every process the outcome. A failure anywhere abandons the
+temporary directory on every process (their rows stay dirty) and raises
+`CheckpointSaveError` everywhere; earlier checkpoints are never touched. These saves
+are synchronous (`async_table` is ignored): a background thread's collectives could
+interleave with the training step's on the other processes.
+
+A checkpoint of P processes restores on P' (1 -> 2, 2 -> 1, ...): the dense state
+through orbax's abstract target, the table through `table_shards.load_owned` (each
+process keeps the stored rows it owns under P'). On the same P each process reads
+only its own shard and the next save may be a delta; on another count the next save
+is a base. `find_resumable` runs on process 0 and its answer is broadcast.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import threading
 import time
-import zlib
 from typing import Any, NamedTuple
 
 import jax
 from absl import logging
 import orbax.checkpoint as ocp
 
-from sfjax.core import digest
 from sfjax.core.atomic import atomic_write
 from sfjax.core.atomic import fsync_directory
 from sfjax.core.errors import ConfigError
 from sfjax.embedding import host_table as host_table_lib
 from sfjax.embedding import table_checkpoint
+from sfjax.embedding import table_shards
+from sfjax.parallel import distributed
+from sfjax.train import checkpoint_files
+# The on-disk format, verification and the choice of a resume point (re-exported: they
+# are part of this module's API).
+from sfjax.train.checkpoint_files import CHECKPOINT_DIR  # pylint: disable=unused-import
+from sfjax.train.checkpoint_files import META_FILE
+from sfjax.train.checkpoint_files import CorruptCheckpointError  # pylint: disable=unused-import
+from sfjax.train.checkpoint_files import committed_steps  # pylint: disable=unused-import
+from sfjax.train.checkpoint_files import find_resumable  # pylint: disable=unused-import
+from sfjax.train.checkpoint_files import latest
+from sfjax.train.checkpoint_files import read_meta
+from sfjax.train.checkpoint_files import step_dir_name
+from sfjax.train.checkpoint_files import verify  # pylint: disable=unused-import
 from sfjax.train.state import TrainState
-
-CHECKPOINT_DIR = "checkpoints"
-META_FILE = "meta.json"
-FORMAT_NAME = "sfjax.train_checkpoint"
-FORMAT_VERSION = 1
-_STEP_DIR = re.compile(r"^step_(\d+)$")
-_META_CRC = "meta_crc32"
-
-
-class CorruptCheckpointError(ValueError):
-  """A checkpoint file is missing, truncated or altered; the message names the file."""
-
 
 class CheckpointSaveError(RuntimeError):
   """A background save failed; the message names it and the last good checkpoint."""
@@ -95,140 +122,6 @@ def settings(config) -> tuple[int, int]:
       raise ConfigError(f"config field checkpoint.{field}: must be an integer >= {low}, "
                         f"got {value!r}")
   return every, keep
-
-
-def step_dir_name(step: int) -> str:
-  return f"step_{step:08d}"
-
-
-def committed_steps(root: str | None) -> list[int]:
-  """Steps of the complete checkpoints under `root`, ascending ([] if none)."""
-  if not root or not os.path.isdir(root):
-    return []
-  steps = []
-  for name in os.listdir(root):
-    m = _STEP_DIR.match(name)
-    if m and os.path.isfile(os.path.join(root, name, META_FILE)):
-      steps.append(int(m.group(1)))
-  return sorted(steps)
-
-
-def latest(root: str | None) -> str | None:
-  """Path of the newest complete checkpoint under `root`, or None."""
-  steps = committed_steps(root)
-  return os.path.join(root, step_dir_name(steps[-1])) if steps else None
-
-
-def _meta_crc(meta: dict[str, Any]) -> int:
-  body = {k: v for k, v in meta.items() if k != _META_CRC}
-  return zlib.crc32(json.dumps(body, sort_keys=True).encode())
-
-
-def read_meta(path: str) -> dict[str, Any]:
-  """A checkpoint's `meta.json`, checked against its own CRC-32.
-
-  Raises:
-    CorruptCheckpointError: naming the file, if it does not parse or its CRC differs.
-  """
-  meta_path = os.path.join(path, META_FILE)
-  try:
-    with open(meta_path, encoding="utf-8") as f:
-      meta = json.load(f)
-  except (OSError, ValueError) as err:
-    raise CorruptCheckpointError(f"{meta_path}: unreadable checkpoint metadata: {err}") from err
-  if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME \
-      or meta.get("version") != FORMAT_VERSION:
-    raise CorruptCheckpointError(
-        f"{meta_path}: not a {FORMAT_NAME} version {FORMAT_VERSION} checkpoint")
-  if _META_CRC in meta and meta[_META_CRC] != _meta_crc(meta):
-    raise CorruptCheckpointError(f"{meta_path}: checkpoint metadata is corrupt (CRC-32 mismatch)")
-  return meta
-
-
-def _digests(tmp: str, with_table: bool) -> dict[str, dict[str, int]]:
-  """Digests of every file of `dense/` (and `table/manifest.json`), keyed by relative path."""
-  files = {}
-  for dirpath, _, filenames in os.walk(os.path.join(tmp, "dense")):
-    for name in filenames:
-      full = os.path.join(dirpath, name)
-      files[os.path.relpath(full, tmp)] = digest.file_digest(full)
-  if with_table:
-    rel = os.path.join("table", table_checkpoint.MANIFEST_FILE)
-    files[rel] = digest.file_digest(os.path.join(tmp, rel))
-  return dict(sorted(files.items()))
-
-
-def verify(path: str) -> dict[str, Any]:
-  """Checks every file of checkpoint `path` (size and CRC-32) without loading it.
-
-  Reads each file once: `meta.json`, the orbax files, the table manifest and every
-  table chunk. Returns the metadata.
-
-  Raises:
-    CorruptCheckpointError: naming the first missing, truncated or altered file.
-  """
-  meta = read_meta(path)
-  for rel, want in meta.get("files", {}).items():
-    full = os.path.join(path, rel)
-    try:
-      got = digest.file_digest(full)
-    except OSError as err:
-      raise CorruptCheckpointError(f"{full}: unreadable checkpoint file: {err}") from err
-    if got != want:
-      raise CorruptCheckpointError(f"{full}: checkpoint file is corrupt (size {got['bytes']} vs "
-                                   f"{want['bytes']}, crc32 {got['crc32']} vs {want['crc32']})")
-  if meta.get("table") == "host_chunks":
-    try:
-      table_checkpoint.verify_table(os.path.join(path, "table"))
-    except (OSError, ValueError) as err:
-      raise CorruptCheckpointError(str(err)) from err
-  return meta
-
-
-def find_resumable(root: str | None) -> str | None:
-  """The newest checkpoint under `root` that passes `verify`, or None if there is none.
-
-  Corrupt checkpoints newer than it are renamed `corrupt.step_<N>` (kept for inspection,
-  never pruned) with a warning naming the bad file.
-
-  Raises:
-    CorruptCheckpointError: checkpoints exist but every one is corrupt; the message names
-      each bad file and how to proceed (nothing is renamed).
-  """
-  bad: list[tuple[str, str]] = []
-  for step in reversed(committed_steps(root)):
-    path = os.path.join(root, step_dir_name(step))
-    try:
-      verify(path)
-    except CorruptCheckpointError as err:
-      bad.append((path, str(err)))
-      continue
-    for bad_path, why in bad:
-      aside = os.path.join(root, "corrupt." + os.path.basename(bad_path))
-      shutil.rmtree(aside, ignore_errors=True)
-      os.rename(bad_path, aside)
-      logging.warning("checkpoint %s is corrupt (%s); moved to %s, resuming from the previous "
-                      "good checkpoint %s", bad_path, why, aside, path)
-    if bad:
-      fsync_directory(root)
-    return path
-  if bad:
-    raise CorruptCheckpointError(
-        f"every checkpoint under {root} is corrupt:\n  " + "\n  ".join(w for _, w in bad)
-        + f"\nRestore them from a copy, or move {root} aside to train again from step 0.")
-  return None
-
-
-def _fsync_tree(path: str) -> None:
-  """fsyncs every file and directory under `path` (orbax's files included)."""
-  for dirpath, _, filenames in os.walk(path):
-    for name in filenames:
-      fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-      try:
-        os.fsync(fd)
-      finally:
-        os.close(fd)
-    fsync_directory(dirpath)
 
 
 def _without_empty(tree):
@@ -274,7 +167,8 @@ class Checkpointer:
     host_table: the cache backend's host table (saved in chunks and row deltas); None
       when the table is part of the TrainState (device backend).
     async_table: write the host table's files on a background thread (the save returns
-      once the dense state and a copy-on-write snapshot are taken).
+      once the dense state and a copy-on-write snapshot are taken). Ignored (synchronous)
+      in a run over several processes.
     snapshot_budget_bytes: most bytes of chunks copied aside while a save runs; past
       it, a write-back waits for the writer (memory stays bounded, results exact).
     compact_ratio: row deltas beyond this fraction of the base's bytes -> a new base.
@@ -284,10 +178,12 @@ class Checkpointer:
                async_table: bool = True, snapshot_budget_bytes: int = SNAPSHOT_BUDGET_BYTES,
                compact_ratio: float = table_checkpoint.COMPACT_RATIO):
     self.root, self.keep, self.host_table = root, keep, host_table
-    self.async_table = async_table
+    self.process_index, self.process_count = jax.process_index(), jax.process_count()
+    self.async_table = async_table and self.process_count == 1
     self.snapshot_budget_bytes, self.compact_ratio = snapshot_budget_bytes, compact_ratio
     self._orbax = ocp.StandardCheckpointer()
-    # The checkpoint the host table's dirty rows and chunks are relative to (None: fresh).
+    # The checkpoint the host table's dirty rows and chunks are relative to (None: fresh,
+    # or restored from another process count: the next save writes a base).
     self._table_base: str | None = None
     self._thread: threading.Thread | None = None
     self._error: tuple[str, BaseException] | None = None  # (path, error) of a failed save
@@ -299,24 +195,35 @@ class Checkpointer:
       tree["table"] = state.table
     return tree
 
+  def _previous_shard(self) -> str | None:
+    """This process's table directory in the checkpoint the next save is relative to."""
+    if self._table_base is None:
+      return None
+    return table_shards.shard_directory(os.path.join(self._table_base, "table"),
+                                        self.process_index, self.process_count)
+
   def save(self, state: TrainState, meta: dict[str, Any]) -> str:
     """Saves `state` (the host table must be synced) plus `meta` (JSON).
 
     Waits for the previous save first. With `async_table` the table's files are
     written in the background: the returned path exists once `wait()` returns.
+    Several processes: every process calls it (the module docstring's protocol).
 
     Returns:
       The checkpoint's final path.
 
     Raises:
-      CheckpointSaveError: the previous (background) save failed.
+      CheckpointSaveError: the previous (background) save failed, or (several
+        processes) a process failed this save.
     """
     self.wait()
     # A copy now: the background writer must not see the caller's lists grow afterwards.
     meta = json.loads(json.dumps(meta))
     step = int(state.step)
-    os.makedirs(self.root, exist_ok=True)
     final = os.path.join(self.root, step_dir_name(step))
+    if self.process_count > 1:
+      return self._save_everywhere(state, meta, step, final)
+    os.makedirs(self.root, exist_ok=True)
     tmp = os.path.join(self.root, f"tmp.{step_dir_name(step)}.{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -326,8 +233,8 @@ class Checkpointer:
       self._orbax.save(os.path.join(tmp, "dense"), _without_empty(self._dense(state)))
       self._orbax.wait_until_finished()
       if self.host_table is not None:
-        base = os.path.join(self._table_base, "table") if self._table_base else None
-        plan = table_checkpoint.plan_save(self.host_table, base, self.compact_ratio)
+        plan = table_checkpoint.plan_save(self.host_table, self._previous_shard(),
+                                          self.compact_ratio)
         plan, snapshot = table_checkpoint.capture(self.host_table, plan,
                                                   self.snapshot_budget_bytes)
     except BaseException:
@@ -361,36 +268,110 @@ class Checkpointer:
     """Writes the table files and metadata, then commits by one rename."""
     try:
       if plan is not None:
-        base = os.path.join(self._table_base, "table") if self._table_base else None
         table_checkpoint.write_table(snapshot, self.host_table, os.path.join(tmp, "table"),
-                                     plan, base)
+                                     plan, self._previous_shard())
         snapshot.close()
-      full_meta = dict(meta, format=FORMAT_NAME, version=FORMAT_VERSION, step=step,
-                       batches_consumed=step,
-                       table="host_chunks" if self.host_table is not None else "dense",
-                       files=_digests(tmp, self.host_table is not None))
-      full_meta[_META_CRC] = _meta_crc(full_meta)
-      atomic_write(os.path.join(tmp, META_FILE), json.dumps(full_meta))
-      _fsync_tree(tmp)
-      trash = None
-      if os.path.exists(final):  # the same step saved again: swap, never leave a gap
-        trash = os.path.join(self.root, f"old.{step_dir_name(step)}.{os.getpid()}")
-        os.rename(final, trash)
-      os.rename(tmp, final)
-      fsync_directory(self.root)
-      if trash:
-        shutil.rmtree(trash, ignore_errors=True)
+      self._commit(step, tmp, final, meta)
     except BaseException:
       self._abandon(tmp, plan, snapshot)
       raise
     self._table_base = final
+    self._record_save(final, plan, snapshot, t0)
+    self._prune()
+
+  def _record_save(self, final: str, plan, snapshot, t0: float) -> None:
     self.last_save = {"path": final, "kind": plan.kind if plan is not None else "dense",
                       "rows": int(plan.rows.size) if plan is not None else 0,
                       "chunks": int(plan.chunks.size) if plan is not None else 0,
                       "seconds": time.perf_counter() - t0,
                       "snapshot_copies": snapshot.copies_made if snapshot is not None else 0,
                       "snapshot_waits": snapshot.waits if snapshot is not None else 0}
-    self._prune()
+
+  def _commit(self, step: int, tmp: str, final: str, meta: dict[str, Any]) -> None:
+    """Writes meta.json (digests of dense/ and the table manifests), fsyncs `tmp` and
+    renames it to `final` (the one step that makes the checkpoint count)."""
+    kind = "dense" if self.host_table is None else (
+        "host_chunks" if self.process_count == 1 else "host_shards")
+    full_meta = dict(meta, format=checkpoint_files.FORMAT_NAME,
+                     version=checkpoint_files.FORMAT_VERSION, step=step,
+                     batches_consumed=step, table=kind, processes=self.process_count,
+                     files=checkpoint_files.digests(tmp, self.host_table is not None))
+    full_meta[checkpoint_files.META_CRC] = checkpoint_files.meta_crc(full_meta)
+    atomic_write(os.path.join(tmp, META_FILE), json.dumps(full_meta))
+    checkpoint_files.fsync_tree(tmp)
+    trash = None
+    if os.path.exists(final):  # the same step saved again: swap, never leave a gap
+      trash = os.path.join(self.root, f"old.{step_dir_name(step)}.{os.getpid()}")
+      os.rename(final, trash)
+    os.rename(tmp, final)
+    fsync_directory(self.root)
+    if trash:
+      shutil.rmtree(trash, ignore_errors=True)
+
+  def _agree(self, what: str, step: int, error: BaseException | None) -> None:
+    """Every process's outcome of a save phase (a barrier); raises CheckpointSaveError on
+    every process if any failed, naming the processes and the last good checkpoint."""
+    failed = distributed.failed_processes(error is None)
+    if failed:
+      good = latest(self.root)
+      mine = f" (here: {type(error).__name__}: {error})" if error is not None else ""
+      raise CheckpointSaveError(
+          f"checkpoint {step_dir_name(step)} was not saved: {what} failed on processes "
+          f"{failed}{mine}; the last good checkpoint is {good or 'none'}") from error
+
+  def _save_everywhere(self, state: TrainState, meta: dict[str, Any], step: int,
+                       final: str) -> str:
+    """`save` in a run over several processes: every process calls it in step (the
+    module docstring's protocol). Synchronous."""
+    main = self.process_index == 0
+    tmp = os.path.join(self.root, f"tmp.{step_dir_name(step)}.of{self.process_count}")
+    t0, error, plan, snapshot = time.perf_counter(), None, None, None
+    if main:
+      try:
+        os.makedirs(self.root, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # a crashed attempt's leftovers
+        os.makedirs(tmp)
+      except OSError as err:
+        error = err
+    self._agree("making the temporary directory", step, error)
+    try:
+      try:
+        self._orbax.save(os.path.join(tmp, "dense"), _without_empty(self._dense(state)))
+        self._orbax.wait_until_finished()
+        if self.host_table is not None:
+          shard = table_shards.shard_directory(os.path.join(tmp, "table"), self.process_index,
+                                               self.process_count)
+          os.makedirs(os.path.dirname(shard), exist_ok=True)
+          previous = self._previous_shard()
+          plan = table_checkpoint.plan_save(self.host_table, previous, self.compact_ratio)
+          plan, snapshot = table_checkpoint.capture(self.host_table, plan,
+                                                    self.snapshot_budget_bytes)
+          table_checkpoint.write_table(snapshot, self.host_table, shard, plan, previous)
+          checkpoint_files.fsync_tree(shard)
+      except Exception as err:  # pylint: disable=broad-except
+        error = err
+      self._agree("writing the dense state or a table shard", step, error)
+      if main:
+        try:
+          self._commit(step, tmp, final, meta)
+        except Exception as err:  # pylint: disable=broad-except
+          error = err
+      self._agree("the commit on process 0", step, error)
+    except BaseException:
+      if snapshot is not None:
+        snapshot.close()
+      if plan is not None:
+        table_checkpoint.unplan_save(self.host_table, plan)
+      if main:
+        shutil.rmtree(tmp, ignore_errors=True)
+      raise
+    if snapshot is not None:
+      snapshot.close()
+    self._table_base = final
+    self._record_save(final, plan, snapshot, t0)
+    if main:
+      self._prune()
+    return final
 
   def wait(self) -> str | None:
     """Waits for a background save; returns the newest committed checkpoint (or None).
@@ -422,14 +403,16 @@ class Checkpointer:
     """Loads checkpoint `path` into the shapes/shardings of `target` (and the host table).
 
     For the cache backend the host table must be freshly created; `target.table` (the
-    empty cache) is kept. Waits for a background save first.
+    empty cache) is kept, and the host table gets the stored rows this process owns,
+    whatever process count saved them. Waits for a background save first. Several
+    processes: every process calls it.
     """
     self.wait()
     meta = read_meta(path)
-    want = "host_chunks" if self.host_table is not None else "dense"
-    if meta.get("table") != want:
+    want = ("host_chunks", "host_shards") if self.host_table is not None else ("dense",)
+    if meta.get("table") not in want:
       raise ValueError(f"{os.path.join(path, META_FILE)}: the checkpoint holds its table as "
-                       f"{meta.get('table')!r}; this run's backend needs {want!r} (same "
+                       f"{meta.get('table')!r}; this run's backend needs one of {want} (same "
                        "embedding.backend as the run that saved it)")
     try:
       target_dense = self._dense(target)
@@ -439,9 +422,10 @@ class Checkpointer:
     except ValueError as err:
       raise ValueError(f"{path}: does not fit this run's state (saved by a different model or "
                        f"config?): {err}") from err
-    if self.host_table is not None:
-      table_checkpoint.load_table(self.host_table, os.path.join(path, "table"))
-      self._table_base = path
+    if self.host_table is not None:  # the rows this process owns, from every stored shard
+      same_layout = table_shards.load_owned(self.host_table, os.path.join(path, "table"),
+                                            self.process_index, self.process_count)
+      self._table_base = path if same_layout else None
     state = TrainState(dense["step"], dense["params"], dense["opt_state"],
                        dense.get("table", target.table))
     return Restored(int(meta["step"]), state, meta, path)

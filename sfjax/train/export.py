@@ -44,6 +44,7 @@ from sfjax.core import digest
 from sfjax.core.atomic import atomic_write
 from sfjax.embedding import row_optimizers
 from sfjax.embedding import table_checkpoint
+from sfjax.embedding import table_shards
 from sfjax.embedding.initializers import init_rows
 from sfjax.train import checkpoint
 
@@ -117,7 +118,7 @@ def _host_chunks(path: str, num_rows: int, width: int, slot_width: int, seed: in
                  stddev: float, initial_slot_row: np.ndarray) -> Iterator[tuple[int, np.ndarray,
                                                                                np.ndarray]]:
   """(lo, values, slots) per CHUNK_ROWS rows of a host-table checkpoint, untrained rows initial."""
-  reader = table_checkpoint.TableReader(os.path.join(path, "table"))
+  reader = table_shards.ShardedTableReader(os.path.join(path, "table"))  # one dir or per-process
   stored = set(reader.chunks)
   for k in range(-(-num_rows // CHUNK_ROWS)):
     lo = k * CHUNK_ROWS
@@ -181,8 +182,8 @@ def export_checkpoint(workdir: str, out_dir: str, checkpoint_path: str | None = 
   shutil.rmtree(tmp, ignore_errors=True)
   os.makedirs(os.path.join(tmp, "values"))
   os.makedirs(os.path.join(tmp, "slots"))
-  if meta["table"] == "host_chunks":
-    tm = table_checkpoint.read_manifest(os.path.join(path, "table"))
+  if meta["table"] in ("host_chunks", "host_shards"):
+    tm = table_shards.ShardedTableReader(os.path.join(path, "table")).manifest
     width, slot_width = tm["width"], tm["slot_width"]
     row_opt = row_optimizers.from_config(config.embedding)
     chunks = _host_chunks(path, tm["num_rows"], width, slot_width, tm["seed"], tm["init_stddev"],

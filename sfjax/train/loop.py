@@ -211,13 +211,12 @@ def _report_failure(exc: BaseException, backend: backends.Backend, state: TrainS
     logging.error("last good checkpoint: %s", good or "none (the run restarts from step 0)")
 
 
-def _check_multiprocess(config, ckpt_every: int) -> None:
-  """What a run over several processes does not support yet, as ConfigErrors, and the
-  processes' agreement on the config (every process must run the same one)."""
-  if ckpt_every:
-    raise config_check.ConfigError(
-        f"config field checkpoint.every_steps={ckpt_every}: checkpoints of a run over "
-        f"{jax.process_count()} processes are not supported yet (set 0)")
+def _check_multiprocess(config) -> None:
+  """The processes' agreement on the config (every process must run the same one).
+
+  Checkpoints are written by every process together (`checkpoint.Checkpointer`: each
+  its own table shard); the workdir must be on a file system all of them see.
+  """
   same = config.to_dict()
   same.pop("distributed", None)  # process_id differs by design
   distributed.check_agreement("the config", np.frombuffer(
@@ -256,7 +255,7 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
   tcfg = config.train
   ckpt_every, ckpt_keep = checkpoint.settings(config)
   if jax.process_count() > 1:
-    _check_multiprocess(config, ckpt_every)
+    _check_multiprocess(config)
   ckpt_root, resume_from = _checkpoint_location(config, workdir, ckpt_every,
                                                reset_mmap=trainer is None)
   if dataset is None:

@@ -1,6 +1,8 @@
 """Run checkpoints: settings validation, orbax round trip onto another mesh, crash safety, pruning."""
 
+import json
 import os
+import shutil
 import threading
 
 import chex
@@ -13,9 +15,11 @@ from experiments.configs import ctr
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import table_checkpoint
+from sfjax.embedding import table_shards
 from sfjax.embedding.host_table import CHUNK_ROWS
 from sfjax.embedding.host_table import HostTable
 from sfjax.train import checkpoint
+from sfjax.train import checkpoint_files
 from sfjax.train import defaults
 from sfjax.train import loop
 from sfjax.train.state import TrainState
@@ -218,4 +222,42 @@ def test_meta_is_taken_at_save_time_not_when_written(tmp_path, monkeypatch):
   pending.append(3)  # the loop goes on while the table is written
   release.set()
   assert checkpoint.read_meta(ckpt.wait())["pending_unique_counts"] == [1, 2]
+  ckpt.close()
+
+
+def test_a_checkpoint_of_two_process_shards_restores_in_one_process(tmp_path):
+  """The table of a 2-process checkpoint (process p's rows, id % 2 == p, in
+  table/process_p_of_2/) restores whole in one process, whose next save is a base."""
+  ids = np.array([0, 1, 2, 5, CHUNK_ROWS + 3, CHUNK_ROWS + 4], np.int64)
+  values = np.stack([ids, -ids], 1).astype(np.float32)
+  table = _host_table()
+  table.scatter(ids, values, np.ones((ids.size, 1), np.float32))
+  ckpt = checkpoint.Checkpointer(str(tmp_path), keep=3, host_table=table)
+  path = ckpt.save(_tiny_state(7), {"history": []})
+  ckpt.close()
+  shutil.rmtree(os.path.join(path, "table"))  # rewritten as the two processes' shards
+  for p in range(2):
+    shard = _host_table()
+    mine = ids[ids % 2 == p]
+    shard.scatter(mine, *table.gather(mine))
+    table_checkpoint.save_table(shard, table_shards.shard_directory(
+        os.path.join(path, "table"), p, 2), None)
+  meta = checkpoint.read_meta(path)
+  meta.update(table="host_shards", processes=2, files=checkpoint_files.digests(path, True))
+  meta[checkpoint_files.META_CRC] = checkpoint_files.meta_crc(meta)
+  with open(os.path.join(path, checkpoint.META_FILE), "w", encoding="utf-8") as f:
+    json.dump(meta, f)
+  assert checkpoint.find_resumable(str(tmp_path)) == path
+  fresh = _host_table()
+  ckpt = checkpoint.Checkpointer(str(tmp_path), keep=3, host_table=fresh)
+  restored = ckpt.restore(path, _tiny_state(0))
+  assert restored.step == 7 and fresh.num_materialised == ids.size
+  chex.assert_trees_all_equal(fresh.gather(ids), table.gather(ids))
+  ckpt.save(_tiny_state(8), {"history": []})  # a base of every restored chunk (no shard is ours)
+  ckpt.wait()
+  assert ckpt.last_save["kind"] == "base" and ckpt.last_save["chunks"] == 2
+  again = _host_table()
+  checkpoint.Checkpointer(str(tmp_path), keep=3, host_table=again).restore(
+      checkpoint.latest(str(tmp_path)), _tiny_state(0))
+  chex.assert_trees_all_equal(again.gather(ids), table.gather(ids))
   ckpt.close()
