@@ -5,22 +5,12 @@ import jax
 import numpy as np
 import pytest
 
-from experiments.configs import ctr as ctr_config
 from sfjax.ctr_search import arch as arch_lib
 from sfjax.ctr_search import cohort
 from sfjax.ctr_search import trial_data
 from sfjax.ctr_search import trial_program
 
-STEPS = 12
-
-
-@pytest.fixture(scope="module")
-def data():
-  d = ctr_config.get_config().data
-  d.synthetic.cardinality_scale, d.synthetic.num_eval = 1e-4, 4096  # ~3.4k table rows
-  task = trial_data.CTRTask(d, batch_size=128, eval_rows=1500, steps_per_budget_unit=STEPS,
-                            eval_batch_size=512)
-  return trial_data.TrialData(task)
+STEPS = 12  # the shared `data` fixture's steps per budget unit (conftest.py)
 
 
 @pytest.fixture(scope="module")
