@@ -115,14 +115,15 @@ def joint_draws(space, count: int, batch: int, fill: bool, rng) -> list:
   """`count` (arch, hparams) draws of `space` in rounds of `batch`, as a search asks them.
 
   With `fill` a round is architecture-aware (`search_loop.ask_round`): its first draw
-  is free, the others are drawn from `space.fixing` its shape-bucket keys.
+  is free, the others are drawn from `space.fixing` its shape-bucket keys
+  (`padded.fixed_config_keys`).
   """
-  keys = [k for k in space.keys
-          if k in arch_lib.STATIC_KEYS and k not in padded.MASKED_CONFIG_KEYS] if fill else []
+  keys = [k for k in space.keys if k in arch_lib.STATIC_KEYS] if fill else []
   draws = []
   while len(draws) < count:
     first = space.sample(rng)
-    fixed = space.fixing({k: first[k] for k in keys if k in first}) if keys else space
+    fixed = space.fixing({k: first[k] for k in padded.fixed_config_keys(first, keys)
+                          if k in first}) if keys else space
     size = min(batch, count - len(draws))
     draws += [first] + [fixed.sample(rng) for _ in range(size - 1)]
   return [arch_lib.split_config(ctr_space.runner_config(c)) for c in draws]

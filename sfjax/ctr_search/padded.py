@@ -2,10 +2,12 @@
 
 DESIGN.md §4 ("cohorts that fill"). Two architectures are in one *bucket* when they
 differ only in the sizes listed in `MASKED_HPARAMS`: the MLP tower's widths and
-depth (`mlp_dims`) and the number of DCN-V2 cross layers (`cross_layers`). The
+depth (`mlp_dims`) and the number of DCN-V2 cross layers (`cross_layers`), and,
+where `padded_layout` can remap it, the latent dimension `embed_dim` (below). The
 trials of a bucket run as one vmapped program of the bucket's *superset*
-architecture (the largest width, the largest depth, the most cross layers of the
-chunk), each trial's parameters embedded in the superset's shapes:
+architecture (the largest width, the largest depth, the most cross layers, the
+largest embed_dim of the chunk), each trial's parameters embedded in the superset's
+shapes:
 
   * a hidden unit a trial does not have: zero incoming weights and bias, zero
     outgoing weights (ReLU(0) = 0, so it adds nothing to any sum);
@@ -25,39 +27,68 @@ from its seed, on the host) and then padded (`pad_state`), so its initial values
 are those of its exact-shape run; results are cut back to the exact shapes
 (`unpad_state`), so saved states and promotions never see the padding.
 
+The latent dimension `embed_dim` is masked too for the models and element-wise row
+optimizers of `padded_layout` (`padded_layout.embed_maskable`): the superset has
+the largest; a trial's row columns, slot blocks and the dense axes that follow the
+embedding layout (flattened field vectors, DLRM's z) are remapped by its rules, the
+padded columns are zero and their gradients exactly zero.
+
 What stays in the bucket key (a different value means a different bucket): the
-model family, the row width (`embed_dim`: flattened field layouts and row-wise
-optimizers read it), the row and dense optimizers, the cross rank and structure,
-attention and CIN sizes, a bottom MLP, a composed model's block spec, and an MLP of
-depth 0 (no hidden layer to hold an identity).
+model family, `embed_dim` for other models (`composed`) and row-wise row
+optimizers (rowwise_adagrad's mean over a row changes with padding), the row and
+dense optimizers, the cross rank and structure, attention and CIN sizes, a bottom
+MLP, a composed model's block spec, and an MLP of depth 0 (no hidden layer to hold
+an identity).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import jax
 import numpy as np
 
+from sfjax.ctr_search import padded_layout
 from sfjax.ctr_search.arch import ArchSpec
 
 # Model keyword arguments a superset can hold, masked per trial.
 MASKED_HPARAMS = ("mlp_dims", "cross_layers")
 # The trial config keys those come from (`arch.split_config`): what a cohort's trials
 # may differ in while sharing a bucket. Every other static key is the bucket's.
-MASKED_CONFIG_KEYS = ("model.mlp.depth", "model.mlp.width", "model.cross_layers")
+# `model.embed_dim` only for `padded_layout.embed_maskable` models and row optimizers
+# (`fixed_config_keys`).
+MASKED_CONFIG_KEYS = ("model.mlp.depth", "model.mlp.width", "model.cross_layers",
+                      "model.embed_dim")
+EMBED_KEY = "model.embed_dim"
 _MASKED = "masked"
 
 
 def bucket_key(arch: ArchSpec) -> ArchSpec:
   """`arch` with its maskable sizes replaced by a placeholder: equal keys share a program.
 
-  An MLP of depth 0 keeps its `()` (it cannot be padded), so it has its own bucket.
+  An MLP of depth 0 keeps its `()` (it cannot be padded), so it has its own bucket;
+  `embed_dim` is masked only where `padded_layout.embed_maskable`.
   """
   hparams = tuple((k, _MASKED if k in MASKED_HPARAMS and v != () else v)
                   for k, v in arch.model_hparams)
-  return dataclasses.replace(arch, model_hparams=hparams)
+  embed_dim = (_MASKED if padded_layout.embed_maskable(arch.model_name, arch.embedding_optimizer)
+               else arch.embed_dim)
+  return dataclasses.replace(arch, model_hparams=hparams, embed_dim=embed_dim)
+
+
+def fixed_config_keys(config: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, ...]:
+  """The keys of `keys` to fix to `config`'s values so that new configs share its bucket.
+
+  Architecture-aware asking (`search_loop.ask_round`): the static keys of the space
+  (`keys`) less the masked ones; `model.embed_dim` stays fixed unless `config`
+  names a model and a row optimizer that mask it (`padded_layout.embed_maskable`;
+  one it does not name, e.g. a key outside the space, could be anything).
+  """
+  name, optimizer = config.get("model.name"), config.get("optim.embedding_optimizer")
+  free_embed = (name is not None and optimizer is not None
+                and padded_layout.embed_maskable(name, optimizer))
+  return tuple(k for k in keys if k not in MASKED_CONFIG_KEYS or (k == EMBED_KEY and not free_embed))
 
 
 def superset(archs: Sequence[ArchSpec]) -> ArchSpec:
@@ -79,11 +110,16 @@ def superset(archs: Sequence[ArchSpec]) -> ArchSpec:
     hparams["mlp_dims"] = (max(max(d) for d in dims),) * max(len(d) for d in dims)
   if "cross_layers" in hparams:
     hparams["cross_layers"] = max(h["cross_layers"] for h in all_hparams)
-  return dataclasses.replace(archs[0], model_hparams=tuple(sorted(hparams.items())))
+  return dataclasses.replace(archs[0], model_hparams=tuple(sorted(hparams.items())),
+                             embed_dim=max(a.embed_dim for a in archs))
 
 
 def _by_path(tree) -> dict[str, Any]:
   return {jax.tree_util.keystr(p): leaf for p, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def _shapes(tree) -> dict[str, tuple[int, ...]]:
+  return {k: tuple(v.shape) if hasattr(v, "shape") else np.shape(v) for k, v in _by_path(tree).items()}
 
 
 def _is_hidden_kernel(path: str, shape: tuple[int, ...]) -> bool:
@@ -91,9 +127,36 @@ def _is_hidden_kernel(path: str, shape: tuple[int, ...]) -> bool:
   return "['hidden']" in path and "['kernel']" in path and len(shape) == 2 and shape[0] == shape[1]
 
 
-def _pad_tree(exact, template, missing_params: bool):
-  """`exact`'s leaves in the corner of zero arrays shaped like `template`'s; leaves
-  `exact` lacks are zeros, or identities for hidden kernels when `missing_params`.
+class _Layout:
+  """Where a trial state's leaves lie in its superset's: the embed-dim layout of
+  `padded_layout` (None: same embed_dim, every leaf in the corner)."""
+
+  def __init__(self, exact_state, sup_state):
+    """Infers the layout from the two states' shapes (leaves or ShapeDtypeStructs)."""
+    self.sup_params = _shapes(sup_state.params)
+    width, sup_width = exact_state.table.values.shape[1], sup_state.table.values.shape[1]
+    if width > sup_width:
+      raise ValueError(f"pad_state: rows of width {width} do not fit the superset's {sup_width}")
+    self.layout = padded_layout.infer_layout(_shapes(exact_state.params), self.sup_params,
+                                             width, sup_width)
+    self.slot_index, self.slot_fill = padded_layout.slot_layout(
+        self.layout, width, exact_state.table.opt_slots.shape[1], sup_width,
+        sup_state.table.opt_slots.shape[1])
+    self.columns = (np.arange(width) if self.layout is None else self.layout.table_columns())
+
+  def index(self, path: str, shape, sup_shape):
+    """`np.ix_` index of a trial leaf at `path` (state-relative) in its superset leaf."""
+    if path in (".values", ".opt_slots"):  # table leaves: rows kept, columns remapped
+      if shape[0] != sup_shape[0]:
+        raise ValueError(f"pad_state: the table has {shape[0]} rows, the superset's {sup_shape[0]}")
+      return np.ix_(np.arange(shape[0]), self.columns if path == ".values" else self.slot_index)
+    return np.ix_(*padded_layout.leaf_index(self.layout, path, shape, sup_shape, self.sup_params))
+
+
+def _pad_tree(exact, template, layout: _Layout, missing_params: bool, fills=None):
+  """`exact`'s leaves placed in zero arrays shaped like `template`'s (`layout.index`);
+  leaves `exact` lacks are zeros, or identities for hidden kernels when
+  `missing_params`; `fills` (path -> row) fills a leaf's padded columns.
   Returns (padded tree, 0/1 mask tree: 1 on exact entries)."""
   have = _by_path(exact)
   flat, treedef = jax.tree_util.tree_flatten_with_path(template)
@@ -102,13 +165,15 @@ def _pad_tree(exact, template, missing_params: bool):
     key = jax.tree_util.keystr(path)
     shape, dtype = tuple(spec.shape), np.dtype(spec.dtype)
     out, mask = np.zeros(shape, dtype), np.zeros(shape, np.float32)
+    if fills and key in fills:
+      out[...] = fills[key]
     if key in have:
       leaf = np.asarray(have[key])
       if leaf.ndim != len(shape) or any(a > b for a, b in zip(leaf.shape, shape)):
         raise ValueError(f"pad_state: leaf {key} of shape {leaf.shape} does not fit the "
                          f"superset's {shape}")
-      corner = tuple(slice(0, n) for n in leaf.shape)
-      out[corner], mask[corner] = leaf, 1.0
+      index = layout.index(key, leaf.shape, shape)
+      out[index], mask[index] = leaf, 1.0
     elif missing_params and _is_hidden_kernel(key, shape):
       out = np.eye(shape[0], dtype=dtype)
     padded.append(out)
@@ -127,14 +192,14 @@ def pad_state(exact_state, template) -> tuple[Any, Any]:
     (padded host TrainState, dense mask: a 0/1 float32 pytree like the params).
 
   Raises:
-    ValueError: naming a leaf that is larger than the superset's.
+    ValueError: naming a leaf that is larger than the superset's, or when the row
+      widths differ for a model or row optimizer `padded_layout` cannot remap.
   """
-  params, mask = _pad_tree(exact_state.params, template.params, missing_params=True)
-  opt_state, _ = _pad_tree(exact_state.opt_state, template.opt_state, missing_params=False)
-  table = jax.tree.map(np.asarray, exact_state.table)
-  if jax.tree.map(np.shape, table) != jax.tree.map(lambda s: tuple(s.shape), template.table):
-    raise ValueError("pad_state: the table's shape differs from the superset's (the row "
-                     "width is part of the bucket)")
+  layout = _Layout(exact_state, template)
+  params, mask = _pad_tree(exact_state.params, template.params, layout, missing_params=True)
+  opt_state, _ = _pad_tree(exact_state.opt_state, template.opt_state, layout, missing_params=False)
+  table, _ = _pad_tree(exact_state.table, template.table, layout, missing_params=False,
+                       fills={".opt_slots": layout.slot_fill})
   return exact_state._replace(step=np.asarray(exact_state.step), params=params,
                               opt_state=opt_state, table=table), mask
 
@@ -142,10 +207,16 @@ def pad_state(exact_state, template) -> tuple[Any, Any]:
 def unpad_state(padded_state, template):
   """Inverse of `pad_state`: the trial's own entries, in the shapes of `template` (its
   exact-shape abstract TrainState); identity layers and padding are dropped."""
-  have = _by_path(padded_state)
-  flat, treedef = jax.tree_util.tree_flatten_with_path(template)
-  leaves = []
-  for path, spec in flat:
-    leaf = np.asarray(have[jax.tree_util.keystr(path)])
-    leaves.append(leaf[tuple(slice(0, n) for n in spec.shape)].copy())
-  return jax.tree.unflatten(treedef, leaves)
+  layout = _Layout(template, padded_state)
+  out = []
+  for part in ("params", "opt_state", "table"):
+    have = _by_path(getattr(padded_state, part))
+    flat, treedef = jax.tree_util.tree_flatten_with_path(getattr(template, part))
+    leaves = []
+    for path, spec in flat:
+      key = jax.tree_util.keystr(path)
+      leaf = np.asarray(have[key])
+      leaves.append(leaf[layout.index(key, tuple(spec.shape), leaf.shape)].copy())
+    out.append(jax.tree.unflatten(treedef, leaves))
+  return template._replace(step=np.asarray(padded_state.step).copy(), params=out[0],
+                           opt_state=out[1], table=out[2])

@@ -8,7 +8,8 @@ One round of the loop (VEGA's search step, arXiv 2011.01507):
                           (`study.max_params`, `max_flops`, `max_latency_ms`)
                           reject configs before training (recorded, not counted);
   group by bucket         trials whose architectures differ only in MLP widths /
-                          depth or cross layers share one padded vmapped program
+                          depth, cross layers or (where `padded_layout` can remap
+                          it) embed_dim share one padded vmapped program
                           (`padded`), one `executor.CohortJob` per bucket;
   executor.map            `study.executor`: 'local' runs `CohortRunner.run` here, 'dask'
                           as Dask tasks (`executor_dask`); promotions (`resume_from`)
@@ -156,10 +157,10 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
     run_round = lambda study, batch: run_batch(
         study, executor, runner, batch, workdir, config.seed, max_steps,
         keep_states=algorithm.multi_fidelity, split=split)
-  # Architecture-aware asking: the space's keys that fix a shape bucket (PBT's population
-  # is one architecture already).
+  # Architecture-aware asking: the space's static keys, of which `ask_round` fixes those
+  # that fix a shape bucket (PBT's population is one architecture already).
   fill_keys = () if algorithm.population_based or not field("fill_cohorts") else tuple(
-      k for k in space.keys if k in arch_lib.STATIC_KEYS and k not in padded.MASKED_CONFIG_KEYS)
+      k for k in space.keys if k in arch_lib.STATIC_KEYS)
   started = time.perf_counter()
   events = search_events.SearchEvents(workdir, objective.metric, objective.direction)
   with executor, Study.open(workdir, space, algorithm, objective, directions,
@@ -190,7 +191,9 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
 def ask_round(study: Study, n: int, fill_keys: Sequence[str]) -> list[Suggestion]:
   """Up to `n` suggestions for one round; with `fill_keys`, architecture-aware.
 
-  The first suggestion is asked freely; the others are asked with `fill_keys` fixed
+  The first suggestion is asked freely; the others are asked with the keys of
+  `fill_keys` that fix its shape bucket (`padded.fixed_config_keys`: the masked sizes
+  are free, `model.embed_dim` only when its model and row optimizer mask it) fixed
   to its values (`Study.ask(fixed=...)`), so new configs land in its shape bucket
   and train in one padded program with it. Promotions of multi-fidelity algorithms
   come back as they are (they resume a saved state).
@@ -200,7 +203,8 @@ def ask_round(study: Study, n: int, fill_keys: Sequence[str]) -> list[Suggestion
   batch = study.ask(1)
   if not batch:
     return batch
-  fixed = {k: batch[0].config[k] for k in fill_keys if k in batch[0].config}
+  first = batch[0].config
+  fixed = {k: first[k] for k in padded.fixed_config_keys(first, fill_keys) if k in first}
   return batch + study.ask(n - 1, fixed=fixed)
 
 
@@ -237,7 +241,8 @@ def run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Sugg
   """Trains `batch` grouped by shape bucket (one job per bucket) and tells the study.
 
   Trials whose architectures differ only in sizes a superset can hold (MLP widths
-  and depth, cross layers: `padded.bucket_key`) form one job, run as one padded
+  and depth, cross layers, embed_dim where `padded_layout` can remap it:
+  `padded.bucket_key`) form one job, run as one padded
   vmapped program per chunk. `executor` runs the jobs (`executor.make_executor`);
   results are told in group order whatever the executor. The driver's `runner`
   reads saved states for promotions. With `keep_states` (multi-fidelity
