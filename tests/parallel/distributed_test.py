@@ -7,9 +7,6 @@ each with 4 fake CPU devices, bounded by a timeout.
 
 import json
 import os
-import socket
-import subprocess
-import sys
 import textwrap
 
 import chex
@@ -23,7 +20,8 @@ from sfjax.data import dataset as dataset_lib
 from sfjax.parallel import distributed
 from sfjax.train import loop
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import two_processes  # tests/parallel/two_processes.py
+
 _STEPS = 12
 
 
@@ -153,47 +151,8 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-def _flat(config) -> dict:
-  out = {}
-
-  def walk(prefix, d):
-    for k, v in d.items():
-      if isinstance(v, dict):
-        walk(prefix + k + ".", v)
-      else:
-        out[prefix + k] = list(v) if isinstance(v, tuple) else v
-
-  walk("", config.to_dict())
-  return out
-
-
 def _run_two_processes(config, out_dir, timeout=110):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
-             XLA_FLAGS="--xla_force_host_platform_device_count=4")
-  env.pop(distributed.ENV_COORDINATOR, None)
-  cfg = {k: v for k, v in _flat(config).items() if not k.startswith("distributed.")}
-  cfg["train.num_devices"] = 0
-  port = str(_free_port())
-  procs = [subprocess.Popen([sys.executable, "-c", _WORKER, json.dumps(cfg), port, str(pid),
-                             str(out_dir)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True) for pid in (0, 1)]
-  logs = []
-  try:
-    for p in procs:
-      logs.append(p.communicate(timeout=timeout)[0])
-  finally:
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-        p.wait()
-  for pid, p in enumerate(procs):
-    assert p.returncode == 0, f"process {pid} failed:\n{logs[pid][-4000:]}"
+  two_processes.launch(_WORKER, json.dumps(two_processes.flat_config(config)), out_dir, timeout)
 
 
 def test_two_processes_match_the_one_device_reference(tmp_path):

@@ -21,9 +21,6 @@ After it, this process resumes the second copy (2 -> 1 processes).
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import textwrap
 
 import chex
@@ -38,7 +35,8 @@ from sfjax.train import checkpoint
 from sfjax.train import export
 from sfjax.train import loop
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import two_processes  # tests/parallel/two_processes.py
+
 _STEPS, _CUT = 12, 6  # the copies resume from step _CUT's checkpoint
 _OPTIMIZERS = tuple(o for o in row_optimizers.ROW_OPTIMIZER_NAMES if o != "adagrad")
 _TOL = dict(rtol=1e-4, atol=1e-5)
@@ -55,22 +53,6 @@ def _config(optimizer="adagrad", backend="cache", every=0):
   c.train.eval_batch_size, c.train.num_devices = 256, 1
   c.checkpoint.every_steps, c.checkpoint.keep = every, 4
   return c
-
-
-def _flat(config) -> dict:
-  out = {}
-
-  def walk(prefix, d):
-    for k, v in d.items():
-      if isinstance(v, dict):
-        walk(prefix + k + ".", v)
-      else:
-        out[prefix + k] = list(v) if isinstance(v, tuple) else v
-
-  walk("", config.to_dict())
-  out = {k: v for k, v in out.items() if not k.startswith("distributed.")}
-  out["train.num_devices"] = 0  # every device of both processes
-  return out
 
 
 def _truncate_copy(src: str, dst: str, upto: int) -> None:
@@ -148,33 +130,8 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 def _launch(jobs: list, out_dir, timeout=300) -> list[str]:
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
-             XLA_FLAGS="--xla_force_host_platform_device_count=4")
-  env.pop(distributed.ENV_COORDINATOR, None)
-  port = str(_free_port())
-  procs = [subprocess.Popen([sys.executable, "-c", _WORKER, json.dumps(jobs), port, str(pid),
-                             str(out_dir)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-           for pid in (0, 1)]
-  logs = []
-  try:
-    for p in procs:
-      logs.append(p.communicate(timeout=timeout)[0])
-  finally:
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-        p.wait()
-  for pid, p in enumerate(procs):
-    assert p.returncode == 0, f"process {pid} failed:\n{logs[pid][-6000:]}"
-  return logs
+  return two_processes.launch(_WORKER, json.dumps(jobs), out_dir, timeout)
 
 
 def _reference(optimizer="adagrad"):
@@ -211,19 +168,19 @@ def launch(tmp_path_factory):
   for name, backend in (("w1", "cache"), ("d1", "device")):  # 1-process checkpoints
     _one_process(_config(backend=backend, every=6), dirs[name])
     _truncate_copy(dirs[name], dirs[name + "c"], _CUT)
-  jobs = [{"name": "ckpt2", "cfg": _flat(_config(every=6)), "workdir": dirs["w2"]},
+  jobs = [{"name": "ckpt2", "cfg": two_processes.flat_config(_config(every=6)), "workdir": dirs["w2"]},
           {"copy": {"from": dirs["w2"], "to": [dirs["w2a"], dirs["w2b"], dirs["w2c"]],
                     "upto": _CUT}},
-          {"name": "fail", "cfg": _flat(_config(every=6)), "workdir": dirs["w2c"], "fail_on": 1},
-          {"name": "resume22", "cfg": _flat(_config(every=6)), "workdir": dirs["w2a"]},
-          {"name": "resume12", "cfg": _flat(_config(every=6)), "workdir": dirs["w1c"]},
-          {"name": "dev12", "cfg": _flat(_config(backend="device", every=6)),
+          {"name": "fail", "cfg": two_processes.flat_config(_config(every=6)), "workdir": dirs["w2c"], "fail_on": 1},
+          {"name": "resume22", "cfg": two_processes.flat_config(_config(every=6)), "workdir": dirs["w2a"]},
+          {"name": "resume12", "cfg": two_processes.flat_config(_config(every=6)), "workdir": dirs["w1c"]},
+          {"name": "dev12", "cfg": two_processes.flat_config(_config(backend="device", every=6)),
            "workdir": dirs["d1c"]}]
   row = _config(every=6)
   row.embedding.cache_sharding, row.embedding.cache_rows = "row", 128.0  # per device: 1024 in all
   row.embedding.unique_capacity = 512  # (~280 unique rows a step): the cache evicts
-  jobs.append({"name": "row2", "cfg": _flat(row), "workdir": dirs["w_row"]})
-  jobs += [{"name": f"opt_{o}", "cfg": _flat(_config(o)), "workdir": None} for o in _OPTIMIZERS]
+  jobs.append({"name": "row2", "cfg": two_processes.flat_config(row), "workdir": dirs["w_row"]})
+  jobs += [{"name": f"opt_{o}", "cfg": two_processes.flat_config(_config(o)), "workdir": None} for o in _OPTIMIZERS]
   out = tmp / "out"
   out.mkdir()
   _launch(jobs, out)
