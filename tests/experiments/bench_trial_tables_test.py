@@ -2,11 +2,11 @@
 
 
 def test_bench_trial_tables_smoke(run_bench):
-  final = run_bench("experiments.bench_trial_tables", "--trials=2", "--scales=0.0001,0.001",
+  final = run_bench("experiments.bench_trial_tables", "--trials=2", "--scales=0.001",
                     "--steps=2", "--eval_rows=256", "--batch_size=32")
   assert final["benchmark"] == "bench_trial_tables" and final["trials"] == 2
   points = final["points"]
-  assert len(points) == 4 and all(p["ran"] and p["failed"] == 0 for p in points)
+  assert len(points) == 2 and all(p["ran"] and p["failed"] == 0 for p in points)
   for p in points:
     if p["compact_rows"]:
       assert p["trial_rows"] < p["full_rows"]  # only the rows the batches touch
