@@ -29,6 +29,7 @@ from search_spaces import ctr as ctr_space
 from sfjax.automl import pipeline
 from sfjax.core.errors import ConfigError
 from sfjax.ctr_search import pipeline_steps
+from sfjax.ctr_search import pipeline_steps_compress
 from sfjax.ctr_search import pipeline_steps_train
 from sfjax.vision import vision_steps
 
@@ -52,9 +53,11 @@ def application(config):
     return vision_steps.VISION_STEP_KINDS, vision_steps.vision_report
   if name != "ctr":
     raise ConfigError(f"config field application: unknown value {name!r} (known: ctr, vision)")
-  finalize = lambda results, workdir: pipeline_steps_train.compare_final_to_baseline(
-      results, workdir, num_resamples=config.report.bootstrap_resamples,
-      seed=config.report.bootstrap_seed)
+  finalize = lambda results, workdir: {
+      **pipeline_steps_train.compare_final_to_baseline(
+          results, workdir, num_resamples=config.report.bootstrap_resamples,
+          seed=config.report.bootstrap_seed),
+      **pipeline_steps_compress.compression_report(results)}
   return pipeline_steps.ctr_step_kinds(SPACES), finalize
 
 

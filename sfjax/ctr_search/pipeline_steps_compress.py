@@ -252,6 +252,20 @@ def run_compress(ctx: StepContext) -> StepOutput:
   return StepOutput(metrics, output)
 
 
+COMPRESSION_REPORT_KEYS = ("baseline_test_auc", "final_test_auc", "baseline_params",
+                           "final_params", "size_ratio", "bits_ratio")
+
+
+def compression_report(results) -> dict[str, Any]:
+  """The pipeline report's `compression` field: the last done `compress` step's pick
+  against the model it compressed (`COMPRESSION_REPORT_KEYS`), or None without one."""
+  done = [r for r in results if r.kind == "compress" and r.status == "done"]
+  if not done:
+    return {"compression": None}
+  metrics = done[-1].best_metrics
+  return {"compression": {k: metrics[k] for k in COMPRESSION_REPORT_KEYS if k in metrics}}
+
+
 def compress_step_kinds() -> dict[str, StepKind]:
   """{'compress'}: Prune-EA / Quant-EA of the handed-on trained model."""
   return {"compress": StepKind(run_compress, check_block,

@@ -81,3 +81,16 @@ def test_no_handed_on_checkpoint_is_a_named_error(tmp_path):
                     (train,))
   with pytest.raises(ConfigError, match=r"checkpoint \(output of an earlier step\): none"):
     psc.load_trained(ctx)
+
+
+def test_compression_report_takes_the_last_done_compress_step():
+  metrics = {"baseline_test_auc": 0.78, "final_test_auc": 0.775, "baseline_params": 100,
+             "final_params": 40, "size_ratio": 0.4, "bits_ratio": 0.1, "front_size": 3}
+  older = dict(metrics, final_test_auc=0.7)
+  results = [StepResult("train", "baseline", "done", {"test_auc": 0.78}, {}, 1.0),
+             StepResult("c1", "compress", "done", older, {}, 1.0),
+             StepResult("c2", "compress", "done", metrics, {}, 1.0),
+             StepResult("c3", "compress", "failed", {}, {}, 1.0, "boom")]
+  report = psc.compression_report(results)["compression"]
+  assert report == {k: metrics[k] for k in psc.COMPRESSION_REPORT_KEYS}
+  assert psc.compression_report(results[:1]) == {"compression": None}

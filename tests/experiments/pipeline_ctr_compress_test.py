@@ -45,6 +45,9 @@ def test_smoke_train_then_compress(tmp_path):
   # The checkpoint read back scores the same test rows as the train step did.
   assert abs(m["baseline_test_auc"] - train["best_metrics"]["test_auc"]) < 1e-5
   assert abs(m["baseline_test_auc"] - report["baseline_test_auc"]) < 1e-5
+  assert report["compression"] == {k: m[k] for k in (
+      "baseline_test_auc", "final_test_auc", "baseline_params", "final_params", "size_ratio",
+      "bits_ratio")}  # the report's top level carries the pick against its source
   # The pick re-tuned alone and physically pruned scores as its masked self in the search.
   assert abs(m["final_test_auc"] - m["search_test_auc"]) < 1e-3
   assert m["final_params"] <= m["baseline_params"] and m["final_bits"] < m["baseline_bits"]
