@@ -59,8 +59,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from absl import logging
 
-from sfjax.automl.algorithms import (Objective, Objectives, Suggestion, TrialStatus,
-                                     all_objectives, directions_of)
+from sfjax.automl.algorithms import (ENDED_STATUSES, Objective, Objectives, Suggestion,
+                                     TrialStatus, all_objectives, directions_of)
 from sfjax.automl.study import Study, TrialRecord, limit_quotas
 from sfjax.ctr_search import arch as arch_lib
 from sfjax.ctr_search import (padded, search_config, search_events, search_pbt, search_report,
@@ -209,8 +209,7 @@ def ask_round(study: Study, n: int, fill_keys: Sequence[str]) -> list[Suggestion
 
 
 def _num_final(study: Study) -> int:
-  return sum(t.status in (TrialStatus.DONE, TrialStatus.FAILED, TrialStatus.PRUNED)
-             for t in study.trials())
+  return sum(t.status in ENDED_STATUSES for t in study.trials())
 
 
 def default_metrics(workdir: str, executor, seed: int, steps: int,
@@ -351,8 +350,7 @@ def summarize(study: Study, default: Mapping[str, float]) -> dict[str, Any]:
       "best_trial_id": best.trial_id if best is not None else None,
       "best_config": best.config.to_dict() if best is not None else None,
       "best_metrics": dict(best.metrics) if best is not None else None,
-      "num_trials_done": sum(t.status in (TrialStatus.DONE, TrialStatus.FAILED, TrialStatus.PRUNED)
-                             for t in trials),
+      "num_trials_done": sum(t.status in ENDED_STATUSES for t in trials),
       "num_failed": sum(t.status == TrialStatus.FAILED for t in trials),
       "default_metrics": dict(default),
       "beats_default": bool(beats),

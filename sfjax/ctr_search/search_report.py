@@ -19,18 +19,17 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-from sfjax.automl.algorithms import TrialStatus
+from sfjax.automl.algorithms import ENDED_STATUSES, TrialStatus
 from sfjax.automl.study import TrialRecord
 
 _COLUMNS = (("rank", 4), ("trial", 5), ("rung", 4), ("steps", 5), ("model", 10), ("dim", 3),
             ("mlp", 6), ("emb_opt", 7), ("emb_lr", 8), ("dense_lr", 8), ("auc", 7),
             ("status", 6))
-_FINAL = (TrialStatus.DONE, TrialStatus.FAILED, TrialStatus.PRUNED)
 
 
 def ranked(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
   """Finished trials, best held-out AUC first; failed / pruned ones last (by id)."""
-  finished = [t for t in trials if t.status in _FINAL]
+  finished = [t for t in trials if t.status in ENDED_STATUSES]
 
   def key(t):
     auc = t.metrics.get("auc", math.nan)
@@ -83,7 +82,7 @@ def leaderboard(trials: Sequence[TrialRecord], top_k: int, default_auc: float | 
     elapsed_s: wall time of this run so far.
   """
   order = ranked(trials)
-  done = sum(t.status in _FINAL for t in trials)
+  done = sum(t.status in ENDED_STATUSES for t in trials)
   failed = sum(t.status == TrialStatus.FAILED for t in trials)
   rejected = sum(t.status == TrialStatus.REJECTED for t in trials)
   head = f"[search] {done}/{num_trials} trials ({failed} failed, {rejected} rejected) in " \

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from sfjax.automl import algorithms, pareto_evolution, space
-from sfjax.automl.algorithms import TrialStatus
+from sfjax.automl.algorithms import ENDED_STATUSES
 from sfjax.automl.study import Study
 from sfjax.automl.pipeline import StepContext, StepKind, StepOutput, StepResult
 from sfjax.core import names
@@ -38,7 +38,6 @@ from sfjax.vision import vision_task
 from sfjax.vision.vision_task import require
 
 PARAMS_FILE = "model.npz"
-FINAL = (TrialStatus.DONE, TrialStatus.FAILED, TrialStatus.PRUNED)  # a trial's end states
 
 
 # ---- darts -------------------------------------------------------------------------
@@ -127,7 +126,7 @@ def run_hpo(ctx: StepContext) -> StepOutput:
   default_acc = None
   objective = algorithms.Objective("valid_accuracy", "maximize")
   with Study.open(ctx.workdir, search_space, spec, objective) as study:
-    while (told := sum(t.status in FINAL for t in study.trials())) < num_trials:
+    while (told := sum(t.status in ENDED_STATUSES for t in study.trials())) < num_trials:
       asked = study.ask(min(width - 1, num_trials - told))
       if not asked:
         break
@@ -136,7 +135,7 @@ def run_hpo(ctx: StepContext) -> StepOutput:
       for s, a in zip(asked, acc[1:]):
         study.tell(s.trial_id, {"valid_accuracy": float(a)})
     study.export()
-    best, told = study.best(), sum(t.status in FINAL for t in study.trials())
+    best, told = study.best(), sum(t.status in ENDED_STATUSES for t in study.trials())
   if best is None:
     raise RuntimeError(f"hpo: algorithm {b.algorithm!r} suggested no trial")
   if default_acc is None:  # every trial was told before this (resumed) run

@@ -1,6 +1,7 @@
 """Search algorithms behind one batched ask/tell interface (`base.Searcher`)."""
 
 from sfjax.automl.algorithms.base import (
+    ENDED_STATUSES,
     AlgorithmSpec,
     Objective,
     Searcher,
@@ -42,8 +43,8 @@ def algorithm_from_dict(data) -> AlgorithmSpec:
 
 
 __all__ = [
-    "ALGORITHMS", "ASHA", "BOHB", "AlgorithmSpec", "GP", "GridSearch", "Hyperband", "MOTPE",
-    "NSGA2", "Objective", "Objectives", "PBT",
+    "ALGORITHMS", "ASHA", "BOHB", "AlgorithmSpec", "ENDED_STATUSES", "GP", "GridSearch",
+    "Hyperband", "MOTPE", "NSGA2", "Objective", "Objectives", "PBT",
     "QuasiRandomSearch", "RandomSearch", "RegularizedEvolution", "Searcher",
     "SuccessiveHalving", "Suggestion", "TPE", "TrialResult", "TrialStatus",
     "algorithm_from_dict", "all_objectives", "directions_of", "hyperband_brackets", "mutate",

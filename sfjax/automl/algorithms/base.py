@@ -46,6 +46,11 @@ class TrialStatus(str, enum.Enum):
   REJECTED = "rejected"  # refused by a quota filter before training
 
 
+# The final states of a trial that ran (a REJECTED config never trained): the trials that
+# count towards a study's `num_trials`.
+ENDED_STATUSES = frozenset({TrialStatus.DONE, TrialStatus.FAILED, TrialStatus.PRUNED})
+
+
 @dataclasses.dataclass(frozen=True)
 class Objective:
   """The metric a search optimises and its direction ('maximize' or 'minimize')."""

@@ -32,7 +32,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from sfjax.automl.algorithms.base import AlgorithmSpec, Objective, Suggestion, TrialStatus
+from sfjax.automl.algorithms.base import (ENDED_STATUSES, AlgorithmSpec, Objective, Suggestion,
+                                          TrialStatus)
 from sfjax.automl.pareto import pareto_front
 from sfjax.automl.space import Config, Space
 from sfjax.automl.study.journal import Journal, JournalError
@@ -405,8 +406,7 @@ class Study:
     An exception from `fn` marks that trial failed, with the exception as reason.
     """
     while True:
-      final = sum(t.status in (TrialStatus.DONE, TrialStatus.FAILED, TrialStatus.PRUNED)
-                  for t in self._trials.values())
+      final = sum(t.status in ENDED_STATUSES for t in self._trials.values())
       batch = self.ask(min(batch_size, n_trials - final)) if final < n_trials else []
       if not batch:
         return
