@@ -16,6 +16,11 @@ switches a block on, its sub-space is active only then), adds the combination
 `runner_config`: the generator's spec as canonical JSON in `model.blocks`.
 
 Forbidden: a stacked model without a tower, and a stacked model with no block.
+
+Architecture-aware asking (`bucket_fixed_keys`, `BLOCK_SEARCH_SPACE`): a round's
+configs share the shape bucket of its first (`sfjax.ctr_search.padded_blocks`),
+so they may differ in the tower's depth and width, the cross layers, the dense
+linear term and, in parallel combination, which interaction blocks they use.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any, Mapping, Sequence
 
 from search_spaces import ctr
 from sfjax.automl.space import Bool, Categorical, Config, Space
+from sfjax.ctr_search import arch as arch_lib
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 from sfjax.models import deep_blocks, field_layout, generator
 from sfjax.train.defaults import ctr_defaults
@@ -110,6 +116,34 @@ def runner_config(config: Mapping[str, Any]) -> dict[str, Any]:
   return out
 
 
+# What a shape bucket of generated models masks (`padded_blocks.bucket_blocks`): free in a round.
+MASKED_KEYS = ("model.tower.depth", "model.tower.width", "model.cross.layers",
+               "model.dense.linear")
+
+
+def bucket_fixed_keys(first: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, ...]:
+  """The keys of `keys` to fix to `first`'s values so that new points share its bucket.
+
+  Every `model.*` key and every other static key (`arch.STATIC_KEYS`, e.g. the row
+  optimizer) is fixed except `MASKED_KEYS` and, when `first` is parallel, the
+  `.use` of the blocks a superset can switch off: those without a sub-space (fm,
+  inner_product, outer_product, gated_pairs), and those with one (cross, cin,
+  self_attention) that `first` uses (their sub-keys stay fixed to `first`'s values,
+  so a point using the block has the same entry; a point not using it has them
+  inactive, and a fixing ignores them). A block with a sub-space that `first` does
+  not use stays off, which bounds the superset. `first_order` stays fixed: it
+  gives the rows their last column.
+  """
+  free = set(MASKED_KEYS)
+  if first.get("model.combine") == "parallel":
+    for kind, cls in generator.BLOCK_TYPES.items():
+      use = _use(f"model.{kind}")
+      if kind != "first_order" and (not cls.space().keys or first.get(use, False)):
+        free.add(use)
+  return tuple(k for k in keys if k not in free
+               and (k.startswith("model.") or k in arch_lib.STATIC_KEYS))
+
+
 def space_from_config(space_cfg) -> Space:
   """`block_space` of a search config's `space` block (`mlp_widths`: the tower widths)."""
   widths = ctr._int_list("space.mlp_widths", space_cfg.mlp_widths)  # pylint: disable=protected-access
@@ -120,4 +154,4 @@ def space_from_config(space_cfg) -> Space:
 BLOCK_SEARCH_SPACE = CTRSearchSpace(
     from_config=space_from_config, default_config=default_config,
     fixed_arch_space=ctr.fixed_arch_space, arch_part=ctr.arch_part, runner_config=runner_config,
-    zero_allowed=frozenset(ctr.GATES.values()))
+    zero_allowed=frozenset(ctr.GATES.values()), bucket_fixed_keys=bucket_fixed_keys)

@@ -33,12 +33,25 @@ the largest; a trial's row columns, slot blocks and the dense axes that follow t
 embedding layout (flattened field vectors, DLRM's z) are remapped by its rules, the
 padded columns are zero and their gradients exactly zero.
 
+The `composed` model (a block spec, `model.blocks`) is bucketed by `padded_blocks`:
+its tower's widths and depth, its cross blocks' layers and its `dense.linear` term
+are masked, and in parallel combination so is its set of interaction blocks (all
+but `first_order`): the superset holds the union of the trials' blocks and a 0/1
+gate per block (`ComposedModel.gates`, frozen), 1 on the trial's own blocks, 0 on
+the others, whose outputs and gradients are then exactly 0. `pad_state` and
+`unpad_state` take the trial's and the superset's ArchSpec (`arch=`, `sup_arch=`)
+to move a trial's blocks to their superset indices and set its gates.
+
 What stays in the bucket key (a different value means a different bucket): the
 model family, `embed_dim` for other models (`composed`) and row-wise row
 optimizers (rowwise_adagrad's mean over a row changes with padding), the row and
 dense optimizers, the cross rank and structure, attention and CIN sizes, a bottom
-MLP, a composed model's block spec, and an MLP of depth 0 (no hidden layer to hold
-an identity).
+MLP, an MLP of depth 0 (no hidden layer to hold an identity), and of a composed
+spec: the embedding dims, the `first_order` block, the combination, the bias, the
+bottom MLP, the tower's presence and inputs (and a tower without hidden layers),
+in stacked combination the block list with every parameter but cross layers (in
+parallel, blocks of other parameters are other entries of the superset's union),
+and the whole spec when one block entry appears twice or the spec is gated.
 """
 
 from __future__ import annotations
@@ -49,7 +62,7 @@ from typing import Any, Mapping, Sequence
 import jax
 import numpy as np
 
-from sfjax.ctr_search import padded_layout
+from sfjax.ctr_search import padded_blocks, padded_layout
 from sfjax.ctr_search.arch import ArchSpec
 
 # Model keyword arguments a superset can hold, masked per trial.
@@ -61,6 +74,8 @@ MASKED_HPARAMS = ("mlp_dims", "cross_layers")
 MASKED_CONFIG_KEYS = ("model.mlp.depth", "model.mlp.width", "model.cross_layers",
                       "model.embed_dim")
 EMBED_KEY = "model.embed_dim"
+# The `composed` model's block spec JSON: its sizes and blocks are masked by `padded_blocks`.
+BLOCKS_HPARAM = "blocks"
 _MASKED = "masked"
 
 
@@ -68,9 +83,11 @@ def bucket_key(arch: ArchSpec) -> ArchSpec:
   """`arch` with its maskable sizes replaced by a placeholder: equal keys share a program.
 
   An MLP of depth 0 keeps its `()` (it cannot be padded), so it has its own bucket;
-  `embed_dim` is masked only where `padded_layout.embed_maskable`.
+  `embed_dim` is masked only where `padded_layout.embed_maskable`; a `composed`
+  model's block spec becomes `padded_blocks.bucket_blocks` of it.
   """
-  hparams = tuple((k, _MASKED if k in MASKED_HPARAMS and v != () else v)
+  hparams = tuple((k, _MASKED if k in MASKED_HPARAMS and v != () else
+                   padded_blocks.bucket_blocks(v) if k == BLOCKS_HPARAM else v)
                   for k, v in arch.model_hparams)
   embed_dim = (_MASKED if padded_layout.embed_maskable(arch.model_name, arch.embedding_optimizer)
                else arch.embed_dim)
@@ -110,6 +127,8 @@ def superset(archs: Sequence[ArchSpec]) -> ArchSpec:
     hparams["mlp_dims"] = (max(max(d) for d in dims),) * max(len(d) for d in dims)
   if "cross_layers" in hparams:
     hparams["cross_layers"] = max(h["cross_layers"] for h in all_hparams)
+  if BLOCKS_HPARAM in hparams:
+    hparams[BLOCKS_HPARAM] = padded_blocks.superset_blocks([h[BLOCKS_HPARAM] for h in all_hparams])
   return dataclasses.replace(archs[0], model_hparams=tuple(sorted(hparams.items())),
                              embed_dim=max(a.embed_dim for a in archs))
 
@@ -153,12 +172,35 @@ class _Layout:
     return np.ix_(*padded_layout.leaf_index(self.layout, path, shape, sup_shape, self.sup_params))
 
 
-def _pad_tree(exact, template, layout: _Layout, missing_params: bool, fills=None):
+def _block_map(arch: ArchSpec | None, sup_arch: ArchSpec | None, sup_params, where: str):
+  """(rename: trial path -> superset path, fills: {gates path: the trial's gate row}) of a
+  composed trial's blocks in its superset's (`padded_blocks`); identity and none else.
+
+  Raises:
+    ValueError: the superset gates its blocks but `arch` or `sup_arch` is missing.
+  """
+  gates = [k for k in sup_params if k.startswith("['gates']")]
+  text = dict(arch.model_hparams).get(BLOCKS_HPARAM) if arch is not None else None
+  sup_text = dict(sup_arch.model_hparams).get(BLOCKS_HPARAM) if sup_arch is not None else None
+  if text is None or sup_text is None:
+    if gates:
+      raise ValueError(f"{where}: the superset gates its blocks (a composed bucket): pass "
+                       "arch= and sup_arch=, the trial's and the superset's ArchSpec")
+    return (lambda key: key), {}
+  index = padded_blocks.block_index(text, sup_text)
+  row = padded_blocks.gate_row(text, sup_text)
+  fills = {k: row for k in gates} if row is not None else {}
+  return (lambda key: padded_blocks.rename_path(key, index)), fills
+
+
+def _pad_tree(exact, template, layout: _Layout, missing_params: bool, fills=None,
+              rename=lambda key: key):
   """`exact`'s leaves placed in zero arrays shaped like `template`'s (`layout.index`);
   leaves `exact` lacks are zeros, or identities for hidden kernels when
-  `missing_params`; `fills` (path -> row) fills a leaf's padded columns.
+  `missing_params`; `fills` (path -> row) fills a leaf's padded columns; `rename`
+  maps a trial path to its superset path (composed blocks).
   Returns (padded tree, 0/1 mask tree: 1 on exact entries)."""
-  have = _by_path(exact)
+  have = {rename(k): v for k, v in _by_path(exact).items()}
   flat, treedef = jax.tree_util.tree_flatten_with_path(template)
   padded, masks = [], []
   for path, spec in flat:
@@ -181,40 +223,51 @@ def _pad_tree(exact, template, layout: _Layout, missing_params: bool, fills=None
   return jax.tree.unflatten(treedef, padded), jax.tree.unflatten(treedef, masks)
 
 
-def pad_state(exact_state, template) -> tuple[Any, Any]:
+def pad_state(exact_state, template, *, arch: ArchSpec | None = None,
+              sup_arch: ArchSpec | None = None) -> tuple[Any, Any]:
   """One trial's host TrainState embedded in its bucket superset's shapes.
 
   Args:
     exact_state: the trial's TrainState (numpy or jax leaves) with its own shapes.
     template: the superset's abstract TrainState (`trial_states.state_template`).
+    arch, sup_arch: the trial's and the superset's ArchSpec; needed for `composed`
+      trials whose blocks differ (their blocks move to the superset's indices and
+      the superset's gates are set, `padded_blocks`), ignored by other models.
 
   Returns:
     (padded host TrainState, dense mask: a 0/1 float32 pytree like the params).
 
   Raises:
     ValueError: naming a leaf that is larger than the superset's, or when the row
-      widths differ for a model or row optimizer `padded_layout` cannot remap.
+      widths differ for a model or row optimizer `padded_layout` cannot remap, or a
+      gated superset without `arch` and `sup_arch`.
   """
   layout = _Layout(exact_state, template)
-  params, mask = _pad_tree(exact_state.params, template.params, layout, missing_params=True)
-  opt_state, _ = _pad_tree(exact_state.opt_state, template.opt_state, layout, missing_params=False)
+  rename, gate_fills = _block_map(arch, sup_arch, layout.sup_params, "pad_state")
+  params, mask = _pad_tree(exact_state.params, template.params, layout, missing_params=True,
+                           fills=gate_fills, rename=rename)
+  opt_state, _ = _pad_tree(exact_state.opt_state, template.opt_state, layout, missing_params=False,
+                           rename=rename)
   table, _ = _pad_tree(exact_state.table, template.table, layout, missing_params=False,
                        fills={".opt_slots": layout.slot_fill})
   return exact_state._replace(step=np.asarray(exact_state.step), params=params,
                               opt_state=opt_state, table=table), mask
 
 
-def unpad_state(padded_state, template):
+def unpad_state(padded_state, template, *, arch: ArchSpec | None = None,
+                sup_arch: ArchSpec | None = None):
   """Inverse of `pad_state`: the trial's own entries, in the shapes of `template` (its
-  exact-shape abstract TrainState); identity layers and padding are dropped."""
+  exact-shape abstract TrainState); identity layers, padding and gates are dropped.
+  `arch`, `sup_arch`: as `pad_state`'s."""
   layout = _Layout(template, padded_state)
+  rename, _ = _block_map(arch, sup_arch, layout.sup_params, "unpad_state")
   out = []
   for part in ("params", "opt_state", "table"):
     have = _by_path(getattr(padded_state, part))
     flat, treedef = jax.tree_util.tree_flatten_with_path(getattr(template, part))
     leaves = []
     for path, spec in flat:
-      key = jax.tree_util.keystr(path)
+      key = rename(jax.tree_util.keystr(path))
       leaf = np.asarray(have[key])
       leaves.append(leaf[layout.index(key, tuple(spec.shape), leaf.shape)].copy())
     out.append(jax.tree.unflatten(treedef, leaves))

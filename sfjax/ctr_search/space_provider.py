@@ -9,7 +9,7 @@ the space are trial configs once `runner_config` has mapped them to the keys
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from sfjax.automl.space import Config, Space
 
@@ -26,6 +26,10 @@ class CTRSearchSpace(NamedTuple):
     runner_config: a point -> the trial runner's keys (`arch.split_config`).
     zero_allowed: hyperparameter keys whose value may be exactly 0 (gated
       regularisers): PBT clips them from 0, not from the space's lower bound.
+    bucket_fixed_keys: architecture-aware asking (`search_loop.ask_round`): given
+      the first config of a round and every key of the space, the keys to fix to
+      its values so that new configs share its shape bucket (`padded.bucket_key`).
+      None: `padded.fixed_config_keys` over the space's `arch.STATIC_KEYS`.
   """
 
   from_config: Callable[[Any], Space]
@@ -34,3 +38,4 @@ class CTRSearchSpace(NamedTuple):
   arch_part: Callable[[Mapping[str, Any]], dict[str, Any]]
   runner_config: Callable[[Mapping[str, Any]], dict[str, Any]]
   zero_allowed: frozenset[str] = frozenset()
+  bucket_fixed_keys: Callable[[Mapping[str, Any], Sequence[str]], tuple[str, ...]] | None = None

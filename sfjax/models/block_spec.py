@@ -7,7 +7,8 @@ A spec is a JSON-able dict (what `--config.model.blocks` carries, as JSON text):
      "bias": false,                                  # a scalar logit bias
      "interactions": [{"type": "first_order"}, {"type": "fm", "pairs": null}],
      "combine": "parallel",                          # parallel | stacked
-     "tower": {"dims": [400, 400, 400], "inputs": ["embeddings", "dense"]}}  # or null
+     "tower": {"dims": [400, 400, 400], "inputs": ["embeddings", "dense"]},  # or null
+     "gated": false}                                 # a 0/1 gate per parallel block
 
 `combine`: "parallel" adds every interaction block's output to the logit (a
 bias-free Linear head for feature blocks); "stacked" feeds every block's output
@@ -15,6 +16,12 @@ into the tower (its `inputs` then list "blocks"). Tower inputs, concatenated in
 the listed order: "embeddings" (field vectors `[B, sum_f d_f]`), "dense" (`[B, Nd]`),
 "bottom" (the bottom MLP's vector z `[B, D]`, absent when Nd = 0), "blocks".
 The logit is `bias + dense @ w + parallel blocks + tower`.
+
+`gated` (parallel only) multiplies each block's logit term by its own scalar
+parameter `gates[i]` (init 1): a shape bucket's superset model
+(`sfjax.ctr_search.padded_blocks`) holds the union of its trials' blocks and
+switches off, per trial, those the trial lacks (gate 0, frozen). The canonical
+form carries `"gated": true` only when set, so specs without it keep their text.
 
 Missing keys take the defaults above (tower: none; tower inputs: ["embeddings",
 "dense"] when parallel, ["blocks"] when stacked; block parameters: each block's
@@ -41,7 +48,7 @@ BLOCK_TYPES: dict[str, type[pair_blocks.Block]] = {
 PAIRWISE_TYPES = tuple(t for t, cls in BLOCK_TYPES.items() if cls.pairwise)
 COMBINES = ("parallel", "stacked")
 TOWER_INPUTS = ("embeddings", "dense", "bottom", "blocks")
-_TOP_KEYS = ("embedding", "dense", "bias", "interactions", "combine", "tower")
+_TOP_KEYS = ("embedding", "dense", "bias", "interactions", "combine", "tower", "gated")
 _MAX = 1 << 20  # widths, depths and field indices: far beyond any CTR model
 
 
@@ -134,7 +141,7 @@ def _block(w: _Where, key: str, entry) -> dict:
 
 
 def validate_spec(spec: Mapping[str, Any], field: str = "model.blocks") -> dict:
-  """The canonical form of `spec` (defaults filled in, pairs sorted).
+  """The canonical form of `spec` (defaults filled in, pairs sorted; `gated` only when true).
 
   Args:
     spec: a block spec (see the module docstring).
@@ -164,6 +171,10 @@ def validate_spec(spec: Mapping[str, Any], field: str = "model.blocks") -> dict:
   out = {"embedding": {"dims": dims}, "dense": dense,
          "bias": _bool(w, "bias", spec.get("bias", False)), "interactions": blocks,
          "combine": combine, "tower": _tower(w, spec.get("tower"), combine)}
+  if _bool(w, "gated", spec.get("gated", False)):
+    if combine != "parallel":
+      w.fail("gated", "only a parallel model gates its blocks (stacked blocks feed the tower)")
+    out["gated"] = True  # only when set: ungated specs keep their canonical text
   _check_consistency(w, out)
   return out
 

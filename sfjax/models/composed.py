@@ -11,8 +11,11 @@ row width; a field of dimension d reads the first d columns of its row).
 Parameters (attribute names, which tests map named models' parameters onto):
 `dense_linear` (DenseLinear or None), `bias` (scalar or None), `bottom` (the
 dense bottom MLP to D, ReLU after every layer, as DLRM's; None without one or
-when Nd = 0), `blocks` (the interaction blocks, in spec order), `tower` (MLP to
-1 or None).
+when Nd = 0), `blocks` (the interaction blocks, in spec order), `gates` (`[num
+blocks]`, init 1, only for a `gated` spec: parallel block i adds `gates[i] *
+block_i(inputs)`; 1 is exact, 0 makes the block's output and every gradient
+through it exactly 0, which shape buckets use to switch off a trial's absent
+blocks), `tower` (MLP to 1 or None).
 """
 
 from __future__ import annotations
@@ -81,6 +84,8 @@ class ComposedModel(nnx.Module):
         block_spec.BLOCK_TYPES[b["type"]]({k: v for k, v in b.items() if k != "type"}, shape,
                                           to_logit=to_logit, rngs=rngs)
         for b in spec["interactions"]])
+    self.gates = (nnx.Param(jnp.ones((len(self.blocks),), jnp.float32))
+                  if spec.get("gated", False) else None)
     self.tower_inputs = tuple(spec["tower"]["inputs"]) if spec["tower"] is not None else ()
     self.tower = self._build_tower(spec["tower"], has_bottom, rngs)
 
@@ -113,6 +118,9 @@ class ComposedModel(nnx.Module):
     if self.dense_linear is not None:
       logit = logit + self.dense_linear(dense)
     outputs = [block(inputs) for block in self.blocks]  # [B] (parallel) or [B, k] (stacked)
+    if self.gates is not None:  # parallel only (block_spec.validate_spec)
+      gates = self.gates[...]  # [num blocks]
+      outputs = [gates[i] * out for i, out in enumerate(outputs)]
     stacked = "blocks" in self.tower_inputs
     if not stacked:
       logit = sum(outputs, logit)

@@ -75,3 +75,16 @@ def test_with_interaction_pairs_restricts_only_the_pairwise_blocks():
   assert out["interactions"][3] == {"type": "cross", "layers": 1, "rank": 0}
   with pytest.raises(SpecError, match=r"pairs\[0\]: needs i < j"):
     block_spec.with_interaction_pairs(spec, [(3, 3)])
+
+
+def test_gated_is_a_parallel_flag_emitted_only_when_true():
+  text = block_spec.spec_to_json(DEEPFM)
+  assert block_spec.spec_to_json({**DEEPFM, "gated": False}) == text  # same digest as before
+  assert "gated" not in block_spec.validate_spec(DEEPFM)
+  gated = block_spec.validate_spec({**DEEPFM, "gated": True})
+  assert gated["gated"] is True and block_spec.spec_from_json(json.dumps(gated)) == gated
+  with pytest.raises(SpecError, match="model.blocks: gated: must be true or false"):
+    block_spec.validate_spec({**DEEPFM, "gated": 1})
+  stacked = {**DEEPFM, "combine": "stacked", "tower": {"dims": [4], "inputs": ["blocks"]}}
+  with pytest.raises(SpecError, match="gated: only a parallel model"):
+    block_spec.validate_spec({**stacked, "gated": True})

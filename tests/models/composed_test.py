@@ -95,3 +95,18 @@ def test_trainer_config_check_accepts_a_matching_composed_model():
     config_check.validate(config)
   config.model.name = "deepfm"  # other models ignore model.blocks
   config_check.validate(config)
+
+
+def test_gates_scale_each_parallel_block_and_zero_stops_its_gradients():
+  spec = {"embedding": {"dims": [2, 1, 1]}, "bias": True, "gated": True, "dense": {"linear": False},
+          "interactions": [{"type": "first_order"}, {"type": "fm"}]}
+  model = generator.build_from_spec(spec, F, ND, nnx.Rngs(0))
+  assert generator.build_from_spec({**spec, "gated": False}, F, ND, nnx.Rngs(0)).gates is None
+  np.testing.assert_array_equal(model.gates[...], [1.0, 1.0])
+  first_order, fm = EMB[..., 2].sum(axis=1), _fm(_vectors())
+  chex.assert_trees_all_close(model(EMB, DENSE), first_order + fm, rtol=1e-5)
+  model.gates[...] = jnp.array([1.0, 0.0])
+  chex.assert_trees_all_close(model(EMB, DENSE), first_order, rtol=1e-5)
+  grad = jax.grad(lambda e: jnp.sum(model(e, DENSE)))(jnp.asarray(EMB))
+  assert not np.asarray(grad[..., :2]).any()  # the fm's vectors get no gradient at gate 0
+  np.testing.assert_array_equal(grad[..., 2], np.ones((B, F)))
