@@ -64,6 +64,10 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   # so they share one padded vmapped program (sfjax.ctr_search.padded). False: every trial
   # of a round is asked freely (cohorts group only what the draws happen to share).
   st.fill_cohorts = True
+  # Trials of one shape bucket with different step ranges (ASHA's promotions, each resuming
+  # at its rung, and its new trials) share one program; a shorter trial idles (its steps past
+  # its range are not applied) while the longest trains. False: one program per exact range.
+  st.ragged_cohorts = True
   st.max_params = 0  # quota: reject configs with more parameters (0: no quota)
   st.max_flops = 0.0  # quota: reject configs whose eval forward costs more FLOPs/example (0: none)
   st.max_latency_ms = 0.0  # quota: reject configs whose measured eval forward is slower (0: none)

@@ -1,17 +1,25 @@
 """Vmapped cohorts: trials of one `ArchSpec` trained together as one compiled program.
 
-DESIGN.md §4. `CohortRunner.run` takes trials of one architecture, groups them by
-step range `[start, end)` and by whether they resume, splits each group into
-chunks of the cohort width and runs each chunk as one `jax.jit` of
+DESIGN.md §4. `CohortRunner.run` takes trials of one architecture (or of one shape
+bucket, `sfjax.ctr_search.padded`), groups them (`group_trials`), splits each group
+into chunks of the cohort width and runs each chunk as one `jax.jit` of
 `jax.vmap(trial)` (`sfjax.ctr_search.trial_program`): init (or resume), a
 `lax.scan` of the train step over the task's precomputed batches, and eval over
 the whole stacked eval set. AUC and logloss are computed exactly on the host.
 
 Choices:
-  * Chunks hold trials of one exact step range (no masked padding steps): ASHA's
-    rungs and PBT's rounds produce such groups, and no trial pays for steps it
-    does not take. The start step is traced, so ranges of equal length share a
-    program; the step count is static (the scan length).
+  * Step ranges. By default a group holds trials of one exact step range `[start,
+    end)` and one resume kind, so no trial pays for steps it does not take (PBT's
+    rounds and synchronous rungs produce such groups). The start step is traced,
+    so ranges of equal length share a program; the step count is static (the
+    scan length). A `ragged` runner instead groups by bucket alone: ASHA's
+    promotions (each resuming at its rung) and its new trials (from step 0) then
+    share one program. Every trial starts from a host state (fresh ones drawn
+    from their seeds, as the program would), reads the batches of its own steps
+    inside the chunk's span, and its steps past its own range are not applied
+    (the state stays exactly as it is), so each result equals its own-range run;
+    the cost is that a short trial idles while the longest one trains (a chunk
+    takes its trials longest first).
   * A partial chunk runs at the smallest power of two >= its size (at most the
     cohort width), padded with copies of its first trial whose results are
     dropped, so a run compiles at most log2(width) extra programs per range length.
@@ -140,19 +148,45 @@ def num_traces() -> int:
 
 @functools.lru_cache(maxsize=64)
 def cohort_program(arch: ArchSpec, spec, resume: bool, masked: bool = False,
-                   num_rows: int | None = None):
+                   num_rows: int | None = None, ragged: bool = False):
   """The jitted cohort program of `arch` on data set `spec` (cached, shared by runners).
 
   `jax.jit` then keeps one executable per (width, step count, input shardings).
   Resumed states are donated. `masked`: the padded program of a shape bucket whose
   superset is `arch` (`sfjax.ctr_search.padded`; it takes per-trial dense masks).
-  `num_rows`: rows of a fresh trial's table (`TrialData.num_rows`).
+  `num_rows`: rows of a fresh trial's table (`TrialData.num_rows`). `ragged`: each
+  trial takes its own step range (`trial_program.make_trial_fn`).
   """
   graphdef = trial_program.abstract_graphdef(arch, spec)
-  fn = trial_program.make_cohort_fn(arch, spec, graphdef, resume=resume, masked=masked,
-                                    num_rows=num_rows,
-                                    on_trace=lambda: _TRACES.update([(arch, resume, masked)]))
-  return jax.jit(fn, donate_argnums=(2,) if resume or masked else ())
+  fn = trial_program.make_cohort_fn(
+      arch, spec, graphdef, resume=resume, masked=masked, num_rows=num_rows, ragged=ragged,
+      on_trace=lambda: _TRACES.update([(arch, resume, masked, ragged)]))
+  return jax.jit(fn, donate_argnums=(2,) if resume or masked or ragged else ())
+
+
+def group_trials(keys: Sequence[Any], start_steps: Sequence[int], end_steps: Sequence[int],
+                 resumes: Sequence[bool], ragged: bool) -> list[list[int]]:
+  """How `CohortRunner.run` groups trials into programs, before chunking by width.
+
+  Args:
+    keys: per trial, its shape bucket (`padded.bucket_key`) or anything hashable.
+    start_steps, end_steps, resumes: per trial, its step range and whether it resumes.
+    ragged: trials of one bucket with different step ranges (or resumes) share a
+      program (each takes its own range); else one group per (bucket, range, resume).
+
+  Returns:
+    Groups of trial indices, in order of first appearance. A ragged group lists its
+    trials longest range first, so a chunk of the cohort width holds similar lengths.
+  """
+  groups: dict[Any, list[int]] = {}
+  for i, key in enumerate(keys):
+    group = key if ragged else (key, int(start_steps[i]), int(end_steps[i]), bool(resumes[i]))
+    groups.setdefault(group, []).append(i)
+  if not ragged:
+    return list(groups.values())
+  length = lambda i: int(end_steps[i]) - int(start_steps[i])
+  return [sorted(members, key=lambda i: -length(i)) for members in groups.values()]
+
 
 
 def _chunk_width(size: int, width: int) -> int:
@@ -168,7 +202,7 @@ class CohortRunner:
 
   def __init__(self, task: CTRTask, *, cohort_width: int | str = "auto", mesh=None,
                data: TrialData | None = None, width_candidates: Sequence[int] = WIDTH_CANDIDATES,
-               measure_latency: bool = False):
+               measure_latency: bool = False, ragged: bool = False):
     """Builds the task's TrialData (unless `data` is given).
 
     Args:
@@ -179,6 +213,9 @@ class CohortRunner:
       width_candidates: the widths 'auto' measures.
       measure_latency: add `latency_ms` to every trial's metrics (one extra
         compilation per arch; a public attribute, may be switched on later).
+      ragged: `run` lets trials of one bucket with different step ranges (or
+        fresh and resumed ones) share a program (`group_trials`); a public
+        attribute. Off: one program per exact range, no trial idles.
     """
     if cohort_width != "auto" and (isinstance(cohort_width, bool) or not isinstance(cohort_width, int)
                                    or cohort_width < 1):
@@ -190,6 +227,7 @@ class CohortRunner:
     self.data = data if data is not None else TrialData(task)
     self.spec = self.data.spec
     self.measure_latency = bool(measure_latency)
+    self.ragged = bool(ragged)
     self._widths: dict[ArchSpec, dict[int, float]] = {}
     self._params: dict[ArchSpec, int] = {}
     self._flops: dict[ArchSpec, float] = {}
@@ -201,7 +239,7 @@ class CohortRunner:
       return jax.tree.map(jnp.asarray, tree)
     return jax.device_put(tree, NamedSharding(self.mesh, P("trial") if per_trial else P()))
 
-  def run_stacked(self, arch: ArchSpec, hparams: Mapping[str, Any], seeds, start: int, end: int,
+  def run_stacked(self, arch: ArchSpec, hparams: Mapping[str, Any], seeds, start, end,
                   init_states=None, dense_masks=None) -> CohortOutput:
     """Runs W trials over steps `[start, end)` as one program call.
 
@@ -209,7 +247,9 @@ class CohortRunner:
       arch: their architecture.
       hparams: `arch.DYNAMIC_KEYS` -> [W] values (missing keys take defaults).
       seeds: [W] ints; a fresh trial's parameters and table are drawn from its seed.
-      start, end: the global step range (all trials).
+      start, end: the global step range: ints (all trials), or [W] ints, one range
+        per trial (a ragged program: `init_states` required; the scan runs the
+        longest range and a shorter trial's remaining loop steps are not applied).
       init_states: None (fresh trials, `start` must be 0) or a stacked [W]
         TrainState (host or device; device arrays are donated) at step `start`.
       dense_masks: None, or stacked [W] dense masks of padded trials of a shape
@@ -232,8 +272,16 @@ class CohortRunner:
       if value.shape != (width,):
         raise ValueError(f"hparams[{key!r}] has shape {value.shape}, expected ({width},)")
       stacked[key] = value
-    if init_states is None and start != 0:
+    starts = np.broadcast_to(np.asarray(start, np.int64), (width,))
+    ends = np.broadcast_to(np.asarray(end, np.int64), (width,))
+    if (starts < 0).any() or (ends < starts).any():
+      raise ValueError(f"run_stacked: invalid step ranges starts={starts.tolist()} ends={ends.tolist()}")
+    ragged = bool((starts != starts[0]).any() or (ends != ends[0]).any())
+    if init_states is None and (starts != 0).any():
       raise ValueError(f"fresh trials start at step 0, got start={start}; pass init_states to resume")
+    if ragged and init_states is None:
+      raise ValueError("run_stacked: per-trial step ranges need init_states (host-initialise "
+                       "the fresh trials)")
     if dense_masks is not None and init_states is None:
       raise ValueError("dense_masks need init_states (padded trials start from padded states)")
     if init_states is not None:
@@ -241,15 +289,20 @@ class CohortRunner:
       # transferred numpy buffer may be aliased, so the caller's arrays would change.
       init_states = jax.tree.map(lambda x: np.array(x) if isinstance(x, np.ndarray) else x, init_states)
     t0 = time.perf_counter()
-    batches = self._place(self.data.train_steps(start, end), width, per_trial=False)
+    lo, hi = int(starts.min()), int(ends.max())
+    batches = self._place(self.data.train_steps(lo, hi), width, per_trial=False)
     eval_batches = self._place(self.data.eval_batches, width, per_trial=False)
     masked = dense_masks is not None
     program = cohort_program(arch, self.spec, init_states is not None, masked,
-                             self.data.num_rows)
-    out = program(self._place(stacked, width, True), self._place(seeds, width, True),
-                  None if init_states is None else self._place(init_states, width, True),
-                  batches, eval_batches,
-                  self._place(dense_masks, width, True) if masked else None)
+                             self.data.num_rows, ragged)
+    args = [self._place(stacked, width, True), self._place(seeds, width, True),
+            None if init_states is None else self._place(init_states, width, True),
+            batches, eval_batches, self._place(dense_masks, width, True) if masked else None]
+    if ragged:
+      args += [self._place(np.asarray(starts - lo, np.int32), width, True),
+               self._place(np.asarray(ends - starts, np.int32), width, True),
+               jnp.arange(int((ends - starts).max()), dtype=jnp.int32)]
+    out = program(*args)
     alive, steps, losses, applied, logits = jax.device_get(
         (out.alive, out.state.step, out.losses, out.applied, out.logits))
     seconds = time.perf_counter() - t0
@@ -353,13 +406,15 @@ class CohortRunner:
 
   def run(self, arch: ArchSpec | Sequence[ArchSpec], hparams: Sequence[Mapping[str, float]],
           seeds: Sequence[int], start_steps: Sequence[int], end_steps: Sequence[int] | int,
-          init_states: Sequence[Any]) -> list[TrialResult]:
+          init_states: Sequence[Any], ragged: bool | None = None) -> list[TrialResult]:
     """Runs trials of one architecture, or of one shape bucket; results in input order.
 
     Args:
       arch: the trials' ArchSpec, or one ArchSpec per trial. Trials of one bucket
         (`padded.bucket_key`) whose architectures differ share a padded program
-        (`sfjax.ctr_search.padded`); trials of other buckets run apart.
+        (`sfjax.ctr_search.padded`); trials of other buckets run apart. Trials of
+        one bucket with different step ranges share a program only when the
+        run is `ragged` (`group_trials`).
       hparams: per trial, dynamic hyperparameters (`arch.DYNAMIC_KEYS`; missing -> defaults).
       seeds: per trial, its initialisation seed.
       start_steps: per trial, the global step it starts at (0 for a fresh trial).
@@ -367,6 +422,7 @@ class CohortRunner:
       init_states: per trial, None (fresh) or the host state of an earlier
         TrialResult at step `start_steps[i]` (resume: training continues), in the
         trial's own shapes.
+      ragged: group by bucket alone (`group_trials`); None: the runner's `ragged`.
 
     Returns:
       One TrialResult per trial; states in each trial's own shapes.
@@ -379,7 +435,6 @@ class CohortRunner:
                       ("end_steps", end_steps), ("init_states", init_states)):
       if len(seq) != n:
         raise ValueError(f"{name} has {len(seq)} entries but hparams has {n}")
-    groups: dict[tuple[ArchSpec, int, int, bool], list[int]] = {}
     for i in range(n):
       start, end, state = int(start_steps[i]), int(end_steps[i]), init_states[i]
       if not 0 <= start <= end:
@@ -389,22 +444,33 @@ class CohortRunner:
       if state is not None and int(np.asarray(state.step)) != start:
         raise ValueError(f"trial {i}: init_state is at step {int(np.asarray(state.step))}, "
                          f"not at start_steps={start}")
-      key = (padded.bucket_key(archs[i]), start, end, state is not None)
-      groups.setdefault(key, []).append(i)
+    groups = group_trials([padded.bucket_key(a) for a in archs], start_steps, end_steps,
+                          [s is not None for s in init_states],
+                          self.ragged if ragged is None else ragged)
     stacked = stack_hparams(hparams)
     results: list[TrialResult | None] = [None] * n
-    for (_, start, end, resume), members in groups.items():
+    for members in groups:
       width = self.width_for(archs[members[0]], len(members))
       for lo in range(0, len(members), width):
         chunk = members[lo:lo + width]
         padded_chunk = chunk + [chunk[0]] * (_chunk_width(len(chunk), width) - len(chunk))
         chunk_hparams = {k: v[padded_chunk] for k, v in stacked.items()}
         chunk_seeds = np.asarray(seeds)[padded_chunk]
+        ranges = {(int(start_steps[i]), int(end_steps[i]), init_states[i] is not None)
+                  for i in chunk}
+        if len(ranges) == 1:  # one range (and resume): the shared-range program
+          (start, end, resume), = ranges
+        else:  # a ragged chunk: per-trial ranges, every trial from a (host) state
+          start = np.asarray([int(start_steps[i]) for i in padded_chunk])
+          end = np.asarray([int(end_steps[i]) for i in padded_chunk])
+          resume = True
         if len({archs[i] for i in chunk}) == 1:
           states = None
           if resume:
             states = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]),
-                                  *[init_states[i] for i in padded_chunk])
+                                  *self._host_states([archs[i] for i in padded_chunk],
+                                                     chunk_hparams, chunk_seeds,
+                                                     [init_states[i] for i in padded_chunk]))
           chunk_results = self._run_chunk(archs[chunk[0]], chunk_hparams, chunk_seeds, start,
                                           end, states, len(chunk))
         else:
@@ -423,19 +489,28 @@ class CohortRunner:
     sup = padded.superset(archs)
     template = self.state_template(sup)
     states, masks = [], []
-    for i, (arch, state) in enumerate(zip(archs, init_states)):
-      if state is None:
-        trial_hparams = {k: jnp.float32(v[i]) for k, v in hparams.items()}
-        state = jax.device_get(trial_program.init_trial_state(
-            arch, self.spec, trial_hparams, jax.random.key(int(seeds[i])), self.data.num_rows))
-      state, mask = padded.pad_state(state, template)
+    for arch, state in zip(archs, self._host_states(archs, hparams, seeds, init_states)):
+      state, mask = padded.pad_state(state, template, arch=arch, sup_arch=sup)
       states.append(state)
       masks.append(mask)
     stack = lambda trees: jax.tree.map(lambda *xs: np.stack(xs), *trees)
     results = self._run_chunk(sup, hparams, seeds, start, end, stack(states), num_real,
                               dense_masks=stack(masks), archs=archs)
-    return [r._replace(state=padded.unpad_state(r.state, self.state_template(arch)))
+    return [r._replace(state=padded.unpad_state(r.state, self.state_template(arch), arch=arch,
+                                                sup_arch=sup))
             if r.state is not None else r for r, arch in zip(results, archs)]
+
+  def _host_states(self, archs, hparams, seeds, init_states) -> list[Any]:
+    """Each trial's host state in its own shapes: its resume state, or its fresh init
+    drawn from its seed (the state the program would draw, `init_trial_state`)."""
+    out = []
+    for i, (arch, state) in enumerate(zip(archs, init_states)):
+      if state is None:
+        trial_hparams = {k: jnp.float32(v[i]) for k, v in hparams.items()}
+        state = jax.device_get(trial_program.init_trial_state(
+            arch, self.spec, trial_hparams, jax.random.key(int(seeds[i])), self.data.num_rows))
+      out.append(state)
+    return out
 
   def state_template(self, arch: ArchSpec):
     """The abstract TrainState of `arch` on this task's data set (cached)."""

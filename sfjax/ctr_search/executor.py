@@ -37,6 +37,7 @@ class CohortJob(NamedTuple):
     start_steps, end_steps: per trial, its global step range.
     init_states: per trial, None (fresh) or the host state to resume from.
     trial_ids: per trial, its study trial id (for retries; -1 for the default config).
+    ragged: trials with different step ranges share programs (`CohortRunner.run`).
   """
 
   arch: ArchSpec | tuple[ArchSpec, ...]
@@ -46,6 +47,7 @@ class CohortJob(NamedTuple):
   end_steps: Sequence[int]
   init_states: Sequence[Any]
   trial_ids: Sequence[int]
+  ragged: bool = False
 
 
 class GroupRunners:
@@ -88,7 +90,7 @@ def run_job(runners: GroupRunners, job: CohortJob) -> list[TrialResult]:
   try:
     return runners.for_group(len(job.hparams)).run(
         job.arch, list(job.hparams), list(job.seeds), list(job.start_steps),
-        list(job.end_steps), list(job.init_states))
+        list(job.end_steps), list(job.init_states), ragged=job.ragged)
   except Exception as e:  # pylint: disable=broad-except  (a trial's failure is never fatal)
     logging.exception("cohort of %d trials (%s) failed", len(job.hparams), describe(job))
     return failed_results(job, f"{type(e).__name__}: {e}")

@@ -35,7 +35,7 @@ _DIRECTION_NAMES = {"max": "maximize", "maximize": "maximize", "min": "minimize"
 # New study fields and their defaults (configs written before them still load).
 STUDY_DEFAULTS = {"objectives": "", "max_flops": 0.0, "max_latency_ms": 0.0,
                   "executor": "local", "dask_address": "", "dask_workers": 2,
-                  "fill_cohorts": True}
+                  "fill_cohorts": True, "ragged_cohorts": True}
 
 
 class SearchConfigError(ValueError):

@@ -48,14 +48,13 @@ settings; rerunning with different ones is an error naming the fields.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import math
 import os
 import sys
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from absl import logging
 
@@ -63,7 +62,7 @@ from sfjax.automl.algorithms import (ENDED_STATUSES, Objective, Objectives, Sugg
                                      TrialStatus, all_objectives, directions_of)
 from sfjax.automl.study import Study, TrialRecord, limit_quotas
 from sfjax.ctr_search import arch as arch_lib
-from sfjax.ctr_search import (padded, search_config, search_events, search_pbt, search_report,
+from sfjax.ctr_search import (cohort, padded, search_config, search_events, search_pbt, search_report,
                               trial_states)
 from sfjax.ctr_search.arch import ArchSpec, split_config
 from sfjax.ctr_search.cohort import CohortRunner, TrialResult
@@ -96,9 +95,12 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
 
   Returns:
     `{'best_trial_id', 'best_config', 'best_metrics', 'num_trials_done', 'num_failed',
-    'default_metrics', 'beats_default', 'pareto_front', 'mean_cohort_width'}`.
+    'default_metrics', 'beats_default', 'pareto_front', 'mean_cohort_width',
+    'lane_utilization'}` (`program_summary`).
     `mean_cohort_width` is the mean number of trials trained together as one vmapped
-    program (one architecture) over this process's rounds (None if it ran none). `num_trials_done` counts
+    program (one shape bucket) over this process's rounds (None if it ran none), and
+    `lane_utilization` the share of the trial-steps those programs ran that trained a
+    trial (below 1 when ragged programs held trials of different lengths). `num_trials_done` counts
     trials trained to a final status (done or failed; quota rejections excluded),
     `num_failed` those that failed; the best trial is the best DONE one among the
     largest budget reached (selected on the first objective, by default `auc`, the
@@ -130,6 +132,7 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
                             "than config.task")
   elif needs_latency:
     runner.measure_latency = True
+  runner.ragged = bool(field("ragged_cohorts"))
   split = lambda c: split_config(search_space.runner_config(c))
   arch_of = lambda c: split(c)[0]
   quotas = limit_quotas(
@@ -152,30 +155,34 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
           task.steps_for_budget(algorithm.pbt_interval), (config.seed, batch[0].trial_id),
           search_pbt.pbt_bounds(space, search_space.zero_allowed), search_space.runner_config,
           algorithm.quantile)
-      return [len(batch)]
+      return [ProgramUse(len(batch), len(batch), len(batch))]  # every member trains every round
   else:
     run_round = lambda study, batch: run_batch(
         study, executor, runner, batch, workdir, config.seed, max_steps,
         keep_states=algorithm.multi_fidelity, split=split)
-  # Architecture-aware asking: the space's static keys, of which `ask_round` fixes those
-  # that fix a shape bucket (PBT's population is one architecture already).
+  # Architecture-aware asking: the space's static keys (all its keys when the space says
+  # which fix a bucket itself), of which `ask_round` fixes those that fix a shape bucket
+  # (PBT's population is one architecture already).
+  bucket_fixed_keys = search_space.bucket_fixed_keys or padded.fixed_config_keys
   fill_keys = () if algorithm.population_based or not field("fill_cohorts") else tuple(
-      k for k in space.keys if k in arch_lib.STATIC_KEYS)
+      k for k in space.keys
+      if search_space.bucket_fixed_keys is not None or k in arch_lib.STATIC_KEYS)
   started = time.perf_counter()
   events = search_events.SearchEvents(workdir, objective.metric, objective.direction)
   with executor, Study.open(workdir, space, algorithm, objective, directions,
                             quotas=quotas) as study, contextlib.closing(events):
     default = default_metrics(workdir, executor, config.seed, max_steps, search_space)
     events.update(study.trials())
-    cohort_widths: list[int] = []  # trials per vmapped program, this process's rounds
+    programs: list[ProgramUse] = []  # the vmapped programs of this process's rounds
     while True:
       final = _num_final(study)
       if final >= config.study.num_trials:
         break
-      batch = ask_round(study, min(ask_batch, config.study.num_trials - final), fill_keys)
+      batch = ask_round(study, min(ask_batch, config.study.num_trials - final), fill_keys,
+                        bucket_fixed_keys)
       if not batch:
         break
-      cohort_widths += run_round(study, batch)
+      programs += run_round(study, batch)
       events.update(study.trials())
       sys.stderr.write(search_report.leaderboard(
           study.trials(), config.study.leaderboard_size, default.get("auc"),
@@ -184,19 +191,22 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
     study.export()
     if isinstance(objective, Objectives):
       sys.stderr.write(search_report.pareto_report(study.pareto_fronts(), directions))
-    return dict(summarize(study, default), mean_cohort_width=(
-        float(sum(cohort_widths) / len(cohort_widths)) if cohort_widths else None))
+    return dict(summarize(study, default), **program_summary(programs))
 
 
-def ask_round(study: Study, n: int, fill_keys: Sequence[str]) -> list[Suggestion]:
+def ask_round(study: Study, n: int, fill_keys: Sequence[str],
+              bucket_fixed_keys: Callable[[Mapping[str, Any], Sequence[str]], Sequence[str]]
+              | None = None) -> list[Suggestion]:
   """Up to `n` suggestions for one round; with `fill_keys`, architecture-aware.
 
   The first suggestion is asked freely; the others are asked with the keys of
-  `fill_keys` that fix its shape bucket (`padded.fixed_config_keys`: the masked sizes
-  are free, `model.embed_dim` only when its model and row optimizer mask it) fixed
-  to its values (`Study.ask(fixed=...)`), so new configs land in its shape bucket
-  and train in one padded program with it. Promotions of multi-fidelity algorithms
-  come back as they are (they resume a saved state).
+  `fill_keys` that fix its shape bucket (`bucket_fixed_keys(first, fill_keys)`,
+  default `padded.fixed_config_keys`: the masked sizes are free, `model.embed_dim`
+  only when its model and row optimizer mask it; a space may bring its own,
+  `CTRSearchSpace.bucket_fixed_keys`) fixed to its values (`Study.ask(fixed=...)`),
+  so new configs land in its shape bucket and train in one padded program with
+  it. Promotions of multi-fidelity algorithms come back as they are (they resume
+  a saved state).
   """
   if n <= 1 or not fill_keys:
     return study.ask(n)
@@ -204,7 +214,8 @@ def ask_round(study: Study, n: int, fill_keys: Sequence[str]) -> list[Suggestion
   if not batch:
     return batch
   first = batch[0].config
-  fixed = {k: first[k] for k in padded.fixed_config_keys(first, fill_keys) if k in first}
+  fixed_keys = (bucket_fixed_keys or padded.fixed_config_keys)(first, fill_keys)
+  fixed = {k: first[k] for k in fixed_keys if k in first}
   return batch + study.ask(n - 1, fixed=fixed)
 
 
@@ -251,8 +262,8 @@ def run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Sugg
   re-queue of its trials.
 
   Returns:
-    The number of trials of each program call (trials of a job that share a step
-    range, up to the cohort width), for `mean_cohort_width`.
+    Each program call's `ProgramUse` (its trials, up to the cohort width), for
+    `mean_cohort_width` and `lane_utilization`.
   """
   states_dir = os.path.join(workdir, STATES_DIR)
   groups: dict[ArchSpec, list[tuple[Suggestion, ArchSpec, dict[str, float]]]] = {}
@@ -278,7 +289,7 @@ def run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Sugg
     jobs.append(CohortJob(archs[0] if len(set(archs)) == 1 else archs,
                           [h for _, _, h in members],
                           [trial_seed(seed, s.trial_id) for s, _, _ in members], starts, ends,
-                          init_states, [s.trial_id for s, _, _ in members]))
+                          init_states, [s.trial_id for s, _, _ in members], runner.ragged))
     members_of.append(members)
   on_retry = lambda job, reason: study.record_retry(job.trial_ids)
   for job, members, results in zip(jobs, members_of, executor.map(jobs, on_retry)):
@@ -287,13 +298,41 @@ def run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Sugg
   return [size for job in jobs for size in program_sizes(job, runner.cohort_width)]
 
 
-def program_sizes(job: CohortJob, width: int | str) -> list[int]:
-  """Trials per program call of `job` as `CohortRunner.run` splits it: by step range
-  and resume, then into chunks of `width` (an 'auto' width is taken as unbounded)."""
-  ranges = collections.Counter((start, end, state is not None) for start, end, state in
-                               zip(job.start_steps, job.end_steps, job.init_states))
-  cap = width if isinstance(width, int) else max(ranges.values(), default=1)
-  return [min(cap, n - lo) for n in ranges.values() for lo in range(0, n, cap)]
+class ProgramUse(NamedTuple):
+  """One program call of a round: `trials` real trials, `trial_steps` the steps they
+  train (the sum of their ranges), `lane_steps` what the program runs for them
+  (`trials` x its longest range: a ragged program's shorter trials idle)."""
+
+  trials: int
+  trial_steps: int
+  lane_steps: int
+
+
+def program_sizes(job: CohortJob, width: int | str) -> list[ProgramUse]:
+  """The program calls of `job` (one shape bucket) as `CohortRunner.run` splits it
+  (`cohort.group_trials`, then chunks of `width`; 'auto' is taken as unbounded)."""
+  n = len(job.start_steps)
+  lengths = [int(e) - int(s) for s, e in zip(job.start_steps, job.end_steps)]
+  groups = cohort.group_trials([0] * n, job.start_steps, job.end_steps,
+                               [state is not None for state in job.init_states], job.ragged)
+  out = []
+  for g in groups:
+    cap = width if isinstance(width, int) else len(g)
+    for lo in range(0, len(g), cap):
+      chunk = [lengths[i] for i in g[lo:lo + cap]]
+      out.append(ProgramUse(len(chunk), sum(chunk), len(chunk) * max(chunk)))
+  return out
+
+
+def program_summary(programs: Sequence[ProgramUse]) -> dict[str, float | None]:
+  """`mean_cohort_width` (mean trials per program call) and `lane_utilization` (trained
+  trial-steps over the trial-steps the programs ran; below 1 only for ragged
+  programs) of a search's rounds; None for both when it ran no program."""
+  if not programs:
+    return {"mean_cohort_width": None, "lane_utilization": None}
+  lanes = sum(p.lane_steps for p in programs)
+  return {"mean_cohort_width": float(sum(p.trials for p in programs) / len(programs)),
+          "lane_utilization": float(sum(p.trial_steps for p in programs) / lanes) if lanes else 1.0}
 
 
 def _resume_point(runner: CohortRunner, arch: ArchSpec, s: Suggestion,

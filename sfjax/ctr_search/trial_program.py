@@ -110,8 +110,8 @@ def eval_logits(graphdef: nnx.GraphDef, state: TrainState, eval_batches: DeviceB
 
 
 def make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
-                  resume: bool, masked: bool = False,
-                  num_rows: int | None = None) -> Callable[..., TrialOutput]:
+                  resume: bool, masked: bool = False, num_rows: int | None = None,
+                  ragged: bool = False) -> Callable[..., TrialOutput]:
   """The pure function of one trial.
 
   Args:
@@ -121,17 +121,28 @@ def make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
     masked: a padded trial of a shape bucket (`sfjax.ctr_search.padded`): it
       resumes from its padded `init_state` and `dense_mask` freezes the padding.
     num_rows: rows of a fresh trial's table (`init_trial_state`).
+    ragged: the trial takes its own step range inside a longer shared one (it
+      resumes from `init_state`): `batches` span the cohort's steps `[lo, hi)`,
+      the trial starts at batch `offset` and takes `length` steps; the scan runs
+      over `clock` (`[L]` = arange of the longest range) and a loop index
+      `t >= length` is not applied (the state stays as it is, exactly), so the
+      trial equals its own run over its own range.
 
   Returns:
-    `trial(hparams, seed, init_state, batches, eval_batches, dense_mask=None) ->
-    TrialOutput` with hparams a dict of scalars, seed an int32 scalar, init_state a
-    TrainState (ignored, may be None, unless `resume` or `masked`), batches a
-    DeviceBatch with a leading [L] step axis, eval_batches one with a leading [Te]
-    axis and dense_mask (masked only) a 0/1 pytree like the dense parameters.
+    `trial(hparams, seed, init_state, batches, eval_batches, dense_mask=None,
+    offset=None, length=None, clock=None) -> TrialOutput` with hparams a dict of
+    scalars, seed an int32 scalar, init_state a TrainState (ignored, may be None,
+    unless `resume`, `masked` or `ragged`), batches a DeviceBatch with a leading
+    [L] step axis ([hi - lo] when ragged), eval_batches one with a leading [Te]
+    axis, dense_mask (masked only) a 0/1 pytree like the dense parameters, and
+    offset, length int32 scalars and clock an int32 [L] (ragged only). Under
+    `ragged`, `losses`/`applied` are indexed by the loop index (False past the
+    trial's length).
   """
-  resume = resume or masked
+  resume = resume or masked or ragged
 
-  def trial(hparams, seed, init_state, batches, eval_batches, dense_mask=None) -> TrialOutput:
+  def trial(hparams, seed, init_state, batches, eval_batches, dense_mask=None, offset=None,
+            length=None, clock=None) -> TrialOutput:
     tx, row_opt = make_optimizers(arch, hparams)
     if resume:
       state = with_dense_hparams(init_state, hparams)
@@ -148,7 +159,20 @@ def make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
       alive = metrics["applied"]
       return (state, alive), (metrics["loss"], alive)
 
-    (state, alive), (losses, applied) = lax.scan(body, (state, jnp.bool_(True)), batches)
+    def ragged_body(carry, t):
+      state, alive = carry
+      span = jax.tree.leaves(batches)[0].shape[0]
+      index = jnp.minimum(offset + t, span - 1)  # clamped past the range: not applied anyway
+      batch = jax.tree.map(lambda b: lax.dynamic_index_in_dim(b, index, keepdims=False), batches)
+      active = t < length
+      state, metrics = train_step(state, batch, alive & active)
+      applied = metrics["applied"]
+      return (state, jnp.where(active, applied, alive)), (metrics["loss"], applied)
+
+    if ragged:
+      (state, alive), (losses, applied) = lax.scan(ragged_body, (state, jnp.bool_(True)), clock)
+    else:
+      (state, alive), (losses, applied) = lax.scan(body, (state, jnp.bool_(True)), batches)
     return TrialOutput(state, alive, losses, applied, eval_logits(graphdef, state, eval_batches))
 
   return trial
@@ -156,23 +180,28 @@ def make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
 
 def make_cohort_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *, resume: bool,
                    on_trace: Callable[[], Any] | None = None,
-                   masked: bool = False, num_rows: int | None = None
+                   masked: bool = False, num_rows: int | None = None, ragged: bool = False
                    ) -> Callable[..., TrialOutput]:
-  """`jax.vmap` of `make_trial_fn` over trials (`masked`, `num_rows`: as there); batches
-  are shared (not vmapped).
+  """`jax.vmap` of `make_trial_fn` over trials (`masked`, `num_rows`, `ragged`: as
+  there); batches (and a ragged cohort's clock) are shared (not vmapped).
 
   Returns:
     `cohort(hparams [W], seeds [W], init_states [W] | None, batches, eval_batches,
-    dense_masks [W] | None) -> TrialOutput` with a leading [W] axis (`dense_masks`
-    only when `masked`); `on_trace` runs each time it is traced.
+    dense_masks [W] | None, offsets [W] | None, lengths [W] | None, clock [L] | None)
+    -> TrialOutput` with a leading [W] axis (`dense_masks` only when `masked`;
+    offsets, lengths and clock only when `ragged`); `on_trace` runs each time it is traced.
   """
-  trial = make_trial_fn(arch, spec, graphdef, resume=resume, masked=masked, num_rows=num_rows)
-  stacked_states = 0 if resume or masked else None
+  trial = make_trial_fn(arch, spec, graphdef, resume=resume, masked=masked, num_rows=num_rows,
+                        ragged=ragged)
+  stacked_states = 0 if resume or masked or ragged else None
+  per_trial = 0 if ragged else None
 
-  def cohort(hparams, seeds, init_states, batches, eval_batches, dense_masks=None):
+  def cohort(hparams, seeds, init_states, batches, eval_batches, dense_masks=None, offsets=None,
+             lengths=None, clock=None):
     if on_trace is not None:
       on_trace()
-    return jax.vmap(trial, in_axes=(0, 0, stacked_states, None, None, 0 if masked else None))(
-        hparams, seeds, init_states, batches, eval_batches, dense_masks)
+    return jax.vmap(trial, in_axes=(0, 0, stacked_states, None, None, 0 if masked else None,
+                                    per_trial, per_trial, None))(
+        hparams, seeds, init_states, batches, eval_batches, dense_masks, offsets, lengths, clock)
 
   return cohort

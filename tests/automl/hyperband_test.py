@@ -65,6 +65,26 @@ def test_asha_promotions_by_hand():
   assert summary(asha.ask(3)) == [(15, 2, 9, 13), (16, 1, 3, 3), (17, 0, 1, None)]
 
 
+def test_asha_fixed_ask_defers_promotions_of_other_buckets():
+  """A fixed ask promotes only agreeing trials; a later free ask takes the deferred one."""
+  asha = ASHA(min_budget=1, max_budget=9, eta=3).build(SPACE, ACC)
+  first = asha.ask(6)
+  kinds = {s.trial_id: s.config["kind"] for s in first}
+  best = first[0].trial_id  # made the best of rung 0
+  for s in first:
+    asha.tell(s.trial_id, {"acc": 1.0 if s.trial_id == best else 0.1 * s.trial_id})
+  # 6 results: top 2 = `best` and the next. Fix the kind `best` does not have.
+  other = "a" if kinds[best] == "b" else "b"
+  batch = asha.ask(3, fixed={"kind": other})
+  assert all(s.trial_id != best and s.resume_from != best for s in batch)
+  assert all(s.config["kind"] == other for s in batch)
+  promoted = [s for s in batch if s.resume_from is not None]
+  assert all(kinds[s.resume_from] == other for s in promoted)
+  # The free ask that follows promotes `best` first (highest rung, best first).
+  free = asha.ask(1)
+  assert free[0].resume_from == best and free[0].rung == 1
+
+
 def test_asha_ignores_failed_and_rejected_trials():
   asha = ASHA(min_budget=1, max_budget=9, eta=3).build(SPACE, ACC)
   asha.ask(4)

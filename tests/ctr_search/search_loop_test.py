@@ -25,7 +25,8 @@ from sfjax.automl.space import Config
 from sfjax.automl.study import TrialRecord
 
 SUMMARY_KEYS = {"best_trial_id", "best_config", "best_metrics", "num_trials_done", "num_failed",
-                "default_metrics", "beats_default", "pareto_front", "mean_cohort_width"}
+                "default_metrics", "beats_default", "pareto_front", "mean_cohort_width",
+                "lane_utilization"}
 
 
 def tiny_config(algorithm="random", num_trials=3, **study):
@@ -53,13 +54,13 @@ class RecordingRunner(CohortRunner):
     self.calls = []
     self.fail_models = ()
 
-  def run(self, arch, hparams, seeds, start_steps, end_steps, init_states):
+  def run(self, arch, hparams, seeds, start_steps, end_steps, init_states, ragged=None):
     self.calls.append(dict(arch=arch, seeds=list(seeds), start_steps=list(start_steps),
                            end_steps=end_steps, init_steps=[
                                None if s is None else int(s.step) for s in init_states]))
     if arch.model_name in self.fail_models:
       raise RuntimeError(f"injected failure for {arch.model_name}")
-    return super().run(arch, hparams, seeds, start_steps, end_steps, init_states)
+    return super().run(arch, hparams, seeds, start_steps, end_steps, init_states, ragged)
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,13 @@ Failed / pruned trials rank last; rejected ones (quota filters) do not count and
 are replaced. All rung tables are rebuilt from history + pending at each ask.
 
 `ask(n, fixed)`: new configs (a bracket's first rung, ASHA's rung 0) are sampled
-from `space.fixing(fixed)`; promotions keep their configs (they resume a trial),
-so a fixed batch may hold promotions of other buckets, as a free one does.
+from `space.fixing(fixed)`; promotions keep their configs (they resume a trial).
+Successive halving and Hyperband promote whole rungs, so a fixed batch may hold
+promotions of other buckets, as a free one does. ASHA promotes during a fixed ask
+only trials whose configs agree with `fixed` (`Config.agrees`); the others stay
+eligible and are promoted by a later ask (a free one takes them first, highest
+rung first). ASHA's promotion rule is "as soon as a worker asks"; deferring one
+to the next ask keeps the rule and lets a batch share one shape bucket.
 """
 
 from __future__ import annotations
@@ -233,11 +238,13 @@ class _AshaSearcher(Searcher):
     return out
 
   def _promotion(self, told, promoted):
-    """Promotes the best eligible trial of the highest possible rung, or None."""
+    """Promotes the best eligible trial of the highest possible rung, or None; during a
+    fixed ask only trials whose configs agree with the fixed keys are eligible."""
+    fixed = self.ask_fixed
     for rung in range(len(self.budgets) - 2, -1, -1):
       top = _ranked(told[rung])[:len(told[rung]) // self.spec.eta]
       for r in top:
-        if r.trial_id not in promoted:
+        if r.trial_id not in promoted and r.suggestion.config.agrees(fixed):
           promoted.add(r.trial_id)
           return self._new_suggestion(r.suggestion.config, budget=self.budgets[rung + 1],
                                       rung=rung + 1, parent_trial_id=r.trial_id,

@@ -1,0 +1,88 @@
+"""How full a real search's cohorts are: the default search, ragged cohorts on and off.
+
+  python -m experiments.bench_search_fill [--config=experiments/configs/search_ctr.py]
+      [--modes=ragged,exact,free --out=bench_search_fill.json]
+
+Runs `experiments.search`'s search (`search_loop.run_search`, the default config
+unless --config says otherwise: ASHA over the default CTR space) once per mode,
+each in a fresh workdir, on the same data and seed:
+  * `ragged`: architecture-aware rounds (`study.fill_cohorts`) and ragged cohorts
+    (`study.ragged_cohorts`): ASHA's promotions and new trials of one bucket share
+    one program (the default);
+  * `exact`: architecture-aware rounds, one program per exact step range;
+  * `free`: every trial asked freely, one program per exact step range.
+For each it prints `mean_cohort_width` (trials per vmapped program),
+`lane_utilization` (trained trial-steps over the trial-steps the programs ran),
+wall seconds end to end (data, compiles, the default config's run, host metrics
+and state saving included; compiled programs are dropped between modes), trials per hour, and the best trial's valid and
+test AUC. The searches differ in their draws (fixed keys change what is asked),
+so their AUCs are reported, not compared trial by trial (`tests/ctr_search/
+ragged_test.py` checks that a ragged program trains each trial exactly as alone).
+Ends stdout with one JSON line (also written to --out).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from typing import Any, Sequence
+
+import jax
+from absl import app
+from absl import flags
+from ml_collections import config_flags
+
+from experiments import report
+from search_spaces import ctr as ctr_space
+from sfjax.ctr_search import cohort, search_loop
+
+MODES = {"ragged": (True, True), "exact": (True, False), "free": (False, False)}
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", "experiments/configs/search_ctr.py", "The search config (ml_collections).")
+_MODES = flags.DEFINE_list("modes", list(MODES), f"Modes to run, of {', '.join(MODES)}.")
+_OUT = flags.DEFINE_string("out", "", "Write the JSON result here too.")
+
+
+def measure(config, modes: Sequence[str]) -> dict[str, Any]:
+  """Runs the search of `config` once per mode in a fresh workdir; its figures per mode.
+
+  Raises:
+    ValueError: an unknown mode.
+  """
+  unknown = sorted(set(modes) - set(MODES))
+  if unknown:
+    raise ValueError(f"--modes: unknown mode(s) {unknown} (known: {', '.join(MODES)})")
+  out = {}
+  for mode in modes:
+    # Every mode compiles its own programs: none reuses another mode's executables.
+    cohort.cohort_program.cache_clear()
+    jax.clear_caches()
+    c = config.copy_and_resolve_references()
+    c.study.fill_cohorts, c.study.ragged_cohorts = MODES[mode]
+    with tempfile.TemporaryDirectory(prefix=f"bench_search_fill_{mode}_") as workdir:
+      t0 = time.perf_counter()
+      summary = search_loop.run_search(c, workdir, ctr_space.SEARCH_SPACE)
+      seconds = time.perf_counter() - t0
+    best = summary["best_metrics"] or {}
+    out[mode] = {"mean_cohort_width": summary["mean_cohort_width"],
+                 "lane_utilization": summary["lane_utilization"],
+                 "seconds": seconds, "trials": summary["num_trials_done"],
+                 "trials_per_hour": summary["num_trials_done"] * 3600.0 / seconds,
+                 "best_valid_auc": best.get("auc"), "best_test_auc": best.get("test_auc")}
+    sys.stderr.write(f"{mode}: {json.dumps(out[mode])}\n")
+  return out
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  config = _CONFIG.value
+  result = {"benchmark": "bench_search_fill", "algorithm": config.study.algorithm, "num_trials": config.study.num_trials,
+            "cohort_width": config.study.cohort_width, "modes": measure(config, _MODES.value)}
+  report.emit_json_line(result, _OUT.value)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,97 @@
+"""Ragged cohorts: trials with different step ranges in one program equal their own runs."""
+
+import chex
+import numpy as np
+import pytest
+
+from sfjax.ctr_search import arch as arch_lib
+from sfjax.ctr_search import cohort
+from sfjax.ctr_search import padded
+from sfjax.ctr_search import search_loop
+from sfjax.ctr_search.executor import CohortJob
+
+HALF = 6  # steps; the `data` fixture has 12 steps per budget unit (conftest.py)
+HPARAMS = [
+    {"optim.embedding_lr": 0.01, "optim.dense_lr": 1e-3, "optim.weight_decay": 1e-3},
+    {"optim.embedding_lr": 0.03, "optim.dense_lr": 3e-3},
+    {"optim.embedding_lr": 0.005, "optim.dense_lr": 1e-2, "optim.weight_decay": 1e-2},
+]
+
+
+def _arch(**overrides):
+  config = {"model.name": "dcnv2", "model.embed_dim": 4, "model.mlp.depth": 1,
+            "model.mlp.width": 16, "model.cross_layers": 1, "optim.dense_optimizer": "adamw"}
+  return arch_lib.split_config({**config, **overrides})[0]
+
+
+def test_group_trials_splits_by_range_unless_ragged_and_orders_longest_first():
+  keys = ["a", "a", "b", "a"]
+  starts, ends, resumes = [0, 6, 0, 0], [6, 18, 6, 6], [False, True, False, False]
+  assert cohort.group_trials(keys, starts, ends, resumes, ragged=False) == [[0, 3], [1], [2]]
+  assert cohort.group_trials(keys, starts, ends, resumes, ragged=True) == [[1, 0, 3], [2]]
+
+
+def test_program_sizes_follow_the_jobs_ragged_flag():
+  job = CohortJob(_arch(), [{}] * 3, [0, 1, 2], [0, 6, 0], [6, 18, 6], [None, object(), None],
+                  [0, 1, 2])
+  use = search_loop.ProgramUse
+  assert search_loop.program_sizes(job, 8) == [use(2, 12, 12), use(1, 12, 12)]
+  ragged = job._replace(ragged=True)
+  assert search_loop.program_sizes(ragged, 8) == [use(3, 24, 36)]
+  assert search_loop.program_sizes(ragged, 2) == [use(2, 18, 24), use(1, 6, 6)]
+  summary = search_loop.program_summary(search_loop.program_sizes(ragged, 2))
+  assert summary == {"mean_cohort_width": 1.5, "lane_utilization": 24 / 30}
+  assert search_loop.program_summary([]) == {"mean_cohort_width": None, "lane_utilization": None}
+
+
+def _assert_same(got, want):
+  assert got.status == want.status == "done"
+  for key in ("auc", "logloss", "train_loss", "test_auc", "steps"):
+    assert abs(got.metrics[key] - want.metrics[key]) <= 1e-5 * max(1.0, abs(want.metrics[key])), key
+  chex.assert_trees_all_close(got.state, want.state, atol=5e-5, rtol=1e-4)
+
+
+def _check_ragged(data, archs, num_bucket_programs):
+  """Trial 0: fresh [0, 12); trial 1: fresh [0, 6); trial 2: resumed [6, 18) -- one
+  ragged program; each equals its own run (one trial per program, its own shapes)."""
+  alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
+  seeds = [0, 1, 2]
+  start2 = alone.run(archs[2], [HPARAMS[2]], [seeds[2]], [0], HALF, [None])[0]
+  starts, ends = [0, 0, HALF], [2 * HALF, HALF, 3 * HALF]
+  inits = [None, None, start2.state]
+  runner = cohort.CohortRunner(data.task, cohort_width=4, data=data, ragged=True)
+  traces = cohort.num_traces()
+  got = runner.run(archs, HPARAMS, seeds, starts, ends, inits)
+  assert cohort.num_traces() - traces == num_bucket_programs
+  for i, arch in enumerate(archs):
+    want = alone.run(arch, [HPARAMS[i]], [seeds[i]], [starts[i]], ends[i], [inits[i]])[0]
+    _assert_same(got[i], want)
+    assert got[i].metrics["steps"] == ends[i]
+  # The caller's resume state is not consumed (the program donates its own copy).
+  chex.assert_trees_all_equal(inits[2], start2.state)
+  # Not ragged: one program per range and resume kind.
+  plain = cohort.CohortRunner(data.task, cohort_width=4, data=data)
+  again = plain.run(archs, HPARAMS, seeds, starts, ends, inits)
+  for a, b in zip(again, got):
+    _assert_same(a, b)
+
+
+def test_ragged_cohort_of_one_architecture_equals_each_trial_alone(data):
+  _check_ragged(data, [_arch()] * 3, 1)
+
+
+def test_ragged_padded_cohort_equals_each_trial_alone(data):
+  archs = [_arch(**a) for a in (
+      {"model.mlp.depth": 1, "model.mlp.width": 16, "model.cross_layers": 1},
+      {"model.mlp.depth": 2, "model.mlp.width": 32, "model.cross_layers": 0, "model.embed_dim": 8},
+      {"model.mlp.depth": 3, "model.mlp.width": 8, "model.cross_layers": 2})]
+  assert len({padded.bucket_key(a) for a in archs}) == 1
+  _check_ragged(data, archs, 1)
+
+
+def test_run_stacked_refuses_ragged_ranges_without_states(data):
+  runner = cohort.CohortRunner(data.task, cohort_width=2, data=data)
+  with pytest.raises(ValueError, match="need init_states"):
+    runner.run_stacked(_arch(), {}, np.arange(2), np.array([0, 0]), np.array([6, 12]))
+  with pytest.raises(ValueError, match="invalid step ranges"):
+    runner.run_stacked(_arch(), {}, np.arange(2), np.array([0, 6]), np.array([6, 3]))
