@@ -1,10 +1,11 @@
 """How full a real search's cohorts are: the default search, ragged cohorts on and off.
 
   python -m experiments.bench_search_fill [--config=experiments/configs/search_ctr.py]
-      [--modes=ragged,exact,free --out=bench_search_fill.json]
+      [--space=ctr|blocks --modes=ragged,exact,free --out=bench_search_fill.json]
 
 Runs `experiments.search`'s search (`search_loop.run_search`, the default config
-unless --config says otherwise: ASHA over the default CTR space) once per mode,
+unless --config says otherwise: ASHA over the default CTR space; `--space=blocks`:
+over the generated models of `search_spaces/blocks.py`) once per mode,
 each in a fresh workdir, on the same data and seed:
   * `ragged`: architecture-aware rounds (`study.fill_cohorts`) and ragged cohorts
     (`study.ragged_cohorts`): ASHA's promotions and new trials of one bucket share
@@ -35,18 +36,22 @@ from absl import flags
 from ml_collections import config_flags
 
 from experiments import report
+from search_spaces import blocks as blocks_space
 from search_spaces import ctr as ctr_space
 from sfjax.ctr_search import cohort, search_loop
 
 MODES = {"ragged": (True, True), "exact": (True, False), "free": (False, False)}
+SPACES = {"ctr": ctr_space.SEARCH_SPACE, "blocks": blocks_space.BLOCK_SEARCH_SPACE}
 _CONFIG = config_flags.DEFINE_config_file(
     "config", "experiments/configs/search_ctr.py", "The search config (ml_collections).")
 _MODES = flags.DEFINE_list("modes", list(MODES), f"Modes to run, of {', '.join(MODES)}.")
+_SPACE = flags.DEFINE_enum("space", "ctr", list(SPACES), "The search space.")
 _OUT = flags.DEFINE_string("out", "", "Write the JSON result here too.")
 
 
-def measure(config, modes: Sequence[str]) -> dict[str, Any]:
-  """Runs the search of `config` once per mode in a fresh workdir; its figures per mode.
+def measure(config, modes: Sequence[str], space: str = "ctr") -> dict[str, Any]:
+  """Runs the search of `config` over `SPACES[space]` once per mode in a fresh workdir;
+  its figures per mode.
 
   Raises:
     ValueError: an unknown mode.
@@ -63,7 +68,7 @@ def measure(config, modes: Sequence[str]) -> dict[str, Any]:
     c.study.fill_cohorts, c.study.ragged_cohorts = MODES[mode]
     with tempfile.TemporaryDirectory(prefix=f"bench_search_fill_{mode}_") as workdir:
       t0 = time.perf_counter()
-      summary = search_loop.run_search(c, workdir, ctr_space.SEARCH_SPACE)
+      summary = search_loop.run_search(c, workdir, SPACES[space])
       seconds = time.perf_counter() - t0
     best = summary["best_metrics"] or {}
     out[mode] = {"mean_cohort_width": summary["mean_cohort_width"],
@@ -79,8 +84,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   config = _CONFIG.value
-  result = {"benchmark": "bench_search_fill", "algorithm": config.study.algorithm, "num_trials": config.study.num_trials,
-            "cohort_width": config.study.cohort_width, "modes": measure(config, _MODES.value)}
+  result = {"benchmark": "bench_search_fill", "space": _SPACE.value,
+            "algorithm": config.study.algorithm, "num_trials": config.study.num_trials,
+            "cohort_width": config.study.cohort_width, "modes": measure(config, _MODES.value, _SPACE.value)}
   report.emit_json_line(result, _OUT.value)
 
 

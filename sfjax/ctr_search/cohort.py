@@ -31,11 +31,8 @@ Choices:
     runners of one task (e.g. of different widths) share them.
   * A trial's `seconds` is its chunk's wall time (compilation included) divided
     by the real trials of the chunk.
-  * Cost metrics of the architecture, for multi-objective searches and quotas:
-    `params` (`arch.count_params`), `flops` (XLA's cost analysis of one trial's
-    eval forward, lowered but not compiled, per example) and, when the runner
-    `measure_latency`, `latency_ms` (median wall time of that forward over one
-    eval batch, compiled apart, on this runner's device). All are cached per arch.
+  * Cost metrics of the architecture (`params`, `flops`, `latency_ms` when the
+    runner `measure_latency`) come from `trial_costs.TrialCosts`, cached per arch.
 """
 
 from __future__ import annotations
@@ -48,7 +45,6 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from sfjax.automl.algorithms import TrialStatus
@@ -57,12 +53,11 @@ from sfjax.ctr_search import padded
 from sfjax.ctr_search import trial_program
 from sfjax.ctr_search import trial_states
 from sfjax.ctr_search.arch import ArchSpec
+from sfjax.ctr_search.trial_costs import TrialCosts
 from sfjax.ctr_search.trial_data import CTRTask, TrialData
 from sfjax.core import metrics as metrics_lib
-from sfjax.train import step as step_lib
 
 WIDTH_CANDIDATES = (1, 2, 4, 8, 16, 32)
-LATENCY_REPEATS = 5  # timed calls of the eval forward per arch (after one warm-up call)
 
 
 class TrialResult(NamedTuple):
@@ -193,8 +188,9 @@ def _chunk_width(size: int, width: int) -> int:
   return min(width, 1 << max(size - 1, 0).bit_length())
 
 
-class CohortRunner:
-  """Runs trials of a `CTRTask` as vmapped cohorts (see the module docstring).
+class CohortRunner(TrialCosts):
+  """Runs trials of a `CTRTask` as vmapped cohorts (see the module docstring); its trials'
+  cost metrics come from `TrialCosts`.
 
   Attributes:
     task, data (TrialData), spec (DatasetSpec), mesh, cohort_width, width_candidates.
@@ -226,12 +222,9 @@ class CohortRunner:
     self.width_candidates = tuple(width_candidates)
     self.data = data if data is not None else TrialData(task)
     self.spec = self.data.spec
-    self.measure_latency = bool(measure_latency)
+    super().__init__(self.spec, self.data, measure_latency)
     self.ragged = bool(ragged)
     self._widths: dict[ArchSpec, dict[int, float]] = {}
-    self._params: dict[ArchSpec, int] = {}
-    self._flops: dict[ArchSpec, float] = {}
-    self._latency: dict[ArchSpec, float] = {}
     self._templates: dict[ArchSpec, Any] = {}
 
   def _place(self, tree, width: int, per_trial: bool):
@@ -317,55 +310,6 @@ class CohortRunner:
                        metrics_lib.auc(labels, logits[i], test_mask),
                        metrics_lib.logloss(labels, probs, test_mask))
     return CohortOutput(out.state, alive, steps, losses, applied, *metrics, seconds)
-
-  def count_params(self, arch: ArchSpec) -> int:
-    """`arch.count_params` for the task's data set (cached)."""
-    if arch not in self._params:
-      self._params[arch] = arch_lib.count_params(arch, self.spec)
-    return self._params[arch]
-
-  def _eval_forward(self, arch: ArchSpec):
-    """(jitted one-trial eval forward, abstract params, abstract table, one eval batch)."""
-    graphdef, params = nnx.split(nnx.eval_shape(lambda: arch.build_model(self.spec, nnx.Rngs(0))))
-    table = jax.ShapeDtypeStruct((self.data.num_rows, arch.embedding_width), jnp.float32)
-    batch = jax.tree.map(lambda x: x[0], self.data.eval_batches)
-    forward = jax.jit(lambda p, values, b: step_lib.eval_logits(graphdef, p, values, b))
-    return forward, params, table, batch
-
-  def count_flops(self, arch: ArchSpec) -> float:
-    """FLOPs per example of one trial's eval forward (XLA cost analysis; cached)."""
-    if arch not in self._flops:
-      forward, params, table, batch = self._eval_forward(arch)
-      abstract_batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), batch)
-      cost = forward.lower(params, table, abstract_batch).cost_analysis()
-      cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-      self._flops[arch] = float(cost.get("flops", 0.0)) / batch.labels.shape[0]
-    return self._flops[arch]
-
-  def latency_ms(self, arch: ArchSpec) -> float:
-    """Median milliseconds of one trial's eval forward over one eval batch [Be] (cached).
-
-    Measured on zero parameters and table (the cost does not depend on the values)
-    after a warm-up call, so compilation is excluded.
-    """
-    if arch not in self._latency:
-      forward, params, table, batch = self._eval_forward(arch)
-      params, table = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (params, table))
-      forward(params, table, batch).block_until_ready()
-      times = []
-      for _ in range(LATENCY_REPEATS):
-        t0 = time.perf_counter()
-        forward(params, table, batch).block_until_ready()
-        times.append(time.perf_counter() - t0)
-      self._latency[arch] = float(np.median(times) * 1e3)
-    return self._latency[arch]
-
-  def cost_metrics(self, arch: ArchSpec) -> dict[str, float]:
-    """`params`, `flops` and (when measured) `latency_ms` of `arch`."""
-    out = {"params": self.count_params(arch), "flops": self.count_flops(arch)}
-    if self.measure_latency:
-      out["latency_ms"] = self.latency_ms(arch)
-    return out
 
   def measure_widths(self, arch: ArchSpec, candidates: Sequence[int] = WIDTH_CANDIDATES
                      ) -> dict[int, float]:
