@@ -50,15 +50,8 @@ _OUT = flags.DEFINE_string("out", "", "Write the JSON result here too.")
 
 
 def measure(config, modes: Sequence[str], space: str = "ctr") -> dict[str, Any]:
-  """Runs the search of `config` over `SPACES[space]` once per mode in a fresh workdir;
-  its figures per mode.
-
-  Raises:
-    ValueError: an unknown mode.
-  """
-  unknown = sorted(set(modes) - set(MODES))
-  if unknown:
-    raise ValueError(f"--modes: unknown mode(s) {unknown} (known: {', '.join(MODES)})")
+  """Runs the search of `config` over `SPACES[space]` once per mode (names of `MODES`)
+  in a fresh workdir; its figures per mode."""
   out = {}
   for mode in modes:
     # Every mode compiles its own programs: none reuses another mode's executables.
@@ -83,6 +76,9 @@ def measure(config, modes: Sequence[str], space: str = "ctr") -> dict[str, Any]:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  unknown = sorted(set(_MODES.value) - set(MODES))
+  if unknown:
+    raise app.UsageError(f"--modes: unknown mode(s) {unknown} (known: {', '.join(MODES)})")
   config = _CONFIG.value
   result = {"benchmark": "bench_search_fill", "space": _SPACE.value,
             "algorithm": config.study.algorithm, "num_trials": config.study.num_trials,

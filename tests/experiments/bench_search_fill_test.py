@@ -1,26 +1,29 @@
 """experiments/bench_search_fill.py: ragged and exact cohorts run the same search."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
-from experiments import bench_search_fill
-from experiments.configs import search_ctr
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+TINY_ASHA = (
+    "--config=experiments/configs/search_ctr.py:smoke",
+    "--config.task.data.synthetic.num_train=8192", "--config.task.data.synthetic.num_eval=2048",
+    "--config.task.data.synthetic.cardinality_scale=0.0001", "--config.task.batch_size=64",
+    "--config.task.eval_rows=1024", "--config.task.eval_batch_size=1024",
+    "--config.task.steps_per_budget_unit=4", "--config.space.families=deepfm",
+    "--config.space.mlp_widths=8,16", "--config.study.algorithm=asha",
+    "--config.study.num_trials=8", "--config.study.cohort_width=4",
+    "--config.study.min_budget=1.0", "--config.study.max_budget=4.0", "--config.study.eta=2")
 
 
-def _tiny_asha():
-  c = search_ctr.get_config("smoke")
-  s = c.task.data.synthetic
-  s.num_train, s.num_eval, s.cardinality_scale = 8192, 2048, 0.0001
-  c.task.batch_size, c.task.eval_rows, c.task.eval_batch_size = 64, 1024, 1024
-  c.task.steps_per_budget_unit = 4
-  c.space.families, c.space.mlp_widths = "deepfm", "8,16"
-  c.study.algorithm, c.study.num_trials, c.study.cohort_width = "asha", 8, "4"
-  c.study.min_budget, c.study.max_budget, c.study.eta = 1.0, 4.0, 2
-  return c
-
-
-def test_ragged_and_exact_cohorts_run_the_same_asha_search():
-  out = bench_search_fill.measure(_tiny_asha(), ["ragged", "exact"])
-  ragged, exact = out["ragged"], out["exact"]
+def test_ragged_and_exact_cohorts_run_the_same_asha_search(run_bench):
+  final = run_bench("experiments.bench_search_fill", *TINY_ASHA, "--modes=ragged,exact")
+  assert final["benchmark"] == "bench_search_fill" and final["space"] == "ctr"
+  assert final["algorithm"] == "asha" and final["num_trials"] == 8
+  ragged, exact = final["modes"]["ragged"], final["modes"]["exact"]
   # The asks do not depend on how rounds are grouped into programs, and a ragged
   # program trains each trial as alone: the same trials, the same best trial.
   assert ragged["trials"] == exact["trials"] == 8
@@ -33,6 +36,9 @@ def test_ragged_and_exact_cohorts_run_the_same_asha_search():
   assert ragged["trials_per_hour"] > 0 and exact["seconds"] > 0
 
 
-def test_unknown_mode_is_named():
-  with pytest.raises(ValueError, match="unknown mode"):
-    bench_search_fill.measure(_tiny_asha(), ["fast"])
+def test_unknown_mode_is_named_before_anything_runs():
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  r = subprocess.run([sys.executable, "-m", "experiments.bench_search_fill", *TINY_ASHA,
+                      "--modes=ragged,fast"], cwd=ROOT, env=env, capture_output=True, text=True,
+                     timeout=120)
+  assert r.returncode != 0 and "--modes: unknown mode(s) ['fast']" in r.stderr
