@@ -268,10 +268,12 @@ class CohortRunner(TrialCosts):
     starts = np.broadcast_to(np.asarray(start, np.int64), (width,))
     ends = np.broadcast_to(np.asarray(end, np.int64), (width,))
     if (starts < 0).any() or (ends < starts).any():
-      raise ValueError(f"run_stacked: invalid step ranges starts={starts.tolist()} ends={ends.tolist()}")
+      raise ValueError(f"run_stacked: invalid step ranges starts={starts.tolist()} "
+                       f"ends={ends.tolist()}")
     ragged = bool((starts != starts[0]).any() or (ends != ends[0]).any())
     if init_states is None and (starts != 0).any():
-      raise ValueError(f"fresh trials start at step 0, got start={start}; pass init_states to resume")
+      raise ValueError(f"fresh trials start at step 0, got start={start}; "
+                       "pass init_states to resume")
     if ragged and init_states is None:
       raise ValueError("run_stacked: per-trial step ranges need init_states (host-initialise "
                        "the fresh trials)")

@@ -62,8 +62,8 @@ from sfjax.automl.algorithms import (ENDED_STATUSES, Objective, Objectives, Sugg
                                      TrialStatus, all_objectives, directions_of)
 from sfjax.automl.study import Study, TrialRecord, limit_quotas
 from sfjax.ctr_search import arch as arch_lib
-from sfjax.ctr_search import (cohort, padded, search_config, search_events, search_pbt, search_report,
-                              trial_states)
+from sfjax.ctr_search import (cohort, padded, search_config, search_events, search_pbt,
+                              search_report, trial_states)
 from sfjax.ctr_search.arch import ArchSpec, split_config
 from sfjax.ctr_search.cohort import CohortRunner, TrialResult
 from sfjax.ctr_search.executor import CohortJob, make_executor
