@@ -4,7 +4,7 @@
 
 For each data seed, the synthetic Criteo-like generator (26 fields; its hidden FM
 makes a few field pairs dominate, `sfjax.data.planted`) gives a CTR task; AutoFIS
-(`sfjax.ctr_search.autofis.run_autofis`) searches the gates with gRDA and retrains on
+(`sfjax.structure.autofis.run_autofis`) searches the gates with gRDA and retrains on
 the kept (nonzero-gate) pairs. Reported per seed:
   * precision / recall of the kept pairs against `planted_pairs` at each --shares
     value (the fewest pairs holding that share of the planted pairwise logit variance);
@@ -26,9 +26,9 @@ from absl import flags
 
 from experiments import report
 from experiments.configs import ctr as ctr_config
-from sfjax.ctr_search import autofis
-from sfjax.ctr_search import structure_training
-from sfjax.ctr_search import trial_data
+from sfjax.structure import autofis
+from sfjax.structure import gate_training as structure_training
+from sfjax.cohorts import task as trial_data
 
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Data seeds (each its own planted model).")
 _SEARCH = flags.DEFINE_integer("search_steps", 1500, "AutoFIS search steps (warm-up included).")

@@ -31,7 +31,7 @@ from absl import flags
 from experiments import report
 from sfjax.embedding.host_table import CHUNK_ROWS
 from sfjax.embedding.host_table import HostTable
-from sfjax.train import checkpoint
+from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.train.state import TrainState
 
 _DIR = flags.DEFINE_string("dir", "/tmp/sfjax_bench_checkpoint", "Scratch directory (deleted "

@@ -39,7 +39,8 @@ from ml_collections import config_flags
 from experiments import report
 from search_spaces import blocks as blocks_space
 from search_spaces import ctr as ctr_space
-from sfjax.ctr_search import cohort, search_loop
+from sfjax.ctr_search import search_loop
+from sfjax.cohorts import cohort_runner as cohort
 
 MODES = {"ragged": (True, True), "exact": (True, False), "free": (False, False)}
 SPACES = {"ctr": ctr_space.SEARCH_SPACE, "blocks": blocks_space.BLOCK_SEARCH_SPACE}

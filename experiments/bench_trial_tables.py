@@ -5,7 +5,7 @@
 Every trial of a cohort owns its table. With full tables (`CTRTask.compact_rows`
 False) a cohort of N trials holds N x V rows (values and optimizer slots); with
 touched rows (True) it holds N x U, U the rows the task's batches touch
-(`sfjax.ctr_search.trial_data`). For each synthetic Criteo cardinality scale in
+(`sfjax.cohorts.task`). For each synthetic Criteo cardinality scale in
 --scales (V grows with it) and each mode, the cohort's table bytes are estimated
 first; a point whose estimate exceeds --memory_fraction of the memory available
 now is reported as not fitting and not run. Every other point runs in a fresh
@@ -33,9 +33,9 @@ from absl import flags
 
 from experiments import report
 from experiments.configs import ctr as ctr_config
-from sfjax.ctr_search import arch as arch_lib
-from sfjax.ctr_search import cohort
-from sfjax.ctr_search import trial_data
+from sfjax.cohorts import arch as arch_lib
+from sfjax.cohorts import cohort_runner as cohort
+from sfjax.cohorts import task as trial_data
 
 _TRIALS = flags.DEFINE_integer("trials", 32, "Trials in the cohort.")
 _SCALES = flags.DEFINE_list("scales", ["0.01", "0.03", "0.1", "0.3", "1", "3"],

@@ -39,10 +39,10 @@ from experiments.configs import ctr as ctr_config
 from experiments.configs import search_ctr
 from search_spaces import ctr as ctr_space
 from sfjax.automl.algorithms import TrialStatus
-from sfjax.ctr_search import arch as arch_lib
-from sfjax.ctr_search import cohort
-from sfjax.ctr_search import padded
-from sfjax.ctr_search import trial_data
+from sfjax.cohorts import arch as arch_lib
+from sfjax.cohorts import cohort_runner as cohort
+from sfjax.cohorts import buckets as padded
+from sfjax.cohorts import task as trial_data
 
 _WIDTHS = flags.DEFINE_list("widths", ["1", "8", "32", "128"], "Cohort sizes N to measure.")
 _STEPS = flags.DEFINE_integer("steps", 20, "Train steps per trial.")

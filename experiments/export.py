@@ -2,7 +2,7 @@
 
 Writes the newest good checkpoint's embedding rows, their optimizer slots (separately),
 the per-field row ranges and the feature mapping as `.npy` chunks plus `export.json`,
-readable with numpy alone (format: `sfjax/train/export.py`). Prints the manifest's
+readable with numpy alone (format: `sfjax/checkpoint/export.py`). Prints the manifest's
 summary as one JSON line.
 """
 
@@ -12,7 +12,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from sfjax.train import export
+from sfjax.checkpoint import export
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir (config.json, checkpoints/).")
 _OUT = flags.DEFINE_string("out", None, "Output directory (created; must be new or empty).")

@@ -13,7 +13,7 @@ command on the same DIR skips the finished steps and resumes the interrupted one
 Writes DIR/report.json and DIR/summary.txt, prints the summary table, and ends
 stdout with the report as one JSON line. Exit status 1 when a step failed, 2 for a
 bad config. Everything else lives in `sfjax.automl.pipeline` (the engine) and
-`sfjax.ctr_search.pipeline_steps` (the CTR steps).
+`sfjax.ctr_pipeline` (the CTR steps and `run_ctr_pipeline`).
 """
 
 import json
@@ -24,22 +24,15 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from search_spaces import blocks as blocks_space
-from search_spaces import ctr as ctr_space
+import search_spaces
 from sfjax.automl import pipeline
 from sfjax.core.errors import ConfigError
-from sfjax.ctr_search import pipeline_steps
-from sfjax.ctr_search import pipeline_steps_compress
-from sfjax.ctr_search import pipeline_steps_train
+from sfjax.ctr_pipeline import run as ctr_run
 from sfjax.vision import vision_steps
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Python config file (ml_collections).",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory of the pipeline (steps/, report.json).")
-
-# The search spaces a step may name in `steps.<name>.search_space`: the named model
-# families, or the block generator's composable models.
-SPACES = {"ctr": ctr_space.SEARCH_SPACE, "blocks": blocks_space.BLOCK_SEARCH_SPACE}
 
 
 def application(config):
@@ -53,12 +46,7 @@ def application(config):
     return vision_steps.VISION_STEP_KINDS, vision_steps.vision_report
   if name != "ctr":
     raise ConfigError(f"config field application: unknown value {name!r} (known: ctr, vision)")
-  finalize = lambda results, workdir: {
-      **pipeline_steps_train.compare_final_to_baseline(
-          results, workdir, num_resamples=config.report.bootstrap_resamples,
-          seed=config.report.bootstrap_seed),
-      **pipeline_steps_compress.compression_report(results)}
-  return pipeline_steps.ctr_step_kinds(SPACES), finalize
+  return ctr_run.ctr_pipeline_parts(config, search_spaces.SPACES)
 
 
 def main(argv):

@@ -18,7 +18,7 @@ switches a block on, its sub-space is active only then), adds the combination
 Forbidden: a stacked model without a tower, and a stacked model with no block.
 
 Architecture-aware asking (`bucket_fixed_keys`, `BLOCK_SEARCH_SPACE`): a round's
-configs share the shape bucket of its first (`sfjax.ctr_search.padded_blocks`),
+configs share the shape bucket of its first (`sfjax.cohorts.bucket_blocks`),
 so they may differ in the tower's depth and width, the cross layers, the dense
 linear term and, in parallel combination, which interaction blocks they use.
 """
@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 from search_spaces import ctr
 from sfjax.automl.space import Bool, Categorical, Config, Space
-from sfjax.ctr_search import arch as arch_lib
+from sfjax.cohorts import arch as arch_lib
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 from sfjax.models import deep_blocks, field_layout, generator
 from sfjax.train.defaults import ctr_defaults

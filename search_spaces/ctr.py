@@ -3,7 +3,7 @@
     space = ctr_space()                         # every model family
     space = ctr_space(families=("fm", "dcnv2"))  # a sub-family search
     baseline = default_config(space)             # the trainer's default model
-    runner_keys = runner_config(config)          # what `sfjax.ctr_search.arch.split_config` reads
+    runner_keys = runner_config(config)          # what `sfjax.cohorts.arch.split_config` reads
     pbt_space = fixed_arch_space(arch_part(baseline))  # one architecture's hyperparameters
 
 Each searchable part declares its own sub-space, and `ctr_space` nests them under

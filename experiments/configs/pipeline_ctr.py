@@ -72,7 +72,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   st.hpo.study.cohort_width = "4" if smoke else "auto"
   # ---- autofis: which field pairs interact ----------------------------------------------
   st.autofis = ml_collections.ConfigDict({"type": "autofis", "planted_share": 0.5})
-  # The settings tests/ctr_search/autofis_test.py recovers the planted pairs with.
+  # The settings tests/structure/autofis_test.py recovers the planted pairs with.
   st.autofis.embed_dim = 4
   st.autofis.batch_size = 512
   st.autofis.search_steps = 40 if smoke else 600

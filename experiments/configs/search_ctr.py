@@ -25,7 +25,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0  # data seed, algorithm seed, and base of the trials' init seeds
 
-  # ---- the task every trial trains on (sfjax.ctr_search.trial_data.CTRTask) ----------
+  # ---- the task every trial trains on (sfjax.cohorts.task.CTRTask) ----------
   c.task = t = ml_collections.ConfigDict()
   t.data = ctr_config.get_config().data  # the `data` block of experiments/configs/ctr.py
   t.data.synthetic.num_train = 200_000
@@ -61,7 +61,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   st.ask_batch = 0  # trials asked per round; 0: the cohort width ('auto': 8)
   # Architecture-aware asking: a round's first trial is asked freely, the others inside its
   # shape bucket (same family, row width, optimizers; MLP widths/depth and cross layers free),
-  # so they share one padded vmapped program (sfjax.ctr_search.padded). False: every trial
+  # so they share one padded vmapped program (sfjax.cohorts.buckets). False: every trial
   # of a round is asked freely (cohorts group only what the draws happen to share).
   st.fill_cohorts = True
   # Trials of one shape bucket with different step ranges (ASHA's promotions, each resuming

@@ -1,7 +1,7 @@
 """Multi-objective evolution with an archive: a valid score up, a size cost down.
 
 The search loop shared by VEGA's Prune-EA / Quant-EA (arXiv 2011.01507) on a CNN
-(`sfjax.vision.compression`) and on a CTR model (`sfjax.ctr_search.ctr_compress`):
+(`sfjax.vision.compression`) and on a CTR model (`sfjax.compress.prune_search`):
 genomes are tuples of ints, each evaluated once (an archive keyed by genome); the
 parents of a generation are the best of everything evaluated so far by (Pareto
 rank of (valid up, cost down), valid down, cost up), NSGA-II's elitism without

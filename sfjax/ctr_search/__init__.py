@@ -1,12 +1,12 @@
-"""sfjax.ctr_search: the CTR search application built on `sfjax.automl` and `sfjax.train`.
+"""sfjax.ctr_search: the CTR search driver built on `sfjax.automl` and `sfjax.cohorts`.
 
-Architecture specs, precomputed trial data, the trial program (the trainer's
-step in a `lax.scan`), vmapped cohorts, PBT populations and the search driver.
-Concrete spaces are passed in (`CTRSearchSpace`), never imported.
+Search config and its check, the search loop (ask a round, group it into cohorts,
+run them through an executor, tell the study), local and Dask executors, PBT
+searches, TensorBoard events and the final report. Concrete spaces are passed in
+(`CTRSearchSpace`), never imported.
 """
 
-from sfjax.ctr_search.arch import ArchSpec, count_params, group_by_arch, split_config
-from sfjax.ctr_search.cohort import CohortRunner, TrialResult
-from sfjax.ctr_search.pbt_population import run_pbt
+from sfjax.ctr_search.search_loop import run_search
 from sfjax.ctr_search.space_provider import CTRSearchSpace
-from sfjax.ctr_search.trial_data import CTRTask
+
+__all__ = ["CTRSearchSpace", "run_search"]

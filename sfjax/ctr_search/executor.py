@@ -20,8 +20,8 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 from absl import logging
 
 from sfjax.automl.algorithms import TrialStatus
-from sfjax.ctr_search.arch import ArchSpec
-from sfjax.ctr_search.cohort import CohortRunner, TrialResult
+from sfjax.cohorts.arch import ArchSpec
+from sfjax.cohorts.cohort_runner import CohortRunner, TrialResult
 
 EXECUTORS = ("local", "dask")
 

@@ -30,10 +30,10 @@ from typing import Any, Iterable, Iterator
 
 from absl import logging
 
-from sfjax.ctr_search.cohort import CohortRunner, TrialResult
+from sfjax.cohorts.cohort_runner import CohortRunner, TrialResult
 from sfjax.ctr_search.executor import (CohortJob, GroupRunners, RetryHook, describe,
                                        failed_results, run_job)
-from sfjax.ctr_search.trial_data import CTRTask
+from sfjax.cohorts.task import CTRTask
 
 # Per worker process: (task, cohort width, measure_latency) -> its runners.
 _WORKER_RUNNERS: dict[tuple[CTRTask, Any, bool], GroupRunners] = {}

@@ -19,10 +19,10 @@ from sfjax.automl.space import Space
 from sfjax.core import names
 from sfjax.core.atomic import atomic_write
 from sfjax.core.errors import ConfigError
-from sfjax.ctr_search import arch as arch_lib
+from sfjax.cohorts import arch as arch_lib
 from sfjax.ctr_search.executor import EXECUTORS
 from sfjax.ctr_search.space_provider import CTRSearchSpace
-from sfjax.ctr_search.trial_data import CTRTask
+from sfjax.cohorts.task import CTRTask
 
 SETTINGS_FILE = "search.json"
 # Metrics every CTR trial reports that a search may optimise ('test_auc' is never

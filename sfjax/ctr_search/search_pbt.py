@@ -2,7 +2,7 @@
 
 PBT (Jaderberg et al. 2017) tunes the dynamic hyperparameters of one
 architecture while training: the population is one vmapped cohort
-(`sfjax.ctr_search.pbt_population.run_pbt`), and every `study.pbt_interval` budget
+(`sfjax.cohorts.pbt_population.run_pbt`), and every `study.pbt_interval` budget
 units the worst quarter copies the state of a top-quarter member and perturbs
 its hyperparameters.
 
@@ -27,9 +27,9 @@ from absl import logging
 from sfjax.automl.algorithms import Suggestion, TrialStatus
 from sfjax.automl.space import Space
 from sfjax.automl.study import Study
-from sfjax.ctr_search import arch as arch_lib
-from sfjax.ctr_search.cohort import CohortRunner
-from sfjax.ctr_search.pbt_population import run_pbt
+from sfjax.cohorts import arch as arch_lib
+from sfjax.cohorts.cohort_runner import CohortRunner
+from sfjax.cohorts.pbt_population import run_pbt
 
 
 def pbt_bounds(space: Space, zero_allowed=frozenset()) -> dict[str, tuple[float, float]]:

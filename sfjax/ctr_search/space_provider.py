@@ -4,7 +4,7 @@ The library never imports `search_spaces/`: a concrete space module builds a
 `CTRSearchSpace` and the entry point hands it to `search_loop.run_search`
 (`experiments/search.py` passes `search_spaces.ctr.SEARCH_SPACE`). Points of
 the space are trial configs once `runner_config` has mapped them to the keys
-`sfjax.ctr_search.arch.split_config` reads.
+`sfjax.cohorts.arch.split_config` reads.
 """
 
 from __future__ import annotations

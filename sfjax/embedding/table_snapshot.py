@@ -1,7 +1,7 @@
 """What changed in a host table since a checkpoint, and copy-on-write snapshots of it.
 
 Two pieces the `HostTable` holds for incremental, asynchronous checkpoints
-(`sfjax.embedding.table_checkpoint`, `sfjax.train.checkpoint`):
+(`sfjax.checkpoint.table_format`, `sfjax.checkpoint.checkpointer`):
 
 * `DirtyRows`: the distinct row ids written since the last checkpoint. Checkpoints
   between two full (chunk) saves write only these rows, so a save costs the rows a

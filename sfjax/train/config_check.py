@@ -24,7 +24,7 @@ from sfjax.embedding import row_optimizers
 from sfjax.models import generator
 from sfjax.parallel import distributed
 from sfjax.train import backends
-from sfjax.train import checkpoint
+from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.train import optimizers
 
 __all__ = ["ConfigError", "validate"]

@@ -99,7 +99,7 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   dd.process_id = -1  # this process, 0..P-1, with a coordinator (or JAX_PROCESS_ID)
   dd.auto_detect = False  # True: JAX's cluster detection (SLURM / Open MPI / k8s / Cloud TPU)
 
-  # ---- checkpoints (WORKDIR/checkpoints/step_N; sfjax/train/checkpoint.py) ----
+  # ---- checkpoints (WORKDIR/checkpoints/step_N; sfjax/checkpoint/checkpointer.py) ----
   c.checkpoint = k = ml_collections.ConfigDict()
   k.every_steps = 0  # save every this many steps and at the last step; 0 = off. When > 0, a
   #                    rerun with the same workdir resumes from the latest checkpoint

@@ -29,11 +29,11 @@ from sfjax import models
 from sfjax.data import dataset as dataset_lib
 from sfjax.data import types
 from sfjax.embedding import row_optimizers
-from sfjax.embedding import table_checkpoint
+from sfjax.checkpoint import table_format as table_checkpoint
 from sfjax.parallel import distributed
 from sfjax.parallel import mesh as mesh_lib
 from sfjax.train import backends
-from sfjax.train import checkpoint
+from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.train import config_check
 from sfjax.train import evaluation
 from sfjax.train import metrics_writer
@@ -229,7 +229,7 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
   """Trains, evaluates every `train.eval_every` steps and at the end.
 
   With `checkpoint.every_steps = K > 0` and a workdir, a checkpoint is saved every K
-  steps and at the last step under `workdir/checkpoints/` (`sfjax.train.checkpoint`),
+  steps and at the last step under `workdir/checkpoints/` (`sfjax.checkpoint.checkpointer`),
   and a run whose workdir already holds one resumes from the latest: state, eval
   history and data position (the deterministic train stream skips the batches already
   consumed), so it ends exactly as an uninterrupted run would.

@@ -7,7 +7,7 @@ those rows and scatter them back; dense parameters go through optax.
 
 Every user runs this step: the trainer (jitted, donated), the MixCache (wrapped
 by `make_cache_train_step`: rows are cache slots) and the AutoML trials
-(`sfjax.ctr_search.trial_program`: inside a `lax.scan`, vmapped over trials,
+(`sfjax.cohorts.program`: inside a `lax.scan`, vmapped over trials,
 with `skip_non_finite` so a diverging trial keeps its last finite state).
 
 Under `jax.jit` with a batch sharded over the mesh axis 'data' and the table
@@ -111,7 +111,7 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
     dense_mask: None, or a pytree like the dense parameters (0/1 values, may be
       traced) that multiplies both their gradients and their updates: entries at 0
       never change (a padded program's unused units and identity layers,
-      `sfjax.ctr_search.padded`), entries at 1 follow exactly the unmasked step.
+      `sfjax.cohorts.buckets`), entries at 1 follow exactly the unmasked step.
 
   Returns:
     `train_step(state, batch[, enabled]) -> (state, {'loss'[, 'applied']})`.

@@ -6,8 +6,8 @@ import pytest
 from experiments.configs import search_ctr
 from sfjax.automl.algorithms import TrialStatus
 from sfjax.ctr_search import executor, search_config
-from sfjax.ctr_search.arch import split_config
-from sfjax.ctr_search.cohort import CohortRunner
+from sfjax.cohorts.arch import split_config
+from sfjax.cohorts.cohort_runner import CohortRunner
 
 
 @pytest.fixture(scope="module")

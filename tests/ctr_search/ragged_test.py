@@ -4,9 +4,9 @@ import chex
 import numpy as np
 import pytest
 
-from sfjax.ctr_search import arch as arch_lib
-from sfjax.ctr_search import cohort
-from sfjax.ctr_search import padded
+from sfjax.cohorts import arch as arch_lib
+from sfjax.cohorts import cohort_runner as cohort
+from sfjax.cohorts import buckets as padded
 from sfjax.ctr_search import search_loop
 from sfjax.ctr_search.executor import CohortJob
 

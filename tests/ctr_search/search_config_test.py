@@ -11,7 +11,7 @@ from experiments.configs import search_ctr
 from search_spaces.ctr import SEARCH_SPACE
 from sfjax.automl.algorithms import ALGORITHMS, Objective, Objectives
 from sfjax.automl.space import Fixed
-from sfjax.ctr_search import arch as arch_lib
+from sfjax.cohorts import arch as arch_lib
 from sfjax.ctr_search import search_config
 from sfjax.ctr_search.search_config import SearchConfigError
 

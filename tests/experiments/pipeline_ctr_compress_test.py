@@ -19,7 +19,7 @@ from experiments.configs import pipeline_ctr_compress
 from search_spaces import blocks, ctr
 from sfjax.automl.pipeline import parse_steps
 from sfjax.core.errors import ConfigError
-from sfjax.ctr_search import pipeline_steps
+from sfjax.ctr_pipeline import steps as pipeline_steps
 from sfjax.models import registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -18,7 +18,7 @@ import pytest
 from experiments.configs import pipeline_ctr
 from search_spaces import blocks, ctr
 from sfjax.automl.pipeline import parse_steps
-from sfjax.ctr_search import pipeline_steps
+from sfjax.ctr_pipeline import steps as pipeline_steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FLAGS = ("--config=experiments/configs/pipeline_ctr.py:smoke",)

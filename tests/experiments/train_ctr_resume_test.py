@@ -14,7 +14,7 @@ import pytest
 from experiments.configs import ctr
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding.host_table import HostTable
-from sfjax.train import checkpoint
+from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.train import loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

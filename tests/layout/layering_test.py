@@ -18,11 +18,18 @@ ALLOWED = {
     "models": {"core", "automl"},  # blocks declare their sub-spaces (DESIGN.md §4)
     "parallel": {"core"},
     "embedding": {"core", "data"},
-    "train": {"core", "data", "embedding", "models", "parallel"},
+    "checkpoint": {"core", "embedding", "parallel"},  # below train: reads and writes its state
+    "train": {"core", "data", "embedding", "models", "parallel", "checkpoint"},
     "automl": {"core"},
-    "ctr_search": {"core", "data", "embedding", "models", "parallel", "train", "automl"},
+    "cohorts": {"core", "data", "embedding", "models", "parallel", "train", "automl"},
+    "structure": {"core", "data", "embedding", "models", "train", "cohorts"},
+    "compress": {"core", "automl", "embedding", "models", "train"},
+    "ctr_search": {"core", "data", "embedding", "models", "parallel", "train", "automl",
+                   "cohorts"},
+    "ctr_pipeline": {"core", "data", "embedding", "models", "train", "checkpoint", "automl",
+                     "cohorts", "structure", "compress", "ctr_search"},
     "viz": {"core"},  # figures from the files runs write; imports no training code
-    "vision": {"core", "automl"},  # image steps (DARTS, compression, augmentation) of the pipeline
+    "vision": {"core", "automl", "compress"},  # image steps (DARTS, compression, augmentation)
 }
 APPLICATIONS = ("search_spaces", "experiments")
 # Modules without logic (only types), which need no test file of their own.

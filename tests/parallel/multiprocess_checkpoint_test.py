@@ -31,8 +31,8 @@ from experiments.configs import ctr
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import row_optimizers
 from sfjax.parallel import distributed
-from sfjax.train import checkpoint
-from sfjax.train import export
+from sfjax.checkpoint import checkpointer as checkpoint
+from sfjax.checkpoint import export
 from sfjax.train import loop
 
 import two_processes  # tests/parallel/two_processes.py
@@ -75,7 +75,7 @@ _WORKER = textwrap.dedent("""
     for job in json.loads(jobs_json):
       t0 = time.time()
       if "copy" in job:  # process 0 copies, truncated; every process waits (a barrier)
-        from sfjax.train import checkpoint
+        from sfjax.checkpoint import checkpointer as checkpoint
         if pid == 0:
           for dst in job["copy"]["to"]:
             shutil.copytree(job["copy"]["from"], dst)
@@ -99,7 +99,7 @@ _WORKER = textwrap.dedent("""
       trainer = loop.build_trainer(c, data.spec)
       name = job["name"] + f"_p{pid}"
       if job.get("fail_on") == pid:  # this process's table shard cannot be written
-        from sfjax.embedding import table_checkpoint
+        from sfjax.checkpoint import table_format as table_checkpoint
         def broken(*args, **kwargs):
           raise OSError("injected: disk full")
         real, table_checkpoint.write_table = table_checkpoint.write_table, broken

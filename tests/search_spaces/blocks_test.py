@@ -11,7 +11,7 @@ from search_spaces import blocks
 from search_spaces.blocks import BLOCK_SEARCH_SPACE
 from sfjax.automl.space import ConfigError
 from sfjax.ctr_search import search_loop
-from sfjax.ctr_search.arch import split_config
+from sfjax.cohorts.arch import split_config
 from sfjax.models import generator
 from sfjax.train.defaults import ctr_defaults
 

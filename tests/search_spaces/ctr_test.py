@@ -5,7 +5,7 @@ import pytest
 
 from experiments.configs import ctr as ctr_config
 from search_spaces import ctr
-from sfjax.ctr_search import arch
+from sfjax.cohorts import arch
 from sfjax.automl.space import ConfigError, Fixed, SpaceError
 
 MLP_KEYS = {"model.mlp.depth", "model.mlp.width"}

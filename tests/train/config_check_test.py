@@ -177,7 +177,7 @@ _COMMON_FIELDS = {
     "train.log_every": _int_in(1),
     "train.prefetch": _int_in(0, 1024),
     "train.num_devices": _int_in(0, 1 << 20),
-    # Checked by sfjax.train.checkpoint.settings: any size (they are only compared with steps).
+    # Checked by sfjax.checkpoint.checkpointer.settings: any size (they are only compared with steps).
     "checkpoint.every_steps": _int_in(0, math.inf),
     "checkpoint.keep": _int_in(1, math.inf),
 }

@@ -16,7 +16,7 @@ import pytest
 
 from experiments.configs import ctr
 from sfjax.data import dataset as dataset_lib
-from sfjax.train import checkpoint
+from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.train import loop
 
 

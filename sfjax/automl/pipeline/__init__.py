@@ -1,7 +1,7 @@
 """sfjax.automl.pipeline: VEGA-style pipelines of steps that hand their outputs on.
 
 Generic: the step kinds are a registry the application passes in
-(`sfjax.ctr_search.pipeline_steps` for CTR); nothing here knows CTR or JAX.
+(`sfjax.ctr_pipeline.steps` for CTR); nothing here knows CTR or JAX.
 """
 
 from sfjax.automl.pipeline.engine import (PipelineLockedError, check_settings, read_status,

@@ -1,0 +1,231 @@
+"""Export a run's trained embedding table in a format read by numpy alone.
+
+`export_checkpoint(workdir, out_dir)` reads the newest good checkpoint of
+`workdir/checkpoints/` (either backend) and writes
+
+  out_dir/
+    export.json              manifest (below); written last
+    values/rows_<lo>.npy     float32 [n, E]  rows [lo, lo + n) of the concatenated table
+    slots/rows_<lo>.npy      float32 [n, S]  the row optimizer's slots of the same rows
+    mapping/                 preprocessed data only: a copy of DIR/mapping.json (+ vocabulary/)
+
+export.json holds `num_rows`, `width`, `slot_width`, `row_optimizer`, `chunk_rows`, per
+field `field_names` / `field_rows` / `field_offsets` (field f owns rows
+`[field_offsets[f], field_offsets[f] + field_rows[f])`), every file with its row range,
+size and CRC-32, and `mapping`: how a raw feature value becomes a row (hashing: the key
+function, its per-field salt and `hash_rows`; a preprocessed directory's vocabulary:
+copied; a vocabulary built on the fly from text: not saved, rebuild it with
+`experiments.preprocess` over the same files).
+
+Every row is written, trained or not (a never-written row holds its deterministic
+initial value), so a reader needs no sfjax code: `np.load` each file, concatenate.
+Plain `.npy` chunks, not zarr or tensorstore: the table is a dense float32 array, for
+which `.npy` is exact, memory-mappable and readable by any numpy, with no further
+dependency. The cache backend's device cache needs no export: checkpoints are taken
+after it is flushed to the host table.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import zlib
+from typing import Any, Iterator
+
+import jax
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+from absl import logging
+
+from sfjax.core import digest
+from sfjax.core.atomic import atomic_write
+from sfjax.embedding import row_optimizers
+from sfjax.checkpoint import table_format as table_checkpoint
+from sfjax.checkpoint import table_shards
+from sfjax.embedding.initializers import init_rows
+from sfjax.checkpoint import checkpointer as checkpoint
+
+FORMAT_NAME = "sfjax.table_export"
+FORMAT_VERSION = 1
+MANIFEST_FILE = "export.json"
+CHUNK_ROWS = table_checkpoint.CHUNK_ROWS
+
+
+def newest_good_checkpoint(workdir: str) -> str:
+  """The newest checkpoint of `workdir` passing `checkpoint.verify` (nothing is renamed).
+
+  Raises:
+    FileNotFoundError: no checkpoint; checkpoint.CorruptCheckpointError: none is good.
+  """
+  root = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
+  bad = []
+  for step in reversed(checkpoint.committed_steps(root)):
+    path = os.path.join(root, checkpoint.step_dir_name(step))
+    try:
+      checkpoint.verify(path)
+      for why in bad:
+        logging.warning("skipping a corrupt checkpoint: %s", why)
+      return path
+    except checkpoint.CorruptCheckpointError as err:
+      bad.append(str(err))
+  if bad:
+    raise checkpoint.CorruptCheckpointError(f"every checkpoint under {root} is corrupt:\n  "
+                                            + "\n  ".join(bad))
+  raise FileNotFoundError(f"{root}: no checkpoint to export (train with "
+                          "--config.checkpoint.every_steps=K)")
+
+
+def _load_config(workdir: str) -> ml_collections.ConfigDict:
+  path = os.path.join(workdir, "config.json")
+  with open(path, encoding="utf-8") as f:
+    return ml_collections.ConfigDict(json.load(f))
+
+
+def _mapping(config, out_dir: str) -> dict[str, Any]:
+  """The mapping settings of `config.data` (copying a preprocessed directory's files)."""
+  d = config.data
+  if d.format == "preprocessed":
+    src = d.train_path
+    os.makedirs(os.path.join(out_dir, "mapping"))
+    shutil.copyfile(os.path.join(src, "mapping.json"), os.path.join(out_dir, "mapping",
+                                                                     "mapping.json"))
+    if os.path.isdir(os.path.join(src, "vocabulary")):
+      shutil.copytree(os.path.join(src, "vocabulary"), os.path.join(out_dir, "mapping",
+                                                                    "vocabulary"))
+    with open(os.path.join(src, "mapping.json"), encoding="utf-8") as f:
+      settings = json.load(f)
+    return {"kind": settings["kind"], "saved": "mapping/mapping.json",
+            "note": "local row = mapping.json's rule; global row = local row + field_offsets[f]"}
+  if d.format == "synthetic":
+    return {"kind": "synthetic", "note": "synthetic data draws row ids directly; no raw values"}
+  if int(d.hash_rows) > 0:
+    return {"kind": "hashing", "hash_rows": int(d.hash_rows),
+            "key": "sfjax.data.feature_map.value_keys: h = salt[f]; for each nonzero 8-byte "
+                   "little-endian word w of the raw value's bytes (zero-padded): "
+                   "h = splitmix64(h ^ w); key = splitmix64(h)",
+            "salt": "salt[f] = splitmix64(f ^ 0xC7F0E1D2A3B4C5D6), f = field index",
+            "row": "local row = key mod hash_rows; global row = local row + field_offsets[f]"}
+  return {"kind": "vocabulary", "saved": None, "min_count": int(d.min_count),
+          "note": "the vocabulary was built in memory from the text files and not saved; "
+                  "rebuild it with `python -m experiments.preprocess` over the same files "
+                  "(same data.min_count) and use its mapping.json"}
+
+
+def _host_chunks(path: str, num_rows: int, width: int, slot_width: int, seed: int,
+                 stddev: float, initial_slot_row: np.ndarray) -> Iterator[tuple[int, np.ndarray,
+                                                                               np.ndarray]]:
+  """(lo, values, slots) per CHUNK_ROWS rows of a host-table checkpoint, untrained rows initial."""
+  reader = table_shards.ShardedTableReader(os.path.join(path, "table"))  # one dir or per-process
+  stored = set(reader.chunks)
+  for k in range(-(-num_rows // CHUNK_ROWS)):
+    lo = k * CHUNK_ROWS
+    n = min(CHUNK_ROWS, num_rows - lo)
+    values = init_rows(seed, 0, np.arange(lo, lo + n, dtype=np.int64), width, stddev)
+    slots = np.broadcast_to(initial_slot_row, (n, slot_width)).copy()
+    if k in stored:
+      v, s, flags = reader.read(k)
+      values[flags], slots[flags] = v[flags], s[flags]
+    yield lo, values, slots
+
+
+def _device_chunks(path: str) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+  """(lo, values, slots) per CHUNK_ROWS rows of the orbax-saved device table."""
+  ckptr = ocp.StandardCheckpointer()
+  try:
+    dense = os.path.join(path, "dense")
+    tree = ckptr.metadata(dense).item_metadata
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=one), tree)
+    table = ckptr.restore(dense, target)["table"]
+  finally:
+    ckptr.close()
+  values, slots = np.asarray(table["values"]), np.asarray(table["opt_slots"])
+  for lo in range(0, values.shape[0], CHUNK_ROWS):
+    yield lo, values[lo:lo + CHUNK_ROWS], slots[lo:lo + CHUNK_ROWS]
+
+
+def _save_npy(out_dir: str, rel: str, array: np.ndarray, lo: int) -> dict[str, Any]:
+  full = os.path.join(out_dir, rel)
+  with open(full, "wb") as f:
+    np.save(f, np.ascontiguousarray(array, np.float32))
+  return {"file": rel, "rows": [lo, lo + int(array.shape[0])], **digest.file_digest(full)}
+
+
+def export_checkpoint(workdir: str, out_dir: str, checkpoint_path: str | None = None
+                      ) -> dict[str, Any]:
+  """Writes the table of `checkpoint_path` (default: the newest good one) to `out_dir`.
+
+  Args:
+    workdir: the run's workdir (`config.json`, `checkpoints/`).
+    out_dir: created; must not exist or be empty. Written into `out_dir.tmp` first and
+      renamed when complete.
+    checkpoint_path: a `checkpoints/step_<N>` directory of the run.
+
+  Returns:
+    The manifest written as `out_dir/export.json`.
+  """
+  if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
+    raise FileExistsError(f"{out_dir}: exists and is not empty")
+  path = checkpoint_path or newest_good_checkpoint(workdir)  # verified there
+  meta = checkpoint.verify(path) if checkpoint_path else checkpoint.read_meta(path)
+  if "fields" not in meta:
+    raise ValueError(f"{path}: the checkpoint does not record its fields (saved before exports "
+                     "existed); resume the run for one more checkpoint")
+  config = _load_config(workdir)
+  names = [f["name"] for f in meta["fields"]]
+  rows = [int(f["rows"]) for f in meta["fields"]]
+  offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64).tolist()
+  tmp = out_dir.rstrip("/") + ".tmp"
+  shutil.rmtree(tmp, ignore_errors=True)
+  os.makedirs(os.path.join(tmp, "values"))
+  os.makedirs(os.path.join(tmp, "slots"))
+  if meta["table"] in ("host_chunks", "host_shards"):
+    tm = table_shards.ShardedTableReader(os.path.join(path, "table")).manifest
+    width, slot_width = tm["width"], tm["slot_width"]
+    row_opt = row_optimizers.from_config(config.embedding)
+    chunks = _host_chunks(path, tm["num_rows"], width, slot_width, tm["seed"], tm["init_stddev"],
+                          np.asarray(row_opt.initial_slot_row(width), np.float32))
+  else:
+    chunks = _device_chunks(path)
+  value_files, slot_files, num_rows, width, slot_width = [], [], 0, None, None
+  for lo, values, slots in chunks:
+    value_files.append(_save_npy(tmp, f"values/rows_{lo:012d}.npy", values, lo))
+    slot_files.append(_save_npy(tmp, f"slots/rows_{lo:012d}.npy", slots, lo))
+    num_rows, width, slot_width = lo + values.shape[0], values.shape[1], slots.shape[1]
+  if num_rows != sum(rows):
+    raise ValueError(f"{path}: the table has {num_rows} rows, its fields {sum(rows)}")
+  manifest = {
+      "format": FORMAT_NAME, "version": FORMAT_VERSION, "step": int(meta["step"]),
+      "checkpoint": os.path.abspath(path), "dtype": "float32", "num_rows": num_rows,
+      "width": width, "slot_width": slot_width, "chunk_rows": CHUNK_ROWS,
+      "row_optimizer": config.embedding.optimizer, "model": config.model.name,
+      "embedding_layout": "models with first-order terms: row[:-1] is the field vector, "
+                          "row[-1] the first-order weight",
+      "field_names": names, "field_rows": rows, "field_offsets": offsets,
+      "mapping": _mapping(config, tmp), "values": value_files, "slots": slot_files,
+  }
+  atomic_write(os.path.join(tmp, MANIFEST_FILE), json.dumps(manifest, indent=1))
+  if os.path.isdir(out_dir):
+    os.rmdir(out_dir)
+  os.rename(tmp, out_dir)
+  return manifest
+
+
+def read_export(out_dir: str) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+  """(manifest, values [V,E], slots [V,S]) of an export, checking every CRC (numpy only)."""
+  with open(os.path.join(out_dir, MANIFEST_FILE), encoding="utf-8") as f:
+    manifest = json.load(f)
+  parts = {}
+  for kind in ("values", "slots"):
+    arrays = []
+    for entry in manifest[kind]:
+      with open(os.path.join(out_dir, entry["file"]), "rb") as f:
+        data = f.read()
+      if zlib.crc32(data) != entry["crc32"]:
+        raise ValueError(f"{os.path.join(out_dir, entry['file'])}: CRC-32 mismatch")
+      arrays.append(np.load(io.BytesIO(data)))
+    parts[kind] = np.concatenate(arrays)
+  return manifest, parts["values"], parts["slots"]

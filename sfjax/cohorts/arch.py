@@ -1,0 +1,247 @@
+"""A CTR trial config split into a static `ArchSpec` and dynamic hyperparameters.
+
+DESIGN.md §4: everything that changes shapes or the compiled graph (model name,
+sizes, row-optimizer kind) is static and hashable, so trials with equal
+`ArchSpec`s share one compiled program; learning rates, weight decay, the
+embedding L2 and the initial embedding scale are dynamic: stacked `[W]` arrays
+that `jax.vmap` runs over (`sfjax.cohorts.cohort_runner`).
+
+Config keys (dotted, as in `sfjax.automl.space.Config`):
+
+  static   model.name, model.embed_dim, model.mlp.depth, model.mlp.width
+           (-> mlp_dims = (width,) * depth), model.cin.depth, model.cin.width
+           (-> cin_dims), model.bottom_mlp.depth, model.bottom_mlp.width
+           (-> bottom_mlp_dims), model.cross_layers, model.cross_rank,
+           model.cross_structure, model.attention_layers, model.attention_heads,
+           model.attention_dim, model.blocks (the `composed` model's block spec JSON),
+           optim.embedding_optimizer, optim.dense_optimizer
+  dynamic  optim.embedding_lr, optim.dense_lr, optim.weight_decay,
+           optim.embedding_l2, optim.init_stddev
+
+Absent keys take the trainer's defaults (`sfjax/train/defaults.py`). Only the model
+hyperparameters the named model uses enter `ArchSpec.model_hparams`, so two
+configs that differ in a key their model ignores share a cohort (likewise `lr`
+ignores `model.embed_dim`, recorded as 1; `composed` takes its row width from
+`model.blocks`, kept as canonical JSON so equal specs share a cohort).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from typing import Any, Mapping, Sequence
+
+import jax
+import numpy as np
+from flax import nnx
+
+from sfjax import models
+from sfjax.data.types import DatasetSpec
+from sfjax.embedding import row_optimizers
+from sfjax.models import generator
+from sfjax.train import defaults as ctr_defaults_lib
+from sfjax.train import optimizers
+
+_CTR = ctr_defaults_lib.ctr_defaults()
+
+# (depth key, width key) -> model keyword argument holding a tuple of layer widths.
+_LAYER_KEYS = {
+    "mlp_dims": ("model.mlp.depth", "model.mlp.width"),
+    "cin_dims": ("model.cin.depth", "model.cin.width"),
+    "bottom_mlp_dims": ("model.bottom_mlp.depth", "model.bottom_mlp.width"),
+}
+# Scalar model keyword arguments taken as they are: key -> (type, lowest value).
+_SCALAR_MODEL_KEYS = {
+    "cross_layers": (int, 0), "cross_rank": (int, 0), "cross_structure": (str, None),
+    "attention_layers": (int, 1), "attention_heads": (int, 1), "attention_dim": (int, 1),
+    "blocks": (str, None),
+}
+_INT_LOW = {"model.embed_dim": 1, **{k: 0 for k, _ in _LAYER_KEYS.values()},
+            **{k: 1 for _, k in _LAYER_KEYS.values()}}
+EMBEDDING_OPTIMIZERS = row_optimizers.ROW_OPTIMIZER_NAMES
+DENSE_OPTIMIZERS = optimizers.DENSE_OPTIMIZER_NAMES
+
+# Dynamic keys -> (ctr.py default, lowest allowed value, whether the lowest is allowed).
+DYNAMIC_DEFAULTS: dict[str, tuple[float, float, bool]] = {
+    "optim.dense_lr": (float(_CTR.optimizer.learning_rate), 0.0, False),
+    "optim.embedding_l2": (float(_CTR.embedding.l2), 0.0, True),
+    "optim.embedding_lr": (float(_CTR.embedding.learning_rate), 0.0, False),
+    "optim.init_stddev": (float(_CTR.embedding.init_stddev), 0.0, True),
+    "optim.weight_decay": (float(_CTR.optimizer.weight_decay), 0.0, True),
+}
+DYNAMIC_KEYS: tuple[str, ...] = tuple(sorted(DYNAMIC_DEFAULTS))
+STATIC_KEYS: tuple[str, ...] = tuple(sorted(
+    {"model.name", "model.embed_dim", "optim.embedding_optimizer", "optim.dense_optimizer"}
+    | {k for pair in _LAYER_KEYS.values() for k in pair}
+    | {f"model.{k}" for k in _SCALAR_MODEL_KEYS}))
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchSpec:
+  """Everything that fixes a trial's compiled program (hashable).
+
+  Attributes:
+    model_name: a registered model (`sfjax.models.ALL_MODEL_NAMES`).
+    embed_dim: D (`model.embed_dim`).
+    model_hparams: sorted ((keyword, value), ...) of the model's own keyword
+      arguments, defaults filled in (layer widths as tuples).
+    embedding_optimizer: row optimizer kind (a name of `row_optimizers.ROW_OPTIMIZERS`).
+    dense_optimizer: optax optimizer kind of the dense parameters:
+      adam | adamw | sgd | adagrad.
+  """
+
+  model_name: str
+  embed_dim: int
+  model_hparams: tuple[tuple[str, Any], ...]
+  embedding_optimizer: str
+  dense_optimizer: str = "adam"
+
+  @property
+  def embedding_width(self) -> int:
+    """E, the width of the embedding rows this model reads."""
+    return models.embedding_width(self.model_name, self.embed_dim)
+
+  def build_model(self, spec: DatasetSpec, rngs: nnx.Rngs) -> nnx.Module:
+    """The NNX model for data set `spec` (keys drawn from `rngs`)."""
+    return models.build_model(self.model_name, num_fields=spec.num_fields, embed_dim=self.embed_dim,
+                              num_dense=spec.num_dense, rngs=rngs, **dict(self.model_hparams))
+
+  def describe(self) -> str:
+    """A short human-readable name, e.g. `deepfm/d4/mlp_dims=(16,)/adagrad+adam`."""
+    parts = [self.model_name, f"d{self.embed_dim}"]
+    # A block spec is long JSON: named by a short digest of its canonical text.
+    parts += [f"{k}={v}" if k != "blocks" else f"blocks#{_digest(v)}"
+              for k, v in self.model_hparams]
+    return "/".join(parts + [f"{self.embedding_optimizer}+{self.dense_optimizer}"])
+
+
+def _fail(key: str, reason: str):
+  raise ValueError(f"config key {key!r}: {reason}")
+
+
+def _as_int(key: str, value: Any, low: int) -> int:
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < low:
+    _fail(key, f"must be an integer >= {low}, got {value!r}")
+  return int(value)
+
+
+def _as_choice(key: str, value: Any, known: Sequence[str]) -> str:
+  if value not in known:
+    _fail(key, f"unknown value {value!r} (known: {', '.join(known)})")
+  return str(value)
+
+
+def dynamic_value(key: str, value: Any) -> float:
+  """`value` of dynamic key `key` as a checked float.
+
+  Raises:
+    ValueError: naming `key`, for an unknown key, a non-number or a value out of range.
+  """
+  if key not in DYNAMIC_DEFAULTS:
+    _fail(key, f"is not a dynamic hyperparameter (known: {', '.join(DYNAMIC_KEYS)})")
+  _, low, low_ok = DYNAMIC_DEFAULTS[key]
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+    _fail(key, f"must be a number, got {value!r}")
+  number = float(value)
+  if not math.isfinite(number) or number < low or (number == low and not low_ok):
+    _fail(key, f"must be a finite number {'>=' if low_ok else '>'} {low}, got {value!r}")
+  return number
+
+
+def resolve_hparams(hparams: Mapping[str, Any]) -> dict[str, float]:
+  """Dynamic hyperparameters with every `DYNAMIC_KEYS` entry present (defaults filled)."""
+  out = {k: d for k, (d, _, _) in DYNAMIC_DEFAULTS.items()}
+  for key, value in hparams.items():
+    out[key] = dynamic_value(key, value)
+  return out
+
+
+def _layers(config: Mapping[str, Any], kwarg: str) -> tuple[int, ...]:
+  depth_key, width_key = _LAYER_KEYS[kwarg]
+  default = tuple(getattr(_CTR.model, kwarg))
+  if depth_key not in config and width_key not in config:
+    return default
+  depth = _as_int(depth_key, config.get(depth_key, len(default)), _INT_LOW[depth_key])
+  width = _as_int(width_key, config.get(width_key, default[0] if default else 1), _INT_LOW[width_key])
+  return (width,) * depth
+
+
+def _digest(text: str) -> str:
+  return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+def _composed_blocks(text: str) -> tuple[str, int]:
+  """(canonical spec JSON, row width E) of `model.blocks`; ValueError naming the key."""
+  try:
+    spec = generator.spec_from_json(text, "model.blocks")
+  except generator.SpecError as e:
+    _fail("model.blocks", str(e))
+  return generator.spec_to_json(spec), generator.spec_embedding_width(spec)
+
+
+def split_config(config: Mapping[str, Any]) -> tuple[ArchSpec, dict[str, float]]:
+  """Splits a trial config into its `ArchSpec` and its dynamic hyperparameters.
+
+  Args:
+    config: dotted key -> value (a `Config` or any mapping); see the module
+      docstring for the keys.
+
+  Returns:
+    (arch, hparams): hparams maps every `DYNAMIC_KEYS` entry to a float.
+
+  Raises:
+    ValueError: naming the key, for an unknown key or a bad value.
+  """
+  for key in config:
+    if key not in STATIC_KEYS and key not in DYNAMIC_DEFAULTS:
+      _fail(key, f"unknown key (static: {', '.join(STATIC_KEYS)}; dynamic: {', '.join(DYNAMIC_KEYS)})")
+  name = _as_choice("model.name", config.get("model.name", _CTR.model.name),
+                    models.ALL_MODEL_NAMES)
+  embed_dim = _as_int("model.embed_dim", config.get("model.embed_dim", _CTR.model.embed_dim), 1)
+  if name == "lr":  # LR reads one weight per row whatever embed_dim says: one cohort for all.
+    embed_dim = 1
+  used = models.model_hparams(name)
+  hparams: dict[str, Any] = {}
+  for kwarg in used:
+    if kwarg in _LAYER_KEYS:
+      hparams[kwarg] = _layers(config, kwarg)
+    elif kwarg in _SCALAR_MODEL_KEYS:
+      key = f"model.{kwarg}"
+      kind, low = _SCALAR_MODEL_KEYS[kwarg]
+      value = config.get(key, getattr(_CTR.model, kwarg))
+      if kind is int:
+        value = _as_int(key, value, low)
+      elif not isinstance(value, str):
+        _fail(key, f"must be a string, got {value!r}")
+      hparams[kwarg] = value
+    else:
+      raise ValueError(f"model {name!r} takes hyperparameter {kwarg!r}, which "
+                       "sfjax/cohorts/arch.py does not map from any config key")
+  if "blocks" in hparams:
+    hparams["blocks"], embed_dim = _composed_blocks(hparams["blocks"])
+  arch = ArchSpec(
+      model_name=name, embed_dim=embed_dim, model_hparams=tuple(sorted(hparams.items())),
+      embedding_optimizer=_as_choice("optim.embedding_optimizer", config.get(
+          "optim.embedding_optimizer", _CTR.embedding.optimizer), EMBEDDING_OPTIMIZERS),
+      dense_optimizer=_as_choice("optim.dense_optimizer", config.get(
+          "optim.dense_optimizer", _CTR.optimizer.name), DENSE_OPTIMIZERS))
+  return arch, resolve_hparams({k: v for k, v in config.items() if k in DYNAMIC_DEFAULTS})
+
+
+def group_by_arch(configs: Sequence[Mapping[str, Any]]) -> dict[ArchSpec, list[int]]:
+  """Indices of `configs` grouped by `ArchSpec`, in first-seen order (stable)."""
+  groups: dict[ArchSpec, list[int]] = {}
+  for index, config in enumerate(configs):
+    groups.setdefault(split_config(config)[0], []).append(index)
+  return groups
+
+
+def count_params(arch: ArchSpec, spec: DatasetSpec) -> int:
+  """Dense model parameters plus embedding table entries (rows * width E).
+
+  Row-optimizer slots are not counted: they are training state, not the model.
+  """
+  abstract = nnx.eval_shape(lambda: arch.build_model(spec, nnx.Rngs(0)))
+  dense = sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(nnx.state(abstract)))
+  return dense + spec.total_rows * arch.embedding_width

@@ -1,0 +1,207 @@
+"""One CTR trial as a pure, vmappable function: init -> scan of train steps -> eval.
+
+purejaxrl-style (STYLE.md): the whole run of a trial is one jittable function of
+traced inputs (its dynamic hyperparameters, its seed, optionally the state it
+resumes from, and the shared step batches), so `jax.vmap` over trials of one
+`ArchSpec` is one line and the cohort is one compiled program.
+
+Hyperparameters are traced scalars: the row optimizer and the dense optax
+optimizer are built inside the function from them (the dense learning rate and
+weight decay live in the `optax.inject_hyperparams` state, so a resumed trial
+gets its new values written there: PBT's explore), the embedding L2 enters the
+loss, and the initial embedding scale multiplies a unit-variance draw.
+
+A step whose loss, updated rows or updated dense parameters are not finite is
+not applied, and neither is any later step of that trial (`alive` drops to
+False): a diverging trial keeps its last finite state and cannot disturb its
+cohort-mates, whose computation never reads it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax import lax
+
+from sfjax.core.types import DeviceBatch
+from sfjax.cohorts.arch import ArchSpec
+from sfjax.data.types import DatasetSpec
+from sfjax.embedding import device_table
+from sfjax.embedding import row_optimizers
+from sfjax.train import defaults as ctr_defaults_lib
+from sfjax.train import optimizers
+from sfjax.train import step as step_lib
+from sfjax.train.state import TrainState
+
+_EMB = ctr_defaults_lib.ctr_defaults().embedding
+Hparams = Mapping[str, jax.Array]  # arch.DYNAMIC_KEYS -> scalar (one trial) or [W] (a cohort)
+
+
+class TrialOutput(NamedTuple):
+  """What one trial's program returns (a leading [W] axis under vmap).
+
+  Attributes:
+    state: final TrainState (the last finite one for a failed trial).
+    alive: bool scalar, False once a step was rejected as non-finite.
+    losses: [L] train loss of each step of the range.
+    applied: [L] bool, whether each step was applied.
+    logits: [Te, Be] eval logits of the final state.
+  """
+
+  state: TrainState
+  alive: jax.Array
+  losses: jax.Array
+  applied: jax.Array
+  logits: jax.Array
+
+
+def make_optimizers(arch: ArchSpec, hparams: Hparams):
+  """The trial's dense and row optimizers: the trainer's factories, with traced hyperparameters."""
+  tx = optimizers.dense_optimizer(arch.dense_optimizer, hparams["optim.dense_lr"],
+                                  hparams["optim.weight_decay"], field="optim.dense_optimizer")
+  row_opt = row_optimizers.make(arch.embedding_optimizer, hparams["optim.embedding_lr"], _EMB,
+                                field="optim.embedding_optimizer")
+  return tx, row_opt
+
+
+def abstract_graphdef(arch: ArchSpec, spec: DatasetSpec) -> nnx.GraphDef:
+  """The model's graph definition, built without allocating parameters."""
+  return nnx.split(nnx.eval_shape(lambda: arch.build_model(spec, nnx.Rngs(0))))[0]
+
+
+def init_trial_state(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams,
+                     key: jax.Array, num_rows: int | None = None) -> TrainState:
+  """A fresh trial: model parameters and table drawn from `key`.
+
+  Table values are uniform with standard deviation `optim.init_stddev` (the
+  distribution of `initializers.init_rows`, drawn on device); slots start at
+  the row optimizer's initial values. The table has `num_rows` rows (default
+  `spec.total_rows`; a task with `compact_rows` passes its touched rows).
+  """
+  num_rows = spec.total_rows if num_rows is None else int(num_rows)
+  tx, row_opt = make_optimizers(arch, hparams)
+  model_key, table_key = jax.random.split(key)
+  params = nnx.split(arch.build_model(spec, nnx.Rngs(model_key)))[1]
+  width = arch.embedding_width
+  unit = jax.random.uniform(table_key, (num_rows, width), jnp.float32, -1.0, 1.0)
+  values = unit * (math.sqrt(3.0) * hparams["optim.init_stddev"])  # [V, E]
+  slot_row = jnp.asarray(row_opt.initial_slot_row(width))
+  slots = jnp.broadcast_to(slot_row, (num_rows, slot_row.shape[0]))  # [V, S]
+  return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params),
+                              device_table.TableState(values, slots))
+
+
+def with_dense_hparams(state: TrainState, hparams: Hparams) -> TrainState:
+  """`state` with the dense learning rate and weight decay in its optax state replaced."""
+  injected = dict(state.opt_state.hyperparams)
+  for name, key in (("learning_rate", "optim.dense_lr"), ("weight_decay", "optim.weight_decay")):
+    injected[name] = jnp.asarray(hparams[key], jnp.asarray(injected[name]).dtype)
+  return state._replace(opt_state=state.opt_state._replace(hyperparams=injected))
+
+
+def eval_logits(graphdef: nnx.GraphDef, state: TrainState, eval_batches: DeviceBatch) -> jax.Array:
+  """Logits `[Te, Be]` of every stacked eval batch (the trainer's `step.eval_logits`)."""
+  return lax.map(lambda b: step_lib.eval_logits(graphdef, state.params, state.table.values, b),
+                 eval_batches)
+
+
+def make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
+                  resume: bool, masked: bool = False, num_rows: int | None = None,
+                  ragged: bool = False) -> Callable[..., TrialOutput]:
+  """The pure function of one trial.
+
+  Args:
+    arch, spec, graphdef: the (padded program's superset) architecture, data set
+      and the model's graph definition.
+    resume: start from `init_state` instead of drawing one from the seed.
+    masked: a padded trial of a shape bucket (`sfjax.cohorts.buckets`): it
+      resumes from its padded `init_state` and `dense_mask` freezes the padding.
+    num_rows: rows of a fresh trial's table (`init_trial_state`).
+    ragged: the trial takes its own step range inside a longer shared one (it
+      resumes from `init_state`): `batches` span the cohort's steps `[lo, hi)`,
+      the trial starts at batch `offset` and takes `length` steps; the scan runs
+      over `clock` (`[L]` = arange of the longest range) and a loop index
+      `t >= length` is not applied (the state stays as it is, exactly), so the
+      trial equals its own run over its own range.
+
+  Returns:
+    `trial(hparams, seed, init_state, batches, eval_batches, dense_mask=None,
+    offset=None, length=None, clock=None) -> TrialOutput` with hparams a dict of
+    scalars, seed an int32 scalar, init_state a TrainState (ignored, may be None,
+    unless `resume`, `masked` or `ragged`), batches a DeviceBatch with a leading
+    [L] step axis ([hi - lo] when ragged), eval_batches one with a leading [Te]
+    axis, dense_mask (masked only) a 0/1 pytree like the dense parameters, and
+    offset, length int32 scalars and clock an int32 [L] (ragged only). Under
+    `ragged`, `losses`/`applied` are indexed by the loop index (False past the
+    trial's length).
+  """
+  resume = resume or masked or ragged
+
+  def trial(hparams, seed, init_state, batches, eval_batches, dense_mask=None, offset=None,
+            length=None, clock=None) -> TrialOutput:
+    tx, row_opt = make_optimizers(arch, hparams)
+    if resume:
+      state = with_dense_hparams(init_state, hparams)
+    else:
+      state = init_trial_state(arch, spec, hparams, jax.random.key(seed), num_rows)
+
+    train_step = step_lib.make_train_step(graphdef, tx, row_opt, l2=hparams["optim.embedding_l2"],
+                                          skip_non_finite=True,
+                                          dense_mask=dense_mask if masked else None)
+
+    def body(carry, batch):
+      state, alive = carry
+      state, metrics = train_step(state, batch, alive)  # once dead, every later step is skipped
+      alive = metrics["applied"]
+      return (state, alive), (metrics["loss"], alive)
+
+    def ragged_body(carry, t):
+      state, alive = carry
+      span = jax.tree.leaves(batches)[0].shape[0]
+      index = jnp.minimum(offset + t, span - 1)  # clamped past the range: not applied anyway
+      batch = jax.tree.map(lambda b: lax.dynamic_index_in_dim(b, index, keepdims=False), batches)
+      active = t < length
+      state, metrics = train_step(state, batch, alive & active)
+      applied = metrics["applied"]
+      return (state, jnp.where(active, applied, alive)), (metrics["loss"], applied)
+
+    if ragged:
+      (state, alive), (losses, applied) = lax.scan(ragged_body, (state, jnp.bool_(True)), clock)
+    else:
+      (state, alive), (losses, applied) = lax.scan(body, (state, jnp.bool_(True)), batches)
+    return TrialOutput(state, alive, losses, applied, eval_logits(graphdef, state, eval_batches))
+
+  return trial
+
+
+def make_cohort_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *, resume: bool,
+                   on_trace: Callable[[], Any] | None = None,
+                   masked: bool = False, num_rows: int | None = None, ragged: bool = False
+                   ) -> Callable[..., TrialOutput]:
+  """`jax.vmap` of `make_trial_fn` over trials (`masked`, `num_rows`, `ragged`: as
+  there); batches (and a ragged cohort's clock) are shared (not vmapped).
+
+  Returns:
+    `cohort(hparams [W], seeds [W], init_states [W] | None, batches, eval_batches,
+    dense_masks [W] | None, offsets [W] | None, lengths [W] | None, clock [L] | None)
+    -> TrialOutput` with a leading [W] axis (`dense_masks` only when `masked`;
+    offsets, lengths and clock only when `ragged`); `on_trace` runs each time it is traced.
+  """
+  trial = make_trial_fn(arch, spec, graphdef, resume=resume, masked=masked, num_rows=num_rows,
+                        ragged=ragged)
+  stacked_states = 0 if resume or masked or ragged else None
+  per_trial = 0 if ragged else None
+
+  def cohort(hparams, seeds, init_states, batches, eval_batches, dense_masks=None, offsets=None,
+             lengths=None, clock=None):
+    if on_trace is not None:
+      on_trace()
+    return jax.vmap(trial, in_axes=(0, 0, stacked_states, None, None, 0 if masked else None,
+                                    per_trial, per_trial, None))(
+        hparams, seeds, init_states, batches, eval_batches, dense_masks, offsets, lengths, clock)
+
+  return cohort

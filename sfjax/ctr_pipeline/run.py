@@ -1,0 +1,58 @@
+"""`run_ctr_pipeline`: VEGA's CTR pipeline (NAS -> HPO -> AutoFIS -> fully train ->
+baseline -> compress) wired once, for the CLI and notebooks alike.
+
+The generic engine is `sfjax.automl.pipeline`; the CTR steps are `steps.ctr_step_kinds`.
+This module adds the CTR report's finalizer (final model vs baseline with a paired
+bootstrap interval, plus the compression pick), so no caller rebuilds it by hand.
+Concrete search spaces are passed in (`search_spaces.SPACES`), never imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sfjax.automl import pipeline
+from sfjax.ctr_pipeline import compress_step
+from sfjax.ctr_pipeline import steps
+from sfjax.ctr_pipeline import train_steps
+from sfjax.ctr_search.space_provider import CTRSearchSpace
+
+Finalizer = Callable[[dict[str, Any], str], dict[str, Any]]
+
+
+def ctr_finalizer(config) -> Finalizer:
+  """The CTR report's top-level fields from the steps' results: the final model against
+  the baseline (`config.report.bootstrap_resamples`, `bootstrap_seed`) and the last
+  compress step's pick."""
+
+  def finalize(results: dict[str, Any], workdir: str) -> dict[str, Any]:
+    return {**train_steps.compare_final_to_baseline(
+        results, workdir, num_resamples=config.report.bootstrap_resamples,
+        seed=config.report.bootstrap_seed),
+            **compress_step.compression_report(results)}
+
+  return finalize
+
+
+def ctr_pipeline_parts(config, spaces: Mapping[str, CTRSearchSpace]):
+  """(step kinds, finalizer) of the CTR pipeline over `spaces` (name -> space, the
+  values a step's `search_space` field may name)."""
+  return steps.ctr_step_kinds(spaces), ctr_finalizer(config)
+
+
+def run_ctr_pipeline(config, workdir: str, spaces: Mapping[str, CTRSearchSpace]) -> dict:
+  """Runs (or resumes) the CTR pipeline of `config` in `workdir`; returns its report.
+
+  Args:
+    config: a pipeline config (`experiments/configs/pipeline_ctr.py`).
+    workdir: the pipeline's directory (steps/, report.json); a rerun on the same
+      directory skips finished steps and resumes the interrupted one.
+    spaces: search spaces by name (`search_spaces.SPACES`).
+
+  Raises:
+    ConfigError: a bad config field, named.
+    pipeline.PipelineLockedError: another process runs a pipeline in `workdir`.
+  """
+  kinds, finalize = ctr_pipeline_parts(config, spaces)
+  return pipeline.run_pipeline(config, workdir, kinds, finalize=finalize)

@@ -1,0 +1,266 @@
+"""The CTR pipeline's training steps: `fully_train`, `baseline`, and the report's comparison.
+
+  fully_train  the chosen config (the latest `best_config` of the earlier steps,
+               mapped through `trainer_config`; after `autofis`, the model restricted
+               to the `kept_pairs`) trained by `sfjax.train.loop.train_and_evaluate`
+               with the block's `trainer` recipe: either embedding backend, the
+               trainer's checkpoints (`checkpoint.every_steps` > 0, so a rerun
+               resumes the interrupted training), the pipeline's data and seed.
+  baseline     the recipe's own model (the unsearched default DeepFM of
+               `sfjax/train/defaults.py`) trained by the recipe of the step named
+               `recipe_step` (default 'fully_train').
+
+Both score every row of the data's 'test' split (which no search or selection
+reads) with the final state and save the scores; `compare_final_to_baseline`
+turns them into the report's `final_test_auc`, `baseline_test_auc` and
+`test_auc_interval` (paired bootstrap of the difference on the same rows).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any, Mapping, Sequence
+
+import ml_collections
+import numpy as np
+
+from sfjax.automl.pipeline import StepContext, StepKind, StepOutput, StepResult
+from sfjax.automl.pipeline import paired_auc_bootstrap
+from sfjax.core import metrics as metrics_lib
+from sfjax.core import names
+from sfjax.core.atomic import atomic_write
+from sfjax.core.errors import ConfigError
+from sfjax.cohorts import arch as arch_lib
+from sfjax.ctr_search.space_provider import CTRSearchSpace
+from sfjax.data import dataset as dataset_lib
+from sfjax.models import generator
+from sfjax.checkpoint import checkpointer as checkpoint_lib
+from sfjax.train import config_check
+from sfjax.train import loop
+
+TEST_SPLIT = "test"
+SCORES_FILE, LABELS_FILE = "test_scores.npy", "test_labels.npy"
+# The trial runner's dynamic keys (`arch.DYNAMIC_KEYS`) -> the trainer config's fields.
+TRAINER_FIELDS = {
+    "optim.dense_lr": "optimizer.learning_rate",
+    "optim.embedding_l2": "embedding.l2",
+    "optim.embedding_lr": "embedding.learning_rate",
+    "optim.init_stddev": "embedding.init_stddev",
+    "optim.weight_decay": "optimizer.weight_decay",
+}
+
+
+def _set(config, dotted: str, value) -> None:
+  *parents, leaf = dotted.split(".")
+  node = config
+  for p in parents:
+    node = node[p]
+  node[leaf] = value
+
+
+def trainer_config(recipe, arch: arch_lib.ArchSpec, hparams: Mapping[str, float],
+                   kept_pairs: Sequence[Sequence[int]] | None = None) -> ml_collections.ConfigDict:
+  """The CTR trainer config that trains `arch` with `hparams` (the one runner -> trainer map).
+
+  Args:
+    recipe: a CTR trainer ConfigDict (`sfjax/train/defaults.py` fields); copied.
+    arch: the static part of a trial config (`arch.split_config`).
+    hparams: its dynamic part (`arch.DYNAMIC_KEYS`; absent keys keep the recipe's).
+    kept_pairs: field pairs (i, j) to restrict the model's pairwise interactions to
+      (AutoFIS): the model becomes `composed` with `restricted_spec`.
+
+  Returns:
+    The recipe with `model.*`, the embedding / dense optimizer kinds and the
+    dynamic hyperparameters set from the trial config.
+
+  Raises:
+    ValueError: a hyperparameter without a trainer field.
+  """
+  config = copy.deepcopy(recipe)
+  config.model.name, config.model.embed_dim = arch.model_name, arch.embed_dim
+  for kwarg, value in arch.model_hparams:
+    config.model[kwarg] = value
+  config.embedding.optimizer = arch.embedding_optimizer
+  config.optimizer.name = arch.dense_optimizer
+  for key, value in hparams.items():
+    if key not in TRAINER_FIELDS:
+      raise ValueError(f"trial config key {key!r} has no trainer config field "
+                       f"(known: {', '.join(TRAINER_FIELDS)})")
+    _set(config, TRAINER_FIELDS[key], float(value))
+  if kept_pairs is not None:
+    spec = restricted_spec(arch, kept_pairs)
+    config.model.name = generator.COMPOSED_NAME
+    config.model.embed_dim = generator.spec_embedding_width(spec)  # composed: E = embed_dim
+    config.model.blocks = generator.spec_to_json(spec)
+  return config
+
+
+def restricted_spec(arch: arch_lib.ArchSpec, pairs: Sequence[Sequence[int]]) -> dict:
+  """The block spec of `arch`'s model with its pairwise blocks restricted to `pairs`.
+
+  A named model becomes its generator spec (`generator.named_model_spec`); a
+  `composed` model keeps its own spec. Blocks that are not pairwise are unchanged.
+  """
+  hparams = dict(arch.model_hparams)
+  if arch.model_name == generator.COMPOSED_NAME:
+    spec = generator.spec_from_json(hparams["blocks"])
+  else:
+    spec = generator.named_model_spec(arch.model_name, arch.embed_dim, **hparams)
+  return generator.with_interaction_pairs(spec, [tuple(int(x) for x in p) for p in pairs])
+
+
+def _recipe(ctx: StepContext, step_name: str) -> ml_collections.ConfigDict:
+  """The `trainer` block of step `step_name`, with the pipeline's data and seed."""
+  field = f"steps.{step_name}.trainer"
+  steps = ctx.config.steps
+  if step_name not in steps or "trainer" not in steps[step_name]:
+    raise ConfigError(f"config field {field}: missing (the training recipe)")
+  recipe = ml_collections.ConfigDict(steps[step_name].trainer.to_dict())
+  recipe.data = ml_collections.ConfigDict(ctx.config.task.data.to_dict())
+  recipe.seed = ctx.config.seed
+  return recipe
+
+
+def check_recipe(block, field: str) -> None:
+  """A `trainer` block: a valid CTR config that checkpoints (so the step can resume).
+
+  Raises:
+    ConfigError: naming `<field>.trainer.<dotted field>`.
+  """
+  if "trainer" not in block:
+    raise ConfigError(f"config field {field}.trainer: missing (the training recipe)")
+  try:
+    config_check.validate(block.trainer)
+  except ConfigError as e:
+    raise ConfigError(str(e).replace("config field ", f"config field {field}.trainer.", 1)) from None
+  if block.trainer.checkpoint.every_steps <= 0:
+    raise ConfigError(f"config field {field}.trainer.checkpoint.every_steps: must be > 0 "
+                      "(the step resumes from the trainer's checkpoints)")
+
+
+def test_split_scores(backend, state, dataset, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+  """[N] float32 logits and [N] labels of every real row of the 'test' split, in order.
+
+  `backend` must be synced (`train_and_evaluate` syncs before it returns).
+  """
+  scores, labels = [], []
+  for batch in dataset.eval_batches(TEST_SPLIT, batch_size):
+    logits = np.asarray(backend.eval_logits(state, backend.prepare_eval(batch)))
+    keep = np.asarray(batch.mask) > 0
+    scores.append(logits[keep].astype(np.float32))
+    labels.append(np.asarray(batch.labels)[keep].astype(np.float32))
+  return np.concatenate(scores), np.concatenate(labels)
+
+
+def _save_npy(path: str, array: np.ndarray) -> None:
+  atomic_write(path, lambda f: np.save(f, array))
+
+
+def train_and_score(ctx: StepContext, config) -> StepOutput:
+  """Trains `config` in the step directory (resuming from its checkpoints) and scores 'test'."""
+  e = config.embedding
+  if e.backend == "cache" and e.host_storage == "mmap" and not e.host_path:
+    e.host_path = os.path.join(ctx.workdir, "host_table")
+  dataset = dataset_lib.make_dataset(config.data, config.seed)
+  if TEST_SPLIT not in dataset.eval_splits:
+    raise ConfigError("config field task.data: the final model is scored on a 'test' split, which "
+                      f"this data set lacks (eval splits: {dataset.eval_splits}); set "
+                      "data.synthetic.test_rows > 0 or data.test_path")
+  trainer = loop.build_trainer(config, dataset.spec)
+  final, state = loop.train_and_evaluate(config, ctx.workdir, dataset=dataset, trainer=trainer)
+  scores, labels = test_split_scores(trainer.backend, state, dataset, config.train.eval_batch_size)
+  _save_npy(os.path.join(ctx.workdir, SCORES_FILE), scores)
+  _save_npy(os.path.join(ctx.workdir, LABELS_FILE), labels)
+  test_auc = metrics_lib.auc(labels, scores)
+  best_metrics = {"test_auc": test_auc,
+                  "test_logloss": metrics_lib.logloss(labels, metrics_lib.sigmoid(scores)),
+                  "eval_auc": final.get("eval_auc"), "steps": config.train.steps,
+                  "backend": config.embedding.backend, "model": config.model.name}
+  if "oracle_auc" in final:
+    best_metrics["oracle_auc"] = final["oracle_auc"]
+  ckpt = checkpoint_lib.latest(os.path.join(ctx.workdir, checkpoint_lib.CHECKPOINT_DIR))
+  output = {"test_scores": ctx.relative(os.path.join(ctx.workdir, SCORES_FILE)),
+            "test_labels": ctx.relative(os.path.join(ctx.workdir, LABELS_FILE)),
+            "checkpoint": ctx.relative(ckpt) if ckpt else None,
+            "trainer_config": config.to_dict(), "final_metrics": loop.training_result(final)}
+  return StepOutput(best_metrics, output)
+
+
+class _TrainSteps:
+  """fully_train / baseline; configs are mapped with the spaces the application passes in."""
+
+  def __init__(self, spaces: Mapping[str, CTRSearchSpace]):
+    self.spaces = dict(spaces)
+
+  def run_fully_train(self, ctx: StepContext) -> StepOutput:
+    space = names.lookup(self.spaces, ctx.latest("search_space"),
+                         "search_space (output of an earlier step)", "search space")
+    chosen = ctx.latest("best_config")
+    arch, hparams = arch_lib.split_config(space.runner_config(chosen))
+    config = trainer_config(_recipe(ctx, ctx.spec.name), arch, hparams,
+                            ctx.latest("kept_pairs", None))
+    result = train_and_score(ctx, config)
+    return StepOutput(result.best_metrics, {**result.output, "chosen_config": dict(chosen),
+                                            "role": "final"})
+
+  def run_baseline(self, ctx: StepContext) -> StepOutput:
+    result = train_and_score(ctx, _recipe(ctx, ctx.block.get("recipe_step", "fully_train")))
+    return StepOutput(result.best_metrics, {**result.output, "role": "baseline"})
+
+
+def _check_baseline(block, field: str) -> None:
+  name = block.get("recipe_step", "fully_train")
+  if not isinstance(name, str) or not name:
+    raise ConfigError(f"config field {field}.recipe_step: expected a step name, got {name!r}")
+
+
+def train_step_kinds(spaces: Mapping[str, CTRSearchSpace]) -> dict[str, StepKind]:
+  """{'fully_train', 'baseline'} step kinds."""
+  steps = _TrainSteps(spaces)
+  return {"fully_train": StepKind(steps.run_fully_train, check_recipe,
+                                  "the chosen config through the CTR trainer (checkpointed)"),
+          "baseline": StepKind(steps.run_baseline, _check_baseline,
+                               "the unsearched default model through the same recipe")}
+
+
+def compare_final_to_baseline(results: Sequence[StepResult], workdir: str, num_resamples: int = 1000,
+                              seed: int = 0) -> dict[str, Any]:
+  """The report's comparison of the final model with the baseline on the test split.
+
+  Args:
+    results: the pipeline's step results; the last done `fully_train` and
+      `baseline` steps are compared (fields are None when one is missing).
+    workdir: the pipeline workdir (outputs' paths are relative to it).
+    num_resamples, seed: of the paired bootstrap.
+
+  Returns:
+    {'final_test_auc', 'baseline_test_auc', 'test_auc_interval': {'diff', 'low',
+    'high', 'stderr', 'confidence', 'num_resamples', 'num_examples'} or None,
+    'beats_baseline': low > 0 (the win is beyond the interval) or None}.
+
+  Raises:
+    ValueError: the two steps scored different test rows.
+  """
+  def last(kind):
+    done = [r for r in results if r.kind == kind and r.status == "done"]
+    return done[-1] if done else None
+
+  def load(result, key):
+    return np.load(os.path.join(workdir, result.output[key]))
+
+  final, base = last("fully_train"), last("baseline")
+  out: dict[str, Any] = {"final_test_auc": final.best_metrics["test_auc"] if final else None,
+                         "baseline_test_auc": base.best_metrics["test_auc"] if base else None,
+                         "test_auc_interval": None, "beats_baseline": None}
+  if final is None or base is None:
+    return out
+  labels = load(final, "test_labels")
+  if not np.array_equal(labels, load(base, "test_labels")):
+    raise ValueError("fully_train and baseline scored different test rows (other data?)")
+  boot = paired_auc_bootstrap(labels, load(final, "test_scores"), load(base, "test_scores"),
+                              num_resamples=num_resamples, seed=seed)
+  out["test_auc_interval"] = {k: boot[k] for k in ("diff", "low", "high", "stderr", "confidence",
+                                                   "num_resamples", "num_examples")}
+  out["beats_baseline"] = bool(boot["low"] > 0)
+  return out

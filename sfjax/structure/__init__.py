@@ -1,0 +1,5 @@
+"""sfjax.structure: structure search on CTR models.
+
+AutoFIS (gated feature interactions trained with gRDA, then pruned and retrained)
+and AutoGroup (learned feature groups), both on the cohorts' trial task.
+"""

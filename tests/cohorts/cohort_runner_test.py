@@ -1,0 +1,177 @@
+"""Vmapped cohorts: equal to one-by-one runs, NaN isolation, resume, sharding, no recompiles."""
+
+import chex
+import jax
+import numpy as np
+import pytest
+
+from sfjax.cohorts import arch as arch_lib
+from sfjax.cohorts import cohort_runner as cohort
+from sfjax.cohorts import task as trial_data
+from sfjax.cohorts import program as trial_program
+
+STEPS = 12  # the shared `data` fixture's steps per budget unit (conftest.py)
+
+
+@pytest.fixture(scope="module")
+def arch():
+  return arch_lib.split_config({"model.name": "deepfm", "model.embed_dim": 4, "model.mlp.depth": 1,
+                                "model.mlp.width": 16})[0]
+
+
+@pytest.fixture(scope="module")
+def runner4(data):
+  return cohort.CohortRunner(data.task, cohort_width=4, data=data)
+
+
+@pytest.fixture(scope="module")
+def runner1(data):
+  return cohort.CohortRunner(data.task, cohort_width=1, data=data)
+
+
+HPARAMS = [
+    {"optim.embedding_lr": 0.01, "optim.dense_lr": 1e-3},
+    {"optim.embedding_lr": 0.03, "optim.dense_lr": 3e-3, "optim.embedding_l2": 1e-4},
+    {"optim.embedding_lr": 0.005, "optim.weight_decay": 1e-3, "optim.init_stddev": 0.05},
+    {"optim.embedding_lr": 0.02, "optim.dense_lr": 1e-2},
+]
+SEEDS = [0, 1, 2, 3]
+
+
+def _fresh(runner, arch, hparams=HPARAMS, seeds=SEEDS, end=STEPS):
+  n = len(hparams)
+  return runner.run(arch, hparams, seeds, [0] * n, end, [None] * n)
+
+
+def _assert_results_close(a, b, exact=False, keys=("auc", "logloss", "train_loss")):
+  for x, y in zip(a, b):
+    assert x.status == y.status == "done"
+    assert x.metrics["steps"] == y.metrics["steps"]
+    for key in keys:
+      assert x.metrics[key] == y.metrics[key] if exact else abs(x.metrics[key] - y.metrics[key]) < 1e-5
+    if exact:
+      chex.assert_trees_all_equal(x.state, y.state)
+    else:
+      chex.assert_trees_all_close(x.state, y.state, atol=1e-5, rtol=1e-4)
+
+
+def test_cohort_equals_trials_run_one_by_one(data, arch, runner4, runner1):
+  together = _fresh(runner4, arch)
+  alone = _fresh(runner1, arch)
+  _assert_results_close(together, alone)
+  aucs = [r.metrics["auc"] for r in together]
+  assert all(0.3 < a < 1.0 for a in aucs) and len(set(aucs)) == 4  # distinct trials really trained
+  assert together[0].metrics["params"] == arch_lib.count_params(arch, data.spec)
+  assert together[0].state.table.values.shape == (data.num_rows, arch.embedding_width)
+
+
+def test_non_finite_trial_is_masked_and_mates_are_untouched(arch, runner4):
+  bad = dict(HPARAMS[2], **{"optim.embedding_lr": 1e30})
+  with_bad = _fresh(runner4, arch, HPARAMS[:2] + [bad] + HPARAMS[3:])
+  reference = _fresh(runner4, arch)
+  failed = with_bad[2]
+  assert failed.status == "failed" and failed.state is None and "non-finite" in failed.error
+  assert np.isnan(failed.metrics["auc"]) and failed.metrics["steps"] < STEPS
+  _assert_results_close([with_bad[i] for i in (0, 1, 3)], [reference[i] for i in (0, 1, 3)], exact=True)
+
+
+def test_resume_continues_exactly(arch, runner4):
+  straight = _fresh(runner4, arch, end=2 * STEPS)
+  first = _fresh(runner4, arch)
+  kept = jax.tree.map(np.copy, first[0].state)
+  # A changed dense learning rate on resume must reach the optax state (PBT's explore).
+  second = runner4.run(arch, HPARAMS, SEEDS, [STEPS] * 4, [2 * STEPS] * 4, [r.state for r in first])
+  _assert_results_close(second, straight, keys=("auc", "logloss"))  # train_loss: this run's steps
+  assert all(r.metrics["steps"] == 2 * STEPS for r in second)
+  changed = [dict(h, **{"optim.dense_lr": 0.5}) for h in HPARAMS]
+  moved = runner4.run(arch, changed, SEEDS, [STEPS] * 4, 2 * STEPS, [r.state for r in first])
+  assert float(moved[0].state.opt_state.hyperparams["learning_rate"]) == 0.5
+  assert moved[0].metrics["auc"] != second[0].metrics["auc"]
+  chex.assert_trees_all_equal(first[0].state, kept)  # resuming (donation) left the caller's state intact
+
+
+def test_repeated_runs_do_not_recompile(arch, runner4):
+  first = _fresh(runner4, arch)
+  traces = cohort.num_traces()
+  _fresh(runner4, arch, seeds=[7, 8, 9, 10])
+  _fresh(runner4, arch, hparams=HPARAMS[:3], seeds=[4, 5, 6])  # partial chunk padded to width 4
+  runner4.run(arch, HPARAMS, SEEDS, [STEPS] * 4, 2 * STEPS, [r.state for r in first])
+  later = runner4.run(arch, HPARAMS, SEEDS, [STEPS] * 4, 2 * STEPS, [r.state for r in first])
+  runner4.run(arch, HPARAMS, SEEDS, [2 * STEPS] * 4, 3 * STEPS, [r.state for r in later])  # new start
+  assert cohort.num_traces() == traces
+
+
+def test_trial_axis_sharded_over_eight_devices(data, arch, runner4):
+  hparams = HPARAMS + [dict(h, **{"optim.embedding_lr": 0.04}) for h in HPARAMS]
+  sharded = cohort.CohortRunner(data.task, cohort_width=8, mesh=cohort.trial_mesh(8), data=data)
+  out = sharded.run_stacked(arch, cohort.stack_hparams(hparams), np.arange(8), 0, STEPS)
+  values = out.states.table.values  # [8, V, E]
+  assert len(values.sharding.device_set) == 8
+  assert all(s.data.shape[0] == 1 for s in values.addressable_shards)  # one trial per device
+  reference = _fresh(runner4, arch)  # the first four trials, unsharded, width 4
+  np.testing.assert_allclose(out.auc[:4], [r.metrics["auc"] for r in reference], atol=1e-5)
+  for i, r in enumerate(reference):
+    chex.assert_trees_all_close(jax.tree.map(lambda x: np.asarray(x[i]), out.states), r.state,
+                                atol=1e-5, rtol=1e-4)
+
+
+def test_auto_width_picks_the_best_measured(data, arch):
+  runner = cohort.CohortRunner(data.task, cohort_width="auto", width_candidates=(1, 4), data=data)
+  width = runner.width_for(arch)
+  rates = runner.measure_widths(arch, (1, 4))  # cached: no second measurement
+  assert set(rates) == {1, 4} and all(r > 0 for r in rates.values())
+  assert width == max(rates, key=rates.get)
+
+
+def test_bad_arguments_are_named(arch, runner4, data):
+  with pytest.raises(ValueError, match="seeds"):
+    runner4.run(arch, HPARAMS, SEEDS[:3], [0] * 4, STEPS, [None] * 4)
+  with pytest.raises(ValueError, match="start_steps=5"):
+    runner4.run(arch, HPARAMS[:1], [0], [5], STEPS, [None])
+  with pytest.raises(ValueError, match="optim.embedding_lr"):
+    runner4.run(arch, [{"optim.embedding_lr": -1.0}], [0], [0], STEPS, [None])
+  with pytest.raises(ValueError, match="cohort_width"):
+    cohort.CohortRunner(data.task, cohort_width=0, data=data)
+  with pytest.raises(ValueError, match="CTRTask.batch_size"):
+    trial_data.CTRTask(data.task.data, batch_size=0)
+
+
+def test_split_eval_mask_halves_are_disjoint_and_cover_real_rows():
+  mask = np.array([1, 1, 0, 1, 1, 1, 0, 0], np.float32)  # 5 real rows, padding anywhere
+  valid, test = cohort.split_eval_mask(mask)
+  np.testing.assert_array_equal(valid + test, mask)
+  assert (valid * test).sum() == 0
+  assert valid.sum() == 3 and test.sum() == 2
+  assert np.flatnonzero(valid).max() < np.flatnonzero(test).min()
+
+
+def test_trials_report_their_architectures_cost_metrics(data, arch):
+  runner = cohort.CohortRunner(data.task, cohort_width=1, data=data, measure_latency=True)
+  costs = runner.cost_metrics(arch)  # trial_costs.TrialCosts, which the runner is
+  result = runner.run(arch, HPARAMS[:1], SEEDS[:1], [0], 2, [None])[0]
+  assert result.metrics["latency_ms"] == costs["latency_ms"] > 0
+  assert result.metrics["flops"] == costs["flops"] and result.metrics["params"] == costs["params"]
+
+
+def test_compact_rows_train_the_same_trial_as_the_full_table(data, arch):
+  tasks = [trial_data.CTRTask(data.task.data, batch_size=128, eval_rows=1500,
+                              steps_per_budget_unit=STEPS, eval_batch_size=512, max_steps=STEPS,
+                              compact_rows=compact) for compact in (False, True)]
+  full, compact = [trial_data.TrialData(t, data.dataset) for t in tasks]
+  hparams = HPARAMS[1]
+  init = jax.device_get(trial_program.init_trial_state(
+      arch, data.spec, arch_lib.resolve_hparams(hparams), jax.random.key(5)))
+  ids = compact.row_ids
+  compact_init = init._replace(table=jax.tree.map(lambda x: x[ids], init.table))
+  a = cohort.CohortRunner(full.task, cohort_width=1, data=full).run(
+      arch, [hparams], [5], [0], STEPS, [init])[0]
+  b = cohort.CohortRunner(compact.task, cohort_width=1, data=compact).run(
+      arch, [hparams], [5], [0], STEPS, [compact_init])[0]
+  for key in ("auc", "logloss", "train_loss", "test_auc", "steps"):
+    assert abs(a.metrics[key] - b.metrics[key]) < 1e-5, key
+  assert b.state.table.values.shape[0] == compact.num_rows < full.num_rows
+  chex.assert_trees_all_close(b.state.table, jax.tree.map(lambda x: x[ids], a.state.table),
+                              atol=1e-6)
+  chex.assert_trees_all_close(b.state.params, a.state.params, atol=1e-6)
+  untouched = np.setdiff1d(np.arange(full.num_rows), ids)
+  np.testing.assert_array_equal(a.state.table.values[untouched], init.table.values[untouched])

@@ -1,0 +1,149 @@
+"""The task every trial trains on: validation, budgets, precomputed steps, the eval stack."""
+
+import chex
+import ml_collections
+import numpy as np
+import pytest
+
+from experiments.configs import ctr as ctr_config
+from sfjax.data import dataset as dataset_lib
+from sfjax.embedding import vsi
+from sfjax.cohorts import task as trial_data
+
+BATCH = 32
+
+
+def _data_config(num_eval=700):
+  d = ctr_config.get_config().data
+  d.synthetic.num_train, d.synthetic.num_eval = 2048, num_eval
+  d.synthetic.cardinality_scale = 1e-4
+  return d
+
+
+@pytest.fixture(scope="module")
+def dataset():
+  return dataset_lib.make_dataset(_data_config(), 0)
+
+
+def _task(**kw):
+  return trial_data.CTRTask(_data_config(), **{"batch_size": BATCH, "eval_rows": 300,
+                                               "eval_batch_size": 128, **kw})
+
+
+@pytest.mark.parametrize("field,value", [
+    ("batch_size", 0), ("eval_rows", -1), ("steps_per_budget_unit", 2.5),
+    ("eval_batch_size", True), ("seed", -1), ("max_steps", -3), ("unique_capacity", "8")])
+def test_bad_field_is_named(field, value):
+  with pytest.raises(ValueError, match=rf"CTRTask\.{field} must be an integer >= [01], got"):
+    trial_data.CTRTask(_data_config(), **{field: value})
+
+
+def test_data_without_format_is_named():
+  with pytest.raises(ValueError, match="CTRTask.data"):
+    trial_data.CTRTask({"synthetic": {}})
+
+
+def test_task_is_frozen_and_hashable():
+  a = trial_data.CTRTask(dict(_data_config()), batch_size=BATCH)  # a plain mapping is accepted
+  b = trial_data.CTRTask(_data_config(), batch_size=BATCH)
+  assert isinstance(a.data, ml_collections.FrozenConfigDict)
+  assert a == b and hash(a) == hash(b)
+  assert a != trial_data.CTRTask(_data_config(), batch_size=BATCH + 1)
+
+
+def test_steps_for_budget():
+  task = _task(steps_per_budget_unit=10)
+  assert [task.steps_for_budget(b) for b in (0, 1, 1.5, 0.26, 9)] == [0, 10, 15, 3, 90]
+  for bad in (-1.0, float("nan"), float("inf")):
+    with pytest.raises(ValueError, match="budget must be a finite number >= 0"):
+      task.steps_for_budget(bad)
+
+
+def _reference_steps(task, dataset, num_steps):
+  """The first `num_steps` train steps, prepared one by one on the host."""
+  source = dataset.train_batches(task.batch_size, task.seed)
+  capacity = task.batch_size * dataset.spec.num_fields
+  return [vsi.prepare_batch(next(source), dataset.spec.field_offsets, capacity,
+                            dataset.spec.total_rows)[0] for _ in range(num_steps)]
+
+
+def test_train_steps_slice_the_precomputed_steps_and_grow_on_demand(dataset):
+  task = _task()
+  data = trial_data.TrialData(task, dataset)
+  assert data.num_steps == 0 and data.capacity == BATCH * dataset.spec.num_fields
+  first = data.train_steps(0, 3)
+  assert data.num_steps == 3
+  later = data.train_steps(2, 6)  # grows to 6 steps
+  assert data.num_steps == 6
+  chex.assert_shape((first.rows, later.rows), (None, data.capacity))
+  chex.assert_shape((first.vids, later.vids), (None, BATCH, dataset.spec.num_fields))
+  reference = _reference_steps(task, dataset, 6)
+  for start, got in ((0, first), (2, later)):
+    for i in range(got.rows.shape[0]):
+      chex.assert_trees_all_equal(tuple(np.asarray(x[i]) for x in got), tuple(reference[start + i]))
+  assert 0 < data.max_unique <= data.capacity
+  data.train_steps(1, 4)  # inside what exists: nothing new
+  assert data.num_steps == 6
+
+
+def test_max_steps_are_precomputed_up_front(dataset):
+  data = trial_data.TrialData(_task(max_steps=4), dataset)
+  assert data.num_steps == 4
+  assert data.train_steps(4, 4).rows.shape == (0, data.capacity)
+
+
+@pytest.mark.parametrize("start,end", [(-1, 2), (3, 2)])
+def test_invalid_ranges_raise(dataset, start, end):
+  data = trial_data.TrialData(_task(), dataset)
+  with pytest.raises(ValueError, match=rf"step range \[{start}, {end}\)"):
+    data.train_steps(start, end)
+
+
+def test_eval_stack_keeps_exactly_eval_rows_real_examples(dataset):
+  data = trial_data.TrialData(_task(eval_rows=300, eval_batch_size=128), dataset)
+  num_fields = dataset.spec.num_fields
+  chex.assert_shape(data.eval_batches.vids, (3, 128, num_fields))  # 300 rows: 3 batches of 128
+  chex.assert_shape(data.eval_batches.rows, (3, 128 * num_fields))
+  assert data.num_eval_examples == 300
+  np.testing.assert_array_equal(data.eval_mask, np.r_[np.ones(300), np.zeros(84)])
+  np.testing.assert_array_equal(np.asarray(data.eval_batches.mask).reshape(-1), data.eval_mask)
+  # Labels are the split's first 300 examples.
+  labels = np.concatenate([b.labels for b in dataset.eval_batches("eval", 128)])
+  np.testing.assert_array_equal(data.eval_labels[:300], labels[:300])
+
+
+def test_eval_stack_of_a_smaller_split_keeps_all_of_it():
+  task = trial_data.CTRTask(_data_config(num_eval=200), batch_size=BATCH, eval_rows=1000,
+                            eval_batch_size=128)
+  data = trial_data.TrialData(task)
+  assert data.num_eval_examples == 200 and data.eval_mask.shape == (256,)
+
+
+def test_compact_rows_renumber_into_the_touched_rows(dataset):
+  full = trial_data.TrialData(_task(max_steps=5), dataset)
+  compact = trial_data.TrialData(_task(max_steps=5, compact_rows=True), dataset)
+  assert full.row_ids is None and full.num_rows == full.full_rows == dataset.spec.total_rows
+  u, v = compact.num_rows, compact.full_rows
+  assert v == full.num_rows and 0 < u < v
+  assert np.all(np.diff(compact.row_ids) > 0) and compact.row_ids[-1] < v
+  for got, want in ((compact.train_steps(0, 5), full.train_steps(0, 5)),
+                    (compact.eval_batches, full.eval_batches)):
+    got_rows, want_rows = np.asarray(got.rows), np.asarray(want.rows)
+    real = want_rows < v
+    np.testing.assert_array_equal(got_rows == u, ~real)  # padding -> the new padding row U
+    np.testing.assert_array_equal(compact.row_ids[got_rows[real]], want_rows[real])
+    chex.assert_trees_all_equal(got._replace(rows=0), want._replace(rows=0))
+  # every touched row is some batch's: U is exactly the union
+  touched = np.concatenate([np.asarray(full.train_steps(0, 5).rows).ravel(),
+                            np.asarray(full.eval_batches.rows).ravel()])
+  np.testing.assert_array_equal(np.unique(touched[touched < v]), compact.row_ids)
+
+
+def test_compact_rows_need_fixed_steps_and_refuse_more(dataset):
+  with pytest.raises(ValueError, match=r"CTRTask\.compact_rows needs max_steps"):
+    _task(compact_rows=True)
+  with pytest.raises(ValueError, match=r"CTRTask\.compact_rows must be True or False"):
+    _task(max_steps=2, compact_rows=1)
+  compact = trial_data.TrialData(_task(max_steps=2, compact_rows=True), dataset)
+  with pytest.raises(ValueError, match="max_steps=2"):
+    compact.train_steps(0, 3)

@@ -1,0 +1,124 @@
+"""ctr_compress: data, genomes, the vmapped fine-tune (== a lone fine-tune + physical prune),
+evolution keeping a front, choose."""
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from sfjax.automl import pareto, pareto_evolution
+from sfjax.core import metrics as metrics_lib
+from sfjax.compress import prune_search as ctr_compress
+from sfjax.compress import prune as ctr_prune
+from sfjax.data import dataset as dataset_lib
+from sfjax.models import registry
+from sfjax.train.defaults import ctr_defaults
+
+STEPS, BATCH, LR = 4, 64, 3e-3
+
+
+@functools.lru_cache(maxsize=None)
+def _setup():
+  data_cfg = ctr_defaults().data
+  s = data_cfg.synthetic
+  s.num_train, s.num_eval, s.test_rows, s.cardinality_scale = 2000, 600, 500, 0.0001
+  dataset = dataset_lib.make_dataset(data_cfg, 0)
+  cfg = {"name": "deepfm", "embed_dim": 4, "mlp_dims": (8, 6)}
+  spec = ctr_prune.make_spec(cfg, dataset.spec.num_fields, dataset.spec.num_dense, (1, 2, 4),
+                             (4, 32))
+  graphdef, state = nnx.split(nnx.eval_shape(lambda: registry.build_model_from_config(
+      cfg, num_fields=spec.num_fields, num_dense=spec.num_dense, rngs=nnx.Rngs(0))))
+  rng = np.random.default_rng(0)
+  params = jax.tree.map(lambda a: rng.normal(0, 0.2, a.shape).astype(np.float32),
+                        nnx.to_pure_dict(state))
+  values = rng.normal(0, 0.1, (dataset.spec.total_rows, spec.width)).astype(np.float32)
+  data = ctr_compress.load_data(dataset, STEPS, BATCH, seed=0, valid_rows=400,
+                                eval_batch_size=256)
+  evaluate = ctr_compress.make_evaluator(graphdef, spec, params, values, data, LR,
+                                         eval_chunk=256)
+  return dataset, spec, graphdef, params, values, data, evaluate
+
+
+def test_load_data_shapes_and_global_ids():
+  dataset, spec, *_, data, _ = _setup()
+  assert data.train.ids.shape == (STEPS, BATCH, spec.num_fields)
+  assert data.train.dense.shape == (STEPS, BATCH, spec.num_dense)
+  assert data.valid.ids.shape == (400, spec.num_fields) and data.test.labels.shape == (500,)
+  offsets = dataset.spec.field_offsets
+  for ids in (data.train.ids.reshape(-1, spec.num_fields), data.test.ids):
+    assert np.all(ids >= offsets) and np.all(ids < offsets + np.asarray(dataset.spec.field_rows))
+  with pytest.raises(ValueError, match="data: no eval split 'nosuch'"):
+    ctr_compress.load_data(dataset, 1, 8, 0, valid_split="nosuch")
+
+
+def test_random_and_mutated_genomes_are_valid():
+  spec = _setup()[1]
+  rng = np.random.default_rng(3)
+  genomes = ctr_compress.random_genomes(rng, spec, 6)
+  np.testing.assert_array_equal(genomes[0], ctr_prune.full_genome(spec))
+  children = [ctr_compress.mutate(rng, spec, g, 0.5) for g in genomes]
+  for g in list(genomes) + children:
+    ctr_prune.check_genome(spec, g)  # 0/1 bits, no empty layer, k a choice
+  np.testing.assert_array_equal(ctr_compress.mutate(rng, spec, genomes[2], 0.0), genomes[2])
+  assert len({tuple(c) for c in children}) > 1
+
+
+def test_vmapped_finetune_equals_a_lone_finetune_then_physical_prune():
+  _, spec, graphdef, params, values, data, evaluate = _setup()
+  g1 = ctr_prune.full_genome(spec)
+  g1[[0, 2, 9]] = 0
+  g1[-2:] = (2, 4)  # k = 2 of 4 latent dims, 4-bit rows
+  genomes = np.stack([ctr_prune.full_genome(spec), g1, g1])
+  valid, test = evaluate(genomes)
+  assert valid[1] == valid[2] and test[1] == test[2]  # same genome, same batches: same result
+  tuned = jax.jit(lambda g: ctr_compress.finetune(graphdef, spec, params, values, g, data.train,
+                                                  LR))(g1)
+  pruned = ctr_prune.prune(spec, *jax.tree.map(np.asarray, tuned), g1)
+  assert pruned.values.shape == (values.shape[0], 3) and pruned.bits == 4
+  logits = ctr_compress.score(pruned.graphdef, pruned.params, pruned.values, data.valid, 256)
+  assert abs(metrics_lib.auc(data.valid.labels, logits) - valid[1]) < 1e-4
+  # The fine-tune moved the weights (the table too: tune_table defaults to True).
+  assert not np.allclose(np.asarray(tuned[1]), values)
+  frozen = jax.jit(lambda g: ctr_compress.finetune(graphdef, spec, params, values, g, data.train,
+                                                   LR, tune_table=False))(g1)
+  np.testing.assert_array_equal(np.asarray(frozen[1]), values)
+  assert not np.allclose(np.asarray(frozen[0]["mlp"]["out"]["kernel"]),
+                         params["mlp"]["out"]["kernel"])
+
+
+def test_evolution_keeps_and_improves_the_front():
+  _, spec, _, _, values, _, evaluate = _setup()
+  size_of = lambda g: (ctr_prune.pruned_size(spec, values.shape[0], g),
+                       ctr_prune.pruned_bits(spec, values.shape[0], g))
+  mutate = lambda r, g: ctr_compress.mutate(r, spec, g, 0.2)
+  population = ctr_compress.random_genomes(np.random.default_rng(0), spec, 3)
+  evolve = lambda generations: pareto_evolution.evolve(
+      population, evaluate, lambda g: size_of(g)[1], mutate, generations,
+      np.random.default_rng(1), size_of=lambda g: size_of(g)[0])
+  first, more = evolve(0), evolve(2)
+  assert set(first) <= set(more) and len(more) > len(first)  # an archive: nothing is lost
+  assert all((c.size, c.cost) == size_of(np.asarray(c.genome)) for c in more)
+  assert {c.genome[-1] for c in more} == {4, 32}  # quantized and float tables both tried
+  front = pareto_evolution.pareto_front(more)
+  assert [c.cost for c in front] == sorted(c.cost for c in front)
+  points = lambda cs: [[c.valid, c.cost] for c in cs]
+  dirs, ref = ("maximize", "minimize"), (0.0, size_of(ctr_prune.full_genome(spec))[1] + 1)
+  dominates = lambda o, c: (o.valid >= c.valid and o.cost <= c.cost
+                            and (o.valid > c.valid or o.cost < c.cost))
+  assert not any(dominates(o, c) for c in front for o in more)  # nothing beats a front point
+  assert all(any(dominates(c, o) for c in front) for o in set(more) - set(front))
+  assert (pareto.hypervolume_2d(points(front), dirs, ref)
+          >= pareto.hypervolume_2d(points(pareto_evolution.pareto_front(first)), dirs, ref))
+  ranked = pareto_evolution.ranked(more)
+  assert set(ranked[:len(front)]) == set(front)
+  assert evaluate.traces == 1  # every generation of P = 3 ran the same compiled program
+
+
+def test_choose_by_hand():
+  c = lambda bits, auc: pareto_evolution.Candidate((bits,), bits, auc, auc, bits // 32)
+  front = [c(10, 0.70), c(20, 0.75), c(30, 0.78)]
+  assert pareto_evolution.choose(front, 0.78, 0.03).cost == 20
+  assert pareto_evolution.choose(front, 0.78, 0.10).cost == 10
+  assert pareto_evolution.choose(front, 0.90, 0.01).cost == 30  # none within: the most accurate

@@ -1,0 +1,174 @@
+"""Tests of the CTR pipeline's training steps: the runner -> trainer config map, fully_train
+on both embedding backends with resume, and the final-vs-baseline comparison."""
+
+import json
+import os
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+from flax import nnx
+
+from search_spaces.ctr import SEARCH_SPACE
+from sfjax import models
+from sfjax.automl.pipeline import StepContext, StepResult, StepSpec
+from sfjax.core import metrics
+from sfjax.core.errors import ConfigError
+from sfjax.cohorts import arch as arch_lib
+from sfjax.ctr_pipeline import train_steps as pst
+from sfjax.data.types import DatasetSpec, FieldSpec
+from sfjax.models import generator
+from sfjax.train import defaults
+
+
+def test_every_dynamic_key_maps_to_the_trainer_field_holding_its_default():
+  assert set(pst.TRAINER_FIELDS) == set(arch_lib.DYNAMIC_KEYS)
+  base = defaults.ctr_defaults()
+  for key, field in pst.TRAINER_FIELDS.items():
+    section, leaf = field.split(".")
+    assert arch_lib.DYNAMIC_DEFAULTS[key][0] == base[section][leaf], key
+
+
+@pytest.mark.parametrize("point", [
+    {"model.name": "dcnv2", "model.embed_dim": 4, "model.mlp.depth": 2, "model.mlp.width": 32,
+     "model.cross_layers": 2, "model.cross_rank": 4, "optim.embedding_optimizer": "adam",
+     "optim.embedding_lr": 0.02, "optim.use_embedding_l2": True, "optim.embedding_l2": 1e-5,
+     "optim.init_stddev": 0.03, "optim.dense_lr": 0.002, "optim.use_weight_decay": False},
+    {"model.name": "fm", "model.embed_dim": 8, "optim.embedding_optimizer": "ftrl",
+     "optim.embedding_lr": 0.1, "optim.use_embedding_l2": False, "optim.init_stddev": 0.01,
+     "optim.dense_lr": 0.001, "optim.use_weight_decay": True, "optim.weight_decay": 1e-4},
+])
+def test_trainer_config_builds_the_trial_model_with_its_hyperparameters(point):
+  arch, hparams = arch_lib.split_config(SEARCH_SPACE.runner_config(point))
+  config = pst.trainer_config(defaults.ctr_defaults(), arch, hparams)
+  assert config.model.name == arch.model_name and config.model.embed_dim == arch.embed_dim
+  assert config.embedding.optimizer == point["optim.embedding_optimizer"]
+  assert config.embedding.learning_rate == point["optim.embedding_lr"]
+  assert config.optimizer.learning_rate == point["optim.dense_lr"]
+  assert config.embedding.l2 == point.get("optim.embedding_l2", 0.0)
+  assert config.optimizer.weight_decay == point.get("optim.weight_decay", 0.0)
+  from_trainer = models.build_model_from_config(config.model, num_fields=5, num_dense=2,
+                                                rngs=nnx.Rngs(0))
+  from_trial = arch.build_model(_spec(5, 2), nnx.Rngs(0))
+  leaves = lambda m: sorted(x.shape for x in jax.tree.leaves(nnx.state(m)))
+  assert leaves(from_trainer) == leaves(from_trial)
+
+
+def _spec(num_fields, num_dense):
+  return DatasetSpec(tuple(FieldSpec(f"C{i}", 10) for i in range(num_fields)), num_dense)
+
+
+def test_kept_pairs_make_the_composed_model_restricted_to_them():
+  point = {"model.name": "deepfm", "model.embed_dim": 4, "model.mlp.depth": 1,
+           "model.mlp.width": 8}
+  arch, hparams = arch_lib.split_config(point)
+  config = pst.trainer_config(defaults.ctr_defaults(), arch, hparams, kept_pairs=[[0, 2], [1, 3]])
+  spec = json.loads(config.model.blocks)
+  assert config.model.name == "composed" and config.model.embed_dim == 5  # 4 + first order
+  fm = [b for b in spec["interactions"] if b["type"] == "fm"]
+  assert fm and fm[0]["pairs"] == [[0, 2], [1, 3]]
+  full = generator.named_model_spec("deepfm", 4, mlp_dims=(8,))
+  assert generator.with_interaction_pairs(full, [(0, 2), (1, 3)]) == spec
+  models.build_model_from_config(config.model, num_fields=4, num_dense=2, rngs=nnx.Rngs(0))
+
+
+def _shared_config(backend="device"):
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.task = ml_collections.ConfigDict()
+  c.task.data = d = defaults.ctr_defaults().data
+  d.synthetic.num_train, d.synthetic.num_eval, d.synthetic.test_rows = 4096, 1024, 3000
+  d.synthetic.cardinality_scale = 0.0003  # ~10k rows: a 70% cache holds 2 steps in flight
+  c.steps = ml_collections.ConfigDict()
+  c.steps.fully_train = ml_collections.ConfigDict({"type": "fully_train"})
+  c.steps.fully_train.trainer = tr = defaults.ctr_defaults()
+  tr.model.mlp_dims, tr.model.embed_dim = (16,), 4
+  tr.train.steps, tr.train.batch_size, tr.train.eval_every, tr.train.eval_batch_size = 12, 128, 12, 1024
+  tr.train.num_devices = 1
+  tr.checkpoint.every_steps = 6
+  tr.embedding.backend = backend
+  tr.embedding.cache_rows = 0.7
+  return c
+
+
+def _ctx(tmp_path, config, name="fully_train", kind="fully_train", previous=()):
+  step_dir = tmp_path / "steps" / f"0_{name}"
+  step_dir.mkdir(parents=True, exist_ok=True)
+  return StepContext(StepSpec(0, name, kind, config.steps[name]), str(step_dir), str(tmp_path),
+                     config, tuple(previous))
+
+
+def test_fully_train_on_both_backends_scores_the_test_split_alike(tmp_path):
+  kinds = pst.train_step_kinds({"ctr": SEARCH_SPACE})
+  chosen = StepResult("nas", "nas", "done", {}, {"search_space": "ctr", "best_config": {
+      "model.name": "fm", "model.embed_dim": 4, "optim.embedding_lr": 0.05}}, 1.0)
+  out = {}
+  for backend in ("device", "cache"):
+    config = _shared_config(backend)
+    ctx = _ctx(tmp_path / backend, config, previous=[chosen])
+    out[backend] = kinds["fully_train"].run(ctx)
+    scores = np.load(tmp_path / backend / out[backend].output["test_scores"])
+    labels = np.load(tmp_path / backend / out[backend].output["test_labels"])
+    assert scores.shape == labels.shape == (3000,)
+    assert out[backend].best_metrics["test_auc"] == pytest.approx(metrics.auc(labels, scores))
+    # One eval at the end: the trainer's own test AUC is the saved scores' AUC.
+    assert out[backend].output["final_metrics"]["test_auc"] == pytest.approx(
+        out[backend].best_metrics["test_auc"], abs=1e-6)
+    assert out[backend].output["checkpoint"].endswith("step_00000012")
+    assert out[backend].best_metrics["model"] == "fm"
+  assert out["cache"].best_metrics["test_auc"] == pytest.approx(
+      out["device"].best_metrics["test_auc"], abs=1e-5)
+  # Rerun on the finished directory: training resumes at the last checkpoint, same result.
+  again = kinds["fully_train"].run(_ctx(tmp_path / "device", _shared_config(), previous=[chosen]))
+  assert again.best_metrics == out["device"].best_metrics
+
+
+def test_baseline_trains_the_recipe_default_and_needs_a_test_split(tmp_path):
+  kinds = pst.train_step_kinds({"ctr": SEARCH_SPACE})
+  config = _shared_config()
+  config.steps.base = ml_collections.ConfigDict({"type": "baseline", "recipe_step": "fully_train"})
+  result = kinds["baseline"].run(_ctx(tmp_path, config, "base", "baseline"))
+  assert result.best_metrics["model"] == "deepfm" and result.output["role"] == "baseline"
+  config.task.data.synthetic.test_rows = 0
+  with pytest.raises(ConfigError, match="'test' split"):
+    kinds["baseline"].run(_ctx(tmp_path / "other", config, "base", "baseline"))
+  config.steps.base.recipe_step = "nowhere"
+  with pytest.raises(ConfigError, match="steps.nowhere.trainer: missing"):
+    kinds["baseline"].run(_ctx(tmp_path / "third", config, "base", "baseline"))
+
+
+def test_recipe_check_names_the_field():
+  block = _shared_config().steps.fully_train
+  pst.check_recipe(block, "steps.fully_train")
+  block.trainer.checkpoint.every_steps = 0
+  with pytest.raises(ConfigError, match="steps.fully_train.trainer.checkpoint.every_steps"):
+    pst.check_recipe(block, "steps.fully_train")
+  block.trainer.train.steps = -1
+  with pytest.raises(ConfigError, match="config field steps.fully_train.trainer.train.steps"):
+    pst.check_recipe(block, "steps.fully_train")
+  with pytest.raises(ConfigError, match="steps.x.trainer: missing"):
+    pst.check_recipe(ml_collections.ConfigDict({"type": "fully_train"}), "steps.x")
+
+
+def test_compare_final_to_baseline(tmp_path):
+  rng = np.random.default_rng(0)
+  labels = (rng.random(5000) < 0.3).astype(np.float32)
+  files = {}
+  for name, noise in (("final", 1.0), ("base", 2.0)):
+    np.save(tmp_path / f"{name}_s.npy", labels + noise * rng.normal(size=5000))
+    np.save(tmp_path / f"{name}_l.npy", labels)
+    files[name] = {"test_scores": f"{name}_s.npy", "test_labels": f"{name}_l.npy"}
+  auc = lambda n: metrics.auc(labels, np.load(tmp_path / f"{n}_s.npy"))
+  results = [StepResult("ft", "fully_train", "done", {"test_auc": auc("final")}, files["final"], 1.0),
+             StepResult("b", "baseline", "done", {"test_auc": auc("base")}, files["base"], 1.0)]
+  out = pst.compare_final_to_baseline(results, str(tmp_path), num_resamples=100)
+  assert out["final_test_auc"] == auc("final") and out["baseline_test_auc"] == auc("base")
+  interval = out["test_auc_interval"]
+  assert interval["diff"] == pytest.approx(auc("final") - auc("base"))
+  assert 0 < interval["low"] < interval["diff"] < interval["high"] and out["beats_baseline"]
+  missing = pst.compare_final_to_baseline(results[:1], str(tmp_path))
+  assert missing["baseline_test_auc"] is None and missing["test_auc_interval"] is None
+  np.save(tmp_path / "base_l.npy", labels[::-1])
+  with pytest.raises(ValueError, match="different test rows"):
+    pst.compare_final_to_baseline(results, str(tmp_path))
