@@ -21,14 +21,13 @@ import time
 
 import jax
 import numpy as np
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from experiments import report
 from experiments.configs import ctr as ctr_config
+from sfjax.cohorts import task as trial_data
 from sfjax.structure import autofis
 from sfjax.structure import gate_training as structure_training
-from sfjax.cohorts import task as trial_data
 
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Data seeds (each its own planted model).")
 _SEARCH = flags.DEFINE_integer("search_steps", 1500, "AutoFIS search steps (warm-up included).")

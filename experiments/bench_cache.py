@@ -33,15 +33,12 @@ import time
 import types
 
 import numpy as np
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from experiments import report
-
 from sfjax.data.synthetic import SyntheticCTR
 from sfjax.embedding import belady as belady_lib
-from sfjax.embedding import cache_planner
-from sfjax.embedding import vsi
+from sfjax.embedding import cache_planner, vsi
 
 _STEPS = flags.DEFINE_integer("steps", 800, "Batches in each stream.")
 _BATCH = flags.DEFINE_integer("batch_size", 512, "Examples per batch.")

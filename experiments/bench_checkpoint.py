@@ -25,13 +25,11 @@ import time
 
 import jax.numpy as jnp
 import numpy as np
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from experiments import report
-from sfjax.embedding.host_table import CHUNK_ROWS
-from sfjax.embedding.host_table import HostTable
 from sfjax.checkpoint import checkpointer as checkpoint
+from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
 from sfjax.train.state import TrainState
 
 _DIR = flags.DEFINE_string("dir", "/tmp/sfjax_bench_checkpoint", "Scratch directory (deleted "

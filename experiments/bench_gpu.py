@@ -30,8 +30,7 @@ import sys
 import tempfile
 import time
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from experiments import report
 

@@ -18,9 +18,7 @@ import subprocess
 import time
 
 import jax
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
 from experiments import report
 from experiments.configs import ctr as ctr_config

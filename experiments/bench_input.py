@@ -30,14 +30,12 @@ import sys
 import tempfile
 import time
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from experiments import report
 from experiments.configs import ctr as ctr_config
 from sfjax.data import dataset as dataset_lib
-from sfjax.data import preprocessed
-from sfjax.data import synthetic
+from sfjax.data import preprocessed, synthetic
 
 _ROWS = flags.DEFINE_integer("rows", 1_000_000, "Train rows written as Criteo TSV.")
 _EVAL_ROWS = flags.DEFINE_integer("eval_rows", 10_000, "Eval rows (preprocessing needs an eval split).")

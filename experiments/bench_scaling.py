@@ -48,8 +48,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app
-from absl import flags
+from absl import app, flags
 from jax.sharding import PartitionSpec as P
 
 from experiments import report
@@ -57,8 +56,7 @@ from experiments.configs import ctr
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import pipeline
 from sfjax.parallel import collectives
-from sfjax.train import loop
-from sfjax.train import runner
+from sfjax.train import loop, runner
 
 _DEVICES = flags.DEFINE_list("devices", ["1", "2", "4", "8"], "Device counts of the mesh.")
 _SHARDINGS = flags.DEFINE_list("shardings", ["replicated", "row"], "embedding.cache_sharding values.")

@@ -29,18 +29,18 @@ import json
 import sys
 import tempfile
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
-from absl import app
-from absl import flags
+from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import report
 from search_spaces import blocks as blocks_space
 from search_spaces import ctr as ctr_space
-from sfjax.ctr_search import search_loop
 from sfjax.cohorts import cohort_runner as cohort
+from sfjax.ctr_search import search_loop
 
 MODES = {"ragged": (True, True), "exact": (True, False), "free": (False, False)}
 SPACES = {"ctr": ctr_space.SEARCH_SPACE, "blocks": blocks_space.BLOCK_SEARCH_SPACE}

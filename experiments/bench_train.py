@@ -39,20 +39,13 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from experiments import report
 from experiments.configs import ctr as ctr_config
-from sfjax.data import synthetic
-from sfjax.data import types
-from sfjax.embedding import device_table
-from sfjax.embedding import row_optimizers
-from sfjax.embedding import vsi
-from sfjax.train import backends
-from sfjax.train import loop
-from sfjax.train import optimizers
-from sfjax.train import runner
+from sfjax.data import synthetic, types
+from sfjax.embedding import device_table, row_optimizers, vsi
+from sfjax.train import backends, loop, optimizers, runner
 from sfjax.train import step as step_lib
 
 _STEPS = flags.DEFINE_integer("steps", 40, "Timed steps (each window: waited, then pipelined).")

@@ -28,8 +28,7 @@ import sys
 import time
 
 import numpy as np
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from experiments import report
 from experiments.configs import ctr as ctr_config

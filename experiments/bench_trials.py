@@ -30,18 +30,16 @@ import time
 
 import jax
 import numpy as np
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from experiments import report
-
 from experiments.configs import ctr as ctr_config
 from experiments.configs import search_ctr
 from search_spaces import ctr as ctr_space
 from sfjax.automl.algorithms import TrialStatus
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import cohort_runner as cohort
 from sfjax.cohorts import buckets as padded
+from sfjax.cohorts import cohort_runner as cohort
 from sfjax.cohorts import task as trial_data
 
 _WIDTHS = flags.DEFINE_list("widths", ["1", "8", "32", "128"], "Cohort sizes N to measure.")

@@ -8,9 +8,7 @@ summary as one JSON line.
 
 import json
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
 from sfjax.checkpoint import export
 

@@ -19,9 +19,7 @@ bad config. Everything else lives in `sfjax.automl.pipeline` (the engine) and
 import json
 import sys
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 import search_spaces

@@ -8,8 +8,7 @@ and Pareto fronts of every study (trials.jsonl, best.json), and a pipeline's rep
 
 import json
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from sfjax.viz import workdir_plots
 

@@ -13,9 +13,7 @@ Ends stdout with one JSON line (spec.json's summary plus the time taken).
 
 import time
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from experiments import report

@@ -17,9 +17,7 @@ import json
 import math
 import sys
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from search_spaces import ctr as ctr_space

@@ -14,9 +14,7 @@ environment variables JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_
 process 0 writes DIR and prints the final JSON line.
 """
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from sfjax.parallel import distributed

@@ -25,7 +25,8 @@ linear term and, in parallel combination, which interaction blocks they use.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from search_spaces import ctr
 from sfjax.automl.space import Bool, Categorical, Config, Space

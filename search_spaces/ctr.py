@@ -24,11 +24,21 @@ embed_dim in {4, 8, 16}).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sfjax import models
-from sfjax.automl.space import (Bool, Categorical, Condition, Config, Fixed, Float, Int,
-                                Space, SpaceError)
+from sfjax.automl.space import (
+  Bool,
+  Categorical,
+  Condition,
+  Config,
+  Fixed,
+  Float,
+  Int,
+  Space,
+  SpaceError,
+)
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 from sfjax.embedding import row_optimizers
 from sfjax.train.defaults import ctr_defaults

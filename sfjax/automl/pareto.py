@@ -7,7 +7,7 @@ O(N^2 M) comparison, one point against all at a time, so memory stays O(N M).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

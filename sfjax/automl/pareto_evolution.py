@@ -11,7 +11,8 @@ carried along only to be reported: nothing here selects on it.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 

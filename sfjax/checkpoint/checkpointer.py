@@ -76,28 +76,31 @@ import time
 from typing import Any, NamedTuple
 
 import jax
-from absl import logging
 import orbax.checkpoint as ocp
+from absl import logging
 
-from sfjax.core.atomic import atomic_write
-from sfjax.core.atomic import fsync_directory
-from sfjax.core.errors import ConfigError
-from sfjax.embedding import host_table as host_table_lib
+from sfjax.checkpoint import layout as checkpoint_files
 from sfjax.checkpoint import table_format as table_checkpoint
 from sfjax.checkpoint import table_shards
-from sfjax.parallel import distributed
-from sfjax.checkpoint import layout as checkpoint_files
+
 # The on-disk format, verification and the choice of a resume point (re-exported: they
 # are part of this module's API).
-from sfjax.checkpoint.layout import CHECKPOINT_DIR  # pylint: disable=unused-import
-from sfjax.checkpoint.layout import META_FILE
-from sfjax.checkpoint.layout import CorruptCheckpointError  # pylint: disable=unused-import
-from sfjax.checkpoint.layout import committed_steps  # pylint: disable=unused-import
-from sfjax.checkpoint.layout import find_resumable  # pylint: disable=unused-import
-from sfjax.checkpoint.layout import latest
-from sfjax.checkpoint.layout import read_meta
-from sfjax.checkpoint.layout import step_dir_name
-from sfjax.checkpoint.layout import verify  # pylint: disable=unused-import
+from sfjax.checkpoint.layout import (
+  CHECKPOINT_DIR,  # pylint: disable=unused-import
+  META_FILE,
+  CorruptCheckpointError,  # pylint: disable=unused-import
+  committed_steps,  # pylint: disable=unused-import
+  find_resumable,  # pylint: disable=unused-import
+  latest,
+  read_meta,
+  step_dir_name,
+  verify,  # pylint: disable=unused-import
+)
+from sfjax.core.atomic import atomic_write, fsync_directory
+from sfjax.core.errors import ConfigError
+from sfjax.embedding import host_table as host_table_lib
+from sfjax.parallel import distributed
+
 # The state is the train package's TrainState (step, params, opt_state, table): a
 # NamedTuple this layer reads by field and rebuilds with `_replace`, so it sits below train/.
 TrainState = Any

@@ -32,7 +32,8 @@ import json
 import os
 import shutil
 import zlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import jax
 import ml_collections
@@ -40,13 +41,13 @@ import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
+from sfjax.checkpoint import checkpointer as checkpoint
+from sfjax.checkpoint import table_format as table_checkpoint
+from sfjax.checkpoint import table_shards
 from sfjax.core import digest
 from sfjax.core.atomic import atomic_write
 from sfjax.embedding import row_optimizers
-from sfjax.checkpoint import table_format as table_checkpoint
-from sfjax.checkpoint import table_shards
 from sfjax.embedding.initializers import init_rows
-from sfjax.checkpoint import checkpointer as checkpoint
 
 FORMAT_NAME = "sfjax.table_export"
 FORMAT_VERSION = 1

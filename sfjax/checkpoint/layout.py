@@ -26,10 +26,10 @@ import jax
 import numpy as np
 from absl import logging
 
-from sfjax.core import digest
-from sfjax.core.atomic import fsync_directory
 from sfjax.checkpoint import table_format as table_checkpoint
 from sfjax.checkpoint import table_shards
+from sfjax.core import digest
+from sfjax.core.atomic import fsync_directory
 from sfjax.parallel import distributed
 
 CHECKPOINT_DIR = "checkpoints"

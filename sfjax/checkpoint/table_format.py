@@ -42,7 +42,8 @@ import json
 import os
 import shutil
 import zlib
-from typing import Any, Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import numpy as np
 

@@ -30,8 +30,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sfjax.embedding import host_table as host_table_lib
 from sfjax.checkpoint import table_format as table_checkpoint
+from sfjax.embedding import host_table as host_table_lib
 
 CHUNK_ROWS = host_table_lib.CHUNK_ROWS
 _SHARD_DIR = re.compile(r"^process_(\d+)_of_(\d+)$")

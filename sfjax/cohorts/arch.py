@@ -30,7 +30,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np

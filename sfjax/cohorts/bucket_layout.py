@@ -45,7 +45,8 @@ states (`infer_layout`), so `padded.pad_state` needs nothing but the two.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 

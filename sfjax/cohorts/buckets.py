@@ -57,7 +57,8 @@ and the whole spec when one block entry appears twice or the spec is gated.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np

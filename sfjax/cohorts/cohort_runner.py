@@ -40,12 +40,14 @@ from __future__ import annotations
 import collections
 import functools
 import time
-from typing import Any, Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from sfjax.automl.algorithms import TrialStatus
 from sfjax.cohorts import arch as arch_lib

@@ -20,18 +20,18 @@ cohort-mates, whose computation never reads it.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 from jax import lax
 
-from sfjax.core.types import DeviceBatch
 from sfjax.cohorts.arch import ArchSpec
+from sfjax.core.types import DeviceBatch
 from sfjax.data.types import DatasetSpec
-from sfjax.embedding import device_table
-from sfjax.embedding import row_optimizers
+from sfjax.embedding import device_table, row_optimizers
 from sfjax.train import defaults as ctr_defaults_lib
 from sfjax.train import optimizers
 from sfjax.train import step as step_lib

@@ -20,10 +20,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from sfjax.core.atomic import atomic_write
 from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts.arch import ArchSpec
+from sfjax.core.atomic import atomic_write
 from sfjax.data.types import DatasetSpec
 
 

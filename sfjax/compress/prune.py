@@ -30,7 +30,8 @@ Parameters are pure dicts (`nnx.to_pure_dict(state)`: hidden layers keyed 0..L-1
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp

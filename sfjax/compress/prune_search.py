@@ -21,7 +21,8 @@ candidate, whose front and pick `pareto_evolution.pareto_front` / `choose` give.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -29,8 +30,8 @@ import numpy as np
 import optax
 
 from sfjax.automl import pareto_evolution
-from sfjax.core import metrics as metrics_lib
 from sfjax.compress import prune as ctr_prune
+from sfjax.core import metrics as metrics_lib
 from sfjax.embedding import vsi
 from sfjax.train import step as step_lib
 

@@ -14,7 +14,7 @@ no quantization. The bits are traced, so one program serves every bit width.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp

@@ -8,7 +8,8 @@ fsynced so the rename itself survives a power loss.
 from __future__ import annotations
 
 import os
-from typing import Callable, IO
+from collections.abc import Callable
+from typing import IO
 
 
 def fsync_directory(path: str) -> None:

@@ -7,7 +7,8 @@ spaces and flags derive their name lists from those dicts, and look names up her
 
 from __future__ import annotations
 
-from typing import Mapping, TypeVar
+from collections.abc import Mapping
+from typing import TypeVar
 
 from sfjax.core.errors import ConfigError
 

@@ -16,7 +16,8 @@ import numbers
 import os
 import struct
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

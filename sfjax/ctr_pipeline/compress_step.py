@@ -36,15 +36,15 @@ from flax import nnx
 
 from sfjax.automl import pareto_evolution
 from sfjax.automl.pipeline import StepContext, StepKind, StepOutput
+from sfjax.checkpoint import export as export_lib
+from sfjax.compress import prune as ctr_prune
+from sfjax.compress import prune_search as ctr_compress
+from sfjax.compress import quant as ctr_quant
 from sfjax.core import metrics as metrics_lib
 from sfjax.core.atomic import atomic_write
 from sfjax.core.errors import ConfigError
-from sfjax.compress import prune_search as ctr_compress
-from sfjax.compress import prune as ctr_prune
-from sfjax.compress import quant as ctr_quant
 from sfjax.data import dataset as dataset_lib
 from sfjax.models import registry
-from sfjax.checkpoint import export as export_lib
 
 PRUNED_FILE = "pruned_model.npz"
 # Required fields (ints >= 1) and the optional ones with their defaults.

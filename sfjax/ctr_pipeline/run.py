@@ -13,9 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sfjax.automl import pipeline
-from sfjax.ctr_pipeline import compress_step
-from sfjax.ctr_pipeline import steps
-from sfjax.ctr_pipeline import train_steps
+from sfjax.ctr_pipeline import compress_step, steps, train_steps
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 
 Finalizer = Callable[[dict[str, Any], str], dict[str, Any]]

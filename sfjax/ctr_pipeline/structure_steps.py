@@ -24,9 +24,9 @@ import ml_collections
 
 from sfjax.automl.pipeline import StepContext, StepKind, StepOutput
 from sfjax.core.errors import ConfigError
-from sfjax.structure import autofis
-from sfjax.structure import autogroup
 from sfjax.ctr_search import search_config
+from sfjax.structure import autofis, autogroup
+
 
 def settings_from_block(cls, block, field: str, own: tuple[str, ...] = ("type",)):
   """`cls(**fields)` from the step block's fields named like the dataclass's fields.

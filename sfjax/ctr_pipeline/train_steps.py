@@ -20,24 +20,29 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import ml_collections
 import numpy as np
 
-from sfjax.automl.pipeline import StepContext, StepKind, StepOutput, StepResult
-from sfjax.automl.pipeline import paired_auc_bootstrap
+from sfjax.automl.pipeline import (
+  StepContext,
+  StepKind,
+  StepOutput,
+  StepResult,
+  paired_auc_bootstrap,
+)
+from sfjax.checkpoint import checkpointer as checkpoint_lib
+from sfjax.cohorts import arch as arch_lib
 from sfjax.core import metrics as metrics_lib
 from sfjax.core import names
 from sfjax.core.atomic import atomic_write
 from sfjax.core.errors import ConfigError
-from sfjax.cohorts import arch as arch_lib
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 from sfjax.data import dataset as dataset_lib
 from sfjax.models import generator
-from sfjax.checkpoint import checkpointer as checkpoint_lib
-from sfjax.train import config_check
-from sfjax.train import loop
+from sfjax.train import config_check, loop
 
 TEST_SPLIT = "test"
 SCORES_FILE, LABELS_FILE = "test_scores.npy", "test_labels.npy"

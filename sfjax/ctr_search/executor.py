@@ -15,7 +15,8 @@ job, a pure function of task, width and job).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 from absl import logging
 

@@ -26,14 +26,21 @@ arguments and results (pickled), places the tasks, and notices dead workers.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from absl import logging
 
 from sfjax.cohorts.cohort_runner import CohortRunner, TrialResult
-from sfjax.ctr_search.executor import (CohortJob, GroupRunners, RetryHook, describe,
-                                       failed_results, run_job)
 from sfjax.cohorts.task import CTRTask
+from sfjax.ctr_search.executor import (
+  CohortJob,
+  GroupRunners,
+  RetryHook,
+  describe,
+  failed_results,
+  run_job,
+)
 
 # Per worker process: (task, cohort width, measure_latency) -> its runners.
 _WORKER_RUNNERS: dict[tuple[CTRTask, Any, bool], GroupRunners] = {}

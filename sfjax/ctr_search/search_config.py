@@ -12,17 +12,18 @@ import dataclasses
 import json
 import math
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from sfjax.automl.algorithms import ALGORITHMS, PBT, AlgorithmSpec, Objective, Objectives
 from sfjax.automl.space import Space
+from sfjax.cohorts import arch as arch_lib
+from sfjax.cohorts.task import CTRTask
 from sfjax.core import names
 from sfjax.core.atomic import atomic_write
 from sfjax.core.errors import ConfigError
-from sfjax.cohorts import arch as arch_lib
 from sfjax.ctr_search.executor import EXECUTORS
 from sfjax.ctr_search.space_provider import CTRSearchSpace
-from sfjax.cohorts.task import CTRTask
 
 SETTINGS_FILE = "search.json"
 # Metrics every CTR trial reports that a search may optimise ('test_auc' is never

@@ -14,7 +14,7 @@ duplicates.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from sfjax.automl.algorithms import TrialStatus
 from sfjax.automl.study import TrialRecord

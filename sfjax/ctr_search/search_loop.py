@@ -54,20 +54,28 @@ import math
 import os
 import sys
 import time
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from absl import logging
 
-from sfjax.automl.algorithms import (ENDED_STATUSES, Objective, Objectives, Suggestion,
-                                     TrialStatus, all_objectives, directions_of)
+from sfjax.automl.algorithms import (
+  ENDED_STATUSES,
+  Objective,
+  Objectives,
+  Suggestion,
+  TrialStatus,
+  all_objectives,
+  directions_of,
+)
 from sfjax.automl.study import Study, TrialRecord, limit_quotas
 from sfjax.cohorts import arch as arch_lib
-from sfjax.ctr_search import search_config, search_events, search_pbt, search_report
-from sfjax.cohorts import cohort_runner as cohort
 from sfjax.cohorts import buckets as padded
+from sfjax.cohorts import cohort_runner as cohort
 from sfjax.cohorts import trial_states
 from sfjax.cohorts.arch import ArchSpec, split_config
 from sfjax.cohorts.cohort_runner import CohortRunner, TrialResult
+from sfjax.ctr_search import search_config, search_events, search_pbt, search_report
 from sfjax.ctr_search.executor import CohortJob, make_executor
 from sfjax.ctr_search.search_config import SearchConfigError
 from sfjax.ctr_search.space_provider import CTRSearchSpace

@@ -17,7 +17,7 @@ A multi-objective search ends with its Pareto front per budget (`pareto_report`)
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from sfjax.automl.algorithms import ENDED_STATUSES, TrialStatus
 from sfjax.automl.study import TrialRecord

@@ -9,7 +9,8 @@ the space are trial configs once `runner_config` has mapped them to the keys
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from sfjax.automl.space import Config, Space
 

@@ -28,8 +28,8 @@ from typing import BinaryIO, NamedTuple
 
 import numpy as np
 
-from sfjax.data import text_io
 from sfjax.core.errors import DataFormatError
+from sfjax.data import text_io
 
 LABEL_COLUMN = "click"
 HOUR_COLUMN = "hour"

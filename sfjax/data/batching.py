@@ -13,7 +13,7 @@ may hand it to `jax.device_put`, which can alias numpy buffers on CPU
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 

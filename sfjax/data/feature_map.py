@@ -18,12 +18,13 @@ own key, hence its own hashed row or vocabulary entry.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterable, Protocol, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 import numpy as np
 
-from sfjax.data.types import DatasetSpec, FieldSpec
 from sfjax.core.hashing import splitmix64
+from sfjax.data.types import DatasetSpec, FieldSpec
 
 _FIELD_SALT = np.uint64(0xC7F0E1D2A3B4C5D6)
 

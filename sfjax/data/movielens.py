@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import ml_collections
 import numpy as np

@@ -23,13 +23,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Iterator
+from collections.abc import Iterator
 
 import ml_collections
 import numpy as np
 
-from sfjax.core import atomic
-from sfjax.core import background
+from sfjax.core import atomic, background
 from sfjax.core.errors import ConfigError
 from sfjax.data import batching, dataset, feature_map, shards
 from sfjax.data.types import Batch, DatasetSpec, FieldSpec

@@ -31,12 +31,12 @@ import json
 import os
 import threading
 import zlib
-from typing import IO, Iterable, Iterator, NamedTuple
+from collections.abc import Iterable, Iterator
+from typing import IO, NamedTuple
 
 import numpy as np
 
-from sfjax.core import atomic
-from sfjax.core import digest
+from sfjax.core import atomic, digest
 from sfjax.data.types import Batch, DatasetSpec
 
 SPLIT_FILE = "split.json"

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 
-from sfjax.data import batching
-from sfjax.data import planted
-from sfjax.data.types import Batch, DatasetSpec, FieldSpec, make_batch
 from sfjax.core import metrics
 from sfjax.core.errors import ConfigError
+from sfjax.data import batching, planted
+from sfjax.data.types import Batch, DatasetSpec, FieldSpec, make_batch
 
 # Criteo Kaggle Display Advertising Challenge, fields C1..C26: distinct values per
 # field (DLRM preprocessing). Source: /work/shared/data/ctr_dataset_facts.json, key
@@ -62,7 +62,7 @@ class SyntheticConfig:
   test_rows: int = 0  # rows of the 'test' split; 0 = no test split (optional in configs)
 
   @classmethod
-  def from_any(cls, cfg) -> "SyntheticConfig":
+  def from_any(cls, cfg) -> SyntheticConfig:
     """Reads and checks the fields of a ConfigDict (or any object with them)."""
     values = {}
     for field in dataclasses.fields(cls):

@@ -32,7 +32,8 @@ import glob
 import gzip
 import os
 import zlib
-from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import BinaryIO, NamedTuple, Protocol
 
 import numpy as np
 

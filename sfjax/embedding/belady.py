@@ -18,7 +18,8 @@ million accesses in CPython).
 from __future__ import annotations
 
 import heapq
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 

@@ -14,8 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sfjax.embedding import initializers
-from sfjax.embedding import row_optimizers
+from sfjax.embedding import initializers, row_optimizers
 
 
 class TableState(NamedTuple):

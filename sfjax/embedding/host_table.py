@@ -43,8 +43,7 @@ import threading
 import numpy as np
 
 from sfjax.embedding.initializers import init_rows
-from sfjax.embedding.table_snapshot import DirtyRows
-from sfjax.embedding.table_snapshot import TableSnapshot
+from sfjax.embedding.table_snapshot import DirtyRows, TableSnapshot
 
 FORMAT_NAME = "sfjax.host_table"
 FORMAT_VERSION = 1
@@ -125,7 +124,7 @@ class HostTable:
 
   @classmethod
   def create_ram(cls, num_rows: int, width: int, slot_width: int, *, seed: int,
-                 init_stddev: float, initial_slot_row) -> "HostTable":
+                 init_stddev: float, initial_slot_row) -> HostTable:
     """An in-RAM table; zero pages are allocated lazily by the OS (calloc)."""
     spec = _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row)
     v, e, s = spec.num_rows, spec.width, spec.slot_width
@@ -134,7 +133,7 @@ class HostTable:
 
   @classmethod
   def create_mmap(cls, path: str, num_rows: int, width: int, slot_width: int, *, seed: int,
-                  init_stddev: float, initial_slot_row) -> "HostTable":
+                  init_stddev: float, initial_slot_row) -> HostTable:
     """A memory-mapped table in directory `path` (created; must be absent or empty).
 
     The data files are sparse: creating a 1e9-row table writes only headers.
@@ -156,7 +155,7 @@ class HostTable:
     return table
 
   @classmethod
-  def open_mmap(cls, path: str, *, writable: bool = True) -> "HostTable":
+  def open_mmap(cls, path: str, *, writable: bool = True) -> HostTable:
     """Reopens a table written by `create_mmap`, validating every file.
 
     Raises:
@@ -390,7 +389,7 @@ class HostTable:
     self.flush()
     self._values = self._slots = self._flags = None
 
-  def __enter__(self) -> "HostTable":
+  def __enter__(self) -> HostTable:
     return self
 
   def __exit__(self, *exc) -> None:

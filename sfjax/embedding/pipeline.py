@@ -27,7 +27,8 @@ import dataclasses
 import queue
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator, NamedTuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -36,11 +37,8 @@ from sfjax.core import background
 from sfjax.core.types import DeviceBatch
 from sfjax.data import types
 from sfjax.embedding import cache as cache_lib
-from sfjax.embedding import cache_planner
-from sfjax.embedding import device_table
+from sfjax.embedding import cache_planner, device_table, sharded_cache, vsi
 from sfjax.embedding import host_table as host_table_lib
-from sfjax.embedding import sharded_cache
-from sfjax.embedding import vsi
 
 
 @dataclasses.dataclass

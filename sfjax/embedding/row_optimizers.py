@@ -25,7 +25,8 @@ Formulas (per element, g = gradient, t = `count`, 1-based global step):
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np

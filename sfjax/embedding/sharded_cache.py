@@ -41,8 +41,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from sfjax.embedding import cache as cache_lib
-from sfjax.embedding import cache_planner
-from sfjax.embedding import device_table
+from sfjax.embedding import cache_planner, device_table
 
 AXIS = "data"  # the mesh axis of sfjax.parallel.mesh (embedding does not import parallel)
 

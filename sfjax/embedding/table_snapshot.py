@@ -20,7 +20,7 @@ condition of that lock.
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

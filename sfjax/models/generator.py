@@ -31,9 +31,17 @@ from typing import Any
 from flax import nnx
 
 from sfjax.models import deep_blocks, field_layout, registry
-from sfjax.models.block_spec import (BLOCK_TYPES, COMBINES, PAIRWISE_TYPES, SpecError,
-                                     spec_embedding_width, spec_from_json, spec_to_json,
-                                     validate_spec, with_interaction_pairs)
+from sfjax.models.block_spec import (
+  BLOCK_TYPES,
+  COMBINES,
+  PAIRWISE_TYPES,
+  SpecError,
+  spec_embedding_width,
+  spec_from_json,
+  spec_to_json,
+  validate_spec,
+  with_interaction_pairs,
+)
 from sfjax.models.composed import NAME as COMPOSED_NAME
 from sfjax.models.composed import ComposedModel
 

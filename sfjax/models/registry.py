@@ -17,7 +17,6 @@ from typing import Any
 from flax import nnx
 
 from sfjax.core import names
-
 from sfjax.models.autoint import AutoInt
 from sfjax.models.composed import ComposedModel
 from sfjax.models.dcnv2 import DCNv2

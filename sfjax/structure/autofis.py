@@ -36,18 +36,19 @@ import dataclasses
 import functools
 import math
 import time
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from sfjax.train import grda as grda_lib
-from sfjax.structure import gate_training as st
 from sfjax.cohorts.task import CTRTask, TrialData
 from sfjax.data import planted as planted_lib
 from sfjax.data import synthetic
+from sfjax.structure import gate_training as st
+from sfjax.train import grda as grda_lib
 
 BN_EPS = 1e-5
 
@@ -154,7 +155,7 @@ class AutoFISResult:
     return out
 
   @classmethod
-  def from_json(cls, record: dict) -> "AutoFISResult":
+  def from_json(cls, record: dict) -> AutoFISResult:
     """The result written by `to_json`."""
     fields = {f.name for f in dataclasses.fields(cls)}
     missing = sorted(fields - set(record))

@@ -36,8 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from sfjax.structure import gate_training as st
 from sfjax.cohorts.task import CTRTask, TrialData
+from sfjax.structure import gate_training as st
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +146,7 @@ class AutoGroupResult:
             "steps": int(self.steps)}
 
   @classmethod
-  def from_json(cls, record: dict) -> "AutoGroupResult":
+  def from_json(cls, record: dict) -> AutoGroupResult:
     """The result written by `to_json`."""
     keys = ("orders", "groups", "field_names", "valid_auc", "valid_logloss", "test_auc", "test_logloss",
             "steps", "wall_s")

@@ -28,7 +28,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -36,12 +37,11 @@ import numpy as np
 import optax
 from jax import lax
 
-from sfjax.core import metrics as metrics_lib
-from sfjax.core.types import DeviceBatch
 from sfjax.cohorts.cohort_runner import split_eval_mask
 from sfjax.cohorts.task import CTRTask, TrialData
-from sfjax.embedding import device_table
-from sfjax.embedding import row_optimizers
+from sfjax.core import metrics as metrics_lib
+from sfjax.core.types import DeviceBatch
+from sfjax.embedding import device_table, row_optimizers
 from sfjax.train import defaults as defaults_lib
 from sfjax.train.step import masked_loss
 

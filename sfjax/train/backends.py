@@ -19,7 +19,8 @@ later call to find.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -27,19 +28,14 @@ import numpy as np
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from sfjax.core import background
-from sfjax.core import names
+from sfjax.core import background, names
 from sfjax.core.errors import ConfigError
 from sfjax.core.types import DeviceBatch
 from sfjax.data import types
 from sfjax.embedding import cache as cache_lib
-from sfjax.embedding import cache_planner
-from sfjax.embedding import device_table
+from sfjax.embedding import cache_planner, device_table, row_optimizers, sharded_cache, vsi
 from sfjax.embedding import host_table as host_table_lib
 from sfjax.embedding import pipeline as pipeline_lib
-from sfjax.embedding import row_optimizers
-from sfjax.embedding import sharded_cache
-from sfjax.embedding import vsi
 from sfjax.parallel import distributed
 from sfjax.parallel import mesh as mesh_lib
 from sfjax.train import process_cache

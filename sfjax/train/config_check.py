@@ -15,17 +15,14 @@ import math
 import numbers
 
 from sfjax import models
+from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.core import names
 from sfjax.core.errors import ConfigError
-from sfjax.data import dataset
-from sfjax.data import synthetic
-from sfjax.embedding import cache_planner
-from sfjax.embedding import row_optimizers
+from sfjax.data import dataset, synthetic
+from sfjax.embedding import cache_planner, row_optimizers
 from sfjax.models import generator
 from sfjax.parallel import distributed
-from sfjax.train import backends
-from sfjax.checkpoint import checkpointer as checkpoint
-from sfjax.train import optimizers
+from sfjax.train import backends, optimizers
 
 __all__ = ["ConfigError", "validate"]
 

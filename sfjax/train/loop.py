@@ -26,19 +26,14 @@ from absl import logging
 from flax import nnx
 
 from sfjax import models
+from sfjax.checkpoint import checkpointer as checkpoint
+from sfjax.checkpoint import table_format as table_checkpoint
 from sfjax.data import dataset as dataset_lib
 from sfjax.data import types
 from sfjax.embedding import row_optimizers
-from sfjax.checkpoint import table_format as table_checkpoint
 from sfjax.parallel import distributed
 from sfjax.parallel import mesh as mesh_lib
-from sfjax.train import backends
-from sfjax.checkpoint import checkpointer as checkpoint
-from sfjax.train import config_check
-from sfjax.train import evaluation
-from sfjax.train import metrics_writer
-from sfjax.train import optimizers
-from sfjax.train import runner
+from sfjax.train import backends, config_check, evaluation, metrics_writer, optimizers, runner
 from sfjax.train import step as step_lib
 from sfjax.train.state import TrainState
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from sfjax.core.atomic import atomic_write
 from sfjax.core.jsonl import read_jsonl
 from sfjax.core.tensorboard import EventWriter
-
 
 read_records = read_jsonl  # a run's metrics.jsonl records ([] if absent; torn lines skipped)
 
@@ -74,7 +74,7 @@ class MetricsWriter:
       self._events.close()
       self._events = None
 
-  def __enter__(self) -> "MetricsWriter":
+  def __enter__(self) -> MetricsWriter:
     return self
 
   def __exit__(self, *exc) -> None:

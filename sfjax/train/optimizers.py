@@ -18,7 +18,7 @@ their values (weight decay 0 adds exactly 0).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import optax
 

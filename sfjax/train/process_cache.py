@@ -24,14 +24,14 @@ back the rows it owns. A flush (eval, checkpoint) reads the cache through
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from sfjax.embedding import cache as cache_lib
-from sfjax.embedding import device_table
-from sfjax.embedding import sharded_cache
+from sfjax.embedding import device_table, sharded_cache
 
 AXIS = sharded_cache.AXIS
 

@@ -17,7 +17,8 @@ all-reduce: the device collective replaces a CPU parameter server (SFCTR sync).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -26,8 +27,7 @@ from flax import nnx
 
 from sfjax.core.types import DeviceBatch
 from sfjax.embedding import cache as cache_lib
-from sfjax.embedding import device_table
-from sfjax.embedding import row_optimizers
+from sfjax.embedding import device_table, row_optimizers
 from sfjax.train.state import TrainState
 
 Metrics = dict[str, jax.Array]

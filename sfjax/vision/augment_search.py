@@ -13,7 +13,8 @@ The result is the best final member's policy history: a schedule `[T, K, 2]`
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

@@ -11,7 +11,7 @@ so the pruned network is physically smaller and computes the same logits.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp

@@ -16,7 +16,8 @@ node, the two incoming edges whose strongest non-zero op weighs most, with that 
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

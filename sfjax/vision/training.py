@@ -8,7 +8,8 @@ So HPO and PBT vmap it over candidates (purejaxrl's `make_train` style).
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

@@ -22,19 +22,19 @@ finished ones).
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from sfjax.automl import algorithms, pareto_evolution, space
 from sfjax.automl.algorithms import ENDED_STATUSES
-from sfjax.automl.study import Study
 from sfjax.automl.pipeline import StepContext, StepKind, StepOutput, StepResult
+from sfjax.automl.study import Study
 from sfjax.core import names
 from sfjax.core.errors import ConfigError
-from sfjax.vision import augment, augment_search, cnn, compression, darts, training
+from sfjax.vision import augment, augment_search, cnn, compression, darts, training, vision_task
 from sfjax.vision import conv_layers as layers
-from sfjax.vision import vision_task
 from sfjax.vision.vision_task import require
 
 PARAMS_FILE = "model.npz"

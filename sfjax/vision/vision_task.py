@@ -14,7 +14,8 @@ Shared blocks of a vision pipeline config (`experiments/configs/pipeline_digits.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np

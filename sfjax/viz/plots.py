@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from matplotlib import pyplot as plt
 from matplotlib.figure import Figure

@@ -8,22 +8,22 @@ import json
 import pytest
 
 from sfjax.automl.algorithms import (
-    ALGORITHMS,
-    ASHA,
-    BOHB,
-    PBT,
-    TPE,
-    AlgorithmSpec,
-    GridSearch,
-    Hyperband,
-    MOTPE,
-    NSGA2,
-    Objective,
-    QuasiRandomSearch,
-    RandomSearch,
-    RegularizedEvolution,
-    SuccessiveHalving,
-    algorithm_from_dict,
+  ALGORITHMS,
+  ASHA,
+  BOHB,
+  MOTPE,
+  NSGA2,
+  PBT,
+  TPE,
+  AlgorithmSpec,
+  GridSearch,
+  Hyperband,
+  Objective,
+  QuasiRandomSearch,
+  RandomSearch,
+  RegularizedEvolution,
+  SuccessiveHalving,
+  algorithm_from_dict,
 )
 
 AUC = Objective("auc", "maximize")

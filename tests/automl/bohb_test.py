@@ -5,8 +5,14 @@ import math
 import numpy as np
 import pytest
 
-from sfjax.automl.algorithms import (ALGORITHMS, BOHB, Hyperband, Objective, TrialStatus,
-                                     algorithm_from_dict)
+from sfjax.automl.algorithms import (
+  ALGORITHMS,
+  BOHB,
+  Hyperband,
+  Objective,
+  TrialStatus,
+  algorithm_from_dict,
+)
 from sfjax.automl.space import Float, Space
 
 SPACE = Space({"x": Float(0.0, 1.0), "y": Float(0.0, 1.0)})

@@ -5,9 +5,18 @@ import math
 import numpy as np
 import pytest
 
-from sfjax.automl.algorithms import (ALGORITHMS, MOTPE, NSGA2, Objective, Objectives,
-                                     RandomSearch, TrialStatus, algorithm_from_dict,
-                                     all_objectives, directions_of)
+from sfjax.automl.algorithms import (
+  ALGORITHMS,
+  MOTPE,
+  NSGA2,
+  Objective,
+  Objectives,
+  RandomSearch,
+  TrialStatus,
+  algorithm_from_dict,
+  all_objectives,
+  directions_of,
+)
 from sfjax.automl.pareto import hypervolume_2d
 from sfjax.automl.space import Float, Space
 

@@ -6,8 +6,7 @@ import numpy as np
 import optuna
 import pytest
 
-from sfjax.automl.algorithms import GP, TPE, Objective, RandomSearch, TrialStatus
-from sfjax.automl.algorithms import optuna_search
+from sfjax.automl.algorithms import GP, TPE, Objective, RandomSearch, TrialStatus, optuna_search
 from sfjax.automl.space import Categorical, Float, Int, Space
 
 AUC = Objective("auc", "maximize")

@@ -12,16 +12,14 @@ import numpy as np
 import pytest
 
 from experiments.configs import ctr
-from sfjax.core.errors import ConfigError
-from sfjax.data import dataset as dataset_lib
-from sfjax.checkpoint import table_format as table_checkpoint
-from sfjax.checkpoint import table_shards
-from sfjax.embedding.host_table import CHUNK_ROWS
-from sfjax.embedding.host_table import HostTable
 from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.checkpoint import layout as checkpoint_files
-from sfjax.train import defaults
-from sfjax.train import loop
+from sfjax.checkpoint import table_format as table_checkpoint
+from sfjax.checkpoint import table_shards
+from sfjax.core.errors import ConfigError
+from sfjax.data import dataset as dataset_lib
+from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
+from sfjax.train import defaults, loop
 from sfjax.train.state import TrainState
 
 

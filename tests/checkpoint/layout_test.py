@@ -10,12 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sfjax.checkpoint import table_format as table_checkpoint
-from sfjax.checkpoint import table_shards
-from sfjax.embedding.host_table import CHUNK_ROWS
-from sfjax.embedding.host_table import HostTable
 from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.checkpoint import layout as checkpoint_files
+from sfjax.checkpoint import table_format as table_checkpoint
+from sfjax.checkpoint import table_shards
+from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
 from sfjax.train.state import TrainState
 
 

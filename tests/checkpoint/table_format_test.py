@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from sfjax.checkpoint import table_format as table_checkpoint
-from sfjax.embedding.host_table import CHUNK_ROWS
-from sfjax.embedding.host_table import HostTable
+from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
 
 ROWS = 3 * CHUNK_ROWS + 5  # three full chunks and a short one
 

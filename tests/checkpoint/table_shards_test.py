@@ -12,8 +12,7 @@ import pytest
 
 from sfjax.checkpoint import table_format as table_checkpoint
 from sfjax.checkpoint import table_shards
-from sfjax.embedding.host_table import CHUNK_ROWS
-from sfjax.embedding.host_table import HostTable
+from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
 
 ROWS = 2 * CHUNK_ROWS + 11
 WRITTEN = np.array([0, 1, 2, 3, 5, 8, 13, CHUNK_ROWS + 1, CHUNK_ROWS + 6, 2 * CHUNK_ROWS + 10],

@@ -11,12 +11,12 @@ from search_spaces import blocks as block_space_lib
 from sfjax.automl.algorithms import Objective, RandomSearch
 from sfjax.automl.study import Study
 from sfjax.cohorts import arch as arch_lib
-from sfjax.ctr_search import search_loop
-from sfjax.cohorts import cohort_runner as cohort
-from sfjax.cohorts import buckets as padded
 from sfjax.cohorts import bucket_blocks as padded_blocks
+from sfjax.cohorts import buckets as padded
+from sfjax.cohorts import cohort_runner as cohort
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts import trial_states
+from sfjax.ctr_search import search_loop
 from sfjax.train import step as step_lib
 
 STEPS = 12  # the shared `data` fixture's steps per budget unit (conftest.py)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import cohort_runner as cohort
 from sfjax.cohorts import buckets as padded
+from sfjax.cohorts import cohort_runner as cohort
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts import trial_states
 from sfjax.train import step as step_lib

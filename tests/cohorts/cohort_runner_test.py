@@ -7,8 +7,8 @@ import pytest
 
 from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts import cohort_runner as cohort
-from sfjax.cohorts import task as trial_data
 from sfjax.cohorts import program as trial_program
+from sfjax.cohorts import task as trial_data
 
 STEPS = 12  # the shared `data` fixture's steps per budget unit (conftest.py)
 

@@ -8,8 +8,8 @@ import pytest
 
 from experiments.configs import ctr as ctr_config
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import task as trial_data
 from sfjax.cohorts import program as trial_program
+from sfjax.cohorts import task as trial_data
 from sfjax.train import step as step_lib
 
 STEPS = 4

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from experiments.configs import ctr as ctr_config
+from sfjax.cohorts import task as trial_data
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import vsi
-from sfjax.cohorts import task as trial_data
 
 BATCH = 32
 

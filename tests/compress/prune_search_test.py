@@ -9,9 +9,9 @@ import pytest
 from flax import nnx
 
 from sfjax.automl import pareto, pareto_evolution
-from sfjax.core import metrics as metrics_lib
-from sfjax.compress import prune_search as ctr_compress
 from sfjax.compress import prune as ctr_prune
+from sfjax.compress import prune_search as ctr_compress
+from sfjax.core import metrics as metrics_lib
 from sfjax.data import dataset as dataset_lib
 from sfjax.models import registry
 from sfjax.train.defaults import ctr_defaults
@@ -19,7 +19,7 @@ from sfjax.train.defaults import ctr_defaults
 STEPS, BATCH, LR = 4, 64, 3e-3
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _setup():
   data_cfg = ctr_defaults().data
   s = data_cfg.synthetic

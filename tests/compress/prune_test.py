@@ -19,7 +19,7 @@ def _model(name, **hparams):
   return _built(name, tuple(sorted(hparams.items())))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _built(name, hparams):
   cfg = {"name": name, "embed_dim": D, "mlp_dims": (8, 6), **dict(hparams)}
   build = lambda: registry.build_model_from_config(cfg, num_fields=F, num_dense=ND,
@@ -33,7 +33,7 @@ def _built(name, hparams):
   return spec, graphdef, params, values
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _inputs():
   rng = np.random.default_rng(1)
   ids = rng.integers(0, V, (B, F)).astype(np.int32)

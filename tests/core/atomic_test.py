@@ -11,7 +11,7 @@ from sfjax.core import atomic
 def test_writes_text_as_utf8(tmp_path):
   path = tmp_path / "a.txt"
   atomic.atomic_write(str(path), "héllo\n")
-  assert path.read_bytes() == "héllo\n".encode("utf-8")
+  assert path.read_bytes() == "héllo\n".encode()
 
 
 def test_writes_bytes_and_replaces_the_old_file(tmp_path):

@@ -6,8 +6,7 @@ import pytest
 
 import search_spaces
 from sfjax.automl.pipeline import StepResult, paired_auc_bootstrap
-from sfjax.ctr_pipeline import run
-from sfjax.ctr_pipeline import steps
+from sfjax.ctr_pipeline import run, steps
 
 
 def _config(resamples=200, seed=3):

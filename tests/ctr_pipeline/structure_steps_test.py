@@ -6,8 +6,8 @@ import pytest
 from experiments.configs import search_ctr
 from sfjax.automl.pipeline import StepContext, StepSpec
 from sfjax.core.errors import ConfigError
-from sfjax.structure import autofis
 from sfjax.ctr_pipeline import structure_steps as pss
+from sfjax.structure import autofis
 
 
 def _block(**fields):

@@ -13,9 +13,9 @@ from flax import nnx
 from search_spaces.ctr import SEARCH_SPACE
 from sfjax import models
 from sfjax.automl.pipeline import StepContext, StepResult, StepSpec
+from sfjax.cohorts import arch as arch_lib
 from sfjax.core import metrics
 from sfjax.core.errors import ConfigError
-from sfjax.cohorts import arch as arch_lib
 from sfjax.ctr_pipeline import train_steps as pst
 from sfjax.data.types import DatasetSpec, FieldSpec
 from sfjax.models import generator

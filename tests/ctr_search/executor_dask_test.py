@@ -11,9 +11,9 @@ import pytest
 
 from experiments.configs import search_ctr
 from search_spaces.ctr import SEARCH_SPACE as SPACE
-from sfjax.ctr_search import search_config, search_loop
 from sfjax.cohorts.arch import split_config
 from sfjax.cohorts.cohort_runner import CohortRunner
+from sfjax.ctr_search import search_config, search_loop
 from sfjax.ctr_search.executor import CohortJob, LocalExecutor
 from sfjax.ctr_search.executor_dask import DaskExecutor, worker_environment
 

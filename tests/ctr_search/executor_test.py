@@ -5,9 +5,9 @@ import pytest
 
 from experiments.configs import search_ctr
 from sfjax.automl.algorithms import TrialStatus
-from sfjax.ctr_search import executor, search_config
 from sfjax.cohorts.arch import split_config
 from sfjax.cohorts.cohort_runner import CohortRunner
+from sfjax.ctr_search import executor, search_config
 
 
 @pytest.fixture(scope="module")

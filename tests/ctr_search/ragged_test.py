@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import cohort_runner as cohort
 from sfjax.cohorts import buckets as padded
+from sfjax.cohorts import cohort_runner as cohort
 from sfjax.ctr_search import search_loop
 from sfjax.ctr_search.executor import CohortJob
 

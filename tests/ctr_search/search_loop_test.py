@@ -15,15 +15,15 @@ import pytest
 
 from experiments.configs import search_ctr
 from search_spaces.ctr import SEARCH_SPACE as SPACE
-from sfjax.core import tensorboard
-from sfjax.ctr_search import search_config, search_loop, search_report
-from sfjax.cohorts import trial_states
 from sfjax.automl.algorithms import Suggestion, TrialStatus
 from sfjax.automl.pareto import pareto_front
-from sfjax.cohorts.arch import split_config
-from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.automl.space import Config
 from sfjax.automl.study import TrialRecord
+from sfjax.cohorts import trial_states
+from sfjax.cohorts.arch import split_config
+from sfjax.cohorts.cohort_runner import CohortRunner
+from sfjax.core import tensorboard
+from sfjax.ctr_search import search_config, search_loop, search_report
 
 SUMMARY_KEYS = {"best_trial_id", "best_config", "best_metrics", "num_trials_done", "num_failed",
                 "default_metrics", "beats_default", "pareto_front", "mean_cohort_width",

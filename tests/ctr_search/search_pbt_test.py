@@ -11,10 +11,8 @@ from sfjax.automl.algorithms import TrialStatus
 from sfjax.automl.space import Fixed, Float, Space
 from sfjax.automl.study import Study
 from sfjax.cohorts import arch as arch_lib
-from sfjax.ctr_search import search_config
-from sfjax.ctr_search import search_loop
-from sfjax.ctr_search import search_pbt
 from sfjax.cohorts.cohort_runner import CohortRunner
+from sfjax.ctr_search import search_config, search_loop, search_pbt
 
 ARCH = {"model.name": "fm", "model.embed_dim": 4, "optim.embedding_optimizer": "adagrad"}
 POPULATION, ROUNDS, STEPS_PER_ROUND = 4, 2, 2

@@ -5,8 +5,8 @@ import datetime
 import numpy as np
 import pytest
 
-from sfjax.data import avazu, text_io
 from sfjax.core.errors import DataFormatError
+from sfjax.data import avazu, text_io
 
 HEADER = ["id", "click", "hour"] + list(avazu.CATEGORICAL_COLUMNS)
 

@@ -4,8 +4,8 @@
 import numpy as np
 import pytest
 
-from sfjax.data import criteo, text_io
 from sfjax.core.errors import DataFormatError
+from sfjax.data import criteo, text_io
 
 
 def _line(label="1", ints=None, cats=None):

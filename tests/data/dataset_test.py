@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from experiments.configs import ctr
-from sfjax.data import avazu, dataset
 from sfjax.core.errors import DataFormatError
+from sfjax.data import avazu, dataset
 
 
 def _criteo_line(i, label=None):

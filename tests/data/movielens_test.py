@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from experiments.configs import ctr
-from sfjax.data import movielens
 from sfjax.core.errors import DataFormatError
+from sfjax.data import movielens
 
 USER = "user_id:token\tage:token\tgender:token\toccupation:token\tzip_code:token\n"
 ITEM = "item_id:token\tmovie_title:token_seq\trelease_year:token\tclass:token_seq\n"

@@ -5,12 +5,8 @@ import itertools
 import numpy as np
 import pytest
 
-from sfjax.data import planted
-from sfjax.data import synthetic
 from sfjax.core import metrics
-
-
-
+from sfjax.data import planted, synthetic
 
 
 def tiny_model(seed=0, perm_mul=(1, 1, 3), perm_add=(0, 0, 0), num_dense=2):

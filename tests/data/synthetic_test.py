@@ -8,9 +8,8 @@ import chex
 import numpy as np
 import pytest
 
-from sfjax.data import planted
-from sfjax.data import synthetic
 from sfjax.core import metrics
+from sfjax.data import planted, synthetic
 
 CHUNK = synthetic.CHUNK_ROWS
 

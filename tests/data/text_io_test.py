@@ -5,8 +5,8 @@ import gzip
 import numpy as np
 import pytest
 
-from sfjax.data import text_io
 from sfjax.core.errors import DataFormatError
+from sfjax.data import text_io
 
 
 class _TwoColumns:

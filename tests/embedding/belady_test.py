@@ -5,7 +5,8 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sfjax.embedding import cache_planner
 from sfjax.embedding.belady import belady, next_uses
@@ -46,7 +47,7 @@ def _brute_force_hits(batches, capacity):
   """Most hits of any policy, by exhaustive search over eviction choices."""
   sets = [frozenset(b) for b in batches]
 
-  @functools.lru_cache(maxsize=None)
+  @functools.cache
   def best(t, cache):
     if t == len(sets):
       return 0

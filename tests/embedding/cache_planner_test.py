@@ -4,7 +4,8 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sfjax.embedding import cache_planner
 from sfjax.embedding.cache_planner import CacheCapacityError, CachePlanner

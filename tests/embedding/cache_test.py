@@ -4,7 +4,8 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from sfjax.embedding import cache as cache_lib
 from sfjax.embedding import device_table

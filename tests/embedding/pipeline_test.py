@@ -8,14 +8,14 @@ import chex
 import jax
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from sfjax.data import types
 from sfjax.embedding import cache as cache_lib
-from sfjax.embedding import cache_planner
+from sfjax.embedding import cache_planner, sharded_cache
 from sfjax.embedding import host_table as host_table_lib
 from sfjax.embedding import pipeline as pipeline_lib
-from sfjax.embedding import sharded_cache
 from sfjax.embedding.initializers import init_rows
 from sfjax.parallel import mesh as mesh_lib
 

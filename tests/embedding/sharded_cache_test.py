@@ -3,12 +3,11 @@
 import chex
 import jax
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from sfjax.embedding import cache as cache_lib
-from sfjax.embedding import cache_planner
-from sfjax.embedding import device_table
-from sfjax.embedding import sharded_cache
+from sfjax.embedding import cache_planner, device_table, sharded_cache
 from sfjax.parallel import mesh as mesh_lib
 
 D, C, E = 8, 6, 3

@@ -6,8 +6,7 @@ import chex
 import numpy as np
 import pytest
 
-from sfjax.embedding.host_table import CHUNK_ROWS
-from sfjax.embedding.host_table import HostTable
+from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
 from sfjax.embedding.table_snapshot import DirtyRows
 
 

@@ -12,9 +12,9 @@ import jax
 import pytest
 
 from experiments.configs import ctr
+from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding.host_table import HostTable
-from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.train import loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -9,8 +9,7 @@ import pytest
 
 from experiments.configs import ctr
 from sfjax.data import dataset as dataset_lib
-from sfjax.train import evaluation
-from sfjax.train import loop
+from sfjax.train import evaluation, loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -13,14 +13,13 @@ import chex
 import jax
 import numpy as np
 import pytest
+import two_processes  # tests/parallel/two_processes.py
 
 from experiments.configs import ctr
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset as dataset_lib
 from sfjax.parallel import distributed
 from sfjax.train import loop
-
-import two_processes  # tests/parallel/two_processes.py
 
 _STEPS = 12
 

@@ -26,16 +26,15 @@ import textwrap
 import chex
 import numpy as np
 import pytest
+import two_processes  # tests/parallel/two_processes.py
 
 from experiments.configs import ctr
+from sfjax.checkpoint import checkpointer as checkpoint
+from sfjax.checkpoint import export
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import row_optimizers
 from sfjax.parallel import distributed
-from sfjax.checkpoint import checkpointer as checkpoint
-from sfjax.checkpoint import export
 from sfjax.train import loop
-
-import two_processes  # tests/parallel/two_processes.py
 
 _STEPS, _CUT = 12, 6  # the copies resume from step _CUT's checkpoint
 _OPTIMIZERS = tuple(o for o in row_optimizers.ROW_OPTIMIZER_NAMES if o != "adagrad")

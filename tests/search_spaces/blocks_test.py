@@ -10,8 +10,8 @@ from experiments.configs import search_ctr
 from search_spaces import blocks
 from search_spaces.blocks import BLOCK_SEARCH_SPACE
 from sfjax.automl.space import ConfigError
-from sfjax.ctr_search import search_loop
 from sfjax.cohorts.arch import split_config
+from sfjax.ctr_search import search_loop
 from sfjax.models import generator
 from sfjax.train.defaults import ctr_defaults
 

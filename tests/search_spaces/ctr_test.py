@@ -5,8 +5,8 @@ import pytest
 
 from experiments.configs import ctr as ctr_config
 from search_spaces import ctr
-from sfjax.cohorts import arch
 from sfjax.automl.space import ConfigError, Fixed, SpaceError
+from sfjax.cohorts import arch
 
 MLP_KEYS = {"model.mlp.depth", "model.mlp.width"}
 INTERACTION_KEYS = {

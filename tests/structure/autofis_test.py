@@ -8,8 +8,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from sfjax.structure import autofis
 from sfjax.cohorts import task as trial_data
+from sfjax.structure import autofis
 
 
 def planted_data_config():

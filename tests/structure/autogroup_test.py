@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from sfjax.cohorts import arch as arch_lib
-from sfjax.structure import autogroup
 from sfjax.cohorts import cohort_runner as cohort
-from sfjax.structure import gate_training as st
 from sfjax.cohorts import task as trial_data
+from sfjax.structure import autogroup
+from sfjax.structure import gate_training as st
 
 DATA = ml_collections.ConfigDict(dict(format="synthetic", synthetic=dict(
     num_train=500_000, num_eval=20_000, cardinality_scale=0.001, min_rows=4, zipf_exponent=1.1,

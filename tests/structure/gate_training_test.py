@@ -8,10 +8,10 @@ import optax
 import pytest
 
 from experiments.configs import ctr as ctr_config
-from sfjax.core import metrics as metrics_lib
-from sfjax.structure import gate_training as st
 from sfjax.cohorts import task as trial_data
+from sfjax.core import metrics as metrics_lib
 from sfjax.embedding import row_optimizers
+from sfjax.structure import gate_training as st
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,7 @@ import pytest
 from experiments.configs import ctr
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset as dataset_lib
-from sfjax.train import backends
-from sfjax.train import config_check
-from sfjax.train import loop
+from sfjax.train import backends, config_check, loop
 
 
 def _config(backend="device", **embedding):

@@ -12,8 +12,7 @@ from experiments.configs import ctr
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import host_table as host_table_lib
 from sfjax.embedding import row_optimizers
-from sfjax.train import config_check
-from sfjax.train import loop
+from sfjax.train import config_check, loop
 
 
 def _config(optimizer, backend, **embedding):

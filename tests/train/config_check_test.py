@@ -16,11 +16,8 @@ from experiments.configs import ctr
 from sfjax import models
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset
-from sfjax.embedding import cache_planner
-from sfjax.embedding import row_optimizers
-from sfjax.train import backends
-from sfjax.train import config_check
-from sfjax.train import optimizers
+from sfjax.embedding import cache_planner, row_optimizers
+from sfjax.train import backends, config_check, optimizers
 
 
 def _config(**fields):

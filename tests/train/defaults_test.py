@@ -2,12 +2,8 @@
 
 from sfjax import models
 from sfjax.data import dataset
-from sfjax.embedding import cache_planner
-from sfjax.embedding import row_optimizers
-from sfjax.train import backends
-from sfjax.train import config_check
-from sfjax.train import defaults
-from sfjax.train import optimizers
+from sfjax.embedding import cache_planner, row_optimizers
+from sfjax.train import backends, config_check, defaults, optimizers
 
 
 def test_each_call_returns_a_fresh_config():

@@ -8,8 +8,7 @@ from experiments.configs import ctr
 from sfjax.core import metrics as metrics_lib
 from sfjax.data import dataset as dataset_lib
 from sfjax.data import types
-from sfjax.train import evaluation
-from sfjax.train import loop
+from sfjax.train import evaluation, loop
 
 
 def _config():

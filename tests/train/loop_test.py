@@ -7,8 +7,7 @@ import pytest
 from experiments.configs import ctr
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset as dataset_lib
-from sfjax.train import evaluation
-from sfjax.train import loop
+from sfjax.train import evaluation, loop
 
 
 def _synthetic_config(**train):

@@ -16,8 +16,7 @@ import pytest
 
 from experiments.configs import ctr
 from sfjax.core.errors import ConfigError
-from sfjax.train import loop
-from sfjax.train import optimizers
+from sfjax.train import loop, optimizers
 
 NAMES = optimizers.DENSE_OPTIMIZER_NAMES
 LR, WD = 0.1, 0.5

@@ -15,10 +15,9 @@ import jax
 import pytest
 
 from experiments.configs import ctr
-from sfjax.data import dataset as dataset_lib
 from sfjax.checkpoint import checkpointer as checkpoint
+from sfjax.data import dataset as dataset_lib
 from sfjax.train import loop
-
 
 
 def _config(backend):

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from experiments.configs import ctr
-from sfjax.data import dataset as dataset_lib
 from sfjax.checkpoint import checkpointer as checkpoint
+from sfjax.data import dataset as dataset_lib
 from sfjax.train import loop
 
 

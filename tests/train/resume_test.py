@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 
 from experiments.configs import ctr
+from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding.host_table import HostTable
-from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.train import loop
-
 
 
 def _config(backend, steps=40, host_path=""):

@@ -16,8 +16,7 @@ import pytest
 from experiments.configs import ctr
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import row_optimizers
-from sfjax.train import config_check
-from sfjax.train import loop
+from sfjax.train import config_check, loop
 
 _LR = {"sgd": 0.5, "adagrad": 0.1, "rowwise_adagrad": 0.1, "adam": 0.01, "ftrl": 0.1}
 _STEPS = 24

@@ -7,15 +7,15 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from sfjax import models
 from sfjax.data import types
 from sfjax.embedding import device_table as dt
 from sfjax.embedding import row_optimizers as ro
-from sfjax.embedding import sharded_cache
+from sfjax.embedding import sharded_cache, vsi
 from sfjax.parallel import mesh as mesh_lib
-from sfjax.embedding import vsi
 from sfjax.train import state as state_lib
 from sfjax.train import step as step_lib
 

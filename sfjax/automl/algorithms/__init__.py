@@ -1,25 +1,30 @@
 """Search algorithms behind one batched ask/tell interface (`base.Searcher`)."""
 
 from sfjax.automl.algorithms.base import (
-    ENDED_STATUSES,
-    AlgorithmSpec,
-    Objective,
-    Searcher,
-    Suggestion,
-    TrialResult,
-    TrialStatus,
+  ENDED_STATUSES,
+  AlgorithmSpec,
+  Objective,
+  Searcher,
+  Suggestion,
+  TrialResult,
+  TrialStatus,
 )
 from sfjax.automl.algorithms.bohb import BOHB
 from sfjax.automl.algorithms.evolution import RegularizedEvolution, mutate, project
 from sfjax.automl.algorithms.hyperband import (
-    ASHA,
-    Hyperband,
-    SuccessiveHalving,
-    hyperband_brackets,
-    rung_budgets,
+  ASHA,
+  Hyperband,
+  SuccessiveHalving,
+  hyperband_brackets,
+  rung_budgets,
 )
-from sfjax.automl.algorithms.multi_objective import (MOTPE, NSGA2, Objectives, all_objectives,
-                                                     directions_of)
+from sfjax.automl.algorithms.multi_objective import (
+  MOTPE,
+  NSGA2,
+  Objectives,
+  all_objectives,
+  directions_of,
+)
 from sfjax.automl.algorithms.optuna_search import GP, TPE
 from sfjax.automl.algorithms.pbt import PBT, pbt_exploit_explore
 from sfjax.automl.algorithms.random_search import GridSearch, QuasiRandomSearch, RandomSearch

@@ -27,7 +27,8 @@ import abc
 import dataclasses
 import enum
 import math
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 

@@ -33,11 +33,18 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-from typing import Any, ClassVar, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 from sfjax.automl.algorithms import optuna_search
-from sfjax.automl.algorithms.base import (AlgorithmSpec, Objective, Searcher, Suggestion,
-                                          TrialResult, TrialStatus)
+from sfjax.automl.algorithms.base import (
+  AlgorithmSpec,
+  Objective,
+  Searcher,
+  Suggestion,
+  TrialResult,
+  TrialStatus,
+)
 from sfjax.automl.space import Space
 
 # Optuna reads constraints only from trials we build ourselves (REJECTED = infeasible).

@@ -10,7 +10,8 @@ multiplied by a random factor from `perturb` and clipped to the space's bounds.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 

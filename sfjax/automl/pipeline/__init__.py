@@ -4,10 +4,23 @@ Generic: the step kinds are a registry the application passes in
 (`sfjax.ctr_pipeline.steps` for CTR); nothing here knows CTR or JAX.
 """
 
-from sfjax.automl.pipeline.engine import (PipelineLockedError, check_settings, read_status,
-                                          run_pipeline, run_step, settings_record)
+from sfjax.automl.pipeline.engine import (
+                                          PipelineLockedError,
+                                          check_settings,
+                                          read_status,
+                                          run_pipeline,
+                                          run_step,
+                                          settings_record,
+)
 from sfjax.automl.pipeline.paired_bootstrap import paired_auc_bootstrap
 from sfjax.automl.pipeline.pipeline_report import build_report, json_safe, summary_table
-from sfjax.automl.pipeline.step_specs import (MissingInputError, PipelineConfigError, StepContext,
-                                              StepKind, StepOutput, StepResult, StepSpec,
-                                              parse_steps)
+from sfjax.automl.pipeline.step_specs import (
+                                          MissingInputError,
+                                          PipelineConfigError,
+                                          StepContext,
+                                          StepKind,
+                                          StepOutput,
+                                          StepResult,
+                                          StepSpec,
+                                          parse_steps,
+)

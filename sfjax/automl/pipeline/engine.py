@@ -27,13 +27,21 @@ import json
 import os
 import time
 import traceback
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from absl import logging
 
 from sfjax.automl.pipeline import pipeline_report
-from sfjax.automl.pipeline.step_specs import (PipelineConfigError, StepContext, StepKind,
-                                              StepOutput, StepResult, StepSpec, parse_steps)
+from sfjax.automl.pipeline.step_specs import (
+  PipelineConfigError,
+  StepContext,
+  StepKind,
+  StepOutput,
+  StepResult,
+  StepSpec,
+  parse_steps,
+)
 from sfjax.core.atomic import atomic_write
 
 STEPS_DIR = "steps"

@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Any, Callable, Mapping, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from sfjax.core import names
 from sfjax.core.errors import ConfigError
@@ -56,7 +57,7 @@ class StepKind(NamedTuple):
     description: one line for listings.
   """
 
-  run: Callable[["StepContext"], StepOutput]
+  run: Callable[[StepContext], StepOutput]
   check: Callable[[Any, str], None] | None = None
   description: str = ""
 

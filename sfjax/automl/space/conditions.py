@@ -8,7 +8,8 @@ key == value pairs that may not all hold at once.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from sfjax.automl.space.config import Scalar, same_value
 from sfjax.automl.space.params import SpaceError

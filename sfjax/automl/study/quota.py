@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import operator
 import re
-from typing import Callable, Mapping, Sequence, Union
+from collections.abc import Callable, Mapping, Sequence
+from typing import Union
 
 from sfjax.automl.space import Config
 
@@ -57,7 +58,7 @@ class Quota:
     return {name: value}, f"quota {self.expression!r} failed: {name} = {value:g}"
 
 
-QuotaFilter = Union[Quota, Callable[[Config], Union[str, None]]]
+QuotaFilter = Union[Quota, Callable[[Config], str | None]]
 
 
 def check_quotas(filters: Sequence[QuotaFilter],

@@ -28,12 +28,18 @@ import json
 import math
 import os
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from sfjax.automl.algorithms.base import (ENDED_STATUSES, AlgorithmSpec, Objective, Suggestion,
-                                          TrialStatus)
+from sfjax.automl.algorithms.base import (
+  ENDED_STATUSES,
+  AlgorithmSpec,
+  Objective,
+  Suggestion,
+  TrialStatus,
+)
 from sfjax.automl.pareto import pareto_front
 from sfjax.automl.space import Config, Space
 from sfjax.automl.study.journal import Journal, JournalError

@@ -7,8 +7,12 @@ import ml_collections
 import pytest
 
 from sfjax.automl.pipeline import engine
-from sfjax.automl.pipeline.step_specs import (MissingInputError, PipelineConfigError, StepKind,
-                                              StepOutput)
+from sfjax.automl.pipeline.step_specs import (
+  MissingInputError,
+  PipelineConfigError,
+  StepKind,
+  StepOutput,
+)
 
 
 def _config(order="a,b,c", **blocks):

@@ -3,9 +3,16 @@
 import ml_collections
 import pytest
 
-from sfjax.automl.pipeline.step_specs import (MissingInputError, PipelineConfigError, StepContext,
-                                              StepKind, StepOutput, StepResult, StepSpec,
-                                              parse_steps)
+from sfjax.automl.pipeline.step_specs import (
+  MissingInputError,
+  PipelineConfigError,
+  StepContext,
+  StepKind,
+  StepOutput,
+  StepResult,
+  StepSpec,
+  parse_steps,
+)
 from sfjax.core.errors import ConfigError
 
 
