@@ -1,16 +1,23 @@
 """AutoFIS on planted synthetic data: does it find the planted pairs, and does keeping them pay?
 
-  python -m experiments.bench_autofis [--seeds=0,1,2 --search_steps=1500 --out=bench.json]
+  python -m experiments.bench_autofis [--config=experiments/configs/bench_autofis.py[:smoke]]
+      [--config.seeds=0,1,2 --config.search_steps=1500 --config.out=bench.json]
 
 For each data seed, the synthetic Criteo-like generator (26 fields; its hidden FM
 makes a few field pairs dominate, `sfjax.data.planted`) gives a CTR task; AutoFIS
 (`sfjax.structure.autofis.run_autofis`) searches the gates with gRDA and retrains on
 the kept (nonzero-gate) pairs. Reported per seed:
-  * precision / recall of the kept pairs against `planted_pairs` at each --shares
+  * precision / recall of the kept pairs against `planted_pairs` at each `shares`
     value (the fewest pairs holding that share of the planted pairwise logit variance);
   * test AUC (second half of the eval rows, never used to select) of the retrain on the
     kept pairs, on as many random pairs (not kept), on all pairs and on none.
-Ends stdout with one JSON line (also written to --out).
+`run(config)` returns the figures; the command ends stdout with them as one JSON line
+(also written to `config.out`).
+
+Old flag -> config field: each `--X` is `--config.X` (seeds, search_steps, warmup_steps,
+retrain_steps, batch_size, embed_dim, mlp_dims, grda_c, grda_mu, grda_lr,
+cardinality_scale, eval_rows, shares, baselines, out); lists are tuples
+(`--config.seeds=0,1,2`, `--config.mlp_dims='(64,64)'`).
 """
 
 from __future__ import annotations
@@ -20,47 +27,39 @@ import sys
 import time
 
 import jax
+import ml_collections
 import numpy as np
-from absl import app, flags
 
-from experiments import report
+from experiments import cli
 from experiments.configs import ctr as ctr_config
-from sfjax.cohorts import task as trial_data
-from sfjax.structure import autofis
-from sfjax.structure import gate_training as structure_training
-
-_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Data seeds (each its own planted model).")
-_SEARCH = flags.DEFINE_integer("search_steps", 1500, "AutoFIS search steps (warm-up included).")
-_WARMUP = flags.DEFINE_integer("warmup_steps", 300, "Search steps with the gates off.")
-_RETRAIN = flags.DEFINE_integer("retrain_steps", 800, "Retrain steps.")
-_BATCH = flags.DEFINE_integer("batch_size", 512, "Examples per step.")
-_DIM = flags.DEFINE_integer("embed_dim", 8, "Embedding dimension.")
-_MLP = flags.DEFINE_list("mlp_dims", [], "MLP widths (empty: the FM variant).")
-_GRDA_C = flags.DEFINE_float("grda_c", 0.005, "gRDA threshold scale c.")
-_GRDA_MU = flags.DEFINE_float("grda_mu", 0.8, "gRDA threshold growth mu.")
-_GRDA_LR = flags.DEFINE_float("grda_lr", 1.0, "gRDA learning rate of the gates.")
-_SCALE = flags.DEFINE_float("cardinality_scale", 1e-3, "Synthetic Criteo cardinality scale.")
-_EVAL_ROWS = flags.DEFINE_integer("eval_rows", 20000, "Eval rows (first half valid, second half test).")
-_SHARES = flags.DEFINE_list("shares", ["0.5", "0.8"], "Variance shares defining the planted truth.")
-_BASELINES = flags.DEFINE_boolean("baselines", True, "Also retrain on random / all / no pairs.")
-_OUT = flags.DEFINE_string("out", "", "Write the JSON result here too.")
+from sfjax.cohorts import task as task_lib
+from sfjax.structure import autofis, gate_training
 
 
-def make_task(seed: int) -> trial_data.CTRTask:
+def make_task(config: ml_collections.ConfigDict, seed: int) -> task_lib.CTRTask:
   """The benchmark's task for one data seed (ctr.py's synthetic data block, rescaled)."""
   data = ctr_config.get_config().data
-  data.synthetic.cardinality_scale = _SCALE.value
+  data.synthetic.cardinality_scale = config.cardinality_scale
   data.synthetic.num_train = 1_000_000
-  data.synthetic.num_eval = max(_EVAL_ROWS.value, 1)
-  return trial_data.CTRTask(data, seed=seed, batch_size=_BATCH.value, eval_rows=_EVAL_ROWS.value,
-                            eval_batch_size=min(_EVAL_ROWS.value, 4096))
+  data.synthetic.num_eval = max(config.eval_rows, 1)
+  return task_lib.CTRTask(data, seed=seed, batch_size=config.batch_size, eval_rows=config.eval_rows,
+                          eval_batch_size=min(config.eval_rows, 4096))
 
 
-def measure(seed: int, settings: autofis.AutoFISSettings, shares: list[float]) -> dict:
+def settings_of(config: ml_collections.ConfigDict) -> autofis.AutoFISSettings:
+  """AutoFIS's settings from the benchmark config."""
+  return autofis.AutoFISSettings(
+      embed_dim=config.embed_dim, mlp_dims=tuple(int(w) for w in config.mlp_dims),
+      search_steps=config.search_steps, warmup_steps=config.warmup_steps,
+      retrain_steps=config.retrain_steps, grda_c=config.grda_c, grda_mu=config.grda_mu,
+      grda_lr=config.grda_lr)
+
+
+def measure(task: task_lib.CTRTask, seed: int, settings: autofis.AutoFISSettings,
+            shares: list[float], baselines: bool = True) -> dict:
   """One seed's figures (see the module docstring)."""
-  task = make_task(seed)
   t = time.perf_counter()
-  data = structure_training.prepare_data(task, settings)
+  data = gate_training.prepare_data(task, settings)
   data_s = time.perf_counter() - t
   result = autofis.run_autofis(task, settings, data=data)
   row = {"seed": seed, "kept": len(result.kept_pairs), "pairs": len(result.all_pairs),
@@ -71,7 +70,7 @@ def measure(seed: int, settings: autofis.AutoFISSettings, shares: list[float]) -
     truth = autofis.planted_pairs(task.data, seed, share=share)
     precision, recall = autofis.pair_precision_recall(result.kept_pairs, truth)
     row[f"truth_{share:g}"] = {"pairs": len(truth), "precision": precision, "recall": recall}
-  if _BASELINES.value:
+  if baselines:
     rng = np.random.default_rng(seed)
     others = [p for p in result.all_pairs if p not in set(result.kept_pairs)]
     pool = others if len(others) >= len(result.kept_pairs) else list(result.all_pairs)  # most pairs kept
@@ -81,32 +80,28 @@ def measure(seed: int, settings: autofis.AutoFISSettings, shares: list[float]) -
   return row
 
 
-def main(argv):
-  del argv
-  seeds = [int(s) for s in _SEEDS.value]
-  shares = [float(s) for s in _SHARES.value]
-  settings = autofis.AutoFISSettings(
-      embed_dim=_DIM.value, mlp_dims=tuple(int(w) for w in _MLP.value), search_steps=_SEARCH.value,
-      warmup_steps=_WARMUP.value, retrain_steps=_RETRAIN.value, grda_c=_GRDA_C.value, grda_mu=_GRDA_MU.value,
-      grda_lr=_GRDA_LR.value)
+def run(config: ml_collections.ConfigDict) -> dict:
+  """The benchmark (see the module docstring); its figures."""
+  shares = [float(s) for s in config.shares]
+  settings = settings_of(config)
   rows = []
-  for seed in seeds:
-    rows.append(measure(seed, settings, shares))
+  for seed in (int(s) for s in config.seeds):
+    rows.append(measure(make_task(config, seed), seed, settings, shares, config.baselines))
     print(json.dumps(rows[-1], sort_keys=True), file=sys.stderr)
   summary = {}
   for share in shares:
     key = f"truth_{share:g}"
     summary[key] = {m: float(np.mean([r[key][m] for r in rows])) for m in ("precision", "recall")}
-  if _BASELINES.value:
-    summary["kept_minus_random_test_auc"] = float(np.mean([r["kept_test_auc"] - r["random_test_auc"] for r in rows]))
-  result = {
+  if config.baselines:
+    summary["kept_minus_random_test_auc"] = float(np.mean([r["kept_test_auc"] - r["random_test_auc"]
+                                                           for r in rows]))
+  return {
       "benchmark": "bench_autofis", "settings": {k: (list(v) if isinstance(v, tuple) else v)
                                                   for k, v in vars(settings).items()},
-      "cardinality_scale": _SCALE.value, "eval_rows": _EVAL_ROWS.value, "platform": jax.devices()[0].platform,
-      "results": rows, "mean": summary,
+      "cardinality_scale": config.cardinality_scale, "eval_rows": config.eval_rows,
+      "platform": jax.devices()[0].platform, "results": rows, "mean": summary,
   }
-  report.emit_json_line(result, _OUT.value)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_benchmark("bench_autofis", run)

@@ -1,13 +1,14 @@
 """MixCache hit rate and host<->device row traffic versus cache size.
 
-  python -m experiments.bench_cache [--steps=800 --batch_size=512 --out=cache.json]
+  python -m experiments.bench_cache [--config=experiments/configs/bench_cache.py[:smoke]]
+      [--config.steps=800 --config.batch_size=512 --config.out=cache.json]
 
-Stream: `SyntheticCTR` train rows (26 Criteo-like fields, `--cardinality_scale`
-0.05 = 1.7M rows in the concatenated table, hot ids scattered), `--steps` batches
-of `--batch_size`, deduplicated per batch (VSI). For each Zipf exponent and each
+Stream: `SyntheticCTR` train rows (26 Criteo-like fields, `cardinality_scale`
+0.05 = 1.7M rows in the concatenated table, hot ids scattered), `steps` batches
+of `batch_size`, deduplicated per batch (VSI). For each Zipf exponent and each
 cache size (a fraction of the table's rows), the same stream is run through:
 
-  lru / lfu   `CachePlanner` with `--lookahead` steps in flight (step t - L
+  lru / lfu   `CachePlanner` with `lookahead` steps in flight (step t - L
               retires before step t is planned);
   belady      the optimal offline policy (`belady.py`), the hit-rate ceiling;
   no cache    every batch's unique rows go host->device and back (a parameter
@@ -22,7 +23,13 @@ final flush is not counted), the unique rows or B*F. Hit rates count each
 batch's unique ids as accesses, cold-start misses included; `steady` rates use
 only the last half of the steps. `planner_ms_per_batch` times `CachePlanner.plan`
 alone on a worst case: 50k unique ids per batch, almost all misses, 1M slots.
-Ends stdout with one JSON line (also written to --out); a table goes to stderr.
+`run(config)` returns the figures; the command prints a table to stderr and ends stdout
+with the figures as one JSON line (also written to `config.out`).
+
+Old flag -> config field: each `--X` is `--config.X` (steps, batch_size,
+cardinality_scale, zipf, cache_fraction, policies, lookahead, embed_width, slot_width,
+timing_steps, seed, out); `zipf` and `cache_fraction` are tuples
+(`--config.zipf=1.05,1.2`), `policies` a comma-separated string.
 """
 
 from __future__ import annotations
@@ -32,26 +39,13 @@ import sys
 import time
 import types
 
+import ml_collections
 import numpy as np
-from absl import app, flags
 
-from experiments import report
+from experiments import cli
 from sfjax.data.synthetic import SyntheticCTR
 from sfjax.embedding import belady as belady_lib
 from sfjax.embedding import cache_planner, vsi
-
-_STEPS = flags.DEFINE_integer("steps", 800, "Batches in each stream.")
-_BATCH = flags.DEFINE_integer("batch_size", 512, "Examples per batch.")
-_SCALE = flags.DEFINE_float("cardinality_scale", 0.05, "Multiplies the Criteo per-field cardinalities.")
-_ZIPFS = flags.DEFINE_list("zipf", ["1.05", "1.1", "1.2"], "Zipf exponents of the id streams.")
-_FRACTIONS = flags.DEFINE_list("cache_fraction", ["0.01", "0.05", "0.2"], "Cache sizes as fractions of the rows.")
-_POLICIES = flags.DEFINE_list("policies", list(cache_planner.POLICIES), "Planner policies.")
-_LOOKAHEAD = flags.DEFINE_integer("lookahead", 2, "Planned-but-unretired steps.")
-_WIDTH = flags.DEFINE_integer("embed_width", 17, "E: floats per embedding row.")
-_SLOTS = flags.DEFINE_integer("slot_width", 17, "S: optimizer slot floats per row (adagrad: E).")
-_TIMING_STEPS = flags.DEFINE_integer("timing_steps", 10, "Timed plans at 50k ids / 1M slots (0: skip).")
-_SEED = flags.DEFINE_integer("seed", 0, "Data seed.")
-_OUT = flags.DEFINE_string("out", "", "Write the JSON result here too.")
 
 
 def unique_id_stream(zipf: float, steps: int, batch_size: int, scale: float, seed: int):
@@ -113,16 +107,25 @@ def _rates(step_hits: np.ndarray, sizes: np.ndarray) -> tuple[float, float]:
           float(step_hits[half:].sum() / max(1, sizes[half:].sum())))
 
 
-def main(argv):
-  del argv
+def run(config: ml_collections.ConfigDict) -> dict:
+  """The benchmark (see the module docstring); its figures.
+
+  Raises:
+    ConfigError: for an unknown policy.
+  """
+  policies = cli.split_names(config.policies, "policies", cache_planner.POLICIES)
   begin = time.time()
-  row_bytes = (_WIDTH.value + _SLOTS.value) * 4
-  steps, batch_size = _STEPS.value, _BATCH.value
+  row_bytes = (config.embed_width + config.slot_width) * 4
+  steps, batch_size = config.steps, config.batch_size
   examples = steps * batch_size
-  per_example = lambda rows: rows * row_bytes / examples
+
+  def per_example(rows):
+    return rows * row_bytes / examples
+
   results, baselines = [], []
-  for zipf in (float(z) for z in _ZIPFS.value):
-    uniq, num_rows, num_fields = unique_id_stream(zipf, steps, batch_size, _SCALE.value, _SEED.value)
+  for zipf in (float(z) for z in config.zipf):
+    uniq, num_rows, num_fields = unique_id_stream(zipf, steps, batch_size,
+                                                  config.cardinality_scale, config.seed)
     sizes = np.array([b.size for b in uniq], np.int64)
     baselines.append({
         "zipf": zipf, "num_rows": num_rows, "unique_per_batch": float(sizes.mean()),
@@ -130,40 +133,46 @@ def main(argv):
         "no_cache_bytes_per_example": per_example(sizes.sum()),
         "no_vsi_bytes_per_example": per_example(steps * batch_size * num_fields),
     })
-    for fraction in (float(f) for f in _FRACTIONS.value):
+    for fraction in (float(f) for f in config.cache_fraction):
       capacity = max(1, int(fraction * num_rows))
       entry = {"zipf": zipf, "cache_fraction": fraction, "capacity": capacity}
       try:
-        runs = {p: run_planner(uniq, capacity, p, _LOOKAHEAD.value) for p in _POLICIES.value}
+        runs = {p: run_planner(uniq, capacity, p, config.lookahead) for p in policies}
       except cache_planner.CacheCapacityError as err:
         entry["error"] = str(err)
         results.append(entry)
         continue
-      for policy, run in runs.items():
-        hit_rate, steady = _rates(run["step_hits"], sizes)
+      for policy, planned in runs.items():
+        hit_rate, steady = _rates(planned["step_hits"], sizes)
         entry[policy] = {
             "hit_rate": hit_rate, "steady_hit_rate": steady,
-            "h2d_bytes_per_example": per_example(run["fills"]),
-            "d2h_bytes_per_example": per_example(run["evictions"]),
-            "evictions": run["evictions"], "plan_ms": run["plan_ms"],
+            "h2d_bytes_per_example": per_example(planned["fills"]),
+            "d2h_bytes_per_example": per_example(planned["evictions"]),
+            "evictions": planned["evictions"], "plan_ms": planned["plan_ms"],
         }
       opt = belady_lib.belady(uniq, capacity)
       entry["belady_hit_rate"], entry["belady_steady_hit_rate"] = _rates(opt.batch_hits, sizes)
       entry["belady_h2d_bytes_per_example"] = per_example(opt.accesses - opt.hits)
       results.append(entry)
 
-  timing = {p: planner_ms_per_batch(p, _TIMING_STEPS.value) for p in _POLICIES.value} if _TIMING_STEPS.value else {}
-  _print_table(results, baselines, timing)
-  result = {
+  timing = ({p: planner_ms_per_batch(p, config.timing_steps) for p in policies}
+            if config.timing_steps else {})
+  return {
       "benchmark": "bench_cache", "steps": steps, "batch_size": batch_size,
-      "cardinality_scale": _SCALE.value, "lookahead": _LOOKAHEAD.value, "row_bytes": row_bytes,
-      "results": results, "baselines": baselines,
+      "cardinality_scale": config.cardinality_scale, "lookahead": config.lookahead,
+      "row_bytes": row_bytes, "results": results, "baselines": baselines,
       "planner_ms_per_batch_50k_unique_1M_slots": timing, "elapsed_s": time.time() - begin,
   }
-  report.emit_json_line(result, _OUT.value)
+
+
+def print_table(result: dict) -> None:
+  """The figures of `run` as tables on stderr."""
+  _print_table(result["results"], result["baselines"],
+               result["planner_ms_per_batch_50k_unique_1M_slots"])
 
 
 def _print_table(results: list[dict], baselines: list[dict], timing: dict) -> None:
+  """Baselines, per-policy rates and traffic, and plan timings, as tables on stderr."""
   err = sys.stderr
   print(f"{'zipf':>5} {'rows':>9} {'uniq/b':>7} {'noVSI B/ex':>11} {'nocache B/ex':>12}", file=err)
   for b in baselines:
@@ -187,4 +196,4 @@ def _print_table(results: list[dict], baselines: list[dict], timing: dict) -> No
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_benchmark("bench_cache", run, print_table)

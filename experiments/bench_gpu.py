@@ -1,15 +1,16 @@
 """Every speed figure of sfjax in one command, for a GPU machine: one JSON file.
 
-  python -m experiments.bench_gpu --out=gpu_figures.json          # on the GPU machine
-  python -m experiments.bench_gpu --smoke --out=/tmp/smoke.json   # tiny sizes, CPU is fine
+  python -m experiments.bench_gpu --config.out=gpu_figures.json       # on the GPU machine
+  python -m experiments.bench_gpu --config=experiments/configs/bench_gpu.py:smoke \\
+      --config.out=/tmp/smoke.json                                     # tiny sizes, CPU is fine
 
 Runs, each as its own subprocess (its own JAX runtime, so one benchmark's memory or
 crash cannot spoil the next) with a time limit:
 
-  train      bench_train --backend=both: the trainer's pipelined step with the whole table
+  train      bench_train, backend both: the trainer's pipelined step with the whole table
              on device vs the MixCache (5% cache on the accelerator, host table in RAM,
              table 20x the cache), interleaved rounds, medians; plus the step/floor ratio
-             against ../shared/bench/bare_jax_deepfm.py when that file exists
+             against the plain-JAX floor (experiments/floor_deepfm.py)
   input      bench_input: text lines/s vs binary shard examples/s (host only)
   scaling    bench_scaling: 1, 2, 4, ... up to every visible GPU, replicated vs row-sharded
              cache, VSI on/off (on CPU: 2 fake devices, volume and correctness only)
@@ -18,7 +19,11 @@ crash cannot spoil the next) with a time limit:
 The whole run is sized to finish in under 8 minutes on one H200; a benchmark that runs
 past its limit or fails is recorded with the reason and the tail of its stderr, and the
 others still run. Without a GPU the figures are CPU figures, and the JSON says so
-(`platform`), with what it skipped and why. Ends stdout with one JSON line (also --out).
+(`platform`), with what it skipped and why. `run(config)` returns the figures; the command
+ends stdout with them as one JSON line (also written to `config.out`).
+
+Old flag -> config field: `--smoke` -> the ':smoke' variant (`config.smoke=True`),
+`--only=a,b` -> `--config.only=a,b`, `--out` -> `--config.out`.
 """
 
 from __future__ import annotations
@@ -30,17 +35,11 @@ import sys
 import tempfile
 import time
 
-from absl import app, flags
+import ml_collections
 
-from experiments import report
+from experiments import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLOOR = os.path.join(os.path.dirname(ROOT), "shared", "bench", "bare_jax_deepfm.py")
-
-_SMOKE = flags.DEFINE_boolean("smoke", False, "Tiny sizes and limits (a CPU check of the wiring).")
-_ONLY = flags.DEFINE_list("only", [], "Run only these benchmarks (train, input, scaling, trials).")
-_OUT = flags.DEFINE_string("out", "", "Write the JSON result here too.")
-
 BENCHMARKS = ("train", "input", "scaling", "trials")
 
 
@@ -67,37 +66,33 @@ def device_counts(visible: int) -> list[int]:
   return counts
 
 
+def bench_command(name: str, variant: str = "", **overrides) -> list[str]:
+  """`experiments.bench_<name>` with its config file (`variant` after ':') and overrides."""
+  config = cli.config_path(f"bench_{name}") + (f":{variant}" if variant else "")
+  return [f"experiments.bench_{name}", f"--config={config}",
+          *(f"--config.{field}={value}" for field, value in overrides.items())]
+
+
 def plan(smoke: bool, platform: str, visible: int) -> dict[str, tuple[list[str], int]]:
   """benchmark -> (its module and flags, time limit in seconds)."""
   if smoke:
     return {
-        "train": (["experiments.bench_train", "--backend=both", "--steps=4", "--warmup=2",
-                   "--batch_size=16", "--rows_per_field=100", "--num_fields=4",
-                   "--embed_dim=4", "--unique_capacity=64", "--cache_rows=130",
-                   "--repeats=1"], 240),
-        "input": (["experiments.bench_input", "--rows=2000", "--eval_rows=200",
-                   "--batch_size=256", "--hash_rows=1000", "--rows_per_shard=1024",
-                   "--shuffle_buffer=512", "--binary_examples=20000", "--repeats=1"], 180),
-        "scaling": (["experiments.bench_scaling", "--devices=2", "--shardings=replicated,row",
-                     "--vsi=on", "--steps=3", "--batch_size=32", "--cardinality_scale=0.0005",
-                     "--mlp_dims=8", "--embed_dim=4"], 240),
-        "trials": (["experiments.bench_trials", "--widths=1,2", "--steps=3",
-                    "--cardinality_scale=1e-4", "--eval_rows=256", "--model=fm"], 240),
+        "train": (bench_command("train", "smoke", repeats=1), 240),
+        "input": (bench_command("input", "smoke", repeats=1), 180),
+        "scaling": (bench_command("scaling", "smoke", vsi="on"), 240),
+        "trials": (bench_command("trials", "smoke", joint=0), 240),
     }
   on_gpu = platform == "gpu"
-  train = ["experiments.bench_train", "--backend=both", "--repeats=3",
-           "--steps=200" if on_gpu else "--steps=40", "--cache_rows=0.05"]
-  if os.path.exists(FLOOR):
-    train.append(f"--floor={FLOOR}")
   counts = device_counts(visible) if on_gpu else [1, 2]
   return {
-      "train": (train, 200),
-      "input": (["experiments.bench_input", "--repeats=2"], 60),
-      "scaling": (["experiments.bench_scaling", f"--devices={','.join(map(str, counts))}",
-                   "--shardings=replicated,row", "--vsi=on,off",
-                   "--steps=60" if on_gpu else "--steps=24"], 110),
-      "trials": (["experiments.bench_trials", "--widths=1,8,32" if on_gpu else "--widths=1,4",
-                  "--steps=40" if on_gpu else "--steps=20"], 100),
+      "train": (bench_command("train", backend="both", repeats=3, steps=200 if on_gpu else 40,
+                              cache_rows=0.05, floor=True), 200),
+      "input": (bench_command("input", repeats=2), 60),
+      "scaling": (bench_command("scaling", devices=",".join(map(str, counts)),
+                                shardings="replicated,row", vsi="on,off",
+                                steps=60 if on_gpu else 24), 110),
+      "trials": (bench_command("trials", widths="1,8,32" if on_gpu else "1,4",
+                               steps=40 if on_gpu else 20), 100),
   }
 
 
@@ -107,7 +102,7 @@ def run_one(command: list[str], limit: int) -> dict:
     out = os.path.join(tmp, "out.json")
     t0 = time.perf_counter()
     try:
-      r = subprocess.run([sys.executable, "-m", *command, f"--out={out}"], cwd=ROOT,
+      r = subprocess.run([sys.executable, "-m", *command, f"--config.out={out}"], cwd=ROOT,
                          capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired as err:
       tail = (err.stderr or b"")[-1500:]
@@ -122,12 +117,13 @@ def run_one(command: list[str], limit: int) -> dict:
       return {"status": "done", "seconds": seconds, "result": json.load(f)}
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  unknown = sorted(set(_ONLY.value) - set(BENCHMARKS))
-  if unknown:
-    raise app.UsageError(f"--only: unknown benchmarks {unknown}; known: {list(BENCHMARKS)}")
+def run(config: ml_collections.ConfigDict) -> dict:
+  """The benchmark (see the module docstring); its figures.
+
+  Raises:
+    ConfigError: for an unknown name in `only`, before anything runs.
+  """
+  only = cli.split_names(config.only, "only", BENCHMARKS)
   device = probe_devices()
   skipped = {}
   if device["platform"] != "gpu":
@@ -135,10 +131,9 @@ def main(argv):
                       "on fake CPU devices measures volume and correctness only")
   runs = {}
   t0 = time.perf_counter()
-  for name, (command, limit) in plan(_SMOKE.value, device["platform"],
-                                     device["devices"]).items():
-    if _ONLY.value and name not in _ONLY.value:
-      skipped[name] = "not in --only"
+  for name, (command, limit) in plan(config.smoke, device["platform"], device["devices"]).items():
+    if only and name not in only:
+      skipped[name] = "not in config.only"
       continue
     print(f"bench_gpu: {name}: {' '.join(command)} (limit {limit} s)", file=sys.stderr, flush=True)
     runs[name] = dict(run_one(command, limit), command=" ".join(command))
@@ -148,10 +143,9 @@ def main(argv):
           file=sys.stderr, flush=True)
   for name, why in skipped.items():
     print(f"bench_gpu: skipped {name}: {why}", file=sys.stderr)
-  report.emit_json_line({"benchmark": "bench_gpu", "smoke": _SMOKE.value, **device,
-                         "total_seconds": time.perf_counter() - t0, "skipped": skipped,
-                         "runs": runs}, _OUT.value)
+  return {"benchmark": "bench_gpu", "smoke": config.smoke, **device,
+          "total_seconds": time.perf_counter() - t0, "skipped": skipped, "runs": runs}
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_benchmark("bench_gpu", run)

@@ -1,10 +1,11 @@
 """Scale-out of the MixCache over devices: replicated vs row-sharded cache, VSI on and off.
 
-  python -m experiments.bench_scaling [--devices=1,2,4,8 --shardings=replicated,row
-      --steps=24 --batch_size=1024 --out=scaling.json]
+  python -m experiments.bench_scaling [--config=experiments/configs/bench_scaling.py[:smoke]]
+      [--config.devices=1,2,4,8 --config.shardings=replicated,row --config.steps=24
+       --config.batch_size=1024 --config.out=scaling.json]
 
 For each device count D, cache sharding and VSI setting, the trainer (`loop.build_trainer`
-and the step runner `runner.run_steps`, the cache pipeline included) trains `--steps`
+and the step runner `runner.run_steps`, the cache pipeline included) trains `steps`
 steps of synthetic Criteo-like data with the same per-device `embedding.cache_rows`, and
 the JSON records:
 
@@ -35,8 +36,16 @@ On fake CPU devices (`--xla_force_host_platform_device_count`, set here; it conc
 only the CPU platform) this measures volume and correctness, not speed; on a GPU machine
 the same command runs on `jax.devices('gpu')` (the default backend), device counts above
 the GPUs visible are skipped. A step whose bucket shapes were not seen before compiles
-inside the timed window: take `--steps` well above the few buckets for rates.
-Ends stdout with one JSON line (also written to --out).
+inside the timed window: take `steps` well above the few buckets for rates.
+`run(config)` returns the figures; the command prints one line per configuration to
+stderr and ends stdout with the figures as one JSON line (also written to `config.out`).
+In a process whose JAX backend already started (a test, a notebook), the fake CPU
+devices are the ones it started with.
+
+Old flag -> config field: each `--X` is `--config.X` (devices, shardings, vsi, steps,
+batch_size, cardinality_scale, embed_dim, mlp_dims, cache_rows, out); `devices` and
+`mlp_dims` are tuples (`--config.devices=1,2`), `shardings` and `vsi` comma-separated
+strings.
 """
 
 from __future__ import annotations
@@ -47,28 +56,17 @@ import time
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
-from absl import app, flags
 from jax.sharding import PartitionSpec as P
 
-from experiments import report
+from experiments import cli
 from experiments.configs import ctr
+from sfjax.core.errors import ConfigError
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import pipeline
 from sfjax.parallel import collectives
 from sfjax.train import loop, runner
-
-_DEVICES = flags.DEFINE_list("devices", ["1", "2", "4", "8"], "Device counts of the mesh.")
-_SHARDINGS = flags.DEFINE_list("shardings", ["replicated", "row"], "embedding.cache_sharding values.")
-_VSI = flags.DEFINE_list("vsi", ["on", "off"], "on: bucketed unique rows; off: U = B*F rows.")
-_STEPS = flags.DEFINE_integer("steps", 24, "Train steps per configuration.")
-_BATCH = flags.DEFINE_integer("batch_size", 1024, "Examples per step (divisible by every D).")
-_SCALE = flags.DEFINE_float("cardinality_scale", 0.01, "Multiplies the Criteo per-field cardinalities.")
-_DIM = flags.DEFINE_integer("embed_dim", 16, "Embedding dim (DeepFM rows hold dim + 1 floats).")
-_MLP = flags.DEFINE_list("mlp_dims", ["64"], "DeepFM MLP widths.")
-_CACHE_ROWS = flags.DEFINE_integer("cache_rows", 0, "Rows per device; 0 = lookahead x B x F "
-                                   "(the smallest a replicated cache may be).")
-_OUT = flags.DEFINE_string("out", "", "Write the JSON result here too.")
 
 
 def _use_fake_cpu_devices(count: int) -> None:
@@ -79,18 +77,20 @@ def _use_fake_cpu_devices(count: int) -> None:
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
 
 
-def _config(num_devices: int, sharding: str):
+def train_config(config: ml_collections.ConfigDict, num_devices: int,
+                 sharding: str) -> ml_collections.ConfigDict:
+  """The trainer's config (ctr.py's smoke variant + the benchmark's sizes) of one layout."""
   c = ctr.get_config("smoke")
-  c.data.synthetic.num_train = max(_STEPS.value * _BATCH.value, 4096)
+  c.data.synthetic.num_train = max(config.steps * config.batch_size, 4096)
   c.data.synthetic.num_eval = 1024
-  c.data.synthetic.cardinality_scale = _SCALE.value
-  c.model.name, c.model.embed_dim = "deepfm", _DIM.value
-  c.model.mlp_dims = tuple(int(x) for x in _MLP.value)
+  c.data.synthetic.cardinality_scale = config.cardinality_scale
+  c.model.name, c.model.embed_dim = "deepfm", config.embed_dim
+  c.model.mlp_dims = tuple(int(x) for x in config.mlp_dims)
   c.embedding.backend, c.embedding.cache_sharding = "cache", sharding
   c.embedding.optimizer, c.embedding.learning_rate = "rowwise_adagrad", 0.05
   c.embedding.lookahead = 2
-  c.train.batch_size, c.train.num_devices = _BATCH.value, num_devices
-  c.train.steps = c.train.eval_every = c.train.log_every = _STEPS.value
+  c.train.batch_size, c.train.num_devices = config.batch_size, num_devices
+  c.train.steps = c.train.eval_every = c.train.log_every = config.steps
   return c
 
 
@@ -130,9 +130,10 @@ def exchange_bytes(mesh, steps: list[dict], unique_capacity: int, width: int) ->
           "psum_lookup_allreduce_grad_ring_bytes_per_step": float(np.mean(psum))}
 
 
-def run_config(num_devices: int, sharding: str, vsi: bool, cache_rows: int):
+def run_config(bench: ml_collections.ConfigDict, num_devices: int, sharding: str, vsi: bool,
+               cache_rows: int):
   """Trains one configuration; returns its figures and (losses, host table values)."""
-  config = _config(num_devices, sharding)
+  config = train_config(bench, num_devices, sharding)
   config.embedding.cache_rows = float(cache_rows)
   data = dataset_lib.make_dataset(config.data, config.seed)
   trainer = loop.build_trainer(config, data.spec)
@@ -153,7 +154,7 @@ def run_config(num_devices: int, sharding: str, vsi: bool, cache_rows: int):
   try:
     t = time.perf_counter()
     state, window = runner.run_steps(trainer.run_step, trainer.state, recorded(inputs), 1,
-                                     _STEPS.value, config.train.batch_size)
+                                     config.train.steps, config.train.batch_size)
     wall = time.perf_counter() - t
     per_shape = {
         key: collectives.collective_bytes(
@@ -166,7 +167,10 @@ def run_config(num_devices: int, sharding: str, vsi: bool, cache_rows: int):
     backend.close()
   coll = {k: float(np.mean([per_shape[s["key"]][k] for s in steps]))
           for k in ("operand_bytes", "ring_bytes", "count")}
-  mean = lambda field: float(np.mean([s[field] for s in steps]))
+
+  def mean(field):
+    return float(np.mean([s[field] for s in steps]))
+
   result = {
       "devices": num_devices, "cache_sharding": sharding, "vsi": "on" if vsi else "off",
       "examples_per_sec": window.examples_per_sec, "wall_seconds": wall,
@@ -188,23 +192,31 @@ def run_config(num_devices: int, sharding: str, vsi: bool, cache_rows: int):
   return result, (np.asarray(window.losses), values)
 
 
-def main(argv):
-  del argv
-  devices = sorted({int(x) for x in _DEVICES.value})
+def run(config: ml_collections.ConfigDict) -> dict:
+  """The benchmark (see the module docstring); its figures.
+
+  Raises:
+    ConfigError: for an unknown cache sharding or VSI setting, or no device count.
+  """
+  shardings = cli.split_names(config.shardings, "shardings", ("replicated", "row"))
+  vsi_settings = cli.split_names(config.vsi, "vsi", ("on", "off"))
+  devices = sorted({int(x) for x in config.devices})
+  if not devices or devices[0] < 1:
+    raise ConfigError(f"config field devices: must list positive integers, got {config.devices}")
   _use_fake_cpu_devices(max(devices))
 
   available = jax.local_device_count()
-  spec = dataset_lib.make_dataset(_config(1, "replicated").data, 0).spec
-  cache_rows = _CACHE_ROWS.value or 2 * _BATCH.value * spec.num_fields
+  spec = dataset_lib.make_dataset(train_config(config, 1, "replicated").data, 0).spec
+  cache_rows = config.cache_rows or 2 * config.batch_size * spec.num_fields
   results, skipped, baseline = [], [], None
-  for vsi in [v == "on" for v in _VSI.value]:
-    for sharding in _SHARDINGS.value:
+  for vsi in [v == "on" for v in vsi_settings]:
+    for sharding in shardings:
       for d in devices:
-        if d > available or _BATCH.value % d:
+        if d > available or config.batch_size % d:
           skipped.append({"devices": d, "cache_sharding": sharding,
-                          "reason": f"{available} devices visible, batch {_BATCH.value}"})
+                          "reason": f"{available} devices visible, batch {config.batch_size}"})
           continue
-        result, (losses, values) = run_config(d, sharding, vsi, cache_rows)
+        result, (losses, values) = run_config(config, d, sharding, vsi, cache_rows)
         if baseline is None:
           baseline = (losses, values)
         result["max_loss_diff"] = float(np.max(np.abs(losses - baseline[0])))
@@ -216,13 +228,13 @@ def main(argv):
               f"dloss {result['max_loss_diff']:.2e} dtable {result['max_table_diff']:.2e}",
               file=sys.stderr)
         results.append(result)
-  report.emit_json_line({
+  return {
       "benchmark": "bench_scaling", "platform": jax.devices()[0].platform,
-      "devices_visible": available, "batch_size": _BATCH.value, "steps": _STEPS.value,
+      "devices_visible": available, "batch_size": config.batch_size, "steps": config.steps,
       "num_fields": spec.num_fields, "table_rows": spec.total_rows,
-      "embed_width": _DIM.value + 1, "row_optimizer": "rowwise_adagrad",
-      "results": results, "skipped": skipped}, _OUT.value)
+      "embed_width": config.embed_dim + 1, "row_optimizer": "rowwise_adagrad",
+      "results": results, "skipped": skipped}
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_benchmark("bench_scaling", run)

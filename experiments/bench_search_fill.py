@@ -1,12 +1,12 @@
 """How full a real search's cohorts are: the default search, ragged cohorts on and off.
 
-  python -m experiments.bench_search_fill [--config=experiments/configs/search_ctr.py]
-      [--space=ctr|blocks --modes=ragged,exact,free --out=bench_search_fill.json]
+  python -m experiments.bench_search_fill [--config=experiments/configs/bench_search_fill.py[:smoke]]
+      [--config.space=ctr|blocks --config.modes=ragged,exact,free --config.out=fill.json]
 
-Runs `experiments.search`'s search (`search_loop.run_search`, the default config
-unless --config says otherwise: ASHA over the default CTR space; `--space=blocks`:
-over the generated models of `search_spaces/blocks.py`) once per mode,
-each in a fresh workdir, on the same data and seed:
+Runs `experiments.search`'s search (`search_loop.run_search`, the search config
+`config.search`, by default experiments/configs/search_ctr.py: ASHA over the default
+CTR space; `config.space=blocks`: over the generated models of `search_spaces/blocks.py`)
+once per mode, each in a fresh workdir, on the same data and seed:
   * `ragged`: architecture-aware rounds (`study.fill_cohorts`) and ragged cohorts
     (`study.ragged_cohorts`): ASHA's promotions and new trials of one bucket share
     one program (the default);
@@ -20,7 +20,12 @@ per hour, and the best trial's valid and test AUC. `ragged` and `exact` run the
 same study (the asks do not depend on how a round is split into programs, and a
 ragged program trains each trial as alone, `tests/ctr_search/ragged_test.py`), so
 their best AUCs agree to float tolerance; `free` asks other configs.
-Ends stdout with one JSON line (also written to --out).
+`run(config)` returns the figures; the command ends stdout with them as one JSON
+line (also written to `config.out`).
+
+Old flag -> config field: `--config=FILE` (the search config) -> `config.search`
+(`--config.task.X` -> `--config.search.task.X`, and so on), `--modes` ->
+`config.modes`, `--space` -> `config.space`, `--out` -> `config.out`.
 """
 
 from __future__ import annotations
@@ -33,33 +38,28 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-from absl import app, flags
-from ml_collections import config_flags
+import ml_collections
 
-from experiments import report
+from experiments import cli
 from search_spaces import blocks as blocks_space
 from search_spaces import ctr as ctr_space
-from sfjax.cohorts import cohort_runner as cohort
+from sfjax.cohorts import cohort_runner
+from sfjax.core.errors import ConfigError
 from sfjax.ctr_search import search_loop
 
 MODES = {"ragged": (True, True), "exact": (True, False), "free": (False, False)}
 SPACES = {"ctr": ctr_space.SEARCH_SPACE, "blocks": blocks_space.BLOCK_SEARCH_SPACE}
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", "experiments/configs/search_ctr.py", "The search config (ml_collections).")
-_MODES = flags.DEFINE_list("modes", list(MODES), f"Modes to run, of {', '.join(MODES)}.")
-_SPACE = flags.DEFINE_enum("space", "ctr", list(SPACES), "The search space.")
-_OUT = flags.DEFINE_string("out", "", "Write the JSON result here too.")
 
 
-def measure(config, modes: Sequence[str], space: str = "ctr") -> dict[str, Any]:
-  """Runs the search of `config` over `SPACES[space]` once per mode (names of `MODES`)
-  in a fresh workdir; its figures per mode."""
+def measure(search_config, modes: Sequence[str], space: str = "ctr") -> dict[str, Any]:
+  """Runs the search of `search_config` over `SPACES[space]` once per mode (names of
+  `MODES`) in a fresh workdir; its figures per mode."""
   out = {}
   for mode in modes:
     # Every mode compiles its own programs: none reuses another mode's executables.
-    cohort.cohort_program.cache_clear()
+    cohort_runner.cohort_program.cache_clear()
     jax.clear_caches()
-    c = config.copy_and_resolve_references()
+    c = search_config.copy_and_resolve_references()
     c.study.fill_cohorts, c.study.ragged_cohorts = MODES[mode]
     with tempfile.TemporaryDirectory(prefix=f"bench_search_fill_{mode}_") as workdir:
       t0 = time.perf_counter()
@@ -75,19 +75,21 @@ def measure(config, modes: Sequence[str], space: str = "ctr") -> dict[str, Any]:
   return out
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  unknown = sorted(set(_MODES.value) - set(MODES))
-  if unknown:
-    raise app.UsageError(f"--modes: unknown mode(s) {unknown} (known: {', '.join(MODES)})")
-  config = _CONFIG.value
-  result = {"benchmark": "bench_search_fill", "space": _SPACE.value,
-            "algorithm": config.study.algorithm, "num_trials": config.study.num_trials,
-            "cohort_width": config.study.cohort_width,
-            "modes": measure(config, _MODES.value, _SPACE.value)}
-  report.emit_json_line(result, _OUT.value)
+def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The benchmark (see the module docstring); its figures.
+
+  Raises:
+    ConfigError: for an unknown mode or space, before anything runs.
+  """
+  modes = cli.split_names(config.modes, "modes", MODES)
+  if config.space not in SPACES:
+    raise ConfigError(f"config field space: unknown {config.space!r} (known: {', '.join(SPACES)})")
+  search = config.search
+  return {"benchmark": "bench_search_fill", "space": config.space,
+          "algorithm": search.study.algorithm, "num_trials": search.study.num_trials,
+          "cohort_width": search.study.cohort_width,
+          "modes": measure(search, modes, config.space)}
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_benchmark("bench_search_fill", run)

@@ -1,90 +1,75 @@
 """Throughput of the CTR trainer's step on the benchmark workload, end to end.
 
-  python -m experiments.bench_train [--backend=device|cache|both] [--cache_rows=0.05]
-      [--steps=40 --warmup=8 --out=bench.json] [--profile] [--floor=../shared/bench/bare_jax_deepfm.py]
+  python -m experiments.bench_train [--config=experiments/configs/bench_train.py[:smoke]]
+      [--config.backend=device|cache|both --config.cache_rows=0.05 --config.steps=40
+       --config.warmup=8 --config.profile=True --config.floor=True --config.repeats=3
+       --config.out=bench.json]
 
 Workload: DeepFM, batch 4096, 26 fields x 100k rows (a 2.6M-row table: 20x a 5% cache),
 dim 16, MLP 400-400-400, row-wise Adagrad embedding rows (TorchRec's default) + Adam
 dense params, Zipf(1.1) ids with hot ids scattered.
 
 Honest by construction:
-  * fresh data: every step gets a batch no other step saw (`--distinct_batches=0`, the
+  * fresh data: every step gets a batch no other step saw (`distinct_batches=0`, the
     default, generates one per step ahead of time), so the cache cannot warm up on a
     handful of batches;
   * the headline `examples_per_sec` is the end-to-end pipelined rate of the trainer's own
     step runner (`sfjax.train.runner.run_steps`), host preparation (VSI, cache planning,
     gathers, write-back) included; `device_examples_per_sec` / `device_step_ms` beside
     it time each step waited for on its own (inputs already prepared);
-  * `--backend=both` runs the on-device table and the cache in one process, one window,
-    and reports `cache_to_device_ratio`; `--floor=PATH` loads the plain-JAX floor
-    (`../shared/bench/bare_jax_deepfm.py`) in this process on the same workload and
-    alternates its step with ours, step by step: `step_to_floor_ratio` is the floor's
-    median step time over ours (both under the same machine noise);
-    `--repeats=R` interleaves R rounds of (floor, device, cache) and reports medians.
+  * `backend=both` runs the on-device table and the cache in one process, one window,
+    and reports `cache_to_device_ratio`; `floor=True` runs the plain-JAX floor
+    (`experiments/floor_deepfm.py`) in this process on the same batches and unique
+    capacity, alone (`floor`) and alternated with our device step, step by step:
+    `step_to_floor_ratio` is the floor's median step time over ours (both under the same
+    machine noise);
+    `repeats=R` interleaves R rounds of (floor, device, cache, floor alternated with
+    device) and reports medians over rounds.
 The cache JSON carries hit rate, bytes per example each way, swap rows per step and the
-per-stage busy and wait seconds. Ends stdout with one JSON line (also written to --out).
+per-stage busy and wait seconds. `run(config)` returns the figures; the command ends
+stdout with them as one JSON line (also written to `config.out`).
+
+Old flag -> config field: each `--X` is `--config.X` (steps, warmup, batch_size,
+rows_per_field, num_fields, embed_dim, zipf, model, distinct_batches, profile, backend,
+cache_rows, lookahead, unique_capacity, embedding_optimizer, repeats, out), except
+`--floor=PATH` (a script outside the repository), now `--config.floor=True`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
-import runpy
 import statistics
-import sys
 import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from absl import app, flags
 
-from experiments import report
+from experiments import cli
+from experiments import floor_deepfm as floor_lib
 from experiments.configs import ctr as ctr_config
+from sfjax.core.errors import ConfigError
 from sfjax.data import synthetic, types
 from sfjax.embedding import device_table, row_optimizers, vsi
 from sfjax.train import backends, loop, optimizers, runner
 from sfjax.train import step as step_lib
 
-_STEPS = flags.DEFINE_integer("steps", 40, "Timed steps (each window: waited, then pipelined).")
-_WARMUP = flags.DEFINE_integer("warmup", 8, "Untimed steps after compilation.")
-_BATCH = flags.DEFINE_integer("batch_size", 4096, "Examples per step.")
-_ROWS = flags.DEFINE_integer("rows_per_field", 100_000, "Vocabulary per field.")
-_FIELDS = flags.DEFINE_integer("num_fields", 26, "Categorical fields.")
-_DIM = flags.DEFINE_integer("embed_dim", 16, "Embedding dimension.")
-_ZIPF = flags.DEFINE_float("zipf", 1.1, "Power-law exponent of the ids.")
-_MODEL = flags.DEFINE_string("model", "deepfm", "Model name.")
-_DISTINCT = flags.DEFINE_integer("distinct_batches", 0, "Distinct host batches cycled through "
-                                 "(0: a fresh batch for every step).")
-_PROFILE = flags.DEFINE_boolean("profile", False, "Also time each phase separately (device).")
-_OUT = flags.DEFINE_string("out", "", "Write the JSON result here too.")
-_BACKEND = flags.DEFINE_enum("backend", "device", [*backends.BACKENDS, "both"],
-                             "Embedding backend ('both': device then cache, one window).")
-_CACHE_ROWS = flags.DEFINE_float("cache_rows", 0.05, "Cache backend: rows, or fraction of the table.")
-_LOOKAHEAD = flags.DEFINE_integer("lookahead", 2, "Cache backend: steps planned ahead.")
-_UNIQUE_CAP = flags.DEFINE_integer("unique_capacity", 0, "Padded unique ids per step (0: the "
-                                   "largest unique count of the batches, rounded up to 256, "
-                                   "as the floor pads).")
-_ROW_OPT = flags.DEFINE_enum("embedding_optimizer", "rowwise_adagrad", list(row_optimizers.ROW_OPTIMIZERS),
-                             "Row optimizer of the embedding table.")
-_REPEATS = flags.DEFINE_integer("repeats", 1, "Rounds of (floor, backends), interleaved; figures "
-                                "are medians over rounds.")
-_FLOOR = flags.DEFINE_string("floor", "", "Path of the plain-JAX floor script to run in the same "
-                             "window (e.g. ../shared/bench/bare_jax_deepfm.py).")
+FLOOR_BATCHES = 64  # distinct batches the floor cycles through (on device)
 
 
-def workload_config(backend: str, unique_capacity: int) -> ml_collections.ConfigDict:
-  """The benchmark config (ctr.py defaults + the workload's sizes) for `backend`."""
+def workload_config(config: ml_collections.ConfigDict, backend: str,
+                    unique_capacity: int) -> ml_collections.ConfigDict:
+  """The trainer's config (ctr.py defaults + the workload's sizes) for `backend`."""
   c = ctr_config.get_config()
-  c.model.name, c.model.embed_dim, c.model.mlp_dims = _MODEL.value, _DIM.value, (400, 400, 400)
-  c.embedding.optimizer, c.optimizer.name = _ROW_OPT.value, "adam"
-  c.train.batch_size = _BATCH.value
+  c.model.name, c.model.embed_dim, c.model.mlp_dims = config.model, config.embed_dim, (400, 400, 400)
+  c.embedding.optimizer, c.optimizer.name = config.embedding_optimizer, "adam"
+  c.train.batch_size = config.batch_size
   c.train.num_devices = 1
   c.embedding.backend = backend
-  c.embedding.cache_rows = _CACHE_ROWS.value
-  c.embedding.lookahead = _LOOKAHEAD.value
+  c.embedding.cache_rows = float(config.cache_rows)
+  c.embedding.lookahead = config.lookahead
   c.embedding.unique_capacity = unique_capacity
   return c
 
@@ -142,21 +127,22 @@ def profile_phases(trainer: loop.Trainer, tx, row_opt, state, db) -> dict[str, f
   return {k: v * 1e3 for k, v in ms.items()}
 
 
-def unique_capacity(spec: types.DatasetSpec, batches: list[types.Batch]) -> int:
-  """`--unique_capacity`, or the batches' largest unique-id count rounded up to 256."""
-  if _UNIQUE_CAP.value:
-    return _UNIQUE_CAP.value
+def unique_capacity(config: ml_collections.ConfigDict, spec: types.DatasetSpec,
+                    batches: list[types.Batch]) -> int:
+  """`config.unique_capacity`, or the batches' largest unique-id count rounded up to 256."""
+  if config.unique_capacity:
+    return config.unique_capacity
   most = max(np.unique(b.ids + spec.field_offsets[None, :]).size for b in batches)
   return -(-most // 256) * 256
 
 
-def run_backend(backend: str, spec: types.DatasetSpec, batches: list[types.Batch],
-                capacity: int) -> dict:
+def run_backend(bench: ml_collections.ConfigDict, backend: str, spec: types.DatasetSpec,
+                batches: list[types.Batch], capacity: int) -> dict:
   """One backend's figures: compile, waited (device-bound) window, pipelined window."""
-  config = workload_config(backend, capacity)
+  config = workload_config(bench, backend, capacity)
   trainer = loop.build_trainer(config, spec)
   backend_obj = trainer.backend
-  steps, warmup, batch = _STEPS.value, _WARMUP.value, _BATCH.value
+  steps, warmup, batch = bench.steps, bench.warmup, bench.batch_size
 
   def host_batches():
     i = 0
@@ -203,7 +189,7 @@ def run_backend(backend: str, spec: types.DatasetSpec, batches: list[types.Batch
   }
   if after:
     result["cache"] = cache_figures(before, after, backend_obj.num_slots, spec.total_rows)
-  if _PROFILE.value and backend == "device":
+  if bench.profile and backend == "device":
     db = jax.device_put(backend_obj.prepare_eval(batches[0]))
     result["profile"] = profile_phases(trainer, optimizers.from_config(config.optimizer),
                                        row_opt, state, db)
@@ -229,112 +215,159 @@ def cache_figures(before: dict, after: dict, cache_rows: int, table_rows: int) -
   }
 
 
-def load_floor(path: str, pool: int) -> tuple[dict, dict]:
-  """Runs the plain-JAX floor script in this process on the same workload.
+class FloorPair(NamedTuple):
+  """Our jitted device step and the floor's, each with its state and device batches."""
 
-  Returns:
-    (its own JSON figures, its globals: the jitted step `f`, its `state` and device
-    batches `dev`, for `interleaved_floor_ratio`).
-  """
-  argv = [path, "--batch", str(_BATCH.value), "--fields", str(_FIELDS.value),
-          "--rows", str(_ROWS.value), "--dim", str(_DIM.value), "--steps", str(_STEPS.value),
-          "--zipf", str(_ZIPF.value), "--distinct", str(min(pool, 64))]
-  saved, sys.argv = sys.argv, argv
-  printed = io.StringIO()
-  try:
-    with contextlib.redirect_stdout(printed):
-      floor = runpy.run_path(path, run_name="__floor__")
-  finally:
-    sys.argv = saved
-  return json.loads(printed.getvalue().strip().splitlines()[-1]), floor
+  step: Callable
+  state: Any
+  batches: list
+  floor_step: Callable
+  floor_state: Any
+  floor_batches: list
 
 
-def interleaved_floor_ratio(trainer: loop.Trainer, spec: types.DatasetSpec,
-                            batches: list[types.Batch], capacity: int, floor: dict) -> dict:
+def make_floor_pair(config: ml_collections.ConfigDict, spec: types.DatasetSpec,
+                    batches: list[types.Batch], capacity: int) -> FloorPair:
+  """Our device-backend trainer and the plain-JAX floor on the same batches and capacity."""
+  trainer = loop.build_trainer(workload_config(config, "device", capacity), spec)
+  backend = trainer.backend
+  ours = [jax.device_put(vsi.prepare_batch(b, spec.field_offsets, capacity, spec.total_rows)[0],
+                         backend.batch_sharding) for b in batches[:config.steps]]
+  offsets = spec.field_offsets[None, :]
+  floor_batches = [jax.device_put(floor_lib.floor_batch(b.ids + offsets, b.dense, b.labels,
+                                                        capacity, spec.total_rows))
+                   for b in batches[:FLOOR_BATCHES]]
+  floor_state = floor_lib.init_state(spec.total_rows, spec.num_fields, config.embed_dim,
+                                     spec.num_dense)
+  return FloorPair(trainer.run_step.jitted, trainer.state, ours, floor_lib.make_floor_step(),
+                   floor_state, floor_batches)
+
+
+def measure_floor(config: ml_collections.ConfigDict, pair: FloorPair) -> tuple[dict, FloorPair]:
+  """The floor's own figures (its step alone, `floor_deepfm.measure`)."""
+  figures, floor_state = floor_lib.measure(pair.floor_step, pair.floor_state,
+                                           pair.floor_batches, config.steps)
+  return figures, pair._replace(floor_state=floor_state)
+
+
+def interleaved_floor_ratio(config: ml_collections.ConfigDict,
+                            pair: FloorPair) -> tuple[dict, FloorPair]:
   """Our device step and the floor's, alternated step by step in one process.
 
   Both see the same machine noise (2 shared cores drift by ~10% within a minute), so
   the ratio of their median step times is far steadier than separate runs' ratio.
   """
-  backend = trainer.backend
-  ours = [jax.device_put(vsi.prepare_batch(b, spec.field_offsets, capacity, spec.total_rows)[0],
-                         backend.batch_sharding) for b in batches[:_STEPS.value]]
-  step, state = trainer.run_step.jitted, trainer.state
-  floor_step, floor_state, floor_batches = floor["f"], floor["state"], floor["dev"]
+  state, floor_state = pair.state, pair.floor_state
   ours_s, floor_s = [], []
-  for i in range(_WARMUP.value + _STEPS.value):
+  for i in range(config.warmup + config.steps):
     t = time.perf_counter()
-    state, m = step(state, ours[i % len(ours)])
+    state, m = pair.step(state, pair.batches[i % len(pair.batches)])
     jax.block_until_ready(m["loss"])
     t1 = time.perf_counter()
-    floor_state, loss = floor_step(floor_state, *floor_batches[i % len(floor_batches)])
+    floor_state, loss = pair.floor_step(floor_state,
+                                        pair.floor_batches[i % len(pair.floor_batches)])
     jax.block_until_ready(loss)
     t2 = time.perf_counter()
-    if i >= _WARMUP.value:
+    if i >= config.warmup:
       ours_s.append(t1 - t)
       floor_s.append(t2 - t1)
   ours_ms, floor_ms = statistics.median(ours_s) * 1e3, statistics.median(floor_s) * 1e3
-  return {"step_ms": ours_ms, "floor_step_ms": floor_ms, "step_to_floor_ratio": floor_ms / ours_ms}
+  figures = {"step_ms": ours_ms, "floor_step_ms": floor_ms, "step_to_floor_ratio": floor_ms / ours_ms}
+  return figures, pair._replace(state=state, floor_state=floor_state)
 
 
-def main(argv):
-  del argv
+def _median(values) -> float:
+  return float(statistics.median(values))
+
+
+def validate(config: ml_collections.ConfigDict) -> list[str]:
+  """The backends to run, after checking the config's names and counts.
+
+  Raises:
+    ConfigError: naming the field of an unknown backend or row optimizer, or a count < 1.
+  """
+  for field, known in (("backend", (*backends.BACKENDS, "both")),
+                       ("embedding_optimizer", tuple(row_optimizers.ROW_OPTIMIZERS))):
+    if config[field] not in known:
+      raise ConfigError(f"config field {field}: unknown {config[field]!r} "
+                        f"(known: {', '.join(known)})")
+  for field in ("steps", "repeats", "batch_size", "num_fields", "rows_per_field"):
+    if config[field] < 1:
+      raise ConfigError(f"config field {field}: must be >= 1, got {config[field]}")
+  return list(backends.BACKENDS) if config.backend == "both" else [config.backend]
+
+
+def run(config: ml_collections.ConfigDict) -> dict:
+  """The benchmark (see the module docstring); its figures.
+
+  Raises:
+    ConfigError: see `validate`.
+  """
+  names = validate(config)
   spec = types.DatasetSpec(
-      tuple(types.FieldSpec(f"C{i + 1}", _ROWS.value) for i in range(_FIELDS.value)), 13)
-  total_steps = 1 + _WARMUP.value + 2 * _STEPS.value
-  pool = _DISTINCT.value or total_steps
+      tuple(types.FieldSpec(f"C{i + 1}", config.rows_per_field) for i in range(config.num_fields)),
+      13)
+  total_steps = 1 + config.warmup + 2 * config.steps
+  pool = config.distinct_batches or total_steps
   t = time.perf_counter()
-  batches = power_law_batches(spec, _BATCH.value, pool, _ZIPF.value)
+  batches = power_law_batches(spec, config.batch_size, pool, config.zipf)
   gen_seconds = time.perf_counter() - t
-  capacity = unique_capacity(spec, batches)
-  names = list(backends.BACKENDS) if _BACKEND.value == "both" else [_BACKEND.value]
+  capacity = unique_capacity(config, spec, batches)
   # Rounds interleave the floor and the backends, so each ratio compares runs of one
   # window; the figures are medians over rounds (2 shared cores drift by ~10% a minute).
+  pair = make_floor_pair(config, spec, batches, capacity) if config.floor else None
   rounds = []
-  floor = load_floor(_FLOOR.value, pool) if _FLOOR.value else None
-  for _ in range(_REPEATS.value):
-    entry = {"floor": floor[0]} if floor else {}
-    entry.update({name: run_backend(name, spec, batches, capacity) for name in names})
+  for _ in range(config.repeats):
+    entry = {}
+    if pair:
+      entry["floor"], pair = measure_floor(config, pair)
+    entry.update({name: run_backend(config, name, spec, batches, capacity) for name in names})
     if len(names) > 1:
       entry["cache_to_device_ratio"] = (entry["cache"]["examples_per_sec"]
                                         / entry["device"]["examples_per_sec"])
+    if pair:
+      entry["floor_interleaved"], pair = interleaved_floor_ratio(config, pair)
     rounds.append(entry)
-  if floor:
-    trainer = loop.build_trainer(workload_config("device", capacity), spec)
-    interleaved = interleaved_floor_ratio(trainer, spec, batches, capacity, floor[1])
   result = {
-      "benchmark": "bench_train", "backend": _BACKEND.value, "model": _MODEL.value,
-      "batch_size": _BATCH.value, "num_fields": _FIELDS.value, "rows_per_field": _ROWS.value,
-      "embed_dim": _DIM.value, "zipf": _ZIPF.value, "embedding_optimizer": _ROW_OPT.value,
-      "timed_steps": _STEPS.value, "distinct_batches": pool, "fresh_batches": pool >= total_steps,
+      "benchmark": "bench_train", "backend": config.backend, "model": config.model,
+      "batch_size": config.batch_size, "num_fields": config.num_fields,
+      "rows_per_field": config.rows_per_field, "embed_dim": config.embed_dim, "zipf": config.zipf,
+      "embedding_optimizer": config.embedding_optimizer, "timed_steps": config.steps,
+      "distinct_batches": pool, "fresh_batches": pool >= total_steps,
       "data_generation_s": gen_seconds, "devices": jax.device_count(),
-      "platform": jax.devices()[0].platform, "repeats": len(rounds),
-      "unique_capacity": capacity,
+      "platform": jax.devices()[0].platform, "repeats": len(rounds), "unique_capacity": capacity,
   }
-  median = lambda values: float(statistics.median(values))
+  result.update(round_medians(rounds, names, config.batch_size))
+  return result
+
+
+def round_medians(rounds: list[dict], names: list[str], batch_size: int) -> dict:
+  """The headline figures over rounds: medians of the rates, the last round's details."""
   first = rounds[-1][names[0]]
-  result.update({k: first[k] for k in ("mean_unique_per_batch", "compile_s", "final_loss",
-                                       "state_bytes_per_row")})
+  out = {k: first[k] for k in ("mean_unique_per_batch", "compile_s", "final_loss",
+                               "state_bytes_per_row")}
   for key in ("examples_per_sec", "device_step_ms"):
-    result[key] = median([r[names[0]][key] for r in rounds])
-  result["device_examples_per_sec"] = _BATCH.value / (result["device_step_ms"] * 1e-3)
-  result["median_step_ms"] = result["device_step_ms"]
+    out[key] = _median([r[names[0]][key] for r in rounds])
+  out["device_examples_per_sec"] = batch_size / (out["device_step_ms"] * 1e-3)
+  out["median_step_ms"] = out["device_step_ms"]
   if "cache" in first:
-    result["cache"] = first["cache"]
-    result["cache_rows"] = first["cache"]["cache_rows"]
+    out["cache"] = first["cache"]
+    out["cache_rows"] = first["cache"]["cache_rows"]
   if "profile" in first:
-    result["profile"] = first["profile"]
+    out["profile"] = first["profile"]
   if len(names) > 1:
-    result["runs"] = {name: rounds[-1][name] for name in names}  # the last round
-    result["cache_to_device_ratio"] = median([r["cache_to_device_ratio"] for r in rounds])
-  if floor:
-    result["floor"] = floor[0]
-    result["floor_interleaved"] = interleaved
-    result["step_to_floor_ratio"] = interleaved["step_to_floor_ratio"]
+    out["runs"] = {name: rounds[-1][name] for name in names}  # the last round
+    out["cache_to_device_ratio"] = _median([r["cache_to_device_ratio"] for r in rounds])
+  if "floor" in rounds[-1]:
+    out["floor"] = dict(rounds[-1]["floor"], **{
+        k: _median([r["floor"][k] for r in rounds]) for k in ("median_step_ms", "examples_per_sec")})
+    out["floor_interleaved"] = {k: _median([r["floor_interleaved"][k] for r in rounds])
+                                for k in ("step_ms", "floor_step_ms", "step_to_floor_ratio")}
+    out["step_to_floor_ratio"] = out["floor_interleaved"]["step_to_floor_ratio"]
   if len(rounds) > 1:
-    result["rounds"] = rounds
-  report.emit_json_line(result, _OUT.value)
+    out["rounds"] = rounds
+  return out
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_benchmark("bench_train", run)

@@ -1,8 +1,9 @@
 """Trials/hour of vmapped cohorts versus the same trials run one after another.
 
-  python -m experiments.bench_trials [--widths=1,8,32,128 --steps=20 --out=bench.json]
+  python -m experiments.bench_trials [--config=experiments/configs/bench_trials.py[:smoke]]
+      [--config.widths=1,8,32,128 --config.steps=20 --config.out=bench.json]
 
-For each cohort size N in --widths, N small CTR trials (one architecture,
+For each cohort size N in `widths`, N small CTR trials (one architecture,
 log-spaced learning rates, seeds 0..N-1) are run
   * as one cohort: one compiled program of width N (`CohortRunner.run`), and
   * sequentially: N calls of the width-1 program, one trial after another.
@@ -10,16 +11,22 @@ Both paths include eval, exact host AUC/logloss and the transfer of each trial's
 final state to the host, i.e. what a study pays per trial. Each program is
 compiled (and run) once before the timed run; compile time is reported apart.
 
-With `--joint=N`, also N trials drawn at random from the default joint architecture +
+With `joint=N`, also N trials drawn at random from the default joint architecture +
 hyperparameter space of `experiments.search` (search_spaces/ctr.py, the families of
-search_ctr.py), asked in rounds of `--joint_batch` like a search (architecture-aware
-unless `--nojoint_fill`: a round's first draw is free, the rest share its shape bucket):
+search_ctr.py), asked in rounds of `joint_batch` like a search (architecture-aware
+unless `joint_fill=False`: a round's first draw is free, the rest share its shape bucket):
 each round's trials of one bucket run as one padded cohort, against every trial
 alone. Both paths are timed end to end, compiles included (every new program
 compiles, as in a search), `mean_cohort_width` is the mean number of trials per
 cohort and `max_auc_diff_vs_sequential` checks that both paths train the same trials.
-Ends stdout with one JSON line (also written to --out). Nothing here is
-platform-specific: the same command measures a GPU.
+`run(config)` returns the figures; the command ends stdout with them as one JSON line
+(also written to `config.out`). Nothing here is platform-specific: the same command
+measures a GPU.
+
+Old flag -> config field: each `--X` is `--config.X` (widths, steps, batch_size, model,
+embed_dim, mlp_depth, mlp_width, embedding_optimizer, cardinality_scale, eval_rows,
+shard_trials, joint, joint_batch, joint_fill, out); `widths` is a tuple
+(`--config.widths=1,8`), `--nojoint_fill` is `--config.joint_fill=False`.
 """
 
 from __future__ import annotations
@@ -29,45 +36,28 @@ import sys
 import time
 
 import jax
+import ml_collections
 import numpy as np
-from absl import app, flags
 
-from experiments import report
+from experiments import cli
 from experiments.configs import ctr as ctr_config
 from experiments.configs import search_ctr
 from search_spaces import ctr as ctr_space
 from sfjax.automl.algorithms import TrialStatus
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import buckets as padded
-from sfjax.cohorts import cohort_runner as cohort
-from sfjax.cohorts import task as trial_data
-
-_WIDTHS = flags.DEFINE_list("widths", ["1", "8", "32", "128"], "Cohort sizes N to measure.")
-_STEPS = flags.DEFINE_integer("steps", 20, "Train steps per trial.")
-_BATCH = flags.DEFINE_integer("batch_size", 128, "Examples per train step.")
-_MODEL = flags.DEFINE_string("model", "deepfm", "Model name.")
-_DIM = flags.DEFINE_integer("embed_dim", 4, "Embedding dimension D.")
-_MLP_DEPTH = flags.DEFINE_integer("mlp_depth", 1, "MLP hidden layers.")
-_MLP_WIDTH = flags.DEFINE_integer("mlp_width", 16, "MLP hidden width.")
-_ROW_OPT = flags.DEFINE_string("embedding_optimizer", "adagrad", "Row optimizer.")
-_SCALE = flags.DEFINE_float("cardinality_scale", 1e-3, "Synthetic Criteo cardinality scale (table size).")
-_EVAL_ROWS = flags.DEFINE_integer("eval_rows", 2048, "Eval examples per trial.")
-_SHARD = flags.DEFINE_boolean("shard_trials", False, "Shard the trial axis over all local devices.")
-_JOINT = flags.DEFINE_integer("joint", 0, "Also this many trials of the default joint space.")
-_JOINT_BATCH = flags.DEFINE_integer("joint_batch", 8, "Trials asked per round in --joint.")
-_JOINT_FILL = flags.DEFINE_boolean("joint_fill", True, "--joint rounds are architecture-aware "
-                                   "(one shape bucket per round, as study.fill_cohorts).")
-_OUT = flags.DEFINE_string("out", "", "Write the JSON result here too.")
+from sfjax.cohorts import buckets, cohort_runner
+from sfjax.cohorts import task as task_lib
+from sfjax.core.errors import ConfigError
 
 
-def make_task() -> trial_data.CTRTask:
+def make_task(config: ml_collections.ConfigDict) -> task_lib.CTRTask:
   """The benchmark's CTR task (synthetic Criteo-like data, ctr.py defaults otherwise)."""
   data = ctr_config.get_config().data
-  data.synthetic.cardinality_scale = _SCALE.value
-  data.synthetic.num_eval = max(_EVAL_ROWS.value, 1)
-  return trial_data.CTRTask(data, batch_size=_BATCH.value, eval_rows=_EVAL_ROWS.value,
-                            steps_per_budget_unit=_STEPS.value, eval_batch_size=min(_EVAL_ROWS.value, 2048),
-                            max_steps=_STEPS.value)
+  data.synthetic.cardinality_scale = config.cardinality_scale
+  data.synthetic.num_eval = max(config.eval_rows, 1)
+  return task_lib.CTRTask(data, batch_size=config.batch_size, eval_rows=config.eval_rows,
+                          steps_per_budget_unit=config.steps,
+                          eval_batch_size=min(config.eval_rows, 2048), max_steps=config.steps)
 
 
 def trial_hparams(count: int) -> list[dict[str, float]]:
@@ -77,23 +67,24 @@ def trial_hparams(count: int) -> list[dict[str, float]]:
           for f in frac]
 
 
-def timed_run(runner: cohort.CohortRunner, arch, hparams, seeds):
+def timed_run(runner: cohort_runner.CohortRunner, arch, hparams, seeds):
   """(results, seconds) of one `runner.run` of fresh trials over the task's steps."""
   t = time.perf_counter()
-  results = runner.run(arch, hparams, seeds, [0] * len(seeds), _STEPS.value, [None] * len(seeds))
+  results = runner.run(arch, hparams, seeds, [0] * len(seeds), runner.task.max_steps,
+                       [None] * len(seeds))
   return results, time.perf_counter() - t
 
 
-def measure(data: trial_data.TrialData, arch, count: int, mesh) -> dict[str, float]:
+def measure(data: task_lib.TrialData, arch, count: int, mesh) -> dict[str, float]:
   """Cohort vs sequential figures for `count` trials."""
   hparams, seeds = trial_hparams(count), list(range(count))
-  together = cohort.CohortRunner(data.task, cohort_width=count, mesh=mesh, data=data)
+  together = cohort_runner.CohortRunner(data.task, cohort_width=count, mesh=mesh, data=data)
   _, compile_s = timed_run(together, arch, hparams, seeds)  # compiles (and runs) once
   cohort_results, cohort_s = timed_run(together, arch, hparams, seeds)
-  alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
+  alone = cohort_runner.CohortRunner(data.task, cohort_width=1, data=data)
   timed_run(alone, arch, hparams[:1], seeds[:1])  # compiles the width-1 program (once per process)
   seq_s, seq_results = 0.0, []
-  for h, s in zip(hparams, seeds):
+  for h, s in zip(hparams, seeds, strict=True):
     results, seconds = timed_run(alone, arch, [h], [s])
     seq_s += seconds
     seq_results += results
@@ -114,20 +105,20 @@ def joint_draws(space, count: int, batch: int, fill: bool, rng) -> list:
 
   With `fill` a round is architecture-aware (`search_loop.ask_round`): its first draw
   is free, the others are drawn from `space.fixing` its shape-bucket keys
-  (`padded.fixed_config_keys`).
+  (`buckets.fixed_config_keys`).
   """
   keys = [k for k in space.keys if k in arch_lib.STATIC_KEYS] if fill else []
   draws = []
   while len(draws) < count:
     first = space.sample(rng)
-    fixed = space.fixing({k: first[k] for k in padded.fixed_config_keys(first, keys)
+    fixed = space.fixing({k: first[k] for k in buckets.fixed_config_keys(first, keys)
                           if k in first}) if keys else space
     size = min(batch, count - len(draws))
     draws += [first] + [fixed.sample(rng) for _ in range(size - 1)]
   return [arch_lib.split_config(ctr_space.runner_config(c)) for c in draws]
 
 
-def measure_joint(data: trial_data.TrialData, count: int, batch: int, fill: bool = True,
+def measure_joint(data: task_lib.TrialData, count: int, batch: int, fill: bool = True,
                   seed: int = 0) -> dict:
   """`count` random trials of the default joint space: cohorts per round vs one at a time.
 
@@ -141,13 +132,13 @@ def measure_joint(data: trial_data.TrialData, count: int, batch: int, fill: bool
   trials = joint_draws(space, count, batch, fill, np.random.default_rng(seed))
   rounds = [list(range(i, min(i + batch, count))) for i in range(0, count, batch)]
   jax.clear_caches()  # each path pays its own compiles, as a search does
-  together = cohort.CohortRunner(data.task, cohort_width=batch, data=data)
+  together = cohort_runner.CohortRunner(data.task, cohort_width=batch, data=data)
   widths, auc = [], np.full(count, np.nan)
   t = time.perf_counter()
   for members in rounds:
     groups: dict = {}
     for j in members:
-      groups.setdefault(padded.bucket_key(trials[j][0]), []).append(j)
+      groups.setdefault(buckets.bucket_key(trials[j][0]), []).append(j)
     for group in groups.values():
       widths.append(len(group))
       results, _ = timed_run(together, [trials[j][0] for j in group],
@@ -155,7 +146,7 @@ def measure_joint(data: trial_data.TrialData, count: int, batch: int, fill: bool
       auc[group] = [r.metrics["auc"] for r in results]
   cohort_s = time.perf_counter() - t
   jax.clear_caches()
-  alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
+  alone = cohort_runner.CohortRunner(data.task, cohort_width=1, data=data)
   seq_auc = np.full(count, np.nan)
   t = time.perf_counter()
   for j, (arch, hparams) in enumerate(trials):
@@ -164,7 +155,7 @@ def measure_joint(data: trial_data.TrialData, count: int, batch: int, fill: bool
   both = np.isfinite(auc) & np.isfinite(seq_auc)
   return {"trials": count, "batch": batch, "fill": bool(fill), "families": space_cfg.families,
           "architectures": len({arch for arch, _ in trials}),
-          "buckets": len({padded.bucket_key(arch) for arch, _ in trials}), "cohorts": len(widths),
+          "buckets": len({buckets.bucket_key(arch) for arch, _ in trials}), "cohorts": len(widths),
           "mean_cohort_width": float(np.mean(widths)), "max_cohort_width": int(max(widths)),
           "cohort_seconds": cohort_s, "sequential_seconds": seq_s,
           "cohort_trials_per_hour": count * 3600.0 / cohort_s,
@@ -174,34 +165,41 @@ def measure_joint(data: trial_data.TrialData, count: int, batch: int, fill: bool
           if both.any() else None}
 
 
-def main(argv):
-  del argv
-  widths = [int(w) for w in _WIDTHS.value]
+def run(config: ml_collections.ConfigDict) -> dict:
+  """The benchmark (see the module docstring); its figures.
+
+  Raises:
+    ConfigError: when `widths` is empty or holds a width below 1.
+  """
+  widths = [int(w) for w in config.widths]
   if not widths or min(widths) < 1:
-    raise app.UsageError(f"--widths must list positive integers, got {_WIDTHS.value}")
+    raise ConfigError(f"config field widths: must list positive integers, got {config.widths}")
   arch = arch_lib.split_config({
-      "model.name": _MODEL.value, "model.embed_dim": _DIM.value, "model.mlp.depth": _MLP_DEPTH.value,
-      "model.mlp.width": _MLP_WIDTH.value, "optim.embedding_optimizer": _ROW_OPT.value})[0]
+      "model.name": config.model, "model.embed_dim": config.embed_dim,
+      "model.mlp.depth": config.mlp_depth, "model.mlp.width": config.mlp_width,
+      "optim.embedding_optimizer": config.embedding_optimizer})[0]
   t = time.perf_counter()
-  data = trial_data.TrialData(make_task())
+  data = task_lib.TrialData(make_task(config))
   data_s = time.perf_counter() - t
-  mesh = cohort.trial_mesh() if _SHARD.value else None
+  mesh = cohort_runner.trial_mesh() if config.shard_trials else None
   rows = []
   for count in widths:
     rows.append(measure(data, arch, count, mesh))
     print(json.dumps(rows[-1], sort_keys=True), file=sys.stderr)
   result = {
-      "benchmark": "bench_trials", "arch": arch.describe(), "steps_per_trial": _STEPS.value,
-      "batch_size": _BATCH.value, "table_rows": data.num_rows, "eval_examples": data.num_eval_examples,
+      "benchmark": "bench_trials", "arch": arch.describe(), "steps_per_trial": config.steps,
+      "batch_size": config.batch_size, "table_rows": data.num_rows,
+      "eval_examples": data.num_eval_examples,
       "params_per_trial": arch_lib.count_params(arch, data.spec), "data_prep_s": data_s,
       "platform": jax.devices()[0].platform, "device_kind": jax.devices()[0].device_kind,
-      "devices": jax.device_count(), "shard_trials": _SHARD.value, "results": rows,
+      "devices": jax.device_count(), "shard_trials": config.shard_trials, "results": rows,
   }
-  if _JOINT.value:
-    result["joint_space"] = measure_joint(data, _JOINT.value, _JOINT_BATCH.value, _JOINT_FILL.value)
+  if config.joint:
+    result["joint_space"] = measure_joint(data, config.joint, config.joint_batch,
+                                          config.joint_fill)
     print(json.dumps(result["joint_space"], sort_keys=True), file=sys.stderr)
-  report.emit_json_line(result, _OUT.value)
+  return result
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_benchmark("bench_trials", run)

@@ -12,11 +12,6 @@ from absl import app, flags, logging
 
 from sfjax.checkpoint import export
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir (config.json, checkpoints/).")
-_OUT = flags.DEFINE_string("out", None, "Output directory (created; must be new or empty).")
-_CHECKPOINT = flags.DEFINE_string("checkpoint", "", "A checkpoints/step_N directory (default: "
-                                  "the newest good one).")
-
 
 def main(argv):
   if len(argv) > 1:
@@ -31,5 +26,11 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  # Flags are defined only when run as a script, so every module of experiments/
+  # imports into one process (a test, a notebook) without a DuplicateFlagError.
+  _WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir (config.json, checkpoints/).")
+  _OUT = flags.DEFINE_string("out", None, "Output directory (created; must be new or empty).")
+  _CHECKPOINT = flags.DEFINE_string("checkpoint", "", "A checkpoints/step_N directory (default: "
+                                    "the newest good one).")
   flags.mark_flags_as_required(["workdir", "out"])
   app.run(main)

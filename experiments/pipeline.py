@@ -24,13 +24,10 @@ from ml_collections import config_flags
 
 import search_spaces
 from sfjax.automl import pipeline
+from sfjax.core import console
 from sfjax.core.errors import ConfigError
 from sfjax.ctr_pipeline import run as ctr_run
 from sfjax.vision import vision_steps
-
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Python config file (ml_collections).",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory of the pipeline (steps/, report.json).")
 
 
 def application(config):
@@ -50,7 +47,7 @@ def application(config):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  logging.set_verbosity(logging.INFO)
+  console.set_up(logging.INFO)  # our progress lines; orbax and jax INFO chatter off
   config = _CONFIG.value
   try:
     kinds, finalize = application(config)
@@ -66,5 +63,10 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  # Flags are defined only when run as a script, so every module of experiments/
+  # imports into one process (a test, a notebook) without a DuplicateFlagError.
+  _CONFIG = config_flags.DEFINE_config_file("config", None, "Python config file (ml_collections).",
+                                            lock_config=True)
+  _WORKDIR = flags.DEFINE_string("workdir", None, "Directory of the pipeline (steps/, report.json).")
   flags.mark_flags_as_required(["config", "workdir"])
   app.run(main)

@@ -12,8 +12,6 @@ from absl import app, flags
 
 from sfjax.viz import workdir_plots
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "A run's, search's or pipeline's workdir.")
-
 
 def main(argv):
   if len(argv) > 1:
@@ -26,5 +24,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  # Flags are defined only when run as a script, so every module of experiments/
+  # imports into one process (a test, a notebook) without a DuplicateFlagError.
+  _WORKDIR = flags.DEFINE_string("workdir", None, "A run's, search's or pipeline's workdir.")
   flags.mark_flags_as_required(["workdir"])
   app.run(main)

@@ -19,13 +19,6 @@ from ml_collections import config_flags
 from experiments import report
 from sfjax.data import preprocessed
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Python config file (ml_collections).",
-                                          lock_config=True)
-_OUT = flags.DEFINE_string("out", None, "Output directory DIR (must be new or empty).")
-_ROWS_PER_SHARD = flags.DEFINE_integer("rows_per_shard", preprocessed.DEFAULT_ROWS_PER_SHARD,
-                                       "Examples per shard file.")
-_OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace an earlier preprocessing in DIR.")
-
 
 def main(argv):
   if len(argv) > 1:
@@ -43,5 +36,13 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  # Flags are defined only when run as a script, so every module of experiments/
+  # imports into one process (a test, a notebook) without a DuplicateFlagError.
+  _CONFIG = config_flags.DEFINE_config_file("config", None, "Python config file (ml_collections).",
+                                            lock_config=True)
+  _OUT = flags.DEFINE_string("out", None, "Output directory DIR (must be new or empty).")
+  _ROWS_PER_SHARD = flags.DEFINE_integer("rows_per_shard", preprocessed.DEFAULT_ROWS_PER_SHARD,
+                                         "Examples per shard file.")
+  _OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace an earlier preprocessing in DIR.")
   flags.mark_flags_as_required(["config", "out"])
   app.run(main)

@@ -22,12 +22,8 @@ from ml_collections import config_flags
 
 from search_spaces import ctr as ctr_space
 from sfjax.automl.study import JournalLockedError, StudyError
+from sfjax.core import console
 from sfjax.ctr_search import search_loop
-
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Python config file (ml_collections).",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None,
-                                "Directory of the study (journal, states, exports).")
 
 
 def _finite(value):
@@ -42,7 +38,7 @@ def _finite(value):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  logging.set_verbosity(logging.INFO)
+  console.set_up(logging.INFO)  # our progress lines; orbax and jax INFO chatter off
   try:
     summary = search_loop.run_search(_CONFIG.value, _WORKDIR.value, ctr_space.SEARCH_SPACE)
   except (search_loop.SearchConfigError, StudyError, JournalLockedError, ConnectionError) as e:
@@ -53,5 +49,11 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  # Flags are defined only when run as a script, so every module of experiments/
+  # imports into one process (a test, a notebook) without a DuplicateFlagError.
+  _CONFIG = config_flags.DEFINE_config_file("config", None, "Python config file (ml_collections).",
+                                            lock_config=True)
+  _WORKDIR = flags.DEFINE_string("workdir", None,
+                                  "Directory of the study (journal, states, exports).")
   flags.mark_flags_as_required(["config", "workdir"])
   app.run(main)

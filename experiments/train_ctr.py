@@ -17,18 +17,15 @@ process 0 writes DIR and prints the final JSON line.
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from sfjax.core import console
 from sfjax.parallel import distributed
 from sfjax.train import loop
-
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Python config file (ml_collections).",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for metrics.jsonl and config.json.")
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  logging.set_verbosity(logging.INFO)
+  console.set_up(logging.INFO)  # our progress lines; orbax and jax INFO chatter off
   distributed.initialize(_CONFIG.value)  # several hosts: join before anything uses JAX
   final, _ = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   if distributed.is_main_process():
@@ -36,5 +33,10 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  # Flags are defined only when run as a script, so every module of experiments/
+  # imports into one process (a test, a notebook) without a DuplicateFlagError.
+  _CONFIG = config_flags.DEFINE_config_file("config", None, "Python config file (ml_collections).",
+                                            lock_config=True)
+  _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for metrics.jsonl and config.json.")
   flags.mark_flags_as_required(["config", "workdir"])
   app.run(main)

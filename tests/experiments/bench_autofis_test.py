@@ -1,11 +1,13 @@
-"""Smoke run of experiments/bench_autofis.py: the final JSON line and --out file."""
+"""experiments/bench_autofis.py in-process at smoke size: kept pairs, truth, retrain AUCs."""
+
+from experiments import bench_autofis
+from experiments.configs import bench_autofis as bench_config
 
 
-def test_bench_autofis_smoke(run_bench):
-  final = run_bench("experiments.bench_autofis", "--seeds=2", "--search_steps=12", "--warmup_steps=4",
-                    "--retrain_steps=4", "--batch_size=64", "--embed_dim=2", "--eval_rows=512",
-                    "--cardinality_scale=1e-4", "--grda_c=0.0001", "--shares=0.5")
+def test_bench_autofis_smoke():
+  final = bench_autofis.run(bench_config.get_config("smoke"))
   assert final["benchmark"] == "bench_autofis" and final["settings"]["search_steps"] == 12
+  assert final["settings"]["mlp_dims"] == [] and final["eval_rows"] == 512
   (row,) = final["results"]
   assert row["seed"] == 2 and row["pairs"] == 325 and row["kept"] == len(row["kept_pairs"])
   truth = row["truth_0.5"]
@@ -13,3 +15,4 @@ def test_bench_autofis_smoke(run_bench):
   for name in ("kept", "random", "all", "none"):
     assert 0.4 < row[f"{name}_test_auc"] < 1.0
   assert final["mean"]["truth_0.5"]["recall"] == truth["recall"]
+  assert final["mean"]["kept_minus_random_test_auc"] == row["kept_test_auc"] - row["random_test_auc"]

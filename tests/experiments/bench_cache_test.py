@@ -1,13 +1,18 @@
-"""Smoke run of experiments/bench_cache.py: planner hit rates and traffic on a tiny stream."""
+"""experiments/bench_cache.py in-process at smoke size: planner hit rates and traffic on a tiny
+stream."""
 
 import math
 
+import pytest
 
-def test_bench_cache_smoke(run_bench):
+from experiments import bench_cache
+from experiments.configs import bench_cache as bench_config
+from sfjax.core.errors import ConfigError
+
+
+def test_bench_cache_smoke():
   # 3443 table rows at this scale; fractions: too small (error entry), evicting, holds all ids.
-  final = run_bench("experiments.bench_cache", "--steps=40", "--batch_size=16",
-                    "--cardinality_scale=1e-4", "--zipf=1.05,1.2", "--cache_fraction=0.05,0.15,0.5",
-                    "--timing_steps=1")
+  final = bench_cache.run(bench_config.get_config("smoke"))
   assert final["benchmark"] == "bench_cache"
   assert (final["steps"], final["batch_size"], final["lookahead"]) == (40, 16, 2)
   assert final["row_bytes"] == (17 + 17) * 4
@@ -49,3 +54,18 @@ def test_bench_cache_smoke(run_bench):
         assert math.isclose(s["hit_rate"], 1 - base["distinct_ids"] / accesses, rel_tol=1e-9)
       else:
         assert s["evictions"] > 0
+
+
+def test_one_policy_and_no_timing():
+  config = bench_config.get_config("smoke")
+  config.policies, config.timing_steps, config.zipf = "lfu", 0, (1.2,)
+  final = bench_cache.run(config)
+  assert final["planner_ms_per_batch_50k_unique_1M_slots"] == {}
+  assert all("lru" not in e and "lfu" in e for e in final["results"] if "error" not in e)
+
+
+def test_unknown_policy_is_named():
+  config = bench_config.get_config("smoke")
+  config.policies = "lru,fifo"
+  with pytest.raises(ConfigError, match=r"config field policies: unknown \['fifo'\]"):
+    bench_cache.run(config)

@@ -1,13 +1,17 @@
-"""Smoke run of experiments/bench_checkpoint.py: a base then a row-delta save of a small table."""
+"""experiments/bench_checkpoint.py in-process at smoke size: a base then a row-delta save of a
+small table."""
 
 import math
 
+from experiments import bench_checkpoint
+from experiments.configs import bench_checkpoint as bench_config
 
-def test_bench_checkpoint_smoke(tmp_path, run_bench):
+
+def test_bench_checkpoint_smoke(tmp_path):
   scratch = tmp_path / "scratch"
-  final = run_bench("experiments.bench_checkpoint", f"--dir={scratch}", "--rows=300000",
-                    "--width=4", "--steps=20", "--more_steps=1", "--batch_rows=256", "--zipf=1.1",
-                    "--concurrent_steps=3")
+  config = bench_config.get_config("smoke")
+  config.dir = str(scratch)
+  final = bench_checkpoint.run(config)
   assert final["benchmark"] == "bench_checkpoint"
   assert (final["table_rows"], final["table_chunks"]) == (300000, 5)
   assert final["restored_step"] == 21 and final["restored_rows_equal"]
@@ -21,4 +25,13 @@ def test_bench_checkpoint_smoke(tmp_path, run_bench):
               "restore_seconds", "write_back_seconds", "incremental_save_stall_seconds"):
     assert math.isfinite(final[key]) and final[key] > 0, (key, final[key])
   assert final["incremental_save_stall_seconds"] <= final["incremental_save_seconds"]
-  assert not scratch.exists()  # removed unless --keep_files
+  assert final["concurrent_write_backs"] == 3
+  assert not scratch.exists()  # removed unless keep_files
+
+
+def test_keep_files_keeps_the_table_and_checkpoints(tmp_path):
+  config = bench_config.get_config("smoke")
+  config.dir, config.keep_files, config.steps = str(tmp_path / "kept"), True, 2
+  final = bench_checkpoint.run(config)
+  assert final["restored_step"] == 3 and final["restored_rows_equal"]
+  assert (tmp_path / "kept" / "table").is_dir() and (tmp_path / "kept" / "checkpoints").is_dir()

@@ -1,19 +1,24 @@
-"""Smoke run of experiments/bench_huge_table.py: a small mmap table trained through the cache."""
+"""experiments/bench_huge_table.py in-process at smoke size: a small mmap table trained through
+the cache."""
 
 import math
 
+from experiments import bench_huge_table
+from experiments.configs import bench_huge_table as bench_config
 
-def test_bench_huge_table_smoke(tmp_path, run_bench):
+
+def test_bench_huge_table_smoke(tmp_path):
   host_path = tmp_path / "table"
   host_path.mkdir()
-  (host_path / "stale.txt").write_text("deleted by --overwrite")
-  final = run_bench("experiments.bench_huge_table", "--cardinality_scale=1e-3", "--steps=4",
-                    "--batch_size=32", "--cache_rows=20000", f"--host_path={host_path}")
+  (host_path / "stale.txt").write_text("deleted by config.overwrite")
+  config = bench_config.get_config("smoke")
+  config.host_path = str(host_path)
+  final = bench_huge_table.run(config)
   assert final["benchmark"] == "bench_huge_table"
   assert (final["steps"], final["batch_size"], final["cache_rows"]) == (4, 32, 20000)
   rows, row_bytes = final["table_rows"], (final["row_width"] + final["slot_width"]) * 4
   assert rows > final["cache_rows"] and final["table_bytes_if_dense"] == rows * row_bytes
-  # The mmap table lives under --host_path, lazily: only touched rows are materialised.
+  # The mmap table lives under host_path, lazily: only touched rows are materialised.
   assert not (host_path / "stale.txt").exists()
   assert (host_path / "meta.json").exists() and (host_path / "values.npy").exists()
   assert 0 < final["rows_materialised"] <= min(rows, 4 * 32 * 26)

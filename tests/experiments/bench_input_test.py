@@ -1,12 +1,18 @@
-"""Smoke run of experiments/bench_input.py: text vs binary input rates on a tiny file."""
+"""experiments/bench_input.py in-process at smoke size: text vs binary input rates on a tiny file."""
 
 import math
 
+import pytest
 
-def test_bench_input_smoke(run_bench):
-  final = run_bench("experiments.bench_input", "--rows=3000", "--eval_rows=200",
-                    "--batch_size=256", "--rows_per_shard=1000", "--shuffle_buffer=512",
-                    "--binary_examples=20000", "--repeats=2", "--hash_rows=1000")
+from experiments import bench_input
+from experiments.configs import bench_input as bench_config
+from sfjax.core.errors import ConfigError
+
+
+def test_bench_input_smoke(tmp_path):
+  config = bench_config.get_config("smoke")
+  config.workdir = str(tmp_path / "files")
+  final = bench_input.run(config)
   assert final["benchmark"] == "bench_input" and final["num_shards"] == 3
   assert final["binary_examples"] == 20000 // 256 * 256
   for key in ("text_lines_per_s", "preprocess_lines_per_s", "binary_examples_per_s",
@@ -17,3 +23,11 @@ def test_bench_input_smoke(run_bench):
   assert 160 <= final["shard_bytes_per_example"] < 161
   assert math.isclose(final["speedup_vs_text"],
                       final["binary_examples_per_s"] / final["text_lines_per_s"])
+  assert (tmp_path / "files" / "train.tsv").exists()  # a given workdir is kept
+
+
+def test_fewer_rows_than_a_batch_is_named():
+  config = bench_config.get_config("smoke")
+  config.rows = 100
+  with pytest.raises(ConfigError, match="config field rows: 100 is less than one batch of 256"):
+    bench_input.run(config)

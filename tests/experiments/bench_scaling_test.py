@@ -1,13 +1,20 @@
-"""Smoke run of experiments/bench_scaling.py on 2 fake CPU devices, both cache shardings, VSI on/off."""
+"""experiments/bench_scaling.py in-process at smoke size on 2 of the fake CPU devices, both cache
+shardings, VSI on/off."""
 
 import math
 
+import jax
+import pytest
 
-def test_bench_scaling_smoke(run_bench):
-  final = run_bench("experiments.bench_scaling", "--devices=2", "--steps=3", "--batch_size=32",
-                    "--cardinality_scale=0.0005", "--mlp_dims=8", "--embed_dim=4")
+from experiments import bench_scaling
+from experiments.configs import bench_scaling as bench_config
+from sfjax.core.errors import ConfigError
+
+
+def test_bench_scaling_smoke():
+  final = bench_scaling.run(bench_config.get_config("smoke"))
   assert final["benchmark"] == "bench_scaling" and final["platform"] == "cpu"
-  assert final["devices_visible"] == 2 and not final["skipped"]
+  assert final["devices_visible"] == jax.local_device_count() and not final["skipped"]
   runs = {(r["cache_sharding"], r["vsi"]): r for r in final["results"]}
   assert set(runs) == {(s, v) for s in ("replicated", "row") for v in ("on", "off")}
   b_f = 32 * final["num_fields"]
@@ -36,3 +43,22 @@ def test_bench_scaling_smoke(run_bench):
   assert 0 < exchange["owner_blocks_allgather_reducescatter_ring_bytes_per_step"] < (
       exchange["psum_lookup_allreduce_grad_ring_bytes_per_step"])
   assert row["h2d_bytes_per_step"] < rep["h2d_bytes_per_step"]
+
+
+def test_device_counts_beyond_the_visible_ones_are_skipped():
+  config = bench_config.get_config("smoke")
+  config.devices, config.shardings, config.vsi = (1, 64), "replicated", "on"
+  final = bench_scaling.run(config)
+  assert [(r["devices"], r["max_loss_diff"], r["max_table_diff"]) for r in final["results"]] == [
+      (1, 0.0, 0.0)]
+  (skip,) = final["skipped"]
+  assert skip["devices"] == 64 and "devices visible" in skip["reason"]
+
+
+@pytest.mark.parametrize("field,value", [("shardings", "replicated,column"), ("vsi", "maybe"),
+                                         ("devices", ())])
+def test_bad_layout_fields_are_named(field, value):
+  config = bench_config.get_config("smoke")
+  config[field] = value
+  with pytest.raises(ConfigError, match=f"config field {field}:"):
+    bench_scaling.run(config)

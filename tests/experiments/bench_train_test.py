@@ -1,14 +1,21 @@
-"""Smoke runs of experiments/bench_train.py on both embedding backends (tiny sizes)."""
+"""experiments/bench_train.py in-process at smoke size on both embedding backends, and the floor."""
 
 import math
-import os
 
+import jax
 import pytest
 
-# 4 fields x 16 examples: at most 64 unique ids per batch, so unique capacity 64 is
-# enough and a cache of 130 rows passes the lookahead 2 x 64 = 128 start-up check.
-_TINY = ["--batch_size=16", "--rows_per_field=100", "--num_fields=4", "--embed_dim=4",
-         "--steps=4", "--warmup=2", "--unique_capacity=64", "--distinct_batches=12"]
+from experiments import bench_train
+from experiments.configs import bench_train as bench_config
+from sfjax.core.errors import ConfigError
+
+
+def _config(**overrides):
+  # Smoke: 4 fields x 16 examples, at most 64 unique ids per batch (unique capacity 64);
+  # a cache of 130 rows passes the lookahead 2 x 64 = 128 start-up check.
+  config = bench_config.get_config("smoke")
+  config.update(overrides)
+  return config
 
 
 def _check_run(run):
@@ -26,13 +33,13 @@ def _check_common(final, backend):
   assert (final["batch_size"], final["num_fields"], final["rows_per_field"], final["embed_dim"]) == (
       16, 4, 100, 4)
   assert final["timed_steps"] == 4 and final["model"] == "deepfm"
-  assert final["devices"] == 1 and final["platform"] == "cpu"
+  assert final["devices"] == jax.device_count() and final["platform"] == "cpu"
   _check_run(final)
   assert final["median_step_ms"] == final["device_step_ms"]
 
 
 def _check_cache(cache, cache_rows):
-  assert cache["cache_rows"] == cache_rows  # --cache_rows > 1 is a row count, not a fraction
+  assert cache["cache_rows"] == cache_rows  # cache_rows > 1 is a row count, not a fraction
   assert cache["table_to_cache_ratio"] == 400 / cache_rows
   assert 0.0 <= cache["cache_hit_rate"] <= 1.0
   # 4 pipelined steps of ~47 unique ids out of 400 rows overflow 130 slots: rows travel
@@ -45,10 +52,10 @@ def _check_cache(cache, cache_rows):
   assert all(math.isfinite(v) and v >= 0 for v in cache["stage_seconds"].values())
 
 
-def test_device_backend_with_profile(run_bench):
-  final = run_bench("experiments.bench_train", *_TINY, "--backend=device", "--profile")
+def test_device_backend_with_profile():
+  final = bench_train.run(_config(backend="device", profile=True, distinct_batches=12))
   _check_common(final, "device")
-  assert "cache" not in final and "cache_rows" not in final
+  assert "cache" not in final and "cache_rows" not in final and "floor" not in final
   assert final["distinct_batches"] == 12 and final["fresh_batches"]  # 12 >= 1 + 2 + 2 x 4 steps
   assert final["embedding_optimizer"] == "rowwise_adagrad"  # the default, as TorchRec's
   assert final["state_bytes_per_row"] == 4 * (5 + 1)  # E = 4 + 1 values, one accumulator per row
@@ -58,10 +65,8 @@ def test_device_backend_with_profile(run_bench):
     assert math.isfinite(ms) and ms > 0, (key, ms)
 
 
-def test_both_backends_on_fresh_batches(run_bench):
-  tiny = [f for f in _TINY if not f.startswith("--distinct_batches")]
-  final = run_bench("experiments.bench_train", *tiny, "--backend=both", "--cache_rows=130",
-                    "--repeats=2")
+def test_both_backends_on_fresh_batches():
+  final = bench_train.run(_config(repeats=2))
   _check_common(final, "both")
   assert final["fresh_batches"] and final["distinct_batches"] == 1 + 2 + 2 * 4
   runs = final["runs"]
@@ -82,23 +87,38 @@ def test_both_backends_on_fresh_batches(run_bench):
   _check_cache(runs["cache"]["cache"], 130)
 
 
-def test_cache_backend(run_bench):
-  final = run_bench("experiments.bench_train", *_TINY, "--backend=cache", "--cache_rows=130")
+def test_cache_backend():
+  final = bench_train.run(_config(backend="cache", distinct_batches=12))
   _check_common(final, "cache")
   assert final["cache_rows"] == 130
   assert "profile" not in final
   _check_cache(final["cache"], 130)
 
 
-_FLOOR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                      os.pardir, "shared", "bench", "bare_jax_deepfm.py")
-
-
-@pytest.mark.skipif(not os.path.exists(_FLOOR), reason="../shared/bench/bare_jax_deepfm.py absent")
-def test_floor_is_interleaved_with_the_device_step(run_bench):
-  final = run_bench("experiments.bench_train", *_TINY, "--backend=device", f"--floor={_FLOOR}")
+def test_every_round_reruns_the_floor_beside_the_device_step():
+  final = bench_train.run(_config(backend="device", floor=True, repeats=2, distinct_batches=12))
   _check_common(final, "device")
-  assert final["floor"]["probe"] == "bare_jax_deepfm" and final["floor"]["examples_per_sec"] > 0
-  inter = final["floor_interleaved"]
-  assert inter["step_ms"] > 0 and inter["floor_step_ms"] > 0
-  assert math.isclose(final["step_to_floor_ratio"], inter["floor_step_ms"] / inter["step_ms"])
+  rounds = final["rounds"]
+  assert len(rounds) == 2
+  for r in rounds:  # each round measures the floor alone and alternated with our step
+    assert r["floor"]["probe"] == "floor_deepfm" and r["floor"]["examples_per_sec"] > 0
+    assert r["floor"]["unique_capacity"] == final["unique_capacity"] == 64
+    inter = r["floor_interleaved"]
+    assert inter["step_ms"] > 0 and inter["floor_step_ms"] > 0
+    assert math.isclose(inter["step_to_floor_ratio"], inter["floor_step_ms"] / inter["step_ms"])
+
+  def mean(key):
+    return (rounds[0]["floor_interleaved"][key] + rounds[1]["floor_interleaved"][key]) / 2
+
+  assert math.isclose(final["step_to_floor_ratio"], mean("step_to_floor_ratio"))
+  assert math.isclose(final["floor_interleaved"]["floor_step_ms"], mean("floor_step_ms"))
+  assert math.isclose(final["floor"]["median_step_ms"],
+                      (rounds[0]["floor"]["median_step_ms"] + rounds[1]["floor"]["median_step_ms"]) / 2)
+  assert math.isfinite(final["floor"]["loss"]) and final["floor"]["loss"] > 0
+
+
+@pytest.mark.parametrize("field,value", [("backend", "disk"), ("embedding_optimizer", "lion"),
+                                         ("repeats", 0)])
+def test_bad_fields_are_named(field, value):
+  with pytest.raises(ConfigError, match=f"config field {field}:"):
+    bench_train.run(_config(**{field: value}))

@@ -1,10 +1,14 @@
-"""Smoke run of experiments/bench_trials.py: the final JSON line and --out file."""
+"""experiments/bench_trials.py in-process at smoke size: cohorts vs sequential, and the joint space."""
+
+import pytest
+
+from experiments import bench_trials
+from experiments.configs import bench_trials as bench_config
+from sfjax.core.errors import ConfigError
 
 
-def test_bench_trials_smoke(run_bench):
-  final = run_bench("experiments.bench_trials", "--widths=1,2", "--steps=3",
-                    "--cardinality_scale=1e-4", "--eval_rows=256", "--model=fm",
-                    "--joint=3", "--joint_batch=3")
+def test_bench_trials_smoke():
+  final = bench_trials.run(bench_config.get_config("smoke"))
   assert final["benchmark"] == "bench_trials" and final["steps_per_trial"] == 3
   assert final["eval_examples"] == 256 and final["arch"].startswith("fm/")
   rows = final["results"]
@@ -20,3 +24,11 @@ def test_bench_trials_smoke(run_bench):
   assert joint["mean_cohort_width"] == 3
   assert joint["max_auc_diff_vs_sequential"] < 1e-4  # padded cohort == each trial alone
   assert joint["cohort_trials_per_hour"] > 0 and joint["sequential_trials_per_hour"] > 0
+
+
+@pytest.mark.parametrize("widths", [(), (2, 0)])
+def test_bad_widths_are_named(widths):
+  config = bench_config.get_config("smoke")
+  config.widths = widths
+  with pytest.raises(ConfigError, match="config field widths: must list positive integers"):
+    bench_trials.run(config)

@@ -1,0 +1,46 @@
+"""Config of `python -m experiments.bench_train`: the trainer's step on the benchmark workload.
+
+Run:
+  python -m experiments.bench_train --config=experiments/configs/bench_train.py
+  python -m experiments.bench_train --config.backend=both --config.floor=True --config.repeats=3
+  python -m experiments.bench_train --config=experiments/configs/bench_train.py:smoke
+
+Variants (the text after ':'): '' (DeepFM, batch 4096, 26 fields x 100k rows, dim 16, on
+the device backend), 'smoke' (seconds: batch 16, 4 fields x 100 rows, dim 4, both backends
+with a 130-row cache).
+"""
+
+import ml_collections
+
+
+def get_config(arg: str = "") -> ml_collections.ConfigDict:
+  """Returns the benchmark's config; `arg` selects a variant ('' or 'smoke')."""
+  c = ml_collections.ConfigDict()
+  c.steps = 40  # timed steps (each window: waited, then pipelined)
+  c.warmup = 8  # untimed steps after compilation
+  c.batch_size = 4096  # examples per step
+  c.rows_per_field = 100_000  # vocabulary per field
+  c.num_fields = 26  # categorical fields
+  c.embed_dim = 16  # embedding dimension
+  c.zipf = 1.1  # power-law exponent of the ids
+  c.model = "deepfm"  # model name
+  c.distinct_batches = 0  # distinct host batches cycled through (0: a fresh batch every step)
+  c.profile = False  # also time each phase separately (device backend)
+  c.backend = "device"  # embedding backend: device | cache | both (device then cache)
+  c.cache_rows = 0.05  # cache backend: rows, or a fraction of the table
+  c.lookahead = 2  # cache backend: steps planned ahead
+  # Padded unique ids per step (0: the largest unique count of the batches, rounded up to 256).
+  c.unique_capacity = 0
+  c.embedding_optimizer = "rowwise_adagrad"  # row optimizer of the embedding table
+  c.repeats = 1  # rounds of (floor, backends), interleaved; figures are medians over rounds
+  c.floor = False  # also run the plain-JAX floor (experiments/floor_deepfm.py) in each round
+  c.out = ""  # also write the JSON result here
+  if arg == "smoke":
+    c.batch_size, c.rows_per_field, c.num_fields, c.embed_dim = 16, 100, 4, 4
+    c.steps, c.warmup, c.unique_capacity = 4, 2, 64
+    # 4 fields x 16 examples: at most 64 unique ids per batch, so a cache of 130 rows passes
+    # the lookahead 2 x 64 = 128 start-up check.
+    c.backend, c.cache_rows = "both", 130.0
+  elif arg:
+    raise ValueError(f"unknown config variant {arg!r} (known: '', 'smoke')")
+  return c

@@ -1,0 +1,72 @@
+"""experiments/cli.py: every module of experiments/ imports into one process, every benchmark
+has a config with a smoke variant and `run(config)`, and the one command-line smoke run."""
+
+import importlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from absl import flags
+
+from experiments import cli
+from sfjax.core.errors import ConfigError
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+MODULES = sorted(p.stem for p in (ROOT / "experiments").glob("*.py") if p.stem != "__init__")
+BENCHES = [m for m in MODULES if m.startswith("bench_")]
+
+
+def test_every_experiments_module_imports_into_one_process():
+  # Two modules defining the same absl flag at import (e.g. `--config`) raise
+  # DuplicateFlagError here; none may define a flag at import at all.
+  assert {"train_ctr", "search", "pipeline", "export", "preprocess", "plot"} <= set(MODULES)
+  for name in MODULES:
+    importlib.import_module(f"experiments.{name}")
+  # The entry points' flags exist only once a module runs as __main__ (no library or test
+  # module defines absl flags).
+  defined = {"config", "workdir", "out", "checkpoint", "overwrite", "rows_per_shard"} & set(flags.FLAGS)
+  assert not defined, f"flags defined at import: {sorted(defined)}"
+
+
+@pytest.mark.parametrize("name", BENCHES)
+def test_every_benchmark_has_a_config_with_a_smoke_variant_and_run(name):
+  module = importlib.import_module(f"experiments.{name}")
+  assert callable(module.run)
+  config_module = importlib.import_module(f"experiments.configs.{name}")
+  assert f"python -m experiments.{name} --config=experiments/configs/{name}.py" in (
+      config_module.__doc__)
+  assert "Old flag -> config field" in module.__doc__
+  default, smoke = config_module.get_config(), config_module.get_config("smoke")
+  assert set(default) == set(smoke) and "out" in default and default.out == ""
+  assert default != smoke
+  with pytest.raises(ValueError, match="unknown config variant 'huge'"):
+    config_module.get_config("huge")
+
+
+def test_split_names():
+  assert cli.split_names("a, b,,c", "f", ("a", "b", "c")) == ["a", "b", "c"]
+  assert cli.split_names("", "f", ("a",)) == []
+  with pytest.raises(ConfigError, match=r"config field f: unknown \['d'\] \(known: a, b\)"):
+    cli.split_names("a,d", "f", ("a", "b"))
+
+
+def test_command_line_prints_the_json_last_and_names_a_bad_field(tmp_path):
+  # The one command-line smoke run: flags -> config -> run -> table + JSON last line + file.
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  out = tmp_path / "cache.json"
+  command = [sys.executable, "-m", "experiments.bench_cache",
+             "--config=experiments/configs/bench_cache.py:smoke", "--config.timing_steps=0"]
+  r = subprocess.run([*command, "--config.zipf=1.2", f"--config.out={out}"], cwd=ROOT, env=env,
+                     capture_output=True, text=True, timeout=240)
+  assert r.returncode == 0, r.stderr[-3000:]
+  final = json.loads(r.stdout.strip().splitlines()[-1])
+  assert final == json.loads(out.read_text())
+  assert final["benchmark"] == "bench_cache" and [b["zipf"] for b in final["baselines"]] == [1.2]
+  assert "belady" in r.stderr  # the table
+  bad = subprocess.run([*command, "--config.policies=lru,fifo"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=240)
+  assert bad.returncode != 0 and "config field policies: unknown ['fifo']" in bad.stderr
+  assert not bad.stdout.strip()
