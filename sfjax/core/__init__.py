@@ -9,3 +9,14 @@ from sfjax.core.background import BackgroundIterator, map_in_background
 from sfjax.core.errors import ConfigError, DataFormatError
 from sfjax.core.hashing import splitmix64
 from sfjax.core.types import DeviceBatch
+
+__all__ = [
+  "BackgroundIterator",
+  "ConfigError",
+  "DataFormatError",
+  "DeviceBatch",
+  "atomic_write",
+  "fsync_directory",
+  "map_in_background",
+  "splitmix64",
+]

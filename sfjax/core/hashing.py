@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def splitmix64(x: np.ndarray) -> np.ndarray:
-  """SplitMix64 finaliser, vectorised over a uint64 array (wraps mod 2**64)."""
-  x = np.asarray(x, dtype=np.uint64)
+def splitmix64(x: npt.ArrayLike) -> np.ndarray:
+  """SplitMix64 finaliser, vectorised over uint64 values (wraps mod 2**64).
+
+  Args:
+    x: [...] values taken as uint64 (an array, or a scalar: then a numpy scalar comes back).
+  """
   with np.errstate(over="ignore"):
-    z = x + GOLDEN
+    z = np.asarray(x, dtype=np.uint64) + GOLDEN
     z = (z ^ (z >> np.uint64(30))) * _M1
     z = (z ^ (z >> np.uint64(27))) * _M2
     return z ^ (z >> np.uint64(31))

@@ -24,7 +24,8 @@ the header.
 from __future__ import annotations
 
 import datetime
-from typing import BinaryIO, NamedTuple
+import io
+from typing import NamedTuple
 
 import numpy as np
 
@@ -37,7 +38,7 @@ CATEGORICAL_COLUMNS = (
     "C1", "banner_pos", "site_id", "site_domain", "site_category", "app_id", "app_domain",
     "app_category", "device_id", "device_ip", "device_model", "device_type", "device_conn_type",
     "C14", "C15", "C16", "C17", "C18", "C19", "C20", "C21")
-FIELD_NAMES = CATEGORICAL_COLUMNS + ("hour_of_day", "day_of_week")
+FIELD_NAMES: tuple[str, ...] = CATEGORICAL_COLUMNS + ("hour_of_day", "day_of_week")
 NUM_DENSE = 0
 
 
@@ -127,7 +128,7 @@ class AvazuFormat:
   field_names = FIELD_NAMES
   num_dense = NUM_DENSE
 
-  def start_file(self, f: BinaryIO, path: str) -> tuple[text_io.ChunkParser, int]:
+  def start_file(self, f: io.BufferedIOBase, path: str) -> tuple[text_io.ChunkParser, int]:
     """Reads the header; data lines are numbered from 2."""
     header = f.readline(text_io.MAX_LINE_BYTES + 1)
     if len(header) > text_io.MAX_LINE_BYTES:

@@ -113,7 +113,7 @@ def shuffle_stream(chunks: Iterable[Batch], buffer_size: int,
       continue
     slots = rng.choice(buffer_size, size=chunk.size, replace=False)
     out = take(buffer, slots)  # Fancy indexing copies: safe to hand out.
-    for dst, src in zip(buffer, chunk):
+    for dst, src in zip(buffer, chunk, strict=True):
       dst[slots] = src
     yield out
   leftover = pending + ([buffer] if buffer is not None else [])

@@ -22,7 +22,7 @@ byte (`text_io`).
 
 from __future__ import annotations
 
-from typing import BinaryIO
+import io
 
 import numpy as np
 
@@ -66,7 +66,7 @@ class CriteoFormat:
   field_names = FIELD_NAMES
   num_dense = NUM_DENSE
 
-  def start_file(self, f: BinaryIO, path: str) -> tuple[text_io.ChunkParser, int]:
+  def start_file(self, f: io.BufferedIOBase, path: str) -> tuple[text_io.ChunkParser, int]:
     """Criteo files have no header: data starts at line 1."""
     del f, path
     return parse_criteo_lines, 1

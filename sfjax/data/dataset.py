@@ -19,7 +19,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import ml_collections
@@ -28,7 +28,7 @@ from sfjax.core import names
 from sfjax.data import avazu, batching, criteo, feature_map, movielens, text_io
 from sfjax.data.types import Batch, DatasetSpec, make_batch
 
-_LINE_FORMATS = {"criteo": criteo.CriteoFormat, "avazu": avazu.AvazuFormat}
+_LINE_FORMATS: dict[str, Callable[[], text_io.LineFormat]] = {"criteo": criteo.CriteoFormat, "avazu": avazu.AvazuFormat}
 
 
 class CTRDataset(Protocol):
@@ -42,10 +42,22 @@ class CTRDataset(Protocol):
     stats: at least 'bad_lines' (malformed lines skipped so far).
   """
 
-  spec: DatasetSpec
-  eval_splits: tuple[str, ...]
-  oracle: dict[str, dict[str, float]] | None
-  stats: dict
+  # Read-only properties: a data set may hold them as attributes or compute them.
+  @property
+  def spec(self) -> DatasetSpec:
+    """Fields and dense features."""
+
+  @property
+  def eval_splits(self) -> tuple[str, ...]:
+    """Names accepted by `eval_batches`."""
+
+  @property
+  def oracle(self) -> dict[str, dict[str, float]] | None:
+    """Per eval split metrics of the true click model, or None."""
+
+  @property
+  def stats(self) -> dict:
+    """At least 'bad_lines'."""
 
   def train_batches(self, batch_size: int, seed: int) -> Iterator[Batch]:
     """Infinite iterator of full, shuffled batches of `batch_size` examples."""
@@ -164,7 +176,7 @@ _DIRECTORY_FORMATS = {"preprocessed": _preprocessed}
 
 # format name -> (data_cfg, seed) -> CTRDataset. The registry every format list derives from;
 # a new format registers its builder here.
-DATA_FORMATS = {
+DATA_FORMATS: dict[str, Callable[[ml_collections.ConfigDict, int], CTRDataset]] = {
     "synthetic": _synthetic,
     "criteo": lambda data_cfg, seed: FileCTRDataset(_LINE_FORMATS["criteo"](), data_cfg),
     "avazu": lambda data_cfg, seed: FileCTRDataset(_LINE_FORMATS["avazu"](), data_cfg),

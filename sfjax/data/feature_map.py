@@ -130,7 +130,7 @@ class Vocabulary:
     if len(field_names) != len(self.keys):
       raise ValueError(f"{len(field_names)} field names for {len(self.keys)} vocabulary fields")
     return DatasetSpec(
-        tuple(FieldSpec(n, r) for n, r in zip(field_names, self.field_rows)), int(num_dense))
+        tuple(FieldSpec(n, r) for n, r in zip(field_names, self.field_rows, strict=True)), int(num_dense))
 
 
 class _KeyCounter:

@@ -22,8 +22,9 @@ from collections.abc import Iterator
 import ml_collections
 import numpy as np
 
+from sfjax.core.errors import DataFormatError
 from sfjax.data import batching, feature_map, text_io
-from sfjax.data.types import Batch, DataFormatError, DatasetSpec, make_batch
+from sfjax.data.types import Batch, DatasetSpec, make_batch
 
 FIELD_NAMES = ("user_id", "item_id", "age", "gender", "occupation", "zip3", "release_year", "genre")
 FILES = ("ml-100k.inter", "ml-100k.user", "ml-100k.item")
@@ -162,7 +163,7 @@ def split_indices(n: int, seed: int) -> dict[str, np.ndarray]:
   n_train = int(round(SPLIT_FRACTIONS[0] * n))
   n_valid = int(round(SPLIT_FRACTIONS[1] * n))
   parts = (order[:n_train], order[n_train:n_train + n_valid], order[n_train + n_valid:])
-  return {name: np.sort(part) for name, part in zip(SPLITS, parts)}
+  return {name: np.sort(part) for name, part in zip(SPLITS, parts, strict=True)}
 
 
 class MovieLensDataset:

@@ -99,8 +99,10 @@ def init_planted_model(seed: int, field_rows: np.ndarray, perm_mul: np.ndarray, 
   hashed = n > PLANTED_TABLE_CAP
   weight_rng = np.random.default_rng([seed, _WEIGHT_STREAM])
   importance = np.exp(FIELD_IMPORTANCE_SIGMA * weight_rng.standard_normal((2, n.size)))
-  rank_mul = np.asarray([pow(int(a), -1, int(m)) if m > 1 else 0 for a, m in zip(perm_mul, n)], dtype=np.int64)
-  first, factors = [], []
+  rank_mul = np.asarray([pow(int(a), -1, int(m)) if m > 1 else 0 for a, m in zip(perm_mul, n, strict=True)],
+                        dtype=np.int64)
+  first: list[np.ndarray] = []
+  factors: list[np.ndarray] = []
   for f, rows in enumerate(np.minimum(n, PLANTED_TABLE_CAP)):
     rng = np.random.default_rng([seed, _TABLE_STREAM, f])
     w = importance[0, f] * rng.standard_normal(rows)
@@ -111,9 +113,10 @@ def init_planted_model(seed: int, field_rows: np.ndarray, perm_mul: np.ndarray, 
     first.append(w.astype(np.float32))
     factors.append(v.astype(np.float32))
   table_rows = np.minimum(n, PLANTED_TABLE_CAP)
-  factors = np.concatenate(factors)
+  factor_table = np.concatenate(factors)
   return PlantedModel(
-      first_order=np.concatenate(first), factors=factors, factor_sqnorm=np.sum(factors * factors, axis=1),
+      first_order=np.concatenate(first), factors=factor_table,
+      factor_sqnorm=np.sum(factor_table * factor_table, axis=1),
       table_offsets=np.concatenate([[0], np.cumsum(table_rows)[:-1]]).astype(np.int64), hashed=hashed,
       hash_keys=splitmix64(np.arange(n.size, dtype=np.uint64) ^ splitmix64(np.uint64(seed))),
       rank_mul=rank_mul, rank_add=np.array(perm_add, dtype=np.int64), field_rows=n.copy(),

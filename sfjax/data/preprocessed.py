@@ -20,6 +20,7 @@ shards yield the same examples in the same order as the text files.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -93,13 +94,13 @@ def save_mapping(mapper: feature_map.FeatureMapper, field_names, out_dir: str) -
                      "(8-byte little-endian words) from a per-field salt")
   if isinstance(mapper, feature_map.HashingMapper):
     settings["row"] = "key mod num_rows"
-  else:
+  elif isinstance(mapper, feature_map.Vocabulary):  # mapping_settings rejected other mappers
     settings["row"] = "1 + position of the key in the field's sorted keys; 0 = out of vocabulary"
     settings["fields"] = []
-    for name, keys in zip(field_names, mapper.keys):
+    for name, keys in zip(field_names, mapper.keys, strict=True):
       rel = os.path.join(VOCABULARY_DIR, f"{name}.keys.npy")
       atomic.atomic_write(os.path.join(out_dir, rel),
-                          lambda f, k=keys: np.save(f, np.asarray(k, np.uint64)))
+                          functools.partial(np.save, arr=np.asarray(keys, np.uint64)))
       settings["fields"].append({"name": name, "keys": rel, "num_keys": int(keys.shape[0])})
   atomic.atomic_write(os.path.join(out_dir, MAPPING_FILE), json.dumps(settings, indent=1) + "\n")
 

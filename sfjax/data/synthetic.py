@@ -223,12 +223,12 @@ def make_planted_model(seed: int, sampler: RowSampler, planted_dim: int) -> plan
                                    sampler.dense_log_mean.size, planted_dim)
   pieces = [sample_features(sampler, np.random.default_rng([seed, _CALIBRATION_SPLIT_ID, c]), CHUNK_ROWS)
             for c in range(CALIBRATION_ROWS // CHUNK_ROWS)]
-  ids, counts = (np.concatenate(parts) for parts in zip(*pieces))
+  ids, counts = (np.concatenate(parts) for parts in zip(*pieces, strict=True))
   return planted.calibrate_planted_model(raw, ids, counts)
 
 
 def _concat_rows(pieces: list[SyntheticRows]) -> SyntheticRows:
-  return SyntheticRows(*(np.concatenate(parts, axis=0) for parts in zip(*pieces)))
+  return SyntheticRows(*(np.concatenate(parts, axis=0) for parts in zip(*pieces, strict=True)))
 
 
 def _check_non_negative_int(name: str, value) -> int:
@@ -248,7 +248,7 @@ class SyntheticCTR:
   'test' (`test_auc`), which no selection sees.
   """
 
-  eval_splits = ("eval",)
+  eval_splits: tuple[str, ...] = ("eval",)
 
   def __init__(self, cfg, seed: int):
     """Builds the sampler and the calibrated planted model.
@@ -264,7 +264,7 @@ class SyntheticCTR:
     self.sampler = make_row_sampler(self.seed, rows, self.config.zipf_exponent, self.config.num_dense)
     self.planted = make_planted_model(self.seed, self.sampler, self.config.planted_dim)
     self.stats = {"bad_lines": 0}
-    self._oracle = None
+    self._oracle: dict[str, dict[str, float]] | None = None
     if self.config.test_rows:
       self.eval_splits = ("eval", "test")
 
@@ -338,11 +338,12 @@ class SyntheticCTR:
   def oracle(self) -> dict[str, dict[str, float]]:
     """{split: {'auc', 'logloss'}} of the true probabilities per eval split (computed once)."""
     if self._oracle is None:
-      self._oracle = {}
+      oracle = {}
       for split in self.eval_splits:
         rows = self.generate_rows(split, 0, self.split_size(split))
-        self._oracle[split] = {"auc": metrics.auc(rows.labels, rows.probs),
-                               "logloss": metrics.logloss(rows.labels, rows.probs)}
+        oracle[split] = {"auc": metrics.auc(rows.labels, rows.probs),
+                         "logloss": metrics.logloss(rows.labels, rows.probs)}
+      self._oracle = oracle
     return self._oracle
 
   def write_criteo(self, path: str, split: str, num_rows: int) -> None:

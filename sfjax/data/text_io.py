@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import glob
 import gzip
+import io
 import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import BinaryIO, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -85,7 +86,7 @@ class LineFormat(Protocol):
   field_names: tuple[str, ...]
   num_dense: int
 
-  def start_file(self, f: BinaryIO, path: str) -> tuple[ChunkParser, int]:
+  def start_file(self, f: io.BufferedIOBase, path: str) -> tuple[ChunkParser, int]:
     """Consumes any header of an open file.
 
     Returns:
@@ -120,8 +121,11 @@ def expand_paths(spec: str, what: str = "path") -> tuple[str, ...]:
   return tuple(paths)
 
 
-def open_binary(path: str) -> BinaryIO:
-  """Opens `path` for reading bytes, decompressing it if its name ends in `.gz`."""
+def open_binary(path: str) -> io.BufferedReader | gzip.GzipFile:
+  """Opens `path` for reading bytes, decompressing it if its name ends in `.gz`.
+
+  Both kinds are buffered: `peek` tells an empty file without consuming a byte.
+  """
   if path.endswith(".gz"):
     return gzip.open(path, "rb")
   return open(path, "rb")
@@ -134,7 +138,7 @@ def damaged_gzip_error(path: str, line: int, error: Exception) -> DataFormatErro
                          f"or corrupt ({type(error).__name__}: {error})")
 
 
-def iter_line_chunks(f: BinaryIO, path: str, chunk_lines: int, first_line: int = 1,
+def iter_line_chunks(f: io.BufferedIOBase, path: str, chunk_lines: int, first_line: int = 1,
                      max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[LineChunk]:
   """Yields the remaining lines of an open file in chunks of `chunk_lines`.
 
@@ -145,7 +149,9 @@ def iter_line_chunks(f: BinaryIO, path: str, chunk_lines: int, first_line: int =
   line = first_line
   readline = f.readline
   while True:
-    lines, error, cause = [], None, None
+    lines: list[bytes] = []
+    error: DataFormatError | None = None
+    cause: BaseException | None = None
     try:
       while len(lines) < chunk_lines:
         text = readline(max_line_bytes + 1)  # Bounded: a file with no line break never loads whole.
@@ -289,13 +295,15 @@ class TextReader:
       bad = 0
       with open_binary(path) as f:
         parse, first_line = self._start(f, path)
-        for chunk in iter_line_chunks(f, path, self.chunk_lines, first_line, self.max_line_bytes):
-          raw, num_bad = parse(chunk, self.skip_bad_lines)
-          if num_bad:
-            bad += num_bad
-            self._record_bad(path, bad)
-          if raw.labels.shape[0]:
-            yield raw
+        if parse is not None:  # None: an empty file, no line to parse.
+          for chunk in iter_line_chunks(f, path, self.chunk_lines, first_line,
+                                        self.max_line_bytes):
+            raw, num_bad = parse(chunk, self.skip_bad_lines)
+            if num_bad:
+              bad += num_bad
+              self._record_bad(path, bad)
+            if raw.labels.shape[0]:
+              yield raw
       self._record_bad(path, bad)
 
   def has_data_lines(self) -> bool:
@@ -307,7 +315,7 @@ class TextReader:
           return True
     return False
 
-  def _start(self, f: BinaryIO, path: str) -> tuple[ChunkParser | None, int]:
+  def _start(self, f: io.BufferedReader | gzip.GzipFile, path: str) -> tuple[ChunkParser | None, int]:
     """The format's (parser, first data line) for an open file.
 
     An empty file (0 bytes, also after decompression) has no header to read and

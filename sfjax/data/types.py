@@ -12,8 +12,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sfjax.core.errors import DataFormatError  # re-exported: readers raise it
-
 
 @dataclasses.dataclass(frozen=True)
 class FieldSpec:
@@ -91,4 +89,4 @@ def make_batch(ids, dense, labels, mask=None) -> Batch:
 
 def concat_batches(batches: list[Batch]) -> Batch:
   """Concatenates batches along the example axis."""
-  return Batch(*(np.concatenate(parts, axis=0) for parts in zip(*batches)))
+  return Batch(*(np.concatenate(parts, axis=0) for parts in zip(*batches, strict=True)))

@@ -91,11 +91,11 @@ def belady(batches: Sequence[np.ndarray], capacity: int) -> CacheSimResult:
   heap: list[tuple[int, int]] = []  # (-next use, id); stale entries skipped
   hits = accesses = 0
   batch_hits = np.zeros((len(batches),), np.int64)
-  for t, (batch, nxt) in enumerate(zip(batches, next_uses(batches))):
+  for t, (batch, nxt) in enumerate(zip(batches, next_uses(batches), strict=True)):
     batch_ids = np.asarray(batch, np.int64).tolist()
     hits_before = hits
     misses = []
-    for i, n in zip(batch_ids, nxt.tolist()):
+    for i, n in zip(batch_ids, nxt.tolist(), strict=True):
       if i in cached:
         hits += 1
         cached[i] = n

@@ -14,7 +14,7 @@ slots equal `C`: gathers read zeros, scatters drop them.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -22,8 +22,11 @@ import numpy as np
 
 from sfjax.embedding import device_table
 
+# A CacheSwap's array type: np.ndarray while staged on the host, jax.Array on the device.
+A = TypeVar("A")
 
-class CacheSwap(NamedTuple):
+
+class CacheSwap(NamedTuple, Generic[A]):
   """One step's cache moves (fixed shapes, F_cap entries, padding slot = C).
 
   Attributes:
@@ -33,10 +36,10 @@ class CacheSwap(NamedTuple):
     evict_slots: [F_cap] int32 slots whose rows are read out before the fills.
   """
 
-  fill_slots: jax.Array
-  fill_values: jax.Array
-  fill_opt_slots: jax.Array
-  evict_slots: jax.Array
+  fill_slots: A
+  fill_values: A
+  fill_opt_slots: A
+  evict_slots: A
 
 
 def init_cache(num_slots: int, width: int, slot_width: int, sharding=None) -> device_table.TableState:
@@ -48,7 +51,7 @@ def init_cache(num_slots: int, width: int, slot_width: int, sharding=None) -> de
   return device_table.TableState(jax.device_put(values, sharding), jax.device_put(slots, sharding))
 
 
-def swap_rows(cache: device_table.TableState, swap: CacheSwap
+def swap_rows(cache: device_table.TableState, swap: CacheSwap[jax.Array]
               ) -> tuple[device_table.TableState, device_table.TableState]:
   """Reads the victims out, then writes the fills. Returns (new cache, evicted rows [F_cap])."""
   evicted = device_table.gather_rows(cache, swap.evict_slots)

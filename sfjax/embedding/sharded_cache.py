@@ -80,7 +80,7 @@ class StagedSwap(NamedTuple):
       read-out `[D * Fd]`; -1 in padding entries.
   """
 
-  swap: cache_lib.CacheSwap
+  swap: cache_lib.CacheSwap[np.ndarray]
   evict_ids: np.ndarray
 
 

@@ -188,7 +188,7 @@ def local_rows(x: jax.Array) -> np.ndarray:
     full = np.asarray(x)
     return full if jax.process_count() == 1 or x.is_fully_addressable else full[
         process_rows(full.shape[0])]
-  shards = {}
+  shards: dict[int, np.ndarray] = {}
   for shard in x.addressable_shards:
     start = shard.index[0].start or 0
     shards.setdefault(start, np.asarray(shard.data))

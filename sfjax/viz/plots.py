@@ -22,6 +22,11 @@ from matplotlib.figure import Figure
 
 from sfjax.core.jsonl import read_jsonl  # re-exported: plots.read_jsonl(path) for notebooks
 
+__all__ = [
+  "CACHE_KEYS", "pareto_mask", "plot_cache", "plot_leaderboard", "plot_pareto", "plot_pipeline",
+  "plot_training", "read_jsonl", "save_figure",
+]
+
 CACHE_KEYS = ("cache_hit_rate", "h2d_bytes_per_example", "d2h_bytes_per_example")
 
 
@@ -114,11 +119,15 @@ def plot_leaderboard(trials: Sequence[Mapping[str, Any]], metric: str = "auc",
 
 def pareto_mask(points: Sequence[Sequence[float]], directions: Sequence[str]) -> list[bool]:
   """True for each point no other point dominates (`directions`: 'maximize'/'minimize')."""
+  if any(len(p) != len(directions) for p in points):
+    raise ValueError(f"pareto_mask: every point needs {len(directions)} coordinates, one per "
+                     f"direction {tuple(directions)}")
   signs = [1.0 if d == "minimize" else -1.0 for d in directions]
-  pts = [[s * x for s, x in zip(signs, p)] for p in points]
+  pts = [[s * x for s, x in zip(signs, p, strict=True)] for p in points]
   mask = []
   for i, p in enumerate(pts):
-    dominated = any(all(a <= b for a, b in zip(q, p)) and any(a < b for a, b in zip(q, p))
+    dominated = any(all(a <= b for a, b in zip(q, p, strict=True))
+                    and any(a < b for a, b in zip(q, p, strict=True))
                     for j, q in enumerate(pts) if j != i)
     mask.append(not dominated)
   return mask
@@ -137,7 +146,7 @@ def plot_pareto(trials: Sequence[Mapping[str, Any]], x: str, y: str,
     pts = [(t["metrics"][x], t["metrics"][y]) for t in group]
     sc = ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, alpha=0.6,
                     label=f"budget {budget}")
-    front = sorted(p for p, m in zip(pts, pareto_mask(pts, directions)) if m)
+    front = sorted(p for p, m in zip(pts, pareto_mask(pts, directions), strict=True) if m)
     ax.plot([p[0] for p in front], [p[1] for p in front], "-", color=sc.get_facecolor()[0])
   ax.set(xlabel=f"{x} ({directions[0]})", ylabel=f"{y} ({directions[1]})", title="Pareto fronts")
   if budgets:

@@ -82,7 +82,9 @@ def test_model_based_configs_concentrate_near_the_optimum():
   assert searcher.model_budget() == 1
   model_based = [s for s in searcher.ask(40) if s.resume_from is None]
   assert len(model_based) >= 5
-  dist = lambda c: math.hypot(c["x"] - OPTIMUM[0], c["y"] - OPTIMUM[1])
+  def dist(c):
+    return math.hypot(c["x"] - OPTIMUM[0], c["y"] - OPTIMUM[1])
+
   random_mean = np.mean([dist(s.config) for s in first])
   model_mean = np.mean([dist(s.config) for s in model_based])
   assert model_mean < random_mean, (model_mean, random_mean)

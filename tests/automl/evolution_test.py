@@ -67,7 +67,7 @@ def test_first_population_is_random_then_children_of_tournament_winners():
       Space({"x": Float(0.0, 1.0)}), AUC)
   first = searcher.ask(5)  # P random, then still random: no result yet to mutate
   assert [s.parent_trial_id for s in first] == [None] * 5
-  for s, auc in zip(first, (0.9, 0.1, 0.2, 0.3, 0.4)):
+  for s, auc in zip(first, (0.9, 0.1, 0.2, 0.3, 0.4), strict=True):
     searcher.tell(s.trial_id, {"auc": auc})
   assert [r.trial_id for r in searcher.population()] == [2, 3, 4]  # aging: 0.9 aged out
   (child,) = searcher.ask(1)
@@ -81,8 +81,10 @@ def test_first_population_is_random_then_children_of_tournament_winners():
 
 
 def test_evolution_beats_random_search_on_a_quadratic(toy_best):
-  make = lambda seed: RegularizedEvolution(population_size=10, sample_size=3,
-                                           mutation_scale=0.1, seed=seed)
+  def make(seed):
+    return RegularizedEvolution(population_size=10, sample_size=3, mutation_scale=0.1,
+                                seed=seed)
+
   seeds = range(5)
   ours = np.median([toy_best(make(s)) for s in seeds])
   random = np.median([toy_best(RandomSearch(seed=s)) for s in seeds])

@@ -123,7 +123,7 @@ def test_free_asks_are_unchanged_by_an_empty_fixed(name):
   for _ in range(4):
     batches = [searchers[0].ask(3), searchers[1].ask(3, fixed=None), searchers[2].ask(3, fixed={})]
     assert batches[0] == batches[1] == batches[2]
-    for searcher, batch in zip(searchers, batches):
+    for searcher, batch in zip(searchers, batches, strict=True):
       for s in batch:
         searcher.tell(s.trial_id, metrics(s))
   assert [x.core_state() for x in searchers[1:]] == [searchers[0].core_state()] * 2

@@ -46,8 +46,11 @@ def test_asha_promotions_by_hand():
   asha = ASHA(min_budget=1, max_budget=9, eta=3).build(SPACE, ACC)
   acc = {0: 0.5, 1: 0.9, 2: 0.1, 3: 0.7, 4: 0.3, 5: 0.8, 6: 0.2, 7: 0.6, 8: 0.4, 9: 0.95,
          10: 0.91, 11: 0.85, 12: 0.05, 13: 0.97, 14: 0.5}
-  tell = lambda *ids: [asha.tell(i, {"acc": acc[i]}) for i in ids]
-  summary = lambda batch: [(s.trial_id, s.rung, s.budget, s.resume_from) for s in batch]
+  def tell(*ids):
+    return [asha.tell(i, {"acc": acc[i]}) for i in ids]
+
+  def summary(batch):
+    return [(s.trial_id, s.rung, s.budget, s.resume_from) for s in batch]
 
   first = asha.ask(9)
   assert summary(first) == [(i, 0, 1, None) for i in range(9)]

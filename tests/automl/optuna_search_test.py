@@ -13,7 +13,9 @@ AUC = Objective("auc", "maximize")
 
 
 def test_tpe_beats_random_search_on_a_quadratic(toy_best):
-  make = lambda seed: TPE(seed=seed)
+  def make(seed):
+    return TPE(seed=seed)
+
   seeds = range(5)
   ours = np.median([toy_best(make(s)) for s in seeds])
   random = np.median([toy_best(RandomSearch(seed=s)) for s in seeds])

@@ -136,7 +136,7 @@ def test_qmc_fixed_asks_keep_the_free_coordinates_of_the_sequence(model_space):
   batch = held.ask(8, fixed=fixed)
   points = [free._next_point() for _ in range(8)]  # pylint: disable=protected-access
   dims = model_space.dims
-  for s, u in zip(batch, points):
+  for s, u in zip(batch, points, strict=True):
     model_space.validate(s.config)
     assert s.config["model"] == "deepfm" and s.config["width"] == 32
     for key in ("depth", "lr", "dropout"):

@@ -20,7 +20,7 @@ def _chunk(start, stop):
 
 def _chunks(sizes):
   bounds = np.cumsum([0] + list(sizes))
-  return [_chunk(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+  return [_chunk(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def test_rebatch_keeps_order_across_variable_chunks():
@@ -93,7 +93,7 @@ def test_yielded_batches_are_never_mutated_later():
   snapshot = [b.ids.copy() for b in first]
   for _ in range(50):
     next(it)
-  for b, ids in zip(first, snapshot):
+  for b, ids in zip(first, snapshot, strict=True):
     np.testing.assert_array_equal(b.ids, ids)
 
 

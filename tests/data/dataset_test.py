@@ -50,7 +50,7 @@ def test_criteo_hashing_dataset(criteo_files):
   batches = list(itertools.islice(ds.train_batches(16, seed=1), 7))  # > 2 epochs of 50
   assert all(b.ids.shape == (16, 26) and b.mask.all() for b in batches)
   again = list(itertools.islice(ds.train_batches(16, seed=1), 7))
-  assert all(np.array_equal(a.ids, b.ids) for a, b in zip(batches, again))
+  assert all(np.array_equal(a.ids, b.ids) for a, b in zip(batches, again, strict=True))
   assert ds.stats == {"bad_lines": 0, "bad_lines_by_split": {"train": 0, "eval": 0, "test": 0}}
 
 

@@ -90,7 +90,9 @@ def test_vocabulary_streaming_merge_equals_one_pass():
 
 
 def test_make_mapper_selects_and_validates():
-  chunks = lambda: [_values([[b"a"], [b"b"]])]
+  def chunks():
+    return [_values([[b"a"], [b"b"]])]
+
   assert isinstance(feature_map.make_mapper(8, 1, chunks, 1), feature_map.HashingMapper)
   assert feature_map.make_mapper(0, 1, chunks, 1).field_rows == (3,)
   with pytest.raises(ValueError, match="data.hash_rows must be >= 0"):

@@ -46,7 +46,7 @@ def _binary_config(out_dir, shuffle_buffer=0):
 def _assert_same_batches(a_iter, b_iter):
   count = 0
   for a, b in itertools.zip_longest(a_iter, b_iter):
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
       assert x.dtype == y.dtype
       np.testing.assert_array_equal(x, y)
     count += 1
@@ -82,7 +82,7 @@ def test_shards_give_the_text_path_examples_in_its_order(criteo_dir, tmp_path, m
     assert mapper == feature_map.HashingMapper(500)
   else:
     assert mapper.min_count == 2 and mapper.num_distinct == text.mapper.num_distinct
-    for got, want in zip(mapper.keys, text.mapper.keys):
+    for got, want in zip(mapper.keys, text.mapper.keys, strict=True):
       np.testing.assert_array_equal(got, want)
     settings = json.loads((tmp_path / "pre" / "mapping.json").read_text())
     assert settings["fields"][0]["keys"] == os.path.join("vocabulary", "C1.keys.npy")

@@ -99,7 +99,9 @@ def test_power_law_rank_probabilities_match_the_bounded_law():
   n, s = np.array([1000]), 1.1
   ranks = synthetic.bounded_power_law_ranks(np.random.default_rng(0).random((200_000, 1)), n, s)
   assert ranks.min() == 0 and ranks.max() <= 999
-  cdf = lambda x: (x ** (1 - s) - 1) / (1001 ** (1 - s) - 1)  # continuous law on [1, n+1)
+  def cdf(x):  # continuous law on [1, n+1)
+    return (x ** (1 - s) - 1) / (1001 ** (1 - s) - 1)
+
   for r in (0, 1, 10):
     expected = cdf(r + 2.0) - cdf(r + 1.0)
     assert abs(np.mean(ranks == r) - expected) < 4 * np.sqrt(expected / 200_000)
@@ -144,7 +146,9 @@ def test_train_batches_cover_each_epoch_and_reshuffle(small_config):
   second = [next(stream) for _ in range(17)]
   assert all(b.size == 1000 and b.mask.all() for b in first + second)
   rows = data.generate_rows("train", 0, 17000)
-  key = lambda batches: np.sort(np.concatenate([b.ids[:, 2] * 10**6 + b.ids[:, 3] for b in batches]))
+  def key(batches):
+    return np.sort(np.concatenate([b.ids[:, 2] * 10**6 + b.ids[:, 3] for b in batches]))
+
   np.testing.assert_array_equal(key(first), np.sort(rows.ids[:, 2] * 10**6 + rows.ids[:, 3]))
   np.testing.assert_array_equal(key(first), key(second))
   assert not np.array_equal(first[0].ids, second[0].ids)  # another order per epoch

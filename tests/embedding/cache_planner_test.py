@@ -127,16 +127,18 @@ def _simulate(batches, capacity, lookahead, policy, retire_draws, obey_fill_afte
     """The device runs `step`, then the host writes back its evicted rows and retires it."""
     plan, _, _, fills = in_flight.pop(step)
     written_back = []
-    for s, i in zip(plan.evict_slots[:plan.num_evictions], plan.evict_ids[:plan.num_evictions]):
+    for s, i in zip(plan.evict_slots[:plan.num_evictions], plan.evict_ids[:plan.num_evictions],
+                    strict=True):
       held_id, value = device.pop(int(s))  # Read out BEFORE the fills land.
       assert held_id == i
       written_back.append((int(i), value))
     if fills is None:  # Deferred gather: every earlier step has retired by now.
       assert plan.fill_after_step < step
       fills = [host.get(int(i), 0) for i in plan.fill_ids[:plan.num_fills]]
-    for s, i, v in zip(plan.fill_slots[:plan.num_fills], plan.fill_ids[:plan.num_fills], fills):
+    for s, i, v in zip(plan.fill_slots[:plan.num_fills], plan.fill_ids[:plan.num_fills], fills,
+                       strict=True):
       device[int(s)] = [int(i), v]
-    for s, i in zip(plan.slots[:plan.num_unique], plan_ids_of[step]):
+    for s, i in zip(plan.slots[:plan.num_unique], plan_ids_of[step], strict=True):
       assert device[int(s)][0] == i
       device[int(s)][1] += 1
     host.update(written_back)
@@ -179,7 +181,7 @@ def _simulate(batches, capacity, lookahead, policy, retire_draws, obey_fill_afte
     evicted = plan.evict_slots[:plan.num_evictions].tolist()
     assert not busy & set(evicted)
     assert sorted(evicted) == _reference_victims(policy, meta, busy, plan.num_evictions)
-    for s, i in zip(evicted, plan.evict_ids[:plan.num_evictions]):
+    for s, i in zip(evicted, plan.evict_ids[:plan.num_evictions], strict=True):
       assert model.pop(s) == i
       meta.pop(s)
 
@@ -190,12 +192,12 @@ def _simulate(batches, capacity, lookahead, policy, retire_draws, obey_fill_afte
     if plan.num_evictions:
       pending_evictions[t] = plan.evict_ids[:plan.num_evictions].tolist()
 
-    for s, i in zip(plan.fill_slots[:plan.num_fills], plan.fill_ids[:plan.num_fills]):
+    for s, i in zip(plan.fill_slots[:plan.num_fills], plan.fill_ids[:plan.num_fills], strict=True):
       assert int(s) not in model
       model[int(s)] = int(i)
       meta[int(s)] = {"last": t, "freq": 0}
     assert len(set(model.values())) == len(model)  # No id in two slots.
-    for s, i in zip(plan.slots[:n], ids):
+    for s, i in zip(plan.slots[:n], ids, strict=True):
       assert model[int(s)] == i
       meta[int(s)]["last"] = t
       meta[int(s)]["freq"] += 1
@@ -210,8 +212,8 @@ def _simulate(batches, capacity, lookahead, policy, retire_draws, obey_fill_afte
   while in_flight:
     execute_and_retire(min(in_flight))
   slots, ids = planner.occupied()
-  assert sorted(zip(slots.tolist(), ids.tolist())) == sorted(model.items())
-  for s, i in zip(slots, ids):  # Final write-back of the whole cache.
+  assert sorted(zip(slots.tolist(), ids.tolist(), strict=True)) == sorted(model.items())
+  for s, i in zip(slots, ids, strict=True):  # Final write-back of the whole cache.
     host[int(i)] = device[int(s)][1]
   return host, truth, counters
 

@@ -22,6 +22,6 @@ def test_id_index_survives_rebuilds_and_tombstones():
     new_ids = np.unique(new_ids)[:new_slots.size]
     new_slots = new_slots[:new_ids.size]
     index.insert(new_ids.astype(np.int64), new_slots.astype(np.int32))
-    held.update(zip(new_slots.tolist(), new_ids.tolist()))
+    held.update(zip(new_slots.tolist(), new_ids.tolist(), strict=True))
     probe = np.array(list(held.values()) + [10**15 + 1], np.int64)
     assert index.lookup(probe).tolist() == list(held) + [-1]

@@ -6,7 +6,6 @@ each with 4 fake CPU devices, bounded by a timeout.
 """
 
 import json
-import os
 import textwrap
 
 import chex
@@ -165,7 +164,7 @@ def test_two_processes_match_the_one_device_reference(tmp_path):
   tol = dict(rtol=1e-4, atol=1e-5)
   runs = [np.load(tmp_path / f"p{pid}.npz") for pid in (0, 1)]
   finals = [json.loads((tmp_path / f"p{pid}.json").read_text()) for pid in (0, 1)]
-  for run, final in zip(runs, finals):
+  for run, final in zip(runs, finals, strict=True):
     chex.assert_trees_all_close(run["losses"], np.asarray(ref_losses), **tol)
     ids = run["ids"]
     chex.assert_trees_all_close(run["values"], np.asarray(ref_state.table.values)[ids],
@@ -178,6 +177,7 @@ def test_two_processes_match_the_one_device_reference(tmp_path):
   # Both processes hold the same state and the same metrics; only process 0 writes files.
   np.testing.assert_array_equal(runs[0]["values"], runs[1]["values"])
   assert finals[0]["auc"] == finals[1]["auc"]
-  records = [json.loads(l) for l in (tmp_path / "work" / "metrics.jsonl").read_text().splitlines()]
+  records = [json.loads(line)
+             for line in (tmp_path / "work" / "metrics.jsonl").read_text().splitlines()]
   assert [r["step"] for r in records] == [6, 12]
   np.testing.assert_allclose(records[-1]["auc"], ref_final["auc"], rtol=1e-4)

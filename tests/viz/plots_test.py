@@ -36,6 +36,8 @@ def test_pareto_mask_by_hand():
   pts = [(1.0, 0.7), (2.0, 0.8), (2.0, 0.6), (3.0, 0.8), (0.5, 0.5)]
   # minimise x, maximise y: (2, 0.6) is dominated by (1, 0.7); (3, 0.8) by (2, 0.8)
   assert plots.pareto_mask(pts, ("minimize", "maximize")) == [True, True, False, False, True]
+  with pytest.raises(ValueError, match="every point needs 2 coordinates"):
+    plots.pareto_mask([(1.0, 0.7, 3.0)], ("minimize", "maximize"))
 
 
 def _trial(i, budget, auc, params, status="done"):
@@ -48,7 +50,7 @@ def test_pareto_fronts_are_per_budget_and_leaderboard_ranks():
             _trial(3, 3, 0.75, 25), _trial(4, 3, 0.74, 5), _trial(5, 3, math.nan, 1),
             _trial(6, 3, 0.99, 1, status="failed")]
   fig = plots.plot_pareto(trials, "params", "auc")
-  fronts = [[(float(x), float(y)) for x, y in zip(line.get_xdata(), line.get_ydata())]
+  fronts = [[(float(x), float(y)) for x, y in zip(line.get_xdata(), line.get_ydata(), strict=True)]
             for line in fig.axes[0].lines]
   assert sorted(fronts) == [[(5, 0.74), (25, 0.75)], [(10, 0.70), (20, 0.72)]]
   fig = plots.plot_leaderboard(trials, "auc", "maximize", top_k=2)

@@ -28,16 +28,16 @@ import dataclasses
 import enum
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
-from sfjax.automl.space import Config, Space
+from sfjax.automl.space import Config, Fixed, Space
 
 _DIRECTIONS = ("maximize", "minimize")
 
 
-class TrialStatus(str, enum.Enum):
+class TrialStatus(enum.StrEnum):
   """Life cycle of a trial. Only RUNNING is not final."""
 
   RUNNING = "running"
@@ -157,6 +157,8 @@ class AlgorithmSpec(abc.ABC):
   """
 
   name: ClassVar[str]
+  # Declared for type checkers: every concrete spec is a dataclass (`to_dict` reads its fields).
+  __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
   multi_fidelity: ClassVar[bool] = False
   population_based: ClassVar[bool] = False
 
@@ -210,8 +212,8 @@ class Searcher(abc.ABC):
       raise ValueError(f"ask(n): n must be >= 0, got {n}")
     fixed = dict(fixed or {})
     space = self.space.fixing(fixed) if fixed else None
-    if fixed:
-      fixed = {k: space[k].value for k in fixed}  # plain scalars (numpy ones converted)
+    if space is not None:  # plain scalars (numpy ones converted); fixing made each key Fixed
+      fixed = {k: cast(Fixed, space[k]).value for k in fixed}
     self._ask_fixed, self._ask_space = fixed, space
     try:
       suggestions = self._propose(n) if n else []

@@ -58,6 +58,8 @@ class BOHB(Hyperband):
 class BOHBSearcher(BracketSearcher):
   """Hyperband's brackets with BOHB's model-based first-rung configs."""
 
+  spec: BOHB
+
   @property
   def n_min(self) -> int:
     """Finished trials a budget needs before the model is fitted on it."""
@@ -65,10 +67,11 @@ class BOHBSearcher(BracketSearcher):
 
   def model_budget(self):
     """The largest budget with at least `n_min` finished (DONE) trials, or None."""
-    counts = {}
+    counts: dict[float, int] = {}
     for r in self._history:
-      if r.status == TrialStatus.DONE:
-        counts[r.suggestion.budget] = counts.get(r.suggestion.budget, 0) + 1
+      budget = r.suggestion.budget  # set on every suggestion of a bracket
+      if r.status == TrialStatus.DONE and budget is not None:
+        counts[budget] = counts.get(budget, 0) + 1
     ready = [b for b, n in counts.items() if n >= self.n_min]
     return max(ready) if ready else None
 
@@ -90,6 +93,6 @@ class BOHBSearcher(BracketSearcher):
           sampler = self.spec.make_sampler(int(self._rng.integers(2**31 - 1)))
           study = optuna_search.rebuilt_study(optuna, self.space, self.objective, sampler,
                                               results, pending)
-          optuna_search.hold_fixed(optuna, study, self.space, self.ask_fixed)
+          optuna_search.hold_fixed(study, self.space, self.ask_fixed)
         out.append(optuna_search.ask_config(optuna, study, self.space, self._rng, space))
     return out

@@ -125,6 +125,7 @@ def _can_change(param) -> bool:
 
 
 class _EvolutionSearcher(Searcher):
+  spec: RegularizedEvolution
 
   def __init__(self, spec: RegularizedEvolution, space, objective):
     super().__init__(spec, space, objective)

@@ -39,6 +39,7 @@ from sfjax.automl.algorithms.base import (
     AlgorithmSpec,
     Objective,
     Searcher,
+    Suggestion,
     TrialResult,
     TrialStatus,
 )
@@ -155,6 +156,8 @@ class BracketSearcher(Searcher):
 
   def _table(self):
     """(bracket, rung) -> [(suggestion, result or None)], rejected trials left out."""
+    table: collections.defaultdict[tuple[int | None, int | None],
+                                   list[tuple[Suggestion, TrialResult | None]]]
     table = collections.defaultdict(list)
     for r in self._history:
       if r.status != TrialStatus.REJECTED:
@@ -166,7 +169,7 @@ class BracketSearcher(Searcher):
   def _open_rung(self, bracket, table):
     """First unfinished rung of `bracket` as (rung, target, entries, ranked previous
     rung), or None when the bracket is finished."""
-    ranked = []
+    ranked: list[TrialResult] = []
     for i, (n, _, rung) in enumerate(self._brackets[bracket]):
       entries = table[(bracket, rung)]
       target = n if i == 0 else min(n, len(ranked))
@@ -181,7 +184,8 @@ class BracketSearcher(Searcher):
     return all(self._open_rung(b, table) is None for b in range(len(self._brackets)))
 
   def _propose(self, n):
-    table, out = self._table(), []
+    table = self._table()
+    out: list[Suggestion] = []
     for bracket in range(len(self._brackets)):
       status = self._open_rung(bracket, table)
       if status is None:
@@ -218,6 +222,7 @@ class ASHA(AlgorithmSpec):
 
 
 class _AshaSearcher(Searcher):
+  spec: ASHA
 
   def __init__(self, spec: ASHA, space, objective):
     super().__init__(spec, space, objective)

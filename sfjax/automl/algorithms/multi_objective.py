@@ -176,8 +176,8 @@ def rebuilt_multi_objective_study(optuna, space: Space, objectives: Sequence[Obj
 
   for r in results:
     config = r.suggestion.config
-    trial = dict(params=space.optuna_params(config),
-                 distributions=space.optuna_distributions(config))
+    trial: dict[str, Any] = dict(params=space.optuna_params(config),
+                                 distributions=space.optuna_distributions(config))
     if r.status == TrialStatus.DONE:
       trial.update(values=[o.value(r.metrics) for o in objectives], state=state_of.COMPLETE,
                    system_attrs=attrs(r.trial_id, {_CONSTRAINTS_KEY: (0.0,)}))
@@ -197,7 +197,9 @@ def rebuilt_multi_objective_study(optuna, space: Space, objectives: Sequence[Obj
 class MultiObjectiveSearcher(Searcher):
   """Asks an Optuna multi-objective sampler (NSGA-II or MOTPE) through a rebuilt study."""
 
-  def __init__(self, spec: AlgorithmSpec, space: Space, objective: Objective):
+  spec: NSGA2 | MOTPE
+
+  def __init__(self, spec: NSGA2 | MOTPE, space: Space, objective: Objective):
     super().__init__(spec, space, objective)
     self.objectives = all_objectives(objective)
     self._generation_runs: list[list[int]] = []  # [[first trial id, generation], ...]
@@ -231,7 +233,7 @@ class MultiObjectiveSearcher(Searcher):
       study = rebuilt_multi_objective_study(optuna, self.space, self.objectives, sampler,
                                             self._history, list(self._pending.values()),
                                             self.generation)
-      optuna_search.hold_fixed(optuna, study, self.space, self.ask_fixed)
+      optuna_search.hold_fixed(study, self.space, self.ask_fixed)
       for _ in range(n):
         config = optuna_search.ask_config(optuna, study, self.space, self._rng,
                                           self.sampling_space)

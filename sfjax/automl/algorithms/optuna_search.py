@@ -33,7 +33,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import warnings
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from sfjax.automl.algorithms.base import AlgorithmSpec, Objective, Searcher, TrialStatus
 from sfjax.automl.space import ForbiddenConfigError, Space
@@ -127,7 +127,8 @@ def rebuilt_study(optuna, space: Space, objective: Objective, sampler, results, 
   worst = (min(done) if objective.direction == "maximize" else max(done)) if done else 0.0
   for r in results:
     config = r.suggestion.config
-    trial = dict(params=space.optuna_params(config), distributions=space.optuna_distributions(config))
+    trial: dict[str, Any] = dict(params=space.optuna_params(config),
+                                 distributions=space.optuna_distributions(config))
     if r.status == TrialStatus.DONE:
       trial.update(value=objective.value(r.metrics), state=state_of.COMPLETE,
                    system_attrs={_CONSTRAINTS_KEY: (0.0,)})
@@ -143,7 +144,7 @@ def rebuilt_study(optuna, space: Space, objective: Objective, sampler, results, 
   return study
 
 
-def hold_fixed(optuna, study, space: Space, fixed) -> None:
+def hold_fixed(study, space: Space, fixed) -> None:
   """Makes `study` ask with the keys of `fixed` held at their values.
 
   Wraps the study's sampler in `optuna.samplers.PartialFixedSampler` (a subclass:
@@ -151,17 +152,16 @@ def hold_fixed(optuna, study, space: Space, fixed) -> None:
   every trial of the study, but samples only the keys not in `fixed`.
 
   Args:
-    optuna: the imported module (inside `quiet_optuna()`).
     study: a study from `rebuilt_study` (or the multi-objective one).
     space: the (unfixed) search space; its `Fixed` keys are never suggested.
     fixed: key -> value, already checked by `space.fixing`.
   """
   values = {k: v for k, v in fixed.items() if k in space.dims}
   if values:
-    study.sampler = _held_sampler_class(optuna)(values, study.sampler)
+    study.sampler = _held_sampler_class()(values, study.sampler)
 
 
-def _held_sampler_class(optuna):
+def _held_sampler_class():
   """`PartialFixedSampler` that also drops held keys from relative samples.
 
   TPE with `group=True` samples every group it infers from the trials, ignoring the
@@ -171,7 +171,10 @@ def _held_sampler_class(optuna):
   here: the free keys come from the joint model, marginalised over the held ones.
   """
 
-  class HeldSampler(optuna.samplers.PartialFixedSampler):
+  # Imported on use, as every optuna import here (it costs seconds).
+  from optuna.samplers import PartialFixedSampler  # pylint: disable=g-import-not-at-top
+
+  class HeldSampler(PartialFixedSampler):
     """Optuna's `PartialFixedSampler` whose relative samples leave the held keys out."""
 
     def sample_relative(self, study, trial, search_space):
@@ -211,12 +214,14 @@ class OptunaSearcher(Searcher):
   keys (`hold_fixed`).
   """
 
+  spec: TPE | GP
+
   def _propose(self, n):
     with quiet_optuna() as optuna:
       sampler = self.spec.make_sampler(int(self._rng.integers(2**31 - 1)))
       study = rebuilt_study(optuna, self.space, self.objective, sampler, self._history,
                             [s.config for s in self._pending.values()])
-      hold_fixed(optuna, study, self.space, self.ask_fixed)
+      hold_fixed(study, self.space, self.ask_fixed)
       return [self._new_suggestion(ask_config(optuna, study, self.space, self._rng,
                                               self.sampling_space))
               for _ in range(n)]

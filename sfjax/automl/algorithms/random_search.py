@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from sfjax.automl.algorithms.base import AlgorithmSpec, Objective, Searcher
+from sfjax.automl.algorithms.base import AlgorithmSpec, Objective, Searcher, Suggestion
 from sfjax.automl.space import ForbiddenConfigError, Space, SpaceError
 
 
@@ -81,7 +81,7 @@ class _GridSearcher(Searcher):
 
   def _propose(self, n):
     fixed = self.ask_fixed
-    chosen = []
+    chosen: list[int] = []
     for i in range(self._position, len(self._grid)):
       if len(chosen) == n:
         break
@@ -94,7 +94,7 @@ class _GridSearcher(Searcher):
     return [self._new_suggestion(self._grid[i]) for i in chosen]
 
   def _extra_core(self):
-    core = {"position": self._position}
+    core: dict[str, Any] = {"position": self._position}
     if self._taken:
       core["taken"] = sorted(self._taken)
     return core
@@ -128,6 +128,7 @@ class QuasiRandomSearch(AlgorithmSpec):
 
 
 class _QuasiRandomSearcher(Searcher):
+  spec: QuasiRandomSearch
 
   def __init__(self, spec: QuasiRandomSearch, space, objective):
     super().__init__(spec, space, objective)
@@ -154,7 +155,8 @@ class _QuasiRandomSearcher(Searcher):
   def _propose(self, n):
     space = self.sampling_space
     free = [i for i, key in enumerate(self.space.dims) if key in space.dims]
-    out, skips = [], 0
+    out: list[Suggestion] = []
+    skips = 0
     while len(out) < n:
       try:
         out.append(self._new_suggestion(space.decode(self._next_point()[free])))

@@ -24,3 +24,24 @@ from sfjax.automl.pipeline.step_specs import (
                                           StepSpec,
                                           parse_steps,
 )
+
+__all__ = [
+  "MissingInputError",
+  "PipelineConfigError",
+  "PipelineLockedError",
+  "StepContext",
+  "StepKind",
+  "StepOutput",
+  "StepResult",
+  "StepSpec",
+  "build_report",
+  "check_settings",
+  "json_safe",
+  "paired_auc_bootstrap",
+  "parse_steps",
+  "read_status",
+  "run_pipeline",
+  "run_step",
+  "settings_record",
+  "summary_table",
+]

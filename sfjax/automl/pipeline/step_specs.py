@@ -62,8 +62,9 @@ class StepKind(NamedTuple):
   description: str = ""
 
 
-class StepSpec(NamedTuple):
-  """One step of the parsed pipeline.
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+  """One step of the parsed pipeline (a dataclass: a NamedTuple's `index` is a tuple method).
 
   Attributes:
     index: 0-based position in `pipeline.order`.

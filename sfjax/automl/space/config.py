@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Mapping
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
-Scalar = Union[str, int, float, bool, None]
+Scalar = str | int | float | bool | None
 
 
 class ConfigError(ValueError):
@@ -68,6 +68,9 @@ class Config(Mapping[str, Scalar]):
   """
 
   __slots__ = ("_items", "_dict", "_hash")
+  _items: tuple[tuple[str, Scalar], ...]
+  _dict: dict[str, Scalar]
+  _hash: int
 
   def __init__(self, values: Mapping[str, Any] | Any = ()):
     raw = dict(values)

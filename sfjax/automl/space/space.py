@@ -97,12 +97,13 @@ class Space:
 
   def _topological_order(self) -> tuple[str, ...]:
     """Parents before children, otherwise declaration order; a cycle raises."""
-    parents = {k: [] for k in self._params}
+    parents: dict[str, list[str]] = {k: [] for k in self._params}
     for c in self._conditions:
       if c.parent == c.child:
         raise SpaceError(f"condition cycle: {c.child} -> {c.child}")
       parents[c.child].append(c.parent)
-    order, state = [], {}  # state: 1 = on the DFS stack, 2 = done
+    order: list[str] = []
+    state: dict[str, int] = {}  # 1 = on the DFS stack, 2 = done
 
     def visit(key, stack):
       if state.get(key) == 2:
@@ -202,7 +203,9 @@ class Space:
         spaces.extend(s.prefixed(prefix) for prefix, s in part.items())
       else:
         raise SpaceError(f"compose takes Spaces or {{prefix: Space}} mappings, got {part!r}")
-    params, conditions, forbidden = {}, [], []
+    params: dict[str, Param] = {}
+    conditions: list[Condition] = []
+    forbidden: list[Forbidden] = []
     for s in spaces:
       for key, param in s._params.items():
         if key in params:
@@ -264,11 +267,12 @@ class Space:
         raise SpaceError(f"fixing {key!r}: value {value!r} is outside {self._params[key]!r}")
       params[key] = Fixed(value)
     fixed = Space(params, self._conditions, self._forbidden, domains=self._domains)
-    certain = {}  # keys active in every config of the fixing, with their (fixed) values
+    certain: dict[str, Scalar] = {}  # keys active in every config of the fixing, with values
     for key in fixed._order:
-      if isinstance(params[key], Fixed) and all(c.parent in certain and c.holds(certain[c.parent])
-                                                for c in fixed._conds_of[key]):
-        certain[key] = params[key].value
+      param = params[key]
+      if isinstance(param, Fixed) and all(c.parent in certain and c.holds(certain[c.parent])
+                                          for c in fixed._conds_of[key]):
+        certain[key] = param.value
     clause = fixed.violated_clause(certain)
     if clause is not None:
       raise SpaceError(f"fixing {sorted(values)}: every config matches forbidden clause {clause!r}")
@@ -333,11 +337,13 @@ class Space:
       raise ValueError(f"decode got NaN at dims {[self._dims[i] for i in np.flatnonzero(np.isnan(u))]}")
     u = np.clip(u, 0.0, 1.0)
     position = {k: i for i, k in enumerate(self._dims)}
-    values = {}
+    values: dict[str, Scalar] = {}
     for key in self._order:
       if self.is_active(key, values):
         param = self._params[key]
-        values[key] = param.from_unit(float(u[position[key]])) if key in position else param.value
+        # Only a Fixed parameter owns no dimension.
+        values[key] = param.value if isinstance(param, Fixed) else param.from_unit(
+            float(u[position[key]]))
     return values
 
   def encode(self, config: Mapping[str, Scalar]) -> np.ndarray:
@@ -382,7 +388,7 @@ class Space:
             for k in self._order}
     configs: list[dict] = [{}]
     for key in self._order:
-      grown = []
+      grown: list[dict] = []
       for values in configs:
         if self.is_active(key, values):
           grown.extend({**values, key: v} for v in axes[key])
@@ -402,11 +408,12 @@ class Space:
     `ForbiddenConfigError` when the suggested config matches a forbidden clause;
     the caller tells Optuna the trial failed and asks again.
     """
-    values = {}
+    values: dict[str, Scalar] = {}
     for key in self._order:
       if self.is_active(key, values):
         param = self._params[key]
-        values[key] = param.suggest(trial, key) if param.num_dims else param.value
+        # Fixed parameters (no dimension) are constants, not suggested.
+        values[key] = param.value if isinstance(param, Fixed) else param.suggest(trial, key)
     clause = self.violated_clause(values)
     if clause is not None:
       raise ForbiddenConfigError(clause)

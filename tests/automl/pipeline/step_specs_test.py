@@ -59,7 +59,9 @@ def test_missing_order_names_the_field():
 
 
 def test_context_latest_takes_the_newest_producer(tmp_path):
-  done = lambda name, out: StepResult(name, "noop", "done", {}, out, 1.0)
+  def done(name, out):
+    return StepResult(name, "noop", "done", {}, out, 1.0)
+
   ctx = StepContext(StepSpec(2, "c", "noop", {}), str(tmp_path / "steps" / "2_c"), str(tmp_path),
                     None, (done("a", {"best_config": 1, "x": 0}), done("b", {"best_config": 2})))
   assert ctx.latest("best_config") == 2 and ctx.latest("x") == 0
