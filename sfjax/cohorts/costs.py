@@ -4,7 +4,8 @@ DESIGN.md §4. `params` (`arch.count_params`), `flops` (XLA's cost analysis of o
 trial's eval forward, lowered but not compiled, per example) and, when
 `measure_latency`, `latency_ms` (median wall time of that forward over one eval
 batch, compiled apart, on this process's default device). All are cached per arch.
-`cohort.CohortRunner` is a `TrialCosts` on its task's data.
+A `CohortRunner` holds one on its task's data (`runner.costs`), which runners of
+one task may share.
 """
 
 from __future__ import annotations

@@ -25,7 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from sfjax.automl.algorithms import pbt_exploit_explore
+from sfjax.cohorts import buckets, chunk_plan
 from sfjax.cohorts.arch import ArchSpec
+from sfjax.cohorts.chunk_plan import Chunk
 from sfjax.cohorts.cohort_runner import CohortRunner
 
 
@@ -41,6 +43,8 @@ class PBTHistory(NamedTuple):
       round but the last (itself unless exploited).
     steps: [R, P] global steps applied by each member after each round.
     final_states: the population's stacked [P] TrainState after the last round (device).
+    chunks: R `chunk_plan.Chunk`s, the program call of each round (all P members,
+      no padding), for what a search reports of the programs it ran.
   """
 
   scores: np.ndarray
@@ -49,6 +53,7 @@ class PBTHistory(NamedTuple):
   source_index: np.ndarray
   steps: np.ndarray
   final_states: Any
+  chunks: tuple[Chunk, ...] = ()
 
   @property
   def best_member(self) -> int:
@@ -101,9 +106,11 @@ def run_pbt(runner: CohortRunner, arch: ArchSpec, init_hparams: Mapping[str, Any
     if values.shape != (size,):
       raise ValueError(f"init_hparams[{name!r}] has {values.shape[0]} values but there are {size} seeds")
   states, scores, test_scores, used, sources, steps = None, [], [], [], [], []
-  for r in range(num_rounds):
-    out = runner.run_stacked(arch, hparams, seeds, r * steps_per_round, (r + 1) * steps_per_round,
-                             states)
+  chunks = tuple(chunk_plan.whole_cohort(buckets.bucket_key(arch), size, r * steps_per_round,
+                                         (r + 1) * steps_per_round, resume=r > 0)
+                 for r in range(num_rounds))
+  for r, chunk in enumerate(chunks):
+    out = runner.run_stacked(arch, hparams, seeds, chunk.starts[0], chunk.ends[0], states)
     scores.append(out.auc)
     test_scores.append(out.test_auc)
     used.append(hparams)
@@ -115,4 +122,5 @@ def run_pbt(runner: CohortRunner, arch: ArchSpec, init_hparams: Mapping[str, Any
       sources.append(source)
       states = exploit(states, source)
   source_index = np.stack(sources) if sources else np.zeros((0, size), np.int64)
-  return PBTHistory(np.stack(scores), np.stack(test_scores), used, source_index, np.stack(steps), states)
+  return PBTHistory(np.stack(scores), np.stack(test_scores), used, source_index, np.stack(steps),
+                    states, chunks)

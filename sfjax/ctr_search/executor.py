@@ -22,7 +22,8 @@ from absl import logging
 
 from sfjax.automl.algorithms import TrialStatus
 from sfjax.cohorts.arch import ArchSpec
-from sfjax.cohorts.cohort_runner import CohortRunner, TrialResult
+from sfjax.cohorts.cohort_runner import CohortRunner
+from sfjax.cohorts.trial_result import TrialResult
 
 EXECUTORS = ("local", "dask")
 
@@ -52,7 +53,8 @@ class CohortJob(NamedTuple):
 
 
 class GroupRunners:
-  """The cohort runner, plus a width-1 runner on the same data for lone trials.
+  """The cohort runner, plus a width-1 runner on the same data and cost model for
+  lone trials.
 
   With 'auto' width a group of one trial would otherwise pay for measuring every
   candidate width (compiling each) although any width runs it alone.
@@ -68,9 +70,7 @@ class GroupRunners:
       return self.main
     if self._single is None:
       self._single = CohortRunner(self.main.task, cohort_width=1, mesh=self.main.mesh,
-                                  data=self.main.data,
-                                  measure_latency=self.main.measure_latency)
-    self._single.measure_latency = self.main.measure_latency
+                                  data=self.main.data, costs=self.main.costs)
     return self._single
 
 
@@ -82,12 +82,15 @@ def describe(job: CohortJob) -> str:
 
 
 def failed_results(job: CohortJob, reason: str) -> list[TrialResult]:
-  """One FAILED result per trial of `job`, all with `reason`."""
+  """One FAILED result per trial of `job`, all with `reason` (no chunk: none ran them)."""
   return [TrialResult({}, TrialStatus.FAILED, None, reason) for _ in job.hparams]
 
 
 def run_job(runners: GroupRunners, job: CohortJob) -> list[TrialResult]:
-  """Runs `job` on the runner for its group size; an exception fails its trials."""
+  """Runs `job` on the runner for its group size; an exception fails its trials.
+
+  Each result names the chunk (program call) that ran it (`TrialResult.chunk`).
+  """
   try:
     return runners.for_group(len(job.hparams)).run(
         job.arch, list(job.hparams), list(job.seeds), list(job.start_steps),
@@ -144,7 +147,8 @@ def make_executor(kind: str, runner: CohortRunner, *, address: str = "", num_wor
     return LocalExecutor(runner)
   if kind == "dask":
     from sfjax.ctr_search import executor_dask  # pylint: disable=g-import-not-at-top
-    return executor_dask.DaskExecutor(runner.task, runner.cohort_width, runner.measure_latency,
+    return executor_dask.DaskExecutor(runner.task, runner.cohort_width,
+                                      runner.costs.measure_latency,
                                       address=address, num_workers=num_workers,
                                       max_attempts=max_attempts)
   raise ValueError(f"study.executor: unknown executor {kind!r}; known: {list(EXECUTORS)}")

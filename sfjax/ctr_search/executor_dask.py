@@ -2,7 +2,8 @@
 
 Each `CohortJob` is one task: `remote_run(task, cohort_width, measure_latency,
 job)`, a pure function of its arguments returning the trials' results (metrics,
-status and the host state for promotions). No RPC of our own: Dask ships the
+status, the host state for promotions and the chunk that ran each trial, so the
+driver reports the programs the workers ran). No RPC of our own: Dask ships the
 arguments and results (pickled), places the tasks, and notices dead workers.
 
   * Worker set-up: each worker process builds its own `CohortRunner` (and its
@@ -31,8 +32,9 @@ from typing import Any
 
 from absl import logging
 
-from sfjax.cohorts.cohort_runner import CohortRunner, TrialResult
+from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.cohorts.task import CTRTask
+from sfjax.cohorts.trial_result import TrialResult
 from sfjax.ctr_search.executor import (
   CohortJob,
   GroupRunners,

@@ -8,15 +8,17 @@ One round of the loop (VEGA's search step, arXiv 2011.01507):
                           (`study.max_params`, `max_flops`, `max_latency_ms`)
                           reject configs before training (recorded, not counted);
   group by bucket         trials whose architectures differ only in MLP widths /
-                          depth, cross layers or (where `padded_layout` can remap
+                          depth, cross layers or (where `bucket_layout` can remap
                           it) embed_dim share one padded vmapped program
-                          (`padded`), one `executor.CohortJob` per bucket;
+                          (`sfjax.cohorts.buckets`), one `executor.CohortJob` per bucket;
   executor.map            `study.executor`: 'local' runs `CohortRunner.run` here, 'dask'
                           as Dask tasks (`executor_dask`); promotions (`resume_from`)
                           continue from the parent's saved state
                           `workdir/states/<id>.npz` up to their new budget;
   study.tell              every result in group order, whatever the executor (so both
                           give the same trials), failed ones as 'failed' (never fatal);
+                          each result names the chunk (program call) that ran it,
+                          from which the summary's cohort width and lane use come;
   leaderboard             top-k trials by held-out AUC, to stderr.
 
 Objectives (`study.objectives`, default 'auc:max'): several need a multi-objective
@@ -55,7 +57,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from absl import logging
 
@@ -70,11 +72,11 @@ from sfjax.automl.algorithms import (
 )
 from sfjax.automl.study import Study, TrialRecord, limit_quotas
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import buckets as padded
-from sfjax.cohorts import cohort_runner as cohort
-from sfjax.cohorts import trial_states
+from sfjax.cohorts import buckets, chunk_plan, trial_states
 from sfjax.cohorts.arch import ArchSpec, split_config
-from sfjax.cohorts.cohort_runner import CohortRunner, TrialResult
+from sfjax.cohorts.chunk_plan import Chunk
+from sfjax.cohorts.cohort_runner import CohortRunner
+from sfjax.cohorts.trial_result import TrialResult
 from sfjax.ctr_search import search_config, search_events, search_pbt, search_report
 from sfjax.ctr_search.executor import CohortJob, make_executor
 from sfjax.ctr_search.search_config import SearchConfigError
@@ -106,11 +108,12 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
   Returns:
     `{'best_trial_id', 'best_config', 'best_metrics', 'num_trials_done', 'num_failed',
     'default_metrics', 'beats_default', 'pareto_front', 'mean_cohort_width',
-    'lane_utilization'}` (`program_summary`).
+    'lane_utilization'}` (`chunk_plan.program_summary` of the chunks that ran).
     `mean_cohort_width` is the mean number of trials trained together as one vmapped
-    program (one shape bucket) over this process's rounds (None if it ran none), and
-    `lane_utilization` the share of the trial-steps those programs ran that trained a
-    trial (below 1 when ragged programs held trials of different lengths). `num_trials_done` counts
+    program call (one shape bucket) over this process's rounds (None if it ran none), and
+    `lane_utilization` the share of the trial-steps those calls ran (every lane, padding
+    included, over the whole scan) that trained a trial (below 1 when ragged programs
+    held trials of different lengths or a partial chunk was padded). `num_trials_done` counts
     trials trained to a final status (done or failed; quota rejections excluded),
     `num_failed` those that failed; the best trial is the best DONE one among the
     largest budget reached (selected on the first objective, by default `auc`, the
@@ -141,16 +144,16 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
     raise SearchConfigError("run_search: the given runner was built for a different task "
                             "than config.task")
   elif needs_latency:
-    runner.measure_latency = True
+    runner.costs.measure_latency = True
   runner.ragged = bool(field("ragged_cohorts"))
   split = lambda c: split_config(search_space.runner_config(c))
   arch_of = lambda c: split(c)[0]
   quotas = limit_quotas(
       {"params": config.study.max_params, "flops": field("max_flops"),
        "latency_ms": field("max_latency_ms")},
-      {"params": lambda c: runner.count_params(arch_of(c)),
-       "flops": lambda c: runner.count_flops(arch_of(c)),
-       "latency_ms": lambda c: runner.latency_ms(arch_of(c))})
+      {"params": lambda c: runner.costs.count_params(arch_of(c)),
+       "flops": lambda c: runner.costs.count_flops(arch_of(c)),
+       "latency_ms": lambda c: runner.costs.latency_ms(arch_of(c))})
   max_steps = task.steps_for_budget(config.study.max_budget)
   ask_batch = config.study.ask_batch or (width if width != "auto" else AUTO_ASK_BATCH)
   executor = make_executor(field("executor"), runner, address=field("dask_address"),
@@ -159,13 +162,12 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
     ask_batch = algorithm.population_size
 
     def run_round(study, batch):  # one vmapped population: every member in one program
-      search_pbt.run_population(
+      return search_pbt.run_population(
           study, runner, batch, [trial_seed(config.seed, s.trial_id) for s in batch],
           algorithm.rounds(config.study.max_budget),
           task.steps_for_budget(algorithm.pbt_interval), (config.seed, batch[0].trial_id),
           search_pbt.pbt_bounds(space, search_space.zero_allowed), search_space.runner_config,
           algorithm.quantile)
-      return [ProgramUse(len(batch), len(batch), len(batch))]  # every member trains every round
   else:
     run_round = lambda study, batch: run_batch(
         study, executor, runner, batch, workdir, config.seed, max_steps,
@@ -173,7 +175,7 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
   # Architecture-aware asking: the space's static keys (all its keys when the space says
   # which fix a bucket itself), of which `ask_round` fixes those that fix a shape bucket
   # (PBT's population is one architecture already).
-  bucket_fixed_keys = search_space.bucket_fixed_keys or padded.fixed_config_keys
+  bucket_fixed_keys = search_space.bucket_fixed_keys or buckets.fixed_config_keys
   fill_keys = () if algorithm.population_based or not field("fill_cohorts") else tuple(
       k for k in space.keys
       if search_space.bucket_fixed_keys is not None or k in arch_lib.STATIC_KEYS)
@@ -183,7 +185,7 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
                             quotas=quotas) as study, contextlib.closing(events):
     default = default_metrics(workdir, executor, config.seed, max_steps, search_space)
     events.update(study.trials())
-    programs: list[ProgramUse] = []  # the vmapped programs of this process's rounds
+    programs: list[Chunk] = []  # the program calls of this process's rounds
     while True:
       final = _num_final(study)
       if final >= config.study.num_trials:
@@ -201,7 +203,7 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
     study.export()
     if isinstance(objective, Objectives):
       sys.stderr.write(search_report.pareto_report(study.pareto_fronts(), directions))
-    return dict(summarize(study, default), **program_summary(programs))
+    return dict(summarize(study, default), **chunk_plan.program_summary(programs))
 
 
 def ask_round(study: Study, n: int, fill_keys: Sequence[str],
@@ -211,7 +213,7 @@ def ask_round(study: Study, n: int, fill_keys: Sequence[str],
 
   The first suggestion is asked freely; the others are asked with the keys of
   `fill_keys` that fix its shape bucket (`bucket_fixed_keys(first, fill_keys)`,
-  default `padded.fixed_config_keys`: the masked sizes are free, `model.embed_dim`
+  default `buckets.fixed_config_keys`: the masked sizes are free, `model.embed_dim`
   only when its model and row optimizer mask it; a space may bring its own,
   `CTRSearchSpace.bucket_fixed_keys`) fixed to its values (`Study.ask(fixed=...)`),
   so new configs land in its shape bucket and train in one padded program with
@@ -224,7 +226,7 @@ def ask_round(study: Study, n: int, fill_keys: Sequence[str],
   if not batch:
     return batch
   first = batch[0].config
-  fixed_keys = (bucket_fixed_keys or padded.fixed_config_keys)(first, fill_keys)
+  fixed_keys = (bucket_fixed_keys or buckets.fixed_config_keys)(first, fill_keys)
   fixed = {k: first[k] for k in fixed_keys if k in first}
   return batch + study.ask(n - 1, fixed=fixed)
 
@@ -257,12 +259,12 @@ def default_metrics(workdir: str, executor, seed: int, steps: int,
 
 def run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Suggestion],
               workdir: str, seed: int, max_steps: int, keep_states: bool,
-              split: Callable[[Any], tuple[ArchSpec, dict[str, float]]]) -> list[int]:
+              split: Callable[[Any], tuple[ArchSpec, dict[str, float]]]) -> list[Chunk]:
   """Trains `batch` grouped by shape bucket (one job per bucket) and tells the study.
 
   Trials whose architectures differ only in sizes a superset can hold (MLP widths
-  and depth, cross layers, embed_dim where `padded_layout` can remap it:
-  `padded.bucket_key`) form one job, run as one padded
+  and depth, cross layers, embed_dim where `bucket_layout` can remap it:
+  `buckets.bucket_key`) form one job, run as one padded
   vmapped program per chunk. `executor` runs the jobs (`executor.make_executor`);
   results are told in group order whatever the executor. The driver's `runner`
   reads saved states for promotions. With `keep_states` (multi-fidelity
@@ -272,8 +274,9 @@ def run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Sugg
   re-queue of its trials.
 
   Returns:
-    Each program call's `ProgramUse` (its trials, up to the cohort width), for
-    `mean_cohort_width` and `lane_utilization`.
+    The chunks (program calls) that ran the batch, as its results name them
+    (`TrialResult.chunk`; whichever executor ran them), for `mean_cohort_width`
+    and `lane_utilization`.
   """
   states_dir = os.path.join(workdir, STATES_DIR)
   groups: dict[ArchSpec, list[tuple[Suggestion, ArchSpec, dict[str, float]]]] = {}
@@ -284,8 +287,8 @@ def run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Sugg
       study.tell(s.trial_id, {}, TrialStatus.FAILED, reason=f"bad config: {e}")
       continue
     # One job per shape bucket: architectures that differ only in maskable sizes share
-    # one padded program (`padded`); equal architectures run unpadded.
-    groups.setdefault(padded.bucket_key(arch), []).append((s, arch, hparams))
+    # one padded program (`sfjax.cohorts.buckets`); equal architectures run unpadded.
+    groups.setdefault(buckets.bucket_key(arch), []).append((s, arch, hparams))
   jobs, members_of = [], []
   for members in groups.values():
     starts, ends, init_states = [], [], []
@@ -302,47 +305,13 @@ def run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Sugg
                           init_states, [s.trial_id for s, _, _ in members], runner.ragged))
     members_of.append(members)
   on_retry = lambda job, reason: study.record_retry(job.trial_ids)
+  programs: list[Chunk] = []
   for job, members, results in zip(jobs, members_of, executor.map(jobs, on_retry)):
     for (s, _, _), result, end in zip(members, results, job.end_steps):
       _record(study, s, result, states_dir, keep_states and end < max_steps)
-  return [size for job in jobs for size in program_sizes(job, runner.cohort_width)]
-
-
-class ProgramUse(NamedTuple):
-  """One program call of a round: `trials` real trials, `trial_steps` the steps they
-  train (the sum of their ranges), `lane_steps` what the program runs for them
-  (`trials` x its longest range: a ragged program's shorter trials idle)."""
-
-  trials: int
-  trial_steps: int
-  lane_steps: int
-
-
-def program_sizes(job: CohortJob, width: int | str) -> list[ProgramUse]:
-  """The program calls of `job` (one shape bucket) as `CohortRunner.run` splits it
-  (`cohort.group_trials`, then chunks of `width`; 'auto' is taken as unbounded)."""
-  n = len(job.start_steps)
-  lengths = [int(e) - int(s) for s, e in zip(job.start_steps, job.end_steps)]
-  groups = cohort.group_trials([0] * n, job.start_steps, job.end_steps,
-                               [state is not None for state in job.init_states], job.ragged)
-  out = []
-  for g in groups:
-    cap = width if isinstance(width, int) else len(g)
-    for lo in range(0, len(g), cap):
-      chunk = [lengths[i] for i in g[lo:lo + cap]]
-      out.append(ProgramUse(len(chunk), sum(chunk), len(chunk) * max(chunk)))
-  return out
-
-
-def program_summary(programs: Sequence[ProgramUse]) -> dict[str, float | None]:
-  """`mean_cohort_width` (mean trials per program call) and `lane_utilization` (trained
-  trial-steps over the trial-steps the programs ran; below 1 only for ragged
-  programs) of a search's rounds; None for both when it ran no program."""
-  if not programs:
-    return {"mean_cohort_width": None, "lane_utilization": None}
-  lanes = sum(p.lane_steps for p in programs)
-  return {"mean_cohort_width": float(sum(p.trials for p in programs) / len(programs)),
-          "lane_utilization": float(sum(p.trial_steps for p in programs) / lanes) if lanes else 1.0}
+    # One job's chunks, each once (chunk mates share it; its trial indices are its own).
+    programs += dict.fromkeys(r.chunk for r in results if r.chunk is not None)
+  return programs
 
 
 def _resume_point(runner: CohortRunner, arch: ArchSpec, s: Suggestion,

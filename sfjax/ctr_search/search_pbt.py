@@ -29,6 +29,7 @@ from sfjax.automl.algorithms import Suggestion, TrialStatus
 from sfjax.automl.space import Space
 from sfjax.automl.study import Study
 from sfjax.cohorts import arch as arch_lib
+from sfjax.cohorts.chunk_plan import Chunk
 from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.cohorts.pbt_population import run_pbt
 
@@ -43,7 +44,8 @@ def pbt_bounds(space: Space, zero_allowed=frozenset()) -> dict[str, tuple[float,
 def run_population(study: Study, runner: CohortRunner, members: Sequence[Suggestion],
                    seeds: Sequence[int], num_rounds: int, steps_per_round: int,
                    rng_seed: Sequence[int], bounds: dict[str, tuple[float, float]],
-                   runner_config: Callable[[Any], dict[str, Any]], quantile: float = 0.25) -> None:
+                   runner_config: Callable[[Any], dict[str, Any]], quantile: float = 0.25
+                   ) -> list[Chunk]:
   """Trains `members` as one PBT population and tells the study each member's result.
 
   Args:
@@ -56,6 +58,10 @@ def run_population(study: Study, runner: CohortRunner, members: Sequence[Suggest
     bounds: clip ranges of the explored hyperparameters (`pbt_bounds`).
     runner_config: the space's point -> trial runner keys (`CTRSearchSpace.runner_config`).
     quantile: PBT's exploit quantile.
+
+  Returns:
+    The program calls the population ran (one per round, `PBTHistory.chunks`);
+    none when it failed.
   """
   splits = [arch_lib.split_config(runner_config(m.config)) for m in members]
   arch = splits[0][0]
@@ -70,13 +76,13 @@ def run_population(study: Study, runner: CohortRunner, members: Sequence[Suggest
     logging.exception("PBT population of %d members (%s) failed", len(members), arch.describe())
     for m in members:
       study.tell(m.trial_id, {}, TrialStatus.FAILED, reason=f"{type(e).__name__}: {e}")
-    return
+    return []
   seconds = (time.perf_counter() - started) / len(members)
   final = history.hparams[-1]
   for i, m in enumerate(members):
     auc = float(history.scores[-1, i])
     metrics = {"auc": auc, "test_auc": float(history.test_scores[-1, i]), "steps": float(history.steps[-1, i]),
-               "params": float(runner.count_params(arch)), "seconds": seconds,
+               "params": float(runner.costs.count_params(arch)), "seconds": seconds,
                **{f"final.{k}": float(final[k][i]) for k in final}}
     if math.isfinite(auc):
       study.tell(m.trial_id, metrics, TrialStatus.DONE, elapsed_s=seconds)
@@ -84,3 +90,4 @@ def run_population(study: Study, runner: CohortRunner, members: Sequence[Suggest
       del metrics["auc"], metrics["test_auc"]
       study.tell(m.trial_id, metrics, TrialStatus.FAILED, elapsed_s=seconds,
                  reason="loss or parameters became non-finite")
+  return list(history.chunks)

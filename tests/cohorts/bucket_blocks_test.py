@@ -13,9 +13,9 @@ from sfjax.automl.study import Study
 from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts import bucket_blocks as padded_blocks
 from sfjax.cohorts import buckets as padded
+from sfjax.cohorts import cohort_call, trial_states
 from sfjax.cohorts import cohort_runner as cohort
 from sfjax.cohorts import program as trial_program
-from sfjax.cohorts import trial_states
 from sfjax.ctr_search import search_loop
 from sfjax.train import step as step_lib
 
@@ -167,9 +167,9 @@ def test_padded_cohort_of_block_subsets_equals_each_trial_alone_fresh_and_resume
   n = len(archs)
   runner = cohort.CohortRunner(data.task, cohort_width=4, data=data)
   alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
-  traces = cohort.num_traces()
+  traces = cohort_call.num_traces()
   half = runner.run(archs, hparams, list(range(n)), [0] * n, STEPS // 2, [None] * n)
-  assert cohort.num_traces() - traces == 1  # one padded program for the 3 block sets
+  assert cohort_call.num_traces() - traces == 1  # one padded program for the 3 block sets
   full = runner.run(archs, hparams, list(range(n)), [STEPS // 2] * n, STEPS,
                     [r.state for r in half])
   for i, arch in enumerate(archs):

@@ -9,9 +9,9 @@ import pytest
 
 from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts import buckets as padded
+from sfjax.cohorts import cohort_call, trial_states
 from sfjax.cohorts import cohort_runner as cohort
 from sfjax.cohorts import program as trial_program
-from sfjax.cohorts import trial_states
 from sfjax.train import step as step_lib
 
 STEPS = 12  # the shared `data` fixture's steps per budget unit (conftest.py)
@@ -180,9 +180,9 @@ def _check_against_alone(data, archs, hparams, num_programs):
   runner = cohort.CohortRunner(data.task, cohort_width=4, data=data)
   alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
   seeds = list(range(n))
-  traces = cohort.num_traces()
+  traces = cohort_call.num_traces()
   half = runner.run(archs, hparams, seeds, [0] * n, STEPS // 2, [None] * n)
-  assert cohort.num_traces() - traces == num_programs
+  assert cohort_call.num_traces() - traces == num_programs
   full = runner.run(archs, hparams, seeds, [STEPS // 2] * n, STEPS, [r.state for r in half])
   for i, arch in enumerate(archs):
     ref_half = alone.run(arch, [hparams[i]], [seeds[i]], [0], STEPS // 2, [None])[0]

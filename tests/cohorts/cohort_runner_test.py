@@ -1,4 +1,7 @@
-"""Vmapped cohorts: equal to one-by-one runs, NaN isolation, resume, sharding, no recompiles."""
+"""Vmapped cohorts: equal to one-by-one runs, NaN isolation, resume, sharding, no recompiles,
+the plan that ran ('auto' width, padding) and the runner's cost model."""
+
+import dataclasses
 
 import chex
 import jax
@@ -6,9 +9,11 @@ import numpy as np
 import pytest
 
 from sfjax.cohorts import arch as arch_lib
+from sfjax.cohorts import chunk_plan, cohort_call
 from sfjax.cohorts import cohort_runner as cohort
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts import task as trial_data
+from sfjax.cohorts.costs import TrialCosts
 
 STEPS = 12  # the shared `data` fixture's steps per budget unit (conftest.py)
 
@@ -92,19 +97,20 @@ def test_resume_continues_exactly(arch, runner4):
 
 def test_repeated_runs_do_not_recompile(arch, runner4):
   first = _fresh(runner4, arch)
-  traces = cohort.num_traces()
+  traces = cohort_call.num_traces()
   _fresh(runner4, arch, seeds=[7, 8, 9, 10])
   _fresh(runner4, arch, hparams=HPARAMS[:3], seeds=[4, 5, 6])  # partial chunk padded to width 4
   runner4.run(arch, HPARAMS, SEEDS, [STEPS] * 4, 2 * STEPS, [r.state for r in first])
   later = runner4.run(arch, HPARAMS, SEEDS, [STEPS] * 4, 2 * STEPS, [r.state for r in first])
   runner4.run(arch, HPARAMS, SEEDS, [2 * STEPS] * 4, 3 * STEPS, [r.state for r in later])  # new start
-  assert cohort.num_traces() == traces
+  assert cohort_call.num_traces() == traces
 
 
 def test_trial_axis_sharded_over_eight_devices(data, arch, runner4):
   hparams = HPARAMS + [dict(h, **{"optim.embedding_lr": 0.04}) for h in HPARAMS]
-  sharded = cohort.CohortRunner(data.task, cohort_width=8, mesh=cohort.trial_mesh(8), data=data)
-  out = sharded.run_stacked(arch, cohort.stack_hparams(hparams), np.arange(8), 0, STEPS)
+  sharded = cohort.CohortRunner(data.task, cohort_width=8, mesh=cohort_call.trial_mesh(8),
+                                data=data)
+  out = sharded.run_stacked(arch, cohort_call.stack_hparams(hparams), np.arange(8), 0, STEPS)
   values = out.states.table.values  # [8, V, E]
   assert len(values.sharding.device_set) == 8
   assert all(s.data.shape[0] == 1 for s in values.addressable_shards)  # one trial per device
@@ -136,21 +142,67 @@ def test_bad_arguments_are_named(arch, runner4, data):
     trial_data.CTRTask(data.task.data, batch_size=0)
 
 
-def test_split_eval_mask_halves_are_disjoint_and_cover_real_rows():
-  mask = np.array([1, 1, 0, 1, 1, 1, 0, 0], np.float32)  # 5 real rows, padding anywhere
-  valid, test = cohort.split_eval_mask(mask)
-  np.testing.assert_array_equal(valid + test, mask)
-  assert (valid * test).sum() == 0
-  assert valid.sum() == 3 and test.sum() == 2
-  assert np.flatnonzero(valid).max() < np.flatnonzero(test).min()
-
-
 def test_trials_report_their_architectures_cost_metrics(data, arch):
   runner = cohort.CohortRunner(data.task, cohort_width=1, data=data, measure_latency=True)
-  costs = runner.cost_metrics(arch)  # trial_costs.TrialCosts, which the runner is
+  assert isinstance(runner.costs, TrialCosts) and runner.costs.measure_latency
+  costs = runner.costs.cost_metrics(arch)
   result = runner.run(arch, HPARAMS[:1], SEEDS[:1], [0], 2, [None])[0]
   assert result.metrics["latency_ms"] == costs["latency_ms"] > 0
   assert result.metrics["flops"] == costs["flops"] and result.metrics["params"] == costs["params"]
+
+
+def test_runners_can_share_one_cost_model(data, arch):
+  costs = TrialCosts(data.spec, data)
+  a = cohort.CohortRunner(data.task, cohort_width=1, data=data, costs=costs)
+  b = cohort.CohortRunner(data.task, cohort_width=4, data=data, costs=costs, measure_latency=True)
+  assert a.costs is b.costs is costs and costs.measure_latency  # switched on for both
+  other_spec = dataclasses.replace(data.spec, num_dense=data.spec.num_dense + 1)
+  with pytest.raises(ValueError, match="costs was built for a different data set spec"):
+    cohort.CohortRunner(data.task, data=data, costs=TrialCosts(other_spec, data))
+
+
+class CallRecorder(cohort.CohortRunner):
+  """The real runner, recording the lanes and scan length of each program call that
+  `run` makes (the calls that measure 'auto' widths are not recorded)."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.calls, self._measuring = [], False
+
+  def measure_widths(self, *args, **kwargs):
+    self._measuring = True
+    try:
+      return super().measure_widths(*args, **kwargs)
+    finally:
+      self._measuring = False
+
+  def run_stacked(self, arch, hparams, seeds, start, end, init_states=None, dense_masks=None):
+    out = super().run_stacked(arch, hparams, seeds, start, end, init_states, dense_masks)
+    if not self._measuring:
+      lengths = np.broadcast_to(np.asarray(end) - np.asarray(start), (len(seeds),))
+      self.calls.append((len(seeds), int(lengths.max()), [int(s) for s in seeds]))
+    return out
+
+
+def test_auto_width_results_name_the_chunks_that_ran(data, arch):
+  # One candidate width: 'auto' measures it (timing decides nothing) and picks 4 for a
+  # group of 7 trials: a chunk of 4 and one of 3 padded to 4 lanes.
+  runner = CallRecorder(data.task, cohort_width="auto", width_candidates=(4,), data=data)
+  hparams, seeds = HPARAMS + HPARAMS[:3], list(range(10, 17))
+  results = _fresh(runner, arch, hparams, seeds)
+  assert all(r.status == "done" for r in results)
+  ran = list(dict.fromkeys(r.chunk for r in results))
+  assert [(c.trials, c.width, c.lanes) for c in ran] == [((0, 1, 2, 3), 4, 4), ((4, 5, 6), 4, 4)]
+  # What ran, counted apart from the plan: two calls of 4 lanes, the padding lane
+  # repeating the chunk's first trial.
+  assert runner.calls == [(4, STEPS, seeds[:4]), (4, STEPS, seeds[4:] + seeds[4:5])]
+  assert [(c.lanes, c.num_steps, [seeds[i] for i in c.lane_trials]) for c in ran] == runner.calls
+  summary = chunk_plan.program_summary(ran)
+  assert summary["mean_cohort_width"] == len(results) / len(runner.calls) == 3.5
+  assert summary["lane_utilization"] == len(results) * STEPS / sum(
+      lanes * steps for lanes, steps, _ in runner.calls) == 7 / 8
+  # The plan the runner reports beforehand is the one it ran.
+  assert runner.plan([arch] * 7, [0] * 7, [STEPS] * 7, [False] * 7) == tuple(ran)
 
 
 def test_compact_rows_train_the_same_trial_as_the_full_table(data, arch):

@@ -52,6 +52,9 @@ def test_pbt_beats_a_fixed_population_with_the_same_budget(runner):
   assert np.any(history.source_index != np.arange(SIZE))  # somebody was exploited
   assert len(history.hparams) == ROUNDS and not np.allclose(history.hparams[-1]["optim.embedding_lr"], 0.1)
   assert history.test_scores.shape == (ROUNDS, SIZE)
+  # One program call per round over the whole population, the first one fresh.
+  assert [(c.lanes, c.starts[0], c.ends[0], c.from_states) for c in history.chunks] == [
+      (SIZE, r * STEPS, (r + 1) * STEPS, r > 0) for r in range(ROUNDS)]
   np.testing.assert_array_equal(history.test_scores[0], first.test_auc)
   assert history.best_member == int(np.argmax(history.scores[-1]))
   # Judged on the test half, which neither exploit nor the choice of the best member saw:

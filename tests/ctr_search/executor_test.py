@@ -29,7 +29,8 @@ def test_lone_trials_skip_width_measurement(runner):
   auto = CohortRunner(runner.task, cohort_width="auto", data=runner.data, measure_latency=True)
   runners = executor.GroupRunners(auto)
   single = runners.for_group(1)
-  assert single.cohort_width == 1 and single.data is runner.data and single.measure_latency
+  assert single.cohort_width == 1 and single.data is runner.data
+  assert single.costs is auto.costs and single.costs.measure_latency  # one cost model
   assert runners.for_group(1) is single and runners.for_group(2) is auto
   fixed = executor.GroupRunners(runner)
   assert fixed.for_group(1) is runner
@@ -46,6 +47,9 @@ def test_local_executor_runs_jobs_in_order_and_fails_bad_ones(runner):
   assert [r.status for r in out[1]] == [TrialStatus.FAILED] * 2
   assert out[1][0].error == "ValueError: trial 0: step range [5, 2) is invalid"
   assert out[2][0].metrics == {**out[2][1].metrics, "seconds": out[2][0].metrics["seconds"]}
+  # Each result names the program call that ran it; a job that raised ran none.
+  assert [r.chunk.trials for r in out[0] + out[2]] == [(0,), (0,), (1,)]
+  assert out[1][0].chunk is None
 
 
 def test_unknown_executor_names_the_field(runner):

@@ -5,10 +5,8 @@ import numpy as np
 import pytest
 
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import buckets as padded
+from sfjax.cohorts import buckets, cohort_call
 from sfjax.cohorts import cohort_runner as cohort
-from sfjax.ctr_search import search_loop
-from sfjax.ctr_search.executor import CohortJob
 
 HALF = 6  # steps; the `data` fixture has 12 steps per budget unit (conftest.py)
 HPARAMS = [
@@ -22,26 +20,6 @@ def _arch(**overrides):
   config = {"model.name": "dcnv2", "model.embed_dim": 4, "model.mlp.depth": 1,
             "model.mlp.width": 16, "model.cross_layers": 1, "optim.dense_optimizer": "adamw"}
   return arch_lib.split_config({**config, **overrides})[0]
-
-
-def test_group_trials_splits_by_range_unless_ragged_and_orders_longest_first():
-  keys = ["a", "a", "b", "a"]
-  starts, ends, resumes = [0, 6, 0, 0], [6, 18, 6, 6], [False, True, False, False]
-  assert cohort.group_trials(keys, starts, ends, resumes, ragged=False) == [[0, 3], [1], [2]]
-  assert cohort.group_trials(keys, starts, ends, resumes, ragged=True) == [[1, 0, 3], [2]]
-
-
-def test_program_sizes_follow_the_jobs_ragged_flag():
-  job = CohortJob(_arch(), [{}] * 3, [0, 1, 2], [0, 6, 0], [6, 18, 6], [None, object(), None],
-                  [0, 1, 2])
-  use = search_loop.ProgramUse
-  assert search_loop.program_sizes(job, 8) == [use(2, 12, 12), use(1, 12, 12)]
-  ragged = job._replace(ragged=True)
-  assert search_loop.program_sizes(ragged, 8) == [use(3, 24, 36)]
-  assert search_loop.program_sizes(ragged, 2) == [use(2, 18, 24), use(1, 6, 6)]
-  summary = search_loop.program_summary(search_loop.program_sizes(ragged, 2))
-  assert summary == {"mean_cohort_width": 1.5, "lane_utilization": 24 / 30}
-  assert search_loop.program_summary([]) == {"mean_cohort_width": None, "lane_utilization": None}
 
 
 def _assert_same(got, want):
@@ -60,9 +38,14 @@ def _check_ragged(data, archs, num_bucket_programs):
   starts, ends = [0, 0, HALF], [2 * HALF, HALF, 3 * HALF]
   inits = [None, None, start2.state]
   runner = cohort.CohortRunner(data.task, cohort_width=4, data=data, ragged=True)
-  traces = cohort.num_traces()
+  traces = cohort_call.num_traces()
   got = runner.run(archs, HPARAMS, seeds, starts, ends, inits)
-  assert cohort.num_traces() - traces == num_bucket_programs
+  assert cohort_call.num_traces() - traces == num_bucket_programs
+  # One ragged call, longest range first, padded to 4 lanes: 30 of its 48 trial-steps train.
+  chunk = got[0].chunk
+  assert all(r.chunk == chunk for r in got) and chunk.ragged and chunk.from_states
+  assert (chunk.trials, chunk.lanes, chunk.num_steps) == ((0, 2, 1), 4, 2 * HALF)
+  assert (chunk.trial_steps, chunk.lane_steps) == (5 * HALF, 4 * 2 * HALF)
   for i, arch in enumerate(archs):
     want = alone.run(arch, [HPARAMS[i]], [seeds[i]], [starts[i]], ends[i], [inits[i]])[0]
     _assert_same(got[i], want)
@@ -80,7 +63,7 @@ def test_ragged_padded_cohort_equals_each_trial_alone(data):
       {"model.mlp.depth": 1, "model.mlp.width": 16, "model.cross_layers": 1},
       {"model.mlp.depth": 2, "model.mlp.width": 32, "model.cross_layers": 0, "model.embed_dim": 8},
       {"model.mlp.depth": 3, "model.mlp.width": 8, "model.cross_layers": 2})]
-  assert len({padded.bucket_key(a) for a in archs}) == 1
+  assert len({buckets.bucket_key(a) for a in archs}) == 1
   _check_ragged(data, archs, 1)
 
 

@@ -391,4 +391,41 @@ def test_architecture_aware_rounds_fill_cohorts_on_the_joint_space(tmp_path):
   assert summary["mean_cohort_width"] == 8
   trials = read_jsonl(os.path.join(tmp_path, "trials.jsonl"))
   archs = [split_config(SPACE.runner_config(Config(t["config"])))[0] for t in trials]
-  assert len({search_loop.padded.bucket_key(a) for a in archs}) == 1
+  assert len({search_loop.buckets.bucket_key(a) for a in archs}) == 1
+
+
+class LaneCounter(CohortRunner):
+  """The real runner, counting the lanes and scan steps of each program call of its
+  cohorts (not those that measure 'auto' widths)."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.calls, self._measuring = [], False
+
+  def measure_widths(self, *args, **kwargs):
+    self._measuring = True
+    try:
+      return super().measure_widths(*args, **kwargs)
+    finally:
+      self._measuring = False
+
+  def run_stacked(self, arch, hparams, seeds, start, end, init_states=None, dense_masks=None):
+    if not self._measuring:
+      lengths = np.broadcast_to(np.asarray(end) - np.asarray(start), (len(seeds),))
+      self.calls.append((len(seeds), int(lengths.max())))
+    return super().run_stacked(arch, hparams, seeds, start, end, init_states, dense_masks)
+
+
+def test_auto_width_reports_the_programs_that_ran(tmp_path):
+  # A round of 7 in one bucket; 'auto' with one candidate measures 4 and runs a chunk of
+  # 4 and one of 3 padded to 4 lanes, each over the full budget's 16 steps. (Treating
+  # 'auto' as unbounded once reported one program of 7 at full utilisation.)
+  c = tiny_config("random", num_trials=7, cohort_width="auto", ask_batch=7)
+  runner = LaneCounter(search_config.make_task(c), cohort_width="auto", width_candidates=(4,))
+  summary = search_loop.run_search(c, str(tmp_path), SPACE, runner=runner)
+  assert summary["num_trials_done"] == 7 and summary["num_failed"] == 0
+  trials = read_jsonl(tmp_path / "trials.jsonl")
+  steps = [t["metrics"]["steps"] for t in trials]
+  assert runner.calls == [(4, 16), (4, 16)]  # the default config ran on the width-1 runner
+  assert summary["mean_cohort_width"] == len(trials) / len(runner.calls) == 3.5
+  assert summary["lane_utilization"] == sum(steps) / sum(w * n for w, n in runner.calls) == 7 / 8

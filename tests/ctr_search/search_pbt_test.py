@@ -61,17 +61,20 @@ def _run(path, runner, runner_config=SEARCH_SPACE.runner_config, num_rounds=ROUN
                   search_loop.DIRECTIONS) as study:
     members = study.ask(POPULATION)
     assert len(members) == POPULATION
-    search_pbt.run_population(
+    chunks = search_pbt.run_population(
         study, runner, members, [search_loop.trial_seed(0, m.trial_id) for m in members],
         num_rounds, STEPS_PER_ROUND, (0, members[0].trial_id),
         search_pbt.pbt_bounds(space, SEARCH_SPACE.zero_allowed), runner_config)
+    # One program call per round over the whole population, unless the population failed.
+    assert chunks == [] or [(c.lanes, c.starts[0], c.ends[0]) for c in chunks] == [
+        (POPULATION, r * STEPS_PER_ROUND, (r + 1) * STEPS_PER_ROUND) for r in range(num_rounds)]
     return study.trials()
 
 
 def test_every_member_is_told_done_with_its_final_hyperparameters(tmp_path, runner):
   trials = _run(tmp_path, runner)
   assert len(trials) == POPULATION
-  params = float(runner.count_params(arch_lib.split_config(ARCH)[0]))
+  params = float(runner.costs.count_params(arch_lib.split_config(ARCH)[0]))
   for t in trials:
     m = t.metrics
     assert t.status == TrialStatus.DONE, t.reason

@@ -11,7 +11,6 @@ import dataclasses
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Union
 
 from sfjax.automl.space import Config
 
@@ -58,7 +57,7 @@ class Quota:
     return {name: value}, f"quota {self.expression!r} failed: {name} = {value:g}"
 
 
-QuotaFilter = Union[Quota, Callable[[Config], str | None]]
+QuotaFilter = Quota | Callable[[Config], str | None]
 
 
 def check_quotas(filters: Sequence[QuotaFilter],

@@ -19,19 +19,18 @@ error (quota filters may change between runs: they only judge new hand-outs).
 `ask(n, fixed)` asks the algorithm for configs inside a bucket (`Searcher.ask`);
 the `ask` event records `fixed` (for audit only: replay rebuilds the searcher from
 its core state, so journals written before `fixed` existed replay as ever).
+
+The journal's header and the replay of its events are `events`; a trial's record
+is `trial_record`; which trials win (best, Pareto fronts) is `selection`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-
-import numpy as np
 
 from sfjax.automl.algorithms.base import (
   ENDED_STATUSES,
@@ -40,62 +39,14 @@ from sfjax.automl.algorithms.base import (
   Suggestion,
   TrialStatus,
 )
-from sfjax.automl.pareto import pareto_front
-from sfjax.automl.space import Config, Space
-from sfjax.automl.study.journal import Journal, JournalError
+from sfjax.automl.space import Space
+from sfjax.automl.study import events, selection, trial_record
+from sfjax.automl.study.journal import Journal
 from sfjax.automl.study.quota import QuotaFilter, check_quotas
+from sfjax.automl.study.trial_record import StudyError, TrialRecord
 from sfjax.core.atomic import atomic_write
 
-FORMAT = "sfjax.study/1"
 JOURNAL = "journal.jsonl"
-
-
-class StudyError(RuntimeError):
-  """Misuse of a study, or a study reopened with different settings."""
-
-
-@dataclasses.dataclass(frozen=True)
-class TrialRecord:
-  """Everything recorded about one trial (one suggestion, i.e. one rung of a config).
-
-  Times are Unix seconds; `started_at` is the latest hand-out (after a re-queue),
-  `attempts` counts hand-outs.
-  """
-
-  suggestion: Suggestion
-  status: TrialStatus
-  metrics: Mapping[str, float]
-  reason: str | None
-  asked_at: float
-  started_at: float
-  finished_at: float | None
-  elapsed_s: float | None
-  attempts: int
-
-  @property
-  def trial_id(self) -> int:
-    """The trial's id."""
-    return self.suggestion.trial_id
-
-  @property
-  def config(self) -> Config:
-    """The trial's config."""
-    return self.suggestion.config
-
-  def to_dict(self) -> dict[str, Any]:
-    """The `trials.jsonl` line: trial_id, config, metrics, status, then the rest."""
-    s = self.suggestion
-    return {"trial_id": s.trial_id, "config": s.config.to_dict(),
-            "metrics": {k: _json_float(v) for k, v in self.metrics.items()},
-            "status": self.status.value, "budget": s.budget, "rung": s.rung,
-            "bracket": s.bracket, "parent_trial_id": s.parent_trial_id,
-            "resume_from": s.resume_from, "reason": self.reason, "asked_at": self.asked_at,
-            "started_at": self.started_at, "finished_at": self.finished_at,
-            "elapsed_s": self.elapsed_s, "attempts": self.attempts}
-
-
-def _json_float(v: float) -> float | None:
-  return v if math.isfinite(v) else None
 
 
 class Study:
@@ -141,64 +92,27 @@ class Study:
     journal_path = os.path.join(path, JOURNAL)
     journal, records = Journal.open(journal_path)
     try:
-      header = {"event": "header", "format": FORMAT, "space": space.to_dict(),
-                "algorithm": algorithm.to_dict(), "objective": objective.to_dict(),
-                "directions": dict(directions) if directions else None}
-      header = json.loads(json.dumps(header))
+      header = json.loads(json.dumps(events.header(
+          {"space": space.to_dict(), "algorithm": algorithm.to_dict(),
+           "objective": objective.to_dict(),
+           "directions": dict(directions) if directions else None})))
       if records:
-        _check_header(journal_path, records[0], header)
+        events.check_header(journal_path, records[0], header)
       else:
         journal.append({**header, "time": time.time()})
       study = cls(path, journal, algorithm.build(space, objective), objective, directions,
                   quotas, max_rejections)
-      study._replay(journal_path, records[1:])
+      replayed = events.replay(journal_path, records[1:])
+      if replayed.searcher_state is not None:
+        study._searcher.load_state_dict(replayed.searcher_state)
+      study._trials, study._queue = replayed.trials, replayed.pending
     except BaseException:
       journal.close()
       raise
     return study
 
-  # ---- replay ----------------------------------------------------------
-  def _replay(self, journal_path: str, records) -> None:
-    core, history, pending = None, [], {}
-    for line, record in records:
-      event = record.get("event")
-      try:
-        if event == "ask":
-          for d in record["suggestions"]:
-            s = Suggestion.from_dict(d)
-            if s.trial_id in self._trials:
-              raise ValueError(f"trial {s.trial_id} asked twice")
-            self._trials[s.trial_id] = TrialRecord(
-                s, TrialStatus.RUNNING, {}, None, record["time"], record["time"], None, None, 1)
-            pending[s.trial_id] = d
-          core = record["core"]
-        elif event == "requeue":
-          for trial_id in record["trial_ids"]:
-            t = self._running(trial_id)
-            self._trials[trial_id] = dataclasses.replace(
-                t, started_at=record["time"], attempts=t.attempts + 1)
-        elif event == "tell":
-          t = self._running(record["trial_id"])
-          self._trials[t.trial_id] = _finished(t, record)
-          history.append({"suggestion": pending.pop(t.trial_id), "metrics": record["metrics"],
-                          "status": record["status"]})
-          core = record["core"]
-        else:
-          raise ValueError(f"unknown event {event!r}")
-      except (KeyError, ValueError, TypeError, StudyError) as e:
-        raise JournalError(journal_path, line, f"bad {event} event: {e}") from None
-    if core is not None:
-      self._searcher.load_state_dict(
-          {"core": core, "history": history, "pending": list(pending.values())})
-    self._queue = list(pending)
-
   def _running(self, trial_id: int) -> TrialRecord:
-    t = self._trials.get(trial_id)
-    if t is None:
-      raise StudyError(f"trial {trial_id} was never asked")
-    if t.status != TrialStatus.RUNNING:
-      raise StudyError(f"trial {trial_id} already finished with status {t.status.value!r}")
-    return t
+    return trial_record.running(self._trials, trial_id)
 
   # ---- ask / tell ------------------------------------------------------
   def ask(self, n: int, fixed: Mapping[str, Any] | None = None) -> list[Suggestion]:
@@ -228,8 +142,7 @@ class Study:
       now = time.time()
       self._journal.append({"event": "requeue", "time": now, "trial_ids": requeued})
       for trial_id in requeued:
-        t = self._trials[trial_id]
-        self._trials[trial_id] = dataclasses.replace(t, started_at=now, attempts=t.attempts + 1)
+        self._trials[trial_id] = trial_record.handed_out_again(self._trials[trial_id], now)
       out += [s for s in (self._trials[i].suggestion for i in requeued) if self._admit(s)]
     while len(out) < n:
       batch = self._searcher.ask(n - len(out), fixed)
@@ -242,8 +155,7 @@ class Study:
         event["fixed"] = fixed
       self._journal.append(event)
       for s in batch:
-        self._trials[s.trial_id] = TrialRecord(s, TrialStatus.RUNNING, {}, None, now, now,
-                                               None, None, 1)
+        self._trials[s.trial_id] = trial_record.asked(s, now)
         if self._admit(s):
           out.append(s)
         else:
@@ -290,7 +202,7 @@ class Study:
               "elapsed_s": now - t.started_at if elapsed_s is None else float(elapsed_s),
               "core": self._searcher.core_state()}
     self._journal.append(record)
-    self._trials[trial_id] = _finished(t, record)
+    self._trials[trial_id] = trial_record.finished(t, record)
     return self._trials[trial_id]
 
   # ---- results ---------------------------------------------------------
@@ -316,14 +228,7 @@ class Study:
   def best(self) -> TrialRecord | None:
     """Best DONE trial by the objective; with budgets, among those at the largest
     budget reached (low-fidelity results do not compete with full ones)."""
-    done = [t for t in self.trials() if t.status == TrialStatus.DONE]
-    budgets = [t.suggestion.budget for t in done if t.suggestion.budget is not None]
-    if budgets:
-      done = [t for t in done if t.suggestion.budget == max(budgets)]
-    if not done:
-      return None
-    return min(done, key=lambda t: (self.objective.loss(self.objective.value(t.metrics)),
-                                    t.trial_id))
+    return selection.best_trial(self.trials(), self.objective)
 
   def pareto_front(self, directions: Mapping[str, str] | None = None,
                    budget: float | None | str = "largest") -> list[TrialRecord]:
@@ -337,28 +242,15 @@ class Study:
 
     Trials lacking one of the metrics are left out.
     """
-    directions = directions if directions is not None else self.directions
-    if not directions:
-      raise StudyError("pareto_front needs directions, e.g. {'auc': 'maximize', "
-                       "'params': 'minimize'}")
-    names = list(directions)
-    done = [t for t in self.trials()
-            if t.status == TrialStatus.DONE and all(m in t.metrics for m in names)]
-    if budget == "largest":
-      budgets = [t.suggestion.budget for t in done if t.suggestion.budget is not None]
-      budget = max(budgets) if budgets else "all"
-    if budget != "all":
-      done = [t for t in done if t.suggestion.budget == budget]
-    points = np.array([[t.metrics[m] for m in names] for t in done]).reshape(len(done), len(names))
-    return [done[i] for i in pareto_front(points, [directions[m] for m in names])]
+    return selection.front(self.trials(),
+                           directions if directions is not None else self.directions, budget)
 
   def pareto_fronts(self, directions: Mapping[str, str] | None = None
                     ) -> list[tuple[float | None, list[TrialRecord]]]:
     """`(budget, front)` for every budget with a DONE trial, smallest budget first
     (one `(None, front)` entry for a study without budgets)."""
-    budgets = {t.suggestion.budget for t in self.trials() if t.status == TrialStatus.DONE}
-    order = sorted(b for b in budgets if b is not None) + ([None] if None in budgets else [])
-    return [(b, self.pareto_front(directions, budget=b)) for b in order]
+    return selection.fronts(self.trials(),
+                            directions if directions is not None else self.directions)
 
   def record_retry(self, trial_ids: Sequence[int]) -> None:
     """Journals that running trials are handed out again (e.g. their worker died).
@@ -375,8 +267,7 @@ class Study:
     now = time.time()
     self._journal.append({"event": "requeue", "time": now, "trial_ids": trial_ids})
     for trial_id in trial_ids:
-      t = self._trials[trial_id]
-      self._trials[trial_id] = dataclasses.replace(t, started_at=now, attempts=t.attempts + 1)
+      self._trials[trial_id] = trial_record.handed_out_again(self._trials[trial_id], now)
 
   def export(self, directory: str | None = None) -> None:
     """Writes `trials.jsonl` (one line per trial) and `best.json` atomically.
@@ -433,30 +324,3 @@ class Study:
 
   def __exit__(self, *exc) -> None:
     self.close()
-
-
-def _finished(t: TrialRecord, record: Mapping[str, Any]) -> TrialRecord:
-  return dataclasses.replace(
-      t, status=TrialStatus(record["status"]), metrics=dict(record["metrics"]),
-      reason=record.get("reason"), finished_at=record["time"], elapsed_s=record.get("elapsed_s"))
-
-
-def _check_header(path: str, stored_line, expected: dict) -> None:
-  line, stored = stored_line
-  if stored.get("event") != "header" or stored.get("format") != FORMAT:
-    raise JournalError(path, line, f"expected a {FORMAT!r} header, got {str(stored)[:200]}")
-  for field in ("space", "algorithm", "objective", "directions"):
-    if stored.get(field) != expected[field]:
-      raise StudyError(f"{path} was created with a different {field}: "
-                       f"{_difference(stored.get(field), expected[field])}")
-
-
-def _difference(stored, given) -> str:
-  """A short description of how two JSON values differ (top-level keys for dicts)."""
-  if isinstance(stored, dict) and isinstance(given, dict):
-    if "params" in stored and "params" in given and stored["params"] != given["params"]:
-      return "params " + _difference(stored["params"], given["params"])
-    parts = [f"{k}: stored {stored.get(k)!r}, given {given.get(k)!r}"
-             for k in sorted(set(stored) | set(given)) if stored.get(k) != given.get(k)]
-    return "; ".join(parts)[:2000]
-  return f"stored {stored!r}, given {given!r}"[:2000]

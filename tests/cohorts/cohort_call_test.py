@@ -1,0 +1,60 @@
+"""One cohort program call: eval halves, argument checks, donation, no recompiles."""
+
+import chex
+import jax
+import numpy as np
+import pytest
+
+from sfjax.cohorts import arch as arch_lib
+from sfjax.cohorts import cohort_call
+
+ARCH = arch_lib.split_config({"model.name": "fm", "model.embed_dim": 4})[0]
+
+
+def test_split_eval_mask_halves_are_disjoint_and_cover_real_rows():
+  mask = np.array([1, 1, 0, 1, 1, 1, 0, 0], np.float32)  # 5 real rows, padding anywhere
+  valid, test = cohort_call.split_eval_mask(mask)
+  np.testing.assert_array_equal(valid + test, mask)
+  assert (valid * test).sum() == 0
+  assert valid.sum() == 3 and test.sum() == 2
+  assert np.flatnonzero(valid).max() < np.flatnonzero(test).min()
+
+
+def test_stack_hparams_fills_defaults_per_trial():
+  stacked = cohort_call.stack_hparams([{"optim.embedding_lr": 0.5}, {}])
+  assert set(stacked) == set(arch_lib.DYNAMIC_KEYS)
+  default = arch_lib.resolve_hparams({})["optim.embedding_lr"]
+  np.testing.assert_array_equal(stacked["optim.embedding_lr"], np.float32([0.5, default]))
+
+
+def test_a_call_trains_each_lane_and_a_resume_leaves_the_callers_state(data):
+  call = lambda seeds, start, end, states=None: cohort_call.call_cohort(
+      data, None, ARCH, {"optim.embedding_lr": np.float32([0.01, 0.05])}, seeds, start, end,
+      states)
+  first = call([0, 1], 0, 3)
+  assert first.losses.shape == first.applied.shape == (2, 3) and first.applied.all()
+  np.testing.assert_array_equal(first.steps, [3, 3])
+  assert all(0.0 < a < 1.0 for a in first.auc) and first.auc[0] != first.auc[1]
+  host = jax.device_get(first.states)
+  kept = jax.tree.map(np.copy, host)
+  again = call([0, 1], 3, 6, host)
+  traces = cohort_call.num_traces()
+  resumed = call([0, 1], 3, 6, host)  # the same host state, not consumed by the first resume
+  np.testing.assert_array_equal(again.steps, [6, 6])
+  np.testing.assert_array_equal(again.auc, resumed.auc)
+  chex.assert_trees_all_equal(host, kept)
+  call([2, 3], 0, 3)  # other seeds, same width and step count
+  assert cohort_call.num_traces() == traces  # both programs were compiled already
+
+
+def test_bad_calls_are_named(data):
+  with pytest.raises(ValueError, match=r"hparams\['optim.dense_lr'\] has shape \(3,\)"):
+    cohort_call.call_cohort(data, None, ARCH, {"optim.dense_lr": np.ones(3)}, [0, 1], 0, 2)
+  with pytest.raises(ValueError, match="optim.embedding_lr"):
+    cohort_call.call_cohort(data, None, ARCH, {"optim.embedding_lr": [-1.0]}, [0], 0, 2)
+  with pytest.raises(ValueError, match="fresh trials start at step 0"):
+    cohort_call.call_cohort(data, None, ARCH, {}, [0], 2, 4)
+  with pytest.raises(ValueError, match="dense_masks need init_states"):
+    cohort_call.call_cohort(data, None, ARCH, {}, [0], 0, 2, dense_masks={})
+  with pytest.raises(ValueError, match="but only"):
+    cohort_call.trial_mesh(len(jax.local_devices()) + 1)
