@@ -1,7 +1,21 @@
-"""sfjax.checkpoint: saving, verifying, restoring and exporting a run's state.
+"""sfjax.checkpoint: saving, verifying, reading, restoring and exporting a run's state.
 
-The on-disk layout and its checks (`layout`), the table's chunked format
-(`table_format`) and per-process shards (`table_shards`), the trainer's
-checkpointer (orbax dense state + CRC-checked host-table chunks) and the
-numpy-readable export.
+  open_checkpoint(path) -> Checkpoint    read a run's checkpoint (dense params, optimizer
+                                         state, the table of either backend) without it
+  Checkpointer                           the trainer's crash-safe saves and restores
+  export_checkpoint(workdir, out_dir)    the table as numpy-readable `.npy` chunks
+
+Modules: the on-disk layout and its checks (`layout`), the table's chunked format and
+how it is written (`table_format`), read (`table_reader`) and sharded per process
+(`table_shards`), what changed since a checkpoint (`change_tracking`), the reader
+(`reader`), the checkpointer (`checkpointer`) and the export (`export`).
 """
+
+from sfjax.checkpoint.checkpointer import Checkpointer, CheckpointSaveError, Restored
+from sfjax.checkpoint.export import export_checkpoint, read_export
+from sfjax.checkpoint.layout import CorruptCheckpointError, find_resumable, verify
+from sfjax.checkpoint.reader import Checkpoint, CheckpointTable, open_checkpoint
+
+__all__ = ["Checkpoint", "CheckpointSaveError", "CheckpointTable", "Checkpointer",
+           "CorruptCheckpointError", "Restored", "export_checkpoint", "find_resumable",
+           "open_checkpoint", "read_export", "verify"]

@@ -5,16 +5,18 @@ One checkpoint is one directory, made visible by a single rename:
   step_00000040/
     dense/        orbax `StandardCheckpointer`: {step, params, opt_state} and, for the
                   device backend, the whole embedding table (rows + optimizer slots)
-    table/        cache backend: the host table in chunks (`embedding.table_checkpoint`),
-                  only chunks written since the previous checkpoint are new files
+    table/        cache backend: the host table in chunks and row deltas
+                  (`sfjax.checkpoint.table_format`): only what was written since the
+                  previous checkpoint is new files
     meta.json     the step, batches consumed and whatever the loop adds (eval history, ...)
 
 A save writes everything into `tmp.step_<N>.<pid>/`, fsyncs every file and directory,
 then renames it to `step_<N>` and fsyncs `checkpoints/`; older checkpoints beyond
 `keep` are deleted only after that. A crash at any point leaves every earlier
 checkpoint untouched (leftover `tmp.*` directories are ignored and removed by the
-next save). Restores use an abstract target built from the caller's state, so the
-number of devices and the sharding may differ from the run that saved.
+next save). Restores open the checkpoint like any reader (`sfjax.checkpoint.reader`)
+and restore into an abstract target built from the caller's state, so the number of
+devices and the sharding may differ from the run that saved.
 
 Corruption (a truncated or altered file) is detected before anything is loaded
 (`sfjax.checkpoint.layout`, re-exported here):
@@ -25,13 +27,15 @@ first, moves a corrupt one aside to `corrupt.step_<N>` with a warning naming the
 file, and resumes from the newest good one; if none is good it raises, naming every
 bad file.
 
+What a save writes of the host table is tracked by a `ChangeTracker` the checkpointer
+registers as the table's write observer (`sfjax.checkpoint.change_tracking`).
 Saving does not stall training for the table's files: `save` takes the dense state
 (orbax, small) and a copy-on-write snapshot of the host table synchronously, then
 writes the table files, `meta.json` and the rename on a background thread while the
 next steps run (`async_table=True`). The checkpoint counts only once renamed; the next
 `save`, `wait` or `close` waits for it, and a background failure is raised there,
 naming the last good checkpoint. The table is saved as row deltas between whole-chunk
-bases (`embedding.table_checkpoint`), so a save writes about the rows touched since
+bases (`sfjax.checkpoint.table_format`), so a save writes about the rows touched since
 the previous one.
 
 The cache backend's device cache is not saved: the loop flushes it to the host
@@ -46,7 +50,7 @@ file system every process sees):
                             replicated; orbax writes each array once and commits on
                             process 0)
     table/process_<p>_of_P/ process p's host-table rows (id % P == p), each an ordinary
-                            table checkpoint (`embedding.table_shards`)
+                            table checkpoint (`sfjax.checkpoint.table_shards`)
     meta.json               `processes`: P, the digests of dense/ and every shard's manifest
 
 A save is a protocol every process runs in step: process 0 makes `tmp.step_<N>.of<P>/`;
@@ -80,22 +84,20 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from sfjax.checkpoint import layout as checkpoint_files
-from sfjax.checkpoint import table_format as table_checkpoint
-from sfjax.checkpoint import table_shards
+from sfjax.checkpoint import reader, table_format, table_shards
+from sfjax.checkpoint.change_tracking import ChangeTracker
 
 # The on-disk format, verification and the choice of a resume point (re-exported: they
 # are part of this module's API).
-from sfjax.checkpoint.layout import (
-  CHECKPOINT_DIR,  # pylint: disable=unused-import
-  META_FILE,
-  CorruptCheckpointError,  # pylint: disable=unused-import
-  committed_steps,  # pylint: disable=unused-import
-  find_resumable,  # pylint: disable=unused-import
-  latest,
-  read_meta,
-  step_dir_name,
-  verify,  # pylint: disable=unused-import
-)
+from sfjax.checkpoint.layout import CHECKPOINT_DIR as CHECKPOINT_DIR
+from sfjax.checkpoint.layout import META_FILE as META_FILE
+from sfjax.checkpoint.layout import CorruptCheckpointError as CorruptCheckpointError
+from sfjax.checkpoint.layout import committed_steps as committed_steps
+from sfjax.checkpoint.layout import find_resumable as find_resumable
+from sfjax.checkpoint.layout import latest as latest
+from sfjax.checkpoint.layout import read_meta as read_meta
+from sfjax.checkpoint.layout import step_dir_name as step_dir_name
+from sfjax.checkpoint.layout import verify as verify
 from sfjax.core.atomic import atomic_write, fsync_directory
 from sfjax.core.errors import ConfigError
 from sfjax.embedding import host_table as host_table_lib
@@ -129,24 +131,6 @@ def settings(config) -> tuple[int, int]:
   return every, keep
 
 
-def _without_empty(tree):
-  """`tree` with zero-size arrays (SGD's [V, 0] slots) as None: orbax refuses to save them."""
-  return jax.tree.map(lambda x: x if x.size else None, tree)
-
-
-def _with_empty(restored, target):
-  """`restored` (from a tree `_without_empty` made) with `target`'s zero-size arrays put back."""
-  leaves, _ = jax.tree_util.tree_flatten(restored, is_leaf=lambda x: x is None)
-  target_leaves, treedef = jax.tree_util.tree_flatten(target)
-  return jax.tree_util.tree_unflatten(
-      treedef, [t if r is None else r for r, t in zip(leaves, target_leaves)])
-
-
-def _abstract(tree):
-  """Shapes, dtypes and shardings of `tree` (the restore target; no data)."""
-  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
-
-
 class Restored(NamedTuple):
   """A loaded checkpoint.
 
@@ -169,8 +153,9 @@ class Checkpointer:
   Args:
     root: the checkpoints directory (created on the first save).
     keep: newest checkpoints kept.
-    host_table: the cache backend's host table (saved in chunks and row deltas); None
-      when the table is part of the TrainState (device backend).
+    host_table: the cache backend's host table (saved in chunks and row deltas; its
+      writes are tracked from now on, until `close`); None when the table is part of
+      the TrainState (device backend).
     async_table: write the host table's files on a background thread (the save returns
       once the dense state and a copy-on-write snapshot are taken). Ignored (synchronous)
       in a run over several processes.
@@ -181,8 +166,10 @@ class Checkpointer:
 
   def __init__(self, root: str, keep: int, host_table: host_table_lib.HostTable | None = None,
                async_table: bool = True, snapshot_budget_bytes: int = SNAPSHOT_BUDGET_BYTES,
-               compact_ratio: float = table_checkpoint.COMPACT_RATIO):
+               compact_ratio: float = table_format.COMPACT_RATIO):
     self.root, self.keep, self.host_table = root, keep, host_table
+    # What the next save must write: the table's writes since the last one.
+    self.tracker = ChangeTracker(host_table) if host_table is not None else None
     self.process_index, self.process_count = jax.process_index(), jax.process_count()
     self.async_table = async_table and self.process_count == 1
     self.snapshot_budget_bytes, self.compact_ratio = snapshot_budget_bytes, compact_ratio
@@ -204,7 +191,7 @@ class Checkpointer:
     """This process's table directory in the checkpoint the next save is relative to."""
     if self._table_base is None:
       return None
-    return table_shards.shard_directory(os.path.join(self._table_base, "table"),
+    return table_shards.shard_directory(os.path.join(self._table_base, reader.TABLE_DIR),
                                         self.process_index, self.process_count)
 
   def save(self, state: TrainState, meta: dict[str, Any]) -> str:
@@ -235,13 +222,12 @@ class Checkpointer:
     plan = snapshot = None
     t0 = time.perf_counter()
     try:
-      self._orbax.save(os.path.join(tmp, "dense"), _without_empty(self._dense(state)))
+      self._orbax.save(os.path.join(tmp, reader.DENSE_DIR),
+                       reader.without_empty(self._dense(state)))
       self._orbax.wait_until_finished()
-      if self.host_table is not None:
-        plan = table_checkpoint.plan_save(self.host_table, self._previous_shard(),
-                                          self.compact_ratio)
-        plan, snapshot = table_checkpoint.capture(self.host_table, plan,
-                                                  self.snapshot_budget_bytes)
+      if self.tracker is not None:
+        plan = table_format.plan_save(self.tracker, self._previous_shard(), self.compact_ratio)
+        plan, snapshot = table_format.capture(self.tracker, plan, self.snapshot_budget_bytes)
     except BaseException:
       self._abandon(tmp, plan, snapshot)
       raise
@@ -259,7 +245,7 @@ class Checkpointer:
     if snapshot is not None:
       snapshot.close()
     if plan is not None:
-      table_checkpoint.unplan_save(self.host_table, plan)
+      table_format.unplan_save(self.tracker, plan)
     shutil.rmtree(tmp, ignore_errors=True)
 
   def _finish_in_background(self, *job) -> None:
@@ -273,8 +259,8 @@ class Checkpointer:
     """Writes the table files and metadata, then commits by one rename."""
     try:
       if plan is not None:
-        table_checkpoint.write_table(snapshot, self.host_table, os.path.join(tmp, "table"),
-                                     plan, self._previous_shard())
+        table_format.write_table(snapshot, self.host_table, os.path.join(tmp, reader.TABLE_DIR),
+                                 plan, self._previous_shard())
         snapshot.close()
       self._commit(step, tmp, final, meta)
     except BaseException:
@@ -341,17 +327,17 @@ class Checkpointer:
     self._agree("making the temporary directory", step, error)
     try:
       try:
-        self._orbax.save(os.path.join(tmp, "dense"), _without_empty(self._dense(state)))
+        self._orbax.save(os.path.join(tmp, reader.DENSE_DIR),
+                         reader.without_empty(self._dense(state)))
         self._orbax.wait_until_finished()
-        if self.host_table is not None:
-          shard = table_shards.shard_directory(os.path.join(tmp, "table"), self.process_index,
-                                               self.process_count)
+        if self.tracker is not None:
+          shard = table_shards.shard_directory(os.path.join(tmp, reader.TABLE_DIR),
+                                               self.process_index, self.process_count)
           os.makedirs(os.path.dirname(shard), exist_ok=True)
           previous = self._previous_shard()
-          plan = table_checkpoint.plan_save(self.host_table, previous, self.compact_ratio)
-          plan, snapshot = table_checkpoint.capture(self.host_table, plan,
-                                                    self.snapshot_budget_bytes)
-          table_checkpoint.write_table(snapshot, self.host_table, shard, plan, previous)
+          plan = table_format.plan_save(self.tracker, previous, self.compact_ratio)
+          plan, snapshot = table_format.capture(self.tracker, plan, self.snapshot_budget_bytes)
+          table_format.write_table(snapshot, self.host_table, shard, plan, previous)
           checkpoint_files.fsync_tree(shard)
       except Exception as err:  # pylint: disable=broad-except
         error = err
@@ -366,7 +352,7 @@ class Checkpointer:
       if snapshot is not None:
         snapshot.close()
       if plan is not None:
-        table_checkpoint.unplan_save(self.host_table, plan)
+        table_format.unplan_save(self.tracker, plan)
       if main:
         shutil.rmtree(tmp, ignore_errors=True)
       raise
@@ -413,34 +399,30 @@ class Checkpointer:
     processes: every process calls it.
     """
     self.wait()
-    meta = read_meta(path)
-    want = ("host_chunks", "host_shards") if self.host_table is not None else ("dense",)
-    if meta.get("table") not in want:
-      raise ValueError(f"{os.path.join(path, META_FILE)}: the checkpoint holds its table as "
-                       f"{meta.get('table')!r}; this run's backend needs one of {want} (same "
-                       "embedding.backend as the run that saved it)")
+    ckpt = reader.open_checkpoint(path, verify=False)  # `find_resumable` verified it
+    ckpt.require_table_kind(reader.HOST_TABLE_KINDS if self.host_table is not None
+                            else ("dense",))
     try:
-      target_dense = self._dense(target)
-      dense = _with_empty(self._orbax.restore(os.path.join(path, "dense"),
-                                              _abstract(_without_empty(target_dense))),
-                          target_dense)
+      dense = ckpt.restore_dense(self._dense(target), self._orbax)
     except ValueError as err:
       raise ValueError(f"{path}: does not fit this run's state (saved by a different model or "
                        f"config?): {err}") from err
     if self.host_table is not None:  # the rows this process owns, from every stored shard
-      same_layout = table_shards.load_owned(self.host_table, os.path.join(path, "table"),
-                                            self.process_index, self.process_count)
+      same_layout = table_shards.load_owned(self.host_table, os.path.join(path, reader.TABLE_DIR),
+                                            self.process_index, self.process_count, self.tracker)
       self._table_base = path if same_layout else None
     state = target._replace(step=dense["step"], params=dense["params"],
                             opt_state=dense["opt_state"], table=dense.get("table", target.table))
-    return Restored(int(meta["step"]), state, meta, path)
+    return Restored(ckpt.step, state, ckpt.meta, path)
 
   def close(self) -> None:
-    """Waits for a background save (a failure is logged, not raised: call `wait` for that)
-    and releases orbax."""
+    """Waits for a background save (a failure is logged, not raised: call `wait` for that),
+    stops tracking the host table's writes and releases orbax."""
     try:
       self.wait()
     except CheckpointSaveError as err:
       logging.error("%s", err)
     finally:
+      if self.tracker is not None:
+        self.tracker.detach()
       self._orbax.close()

@@ -1,7 +1,7 @@
 """Export a run's trained embedding table in a format read by numpy alone.
 
 `export_checkpoint(workdir, out_dir)` reads the newest good checkpoint of
-`workdir/checkpoints/` (either backend) and writes
+`workdir/checkpoints/` (either backend, through `sfjax.checkpoint.reader`) and writes
 
   out_dir/
     export.json              manifest (below); written last
@@ -31,52 +31,19 @@ import io
 import json
 import os
 import shutil
-import zlib
-from collections.abc import Iterator
 from typing import Any
 
-import jax
 import ml_collections
 import numpy as np
-import orbax.checkpoint as ocp
-from absl import logging
 
-from sfjax.checkpoint import checkpointer as checkpoint
-from sfjax.checkpoint import table_format as table_checkpoint
-from sfjax.checkpoint import table_shards
+from sfjax.checkpoint import reader
 from sfjax.core import digest
 from sfjax.core.atomic import atomic_write
-from sfjax.embedding import row_optimizers
-from sfjax.embedding.initializers import init_rows
+from sfjax.embedding.host_table import CHUNK_ROWS
 
 FORMAT_NAME = "sfjax.table_export"
 FORMAT_VERSION = 1
 MANIFEST_FILE = "export.json"
-CHUNK_ROWS = table_checkpoint.CHUNK_ROWS
-
-
-def newest_good_checkpoint(workdir: str) -> str:
-  """The newest checkpoint of `workdir` passing `checkpoint.verify` (nothing is renamed).
-
-  Raises:
-    FileNotFoundError: no checkpoint; checkpoint.CorruptCheckpointError: none is good.
-  """
-  root = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
-  bad = []
-  for step in reversed(checkpoint.committed_steps(root)):
-    path = os.path.join(root, checkpoint.step_dir_name(step))
-    try:
-      checkpoint.verify(path)
-      for why in bad:
-        logging.warning("skipping a corrupt checkpoint: %s", why)
-      return path
-    except checkpoint.CorruptCheckpointError as err:
-      bad.append(str(err))
-  if bad:
-    raise checkpoint.CorruptCheckpointError(f"every checkpoint under {root} is corrupt:\n  "
-                                            + "\n  ".join(bad))
-  raise FileNotFoundError(f"{root}: no checkpoint to export (train with "
-                          "--config.checkpoint.every_steps=K)")
 
 
 def _load_config(workdir: str) -> ml_collections.ConfigDict:
@@ -115,39 +82,6 @@ def _mapping(config, out_dir: str) -> dict[str, Any]:
                   "(same data.min_count) and use its mapping.json"}
 
 
-def _host_chunks(path: str, num_rows: int, width: int, slot_width: int, seed: int,
-                 stddev: float, initial_slot_row: np.ndarray) -> Iterator[tuple[int, np.ndarray,
-                                                                               np.ndarray]]:
-  """(lo, values, slots) per CHUNK_ROWS rows of a host-table checkpoint, untrained rows initial."""
-  reader = table_shards.ShardedTableReader(os.path.join(path, "table"))  # one dir or per-process
-  stored = set(reader.chunks)
-  for k in range(-(-num_rows // CHUNK_ROWS)):
-    lo = k * CHUNK_ROWS
-    n = min(CHUNK_ROWS, num_rows - lo)
-    values = init_rows(seed, 0, np.arange(lo, lo + n, dtype=np.int64), width, stddev)
-    slots = np.broadcast_to(initial_slot_row, (n, slot_width)).copy()
-    if k in stored:
-      v, s, flags = reader.read(k)
-      values[flags], slots[flags] = v[flags], s[flags]
-    yield lo, values, slots
-
-
-def _device_chunks(path: str) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-  """(lo, values, slots) per CHUNK_ROWS rows of the orbax-saved device table."""
-  ckptr = ocp.StandardCheckpointer()
-  try:
-    dense = os.path.join(path, "dense")
-    tree = ckptr.metadata(dense).item_metadata
-    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=one), tree)
-    table = ckptr.restore(dense, target)["table"]
-  finally:
-    ckptr.close()
-  values, slots = np.asarray(table["values"]), np.asarray(table["opt_slots"])
-  for lo in range(0, values.shape[0], CHUNK_ROWS):
-    yield lo, values[lo:lo + CHUNK_ROWS], slots[lo:lo + CHUNK_ROWS]
-
-
 def _save_npy(out_dir: str, rel: str, array: np.ndarray, lo: int) -> dict[str, Any]:
   full = os.path.join(out_dir, rel)
   with open(full, "wb") as f:
@@ -167,11 +101,14 @@ def export_checkpoint(workdir: str, out_dir: str, checkpoint_path: str | None = 
 
   Returns:
     The manifest written as `out_dir/export.json`.
+
+  Raises:
+    FileNotFoundError: no checkpoint; layout.CorruptCheckpointError: none is good.
   """
   if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
     raise FileExistsError(f"{out_dir}: exists and is not empty")
-  path = checkpoint_path or newest_good_checkpoint(workdir)  # verified there
-  meta = checkpoint.verify(path) if checkpoint_path else checkpoint.read_meta(path)
+  ckpt = reader.open_checkpoint(checkpoint_path or workdir)  # every file verified
+  path, meta = ckpt.path, ckpt.meta
   if "fields" not in meta:
     raise ValueError(f"{path}: the checkpoint does not record its fields (saved before exports "
                      "existed); resume the run for one more checkpoint")
@@ -183,23 +120,16 @@ def export_checkpoint(workdir: str, out_dir: str, checkpoint_path: str | None = 
   shutil.rmtree(tmp, ignore_errors=True)
   os.makedirs(os.path.join(tmp, "values"))
   os.makedirs(os.path.join(tmp, "slots"))
-  if meta["table"] in ("host_chunks", "host_shards"):
-    tm = table_shards.ShardedTableReader(os.path.join(path, "table")).manifest
-    width, slot_width = tm["width"], tm["slot_width"]
-    row_opt = row_optimizers.from_config(config.embedding)
-    chunks = _host_chunks(path, tm["num_rows"], width, slot_width, tm["seed"], tm["init_stddev"],
-                          np.asarray(row_opt.initial_slot_row(width), np.float32))
-  else:
-    chunks = _device_chunks(path)
-  value_files, slot_files, num_rows, width, slot_width = [], [], 0, None, None
-  for lo, values, slots in chunks:
+  table = ckpt.table
+  value_files, slot_files = [], []
+  for lo, values, slots in table.chunks():
     value_files.append(_save_npy(tmp, f"values/rows_{lo:012d}.npy", values, lo))
     slot_files.append(_save_npy(tmp, f"slots/rows_{lo:012d}.npy", slots, lo))
-    num_rows, width, slot_width = lo + values.shape[0], values.shape[1], slots.shape[1]
+  num_rows, width, slot_width = table.num_rows, table.width, table.slot_width
   if num_rows != sum(rows):
     raise ValueError(f"{path}: the table has {num_rows} rows, its fields {sum(rows)}")
   manifest = {
-      "format": FORMAT_NAME, "version": FORMAT_VERSION, "step": int(meta["step"]),
+      "format": FORMAT_NAME, "version": FORMAT_VERSION, "step": ckpt.step,
       "checkpoint": os.path.abspath(path), "dtype": "float32", "num_rows": num_rows,
       "width": width, "slot_width": slot_width, "chunk_rows": CHUNK_ROWS,
       "row_optimizer": config.embedding.optimizer, "model": config.model.name,
@@ -225,8 +155,9 @@ def read_export(out_dir: str) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
     for entry in manifest[kind]:
       with open(os.path.join(out_dir, entry["file"]), "rb") as f:
         data = f.read()
-      if zlib.crc32(data) != entry["crc32"]:
-        raise ValueError(f"{os.path.join(out_dir, entry['file'])}: CRC-32 mismatch")
+      why = digest.mismatch(digest.bytes_digest(data), entry)
+      if why:
+        raise ValueError(f"{os.path.join(out_dir, entry['file'])}: CRC-32 mismatch ({why})")
       arrays.append(np.load(io.BytesIO(data)))
     parts[kind] = np.concatenate(arrays)
   return manifest, parts["values"], parts["slots"]

@@ -19,15 +19,13 @@ import json
 import os
 import re
 import shutil
-import zlib
 from typing import Any
 
 import jax
 import numpy as np
 from absl import logging
 
-from sfjax.checkpoint import table_format as table_checkpoint
-from sfjax.checkpoint import table_shards
+from sfjax.checkpoint import table_format, table_shards
 from sfjax.core import digest
 from sfjax.core.atomic import fsync_directory
 from sfjax.parallel import distributed
@@ -70,7 +68,7 @@ def latest(root: str | None) -> str | None:
 def meta_crc(meta: dict[str, Any]) -> int:
   """CRC-32 of `meta` without its own CRC field (the value stored under `META_CRC`)."""
   body = {k: v for k, v in meta.items() if k != META_CRC}
-  return zlib.crc32(json.dumps(body, sort_keys=True).encode())
+  return digest.crc32(json.dumps(body, sort_keys=True).encode())
 
 
 def read_meta(path: str) -> dict[str, Any]:
@@ -104,7 +102,7 @@ def digests(tmp: str, with_table: bool) -> dict[str, dict[str, int]]:
       files[os.path.relpath(full, tmp)] = digest.file_digest(full)
   if with_table:
     for shard in table_shards.list_shards(os.path.join(tmp, "table")):
-      full = os.path.join(shard.directory, table_checkpoint.MANIFEST_FILE)
+      full = os.path.join(shard.directory, table_format.MANIFEST_FILE)
       files[os.path.relpath(full, tmp)] = digest.file_digest(full)
   return dict(sorted(files.items()))
 
@@ -125,9 +123,9 @@ def verify(path: str) -> dict[str, Any]:
       got = digest.file_digest(full)
     except OSError as err:
       raise CorruptCheckpointError(f"{full}: unreadable checkpoint file: {err}") from err
-    if got != want:
-      raise CorruptCheckpointError(f"{full}: checkpoint file is corrupt (size {got['bytes']} vs "
-                                   f"{want['bytes']}, crc32 {got['crc32']} vs {want['crc32']})")
+    why = digest.mismatch(got, want)
+    if why:
+      raise CorruptCheckpointError(f"{full}: checkpoint file is corrupt ({why})")
   if meta.get("table") in ("host_chunks", "host_shards"):
     table_dir = os.path.join(path, "table")
     try:
@@ -137,7 +135,8 @@ def verify(path: str) -> dict[str, Any]:
       raise CorruptCheckpointError(str(err)) from err
     if stored != meta.get("processes", 1):
       raise CorruptCheckpointError(f"{table_dir}: holds the shards of {stored} processes, "
-                                   f"{os.path.join(path, META_FILE)} says {meta.get('processes', 1)}")
+                                   f"{os.path.join(path, META_FILE)} says "
+                                   f"{meta.get('processes', 1)}")
   return meta
 
 
@@ -170,8 +169,9 @@ def find_resumable(root: str | None) -> str | None:
   return os.path.join(root, step_dir_name(found)) if found >= 0 else None
 
 
-def _find_resumable_here(root: str | None) -> str | None:
-  """`find_resumable` in this process alone."""
+def newest_good(root: str | None) -> tuple[str | None, list[tuple[str, str]]]:
+  """(the newest checkpoint under `root` that passes `verify` or None, [(path, why)] of the
+  corrupt ones newer than it, newest first). Reads only; nothing is renamed."""
   bad: list[tuple[str, str]] = []
   for step in reversed(committed_steps(root)):
     path = os.path.join(root, step_dir_name(step))
@@ -180,6 +180,14 @@ def _find_resumable_here(root: str | None) -> str | None:
     except CorruptCheckpointError as err:
       bad.append((path, str(err)))
       continue
+    return path, bad
+  return None, bad
+
+
+def _find_resumable_here(root: str | None) -> str | None:
+  """`find_resumable` in this process alone."""
+  path, bad = newest_good(root)
+  if path is not None:
     for bad_path, why in bad:
       aside = os.path.join(root, "corrupt." + os.path.basename(bad_path))
       shutil.rmtree(aside, ignore_errors=True)

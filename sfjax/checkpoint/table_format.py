@@ -1,9 +1,10 @@
-"""Incremental, verifiable checkpoints of a `HostTable`: chunk bases plus row deltas.
+"""Incremental, verifiable checkpoints of a `HostTable`: the format, and how one is written.
 
 A checkpoint of the host table is a directory
 
   manifest.json        {"format", "version", "chunk_rows", "num_rows", "width", "slot_width",
-                        "seed", "init_stddev", "chunks": {"<k>": {"file", "bytes", "crc32"}},
+                        "seed", "init_stddev", "initial_slot_row" (absent before it was
+                        recorded), "chunks": {"<k>": {"file", "bytes", "crc32"}},
                         "deltas": [{"ids": {...}, "rows": {...}, "count"}], "delta_seq"}
   chunk_<k>.npy        float32 [m, E + S + 1]: the chunk's m written rows: values | optimizer
                        slots | the row's index in the chunk (version 1: all n rows, last
@@ -15,7 +16,7 @@ The table is the chunk files (the *base*; a chunk absent from it holds only init
 rows) with the deltas applied in order. A checkpoint is one of two kinds
 (`plan_save`):
 
-* **delta**: only the rows `HostTable.scatter` wrote since the previous checkpoint,
+* **delta**: only the rows written since the previous checkpoint (a `ChangeTracker`),
   as `delta_*` files; the base and earlier deltas are hard-linked. On a Zipf tail the
   written rows are spread over nearly every chunk, so this is what keeps a save
   proportional to the rows touched (chunk granularity rewrote ~54% of a 1e8-row table).
@@ -30,8 +31,10 @@ Hard links (copies where unsupported) make every checkpoint directory self-conta
 deleting an old one never breaks a newer one. Files are written once, fsynced, and
 never modified in place; the manifest is written last.
 
-Rows are read through a copy-on-write `TableSnapshot`, so the files can be written on
-a background thread while training goes on (`sfjax.checkpoint.checkpointer`). Atomicity is
+Every file's size and CRC-32 (`sfjax.core.digest`) is in the manifest; reading and
+verifying is `sfjax.checkpoint.table_reader`. Rows are read through a copy-on-write
+`TableSnapshot` (`sfjax.checkpoint.change_tracking`), so the files can be written on a
+background thread while training goes on (`sfjax.checkpoint.checkpointer`). Atomicity is
 the caller's: write into a fresh temporary directory and rename it.
 """
 
@@ -41,15 +44,14 @@ import io
 import json
 import os
 import shutil
-import zlib
-from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from sfjax.checkpoint.change_tracking import ChangeTracker, TableSnapshot
+from sfjax.core import digest
 from sfjax.core.atomic import atomic_write
 from sfjax.embedding import host_table as host_table_lib
-from sfjax.embedding.table_snapshot import TableSnapshot
 
 FORMAT_NAME = "sfjax.table_checkpoint"
 FORMAT_VERSION = 2
@@ -64,7 +66,7 @@ _SPEC_KEYS = ("num_rows", "width", "slot_width", "seed", "init_stddev")
 def _spec_dict(table: host_table_lib.HostTable) -> dict[str, Any]:
   s = table.spec
   return {"num_rows": s.num_rows, "width": s.width, "slot_width": s.slot_width, "seed": s.seed,
-          "init_stddev": s.init_stddev}
+          "init_stddev": s.init_stddev, "initial_slot_row": list(s.initial_slot_row)}
 
 
 def _chunk_file(chunk: int) -> str:
@@ -83,7 +85,7 @@ def _write_file(directory: str, name: str, data: bytes) -> dict[str, Any]:
     f.write(data)
     f.flush()
     os.fsync(f.fileno())
-  return {"file": name, "bytes": len(data), "crc32": zlib.crc32(data)}
+  return {"file": name, **digest.bytes_digest(data)}
 
 
 def _link(previous: str, directory: str, entry: dict[str, Any]) -> dict[str, Any]:
@@ -114,9 +116,9 @@ def read_manifest(directory: str) -> dict[str, Any]:
 def check_compatible(manifest: dict[str, Any], table: host_table_lib.HostTable,
                      where: str) -> None:
   """Raises ValueError naming `where` unless the manifest's table spec and chunk size are
-  `table`'s (rows, width, slot width, seed, init scale)."""
+  `table`'s (rows, width, slot width, seed, init scale; initial slots where recorded)."""
   expected = _spec_dict(table)
-  for key in _SPEC_KEYS:
+  for key in _SPEC_KEYS + (("initial_slot_row",) if "initial_slot_row" in manifest else ()):
     if manifest.get(key) != expected[key]:
       raise ValueError(f"{where}: table checkpoint has {key}={manifest.get(key)!r}, the table "
                        f"has {expected[key]!r}")
@@ -149,7 +151,7 @@ class SavePlan(NamedTuple):
   gathered: tuple[np.ndarray, np.ndarray] | None = None
 
 
-def plan_save(table: host_table_lib.HostTable, previous: str | None,
+def plan_save(tracker: ChangeTracker, previous: str | None,
               compact_ratio: float = COMPACT_RATIO) -> SavePlan:
   """Takes the table's dirty state and decides between a delta and a base checkpoint.
 
@@ -157,21 +159,22 @@ def plan_save(table: host_table_lib.HostTable, previous: str | None,
   if the checkpoint is not committed. Call it with the table quiescent (flushed).
 
   Args:
-    table: the host table.
+    tracker: the host table's change tracker.
     previous: the previous checkpoint's table directory (None: none; a base is written).
     compact_ratio: write a base once the deltas would exceed this times the base bytes.
   """
-  rows = table.pop_dirty_rows()
+  table = tracker.table
+  rows = tracker.pop_dirty_rows()
   old = read_manifest(previous) if previous else None
   if old is not None:
     check_compatible(old, table, os.path.join(previous, MANIFEST_FILE))
     row_bytes = 8 + 4 * (table.width + table.slot_width)
     if _delta_bytes(old) + rows.size * row_bytes <= compact_ratio * _base_bytes(old):
       return SavePlan("delta", np.unique(rows // CHUNK_ROWS), rows)
-  return SavePlan("base", table.pop_dirty_chunks(), rows)
+  return SavePlan("base", tracker.pop_dirty_chunks(), rows)
 
 
-def capture(table: host_table_lib.HostTable, plan: SavePlan,
+def capture(tracker: ChangeTracker, plan: SavePlan,
             budget_bytes: int) -> tuple[SavePlan, TableSnapshot]:
   """Fixes what `plan` will write, as of now, so training may write on.
 
@@ -182,18 +185,19 @@ def capture(table: host_table_lib.HostTable, plan: SavePlan,
   Returns:
     (the plan, with `gathered` set for a copied delta; the snapshot to read and close).
   """
+  table = tracker.table
   row_bytes = 4 * (table.width + table.slot_width)
   if plan.kind == "delta" and plan.rows.size * row_bytes <= budget_bytes:
     plan = plan._replace(gathered=table.gather(plan.rows))
-    return plan, table.begin_snapshot([], budget_bytes)
-  return plan, table.begin_snapshot(plan.chunks, budget_bytes)
+    return plan, tracker.begin_snapshot([], budget_bytes)
+  return plan, tracker.begin_snapshot(plan.chunks, budget_bytes)
 
 
-def unplan_save(table: host_table_lib.HostTable, plan: SavePlan) -> None:
+def unplan_save(tracker: ChangeTracker, plan: SavePlan) -> None:
   """Marks a failed checkpoint's rows (and base chunks) dirty again."""
-  table.mark_dirty_rows(plan.rows)
+  tracker.mark_dirty_rows(plan.rows)
   if plan.kind == "base":
-    table.mark_dirty_chunks(plan.chunks)
+    tracker.mark_dirty_chunks(plan.chunks)
 
 
 def write_table(snapshot: TableSnapshot, table: host_table_lib.HostTable, directory: str,
@@ -201,7 +205,7 @@ def write_table(snapshot: TableSnapshot, table: host_table_lib.HostTable, direct
   """Writes the checkpoint `plan` describes into the new directory `directory`.
 
   Args:
-    snapshot: the table's snapshot over `plan.chunks` (`HostTable.begin_snapshot`),
+    snapshot: the table's snapshot over `plan.chunks` (`ChangeTracker.begin_snapshot`),
       taken when the plan was made; each chunk is read from it once.
     table: the host table (its spec).
     directory: where to write (created; must not exist).
@@ -243,17 +247,17 @@ def write_table(snapshot: TableSnapshot, table: host_table_lib.HostTable, direct
   return manifest
 
 
-def save_table(table: host_table_lib.HostTable, directory: str, previous: str | None,
+def save_table(tracker: ChangeTracker, directory: str, previous: str | None,
                compact_ratio: float = COMPACT_RATIO) -> dict[str, Any]:
   """Plans and writes one table checkpoint synchronously (`plan_save` + `write_table`).
 
   On failure the table's dirty state is put back (`unplan_save`). Returns the manifest.
   """
-  plan, snapshot = capture(table, plan_save(table, previous, compact_ratio), budget_bytes=0)
+  plan, snapshot = capture(tracker, plan_save(tracker, previous, compact_ratio), budget_bytes=0)
   try:
-    return write_table(snapshot, table, directory, plan, previous)
+    return write_table(snapshot, tracker.table, directory, plan, previous)
   except BaseException:
-    unplan_save(table, plan)
+    unplan_save(tracker, plan)
     raise
   finally:
     snapshot.close()
@@ -282,7 +286,8 @@ def _write_deltas(snapshot: TableSnapshot, directory: str, plan: SavePlan,
       emit()
     return out
   bounds = np.searchsorted(plan.rows, plan.chunks * CHUNK_ROWS)
-  for k, start, stop in zip(plan.chunks.tolist(), bounds, list(bounds[1:]) + [plan.rows.size]):
+  stops = list(bounds[1:]) + [plan.rows.size]
+  for k, start, stop in zip(plan.chunks.tolist(), bounds, stops, strict=True):
     values, slots, _ = snapshot.read_chunk(k)
     local = plan.rows[start:stop] - k * CHUNK_ROWS
     ids_buf.append(plan.rows[start:stop])
@@ -293,187 +298,3 @@ def _write_deltas(snapshot: TableSnapshot, directory: str, plan: SavePlan,
   if count:
     emit()
   return out
-
-
-def discard_mmap_table(path: str) -> bool:
-  """Deletes the memory-mapped host table in directory `path` (before restoring a checkpoint).
-
-  A run resumed from a checkpoint must not see rows its crashed predecessor wrote after
-  that checkpoint, so its mmap table is recreated empty and then loaded. Only a
-  directory whose `meta.json` says it is a host table is touched (its files, then the
-  directory if empty). Returns False if `path` does not exist.
-
-  Raises:
-    ValueError: `path` exists but is not a host table (nothing is deleted).
-  """
-  if not os.path.exists(path):
-    return False
-  meta_path = os.path.join(path, host_table_lib.META_FILE)
-  try:
-    with open(meta_path, encoding="utf-8") as f:
-      is_table = json.load(f).get("format") == host_table_lib.FORMAT_NAME
-  except (OSError, ValueError, AttributeError):
-    is_table = False
-  if not is_table:
-    raise ValueError(f"{path}: not a host table directory (no valid {host_table_lib.META_FILE}); "
-                     "refusing to delete it")
-  for name in (host_table_lib.VALUES_FILE, host_table_lib.SLOTS_FILE, host_table_lib.FLAGS_FILE,
-               host_table_lib.META_FILE, host_table_lib.META_FILE + ".tmp"):  # .tmp: killed mid-write
-    if os.path.exists(os.path.join(path, name)):
-      os.remove(os.path.join(path, name))
-  if not os.listdir(path):
-    os.rmdir(path)
-  return True
-
-
-def _entries(manifest: dict[str, Any]) -> Iterator[dict[str, Any]]:
-  """Every file entry of a manifest: chunks, then each delta's ids and rows."""
-  yield from manifest["chunks"].values()
-  for d in manifest["deltas"]:
-    yield d["ids"]
-    yield d["rows"]
-
-
-def verify_table(directory: str) -> int:
-  """Checks the manifest and every chunk and delta file's size and CRC-32 without loading rows.
-
-  Reads each file once (one file in memory at a time). Returns the number of files.
-
-  Raises:
-    ValueError: naming the first unreadable manifest or missing, truncated or altered file.
-  """
-  manifest = read_manifest(directory)
-  count = 0
-  for entry in _entries(manifest):
-    _read_file(directory, entry)
-    count += 1
-  return count
-
-
-def _read_file(directory: str, entry: dict[str, Any]) -> bytes:
-  """A checkpoint file's bytes, checked against its manifest entry (size and CRC-32).
-
-  Raises:
-    ValueError: naming the file, when it is unreadable, truncated or altered.
-  """
-  path = os.path.join(directory, entry["file"])
-  try:
-    with open(path, "rb") as f:
-      data = f.read()
-  except OSError as err:
-    raise ValueError(f"{path}: unreadable table checkpoint file: {err}") from err
-  crc = zlib.crc32(data)
-  if len(data) != entry["bytes"] or crc != entry["crc32"]:
-    raise ValueError(f"{path}: table checkpoint file is corrupt (size {len(data)} vs "
-                     f"{entry['bytes']}, crc32 {crc} vs {entry['crc32']})")
-  return data
-
-
-def _load_npy(directory: str, entry: dict[str, Any], shape: tuple[int, ...], dtype) -> np.ndarray:
-  """A verified `.npy` file of the expected shape and dtype."""
-  array = np.load(io.BytesIO(_read_file(directory, entry)))
-  if array.shape != shape or array.dtype != np.dtype(dtype):
-    raise ValueError(f"{os.path.join(directory, entry['file'])}: holds {array.shape} {array.dtype},"
-                     f" expected {shape} {np.dtype(dtype)}")
-  return array
-
-
-class TableReader:
-  """Reads a table checkpoint chunk by chunk, the base with every delta applied.
-
-  Every delta's ids are loaded (8 bytes per delta row) and checked when the reader is
-  made; rows are read per chunk. Files are verified (size, CRC-32) as they are read.
-
-  Args:
-    directory: the table checkpoint directory.
-  """
-
-  def __init__(self, directory: str):
-    self.directory = directory
-    self.manifest = read_manifest(directory)
-    m = self.manifest
-    self.num_rows, self.width, self.slot_width = m["num_rows"], m["width"], m["slot_width"]
-    self._delta_ids = []
-    for d in m["deltas"]:
-      ids = _load_npy(directory, d["ids"], (d["count"],), np.int64)
-      if ids.size and (ids[0] < 0 or ids[-1] >= self.num_rows or np.any(np.diff(ids) <= 0)):
-        raise ValueError(f"{os.path.join(directory, d['ids']['file'])}: row ids are not sorted, "
-                         f"distinct and in [0, {self.num_rows})")
-      self._delta_ids.append(ids)
-    self._delta_rows: list[np.ndarray | None] = [None] * len(m["deltas"])
-    touched = {int(k) for k in m["chunks"]}
-    for ids in self._delta_ids:
-      touched.update(np.unique(ids // CHUNK_ROWS).tolist())
-    self.chunks = tuple(sorted(touched))  # chunks holding any stored row
-
-  def delta_chunks(self) -> np.ndarray:
-    """[K] int64 chunks that some delta changes (they differ from the base)."""
-    if not self._delta_ids:
-      return np.zeros((0,), np.int64)
-    return np.unique(np.concatenate([ids // CHUNK_ROWS for ids in self._delta_ids]))
-
-  def _rows(self, i: int) -> np.ndarray:
-    if self._delta_rows[i] is None:
-      d = self.manifest["deltas"][i]
-      self._delta_rows[i] = _load_npy(self.directory, d["rows"],
-                                      (d["count"], self.width + self.slot_width), np.float32)
-    return self._delta_rows[i]
-
-  def read(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Chunk `k`'s stored (values [n,E], slots [n,S], flags [n] bool); unwritten rows 0/False."""
-    lo = k * CHUNK_ROWS
-    n = min(CHUNK_ROWS, self.num_rows - lo)
-    if n <= 0 or k < 0:
-      raise ValueError(f"{self.directory}: chunk {k} is outside a table of {self.num_rows} rows")
-    e, s = self.width, self.slot_width
-    entry = self.manifest["chunks"].get(str(k))
-    if entry is None:
-      values, slots = np.zeros((n, e), np.float32), np.zeros((n, s), np.float32)
-      flags = np.zeros((n,), np.bool_)
-    elif "rows" not in entry:  # version 1: every row of the chunk, last column the flag
-      block = _load_npy(self.directory, entry, (n, e + s + 1), np.float32)
-      values, slots = np.ascontiguousarray(block[:, :e]), np.ascontiguousarray(block[:, e:e + s])
-      flags = block[:, -1] > 0.5
-    else:  # the written rows only, last column their index in the chunk
-      block = _load_npy(self.directory, entry, (entry["rows"], e + s + 1), np.float32)
-      local = block[:, -1].astype(np.int64)
-      if local.size and (local[0] < 0 or local[-1] >= n or np.any(np.diff(local) <= 0)
-                         or not np.array_equal(local, block[:, -1])):
-        raise ValueError(f"{os.path.join(self.directory, entry['file'])}: row indices are not "
-                         f"sorted, distinct integers in [0, {n})")
-      values, slots = np.zeros((n, e), np.float32), np.zeros((n, s), np.float32)
-      flags = np.zeros((n,), np.bool_)
-      values[local], slots[local], flags[local] = block[:, :e], block[:, e:e + s], True
-    for i, ids in enumerate(self._delta_ids):
-      a, b = np.searchsorted(ids, [lo, lo + n])
-      if a == b:
-        continue
-      local, rows = ids[a:b] - lo, self._rows(i)[a:b]
-      values[local], slots[local], flags[local] = rows[:, :e], rows[:, e:], True
-    return values, slots, flags
-
-
-def load_table(table: host_table_lib.HostTable, directory: str) -> int:
-  """Restores a checkpoint into `table`, which must be freshly created (nothing written).
-
-  Chunk by chunk (memory: one chunk plus the deltas' ids), each file's size and CRC-32
-  checked before its rows are used; a corrupt file aborts a restore that must then be
-  discarded with the table. Chunks that deltas changed are marked dirty, so the next
-  base checkpoint rewrites them. Returns the number of chunks loaded.
-
-  Raises:
-    ValueError: a corrupt or incompatible checkpoint (names the file), or a table that
-      already holds written rows.
-  """
-  reader = TableReader(directory)
-  check_compatible(reader.manifest, table, os.path.join(directory, MANIFEST_FILE))
-  if table.num_materialised:
-    raise ValueError(f"load_table: the table already holds {table.num_materialised} written "
-                     "rows; restore into a freshly created table")
-  for k in reader.chunks:
-    values, slots, flags = reader.read(k)
-    local = np.flatnonzero(flags)  # only stored rows: a sparse table stays sparse
-    table.load_rows(k * CHUNK_ROWS + local, values[local], slots[local])
-  table.mark_dirty_chunks(reader.delta_chunks())
-  table.flush()
-  return len(reader.chunks)

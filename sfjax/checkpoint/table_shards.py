@@ -2,7 +2,7 @@
 
 In a run over P processes, process p owns the host-table rows `id % P == p` (it alone
 writes them back; `sfjax.train.backends.CacheBackend`). Its checkpoint of the table is
-an ordinary table checkpoint (`embedding.table_checkpoint`: base chunks + row deltas,
+an ordinary table checkpoint (`sfjax.checkpoint.table_format`: base chunks + row deltas,
 manifest with CRC-32s) of its own rows, in its own directory:
 
   table/                       one process (P = 1): the table checkpoint itself
@@ -14,9 +14,9 @@ manifest with CRC-32s) of its own rows, in its own directory:
 
 A restore on P' processes (`load_owned`) reads every stored shard and keeps, on process
 p', only the rows with `id % P' == p'`: P -> P' for any P, P' >= 1. When P' == P (and
-the layout is the one written), process p' reads only its own shard with
-`table_checkpoint.load_table`, so the next checkpoint can be a delta on top of it; on
-another count the loaded chunks are marked dirty and the next checkpoint writes a base.
+the layout is the one written), process p' reads only its own shard, so the next
+checkpoint can be a delta on top of it; on another count the loaded chunks are marked
+dirty and the next checkpoint writes a base.
 
 Every stored row is checked to belong to its shard (`id % P == p`): a shard holding a
 row of another process means a mislabelled directory, and is refused naming it.
@@ -30,7 +30,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sfjax.checkpoint import table_format as table_checkpoint
+from sfjax.checkpoint import table_format, table_reader
+from sfjax.checkpoint.change_tracking import ChangeTracker
 from sfjax.embedding import host_table as host_table_lib
 
 CHUNK_ROWS = host_table_lib.CHUNK_ROWS
@@ -81,7 +82,7 @@ def list_shards(table_dir: str) -> list[Shard]:
     ValueError: naming the directory, when it is missing, holds no shard, mixes process
       counts or lacks a process's shard.
   """
-  if os.path.isfile(os.path.join(table_dir, table_checkpoint.MANIFEST_FILE)):
+  if os.path.isfile(os.path.join(table_dir, table_format.MANIFEST_FILE)):
     return [Shard(table_dir, 0, 1)]
   try:
     names = os.listdir(table_dir)
@@ -94,7 +95,7 @@ def list_shards(table_dir: str) -> list[Shard]:
       found[(int(m.group(1)), int(m.group(2)))] = os.path.join(table_dir, name)
   counts = {count for _, count in found}
   if not found:
-    raise ValueError(f"{table_dir}: no {table_checkpoint.MANIFEST_FILE} and no "
+    raise ValueError(f"{table_dir}: no {table_format.MANIFEST_FILE} and no "
                      "process_<p>_of_<P> shard directories: not a table checkpoint")
   if len(counts) != 1:
     raise ValueError(f"{table_dir}: shards of different process counts {sorted(counts)}")
@@ -113,7 +114,7 @@ def verify_shards(table_dir: str) -> int:
   Raises:
     ValueError: naming the missing shard or the first bad file.
   """
-  return sum(table_checkpoint.verify_table(s.directory) for s in list_shards(table_dir))
+  return sum(table_reader.verify_table(s.directory) for s in list_shards(table_dir))
 
 
 def stored_count(table_dir: str) -> int:
@@ -134,7 +135,7 @@ class ShardedTableReader:
 
   Shards hold disjoint rows (process p's: `id % P == p`), so a chunk is the union of
   the shards' stored rows; a row found in the wrong shard is refused. Files are
-  verified (size, CRC-32) as they are read (`table_checkpoint.TableReader`).
+  verified (size, CRC-32) as they are read (`table_reader.TableReader`).
 
   Args:
     table_dir: the table checkpoint (one directory or `process_<p>_of_<P>/` shards).
@@ -147,12 +148,12 @@ class ShardedTableReader:
 
   def __init__(self, table_dir: str, shards: list[Shard] | None = None):
     self.shards = list_shards(table_dir) if shards is None else shards
-    self._readers = [table_checkpoint.TableReader(s.directory) for s in self.shards]
+    self._readers = [table_reader.TableReader(s.directory) for s in self.shards]
     self.manifest = self._readers[0].manifest
-    for shard, reader in zip(self.shards[1:], self._readers[1:]):
+    for shard, reader in zip(self.shards[1:], self._readers[1:], strict=True):
       for key in ("num_rows", "width", "slot_width", "seed", "init_stddev", "chunk_rows"):
         if reader.manifest.get(key) != self.manifest.get(key):
-          raise ValueError(f"{os.path.join(shard.directory, table_checkpoint.MANIFEST_FILE)}: "
+          raise ValueError(f"{os.path.join(shard.directory, table_format.MANIFEST_FILE)}: "
                            f"{key}={reader.manifest.get(key)!r}, the first shard has "
                            f"{self.manifest.get(key)!r}")
     self.num_rows = self.manifest["num_rows"]
@@ -168,7 +169,7 @@ class ShardedTableReader:
     """Chunk `k`'s stored (values [n,E], slots [n,S], flags [n] bool) over every shard;
     rows no shard stores are 0 / False."""
     values = slots = flags = None
-    for shard, reader, stored in zip(self.shards, self._readers, self._stored):
+    for shard, reader, stored in zip(self.shards, self._readers, self._stored, strict=True):
       if k not in stored and values is not None:
         continue
       v, s, f = reader.read(k)
@@ -181,7 +182,7 @@ class ShardedTableReader:
 
 
 def load_owned(table: host_table_lib.HostTable, table_dir: str, index: int,
-               count: int) -> bool:
+               count: int, tracker: ChangeTracker | None = None) -> bool:
   """Restores into `table` (freshly created) the rows of `table_dir` that process `index`
   of `count` owns, from every stored shard.
 
@@ -190,12 +191,14 @@ def load_owned(table: host_table_lib.HostTable, table_dir: str, index: int,
     table_dir: the table checkpoint (one directory or `process_<p>_of_<P>/` shards).
     index: this process's index p'.
     count: this run's process count P'.
+    tracker: the table's change tracker, told which restored chunks the next base
+      checkpoint must rewrite (None: no checkpoints follow).
 
   Returns:
     True when the stored layout is this run's (P == P'): the process's own shard was
     loaded as is and may serve as the next checkpoint's delta base. False otherwise:
     the loaded chunks are marked dirty, so the next checkpoint must be a base
-    (`plan_save(table, None)`).
+    (`plan_save(tracker, None)`).
 
   Raises:
     ValueError: a missing shard, a corrupt or incompatible file, a row stored in the
@@ -209,9 +212,9 @@ def load_owned(table: host_table_lib.HostTable, table_dir: str, index: int,
     raise ValueError(f"load_owned: the table already holds {table.num_materialised} written "
                      "rows; restore into a freshly created table")
   reader = ShardedTableReader(table_dir, [shards[index]] if same_layout else shards)
-  table_checkpoint.check_compatible(
+  table_format.check_compatible(
       reader.manifest, table,
-      os.path.join(reader.shards[0].directory, table_checkpoint.MANIFEST_FILE))
+      os.path.join(reader.shards[0].directory, table_format.MANIFEST_FILE))
   loaded = []
   for k in reader.chunks:
     values, slots, flags = reader.read(k)
@@ -219,9 +222,10 @@ def load_owned(table: host_table_lib.HostTable, table_dir: str, index: int,
     if local.size:  # only stored rows: a sparse table stays sparse
       table.load_rows(k * CHUNK_ROWS + local, values[local], slots[local])
       loaded.append(k)
-  # Same layout: as `table_checkpoint.load_table` (chunks that deltas changed get rewritten
+  # Same layout: as `table_reader.load_table` (chunks that deltas changed get rewritten
   # by the next base). Another count: every loaded chunk is new to this process's shard.
-  table.mark_dirty_chunks(reader.delta_chunks() if same_layout
-                          else np.array(loaded, np.int64))
+  if tracker is not None:
+    tracker.mark_dirty_chunks(reader.delta_chunks() if same_layout
+                              else np.array(loaded, np.int64))
   table.flush()
   return same_layout

@@ -16,7 +16,7 @@ Writing (`write_split`): chunks of `Batch`es are rolled into shards of
 
 Reading (`ShardSplit`): opening checks `split.json` and every file's size and
 `.npy` header, so a truncated or swapped shard fails at once naming its file;
-each shard's CRC-32s are checked the first time it is read (zlib runs at GB/s
+each shard's CRC-32s are checked the first time it is read (CRC-32 runs at GB/s
 and the pages it touches are the ones about to be read). `chunks` copies
 contiguous slices of the maps (no per-example Python work), in file order or,
 given a generator, with the shards and the blocks of `chunk_size` examples
@@ -30,9 +30,8 @@ import dataclasses
 import json
 import os
 import threading
-import zlib
 from collections.abc import Iterable, Iterator
-from typing import IO, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -91,30 +90,19 @@ class SplitInfo:
             "shards": [{"num_examples": s.num_examples, "files": s.files} for s in self.shards]}
 
 
-class _Crc32Writer:
-  """A write-only file wrapper that counts bytes and folds them into a CRC-32."""
-
-  def __init__(self, f: IO):
-    self.f, self.crc, self.bytes = f, 0, 0
-
-  def write(self, data) -> int:
-    view = memoryview(data).cast("B")
-    self.crc = zlib.crc32(view, self.crc)
-    self.bytes += view.nbytes
-    return self.f.write(view)
-
-
 def _save_npy(path: str, array: np.ndarray) -> dict:
   """Writes `array` as `.npy` atomically; returns {'file', 'bytes', 'crc32'}."""
   array = np.ascontiguousarray(array)
   out = {}
 
   def write(f):
-    w = _Crc32Writer(f)
+    w = digest.DigestWriter(f)
     np.lib.format.write_array_header_1_0(w, np.lib.format.header_data_from_array_1_0(array))
     if array.size:
       w.write(array.reshape(-1).view(np.uint8))  # the raw C-order bytes, no copy
-    out.update(file=os.path.basename(path), bytes=w.bytes, crc32=f"{w.crc:08x}")
+    written = w.digest()
+    out.update(file=os.path.basename(path), bytes=written["bytes"],
+               crc32=f"{written['crc32']:08x}")
 
   atomic.atomic_write(path, write)
   return out

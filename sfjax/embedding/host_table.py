@@ -18,41 +18,36 @@ reference table holds, so nothing proportional to V is ever written. Both
 backends allocate zero pages lazily (calloc for RAM, sparse files for mmap): a
 1e9-row table costs almost nothing until rows are touched.
 
-Directory layout of the mmap backend:
-
-  meta.json          {"format", "version", "num_rows", "width", "slot_width", "seed",
-                      "init_stddev", "initial_slot_row", "num_materialised", "clean"}
-  values.npy         [V, E] float32
-  slots.npy          [V, S] float32 (absent when S == 0)
-  materialised.npy   [V] bool
-
-`clean` is false while writes are not yet flushed; a table reopened in that state
+The mmap backend's directory (meta.json, values.npy, slots.npy, materialised.npy)
+is `sfjax.embedding.host_table_files`. `clean` is false while writes are not yet flushed; a table reopened in that state
 recounts `num_materialised` from the flags instead of trusting the stored count.
 Every write validates ids, shapes and finiteness before touching any array, so a
 bad write never corrupts saved state.
+
+The table keeps rows, nothing else: what changed since a checkpoint is tracked by
+whoever needs it through a write observer (`add_write_observer`; the checkpointer's
+`sfjax.checkpoint.change_tracking.ChangeTracker`), called under the table's lock with
+the ids of every `scatter` before its rows change.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
+from sfjax.embedding import host_table_files as files
 from sfjax.embedding.initializers import init_rows
-from sfjax.embedding.table_snapshot import DirtyRows, TableSnapshot
 
-FORMAT_NAME = "sfjax.host_table"
-FORMAT_VERSION = 1
-META_FILE = "meta.json"
-VALUES_FILE = "values.npy"
-SLOTS_FILE = "slots.npy"
-FLAGS_FILE = "materialised.npy"
-# Rows per chunk of dirty tracking; checkpoints (`table_checkpoint.py`) save chunks this size.
+# Rows per chunk: the block of `read_chunk`; checkpoints (`sfjax.checkpoint`) save chunks this size.
 CHUNK_ROWS = 1 << 16
+
+# Called with the ids [N] int64 (distinct, validated) of a write, before its rows change.
+WriteObserver = Callable[[np.ndarray], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +94,8 @@ class HostTable:
 
   Build with `create_ram`, `create_mmap` or `open_mmap`. `gather` and `scatter`
   are serialised by a lock, so a Host-Manager thread may gather fills while the
-  trainer thread writes back evicted rows.
+  trainer thread writes back evicted rows. Write observers (`add_write_observer`) see
+  every `scatter`'s ids under that lock, before the rows change.
   """
 
   def __init__(self, spec: HostTableSpec, values, slots, flags, num_materialised: int,
@@ -115,10 +111,7 @@ class HostTable:
     self._clean = True
     self._initial_slot_row = np.asarray(spec.initial_slot_row, np.float32).reshape(spec.slot_width)
     self._lock = threading.RLock()
-    self._cond = threading.Condition(self._lock)
-    self._dirty = np.zeros((-(-spec.num_rows // CHUNK_ROWS),), np.bool_)  # [V / CHUNK_ROWS]
-    self._dirty_rows = DirtyRows()  # rows written since the last checkpoint
-    self._snapshot: TableSnapshot | None = None
+    self._observers: list[WriteObserver] = []
 
   # ---- constructors ---------------------------------------------------------
 
@@ -144,13 +137,8 @@ class HostTable:
       raise FileExistsError(f"{path}: refusing to create a host table over an existing "
                             "non-empty path; use HostTable.open_mmap to reopen it")
     os.makedirs(path, exist_ok=True)
-    v, e, s = spec.num_rows, spec.width, spec.slot_width
-    fmt = np.lib.format
-    values = fmt.open_memmap(os.path.join(path, VALUES_FILE), "w+", np.float32, (v, e))
-    slots = (fmt.open_memmap(os.path.join(path, SLOTS_FILE), "w+", np.float32, (v, s))
-             if s else np.zeros((v, 0), np.float32))
-    flags = fmt.open_memmap(os.path.join(path, FLAGS_FILE), "w+", np.bool_, (v,))
-    table = cls(spec, values, slots, flags, 0, path, True)
+    arrays = files.create_arrays(path, spec.num_rows, spec.width, spec.slot_width)
+    table = cls(spec, *arrays, 0, path, True)
     table._write_meta(clean=True)
     return table
 
@@ -164,25 +152,19 @@ class HostTable:
         match the metadata (the message names the file).
     """
     path = os.fspath(path)
-    meta_path = os.path.join(path, META_FILE)
+    meta_path = os.path.join(path, files.META_FILE)
     if not os.path.isfile(meta_path):
       raise FileNotFoundError(f"{meta_path}: host table metadata file is missing")
-    meta = _read_meta(meta_path)
+    meta = files.read_meta(meta_path)
     try:
       spec = _make_spec(meta["num_rows"], meta["width"], meta["slot_width"], meta["seed"],
                         meta["init_stddev"], meta["initial_slot_row"])
     except (TypeError, ValueError) as err:
       raise ValueError(f"{meta_path}: corrupt host table metadata: {err}") from err
-    v, e, s = spec.num_rows, spec.width, spec.slot_width
-    mode = "r+" if writable else "r"
-    values = _open_npy(os.path.join(path, VALUES_FILE), np.float32, (v, e), mode)
-    slots = (_open_npy(os.path.join(path, SLOTS_FILE), np.float32, (v, s), mode)
-             if s else np.zeros((v, 0), np.float32))
-    flags = _open_npy(os.path.join(path, FLAGS_FILE), np.bool_, (v,), mode)
-    if meta["clean"]:
-      count = meta["num_materialised"]
-    else:  # Not flushed after its last write: the stored count may be stale.
-      count = sum(int(np.count_nonzero(flags[i:i + (1 << 24)])) for i in range(0, v, 1 << 24))
+    values, slots, flags = files.open_arrays(path, spec.num_rows, spec.width, spec.slot_width,
+                                             writable)
+    # Not flushed after its last write: the stored count may be stale.
+    count = meta["num_materialised"] if meta["clean"] else files.count_written(flags)
     return cls(spec, values, slots, flags, count, path, writable)
 
   # ---- reads ----------------------------------------------------------------
@@ -203,6 +185,19 @@ class HostTable:
   def num_materialised(self) -> int:
     """Number of rows written at least once by `scatter`."""
     return self._num_materialised
+
+  @property
+  def lock(self) -> threading.RLock:
+    """The lock every read and write holds; observers run holding it (and may wait on a
+    `threading.Condition` of it, which releases it meanwhile)."""
+    return self._lock
+
+  def written_ids(self) -> np.ndarray:
+    """Sorted ids [M] int64 of every row written (materialised), scanned in blocks."""
+    block = CHUNK_ROWS << 8
+    with self._lock:
+      return np.concatenate([lo + np.flatnonzero(self._flags[lo:lo + block])
+                             for lo in range(0, self.num_rows, block)]).astype(np.int64)
 
   def gather(self, ids) -> tuple[np.ndarray, np.ndarray]:
     """Copies rows out; never-written rows come back initialised.
@@ -264,9 +259,8 @@ class HostTable:
       if dup.any():
         raise ValueError(f"scatter: row id {int(ordered[1:][dup][0])} appears more than once")
     with self._lock:
-      chunks = ids // CHUNK_ROWS
-      if self._snapshot is not None and not self._snapshot.closed:
-        self._snapshot.preserve(chunks)  # copy on write for a checkpoint being written
+      for observer in self._observers:  # e.g. copy on write for a checkpoint being written
+        observer(ids)
       if self.path is not None and self._clean:
         self._write_meta(clean=False)
       newly = int(np.count_nonzero(~self._flags[ids]))
@@ -274,46 +268,27 @@ class HostTable:
       self._slots[ids] = slots
       self._flags[ids] = True  # Last: a half-finished write reads as initial rows.
       self._num_materialised += newly
-      self._dirty[chunks] = True
-      self._dirty_rows.add(ids)
 
-  # ---- chunks (checkpoints) ---------------------------------------------------
+  def add_write_observer(self, observer: WriteObserver) -> None:
+    """Calls `observer(ids)` at every `scatter`, under the lock, before the rows change.
 
-  def pop_dirty_chunks(self) -> np.ndarray:
-    """Indices of chunks `scatter` wrote since the last pop (cleared; see `mark_dirty_chunks`)."""
+    `ids` is the write's [N] int64 distinct validated row ids (the observer must not
+    modify it). An observer that raises aborts the write before any row changes.
+    """
     with self._lock:
-      chunks = np.flatnonzero(self._dirty)
-      self._dirty[chunks] = False
-      return chunks
+      self._observers.append(observer)
 
-  def mark_dirty_chunks(self, chunks) -> None:
-    """Marks chunks dirty again (a checkpoint that popped them failed before it was committed)."""
+  def remove_write_observer(self, observer: WriteObserver) -> None:
+    """Stops calling `observer` (added by `add_write_observer`)."""
     with self._lock:
-      self._dirty[np.asarray(chunks, np.int64)] = True
+      self._observers.remove(observer)
 
-  def pop_dirty_rows(self) -> np.ndarray:
-    """Sorted distinct ids [D] int64 of rows `scatter` wrote since the last pop (cleared)."""
-    with self._lock:
-      return self._dirty_rows.pop()
-
-  def mark_dirty_rows(self, ids) -> None:
-    """Marks rows dirty again (a checkpoint that popped them failed before it was committed)."""
-    with self._lock:
-      self._dirty_rows.mark(ids)
-
-  def num_dirty_rows(self) -> int:
-    """Distinct rows written since the last `pop_dirty_rows`."""
-    with self._lock:
-      return self._dirty_rows.count()
+  # ---- chunks (bulk reads, checkpoint restores) -------------------------------
 
   def chunk_range(self, chunk: int) -> tuple[int, int]:
     """Rows `[lo, hi)` of chunk `chunk`."""
     lo = chunk * CHUNK_ROWS
     return lo, min(lo + CHUNK_ROWS, self.num_rows)
-
-  def _chunk_bytes(self, chunk: int) -> int:
-    lo, hi = self.chunk_range(chunk)
-    return (hi - lo) * (4 * (self.width + self.slot_width) + 1)
 
   def read_chunk(self, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Copies of chunk `chunk`'s stored values [n,E], slots [n,S] and materialised flags [n]."""
@@ -322,40 +297,9 @@ class HostTable:
       return (np.array(self._values[lo:hi]), np.array(self._slots[lo:hi]),
               np.array(self._flags[lo:hi]))
 
-  def begin_snapshot(self, chunks, budget_bytes: int) -> TableSnapshot:
-    """A copy-on-write view of `chunks` as they are now (one open snapshot at a time).
-
-    Writes keep going; a write to a chunk the snapshot's reader has not read yet copies
-    the chunk aside first, holding at most `budget_bytes` of copies (then it waits for
-    the reader). Close it when done (`TableSnapshot.close`).
-
-    Raises:
-      RuntimeError: another snapshot is still open.
-    """
-    with self._lock:
-      if self._snapshot is not None and not self._snapshot.closed:
-        raise RuntimeError("begin_snapshot: a snapshot of this table is still open")
-      self._snapshot = TableSnapshot(chunks, self._dirty.size, self.read_chunk, self._chunk_bytes,
-                                     self._cond, budget_bytes)
-      return self._snapshot
-
-  def load_chunk(self, chunk: int, values, slots, flags) -> None:
-    """Overwrites chunk `chunk` with `read_chunk`'s arrays (a checkpoint restore; not dirty)."""
-    lo, hi = self.chunk_range(chunk)
-    if values.shape != (hi - lo, self.width) or slots.shape != (hi - lo, self.slot_width):
-      raise ValueError(f"load_chunk: chunk {chunk} needs {hi - lo} rows of width {self.width} "
-                       f"+ {self.slot_width} slots, got {values.shape} and {slots.shape}")
-    with self._lock:
-      if self._snapshot is not None and not self._snapshot.closed:
-        raise RuntimeError("load_chunk: a checkpoint snapshot of this table is open")
-      if self.path is not None and self._clean:
-        self._write_meta(clean=False)
-      self._num_materialised += int(np.count_nonzero(flags)) - int(
-          np.count_nonzero(self._flags[lo:hi]))
-      self._values[lo:hi], self._slots[lo:hi], self._flags[lo:hi] = values, slots, flags
-
   def load_rows(self, ids, values, slots) -> None:
-    """Writes restored rows (a checkpoint restore): materialised, not marked dirty.
+    """Writes restored rows (a checkpoint restore): materialised; observers are not called
+    (restored rows are no change since the checkpoint they came from).
 
     Only these rows' pages are touched, so restoring a sparse table stays sparse.
 
@@ -366,8 +310,6 @@ class HostTable:
     values = _check_rows(values, (ids.size, self.width), "values")
     slots = _check_rows(slots, (ids.size, self.slot_width), "slots")
     with self._lock:
-      if self._snapshot is not None and not self._snapshot.closed:
-        raise RuntimeError("load_rows: a checkpoint snapshot of this table is open")
       if self.path is not None and self._clean:
         self._write_meta(clean=False)
       self._num_materialised += int(np.count_nonzero(~self._flags[ids]))
@@ -415,72 +357,8 @@ class HostTable:
     return ids
 
   def _write_meta(self, clean: bool) -> None:
-    spec = self.spec
-    meta = {
-        "format": FORMAT_NAME, "version": FORMAT_VERSION, "num_rows": spec.num_rows,
-        "width": spec.width, "slot_width": spec.slot_width, "seed": spec.seed,
-        "init_stddev": spec.init_stddev, "initial_slot_row": list(spec.initial_slot_row),
-        "num_materialised": self._num_materialised, "clean": clean,
-    }
-    final = os.path.join(self.path, META_FILE)
-    tmp = final + ".tmp"
-    with open(tmp, "w") as f:
-      json.dump(meta, f, indent=1)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, final)  # Atomic: a crash leaves the old or the new metadata.
+    files.write_meta(self.path, self.spec, self._num_materialised, clean)
     self._clean = clean
-
-
-_META_TYPES = {
-    "format": str, "version": int, "num_rows": int, "width": int, "slot_width": int,
-    "seed": int, "init_stddev": (int, float), "initial_slot_row": list,
-    "num_materialised": int, "clean": bool,
-}
-
-
-def _read_meta(meta_path: str) -> dict:
-  """Loads and type-checks meta.json; errors name the file and the key."""
-  try:
-    with open(meta_path) as f:
-      meta = json.load(f)
-  except (OSError, ValueError) as err:
-    raise ValueError(f"{meta_path}: corrupt host table metadata: {err}") from err
-  if not isinstance(meta, dict):
-    raise ValueError(f"{meta_path}: corrupt host table metadata: expected a JSON object")
-  for key, kind in _META_TYPES.items():
-    if key not in meta:
-      raise ValueError(f"{meta_path}: corrupt host table metadata: missing key {key!r}")
-    if not isinstance(meta[key], kind) or (kind is int and isinstance(meta[key], bool)):
-      raise ValueError(f"{meta_path}: corrupt host table metadata: key {key!r} has "
-                       f"wrong type {type(meta[key]).__name__}")
-  if meta["format"] != FORMAT_NAME or meta["version"] != FORMAT_VERSION:
-    raise ValueError(f"{meta_path}: unsupported host table format {meta['format']!r} version "
-                     f"{meta['version']} (expected {FORMAT_NAME!r} version {FORMAT_VERSION})")
-  return meta
-
-
-def _open_npy(path: str, dtype, shape: tuple[int, ...], mode: str) -> np.memmap:
-  """Memory-maps an existing .npy file after checking its header and byte size."""
-  if not os.path.isfile(path):
-    raise FileNotFoundError(f"{path}: host table data file is missing")
-  fmt = np.lib.format
-  try:
-    with open(path, "rb") as f:
-      version = fmt.read_magic(f)
-      read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-      found_shape, fortran, found_dtype = read_header(f)
-      offset = f.tell()
-  except (OSError, ValueError) as err:
-    raise ValueError(f"{path}: corrupt .npy header: {err}") from err
-  if tuple(found_shape) != tuple(shape) or found_dtype != np.dtype(dtype) or fortran:
-    raise ValueError(f"{path}: header says shape {tuple(found_shape)} dtype {found_dtype}, "
-                     f"metadata expects shape {tuple(shape)} dtype {np.dtype(dtype)}")
-  expected = offset + int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-  actual = os.path.getsize(path)
-  if actual != expected:
-    raise ValueError(f"{path}: file is {actual} bytes, expected {expected} for shape {tuple(shape)}")
-  return np.memmap(path, dtype=dtype, mode=mode, shape=shape, offset=offset)
 
 
 def _check_rows(rows, shape: tuple[int, int], name: str) -> np.ndarray:

@@ -27,10 +27,9 @@ from flax import nnx
 
 from sfjax import models
 from sfjax.checkpoint import checkpointer as checkpoint
-from sfjax.checkpoint import table_format as table_checkpoint
 from sfjax.data import dataset as dataset_lib
 from sfjax.data import types
-from sfjax.embedding import row_optimizers
+from sfjax.embedding import host_table_files, row_optimizers
 from sfjax.parallel import distributed
 from sfjax.parallel import mesh as mesh_lib
 from sfjax.train import backends, config_check, evaluation, metrics_writer, optimizers, runner
@@ -149,7 +148,7 @@ def _checkpoint_location(config, workdir: str | None, every: int, reset_mmap: bo
   resume_from = checkpoint.find_resumable(root)
   e = config.embedding
   if resume_from and reset_mmap and e.backend == "cache" and e.host_storage == "mmap":
-    if table_checkpoint.discard_mmap_table(e.host_path):
+    if host_table_files.discard_mmap_table(e.host_path):
       logging.info("resuming: host table %s is reset to %s", e.host_path, resume_from)
   return root, resume_from
 

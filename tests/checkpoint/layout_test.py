@@ -12,8 +12,8 @@ import pytest
 
 from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.checkpoint import layout as checkpoint_files
-from sfjax.checkpoint import table_format as table_checkpoint
-from sfjax.checkpoint import table_shards
+from sfjax.checkpoint import table_format, table_shards
+from sfjax.checkpoint.change_tracking import ChangeTracker
 from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
 from sfjax.train.state import TrainState
 
@@ -74,8 +74,8 @@ def test_digests_cover_every_shard_manifest(tmp_path):
   for p in range(2):
     table = _table()
     table.scatter(np.array([p], np.int64), np.ones((1, 2), np.float32), np.ones((1, 1), np.float32))
-    table_checkpoint.save_table(table, table_shards.shard_directory(str(tmp_path / "table"), p, 2),
-                                None)
+    table_format.save_table(ChangeTracker(table),
+                            table_shards.shard_directory(str(tmp_path / "table"), p, 2), None)
   files = checkpoint_files.digests(str(tmp_path), with_table=True)
   assert sorted(files) == ["dense/x", "table/process_0_of_2/manifest.json",
                            "table/process_1_of_2/manifest.json"]

@@ -1,4 +1,7 @@
-"""Host-table checkpoints: chunk bases + row deltas, hard links, verified, refusing the wrong table."""
+"""Writing host-table checkpoints: chunk bases + row deltas, hard links, copy-on-write capture.
+
+Reading them back (verification, corrupt files, the wrong table) is table_reader_test.py.
+"""
 
 import json
 import os
@@ -8,6 +11,8 @@ import numpy as np
 import pytest
 
 from sfjax.checkpoint import table_format as table_checkpoint
+from sfjax.checkpoint.change_tracking import ChangeTracker
+from sfjax.checkpoint.table_reader import load_table, verify_table
 from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
 
 ROWS = 3 * CHUNK_ROWS + 5  # three full chunks and a short one
@@ -16,6 +21,11 @@ ROWS = 3 * CHUNK_ROWS + 5  # three full chunks and a short one
 def _table(num_rows=ROWS, seed=1):
   return HostTable.create_ram(num_rows, 3, 2, seed=seed, init_stddev=0.1,
                               initial_slot_row=np.array([0.5, 0.25], np.float32))
+
+
+def _tracked(table):
+  """`table` with the change tracker a checkpointer would register on it."""
+  return ChangeTracker(table)
 
 
 def _write(table, ids, value):
@@ -27,12 +37,12 @@ def _write(table, ids, value):
 def test_round_trip_writes_only_chunks_with_rows(tmp_path):
   src = _table()
   _write(src, [0, 7, 3 * CHUNK_ROWS + 4], 1.5)
-  manifest = table_checkpoint.save_table(src, str(tmp_path / "c1"), None)
+  manifest = table_checkpoint.save_table(_tracked(src), str(tmp_path / "c1"), None)
   assert sorted(manifest["chunks"]) == ["0", "3"]  # chunks 1 and 2 hold no written row
   assert sorted(os.listdir(tmp_path / "c1")) == ["chunk_00000000.npy", "chunk_00000003.npy",
                                                  "manifest.json"]
   dst = _table()
-  assert table_checkpoint.load_table(dst, str(tmp_path / "c1")) == 2
+  assert load_table(dst, str(tmp_path / "c1")) == 2
   assert dst.num_materialised == 3
   ids = np.array([0, 7, 8, CHUNK_ROWS, 3 * CHUNK_ROWS + 4], np.int64)
   chex.assert_trees_all_equal(dst.gather(ids), src.gather(ids))
@@ -40,11 +50,12 @@ def test_round_trip_writes_only_chunks_with_rows(tmp_path):
 
 def test_unchanged_chunks_are_hard_links_of_the_previous_base(tmp_path):
   table = _table()
+  tracker = _tracked(table)
   _write(table, [1, CHUNK_ROWS + 1], 1.0)
-  table_checkpoint.save_table(table, str(tmp_path / "a"), None)
+  table_checkpoint.save_table(tracker, str(tmp_path / "a"), None)
   _write(table, [CHUNK_ROWS + 2], 2.0)  # only chunk 1 changes
   # compact_ratio=0: any delta is "too big", so this is a base: chunk 1 rewritten, 0 linked
-  manifest = table_checkpoint.save_table(table, str(tmp_path / "b"), str(tmp_path / "a"),
+  manifest = table_checkpoint.save_table(tracker, str(tmp_path / "b"), str(tmp_path / "a"),
                                          compact_ratio=0.0)
   assert manifest["deltas"] == []
   same = os.path.samefile(tmp_path / "a" / "chunk_00000000.npy", tmp_path / "b" / "chunk_00000000.npy")
@@ -54,19 +65,20 @@ def test_unchanged_chunks_are_hard_links_of_the_previous_base(tmp_path):
   for name in os.listdir(tmp_path / "a"):  # b is self-contained: a can be deleted
     os.remove(tmp_path / "a" / name)
   restored = _table()
-  table_checkpoint.load_table(restored, str(tmp_path / "b"))
+  load_table(restored, str(tmp_path / "b"))
   ids = np.array([1, CHUNK_ROWS + 1, CHUNK_ROWS + 2, 5], np.int64)
   chex.assert_trees_all_equal(restored.gather(ids), table.gather(ids))
 
 
 def test_deltas_hold_only_the_rows_written_since_the_previous_checkpoint(tmp_path):
   table = _table()
+  tracker = _tracked(table)
   everywhere = np.append(np.arange(0, ROWS, 97), ROWS - 2).astype(np.int64)  # every chunk
   _write(table, everywhere, 1.0)
-  base = table_checkpoint.save_table(table, str(tmp_path / "a"), None)
+  base = table_checkpoint.save_table(tracker, str(tmp_path / "a"), None)
   assert len(base["chunks"]) == 4 and base["deltas"] == []
   _write(table, [5, 2 * CHUNK_ROWS + 9], 2.0)  # two rows in two chunks
-  d1 = table_checkpoint.save_table(table, str(tmp_path / "b"), str(tmp_path / "a"))
+  d1 = table_checkpoint.save_table(tracker, str(tmp_path / "b"), str(tmp_path / "a"))
   assert [d["count"] for d in d1["deltas"]] == [2]  # 2 rows, not 2 chunks of 65,536
   ids_file = tmp_path / "b" / d1["deltas"][0]["ids"]["file"]
   np.testing.assert_array_equal(np.load(ids_file), [5, 2 * CHUNK_ROWS + 9])
@@ -74,132 +86,78 @@ def test_deltas_hold_only_the_rows_written_since_the_previous_checkpoint(tmp_pat
     name = base["chunks"][key]["file"]
     assert os.path.samefile(tmp_path / "a" / name, tmp_path / "b" / name)
   _write(table, [5, ROWS - 1], 3.0)  # row 5 again (newest value wins) + a new row
-  d2 = table_checkpoint.save_table(table, str(tmp_path / "c"), str(tmp_path / "b"))
+  d2 = table_checkpoint.save_table(tracker, str(tmp_path / "c"), str(tmp_path / "b"))
   assert [d["count"] for d in d2["deltas"]] == [2, 2] and d2["delta_seq"] == 2
-  assert table_checkpoint.verify_table(str(tmp_path / "c")) == 4 + 2 * 2
+  assert verify_table(str(tmp_path / "c")) == 4 + 2 * 2
   for name in os.listdir(tmp_path / "a"):  # c is self-contained
     os.remove(tmp_path / "a" / name)
   restored = _table()
-  table_checkpoint.load_table(restored, str(tmp_path / "c"))
+  restored_tracker = _tracked(restored)
+  load_table(restored, str(tmp_path / "c"), restored_tracker)
   probe = np.concatenate([everywhere, [5, 6, 2 * CHUNK_ROWS + 9, ROWS - 1]])
   chex.assert_trees_all_equal(restored.gather(probe), table.gather(probe))
   assert restored.num_materialised == table.num_materialised
   # the chunks the deltas changed differ from the base: the next base must rewrite them
-  assert restored.pop_dirty_chunks().tolist() == [0, 2, 3]
-  assert restored.pop_dirty_rows().tolist() == []
+  assert restored_tracker.pop_dirty_chunks().tolist() == [0, 2, 3]
+  assert restored_tracker.pop_dirty_rows().tolist() == []
 
 
 def test_deltas_past_the_ratio_become_a_new_base(tmp_path):
   table = _table()
+  tracker = _tracked(table)
   _write(table, [1], 1.0)
-  table_checkpoint.save_table(table, str(tmp_path / "a"), None)  # base: one chunk
+  table_checkpoint.save_table(tracker, str(tmp_path / "a"), None)  # base: one chunk
   _write(table, np.arange(10, 40000, dtype=np.int64), 2.0)  # 40k x 28 B > half of 1.57 MB
-  manifest = table_checkpoint.save_table(table, str(tmp_path / "b"), str(tmp_path / "a"))
+  manifest = table_checkpoint.save_table(tracker, str(tmp_path / "b"), str(tmp_path / "a"))
   assert manifest["deltas"] == [] and list(manifest["chunks"]) == ["0"]
   restored = _table()
-  table_checkpoint.load_table(restored, str(tmp_path / "b"))
+  load_table(restored, str(tmp_path / "b"))
   ids = np.arange(0, 40100, dtype=np.int64)
   chex.assert_trees_all_equal(restored.gather(ids), table.gather(ids))
 
 
 def test_a_failed_save_keeps_its_rows_dirty(tmp_path):
   table = _table()
+  tracker = _tracked(table)
   _write(table, [1, 2], 1.0)
   (tmp_path / "taken").mkdir()
   with pytest.raises(FileExistsError):
-    table_checkpoint.save_table(table, str(tmp_path / "taken"), None)
-  assert table.pop_dirty_rows().tolist() == [1, 2] and table.pop_dirty_chunks().tolist() == [0]
+    table_checkpoint.save_table(tracker, str(tmp_path / "taken"), None)
+  assert tracker.pop_dirty_rows().tolist() == [1, 2]
+  assert tracker.pop_dirty_chunks().tolist() == [0]
 
 
 def test_snapshot_is_the_table_at_plan_time_while_writes_go_on(tmp_path):
   table = _table()
+  tracker = _tracked(table)
   _write(table, [1, CHUNK_ROWS + 1, 2 * CHUNK_ROWS + 1], 1.0)
-  plan = table_checkpoint.plan_save(table, None)
-  snapshot = table.begin_snapshot(plan.chunks, budget_bytes=1 << 30)
+  plan = table_checkpoint.plan_save(tracker, None)
+  snapshot = tracker.begin_snapshot(plan.chunks, budget_bytes=1 << 30)
   before = table.gather(np.array([1, CHUNK_ROWS + 1, 2 * CHUNK_ROWS + 1, 7], np.int64))
   _write(table, [1, 7, CHUNK_ROWS + 1], 9.0)  # training goes on: copy on write
   assert snapshot.copies_made == 2  # chunks 0 and 1, each once
   table_checkpoint.write_table(snapshot, table, str(tmp_path / "s"), plan, None)
   snapshot.close()
   restored = _table()
-  table_checkpoint.load_table(restored, str(tmp_path / "s"))
+  load_table(restored, str(tmp_path / "s"))
   chex.assert_trees_all_equal(
       restored.gather(np.array([1, CHUNK_ROWS + 1, 2 * CHUNK_ROWS + 1, 7], np.int64)), before)
   assert restored.num_materialised == 3
-  assert table.pop_dirty_rows().tolist() == [1, 7, CHUNK_ROWS + 1]  # for the next checkpoint
-
-
-def test_corrupt_chunk_is_named(tmp_path):
-  table = _table()
-  _write(table, [2], 1.0)
-  table_checkpoint.save_table(table, str(tmp_path / "c"), None)
-  path = tmp_path / "c" / "chunk_00000000.npy"
-  data = bytearray(path.read_bytes())
-  data[-1] ^= 0xFF
-  path.write_bytes(bytes(data))
-  with pytest.raises(ValueError, match="chunk_00000000.npy: table checkpoint file is corrupt"):
-    table_checkpoint.load_table(_table(), str(tmp_path / "c"))
-  with pytest.raises(ValueError, match="chunk_00000000.npy: table checkpoint file is corrupt"):
-    table_checkpoint.verify_table(str(tmp_path / "c"))  # checks without loading
-  path.write_bytes(bytes(data[:100]))  # truncated
-  with pytest.raises(ValueError, match="chunk_00000000.npy: .*size 100 vs"):
-    table_checkpoint.verify_table(str(tmp_path / "c"))
-  path.unlink()
-  with pytest.raises(ValueError, match="chunk_00000000.npy: unreadable"):
-    table_checkpoint.verify_table(str(tmp_path / "c"))
-
-
-def test_verify_table_counts_good_chunks(tmp_path):
-  table = _table()
-  _write(table, [2, CHUNK_ROWS + 1], 1.0)
-  table_checkpoint.save_table(table, str(tmp_path / "c"), None)
-  assert table_checkpoint.verify_table(str(tmp_path / "c")) == 2
-
-
-def test_refuses_another_table_or_a_used_one(tmp_path):
-  table = _table()
-  _write(table, [2], 1.0)
-  table_checkpoint.save_table(table, str(tmp_path / "c"), None)
-  with pytest.raises(ValueError, match="seed=1"):
-    table_checkpoint.load_table(_table(seed=2), str(tmp_path / "c"))
-  with pytest.raises(ValueError, match="num_rows"):
-    table_checkpoint.load_table(_table(num_rows=10), str(tmp_path / "c"))
-  with pytest.raises(ValueError, match="freshly created"):
-    table_checkpoint.load_table(table, str(tmp_path / "c"))
-  manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())
-  assert manifest["chunks"]["0"]["file"] == "chunk_00000000.npy"
-  (tmp_path / "c" / "manifest.json").write_text("{")
-  with pytest.raises(ValueError, match="manifest.json: unreadable"):
-    table_checkpoint.load_table(_table(), str(tmp_path / "c"))
-
-
-def test_discard_mmap_table_removes_only_a_host_table(tmp_path):
-  path = tmp_path / "host"
-  table = HostTable.create_mmap(str(path), 10, 2, 1, seed=0, init_stddev=0.1,
-                                initial_slot_row=np.zeros(1, np.float32))
-  table.close()
-  (path / "meta.json.tmp").write_text("{")  # a run killed while rewriting its metadata
-  assert table_checkpoint.discard_mmap_table(str(path)) and not path.exists()
-  assert not table_checkpoint.discard_mmap_table(str(path))
-  other = tmp_path / "other"
-  other.mkdir()
-  (other / "notes.txt").write_text("keep")
-  with pytest.raises(ValueError, match="not a host table directory"):
-    table_checkpoint.discard_mmap_table(str(other))
-  assert (other / "notes.txt").exists()
+  assert tracker.pop_dirty_rows().tolist() == [1, 7, CHUNK_ROWS + 1]  # for the next checkpoint
 
 
 @pytest.mark.parametrize("rows_fit", [True, False])  # rows copied at capture / copy-on-write
 def test_a_captured_delta_is_the_table_at_capture_time(tmp_path, rows_fit):
   table = _table()
+  tracker = _tracked(table)
   _write(table, np.arange(0, ROWS, 1000, dtype=np.int64), 1.0)
-  table_checkpoint.save_table(table, str(tmp_path / "a"), None)
+  table_checkpoint.save_table(tracker, str(tmp_path / "a"), None)
   _write(table, [3, CHUNK_ROWS + 3], 2.0)
-  plan = table_checkpoint.plan_save(table, str(tmp_path / "a"))
+  plan = table_checkpoint.plan_save(tracker, str(tmp_path / "a"))
   if rows_fit:
-    plan, snapshot = table_checkpoint.capture(table, plan, 1 << 20)
+    plan, snapshot = table_checkpoint.capture(tracker, plan, 1 << 20)
   else:  # what `capture` opens for a delta larger than its budget
-    snapshot = table.begin_snapshot(plan.chunks, budget_bytes=1 << 30)
+    snapshot = tracker.begin_snapshot(plan.chunks, budget_bytes=1 << 30)
   assert plan.kind == "delta" and (plan.gathered is not None) == rows_fit
   probe = np.array([3, 4, CHUNK_ROWS + 3, 1000], np.int64)
   before = table.gather(probe)
@@ -207,5 +165,22 @@ def test_a_captured_delta_is_the_table_at_capture_time(tmp_path, rows_fit):
   table_checkpoint.write_table(snapshot, table, str(tmp_path / "b"), plan, str(tmp_path / "a"))
   snapshot.close()
   restored = _table()
-  table_checkpoint.load_table(restored, str(tmp_path / "b"))
+  load_table(restored, str(tmp_path / "b"))
   chex.assert_trees_all_equal(restored.gather(probe), before)
+
+
+def test_the_manifest_records_the_initial_slots_and_refuses_other_ones(tmp_path):
+  table = _table()
+  _write(table, [2], 1.0)
+  manifest = table_checkpoint.save_table(_tracked(table), str(tmp_path / "c"), None)
+  assert manifest["initial_slot_row"] == [0.5, 0.25]
+  other = HostTable.create_ram(ROWS, 3, 2, seed=1, init_stddev=0.1,
+                               initial_slot_row=np.array([0.5, 0.0], np.float32))
+  with pytest.raises(ValueError, match=r"manifest.json: table checkpoint has initial_slot_row="):
+    load_table(other, str(tmp_path / "c"))
+  # A manifest written before the slots were recorded is still compatible.
+  path = tmp_path / "c" / "manifest.json"
+  old = json.loads(path.read_text())
+  del old["initial_slot_row"]
+  path.write_text(json.dumps(old))
+  assert load_table(other, str(tmp_path / "c")) == 1

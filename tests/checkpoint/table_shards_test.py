@@ -10,8 +10,8 @@ import chex
 import numpy as np
 import pytest
 
-from sfjax.checkpoint import table_format as table_checkpoint
-from sfjax.checkpoint import table_shards
+from sfjax.checkpoint import table_format, table_reader, table_shards
+from sfjax.checkpoint.change_tracking import ChangeTracker
 from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
 
 ROWS = 2 * CHUNK_ROWS + 11
@@ -35,7 +35,8 @@ def _write_shards(table_dir, count, ids=WRITTEN):
     table = _table()
     mine = ids[table_shards.owned(ids, p, count)]
     table.scatter(mine, *_rows(mine))
-    table_checkpoint.save_table(table, table_shards.shard_directory(table_dir, p, count), None)
+    table_format.save_table(ChangeTracker(table), table_shards.shard_directory(table_dir, p, count),
+                            None)
 
 
 def test_layout_names_and_listing(tmp_path):
@@ -65,7 +66,8 @@ def test_restore_on_another_process_count_keeps_exactly_the_owned_rows(tmp_path,
   seen = np.zeros(ROWS, bool)
   for p in range(restored):
     table = _table()
-    same = table_shards.load_owned(table, stored_dir, p, restored)
+    tracker = ChangeTracker(table)
+    same = table_shards.load_owned(table, stored_dir, p, restored, tracker)
     assert same == (stored == restored)
     mine = every[table_shards.owned(every, p, restored)]
     chex.assert_trees_all_equal(table.gather(mine), reference.gather(mine))
@@ -75,11 +77,11 @@ def test_restore_on_another_process_count_keeps_exactly_the_owned_rows(tmp_path,
     # loaded chunk (another count); either restores to the same rows.
     previous = table_shards.shard_directory(stored_dir, p, restored) if same else None
     again = str(tmp_path / f"again_{p}")
-    manifest = table_checkpoint.save_table(table, again, previous)
+    manifest = table_format.save_table(tracker, again, previous)
     own_written = WRITTEN[table_shards.owned(WRITTEN, p, restored)]
     assert sorted(int(k) for k in manifest["chunks"]) == sorted(set(own_written // CHUNK_ROWS))
     check = _table()
-    table_checkpoint.load_table(check, again)
+    table_reader.load_table(check, again)
     chex.assert_trees_all_equal(check.gather(mine), table.gather(mine))
   assert seen.all()
 
@@ -133,7 +135,7 @@ def test_the_sharded_reader_reads_every_shard_as_one_table(tmp_path):
   other = HostTable.create_ram(ROWS, 3, 2, seed=5, init_stddev=0.1,
                                initial_slot_row=np.array([0.5, 0.25], np.float32))
   other.scatter(np.array([1], np.int64), *_rows(np.array([1], np.int64)))
-  table_checkpoint.save_table(other, str(tmp_path / "u" / "process_1_of_2"), None)
+  table_format.save_table(ChangeTracker(other), str(tmp_path / "u" / "process_1_of_2"), None)
   os.rename(tmp_path / "t" / "process_0_of_2", tmp_path / "u" / "process_0_of_2")
   with pytest.raises(ValueError, match=r"process_1_of_2/manifest\.json: seed=5, the first shard"):
     table_shards.ShardedTableReader(str(tmp_path / "u"))

@@ -51,7 +51,7 @@ def test_round_trip_rolls_shards_and_keeps_file_order(tmp_path):
   split = shards.ShardSplit(str(tmp_path / "s"))
   expected = concat_batches([c if c.mask.all() else Batch(*(a[:8] for a in c)) for c in chunks])
   got = _read_all(split, chunk_size=4)
-  for a, b in zip(got, expected):
+  for a, b in zip(got, expected, strict=True):
     np.testing.assert_array_equal(a, b)
   assert got.ids.dtype == np.int64 and got.dense.dtype == np.float32
   # Chunks never straddle shards: 7 = 4 + 3, 7 = 4 + 3, 3.

@@ -191,34 +191,56 @@ def test_bad_spec_rejected():
     HostTable.create_ram(0, 2, 0, seed=0, init_stddev=0.1, initial_slot_row=[])
 
 
-def test_scatter_marks_dirty_chunks_and_pop_clears_them(tmp_path):
-  from sfjax.embedding.host_table import CHUNK_ROWS
-  for table in _tables(tmp_path, num_rows=2 * CHUNK_ROWS + 3, width=2, slot_width=1):
-    assert table.pop_dirty_chunks().tolist() == []
-    table.scatter(np.array([5, 2 * CHUNK_ROWS + 1], np.int64), np.ones((2, 2), np.float32),
-                  np.ones((2, 1), np.float32))
-    assert table.pop_dirty_chunks().tolist() == [0, 2]
-    assert table.pop_dirty_chunks().tolist() == []
-    table.mark_dirty_chunks([1])  # a failed checkpoint puts them back
-    assert table.pop_dirty_chunks().tolist() == [1]
+def _recorder(table, seen):
+  def observe(ids):
+    assert table.lock._is_owned()  # called under the table's lock
+    seen.append((ids.tolist(), table.gather(ids)[0].copy()))  # the rows before the write
+  return observe
 
 
-def test_read_chunk_and_load_chunk_round_trip(tmp_path):
+def test_write_observers_see_each_write_before_it_lands(tmp_path):
+  for table in _tables(tmp_path, num_rows=20, width=2, slot_width=1):
+    seen = []
+    observe = _recorder(table, seen)
+    table.add_write_observer(observe)
+    ids = np.array([4, 2], np.int64)
+    before = table.gather(ids)[0]
+    table.scatter(ids, np.ones((2, 2), np.float32), np.ones((2, 1), np.float32))
+    assert seen[0][0] == [4, 2]
+    np.testing.assert_array_equal(seen[0][1], before)
+    table.load_rows(np.array([7], np.int64), np.ones((1, 2), np.float32),
+                    np.ones((1, 1), np.float32))  # a restore is not a write
+    assert len(seen) == 1
+
+    def refuse(ids):
+      raise RuntimeError("full")
+
+    table.add_write_observer(refuse)  # an observer that raises: no row changes
+    with pytest.raises(RuntimeError, match="full"):
+      table.scatter(np.array([9], np.int64), np.ones((1, 2), np.float32),
+                    np.ones((1, 1), np.float32))
+    assert table.num_materialised == 3
+    table.remove_write_observer(refuse)
+    table.remove_write_observer(observe)
+    table.scatter(np.array([9], np.int64), np.ones((1, 2), np.float32), np.ones((1, 1), np.float32))
+    assert len(seen) == 2 and table.written_ids().tolist() == [2, 4, 7, 9]
+
+
+def test_read_chunk_copies_one_chunk(tmp_path):
   from sfjax.embedding.host_table import CHUNK_ROWS
-  src, dst = _tables(tmp_path, num_rows=CHUNK_ROWS + 10, width=2, slot_width=3)
+  src, _ = _tables(tmp_path, num_rows=CHUNK_ROWS + 10, width=2, slot_width=3)
   ids = np.array([1, CHUNK_ROWS + 9], np.int64)
   src.scatter(ids, np.full((2, 2), 3.0, np.float32), np.full((2, 3), 4.0, np.float32))
+  assert src.chunk_range(1) == (CHUNK_ROWS, CHUNK_ROWS + 10)
   for k in (0, 1):
     values, slots, flags = src.read_chunk(k)
-    assert values.shape[0] == (CHUNK_ROWS if k == 0 else 10) and flags.sum() == 1
-    dst.load_chunk(k, values, slots, flags)
-  assert dst.num_materialised == 2 and dst.pop_dirty_chunks().tolist() == []  # a restore is clean
-  chex.assert_trees_all_equal(dst.gather(ids), src.gather(ids))
-  with pytest.raises(ValueError, match="chunk 1 needs 10 rows"):
-    dst.load_chunk(1, values[:3], slots[:3], flags[:3])
+    assert values.shape == (CHUNK_ROWS if k == 0 else 10, 2) and flags.sum() == 1
+    assert slots[flags].tolist() == [[4.0, 4.0, 4.0]]
+    values[:] = 0.0  # a copy: the table is unchanged
+  assert src.gather(ids)[0].tolist() == [[3.0, 3.0], [3.0, 3.0]]
 
 
-def test_load_rows_restores_without_marking_dirty(tmp_path):
+def test_load_rows_restores_rows(tmp_path):
   table = HostTable.create_mmap(str(tmp_path / "t"), 1000, 2, 1, seed=0, init_stddev=0.1,
                                 initial_slot_row=np.zeros(1, np.float32))
   table.load_rows(np.array([3, 900], np.int64), np.ones((2, 2), np.float32),
@@ -226,7 +248,6 @@ def test_load_rows_restores_without_marking_dirty(tmp_path):
   values, slots = table.gather(np.array([3, 4, 900], np.int64))
   assert values[0].tolist() == [1.0, 1.0] and slots[2].tolist() == [5.0]
   assert table.num_materialised == 2
-  assert table.pop_dirty_rows().tolist() == [] and table.pop_dirty_chunks().tolist() == []
   with pytest.raises(ValueError, match="not finite"):
     table.load_rows(np.array([5], np.int64), np.full((1, 2), np.nan, np.float32),
                     np.zeros((1, 1), np.float32))

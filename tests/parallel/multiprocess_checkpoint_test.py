@@ -33,7 +33,6 @@ from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.checkpoint import export
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import row_optimizers
-from sfjax.parallel import distributed
 from sfjax.train import loop
 
 _STEPS, _CUT = 12, 6  # the copies resume from step _CUT's checkpoint
@@ -214,7 +213,7 @@ def test_two_process_checkpoints_leave_the_run_unchanged_and_hold_two_shards(lau
   ids = [np.load(out / f"ckpt2_p{pid}.npz")["ids"] for pid in (0, 1)]
   # each process owns (and wrote back) its half of the host rows
   assert np.intersect1d(*ids).size == 0 and ids[0].size + ids[1].size == refs["adagrad"][2].shape[0]
-  records = [json.loads(l) for l in open(os.path.join(dirs["w2"], "metrics.jsonl"))]
+  records = [json.loads(line) for line in open(os.path.join(dirs["w2"], "metrics.jsonl"))]
   assert [r["step"] for r in records] == [6, 12]  # process 0 writes the workdir
   np.testing.assert_allclose(records[-1]["auc"], refs["adagrad"][1]["auc"], rtol=1e-4)
   root = os.path.join(dirs["w2"], checkpoint.CHECKPOINT_DIR)
@@ -239,7 +238,7 @@ def test_two_processes_resume_a_two_process_checkpoint(launch):
   out, refs, dirs = launch
   _check_job(out, "resume22", refs["adagrad"], first_step=_CUT + 1)
   assert _meta(dirs["w2a"], 12)["processes"] == 2
-  records = [json.loads(l) for l in open(os.path.join(dirs["w2a"], "metrics.jsonl"))]
+  records = [json.loads(line) for line in open(os.path.join(dirs["w2a"], "metrics.jsonl"))]
   assert [r["step"] for r in records] == [6, 12]
 
 

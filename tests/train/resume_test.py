@@ -1,7 +1,10 @@
 """Crash-safe training: a run killed mid-window resumes to exactly the uninterrupted result.
 
 In-process crashes (a step that raises) for both backends; the SIGKILLed CLI is
-tests/experiments/train_ctr_resume_test.py.
+tests/experiments/train_ctr_resume_test.py. Ending equal is not enough (a run that
+silently started over ends equal too): the resumed process must train only the steps
+after the checkpoint (`assert_resumed_at`, on its per-step losses), and the same check
+must reject a run from step 0.
 """
 
 import json
@@ -45,6 +48,15 @@ def _crashing(trainer, at_call, exc):
   return trainer._replace(run_step=run_step)
 
 
+def assert_resumed_at(losses, ref_losses, step):
+  """`losses` (one per step this process trained) are exactly the uninterrupted run's
+  `ref_losses` after `step`: the process resumed at `step`, it did not start over."""
+  assert len(losses) == len(ref_losses) - step, (
+      f"trained {len(losses)} steps; resuming at step {step} of {len(ref_losses)} leaves "
+      f"{len(ref_losses) - step}")
+  np.testing.assert_array_equal(losses, ref_losses[step:])
+
+
 def _table(trainer, state):
   if trainer.backend.host_table is not None:
     return trainer.backend.host_table.read_all()
@@ -56,8 +68,11 @@ def test_resume_after_a_crash_equals_the_uninterrupted_run(tmp_path, backend, ca
   c_ref = _config(backend, host_path=str(tmp_path / "ref_host"))
   data = dataset_lib.make_dataset(c_ref.data, c_ref.seed)
   ref_trainer = loop.build_trainer(c_ref, data.spec)
+  ref_losses = []
   ref, ref_state = loop.train_and_evaluate(c_ref, str(tmp_path / "ref"), dataset=data,
-                                           trainer=ref_trainer)
+                                           trainer=ref_trainer, loss_log=ref_losses)
+  with pytest.raises(AssertionError, match="trained 40 steps"):  # a run from step 0 is caught
+    assert_resumed_at(ref_losses, ref_losses, 10)
   c = _config(backend, host_path=str(tmp_path / "run_host"))
 
   crashed = _crashing(loop.build_trainer(c, data.spec), 15, RuntimeError("node lost"))
@@ -80,7 +95,10 @@ def test_resume_after_a_crash_equals_the_uninterrupted_run(tmp_path, backend, ca
     trainer = None  # the loop resets host_path and loads the checkpoint into a new table
   else:
     trainer = loop.build_trainer(c, data.spec)
-  resumed, state = loop.train_and_evaluate(c, str(tmp_path / "run"), dataset=data, trainer=trainer)
+  losses = []
+  resumed, state = loop.train_and_evaluate(c, str(tmp_path / "run"), dataset=data, trainer=trainer,
+                                           loss_log=losses)
+  assert_resumed_at(losses, ref_losses, 10)  # steps 11..40 only, each as the uninterrupted run
   assert loop.training_result(resumed) == loop.training_result(ref)
   chex.assert_trees_all_equal(jax.device_get((state.step, state.params, state.opt_state)),
                               jax.device_get((ref_state.step, ref_state.params,
@@ -88,8 +106,8 @@ def test_resume_after_a_crash_equals_the_uninterrupted_run(tmp_path, backend, ca
   table = (_table(trainer, state) if trainer is not None
            else HostTable.open_mmap(c.embedding.host_path, writable=False).read_all())
   chex.assert_trees_all_equal(table, _table(ref_trainer, ref_state))
-  records = [json.loads(l) for l in open(tmp_path / "run" / "metrics.jsonl")]
-  ref_records = [json.loads(l) for l in open(tmp_path / "ref" / "metrics.jsonl")]
+  records = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+  ref_records = [json.loads(line) for line in open(tmp_path / "ref" / "metrics.jsonl")]
   assert [r["step"] for r in records] == [20, 40]
   assert ([loop.training_result(r) for r in records]
           == [loop.training_result(r) for r in ref_records])
@@ -98,7 +116,9 @@ def test_resume_after_a_crash_equals_the_uninterrupted_run(tmp_path, backend, ca
   if backend not in ("device", "cache"):
     return
   # Rerunning a finished run trains nothing and reports the same result.
-  again, _ = loop.train_and_evaluate(c, str(tmp_path / "run"), dataset=data)
+  losses = []
+  again, _ = loop.train_and_evaluate(c, str(tmp_path / "run"), dataset=data, loss_log=losses)
+  assert_resumed_at(losses, ref_losses, 40)
   assert loop.training_result(again) == loop.training_result(ref)
 
 

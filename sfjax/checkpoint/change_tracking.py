@@ -1,20 +1,23 @@
-"""What changed in a host table since a checkpoint, and copy-on-write snapshots of it.
+"""What changed in a host table since its last checkpoint, and copy-on-write snapshots of it.
 
-Two pieces the `HostTable` holds for incremental, asynchronous checkpoints
-(`sfjax.checkpoint.table_format`, `sfjax.checkpoint.checkpointer`):
+The `HostTable` keeps rows only; a `ChangeTracker` registers itself as its write
+observer (`HostTable.add_write_observer`) and keeps, for incremental and asynchronous
+checkpoints (`sfjax.checkpoint.table_format`, `sfjax.checkpoint.checkpointer`):
 
 * `DirtyRows`: the distinct row ids written since the last checkpoint. Checkpoints
   between two full (chunk) saves write only these rows, so a save costs the rows a
   Zipf tail actually touched, not every 65,536-row chunk that one of them fell in.
   Memory is 8 bytes per distinct dirty row plus a bounded buffer of recent writes.
+* dirty chunks: a [V / CHUNK_ROWS] bool mask, what a base checkpoint rewrites.
 * `TableSnapshot`: a consistent view of some chunks at one moment while training keeps
   writing. A background writer reads each chunk through it once; a write to a chunk
   it has not read yet first copies that chunk aside (copy on write). Copies are
   bounded by `budget_bytes`: past it, the write waits until the writer has read the
   chunk (or freed a copy), so memory stays bounded and the result stays exact.
 
-Both are used under the table's lock (`HostTable._lock`); `TableSnapshot` waits on a
-condition of that lock.
+Everything runs under the table's lock (`HostTable.lock`, held while observers run);
+`TableSnapshot` waits on a condition of that lock. The observer's cost per write is a
+few vectorised numpy operations over the write's ids (no per-id Python).
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ from collections.abc import Callable
 
 import numpy as np
 
+from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
+
 ChunkArrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # values [n,E], slots [n,S], flags [n]
 
 
 class DirtyRows:
-  """The distinct row ids written since the last `pop` (not thread-safe: the table locks).
+  """The distinct row ids written since the last `pop` (not thread-safe: the tracker locks).
 
   Args:
     compact_at: buffered ids (with repeats) that trigger a deduplication; it grows
@@ -74,9 +79,9 @@ class DirtyRows:
 class TableSnapshot:
   """Chunks of a table as they were at `begin`, readable while the table keeps changing.
 
-  Created by `HostTable.begin_snapshot`; the writer calls `read_chunk(k)` once per
-  chunk of `chunks`, then `close()`. The table calls `preserve(chunks)` before every
-  write (holding its lock).
+  Created by `ChangeTracker.begin_snapshot`; the writer calls `read_chunk(k)` once per
+  chunk of `chunks`, then `close()`. The tracker calls `preserve(chunks)` before every
+  write (holding the table's lock).
 
   Args:
     chunks: the chunk indices the snapshot covers.
@@ -148,3 +153,90 @@ class TableSnapshot:
       self.copied_bytes = 0
       self._pending[:] = False
       self._cond.notify_all()
+
+
+class ChangeTracker:
+  """The rows and chunks of `table` written since the last checkpoint, and its snapshot.
+
+  Registers itself as the table's write observer until `detach`. Rows the table already
+  holds when tracking starts count as written (the first checkpoint, a base, holds
+  them); rows restored by `HostTable.load_rows` are not changes and are not tracked.
+
+  Args:
+    table: the host table to track.
+  """
+
+  def __init__(self, table: HostTable):
+    self.table = table
+    self._cond = threading.Condition(table.lock)
+    self._chunks = np.zeros((-(-table.num_rows // CHUNK_ROWS),), np.bool_)  # [V / CHUNK_ROWS]
+    self._rows = DirtyRows()
+    self._snapshot: TableSnapshot | None = None
+    with self._cond:
+      if table.num_materialised:
+        self._before_write(table.written_ids())
+      table.add_write_observer(self._before_write)
+      self._attached = True
+
+  def _before_write(self, ids: np.ndarray) -> None:
+    """The observer: called with the table locked, before rows `ids` [N] change."""
+    chunks = ids // CHUNK_ROWS
+    if self._snapshot is not None and not self._snapshot.closed:
+      self._snapshot.preserve(chunks)  # copy on write for a checkpoint being written
+    self._chunks[chunks] = True
+    self._rows.add(ids)
+
+  def detach(self) -> None:
+    """Stops tracking (the state so far stays readable); idempotent."""
+    with self._cond:
+      if self._attached:
+        self.table.remove_write_observer(self._before_write)
+        self._attached = False
+
+  def pop_dirty_chunks(self) -> np.ndarray:
+    """Indices [K] int64 of chunks written since the last pop (cleared; see `mark_dirty_chunks`)."""
+    with self._cond:
+      chunks = np.flatnonzero(self._chunks)
+      self._chunks[chunks] = False
+      return chunks
+
+  def mark_dirty_chunks(self, chunks) -> None:
+    """Marks chunks dirty (a failed checkpoint's, or restored chunks a base must rewrite)."""
+    with self._cond:
+      self._chunks[np.asarray(chunks, np.int64)] = True
+
+  def pop_dirty_rows(self) -> np.ndarray:
+    """Sorted distinct ids [D] int64 of rows written since the last pop (cleared)."""
+    with self._cond:
+      return self._rows.pop()
+
+  def mark_dirty_rows(self, ids) -> None:
+    """Marks rows dirty again (a checkpoint that popped them failed before it was committed)."""
+    with self._cond:
+      self._rows.mark(ids)
+
+  def num_dirty_rows(self) -> int:
+    """Distinct rows written since the last `pop_dirty_rows`."""
+    with self._cond:
+      return self._rows.count()
+
+  def _chunk_bytes(self, chunk: int) -> int:
+    lo, hi = self.table.chunk_range(chunk)
+    return (hi - lo) * (4 * (self.table.width + self.table.slot_width) + 1)
+
+  def begin_snapshot(self, chunks, budget_bytes: int) -> TableSnapshot:
+    """A copy-on-write view of `chunks` as they are now (one open snapshot at a time).
+
+    Writes keep going; a write to a chunk the snapshot's reader has not read yet copies
+    the chunk aside first, holding at most `budget_bytes` of copies (then it waits for
+    the reader). Close it when done (`TableSnapshot.close`).
+
+    Raises:
+      RuntimeError: another snapshot is still open.
+    """
+    with self._cond:
+      if self._snapshot is not None and not self._snapshot.closed:
+        raise RuntimeError("begin_snapshot: a snapshot of this table is still open")
+      self._snapshot = TableSnapshot(chunks, self._chunks.size, self.table.read_chunk,
+                                     self._chunk_bytes, self._cond, budget_bytes)
+      return self._snapshot

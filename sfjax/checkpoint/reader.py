@@ -1,0 +1,313 @@
+"""Read a committed checkpoint without the run that wrote it: `open_checkpoint(path)`.
+
+  ckpt = open_checkpoint(workdir)        # its newest checkpoint that verifies (nothing renamed)
+  ckpt = open_checkpoint(f"{workdir}/checkpoints/step_00000040")
+  ckpt.step, ckpt.meta                   # meta.json; every file's size and CRC-32 checked
+  ckpt.params, ckpt.opt_state            # numpy trees, restored by orbax without a target
+  values, slots = ckpt.table.rows(ids)   # [N, E] rows and [N, S] row-optimizer slots
+  for lo, values, slots in ckpt.table.chunks(): ...  # every row, CHUNK_ROWS at a time
+
+Both embedding backends read alike. The device backend's table is part of the dense
+state (orbax: `{"values", "opt_slots"}`); the cache backend's is the host table's chunks
+and row deltas, in one directory or per-process shards (`table_shards`), where a row
+never written reads as its deterministic initial value (`init_rows`, and the row
+optimizer's initial slots), as the `HostTable` returned it.
+
+The trainer restores through here too (`checkpointer.Checkpointer.restore`): the same
+meta.json check and dense-state layout, restored into its own shapes and shardings
+(`Checkpoint.restore_dense`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+from absl import logging
+
+from sfjax.checkpoint import layout, table_shards
+from sfjax.embedding import row_optimizers
+from sfjax.embedding.host_table import CHUNK_ROWS
+from sfjax.embedding.initializers import init_rows
+
+DENSE_DIR = "dense"  # orbax: {step, params, opt_state} (+ table: the device backend's)
+TABLE_DIR = "table"  # the cache backend's host table (`table_format`, `table_shards`)
+HOST_TABLE_KINDS = ("host_chunks", "host_shards")  # meta["table"] of a cache-backend checkpoint
+
+Rows = tuple[np.ndarray, np.ndarray]  # values [n, E], slots [n, S]
+
+
+def without_empty(tree):
+  """`tree` with zero-size arrays (SGD's [V, 0] slots) as None: orbax refuses to save them."""
+  return jax.tree.map(lambda x: x if x.size else None, tree)
+
+
+def with_empty(restored, target):
+  """`restored` (from a tree `without_empty` made) with `target`'s zero-size arrays put back."""
+  leaves, _ = jax.tree_util.tree_flatten(restored, is_leaf=lambda x: x is None)
+  target_leaves, treedef = jax.tree_util.tree_flatten(target)
+  return jax.tree_util.tree_unflatten(
+      treedef, [t if r is None else r for r, t in zip(leaves, target_leaves, strict=True)])
+
+
+def abstract(tree):
+  """Shapes, dtypes and shardings of `tree` (a restore target; no data)."""
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
+
+
+def pure_params(tree):
+  """Orbax's restored `nnx.State` -> a pure dict (`nnx.to_pure_dict`'s form): `{'value': x}`
+  leaves unwrapped, digit keys (layer indices) as ints."""
+  if isinstance(tree, dict):
+    if set(tree) == {"value"}:
+      return tree["value"]
+    return {int(k) if isinstance(k, str) and k.isdigit() else k: pure_params(v)
+            for k, v in tree.items()}
+  return tree
+
+
+def _restore_numpy(directory: str) -> dict[str, Any]:
+  """The orbax tree in `directory` as numpy arrays, whatever mesh saved it (no target)."""
+  checkpointer = ocp.PyTreeCheckpointer()
+  try:
+    meta = checkpointer.metadata(directory).item_metadata.tree
+    args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), meta)
+    return checkpointer.restore(directory, args=ocp.args.PyTreeRestore(restore_args=args))
+  finally:
+    checkpointer.close()
+
+
+class CheckpointTable:
+  """A checkpoint's embedding table: rows [V, E] and their optimizer slots [V, S].
+
+  Read chunk by chunk (`CHUNK_ROWS` rows; memory stays one chunk for the cache backend).
+
+  Args:
+    num_rows: V.
+    width: E.
+    slot_width: S (0 for SGD).
+    read_chunk: chunk k -> (values [n, E], slots [n, S]) of rows [k * CHUNK_ROWS, + n).
+    where: the checkpoint (for error messages).
+  """
+
+  def __init__(self, num_rows: int, width: int, slot_width: int,
+               read_chunk: Callable[[int], Rows], where: str):
+    self.num_rows, self.width, self.slot_width = int(num_rows), int(width), int(slot_width)
+    self.num_chunks = -(-self.num_rows // CHUNK_ROWS)
+    self._read_chunk, self.where = read_chunk, where
+
+  def chunk(self, k: int) -> Rows:
+    """(values [n, E], slots [n, S]) float32 of rows `[k * CHUNK_ROWS, k * CHUNK_ROWS + n)`."""
+    if not 0 <= k < self.num_chunks:
+      raise ValueError(f"{self.where}: chunk {k} is outside a table of {self.num_rows} rows")
+    return self._read_chunk(k)
+
+  def chunks(self) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(first row, values [n, E], slots [n, S]) of every chunk, in row order."""
+    for k in range(self.num_chunks):
+      yield (k * CHUNK_ROWS, *self.chunk(k))
+
+  def rows(self, ids) -> Rows:
+    """(values [N, E], slots [N, S]) float32 of rows `ids` ([N] ints in [0, V), repeats allowed).
+
+    Each chunk holding a requested row is read once.
+    """
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+      raise ValueError(f"{self.where}: row ids must be a 1-D integer array, got {ids.dtype} "
+                       f"{ids.shape}")
+    ids = ids.astype(np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= self.num_rows):
+      bad = ids[(ids < 0) | (ids >= self.num_rows)][0]
+      raise ValueError(f"{self.where}: row id {bad} is outside [0, {self.num_rows})")
+    values = np.empty((ids.size, self.width), np.float32)
+    slots = np.empty((ids.size, self.slot_width), np.float32)
+    chunk_of = ids // CHUNK_ROWS
+    order = np.argsort(chunk_of, kind="stable")
+    ks, starts = np.unique(chunk_of[order], return_index=True)
+    for k, a, b in zip(ks.tolist(), starts, [*starts[1:], ids.size], strict=True):
+      sel = order[a:b]
+      chunk_values, chunk_slots = self.chunk(k)
+      local = ids[sel] - k * CHUNK_ROWS
+      values[sel], slots[sel] = chunk_values[local], chunk_slots[local]
+    return values, slots
+
+
+def _device_table(dense: dict[str, Any], where: str) -> CheckpointTable:
+  """The device backend's table, held whole in the dense state."""
+  values = np.asarray(dense["table"]["values"], np.float32)
+  slots = dense["table"]["opt_slots"]  # None: SGD's [V, 0] slots (orbax saves no empty array)
+  slots = np.zeros((values.shape[0], 0), np.float32) if slots is None else np.asarray(slots)
+
+  def read_chunk(k: int) -> Rows:
+    rows = slice(k * CHUNK_ROWS, (k + 1) * CHUNK_ROWS)
+    return values[rows], slots[rows]
+
+  return CheckpointTable(values.shape[0], values.shape[1], slots.shape[1], read_chunk, where)
+
+
+def _initial_slot_row(manifest: dict[str, Any], path: str) -> np.ndarray:
+  """[S] slots of a never-written row: recorded in the table manifest, or (checkpoints
+  saved before it was) derived from the run's `config.json` beside `checkpoints/`."""
+  if "initial_slot_row" in manifest:
+    return np.asarray(manifest["initial_slot_row"], np.float32).reshape(manifest["slot_width"])
+  config_path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))),
+                             "config.json")
+  try:
+    with open(config_path, encoding="utf-8") as f:
+      embedding = ml_collections.ConfigDict(json.load(f)).embedding
+    row = row_optimizers.from_config(embedding).initial_slot_row(manifest["width"])
+  except (OSError, ValueError, AttributeError, KeyError) as err:
+    raise ValueError(f"{os.path.join(path, TABLE_DIR)}: the table manifest does not record the "
+                     f"initial optimizer slots and {config_path} cannot give them: {err}") from err
+  return np.asarray(row, np.float32).reshape(manifest["slot_width"])
+
+
+def _host_table(path: str) -> CheckpointTable:
+  """The cache backend's host-table chunks (every shard), unwritten rows at their initial value."""
+  reader = table_shards.ShardedTableReader(os.path.join(path, TABLE_DIR))
+  m = reader.manifest
+  width, slot_width, num_rows = m["width"], m["slot_width"], m["num_rows"]
+  initial_slots = _initial_slot_row(m, path)
+  stored = set(reader.chunks)
+
+  def read_chunk(k: int) -> Rows:
+    lo = k * CHUNK_ROWS
+    n = min(CHUNK_ROWS, num_rows - lo)
+    values = init_rows(m["seed"], 0, np.arange(lo, lo + n, dtype=np.int64), width,
+                       m["init_stddev"])
+    slots = np.broadcast_to(initial_slots, (n, slot_width)).copy()
+    if k in stored:
+      stored_values, stored_slots, written = reader.read(k)
+      values[written], slots[written] = stored_values[written], stored_slots[written]
+    return values, slots
+
+  return CheckpointTable(num_rows, width, slot_width, read_chunk, path)
+
+
+class Checkpoint:
+  """A committed checkpoint opened for reading (`open_checkpoint`).
+
+  Args:
+    path: the `step_<N>` directory.
+    meta: its meta.json (`layout.read_meta` or `layout.verify`).
+  """
+
+  def __init__(self, path: str, meta: dict[str, Any]):
+    self.path, self.meta = path, meta
+    self._dense: dict[str, Any] | None = None
+    self._table: CheckpointTable | None = None
+
+  @property
+  def step(self) -> int:
+    """Steps taken (= training batches consumed) when it was saved."""
+    return int(self.meta["step"])
+
+  @property
+  def table_kind(self) -> str:
+    """Where the table is: "dense" (device backend), "host_chunks" or "host_shards" (cache)."""
+    return self.meta.get("table", "dense")
+
+  def require_table_kind(self, kinds: tuple[str, ...]) -> None:
+    """Raises ValueError naming meta.json unless the table is held as one of `kinds`."""
+    if self.table_kind not in kinds:
+      raise ValueError(f"{os.path.join(self.path, layout.META_FILE)}: the checkpoint holds its "
+                       f"table as {self.table_kind!r}; this run's backend needs one of {kinds} "
+                       "(same embedding.backend as the run that saved it)")
+
+  def dense(self) -> dict[str, Any]:
+    """The dense state `{"step", "params", "opt_state"[, "table"]}` as numpy trees (orbax's
+    nesting; zero-size arrays read as None). Read once, then kept."""
+    if self._dense is None:
+      self._dense = _restore_numpy(os.path.join(self.path, DENSE_DIR))
+    return self._dense
+
+  @property
+  def params(self):
+    """The model's params as a pure dict of numpy arrays (`nnx.to_pure_dict`'s form)."""
+    return pure_params(self.dense()["params"])
+
+  @property
+  def opt_state(self):
+    """The dense optimizer's state as saved (numpy leaves; tuples read back as lists)."""
+    return self.dense()["opt_state"]
+
+  @property
+  def table(self) -> CheckpointTable:
+    """The embedding table (either backend), read lazily chunk by chunk."""
+    if self._table is None:
+      if self.table_kind in HOST_TABLE_KINDS:
+        self._table = _host_table(self.path)
+      else:
+        self._table = _device_table(self.dense(), self.path)
+    return self._table
+
+  def restore_dense(self, target: dict[str, Any],
+                    checkpointer: ocp.StandardCheckpointer | None = None) -> dict[str, Any]:
+    """The dense state restored into `target`'s shapes, dtypes and shardings (any mesh).
+
+    Args:
+      target: a tree like the saved one (zero-size arrays included) of placed arrays.
+      checkpointer: the orbax checkpointer to restore with (the trainer's, which every
+        process of a multi-process run calls together); None: a new one, then closed.
+
+    Raises:
+      ValueError: the saved state does not fit `target` (orbax's message).
+    """
+    own = checkpointer is None
+    checkpointer = ocp.StandardCheckpointer() if own else checkpointer
+    try:
+      restored = checkpointer.restore(os.path.join(self.path, DENSE_DIR),
+                                      abstract(without_empty(target)))
+    finally:
+      if own:
+        checkpointer.close()
+    return with_empty(restored, target)
+
+
+def _checkpoint_root(path: str) -> str | None:
+  """The `checkpoints/` directory `path` names (a workdir or the directory itself), or None."""
+  below = os.path.join(path, layout.CHECKPOINT_DIR)
+  if os.path.isdir(below):
+    return below
+  return path if layout.committed_steps(path) else None
+
+
+def open_checkpoint(path: str, verify: bool = True) -> Checkpoint:
+  """Opens a checkpoint for reading; nothing is loaded until asked for.
+
+  Args:
+    path: a `step_<N>` checkpoint directory, or a workdir (or its `checkpoints/`): then
+      its newest checkpoint that verifies (corrupt newer ones are skipped with a
+      warning, never renamed).
+    verify: check every file's size and CRC-32 now (`layout.verify`). False: only
+      meta.json's own CRC-32; the table files are still checked as they are read.
+
+  Raises:
+    FileNotFoundError: `path` holds no checkpoint.
+    layout.CorruptCheckpointError: naming the bad file (every checkpoint of a workdir
+      is corrupt, or the given one is).
+  """
+  path = os.fspath(path)
+  if os.path.isfile(os.path.join(path, layout.META_FILE)):
+    return Checkpoint(path, layout.verify(path) if verify else layout.read_meta(path))
+  root = _checkpoint_root(path)
+  if root is None:
+    raise FileNotFoundError(f"{path}: no checkpoint here (neither a checkpoint directory nor a "
+                            "workdir with one; train with --config.checkpoint.every_steps=K)")
+  found, bad = layout.newest_good(root)
+  for _, why in bad:
+    logging.warning("skipping a corrupt checkpoint: %s", why)
+  if found is None and not bad:
+    raise FileNotFoundError(f"{root}: no committed checkpoint (train with "
+                            "--config.checkpoint.every_steps=K)")
+  if found is None:
+    raise layout.CorruptCheckpointError(f"every checkpoint under {root} is corrupt:\n  "
+                                        + "\n  ".join(why for _, why in bad))
+  return Checkpoint(found, layout.read_meta(found))

@@ -1,0 +1,157 @@
+"""The memory-mapped host table's directory: its files, checked on open, and their removal.
+
+  meta.json          {"format", "version", "num_rows", "width", "slot_width", "seed",
+                      "init_stddev", "initial_slot_row", "num_materialised", "clean"}
+  values.npy         [V, E] float32
+  slots.npy          [V, S] float32 (absent when S == 0)
+  materialised.npy   [V] bool
+
+The `.npy` files are created sparse (only headers are written), so a 1e9-row table
+costs almost nothing until rows are touched. `meta.json` is replaced atomically; `clean`
+is false while writes are not yet flushed (`sfjax.embedding.host_table.HostTable`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+FORMAT_NAME = "sfjax.host_table"
+FORMAT_VERSION = 1
+META_FILE = "meta.json"
+VALUES_FILE = "values.npy"
+SLOTS_FILE = "slots.npy"
+FLAGS_FILE = "materialised.npy"
+_SCAN_ROWS = 1 << 24  # flags counted per block (bounded memory on a huge table)
+
+_META_TYPES = {
+    "format": str, "version": int, "num_rows": int, "width": int, "slot_width": int,
+    "seed": int, "init_stddev": (int, float), "initial_slot_row": list,
+    "num_materialised": int, "clean": bool,
+}
+
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # values [V,E], slots [V,S], flags [V]
+
+
+def create_arrays(path: str, num_rows: int, width: int, slot_width: int) -> Arrays:
+  """Creates the sparse `.npy` files in the existing directory `path`; returns their maps."""
+  v, e, s = num_rows, width, slot_width
+  fmt = np.lib.format
+  values = fmt.open_memmap(os.path.join(path, VALUES_FILE), "w+", np.float32, (v, e))
+  slots = (fmt.open_memmap(os.path.join(path, SLOTS_FILE), "w+", np.float32, (v, s))
+           if s else np.zeros((v, 0), np.float32))
+  flags = fmt.open_memmap(os.path.join(path, FLAGS_FILE), "w+", np.bool_, (v,))
+  return values, slots, flags
+
+
+def open_arrays(path: str, num_rows: int, width: int, slot_width: int, writable: bool) -> Arrays:
+  """Maps the `.npy` files of directory `path` after checking each header and size.
+
+  Raises:
+    FileNotFoundError / ValueError: naming the missing or mismatched file.
+  """
+  v, e, s = num_rows, width, slot_width
+  mode = "r+" if writable else "r"
+  values = _open_npy(os.path.join(path, VALUES_FILE), np.float32, (v, e), mode)
+  slots = (_open_npy(os.path.join(path, SLOTS_FILE), np.float32, (v, s), mode)
+           if s else np.zeros((v, 0), np.float32))
+  flags = _open_npy(os.path.join(path, FLAGS_FILE), np.bool_, (v,), mode)
+  return values, slots, flags
+
+
+def count_written(flags: np.ndarray) -> int:
+  """Number of True flags, counted in blocks (a huge map is never loaded at once)."""
+  return sum(int(np.count_nonzero(flags[i:i + _SCAN_ROWS])) for i in range(0, flags.size,
+                                                                           _SCAN_ROWS))
+
+
+def write_meta(path: str, spec, num_materialised: int, clean: bool) -> None:
+  """Replaces `path/meta.json` atomically (fsynced) with `spec` (a `HostTableSpec`) and state."""
+  meta = {
+      "format": FORMAT_NAME, "version": FORMAT_VERSION, "num_rows": spec.num_rows,
+      "width": spec.width, "slot_width": spec.slot_width, "seed": spec.seed,
+      "init_stddev": spec.init_stddev, "initial_slot_row": list(spec.initial_slot_row),
+      "num_materialised": num_materialised, "clean": clean,
+  }
+  final = os.path.join(path, META_FILE)
+  tmp = final + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(meta, f, indent=1)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, final)  # Atomic: a crash leaves the old or the new metadata.
+
+
+def read_meta(meta_path: str) -> dict:
+  """Loads and type-checks meta.json; errors name the file and the key."""
+  try:
+    with open(meta_path) as f:
+      meta = json.load(f)
+  except (OSError, ValueError) as err:
+    raise ValueError(f"{meta_path}: corrupt host table metadata: {err}") from err
+  if not isinstance(meta, dict):
+    raise ValueError(f"{meta_path}: corrupt host table metadata: expected a JSON object")
+  for key, kind in _META_TYPES.items():
+    if key not in meta:
+      raise ValueError(f"{meta_path}: corrupt host table metadata: missing key {key!r}")
+    if not isinstance(meta[key], kind) or (kind is int and isinstance(meta[key], bool)):
+      raise ValueError(f"{meta_path}: corrupt host table metadata: key {key!r} has "
+                       f"wrong type {type(meta[key]).__name__}")
+  if meta["format"] != FORMAT_NAME or meta["version"] != FORMAT_VERSION:
+    raise ValueError(f"{meta_path}: unsupported host table format {meta['format']!r} version "
+                     f"{meta['version']} (expected {FORMAT_NAME!r} version {FORMAT_VERSION})")
+  return meta
+
+
+def _open_npy(path: str, dtype, shape: tuple[int, ...], mode: str) -> np.memmap:
+  """Memory-maps an existing .npy file after checking its header and byte size."""
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"{path}: host table data file is missing")
+  fmt = np.lib.format
+  try:
+    with open(path, "rb") as f:
+      version = fmt.read_magic(f)
+      read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+      found_shape, fortran, found_dtype = read_header(f)
+      offset = f.tell()
+  except (OSError, ValueError) as err:
+    raise ValueError(f"{path}: corrupt .npy header: {err}") from err
+  if tuple(found_shape) != tuple(shape) or found_dtype != np.dtype(dtype) or fortran:
+    raise ValueError(f"{path}: header says shape {tuple(found_shape)} dtype {found_dtype}, "
+                     f"metadata expects shape {tuple(shape)} dtype {np.dtype(dtype)}")
+  expected = offset + int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+  actual = os.path.getsize(path)
+  if actual != expected:
+    raise ValueError(f"{path}: file is {actual} bytes, expected {expected} for shape {tuple(shape)}")
+  return np.memmap(path, dtype=dtype, mode=mode, shape=shape, offset=offset)
+
+
+def discard_mmap_table(path: str) -> bool:
+  """Deletes the memory-mapped host table in directory `path` (before restoring a checkpoint).
+
+  A run resumed from a checkpoint must not see rows its crashed predecessor wrote after
+  that checkpoint, so its mmap table is recreated empty and then loaded. Only a
+  directory whose `meta.json` says it is a host table is touched (its files, then the
+  directory if empty). Returns False if `path` does not exist.
+
+  Raises:
+    ValueError: `path` exists but is not a host table (nothing is deleted).
+  """
+  if not os.path.exists(path):
+    return False
+  try:
+    with open(os.path.join(path, META_FILE), encoding="utf-8") as f:
+      is_table = json.load(f).get("format") == FORMAT_NAME
+  except (OSError, ValueError, AttributeError):
+    is_table = False
+  if not is_table:
+    raise ValueError(f"{path}: not a host table directory (no valid {META_FILE}); "
+                     "refusing to delete it")
+  for name in (VALUES_FILE, SLOTS_FILE, FLAGS_FILE, META_FILE, META_FILE + ".tmp"):  # .tmp: killed mid-write
+    if os.path.exists(os.path.join(path, name)):
+      os.remove(os.path.join(path, name))
+  if not os.listdir(path):
+    os.rmdir(path)
+  return True

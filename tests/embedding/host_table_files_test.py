@@ -1,0 +1,51 @@
+"""The mmap host table's directory: files created sparse, checked on open, removed only if a table."""
+
+import json
+
+import numpy as np
+import pytest
+
+from sfjax.embedding import host_table_files as files
+from sfjax.embedding.host_table import HostTable, HostTableSpec
+
+
+def test_created_files_reopen_and_count(tmp_path):
+  values, slots, flags = files.create_arrays(str(tmp_path), 10, 3, 2)
+  values[4], slots[4], flags[[4, 7]] = 1.5, -2.0, True
+  spec = HostTableSpec(10, 3, 2, 0, 0.1, (0.0, 0.0))
+  files.write_meta(str(tmp_path), spec, 2, clean=True)
+  for array in (values, slots, flags):
+    array.flush()
+  meta = files.read_meta(str(tmp_path / files.META_FILE))
+  assert meta["num_materialised"] == 2 and meta["clean"] and meta["width"] == 3
+  values, slots, flags = files.open_arrays(str(tmp_path), 10, 3, 2, writable=False)
+  assert values[4].tolist() == [1.5] * 3 and slots[4].tolist() == [-2.0, -2.0]
+  assert files.count_written(flags) == 2
+  with pytest.raises(ValueError, match=r"values\.npy: header says shape \(10, 3\)"):
+    files.open_arrays(str(tmp_path), 10, 4, 2, writable=False)
+  (tmp_path / files.META_FILE).write_text(json.dumps({**meta, "clean": "yes"}))
+  with pytest.raises(ValueError, match="key 'clean' has wrong type str"):
+    files.read_meta(str(tmp_path / files.META_FILE))
+
+
+def test_count_written_scans_in_blocks(monkeypatch):
+  flags = np.zeros(1000, np.bool_)
+  flags[[0, 499, 500, 999]] = True
+  monkeypatch.setattr(files, "_SCAN_ROWS", 7)
+  assert files.count_written(flags) == 4
+
+
+def test_discard_mmap_table_removes_only_a_host_table(tmp_path):
+  path = tmp_path / "host"
+  table = HostTable.create_mmap(str(path), 10, 2, 1, seed=0, init_stddev=0.1,
+                                initial_slot_row=np.zeros(1, np.float32))
+  table.close()
+  (path / "meta.json.tmp").write_text("{")  # a run killed while rewriting its metadata
+  assert files.discard_mmap_table(str(path)) and not path.exists()
+  assert not files.discard_mmap_table(str(path))
+  other = tmp_path / "other"
+  other.mkdir()
+  (other / "notes.txt").write_text("keep")
+  with pytest.raises(ValueError, match="not a host table directory"):
+    files.discard_mmap_table(str(other))
+  assert (other / "notes.txt").exists()
