@@ -5,7 +5,7 @@ The whole population of P members is one cohort: each round is one program call
 of the previous round. Between rounds, on the host, `pbt_exploit_explore`
 decides from the members' eval AUCs; then
 
-  exploit = a gather along the trial axis of every leaf of the stacked state
+  exploit = `gather_members`: a gather along the trial axis of every leaf of the stacked state
             (parameters, optimizer state, embedding table and its slots, step),
   explore = the perturbed [P] hyperparameter arrays are passed to the next
             round, which writes the dense ones into the optax
@@ -20,11 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from sfjax.automl.algorithms import pbt_exploit_explore
+from sfjax.automl.algorithms.pbt import gather_members, pbt_exploit_explore
 from sfjax.cohorts import buckets, chunk_plan
 from sfjax.cohorts.arch import ArchSpec
 from sfjax.cohorts.chunk_plan import Chunk
@@ -60,20 +58,6 @@ class PBTHistory(NamedTuple):
     """Index of the member with the best final score (failed members last)."""
     final = self.scores[-1]
     return int(np.argmax(np.where(np.isnan(final), -np.inf, final)))
-
-
-def exploit(states, source_index) -> Any:
-  """Member i continues from member `source_index[i]`: a gather along the trial axis.
-
-  Args:
-    states: a pytree whose leaves have a leading [P] trial axis.
-    source_index: [P] int indices into that axis.
-
-  Returns:
-    The gathered pytree (same structure and shapes).
-  """
-  source_index = jnp.asarray(source_index, jnp.int32)
-  return jax.tree.map(lambda x: jnp.take(x, source_index, axis=0), states)
 
 
 def run_pbt(runner: CohortRunner, arch: ArchSpec, init_hparams: Mapping[str, Any], seeds: Sequence[int],
@@ -120,7 +104,7 @@ def run_pbt(runner: CohortRunner, arch: ArchSpec, init_hparams: Mapping[str, Any
       source, hparams = pbt_exploit_explore(out.auc, hparams, rng, quantile=quantile, perturb=perturb,
                                             bounds=bounds, maximize=True)
       sources.append(source)
-      states = exploit(states, source)
+      states = gather_members(states, source)
   source_index = np.stack(sources) if sources else np.zeros((0, size), np.int64)
   return PBTHistory(np.stack(scores), np.stack(test_scores), used, source_index, np.stack(steps),
                     states, chunks)

@@ -1,23 +1,25 @@
 """Structured pruning (MLP neurons, embedding dims) and row quantization of a CTR model.
 
-The model surgery behind `ctr_compress` (VEGA's Prune-EA / Quant-EA, arXiv
-2011.01507, applied to a CTR model). A genome is one int vector `[H_1 + ... + H_L + 2]`:
+The model surgery behind `prune_search` (VEGA's Prune-EA / Quant-EA, arXiv
+2011.01507, applied to a CTR model). A genome is one int vector `[H_1 + ... + H_L + 2]`
+(`genome_layout`: `sfjax.compress.genome`'s unit bits and two choice genes):
 
   genome[:sum(H)]  0/1 keep-bits over the hidden units of the model's MLP tower
                    (`model.mlp.hidden`, Linear + ReLU layers): whole neurons;
   genome[-2]       k, the latent embedding dimensions every field keeps (one k for
                    all fields: the FM / CIN terms take products of two fields'
                    vectors, which need equal widths);
-  genome[-1]       b, the bits of every stored table value (`ctr_quant`: b-bit codes
+  genome[-1]       b, the bits of every stored table value (`quant`: b-bit codes
                    and a scale per row; 32 = float rows, no quantization).
 
-The masked model computes `relu(x @ (W * m) + b * m)` per hidden layer and reads
-`fake_quant_rows(emb * column_mask(k), b)`; the physically pruned model (`prune`) is the same model
-class built with `mlp_dims = kept units` and `embed_dim = k`, its kernels sliced:
-a dropped unit outputs relu(0) = 0 and a dropped column is 0, so both compute the
-same logits (its table is stored as codes + scales and read dequantized, the same
-values the fake quantization computes). Columns are kept in order, so put the important ones first with
-`order_columns` (which permutes the latent columns of every row and the matching
+The masked model (`masked_model`) computes `relu(x @ (W * m) + b * m)` per hidden
+layer and reads `fake_quant_rows(emb * column_mask(k), b)` (`MaskedRows`); the
+physically pruned model (`prune`) is the same model class built with
+`mlp_dims = kept units` and `embed_dim = k`, its kernels sliced: a dropped unit
+outputs relu(0) = 0 and a dropped column is 0, so both compute the same logits
+(its table is stored as codes + scales and read dequantized, the same values the
+fake quantization computes). Columns are kept in order, so put the important ones
+first with `order_columns` (which permutes the latent columns of every row and the matching
 rows of the MLP's first kernel: the function is unchanged).
 
 MLP pruning works for every model whose `mlp` ends in an output Linear (deepfm,
@@ -38,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from sfjax.compress import genome as genome_lib
 from sfjax.compress import quant as ctr_quant
 from sfjax.models import registry
 
@@ -126,6 +129,11 @@ def make_spec(model_cfg: Mapping[str, Any], num_fields: int, num_dense: int,
                    ctr_quant.check_bit_choices(bit_choices), hparams)
 
 
+def genome_layout(spec: PruneSpec) -> genome_lib.GenomeLayout:
+  """The genome's layout: unit bits over `spec.hidden`, then k (`dim_choices`), b (`bit_choices`)."""
+  return genome_lib.GenomeLayout(spec.hidden, (spec.dim_choices, spec.bit_choices))
+
+
 def full_genome(spec: PruneSpec) -> np.ndarray:
   """[G] int32: every unit kept, k = D, the widest bits (the unpruned model)."""
   return np.concatenate([np.ones(sum(spec.hidden), np.int32),
@@ -171,8 +179,8 @@ def column_mask(spec: PruneSpec, genome) -> jax.Array:
 
 def masked_params(params: dict, masks: Sequence[jax.Array]) -> dict:
   """`params` with hidden layer l's kernel columns and bias multiplied by `masks[l]`."""
-  hidden = {l: {"kernel": layer["kernel"] * masks[l][None, :], "bias": layer["bias"] * masks[l]}
-            for l, layer in params["mlp"]["hidden"].items()}
+  hidden = {i: {"kernel": layer["kernel"] * masks[i][None, :], "bias": layer["bias"] * masks[i]}
+            for i, layer in params["mlp"]["hidden"].items()}
   return {**params, "mlp": {**params["mlp"], "hidden": hidden}}
 
 
@@ -182,14 +190,39 @@ def logits(graphdef, params: dict, values: jax.Array, ids: jax.Array,
   return nnx.merge(graphdef, params)(jnp.take(values, ids, axis=0), dense)
 
 
-def masked_logits(graphdef, spec: PruneSpec, params: dict, values: jax.Array, genome,
-                  ids: jax.Array, dense: jax.Array) -> jax.Array:
-  """Logits `[B]` of the model with `genome`'s units and columns masked and its rows
-  fake-quantized (traceable genome)."""
+class MaskedRows(nnx.Module):
+  """A model reading its rows through a genome's column mask and row fake-quantization.
+
+  `model(fake_quant_rows(emb * column_mask, bits), dense)`. The mask and the bits
+  are plain `nnx.Variable`s, not parameters: a train step
+  (`make_train_step(..., model_variables=True)`) carries them and trains only
+  `model`'s parameters; under `jax.vmap` each candidate holds its own.
+  """
+
+  def __init__(self, model: nnx.Module, column_mask: jax.Array, bits):
+    """Wraps `model` (already unit-masked) with `column_mask` [E] and the table `bits`."""
+    self.model = model
+    self.column_mask = nnx.Variable(jnp.asarray(column_mask, jnp.float32))
+    self.bits = nnx.Variable(jnp.asarray(bits, jnp.int32))
+
+  def __call__(self, emb: jax.Array, dense: jax.Array) -> jax.Array:
+    """Maps `emb: [B, F, E]`, `dense: [B, Nd]` to logits `[B]`."""
+    rows = ctr_quant.fake_quant_rows(emb * self.column_mask[...], self.bits[...])
+    return self.model(rows, dense)
+
+
+def masked_model(graphdef, spec: PruneSpec, params: dict, genome) -> MaskedRows:
+  """The model with `genome`'s units masked (`masked_params`), its columns masked and its
+  rows fake-quantized (traceable genome)."""
   genome = jnp.asarray(genome)
   model = nnx.merge(graphdef, masked_params(params, unit_masks(spec, genome)))
-  emb = jnp.take(values, ids, axis=0) * column_mask(spec, genome)  # [B, F, E]
-  return model(ctr_quant.fake_quant_rows(emb, genome[-1]), dense)
+  return MaskedRows(model, column_mask(spec, genome), genome[-1])
+
+
+def masked_logits(graphdef, spec: PruneSpec, params: dict, values: jax.Array, genome,
+                  ids: jax.Array, dense: jax.Array) -> jax.Array:
+  """Logits `[B]` of `masked_model` on the rows `values[ids]` (traceable genome)."""
+  return masked_model(graphdef, spec, params, genome)(jnp.take(values, ids, axis=0), dense)
 
 
 def _first_layer_rows(spec: PruneSpec, cols: np.ndarray) -> np.ndarray:
@@ -270,7 +303,7 @@ def pruned_model_cfg(spec: PruneSpec, genome) -> dict:
 def _mlp_count(in_features: int, dims: Sequence[int]) -> int:
   """Parameters of Linear layers in_features -> dims... -> 1 (kernels and biases)."""
   widths = (in_features, *dims, 1)
-  return sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
+  return sum(a * b + b for a, b in zip(widths[:-1], widths[1:], strict=True))
 
 
 @functools.lru_cache(maxsize=64)
@@ -323,10 +356,10 @@ def prune(spec: PruneSpec, params: dict, values, genome) -> PrunedModel:
   genome = check_genome(spec, genome)
   keeps = [np.flatnonzero(m) for m in np.split(genome[:-2], np.cumsum(spec.hidden)[:-1])]
   hidden = dict(params["mlp"]["hidden"])
-  for l, keep in enumerate(keeps):
-    hidden[l] = {"kernel": hidden[l]["kernel"][:, keep], "bias": hidden[l]["bias"][keep]}
-    if l + 1 < len(keeps):
-      hidden[l + 1] = {**hidden[l + 1], "kernel": hidden[l + 1]["kernel"][keep]}
+  for i, keep in enumerate(keeps):
+    hidden[i] = {"kernel": hidden[i]["kernel"][:, keep], "bias": hidden[i]["bias"][keep]}
+    if i + 1 < len(keeps):
+      hidden[i + 1] = {**hidden[i + 1], "kernel": hidden[i + 1]["kernel"][keep]}
   out = params["mlp"]["out"]
   out = {**out, "kernel": out["kernel"][keeps[-1]]}
   params = {**params, "mlp": {**params["mlp"], "hidden": hidden, "out": out}}

@@ -3,16 +3,19 @@ embedding dims and table bits.
 
 VEGA's Prune-EA / Quant-EA (arXiv 2011.01507) on a CTR model: an evolutionary,
 multi-objective search (held-out AUC up, exact stored bits down: 32 x the parameter
-count when nothing is quantized) over `ctr_prune` genomes (keep-bits over the MLP
-tower's hidden units, the kept latent dim k of every field, the table's bits b).
-Each candidate is fine-tuned briefly from the trained weights and scored
-on the valid rows; the test rows are scored too, only to be reported.
+count when nothing is quantized) over `prune` genomes (keep-bits over the MLP
+tower's hidden units, the kept latent dim k of every field, the table's bits b;
+drawn and mutated by `sfjax.compress.genome`). Each candidate is fine-tuned
+briefly from the trained weights and scored on the valid rows; the test rows are
+scored too, only to be reported.
 
 Each generation is ONE compiled program: `jax.vmap` over genomes of a `lax.scan`
-of Adam steps on the masked model (masks are traced arrays of one padded shape,
-so no candidate compiles its own program). The trained params and table are
-shared inputs; with `tune_table` every candidate tunes its own copy of the
-table ([P, V, E] in memory: for large tables tune only the dense params).
+of the shared train step (`sfjax.train.step.make_train_step`) on the masked model
+(masks are traced arrays of one padded shape, so no candidate compiles its own
+program): Adam on the dense params, row-wise Adam on the embedding rows the
+fine-tune batches touch (`finetune_batches`: T rows, host VSI). The trained params
+and table are shared inputs; every candidate holds its own copy of the T touched
+rows only ([P, T, E]; with `tune_table=False` they stay as trained).
 The loop is `sfjax.automl.pareto_evolution.evolve` (parents: the best of
 everything evaluated so far by (Pareto rank, valid AUC), NSGA-II's elitism
 without crowding; children their mutations); `search` returns every evaluated
@@ -27,13 +30,17 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
+from flax import nnx
 
 from sfjax.automl import pareto_evolution
+from sfjax.compress import genome as genome_lib
 from sfjax.compress import prune as ctr_prune
 from sfjax.core import metrics as metrics_lib
-from sfjax.embedding import vsi
+from sfjax.core.types import DeviceBatch
+from sfjax.embedding import device_table, row_optimizers, vsi
+from sfjax.train import optimizers
 from sfjax.train import step as step_lib
+from sfjax.train.state import TrainState
 
 
 class Examples(NamedTuple):
@@ -110,40 +117,85 @@ def load_data(dataset, steps: int, batch_size: int, seed: int, valid_split: str 
                       _real_rows(dataset.eval_batches(test_split, eval_batch_size), offsets, None))
 
 
-def chunked_logits(fn: Callable, rows: Examples, chunk: int) -> jax.Array:
-  """`fn(ids, dense) -> [c]` over `rows` in chunks of `chunk` (padded), as [N] (traceable)."""
-  n = rows.labels.shape[0]
-  pad = -n % chunk
-  ids = jnp.pad(jnp.asarray(rows.ids), ((0, pad), (0, 0))).reshape(-1, chunk, rows.ids.shape[1])
-  dense = jnp.pad(jnp.asarray(rows.dense), ((0, pad), (0, 0))).reshape(-1, chunk,
-                                                                        rows.dense.shape[1])
-  return jax.lax.map(lambda xs: fn(*xs), (ids, dense)).reshape(-1)[:n]
+class FinetuneBatches(NamedTuple):
+  """The fine-tune batches as the shared train step reads them, on the rows they touch.
+
+  Attributes:
+    rows: [T] int64 sorted global ids of every row the batches touch; the tuned
+      table holds these rows only (compact row r is `rows[r]`; a row no batch
+      touches is never trained, so it stays as it was).
+    batches: `DeviceBatch` with a leading [S] step axis whose `rows` index the
+      compact [T] table (T: padding).
+  """
+
+  rows: np.ndarray
+  batches: DeviceBatch
 
 
-def finetune(graphdef, spec: ctr_prune.PruneSpec, params: dict, values: jax.Array, genome,
-             train: Examples, learning_rate, tune_table: bool = True):
-  """Adam steps over `train` [S, B, ...] on the genome's masked model (traceable genome).
+def finetune_batches(train: Examples) -> FinetuneBatches:
+  """Host VSI of `train` [S, B, ...] against the compact table of the rows it touches."""
+  steps, batch, fields = train.ids.shape
+  rows = np.unique(train.ids)
+  out = []
+  for s in range(steps):
+    virt = vsi.dedup_ids(np.searchsorted(rows, train.ids[s]), batch * fields, pad_id=rows.size)
+    out.append(DeviceBatch(virt.uniq.astype(np.int32), virt.vids, train.dense[s],
+                           train.labels[s], np.ones(batch, np.float32)))
+  return FinetuneBatches(rows, jax.tree.map(lambda *a: np.stack(a), *out))
+
+
+def compact_ids(rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+  """[..., F] int32: each id's compact row in `rows`, or len(rows) for an id not there."""
+  pos = np.minimum(np.searchsorted(rows, ids), max(rows.size - 1, 0))
+  hit = rows[pos] == ids if rows.size else np.zeros(ids.shape, bool)
+  return np.where(hit, pos, rows.size).astype(np.int32)
+
+
+def with_tuned_rows(values, data: FinetuneBatches, tuned_rows) -> np.ndarray:
+  """[V, E] `values` with the fine-tuned rows written back (host)."""
+  out = np.array(values, copy=True)
+  out[data.rows] = np.asarray(tuned_rows)
+  return out
+
+
+def finetune(graphdef, spec: ctr_prune.PruneSpec, params: dict, values, genome,
+             data: FinetuneBatches, learning_rate, tune_table: bool = True):
+  """Adam steps over `data` [S] on the genome's masked model, through the shared train step.
+
+  The model is `ctr_prune.masked_model` with the dropped units' weights at 0 and
+  held there by the step's `dense_mask`; the dense params take Adam
+  (`optimizers.dense_optimizer`), the touched rows row-wise Adam
+  (`row_optimizers.adam`, the same rate) unless `tune_table` is False. Traceable
+  in `genome` (one program for every candidate; vmapped by `make_evaluator`).
 
   Returns:
-    (params, values): tuned (`values` unchanged unless `tune_table`).
+    (params, tuned_rows [T, E]): the tuned dense params (pure dict) and the rows
+    `data.rows` after the fine-tune (unchanged without `tune_table`).
   """
-  tx = optax.adam(learning_rate)
+  genome = jnp.asarray(genome)
+  graph, state = nnx.split(ctr_prune.masked_model(graphdef, spec, params, genome))
+  keep = ctr_prune.masked_model(graphdef, spec, jax.tree.map(jnp.ones_like, params), genome)
+  dense_mask = nnx.state(keep, nnx.Param)  # 0 on the dropped units' weights, 1 elsewhere
+  tx = optimizers.dense_optimizer("adam", learning_rate)
+  row_opt = row_optimizers.adam(learning_rate) if tune_table else row_optimizers.sgd(0.0)
+  rows = jnp.take(jnp.asarray(values), jnp.asarray(data.rows, jnp.int32), axis=0)  # [T, E]
+  slot_row = jnp.asarray(row_opt.initial_slot_row(rows.shape[1]))
+  slots = jnp.broadcast_to(slot_row, (rows.shape[0], slot_row.shape[0]))  # [T, S]
+  start = TrainState(jnp.zeros((), jnp.int32), state, tx.init(nnx.state(state, nnx.Param)),
+                     device_table.TableState(rows, slots))
+  step = step_lib.make_train_step(graph, tx, row_opt, dense_mask=dense_mask, model_variables=True)
+  end, _ = jax.lax.scan(lambda st, batch: step(st, batch), start,
+                        jax.tree.map(jnp.asarray, data.batches))
+  return nnx.to_pure_dict(end.params)["model"], end.table.values
 
-  def loss(trainable, batch):
-    p, v = trainable if tune_table else (trainable, values)
-    ids, dense, labels = batch
-    out = ctr_prune.masked_logits(graphdef, spec, p, v, genome, ids, dense)
-    return step_lib.masked_loss(out, labels, jnp.ones_like(labels))
 
-  def step(carry, batch):
-    trainable, opt_state = carry
-    updates, opt_state = tx.update(jax.grad(loss)(trainable, batch), opt_state, trainable)
-    return (optax.apply_updates(trainable, updates), opt_state), None
-
-  trainable = (params, values) if tune_table else params
-  (trainable, _), _ = jax.lax.scan(step, (trainable, tx.init(trainable)),
-                                   tuple(jnp.asarray(a) for a in train))
-  return trainable if tune_table else (trainable, values)
+def chunked_logits(fn: Callable, arrays: tuple, chunk: int) -> jax.Array:
+  """`fn(*chunk_arrays) -> [c]` over arrays `[N, ...]` in chunks of `chunk` (padded), as [N]."""
+  n = arrays[0].shape[0]
+  pad = -n % chunk
+  chunks = tuple(jnp.pad(jnp.asarray(a), ((0, pad),) + ((0, 0),) * (a.ndim - 1))
+                 .reshape(-1, chunk, *a.shape[1:]) for a in arrays)
+  return jax.lax.map(lambda xs: fn(*xs), chunks).reshape(-1)[:n]
 
 
 def make_evaluator(graphdef, spec: ctr_prune.PruneSpec, params: dict, values,
@@ -151,22 +203,36 @@ def make_evaluator(graphdef, spec: ctr_prune.PruneSpec, params: dict, values,
                    eval_chunk: int = 4096) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
   """`evaluate(genomes [P, G]) -> (valid_auc [P], test_auc [P])`: a vmapped fine-tune.
 
-  Every genome starts from `params` / `values` and takes the same Adam steps over
+  Every genome starts from `params` / `values` and takes the same steps over
   `data.train` on its masked model (`finetune`), so candidates differ only by
-  their genome. One compiled program serves every population of the same P;
+  their genome. Each candidate holds only its own copy of the touched rows
+  ([P, T, E]); scoring reads a row from them when tuned, else from the shared
+  `values`. One compiled program serves every population of the same P;
   `evaluate.traces` counts the traces (1 per population size).
   """
-  def one(genome, params, values, train, valid, test):
+  batches = finetune_batches(data.train)
+  splits = [(rows.ids, compact_ids(batches.rows, rows.ids), rows.dense)
+            for rows in (data.valid, data.test)]
+
+  def one(genome, params, values, batches, valid, test):
     evaluate.traces += 1  # Python runs here only while tracing
-    p, v = finetune(graphdef, spec, params, values, genome, train, learning_rate, tune_table)
-    score = lambda ids, dense: ctr_prune.masked_logits(graphdef, spec, p, v, genome, ids, dense)
+    tuned, rows = finetune(graphdef, spec, params, values, genome, batches, learning_rate,
+                           tune_table)
+    model = ctr_prune.masked_model(graphdef, spec, tuned, genome)
+
+    def score(ids, compact, dense):
+      emb = jnp.where((compact < rows.shape[0])[..., None],
+                      jnp.take(rows, compact, axis=0, mode="fill", fill_value=0),
+                      jnp.take(values, ids, axis=0))  # [c, F, E]
+      return model(emb, dense)
+
     return chunked_logits(score, valid, eval_chunk), chunked_logits(score, test, eval_chunk)
 
   run = jax.jit(jax.vmap(one, in_axes=(0, None, None, None, None, None)))
 
   def evaluate(genomes):
     valid_logits, test_logits = jax.device_get(run(jnp.asarray(genomes, jnp.int32), params,
-                                                   values, data.train, data.valid, data.test))
+                                                   values, batches, *splits))
     valid = [metrics_lib.auc(data.valid.labels, s) for s in valid_logits]
     test = [metrics_lib.auc(data.test.labels, s) for s in test_logits]
     return np.asarray(valid), np.asarray(test)
@@ -175,34 +241,20 @@ def make_evaluator(graphdef, spec: ctr_prune.PruneSpec, params: dict, values,
   return evaluate
 
 
-def _fix_empty_layers(spec: ctr_prune.PruneSpec, genome: np.ndarray, rng) -> np.ndarray:
-  start = 0
-  for width in spec.hidden:
-    if not genome[start:start + width].any():
-      genome[start + rng.integers(width)] = 1
-    start += width
-  return genome
-
-
 def random_genomes(rng: np.random.Generator, spec: ctr_prune.PruneSpec, n: int) -> np.ndarray:
   """[n, G] genomes probing each axis alone and together.
 
   Row 0 is the unpruned model (it anchors the front); then, in turn, a mixed
-  genome (each layer keeps a random share in [0.25, 1], random k and b), a
-  table-only one (every unit kept, random k and b) and an MLP-only one (random
-  shares, k = D, the widest bits), so the first generation measures each axis.
+  genome (each layer keeps a random share in [0.25, 1], `genome.random_unit_bits`;
+  random k and b), a table-only one (every unit kept, random k and b) and an
+  MLP-only one (random shares, k = D, the widest bits), so the first generation
+  measures each axis.
   """
   out = np.tile(ctr_prune.full_genome(spec), (n, 1))
   for i in range(1, n):
     kind = (i - 1) % 3
     if kind != 1:  # mixed or MLP-only: random unit shares
-      start = 0
-      for width in spec.hidden:
-        share = rng.uniform(0.25, 1.0)
-        keep = rng.choice(width, size=max(1, int(round(width * share))), replace=False)
-        out[i, start:start + width] = 0
-        out[i, start + keep] = 1
-        start += width
+      out[i, :-2] = genome_lib.random_unit_bits(rng, spec.hidden)
     if kind != 2:  # mixed or table-only: random k and bits
       out[i, -2] = rng.choice(spec.dim_choices)
       out[i, -1] = rng.choice(spec.bit_choices)
@@ -211,17 +263,10 @@ def random_genomes(rng: np.random.Generator, spec: ctr_prune.PruneSpec, n: int) 
 
 def mutate(rng: np.random.Generator, spec: ctr_prune.PruneSpec, genome: np.ndarray,
            rate: float) -> np.ndarray:
-  """Flips each unit bit with probability `rate` and moves k and b each one choice up
-  or down with probability `rate`; a layer never loses all its units."""
-  genome = np.array(genome, np.int32)
-  units = genome[:-2]
-  flips = rng.random(units.shape) < rate
-  genome[:-2] = np.where(flips, 1 - units, units)
-  for gene, choices in ((-2, spec.dim_choices), (-1, spec.bit_choices)):
-    if rng.random() < rate:
-      index = choices.index(int(genome[gene])) + int(rng.choice([-1, 1]))
-      genome[gene] = choices[int(np.clip(index, 0, len(choices) - 1))]
-  return _fix_empty_layers(spec, genome, rng)
+  """`genome.mutate` on the spec's layout: each unit bit flips with probability `rate`, k
+  and b each move one choice up or down with probability `rate`; a layer never loses all
+  its units."""
+  return genome_lib.mutate(rng, ctr_prune.genome_layout(spec), genome, rate)
 
 
 def search(graphdef, spec: ctr_prune.PruneSpec, params: dict, values, data: CompressData, *,
@@ -239,7 +284,7 @@ def search(graphdef, spec: ctr_prune.PruneSpec, params: dict, values, data: Comp
     learning_rate: Adam's, for every candidate's fine-tune.
     mutation_rate: per-gene mutation probability.
     seed: of the initial population and the mutations.
-    tune_table: fine-tune the embedding table too (a copy per candidate).
+    tune_table: fine-tune the touched embedding rows too (a copy per candidate).
   """
   rng = np.random.default_rng(seed)
   evaluate = make_evaluator(graphdef, spec, params, values, data, learning_rate, tune_table)
@@ -253,6 +298,6 @@ def search(graphdef, spec: ctr_prune.PruneSpec, params: dict, values, data: Comp
 
 def score(graphdef, params: dict, values, rows: Examples, chunk: int = 4096) -> np.ndarray:
   """[N] logits of a plain (unmasked or physically pruned) model on `rows`."""
-  fn = jax.jit(lambda p, v, r: chunked_logits(
-      lambda ids, dense: ctr_prune.logits(graphdef, p, v, ids, dense), r, chunk))
-  return np.asarray(fn(params, values, rows))
+  fn = jax.jit(lambda p, v, ids, dense: chunked_logits(
+      lambda i, d: ctr_prune.logits(graphdef, p, v, i, d), (ids, dense), chunk))
+  return np.asarray(fn(params, values, rows.ids, rows.dense))

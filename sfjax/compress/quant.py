@@ -1,15 +1,19 @@
-"""Row-wise quantization of embedding rows: fake-quant for training, codes for storage.
+"""Symmetric quantization: the one fake-quant (straight-through) and the stored codes.
 
-VEGA's Quant-EA (arXiv 2011.01507) applied to a CTR table: each row r is stored
-as b-bit signed integer codes and one float32 scale, symmetric per row:
+VEGA's Quant-EA (arXiv 2011.01507; fake quantization as Jacob et al. 2018). A
+tensor x is rounded to b-bit signed integer codes and one float32 scale per
+quantization group, symmetric: a group is the whole tensor (`axis=None`, a CNN
+layer's weights, `sfjax.vision.cnn`) or each row along `axis` (a CTR table's
+rows, `fake_quant_rows`):
 
-    scale_r = max_c |x_rc| / (2^(b-1) - 1)      (1 for an all-zero row)
-    code_rc = round(x_rc / scale_r)              in [-(2^(b-1) - 1), 2^(b-1) - 1]
-    x'_rc   = code_rc * scale_r
+    scale   = max |x| / (2^(b-1) - 1)     over the group (1 for an all-zero group)
+    code    = round(x / scale)             in [-(2^(b-1) - 1), 2^(b-1) - 1]
+    x'      = code * scale
 
-`fake_quant_rows` computes x' with a straight-through gradient (the fine-tune
-sees the quantized table and trains the float one); b = `FLOAT_BITS` (32) means
-no quantization. The bits are traced, so one program serves every bit width.
+`fake_quant` computes x' with a straight-through gradient (the fine-tune sees the
+quantized values and trains the float ones); b >= `FLOAT_BITS` (32) means no
+quantization. The bits may be traced, so one program serves every bit width and
+a population of bit widths is one `jax.vmap`.
 """
 
 from __future__ import annotations
@@ -39,30 +43,42 @@ def check_bit_choices(bit_choices: Sequence[int]) -> tuple[int, ...]:
   return bits
 
 
-def _scale(x: jax.Array, bits) -> jax.Array:
-  qmax = jnp.exp2(jnp.asarray(bits, jnp.float32) - 1) - 1
-  peak = jnp.max(jnp.abs(x), axis=-1, keepdims=True)
-  return jnp.where(peak > 0, peak / qmax, 1.0), qmax
+def quantize_codes(x: jax.Array, bits, axis: int | None = -1) -> tuple[jax.Array, jax.Array]:
+  """(codes, scales) of `x` at `bits`: codes float integers like `x`, one scale per group.
 
-
-def quantize_rows(x: jax.Array, bits) -> tuple[jax.Array, jax.Array]:
-  """(codes [..., E] float of integers, scales [..., 1]) of rows `x [..., E]` at `bits`."""
-  scale, qmax = _scale(x, bits)
+  Args:
+    x: any float array.
+    bits: b >= 2 (a Python int or a traced scalar).
+    axis: None: one group (the whole tensor, scale []); else each slice along `axis` is
+      a group (scales keep `axis` with size 1, e.g. [V, 1] for rows [V, E]).
+  """
+  qmax = 2.0 ** (jnp.asarray(bits, jnp.float32) - 1.0) - 1.0  # exact; jnp.exp2 is not on CPU
+  peak = jnp.max(jnp.abs(x), axis=axis, keepdims=axis is not None)
+  scale = jnp.where(peak > 0, peak / qmax, 1.0)
   return jnp.clip(jnp.round(x / scale), -qmax, qmax), scale
 
 
+def quantize(x: jax.Array, bits, axis: int | None = None) -> jax.Array:
+  """`x` rounded to its symmetric `bits` grid (no gradient trick); bits >= 32: `x` itself."""
+  codes, scale = quantize_codes(x, bits, axis)
+  return jnp.where(jnp.asarray(bits) >= FLOAT_BITS, x, codes * scale)
+
+
+def fake_quant(x: jax.Array, bits, axis: int | None = None) -> jax.Array:
+  """`quantize(x, bits, axis)` forward, identity backward (straight-through estimator)."""
+  return x + jax.lax.stop_gradient(quantize(x, bits, axis) - x)
+
+
 def fake_quant_rows(x: jax.Array, bits) -> jax.Array:
-  """`x [..., E]` row-quantized at `bits` (traced; >= 32: unchanged), straight-through."""
-  codes, scale = quantize_rows(x, bits)
-  quantized = jnp.where(jnp.asarray(bits) >= FLOAT_BITS, x, codes * scale)
-  return x + jax.lax.stop_gradient(quantized - x)
+  """`x [..., E]` quantized per row (its last axis) at `bits`, straight-through."""
+  return fake_quant(x, bits, axis=-1)
 
 
 def table_codes(values, bits: int) -> tuple[np.ndarray, np.ndarray]:
   """The stored form of a table [V, E] at `bits` < 32: (int8 codes [V, E], float32 scales [V])."""
   if bits >= FLOAT_BITS or bits > 8:
     raise ValueError(f"bits: {bits} has no int8 code form (2..8)")
-  codes, scale = jax.jit(quantize_rows)(jnp.asarray(values), bits)
+  codes, scale = jax.jit(quantize_codes)(jnp.asarray(values), bits)
   return np.asarray(codes, np.int8), np.asarray(scale[:, 0], np.float32)
 
 

@@ -2,7 +2,7 @@
 
   compress   reads the newest earlier step's `checkpoint` and `trainer_config`
              (`fully_train` / `baseline` hand both on), loads the trained dense
-             params (orbax) and the whole table (through `train.export`, so either
+             params and the whole table (`sfjax.checkpoint.open_checkpoint`, either
              embedding backend), orders the latent columns by importance
              (`ctr_prune.order_columns`: same function), runs `ctr_compress.search`
              over MLP neuron masks, the kept dim k and the table bits (`bit_choices`)
@@ -25,18 +25,16 @@ The step keeps no resume state: a rerun repeats the (deterministic) search.
 from __future__ import annotations
 
 import os
-import shutil
 from typing import Any
 
 import jax
 import ml_collections
 import numpy as np
-import orbax.checkpoint as ocp
 from flax import nnx
 
 from sfjax.automl import pareto_evolution
 from sfjax.automl.pipeline import StepContext, StepKind, StepOutput
-from sfjax.checkpoint import export as export_lib
+from sfjax.checkpoint import open_checkpoint
 from sfjax.compress import prune as ctr_prune
 from sfjax.compress import prune_search as ctr_compress
 from sfjax.compress import quant as ctr_quant
@@ -109,42 +107,6 @@ def settings(block) -> dict[str, Any]:
   return {**_DEFAULTS, **{k: block[k] for k in block if k != "type"}}
 
 
-def _unwrap(tree):
-  """Orbax's restored nnx.State -> a pure dict (`{'value': x}` leaves, int layer keys)."""
-  if isinstance(tree, dict):
-    if set(tree) == {"value"}:
-      return tree["value"]
-    return {int(k) if isinstance(k, str) and k.isdigit() else k: _unwrap(v)
-            for k, v in tree.items()}
-  return tree
-
-
-def read_params(checkpoint_path: str) -> dict:
-  """The dense params (pure dict, numpy leaves) of a trainer checkpoint."""
-  dense = os.path.join(checkpoint_path, "dense")
-  ckptr = ocp.StandardCheckpointer()
-  try:
-    tree = ckptr.metadata(dense).item_metadata
-    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=one), tree)
-    restored = ckptr.restore(dense, target)
-  finally:
-    ckptr.close()
-  return _unwrap(jax.tree.map(np.asarray, restored["params"]))
-
-
-def read_table(checkpoint_path: str, scratch_dir: str) -> np.ndarray:
-  """[V, E] every row of a trainer checkpoint's table (either backend), via `train.export`."""
-  workdir = os.path.dirname(os.path.dirname(os.path.abspath(checkpoint_path)))
-  shutil.rmtree(scratch_dir, ignore_errors=True)
-  try:
-    export_lib.export_checkpoint(workdir, scratch_dir, checkpoint_path)
-    _, values, _ = export_lib.read_export(scratch_dir)
-  finally:
-    shutil.rmtree(scratch_dir, ignore_errors=True)
-  return values
-
-
 def load_trained(ctx: StepContext):
   """The trained model an earlier step handed on.
 
@@ -160,18 +122,19 @@ def load_trained(ctx: StepContext):
     raise ConfigError("checkpoint (output of an earlier step): none; the training step must "
                       "checkpoint (trainer.checkpoint.every_steps > 0)")
   path = ctx.resolve(path)
+  checkpoint = open_checkpoint(path)  # every file's size and CRC-32 checked
   config = ml_collections.ConfigDict(ctx.latest("trainer_config"))
   dataset = dataset_lib.make_dataset(config.data, config.seed)
   model = nnx.eval_shape(lambda: registry.build_model_from_config(
       config.model, num_fields=dataset.spec.num_fields, num_dense=dataset.spec.num_dense,
       rngs=nnx.Rngs(0)))  # shapes only: the values come from the checkpoint
   graphdef, state = nnx.split(model)
-  params = read_params(path)
+  params = checkpoint.params
   want = jax.tree.map(np.shape, nnx.to_pure_dict(state))
   if jax.tree.map(np.shape, params) != want:
     raise ValueError(f"{path}: its params do not fit model {config.model.name!r} of the handed-on "
                      "trainer_config")
-  values = read_table(path, os.path.join(ctx.workdir, "table_export"))
+  values = np.concatenate([v for _, v, _ in checkpoint.table.chunks()])  # [V, E]
   return config, dataset, graphdef, params, values, path
 
 
@@ -231,10 +194,12 @@ def run_compress(ctx: StepContext) -> StepOutput:
   front = pareto_evolution.pareto_front(candidates)
   pick = pareto_evolution.choose(front, base_valid, s["max_auc_drop"])
   genome = np.asarray(pick.genome, np.int32)
-  tuned = jax.jit(lambda p, v, g: ctr_compress.finetune(
-      graphdef, spec, p, v, g, data.train, s["finetune_lr"], s["tune_table"]))(params, values,
-                                                                               genome)
-  pruned = ctr_prune.prune(spec, *jax.tree.map(np.asarray, tuned), genome)
+  batches = ctr_compress.finetune_batches(data.train)
+  tuned, rows = jax.jit(lambda p, v, g, b: ctr_compress.finetune(
+      graphdef, spec, p, v, g, b, s["finetune_lr"], s["tune_table"]))(params, values, genome,
+                                                                      batches)
+  pruned = ctr_prune.prune(spec, jax.tree.map(np.asarray, tuned),
+                           ctr_compress.with_tuned_rows(values, batches, rows), genome)
   final_test = metrics_lib.auc(data.test.labels, ctr_compress.score(
       pruned.graphdef, pruned.params, pruned.values, data.test))
   _save_pruned(os.path.join(ctx.workdir, PRUNED_FILE), pruned)

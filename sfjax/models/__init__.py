@@ -20,3 +20,32 @@ from sfjax.models.registry import (
 )
 from sfjax.models.wide_deep import WideDeep
 from sfjax.models.xdeepfm import CIN, XDeepFM
+
+__all__ = [
+  "ALL_MODEL_NAMES",
+  "AutoInt",
+  "CIN",
+  "CROSS_STRUCTURES",
+  "ComposedModel",
+  "CrossLayer",
+  "DCNv2",
+  "DLRM",
+  "DeepFM",
+  "DenseLinear",
+  "FM",
+  "HPARAM_KEYS",
+  "InteractingLayer",
+  "LR",
+  "MLP",
+  "MODEL_NAMES",
+  "WideDeep",
+  "XDeepFM",
+  "build_model",
+  "build_model_from_config",
+  "embedding_width",
+  "fm_pairwise",
+  "model_class",
+  "model_hparams",
+  "num_interactions",
+  "pairwise_dot_interactions",
+]

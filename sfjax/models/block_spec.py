@@ -33,6 +33,7 @@ models is equal text (trial cohorts group by it).
 
 from __future__ import annotations
 
+import itertools
 import json
 import numbers
 from collections.abc import Mapping, Sequence
@@ -113,7 +114,7 @@ def canonical_pairs(pairs, w: _Where | None = None, key: str = "pairs") -> list[
       w.fail(f"{key}[{n}]", f"needs i < j, got {[i, j]}")
     out.append([i, j])
   out.sort()
-  for a, b in zip(out, out[1:]):
+  for a, b in itertools.pairwise(out):
     if a == b:
       w.fail(key, f"pair {a} appears twice")
   return out

@@ -128,5 +128,5 @@ class ComposedModel(nnx.Module):
       return logit
     sources = {"embeddings": flat, "dense": dense, "bottom": z,
                "blocks": jnp.concatenate(outputs, axis=1) if stacked else None}
-    parts = [sources[name] for name in self.tower_inputs if sources[name] is not None]
+    parts = [x for x in (sources[name] for name in self.tower_inputs) if x is not None]
     return logit + self.tower(jnp.concatenate(parts, axis=1))[:, 0]

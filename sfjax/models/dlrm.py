@@ -70,6 +70,7 @@ class DLRM(nnx.Module):
       raise ValueError(f"dlrm: needs at least two vectors to interact, got num_fields="
                        f"{num_fields} and num_dense={num_dense}")
     self.num_fields, self.embed_dim, self.num_dense = num_fields, embed_dim, num_dense
+    self.bottom: MLP | None
     if num_dense > 0:
       self.bottom = MLP(num_dense, (*bottom_mlp_dims, embed_dim), None, rngs=rngs)
       top_in = pairs + embed_dim

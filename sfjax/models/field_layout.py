@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sfjax.automl.space import Categorical, Condition, Int, Space
+from sfjax.automl.space import Categorical, Condition, Int, Param, Space
 
 EMBEDDING_DIMS = (4, 8, 16)  # per-group dimensions searched (16: the trainer default's)
 MAX_GROUPS = 3
@@ -44,7 +44,7 @@ def field_dims(group_dims: Sequence[int], num_fields: int) -> tuple[int, ...]:
   """
   groups = np.array_split(np.arange(num_fields), len(group_dims))
   out = np.zeros(num_fields, np.int64)
-  for fields, dim in zip(groups, group_dims):
+  for fields, dim in zip(groups, group_dims, strict=True):
     out[fields] = dim
   return tuple(int(d) for d in out)
 
@@ -121,8 +121,8 @@ def embedding_space(dims: Sequence[int] = EMBEDDING_DIMS, max_groups: int = MAX_
   Keys (relative): `num_groups` in [1, max_groups]; `group0.dim` .. always active,
   `group<k>.dim` active when `num_groups > k`.
   """
-  params = {"num_groups": Int(1, max_groups)}
-  conditions = []
+  params: dict[str, Param] = {"num_groups": Int(1, max_groups)}
+  conditions: list[Condition] = []
   for k in range(max_groups):
     params[f"group{k}.dim"] = Categorical(tuple(dims))
     if k:

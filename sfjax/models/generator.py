@@ -24,7 +24,6 @@ plays its part otherwise, as in the named models). Keys outside `model.` are ign
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,14 +55,18 @@ USE = "use"  # the Bool key switching a block on: model.<block>.use
 
 def _hparams(name: str, given: Mapping[str, Any]) -> dict[str, Any]:
   """The named model's keyword hyperparameters: its defaults, overridden by `given`."""
-  cls = registry.model_class(name)
+  params = registry.model_parameters(name)
   unknown = sorted(set(given) - set(registry.HPARAM_KEYS))
   if unknown:
     raise ValueError(f"named_model_spec: unknown model hyperparameter(s) {unknown} "
                      f"(known: {', '.join(registry.HPARAM_KEYS)})")
-  params = inspect.signature(cls.__init__).parameters
   used = registry.model_hparams(name)
   return {k: given.get(k, params[k].default) for k in used}
+
+
+def _deep_tower(dims) -> dict:
+  """A tower spec: an MLP of hidden widths `dims` over the embeddings and dense features."""
+  return {"dims": list(dims), "inputs": ["embeddings", "dense"]}
 
 
 def named_model_spec(name: str, embed_dim: int, **hparams: Any) -> dict:
@@ -86,7 +89,6 @@ def named_model_spec(name: str, embed_dim: int, **hparams: Any) -> dict:
                      f"(known: {', '.join(registry.MODEL_NAMES)})")
   hp = _hparams(name, hparams)
   wide = [{"type": "first_order"}]
-  deep = lambda dims: {"dims": list(dims), "inputs": ["embeddings", "dense"]}
   spec: dict[str, Any] = {"embedding": {"dims": [embed_dim]}, "interactions": [],
                           "dense": {"linear": True, "bottom_mlp": None}}
   if name == "lr":
@@ -94,22 +96,22 @@ def named_model_spec(name: str, embed_dim: int, **hparams: Any) -> dict:
   elif name == "fm":
     spec.update(bias=True, interactions=wide + [{"type": "fm"}])
   elif name == "deepfm":
-    spec.update(interactions=wide + [{"type": "fm"}], tower=deep(hp["mlp_dims"]))
+    spec.update(interactions=wide + [{"type": "fm"}], tower=_deep_tower(hp["mlp_dims"]))
   elif name == "wide_deep":
-    spec.update(interactions=wide, tower=deep(hp["mlp_dims"]))
+    spec.update(interactions=wide, tower=_deep_tower(hp["mlp_dims"]))
   elif name == "dcnv2":
     cross = {"type": "cross", "layers": hp["cross_layers"], "rank": hp["cross_rank"]}
     stacked = hp["cross_structure"] == "stacked"
     spec.update(interactions=[cross], combine="stacked" if stacked else "parallel",
                 tower={"dims": list(hp["mlp_dims"]), "inputs": ["blocks"]} if stacked
-                else deep(hp["mlp_dims"]))
+                else _deep_tower(hp["mlp_dims"]))
   elif name == "xdeepfm":
     spec.update(interactions=wide + [{"type": "cin", "layer_dims": list(hp["cin_dims"])}],
-                tower=deep(hp["mlp_dims"]))
+                tower=_deep_tower(hp["mlp_dims"]))
   elif name == "autoint":
     spec.update(interactions=[{"type": "self_attention", "layers": hp["attention_layers"],
                                "heads": hp["attention_heads"], "head_dim": hp["attention_dim"]}],
-                tower=deep(hp["mlp_dims"]))
+                tower=_deep_tower(hp["mlp_dims"]))
   elif name == "dlrm":
     spec.update(dense={"linear": False, "bottom_mlp": list(hp["bottom_mlp_dims"])},
                 interactions=[{"type": "inner_product"}], combine="stacked",

@@ -6,6 +6,7 @@ only reads, so `nnx.split` once + `jax.jit`/`jax.vmap` over the params is exact.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -37,7 +38,7 @@ class MLP(nnx.Module):
       rngs: initialisation keys.
     """
     dims = (in_features, *hidden_dims)
-    self.hidden = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(dims[:-1], dims[1:])])
+    self.hidden = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in itertools.pairwise(dims)])
     self.out = nnx.Linear(dims[-1], out_features, rngs=rngs) if out_features is not None else None
     self.out_features = out_features if out_features is not None else dims[-1]
 

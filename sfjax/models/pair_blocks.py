@@ -76,6 +76,12 @@ class Block(nnx.Module):
   is_logit: ClassVar[bool] = False
   pairwise: ClassVar[bool] = False
   needs_vectors: ClassVar[bool] = True
+  out_features: int  # Set by each subclass's __init__, before `_init_head`.
+
+  def __init__(self, params: Mapping[str, Any], shape: BlockShape, *, to_logit: bool,
+               rngs: nnx.Rngs):
+    """Builds the block from its spec parameters (`PARAMS`) for `shape` (each subclass does)."""
+    raise NotImplementedError
 
   @staticmethod
   def space() -> Space:
@@ -133,8 +139,8 @@ def pair_indices(pairs: Sequence[Sequence[int]] | None, shape: BlockShape,
 
 def pair_dots(vectors: jax.Array, rows: Sequence[int], cols: Sequence[int]) -> jax.Array:
   """`[B, P]` inner products <v_rows[p], v_cols[p]> of `vectors: [B, N, D]`."""
-  rows, cols = np.asarray(rows, np.int32), np.asarray(cols, np.int32)
-  return jnp.sum(vectors[:, rows] * vectors[:, cols], axis=-1)
+  row_index, col_index = np.asarray(rows, np.int32), np.asarray(cols, np.int32)
+  return jnp.sum(vectors[:, row_index] * vectors[:, col_index], axis=-1)
 
 
 class FirstOrder(Block):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from flax import nnx
 
@@ -23,12 +23,25 @@ from sfjax.models.dcnv2 import DCNv2
 from sfjax.models.deepfm import DeepFM
 from sfjax.models.dlrm import DLRM
 from sfjax.models.fm import FM
+from sfjax.models.gated_fm import GatedFM
+from sfjax.models.group_interactions import GroupInteractions
 from sfjax.models.lr import LR
 from sfjax.models.validation import as_count
 from sfjax.models.wide_deep import WideDeep
 from sfjax.models.xdeepfm import XDeepFM
 
-_MODELS: dict[str, type[nnx.Module]] = {
+
+class ModelClass(Protocol):
+  """A registered model class: built from keywords, with the row width it reads."""
+
+  def __call__(self, *args: Any, **kwargs: Any) -> nnx.Module:
+    """Builds the model from `num_fields`, `embed_dim`, `num_dense`, `rngs` and its hparams."""
+
+  def embedding_width(self, embed_dim: int) -> int:
+    """Width E of the embedding rows the model reads, given `model.embed_dim`."""
+
+
+_MODELS: dict[str, ModelClass] = {
     "lr": LR,
     "fm": FM,
     "deepfm": DeepFM,
@@ -39,27 +52,43 @@ _MODELS: dict[str, type[nnx.Module]] = {
     "xdeepfm": XDeepFM,
     # The block-composable generator (models/generator.py): `blocks` is the spec's JSON.
     "composed": ComposedModel,
+    # Structure-search models (sfjax.structure: AutoFIS, AutoGroup). They carry batch-norm
+    # moments or a Gumbel stream (`make_train_step(..., model_variables=True)`): no config's
+    # `model.name` names them.
+    "gated_fm": GatedFM,
+    "group_interactions": GroupInteractions,
 }
+STRUCTURE_MODEL_NAMES: tuple[str, ...] = ("gated_fm", "group_interactions")
 # The named models (each also one spec of the generator: `generator.named_model_spec`).
-MODEL_NAMES: tuple[str, ...] = tuple(n for n in _MODELS if n != "composed")
+MODEL_NAMES: tuple[str, ...] = tuple(n for n in _MODELS
+                                     if n != "composed" and n not in STRUCTURE_MODEL_NAMES)
 # What `model.name` accepts: the named models and `composed`.
-ALL_MODEL_NAMES: tuple[str, ...] = tuple(_MODELS)
+ALL_MODEL_NAMES: tuple[str, ...] = tuple(n for n in _MODELS if n not in STRUCTURE_MODEL_NAMES)
 
 _SIZE_ARGS = frozenset({"num_fields", "embed_dim", "num_dense", "rngs"})
 
 
-def model_class(name: str) -> type[nnx.Module]:
+def model_class(name: str) -> ModelClass:
   """The NNX class registered as `name`; ValueError naming `model.name` otherwise."""
   return names.lookup(_MODELS, name, "model.name", "model")
 
 
+def model_parameters(name: str) -> Mapping[str, inspect.Parameter]:
+  """The parameters of model `name`'s `__init__` (`self` included), with their defaults.
+
+  Read from `__init__` itself: `inspect.signature(cls)` would show NNX's metaclass
+  `__call__(*args, **kwargs)` instead.
+  """
+  return inspect.signature(inspect.getattr_static(model_class(name), "__init__")).parameters
+
+
 def model_hparams(name: str) -> tuple[str, ...]:
   """The hyperparameter keys model `name` uses (its keyword arguments besides sizes)."""
-  params = inspect.signature(model_class(name).__init__).parameters
+  params = model_parameters(name)
   return tuple(p for p in params if p != "self" and p not in _SIZE_ARGS)
 
 
-HPARAM_KEYS: tuple[str, ...] = tuple(sorted({k for n in ALL_MODEL_NAMES for k in model_hparams(n)}))
+HPARAM_KEYS: tuple[str, ...] = tuple(sorted({k for n in _MODELS for k in model_hparams(n)}))
 
 
 def embedding_width(name: str, embed_dim: int) -> int:

@@ -9,6 +9,7 @@ next layer (the paper's default, without the reference code's `split_half`).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import jax
@@ -32,9 +33,9 @@ class CIN(nnx.Module):
     """
     init = jax.nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal",
                                                 in_axis=(1, 2), out_axis=0)
-    prev = (num_fields, *layer_dims[:-1])
+    widths = (num_fields, *layer_dims)  # H_0 .. H_K
     self.kernels = nnx.List([nnx.Param(init(rngs.params(), (h, p, num_fields), jnp.float32))
-                             for h, p in zip(layer_dims, prev)])
+                             for p, h in itertools.pairwise(widths)])
     self.out_features = sum(layer_dims)
 
   def __call__(self, x0: jax.Array) -> jax.Array:

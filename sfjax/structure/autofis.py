@@ -5,15 +5,16 @@ Liu et al., KDD 2020. Stage 1 (search): every field pair (i, j) gets a gate
 
   logit = b + Σ_f w_f + d·dense + Σ_{i<j} α_ij BN(<e_i, e_j>) [+ MLP(e, dense)],
 
-dense network weights are trained by Adam, the embedding rows by the trainer's
-row optimizers (Adagrad by default: row-wise Adam overfitted the rare ids here),
-and the gates by gRDA (`sfjax.train.grda`), which sets most of them exactly
-to zero. BN has no learnable scale or shift (the paper's point: the scale of
-<e_i, e_j> must not stand in for α), uses batch moments in training and running
-moments in evaluation. Stage 2 (retrain): a fresh model with the surviving pairs
-only, the gates fixed (1 on kept pairs, 0 elsewhere, no BN: a plain FM over those
-pairs). Without `mlp_dims` the model is AutoFIS's FM variant, with it the DeepFM
-variant.
+the registered model `gated_fm` (`sfjax.models.gated_fm`), trained through the
+shared train step (`gate_training`): dense network weights by Adam and the gates
+by gRDA (`sfjax.train.grda`, the dense optimizer 'grda'), one
+`optax.multi_transform`; the embedding rows by the trainer's row optimizers
+(Adagrad by default: row-wise Adam overfitted the rare ids here). gRDA sets most
+gates exactly to zero. BN has no learnable scale or shift (the paper's point: the
+scale of <e_i, e_j> must not stand in for α), uses batch moments in training and
+running moments in evaluation. Stage 2 (retrain): a fresh model with the surviving
+pairs only, the gates fixed at 1 (no BN: a plain FM over those pairs). Without
+`mlp_dims` the model is AutoFIS's FM variant, with it the DeepFM variant.
 
 One departure from the paper: the search starts with `warmup_steps` steps with
 every gate at 0. Without it, on the planted data a pair with a few-valued field
@@ -23,7 +24,7 @@ weights learned it, and gRDA then kept that spurious pair.
 Data: the task's `TrialData`; both stages train on the same precomputed batches.
 The kept pairs are the nonzero gates of stage 1, nothing else is selected; the
 reported metrics are the retrained model's on the valid (first) and test
-(second) halves of the eval rows (`structure_training.split_metrics`).
+(second) halves of the eval rows (`gate_training.split_metrics`).
 
 `planted_pairs` gives the ground truth on synthetic data (the pairs carrying most
 of the planted FM's pairwise logit variance), `pair_precision_recall` scores a
@@ -37,20 +38,19 @@ import functools
 import math
 import time
 from collections.abc import Sequence
-from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import nnx
 
 from sfjax.cohorts.task import CTRTask, TrialData
 from sfjax.data import planted as planted_lib
 from sfjax.data import synthetic
+from sfjax.models import registry
+from sfjax.models.gated_fm import all_field_pairs, check_pairs
 from sfjax.structure import gate_training as st
-from sfjax.train import grda as grda_lib
-
-BN_EPS = 1e-5
+from sfjax.train import optimizers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,134 +169,56 @@ class AutoFISResult:
     return cls(**values)
 
 
-def all_field_pairs(num_fields: int) -> tuple[tuple[int, int], ...]:
-  """Every pair (i, j), 0 <= i < j < F, in row-major order."""
-  i, j = np.triu_indices(num_fields, 1)
-  return tuple((int(a), int(b)) for a, b in zip(i, j))
-
-
-def pair_inner_products(vectors: jax.Array, pairs: np.ndarray) -> jax.Array:
-  """<e_i, e_j> per example and pair.
-
-  Args:
-    vectors: [B, F, E] field embeddings.
-    pairs: [P, 2] int field indices.
-
-  Returns:
-    [B, P] inner products.
-  """
-  pairs = np.asarray(pairs, np.int32).reshape(-1, 2)
-  return jnp.einsum("bpe,bpe->bp", vectors[:, pairs[:, 0]], vectors[:, pairs[:, 1]])
-
-
-def batch_normalize(x: jax.Array, mask: jax.Array, moments, train: bool, momentum: float):
-  """Batch norm without scale or shift over the real (mask = 1) examples.
-
-  Args:
-    x: [B, P] values.
-    mask: [B] 1 for real examples.
-    moments: (mean [P], var [P]) running moments.
-    train: use (and fold into the running moments) the batch moments; else the running ones.
-    momentum: running-moment decay.
-
-  Returns:
-    ([B, P] normalised values, new moments).
-  """
-  running_mean, running_var = moments
-  if not train:
-    return (x - running_mean) * jax.lax.rsqrt(running_var + BN_EPS), moments
-  weight = mask[:, None] / jnp.maximum(jnp.sum(mask), 1.0)
-  mean = jnp.sum(x * weight, axis=0)
-  var = jnp.sum(jnp.square(x - mean) * weight, axis=0)
-  new = (momentum * running_mean + (1 - momentum) * jax.lax.stop_gradient(mean),
-         momentum * running_var + (1 - momentum) * jax.lax.stop_gradient(var))
-  return (x - mean) * jax.lax.rsqrt(var + BN_EPS), new
-
-
-def make_forward(pairs: np.ndarray, normalize: bool, bn_momentum: float = 0.99):
-  """The AutoFIS model as a `structure_training.Forward`.
-
-  params: {'net': {'bias', 'dense_w' [Nd], 'mlp': layers}, 'gates': [P]}; stats:
-  BN moments (mean [P], var [P]) when `normalize`, else ().
-  """
-  pairs = np.asarray(pairs, np.int32).reshape(-1, 2)
-
-  def forward(params, stats, emb, dense, mask, key, train):
-    del key
-    net = params["net"]
-    vectors, first = emb[..., :-1], emb[..., -1]  # [B, F, E], [B, F]
-    logits = net["bias"] + first.sum(axis=1) + dense @ net["dense_w"]
-    if pairs.shape[0]:
-      products = pair_inner_products(vectors, pairs)  # [B, P]
-      if normalize:
-        products, stats = batch_normalize(products, mask, stats, train, bn_momentum)
-      logits = logits + products @ params["gates"]
-    if net["mlp"]:
-      features = jnp.concatenate([vectors.reshape(vectors.shape[0], -1), dense], axis=1)
-      logits = logits + st.mlp_apply(net["mlp"], features)[:, 0]
-    return logits, stats
-
-  return forward
-
-
-def _net_params(settings, spec, key) -> dict:
-  f, e = spec.num_fields, settings.embed_dim
-  dims = (f * e + spec.num_dense, *settings.mlp_dims, 1) if settings.mlp_dims else ()
-  return {"bias": jnp.zeros((), jnp.float32), "dense_w": jnp.zeros((spec.num_dense,), jnp.float32),
-          "mlp": st.mlp_init(key, dims) if dims else []}
-
-
-class _Programs(NamedTuple):
-  forward: st.Forward
-  optimizers: dict
-  row_opt: Any
-  warmup_runner: Any  # network only, gates at 0 (search)
-  runner: Any
+def _optimizer(settings: AutoFISSettings, train_gates: bool) -> optax.GradientTransformation:
+  """Adam on the network; gRDA on the gates (`train_gates`), else the gates stay."""
+  gates = (optimizers.dense_optimizer("grda", settings.grda_lr, c=settings.grda_c,
+                                      mu=settings.grda_mu) if train_gates else None)
+  return st.group_optimizer({"net": optimizers.dense_optimizer("adam", settings.dense_lr),
+                             "gates": gates}, default="net")
 
 
 @functools.lru_cache(maxsize=32)
-def _programs(settings: AutoFISSettings, pairs: tuple, search: bool) -> _Programs:
-  """The model and its jitted runners; cached so runs that differ only by seed or step
-  counts share compiled programs (`settings` arrives with those fields zeroed)."""
-  forward = make_forward(np.asarray(pairs, np.int32).reshape(-1, 2), normalize=search,
-                         bn_momentum=settings.bn_momentum)
-  optimizers = {"net": optax.adam(settings.dense_lr)}
-  if search:
-    optimizers["gates"] = grda_lib.grda(settings.grda_lr, settings.grda_c, settings.grda_mu)
-  row_opt = st.row_optimizer(settings)
-  warmup_runner = st.make_runner(st.make_train_step(forward, optimizers, row_opt, [st.Phase(("net",), True)]))
-  groups = ("net", "gates") if search else ("net",)
-  runner = st.make_runner(st.make_train_step(forward, optimizers, row_opt, [st.Phase(groups, True)]))
-  return _Programs(forward, optimizers, row_opt, warmup_runner, runner)
+def _runner(graphdef: nnx.GraphDef, settings: AutoFISSettings, train_gates: bool):
+  """The jitted runner; cached so runs that differ only by seed or step counts share it
+  (`settings` arrives with those fields zeroed)."""
+  return st.make_runner(graphdef, _optimizer(settings, train_gates), st.row_optimizer(settings))
 
 
-def _train_model(data: TrialData, settings, pairs: np.ndarray, gates: np.ndarray, search: bool,
-                 steps: int, seed_offset: int):
-  """Trains one AutoFIS model; returns (state, forward).
+def _train_model(data: TrialData, settings: AutoFISSettings, pairs: tuple, gate_value: float,
+                 search: bool, steps: int, seed_offset: int):
+  """Trains one AutoFIS model (`gated_fm`); returns (state, graphdef).
 
   In a search the first `warmup_steps` steps train the network with every gate at 0
-  (no pair term), then the gates start at `gates` and gRDA trains them with the network.
+  (no pair term), then the gates start at `gate_value` and gRDA trains them with the
+  network (whose Adam state carries on). Outside a search the gates stay at `gate_value`.
   """
-  key = jax.random.key(settings.seed * 7919 + seed_offset)
-  programs = _programs(dataclasses.replace(settings, seed=0, search_steps=1, retrain_steps=0, warmup_steps=0,
-                                           batch_size=0, eval_rows=0, gate_init=0.0),
-                       tuple(map(tuple, pairs.tolist())), search)
-  num_pairs = pairs.shape[0]
-  stats = (jnp.zeros((num_pairs,), jnp.float32), jnp.ones((num_pairs,), jnp.float32)) if search else ()
+  seed = settings.seed * 7919 + seed_offset
   warmup = min(settings.warmup_steps, steps) if search else 0
-  params = {"net": _net_params(settings, data.spec, jax.random.fold_in(key, 1)),
-            "gates": jnp.asarray(np.zeros_like(gates) if warmup else gates, jnp.float32)}
-  state = st.init_state(params, stats, programs.optimizers, programs.row_opt, data.num_rows,
-                        settings.embed_dim + 1, seed=settings.seed * 7919 + seed_offset,
-                        init_stddev=settings.init_stddev)
-  train_key = jax.random.fold_in(key, 2)
+  model = registry.build_model(
+      "gated_fm", num_fields=data.spec.num_fields, embed_dim=settings.embed_dim,
+      num_dense=data.spec.num_dense, rngs=nnx.Rngs(seed), mlp_dims=settings.mlp_dims,
+      pairs=pairs, pair_norm=search, bn_momentum=settings.bn_momentum,
+      gate_init=0.0 if warmup else gate_value)
+  graphdef = nnx.graphdef(model)
+  key = dataclasses.replace(settings, seed=0, search_steps=1, retrain_steps=0, warmup_steps=0,
+                            batch_size=0, eval_rows=0, gate_init=0.0)
+  state = st.init_state(model, _optimizer(settings, search and not warmup), st.row_optimizer(settings),
+                        data.num_rows, seed=seed, init_stddev=settings.init_stddev)
   if warmup:
-    state, _ = st.train(state, data, programs.warmup_runner, train_key, 0, warmup)
-    start = jnp.asarray(gates, jnp.float32)
-    state = state._replace(params={**state.params, "gates": start},
-                           opt_state={**state.opt_state, "gates": programs.optimizers["gates"].init(start)})
-  state, _ = st.train(state, data, programs.runner, train_key, warmup, steps)
-  return state, programs.forward
+    state, _ = st.train(state, data, _runner(graphdef, key, False), 0, warmup)
+    model = nnx.merge(graphdef, state.params)
+    model.gates[...] = jnp.full(model.gates.shape, gate_value, jnp.float32)
+    search_tx = _optimizer(settings, True)
+    opt_state = st.keep_group_states(search_tx.init(nnx.state(model, nnx.Param)), state.opt_state,
+                                     ("net",))
+    state = state._replace(params=nnx.state(model), opt_state=opt_state)
+  state, _ = st.train(state, data, _runner(graphdef, key, search), warmup, steps)
+  return state, graphdef
+
+
+def _metrics(data: TrialData, state, graphdef) -> dict[str, float]:
+  return st.split_metrics(data, st.eval_logits(st.eval_graphdef(graphdef, state.params), state,
+                                               data))
 
 
 def retrain_with_pairs(data: TrialData, settings: AutoFISSettings, pairs: Sequence[tuple[int, int]]
@@ -311,13 +233,10 @@ def retrain_with_pairs(data: TrialData, settings: AutoFISSettings, pairs: Sequen
   Returns:
     {'valid_auc', 'valid_logloss', 'test_auc', 'test_logloss'}.
   """
-  pairs = np.asarray(list(pairs), np.int32).reshape(-1, 2)
-  f = data.spec.num_fields
-  if pairs.size and (pairs.min() < 0 or pairs.max() >= f or np.any(pairs[:, 0] >= pairs[:, 1])):
-    raise ValueError(f"pairs must be (i, j) with 0 <= i < j < {f}, got {pairs.tolist()}")
-  state, forward = _train_model(data, settings, pairs, np.ones(pairs.shape[0], np.float32), search=False,
-                                steps=settings.retrain_steps, seed_offset=2)
-  return st.split_metrics(data, st.eval_logits(forward, state, data))
+  pairs = check_pairs(pairs, data.spec.num_fields, key="pairs")
+  state, graphdef = _train_model(data, settings, pairs, 1.0, search=False,
+                                 steps=settings.retrain_steps, seed_offset=2)
+  return _metrics(data, state, graphdef)
 
 
 def search_gates(data: TrialData, settings: AutoFISSettings) -> tuple[np.ndarray, dict[str, float]]:
@@ -326,11 +245,10 @@ def search_gates(data: TrialData, settings: AutoFISSettings) -> tuple[np.ndarray
   Returns:
     ([P] final gates in `all_field_pairs` order, the search model's split metrics).
   """
-  pairs = np.asarray(all_field_pairs(data.spec.num_fields), np.int32).reshape(-1, 2)
-  gates = np.full(pairs.shape[0], settings.gate_init, np.float32)
-  state, forward = _train_model(data, settings, pairs, gates, search=True, steps=settings.search_steps,
-                                seed_offset=1)
-  return np.asarray(state.params["gates"]), st.split_metrics(data, st.eval_logits(forward, state, data))
+  state, graphdef = _train_model(data, settings, all_field_pairs(data.spec.num_fields),
+                                 settings.gate_init, search=True, steps=settings.search_steps,
+                                 seed_offset=1)
+  return np.asarray(state.params["gates"][...]), _metrics(data, state, graphdef)
 
 
 def run_autofis(task: CTRTask, settings: AutoFISSettings, data: TrialData | None = None) -> AutoFISResult:
@@ -349,7 +267,7 @@ def run_autofis(task: CTRTask, settings: AutoFISSettings, data: TrialData | None
   data = data if data is not None else st.prepare_data(task, settings)
   all_pairs = all_field_pairs(data.spec.num_fields)
   gates, search_metrics = search_gates(data, settings)
-  kept = tuple(p for p, g in zip(all_pairs, gates) if g != 0.0)
+  kept = tuple(p for p, g in zip(all_pairs, gates, strict=True) if g != 0.0)
   metrics = retrain_with_pairs(data, settings, kept)
   return AutoFISResult(
       kept_pairs=kept, gates=gates, all_pairs=all_pairs,
@@ -403,7 +321,9 @@ def pair_precision_recall(kept: Sequence[tuple[int, int]], truth: Sequence[tuple
   Precision of an empty selection is 1 by convention (no false pair); recall of an
   empty truth is 1.
   """
-  norm = lambda pairs: {tuple(sorted((int(a), int(b)))) for a, b in pairs}
+  def norm(pairs):
+    return {tuple(sorted((int(a), int(b)))) for a, b in pairs}
+
   kept_set, truth_set = norm(kept), norm(truth)
   hits = len(kept_set & truth_set)
   precision = hits / len(kept_set) if kept_set else 1.0

@@ -2,24 +2,17 @@
 
 Liu et al., SIGIR 2020. For each interaction order p in 2..max_order there are
 G_p groups; field i belongs to group j of order p by a binary choice with
-structure logits π^p_ij [2] (a field may join several groups or none). Training
-samples the choice by Gumbel-softmax with temperature τ and a straight-through
-hard choice: the forward pass uses the hard 0/1 membership m^p_ij, gradients flow
-through the soft sample. A group's representation is
+structure logits π^p_ij, sampled by a straight-through Gumbel-softmax; the
+interactions inside each group feed an MLP tower. The model is the registered
+`group_interactions` (`sfjax.models.group_interactions`, which gives the formulas).
 
-  s^p_j = Σ_i m^p_ij w^p_ij e_i                     (w: learned field weights)
-  I^p_j = (s^p_j)^p - Σ_i (m^p_ij w^p_ij e_i)^p     (elementwise powers, [E])
-
-(for p = 2 this is twice the FM interaction of the group's fields). The
-interaction vectors of every order and group, with the dense features, feed an
-MLP tower, added to the first-order terms:
-
-  logit = b + Σ_f w_f + d·dense + MLP([I^2_1, ..., I^P_G, dense]).
-
-Weights and structure are updated alternately: on every batch a structure step
-(Adam on π, weights fixed, sampled memberships) then a weight step (Adam on the
-network, row optimizer on the embeddings, a fresh sample). Evaluation uses the
-hard memberships argmax π without noise, which are the searched result.
+It trains through the shared train step (`gate_training`): on every batch one
+update of everything, the network by Adam, the structure logits by Adam at
+`structure_lr` (one `optax.multi_transform`), the embedding rows by the row
+optimizer, on one Gumbel sample (the paper alternates a structure update and a
+weight update on each batch; the shared step makes them one joint update). Evaluation uses the hard memberships argmax π
+without noise, which are the searched result. `retrain_with_groups` trains the
+same model with fixed groups: what a grouping is worth by itself.
 
 Data and metrics as in `sfjax.structure.autofis`: the task's `TrialData`,
 exact AUC / logloss on the valid (first) and test (second) halves of its eval rows.
@@ -31,13 +24,15 @@ import dataclasses
 import functools
 import time
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import nnx
 
 from sfjax.cohorts.task import CTRTask, TrialData
+from sfjax.models import registry
 from sfjax.structure import gate_training as st
+from sfjax.train import optimizers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,87 +161,43 @@ class AutoGroupResult:
                **{k: record[k] for k in keys[3:]})
 
 
-def straight_through_membership(logits: jax.Array, key, temperature, train: bool) -> jax.Array:
-  """Hard 0/1 memberships [F, G] from structure logits [F, G, 2] (index 1 = member).
-
-  Train: Gumbel-softmax sample y = softmax((π + g) / τ); forward value one_hot(argmax y),
-  gradient that of y (straight-through). Eval: one_hot(argmax π), no noise.
-  """
-  if not train:
-    return (jnp.argmax(logits, axis=-1) == 1).astype(jnp.float32)
-  gumbel = jax.random.gumbel(key, logits.shape, jnp.float32)
-  soft = jax.nn.softmax((logits + gumbel) / temperature, axis=-1)
-  hard = jax.nn.one_hot(jnp.argmax(soft, axis=-1), 2, dtype=soft.dtype)
-  return (hard + soft - jax.lax.stop_gradient(soft))[..., 1]
-
-
-def group_interactions(vectors: jax.Array, membership: jax.Array, weights: jax.Array, order: int) -> jax.Array:
-  """Order-p interaction vector of each group.
-
-  Args:
-    vectors: [B, F, E] field embeddings.
-    membership: [F, G] 0/1 (straight-through) memberships.
-    weights: [F, G] field weights inside each group.
-    order: p >= 2.
-
-  Returns:
-    [B, G, E]: (Σ_i m_ig w_ig e_i)^p - Σ_i (m_ig w_ig e_i)^p, elementwise.
-  """
-  scaled = vectors[:, :, None, :] * (membership * weights)[None, :, :, None]  # [B, F, G, E]
-  return scaled.sum(axis=1) ** order - (scaled ** order).sum(axis=1)
-
-
-def make_forward(settings: AutoGroupSettings):
-  """The AutoGroup model as a `structure_training.Forward` (params 'net' and 'structure')."""
-  orders = settings.orders
-
-  def forward(params, stats, emb, dense, mask, key, train):
-    del mask
-    net = params["net"]
-    vectors, first = emb[..., :-1], emb[..., -1]  # [B, F, E], [B, F]
-    features = []
-    for k, p in enumerate(orders):
-      member = straight_through_membership(params["structure"][k], jax.random.fold_in(key, k),
-                                           settings.temperature, train)
-      inter = group_interactions(vectors, member, net["group_weights"][k], p)  # [B, G, E]
-      features.append(inter.reshape(inter.shape[0], -1))
-    tower = st.mlp_apply(net["mlp"], jnp.concatenate(features + [dense], axis=1))[:, 0]
-    return net["bias"] + first.sum(axis=1) + dense @ net["dense_w"] + tower, stats
-
-  return forward
-
-
-def init_params(settings: AutoGroupSettings, num_fields: int, num_dense: int, key) -> dict:
-  """{'net': bias, dense_w, group_weights (per order [F, G]), mlp; 'structure': per order [F, G, 2]}.
-
-  Structure logits start at small random values (N(0, 0.01)), group weights at 1.
-  """
-  width = sum(g * settings.embed_dim for g in settings.groups_per_order) + num_dense
-  net = {"bias": jnp.zeros((), jnp.float32), "dense_w": jnp.zeros((num_dense,), jnp.float32),
-         "group_weights": [jnp.ones((num_fields, g), jnp.float32) for g in settings.groups_per_order],
-         "mlp": st.mlp_init(jax.random.fold_in(key, 0), (width, *settings.mlp_dims, 1))}
-  structure = [0.01 * jax.random.normal(jax.random.fold_in(key, 1 + k), (num_fields, g, 2), jnp.float32)
-               for k, g in enumerate(settings.groups_per_order)]
-  return {"net": net, "structure": structure}
-
-
-def _optimizers(settings: AutoGroupSettings):
-  return ({"net": optax.adam(settings.dense_lr), "structure": optax.adam(settings.structure_lr)},
-          st.row_optimizer(settings))
+def _optimizer(settings: AutoGroupSettings, train_structure: bool) -> optax.GradientTransformation:
+  """Adam on the network and (`train_structure`) Adam on the structure logits, else they stay."""
+  structure = (optimizers.dense_optimizer("adam", settings.structure_lr) if train_structure
+               else None)
+  return st.group_optimizer({"net": optimizers.dense_optimizer("adam", settings.dense_lr),
+                             "structure": structure}, default="net")
 
 
 @functools.lru_cache(maxsize=16)
-def _programs(settings: AutoGroupSettings):
-  """(forward, jitted runner); cached so runs that differ only by seed or steps share programs
+def _runner(graphdef: nnx.GraphDef, settings: AutoGroupSettings, train_structure: bool):
+  """The jitted runner; cached so runs that differ only by seed or steps share it
   (`settings` arrives with those fields zeroed)."""
-  forward = make_forward(settings)
-  optimizers, row_opt = _optimizers(settings)
-  phases = [st.Phase(("structure",), False), st.Phase(("net",), True)]
-  return forward, st.make_runner(st.make_train_step(forward, optimizers, row_opt, phases))
+  return st.make_runner(graphdef, _optimizer(settings, train_structure),
+                        st.row_optimizer(settings))
 
 
-def run_autogroup(task: CTRTask, settings: AutoGroupSettings, data: TrialData | None = None) -> AutoGroupResult:
-  """Trains AutoGroup (alternating structure and weight updates) and reads off the groups.
+def _model(data: TrialData, settings: AutoGroupSettings) -> nnx.Module:
+  return registry.build_model(
+      "group_interactions", num_fields=data.spec.num_fields, embed_dim=settings.embed_dim,
+      num_dense=data.spec.num_dense, rngs=nnx.Rngs(settings.seed), max_order=settings.max_order,
+      num_groups=settings.groups_per_order, mlp_dims=settings.mlp_dims,
+      temperature=settings.temperature)
+
+
+def _train(data: TrialData, settings: AutoGroupSettings, model: nnx.Module, train_structure: bool):
+  """`settings.steps` steps of `model` (its graph as it is: sampling or fixed groups)."""
+  graphdef = nnx.graphdef(model)
+  key = dataclasses.replace(settings, seed=0, steps=1, batch_size=0, eval_rows=0)
+  state = st.init_state(model, _optimizer(settings, train_structure), st.row_optimizer(settings),
+                        data.num_rows, seed=settings.seed, init_stddev=settings.init_stddev)
+  state, _ = st.train(state, data, _runner(graphdef, key, train_structure), 0, settings.steps)
+  return state, graphdef
+
+
+def run_autogroup(task: CTRTask, settings: AutoGroupSettings,
+                  data: TrialData | None = None) -> AutoGroupResult:
+  """Trains AutoGroup (structure and weights together) and reads off the groups.
 
   Args:
     task: the CTR task (its batch size and eval rows unless `settings` overrides them).
@@ -258,15 +209,42 @@ def run_autogroup(task: CTRTask, settings: AutoGroupSettings, data: TrialData | 
   """
   t0 = time.perf_counter()
   data = data if data is not None else st.prepare_data(task, settings)
-  key = jax.random.key(settings.seed)
-  params = init_params(settings, data.spec.num_fields, data.spec.num_dense, jax.random.fold_in(key, 1))
-  optimizers, row_opt = _optimizers(settings)
-  state = st.init_state(params, (), optimizers, row_opt, data.num_rows, settings.embed_dim + 1,
-                        seed=settings.seed, init_stddev=settings.init_stddev)
-  forward, runner = _programs(dataclasses.replace(settings, seed=0, steps=1, batch_size=0, eval_rows=0))
-  state, _ = st.train(state, data, runner, jax.random.fold_in(key, 2), 0, settings.steps)
-  metrics = st.split_metrics(data, st.eval_logits(forward, state, data))
-  memberships = tuple(np.asarray(jnp.argmax(s, axis=-1) == 1) for s in state.params["structure"])
-  return AutoGroupResult(orders=settings.orders, memberships=memberships,
+  state, graphdef = _train(data, settings, _model(data, settings), train_structure=True)
+  eval_graphdef = st.eval_graphdef(graphdef, state.params)
+  metrics = st.split_metrics(data, st.eval_logits(eval_graphdef, state, data))
+  found = nnx.merge(eval_graphdef, state.params).memberships()
+  return AutoGroupResult(orders=settings.orders,
+                         memberships=tuple(np.asarray(m) > 0 for m in found),
                          field_names=tuple(f.name for f in data.spec.fields), **metrics,
                          steps=settings.steps, wall_s=time.perf_counter() - t0)
+
+
+def retrain_with_groups(data: TrialData, settings: AutoGroupSettings,
+                        memberships) -> dict[str, float]:
+  """A fresh model whose groups are fixed to `memberships`, trained `settings.steps` steps.
+
+  The same model, seed and steps as `run_autogroup`, but the memberships neither
+  sampled nor trained: what a grouping is worth by itself (the searched one, or a
+  random one to compare it with).
+
+  Args:
+    data: the task's TrialData.
+    settings: AutoGroup settings.
+    memberships: per order, [F, G_p] bool field -> group assignment.
+
+  Returns:
+    {'valid_auc', 'valid_logloss', 'test_auc', 'test_logloss'}.
+
+  Raises:
+    ValueError: naming `memberships` when the shapes are not the settings' groups.
+  """
+  want = [(data.spec.num_fields, g) for g in settings.groups_per_order]
+  got = [np.shape(m) for m in memberships]
+  if got != want:
+    raise ValueError(f"memberships: shapes {got}, expected {want} (fields x groups per order)")
+  model = _model(data, settings)
+  model.eval()  # argmax memberships, no Gumbel noise, in training too
+  for logits, member in zip(model.structure, memberships, strict=True):
+    logits[...] = jnp.stack([~np.asarray(member, bool), np.asarray(member, bool)], axis=-1) * 1.0
+  state, graphdef = _train(data, settings, model, train_structure=False)
+  return st.split_metrics(data, st.eval_logits(graphdef, state, data))

@@ -22,6 +22,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
+# The dense optimizer registry's defaults (`optimizers.dense_optimizer('grda', ...)`): AutoFIS's.
+DEFAULT_C, DEFAULT_MU = 0.005, 0.8
+
 
 class GRDAState(NamedTuple):
   """State of gRDA.

@@ -31,4 +31,21 @@ class TrainState(NamedTuple):
   table: device_table.TableState
 
 
-__all__ = ["DeviceBatch", "TrainState"]
+class DenseState(NamedTuple):
+  """The state of a model without an embedding table (`step.make_dense_train_step`).
+
+  Attributes:
+    step: int32 scalar, number of steps taken.
+    params: the trained parameters (any pytree).
+    opt_state: optax state of `params`.
+    model_state: non-parameter state the forward pass updates and no gradient
+      reaches (batch-norm statistics); `()` for a model without any.
+  """
+
+  step: jax.Array
+  params: Any
+  opt_state: Any
+  model_state: Any
+
+
+__all__ = ["DenseState", "DeviceBatch", "TrainState"]

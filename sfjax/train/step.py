@@ -6,9 +6,14 @@ rows only (never a dense gradient over the table), apply the row optimizer to
 those rows and scatter them back; dense parameters go through optax.
 
 Every user runs this step: the trainer (jitted, donated), the MixCache (wrapped
-by `make_cache_train_step`: rows are cache slots) and the AutoML trials
+by `make_cache_train_step`: rows are cache slots), the AutoML trials
 (`sfjax.cohorts.program`: inside a `lax.scan`, vmapped over trials,
-with `skip_non_finite` so a diverging trial keeps its last finite state).
+with `skip_non_finite` so a diverging trial keeps its last finite state), the
+structure searches (`sfjax.structure`: AutoFIS / AutoGroup models, whose batch-norm
+moments and Gumbel counter travel as `model_variables`, their parameter groups
+split by `optax.multi_transform`) and the compression fine-tune
+(`sfjax.compress.prune_search`: a masked model, `dense_mask` holding its dropped
+units at 0, vmapped over candidates).
 
 Under `jax.jit` with a batch sharded over the mesh axis 'data' and the table
 replicated, XLA sums the `[U, E]` row gradient across devices with one
@@ -28,10 +33,12 @@ from flax import nnx
 from sfjax.core.types import DeviceBatch
 from sfjax.embedding import cache as cache_lib
 from sfjax.embedding import device_table, row_optimizers
-from sfjax.train.state import TrainState
+from sfjax.train.state import DenseState, TrainState
 
 Metrics = dict[str, jax.Array]
 TrainStep = Callable[..., tuple[TrainState, Metrics]]
+# (params, model_state, batch) -> (loss, new model_state): a model without a table.
+DenseLossFn = Callable[[Any, Any, Any], tuple[jax.Array, Any]]
 
 
 def forward_logits(graphdef: nnx.GraphDef, params: Any, uniq_values: jax.Array,
@@ -66,21 +73,37 @@ def loss_and_grads(graphdef: nnx.GraphDef, params: Any, uniq_values: jax.Array,
   Returns:
     (loss, logits), (param_grads, row_grads [U, E]).
   """
+  (loss, logits, _), grads = _loss_and_grads(graphdef, params, None, uniq_values, batch, l2)
+  return (loss, logits), grads
+
+
+def _loss_and_grads(graphdef, params, variables, uniq_values, batch, l2):
+  """`loss_and_grads` of a model whose forward may update `variables` (None: no such state).
+
+  Returns:
+    (loss, logits, new variables or None), (param_grads, row_grads [U, E]).
+  """
 
   # A literal 0.0 (the default) adds no term: XLA may not drop `0 * x` (x could be inf).
   no_l2 = isinstance(l2, (int, float)) and l2 == 0
 
   def objective(p, values):
-    logits = forward_logits(graphdef, p, values, batch)
+    if variables is None:
+      logits, new_variables = forward_logits(graphdef, p, values, batch), None
+    else:
+      # A copy made under this trace: NNX refuses to update variables of an outer trace.
+      model = nnx.merge(graphdef, p, jax.tree.map(lambda x: x, variables))
+      logits = model(jnp.take(values, batch.vids, axis=0), batch.dense)
+      new_variables = nnx.state(model, nnx.Not(nnx.Param))
     loss = masked_loss(logits, batch.labels, batch.mask)
     if no_l2:
-      return loss, (loss, logits)
+      return loss, (loss, logits, new_variables)
     # Padding rows read as zeros, so they add nothing to the penalty.
-    return loss + l2 * jnp.sum(values * values), (loss, logits)
+    return loss + l2 * jnp.sum(values * values), (loss, logits, new_variables)
 
-  (_, (loss, logits)), grads = jax.value_and_grad(objective, argnums=(0, 1), has_aux=True)(
+  (_, aux), grads = jax.value_and_grad(objective, argnums=(0, 1), has_aux=True)(
       params, uniq_values)
-  return (loss, logits), grads
+  return aux, grads
 
 
 def _all_finite(tree) -> jax.Array:
@@ -90,7 +113,7 @@ def _all_finite(tree) -> jax.Array:
 def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
                     row_opt: row_optimizers.RowOptimizer, *, l2=0.0,
                     skip_non_finite: bool = False, row_axis: str | None = None,
-                    dense_mask: Any = None) -> TrainStep:
+                    dense_mask: Any = None, model_variables: bool = False) -> TrainStep:
   """Builds the un-jitted step `(state, batch) -> (state, metrics)`; see `jit_train_step`.
 
   Args:
@@ -112,11 +135,19 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
       traced) that multiplies both their gradients and their updates: entries at 0
       never change (a padded program's unused units and identity layers,
       `sfjax.cohorts.buckets`), entries at 1 follow exactly the unmasked step.
+    model_variables: the model has variables besides `nnx.Param`s that its forward
+      updates (batch-norm moments, an `nnx.Rngs` counter: AutoFIS, AutoGroup):
+      `state.params` is then its whole `nnx.State`, `tx` (and `dense_mask`) see only
+      its `nnx.Param` part, and the other variables are written back after each
+      forward. False: every variable is a parameter (the registered CTR models).
 
   Returns:
     `train_step(state, batch[, enabled]) -> (state, {'loss'[, 'applied']})`.
   """
 
+  if model_variables and (row_axis is not None or skip_non_finite):
+    raise ValueError("make_train_step: model_variables is not supported with row_axis or "
+                     "skip_non_finite")
   if row_axis is not None:
     if skip_non_finite or dense_mask is not None:
       raise ValueError("make_train_step: skip_non_finite and dense_mask are not supported "
@@ -125,16 +156,16 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
 
   def train_step(state: TrainState, batch: DeviceBatch, enabled=True):
     uniq = device_table.gather_rows(state.table, batch.rows)  # [U, E], [U, S]
-    (loss, _), (param_grads, row_grads) = loss_and_grads(
-        graphdef, state.params, uniq.values, batch, l2)
+    params, variables = state.params, None
+    if model_variables:
+      params, variables = nnx.split_state(state.params, nnx.Param, ...)
+    (loss, _, variables), (param_grads, row_grads) = _loss_and_grads(
+        graphdef, params, variables, uniq.values, batch, l2)
     count = state.step + 1
     new_values, new_slots = row_opt.update(uniq.values, uniq.opt_slots, row_grads, count)
-    if dense_mask is not None:
-      param_grads = jax.tree.map(jnp.multiply, param_grads, dense_mask)
-    updates, opt_state = tx.update(param_grads, state.opt_state, state.params)
-    if dense_mask is not None:
-      updates = jax.tree.map(jnp.multiply, updates, dense_mask)
-    params = optax.apply_updates(state.params, updates)
+    params, opt_state = dense_update(tx, param_grads, state.opt_state, params, dense_mask)
+    if model_variables:
+      params = nnx.merge_state(params, variables)
     rows, metrics = batch.rows, {"loss": loss}
     if skip_non_finite:
       # Padding entries (row V) may hold NaN (e.g. Adagrad on a zero accumulator): ignored.
@@ -142,7 +173,9 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
       touched = jnp.where(real, jnp.concatenate([new_values, new_slots], axis=1), 0.0)
       applied = enabled & jnp.isfinite(loss) & _all_finite((touched, params))
       rows = jnp.where(applied, rows, state.table.values.shape[0])  # a skipped step writes no row
-      keep = lambda new, old: jnp.where(applied, new, old)
+      def keep(new, old):
+        return jnp.where(applied, new, old)
+
       params, opt_state = jax.tree.map(keep, (params, opt_state), (state.params, state.opt_state))
       count = jnp.where(applied, count, state.step)
       metrics["applied"] = applied
@@ -188,6 +221,43 @@ def _owner_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
     return TrainState(count, params, opt_state, table), {"loss": loss}
 
   return owner_step
+
+
+def dense_update(tx: optax.GradientTransformation, grads: Any, opt_state: Any, params: Any,
+                 dense_mask: Any = None) -> tuple[Any, Any]:
+  """One optax update of dense parameters: `(params, opt_state)` after `grads`.
+
+  `dense_mask` (None, or 0/1 like `params`) multiplies the gradients and the
+  updates (see `make_train_step`). Every step here updates dense parameters
+  through this function.
+  """
+  if dense_mask is not None:
+    grads = jax.tree.map(jnp.multiply, grads, dense_mask)
+  updates, opt_state = tx.update(grads, opt_state, params)
+  if dense_mask is not None:
+    updates = jax.tree.map(jnp.multiply, updates, dense_mask)
+  return optax.apply_updates(params, updates), opt_state
+
+
+def make_dense_train_step(loss_fn: DenseLossFn, tx: optax.GradientTransformation) -> Callable:
+  """The step of a model without an embedding table (images, DARTS' derived nets).
+
+  `loss_fn(params, model_state, batch) -> (loss, new model_state)`; the gradient
+  is taken w.r.t. `params` only, and `model_state` (batch-norm statistics) is
+  carried as the forward pass left it. Jit it with `jit_train_step` (state
+  donated), or run it inside a `lax.scan` (a whole training as one function).
+
+  Returns:
+    `train_step(state: DenseState, batch) -> (state, {'loss'})`.
+  """
+
+  def dense_train_step(state: DenseState, batch):
+    (loss, model_state), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.params, state.model_state, batch)
+    params, opt_state = dense_update(tx, grads, state.opt_state, state.params)
+    return DenseState(state.step + 1, params, opt_state, model_state), {"loss": loss}
+
+  return dense_train_step
 
 
 def make_cache_train_step(train_step: TrainStep, swap_rows=cache_lib.swap_rows) -> Callable:

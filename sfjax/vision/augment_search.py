@@ -1,10 +1,11 @@
 """PBA's search: PBT over a vmapped population of (weights, optimizer, policy).
 
 Every member trains `interval_steps` with its own policy (one `jax.vmap` of
-`training.fit_from` over the population), is scored on the valid split, then:
+`training.train_steps`, the shared dense step, over the population), is scored on
+the valid split, then:
 
-  exploit  the bottom `fraction` copy the top `fraction` (weights, optimizer state,
-           policy, policy history): a gather along the trial axis;
+  exploit  the bottom `fraction` copy the top `fraction` (training state: weights,
+           optimizer state, step; policy, policy history): a gather along the trial axis;
   explore  the copies' policies are perturbed (`augment.explore`).
 
 The result is the best final member's policy history: a schedule `[T, K, 2]`
@@ -20,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sfjax.automl.algorithms.pbt import exploit_sources, gather_members
 from sfjax.vision import augment, training
 
 
@@ -35,25 +37,6 @@ class PBAResult(NamedTuple):
   schedule: np.ndarray
   valid_accuracy: np.ndarray
   best_valid_accuracy: float
-
-
-def exploit_indices(scores, fraction: float) -> np.ndarray:
-  """[P] source member of each member: the i-th worst of the bottom `fraction` copies the
-  i-th best; all others keep themselves (ties broken by member index)."""
-  scores = np.asarray(scores, np.float64)
-  n = len(scores)
-  k = int(np.floor(n * fraction))
-  order = np.lexsort((np.arange(n), -scores))  # best first
-  idx = np.arange(n)
-  if k:
-    idx[order[::-1][:k]] = order[:k]
-  return idx
-
-
-def gather_members(tree, idx):
-  """Every leaf of a population pytree ([P, ...]) gathered along the trial axis."""
-  idx = jnp.asarray(idx)
-  return jax.tree.map(lambda a: a[idx], tree)
 
 
 def pba_search(init_fn: Callable, apply_fn: training.ApplyFn, splits, population: int,
@@ -76,28 +59,28 @@ def pba_search(init_fn: Callable, apply_fn: training.ApplyFn, splits, population
   rng = np.random.default_rng(seed)
   key = jax.random.key(seed)
   params = jax.vmap(init_fn)(jax.random.split(key, population))
-  opt = jax.vmap(training.make_optimizer(learning_rate, weight_decay).init)(params)
+  states = jax.vmap(lambda p: training.init_state(p, learning_rate, weight_decay))(params)
+  loss_fn = training.classifier_loss(apply_fn)
   policies = augment.random_policies(rng, population)
   history = np.zeros((population, intervals) + policies.shape[1:], np.int32)
 
-  def member(p, o, policy, k, start, x, y):
+  def member(state, policy, k, x, y):
     aug = lambda key, images, step: augment.apply_policy(key, images, policy)
-    return training.fit_from(apply_fn, p, o, x, y, interval_steps, batch_size, k, aug, start)
+    return training.train_steps(loss_fn, state, x, y, interval_steps, batch_size, k, aug)[0]
 
-  train = jax.jit(jax.vmap(member, in_axes=(0, 0, 0, 0, None, None, None)))
+  train = jax.jit(jax.vmap(member, in_axes=(0, 0, 0, None, None)))
   score = jax.jit(jax.vmap(lambda p, x, y: training.accuracy(apply_fn, p, x, y),
                            in_axes=(0, None, None)))
   accs = []
   for t in range(intervals):
     history[:, t] = policies
     keys = jax.random.split(jax.random.fold_in(key, t + 1), population)
-    params, opt, _ = train(params, opt, jnp.asarray(policies), keys, t * interval_steps,
-                           splits.train_x, splits.train_y)
-    acc = np.asarray(score(params, splits.valid_x, splits.valid_y))
+    states = train(states, jnp.asarray(policies), keys, splits.train_x, splits.train_y)
+    acc = np.asarray(score(states.params, splits.valid_x, splits.valid_y))
     accs.append(acc)
     if t < intervals - 1:
-      idx = exploit_indices(acc, fraction)
-      params, opt = gather_members((params, opt), idx)
+      idx = exploit_sources(acc, fraction)  # the i-th worst copies the i-th best
+      states = gather_members(states, idx)
       policies, history, acc = policies[idx], history[idx], acc[idx]
       policies = augment.explore(rng, policies, idx != np.arange(population))
   best = int(np.argmax(accs[-1]))

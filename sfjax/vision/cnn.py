@@ -14,11 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from sfjax.compress.quant import fake_quant
 from sfjax.vision import conv_layers as layers
-from sfjax.vision.fake_quant import fake_quant
 
 LAYERS = ("conv1", "conv2", "dense1", "dense2")  # weight layers, in order (bit widths)
 PRUNABLE = ("conv1", "conv2", "dense1")  # layers whose output units masks remove

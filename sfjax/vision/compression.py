@@ -13,8 +13,8 @@ Each generation's population is fine-tuned as one `jax.vmap` of `training.fit`
 over genomes (the trained weights are shared, not copied). The search loop is
 `sfjax.automl.pareto_evolution` (valid accuracy up, size down): its `evolve`
 with `make_evaluator`, a size function (`pruned_param_count` / `weight_bits`)
-and a mutation (`mutate_masks` / `mutate_bits`); its `pareto_front` and `choose`
-give the front and the pick, each candidate with its test accuracy (scored,
+and a mutation (`mutate_masks` / `mutate_bits`: `sfjax.compress.genome`'s, shared with
+the CTR search); its `pareto_front` and `choose` give the front and the pick, each candidate with its test accuracy (scored,
 never used to select).
 """
 
@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sfjax.compress import genome as genome_lib
 from sfjax.vision import cnn, training
 
 PRUNE, QUANT = "prune", "quant"
@@ -48,36 +49,30 @@ def weight_bits(genome, widths: Sequence[int], in_channels: int = 1,
                 num_classes: int = 10) -> int:
   """Total bits of the CNN's weights with per-layer bit widths `genome` [4]."""
   sizes = cnn.layer_weight_sizes(widths, in_channels, num_classes)
-  return int(sum(int(b) * s for b, s in zip(genome, sizes)))
+  return int(sum(int(b) * s for b, s in zip(genome, sizes, strict=True)))
 
 
-def _fix_empty_layers(genome: np.ndarray, widths, rng) -> np.ndarray:
-  start = 0
-  for w in widths:
-    if not genome[start:start + w].any():
-      genome[start + rng.integers(w)] = 1
-    start += w
-  return genome
+def mask_layout(widths: Sequence[int]) -> genome_lib.GenomeLayout:
+  """The pruning genome: keep-bits over the units of `cnn.PRUNABLE` (C1, C2, H)."""
+  return genome_lib.GenomeLayout(tuple(int(w) for w in widths))
+
+
+def bits_layout(choices: Sequence[int]) -> genome_lib.GenomeLayout:
+  """The quantization genome: one bit width (of `choices`) per layer of `cnn.LAYERS`."""
+  return genome_lib.GenomeLayout((), (tuple(sorted(int(b) for b in choices)),) * len(cnn.LAYERS))
 
 
 def random_masks(rng: np.random.Generator, widths: Sequence[int], n: int) -> np.ndarray:
-  """[n, sum(widths)] 0/1 genomes; each layer keeps a random share in [0.25, 1]."""
-  out = np.zeros((n, sum(widths)), np.int32)
-  for i in range(n):
-    start = 0
-    for w in widths:
-      keep = rng.choice(w, size=max(1, int(round(w * rng.uniform(0.25, 1.0)))), replace=False)
-      out[i, start + keep] = 1
-      start += w
+  """[n, sum(widths)] 0/1 genomes (`genome.random_unit_bits`); row 0 keeps every unit."""
+  out = np.stack([genome_lib.random_unit_bits(rng, widths) for _ in range(n)])
   out[0] = 1  # the unpruned network anchors the front
   return out
 
 
 def mutate_masks(rng: np.random.Generator, genome: np.ndarray, widths: Sequence[int],
                  rate: float) -> np.ndarray:
-  """Flips each bit with probability `rate`; a layer never loses all its units."""
-  flips = rng.random(genome.shape) < rate
-  return _fix_empty_layers(np.where(flips, 1 - genome, genome).astype(np.int32), widths, rng)
+  """Flips each bit with probability `rate`; a layer never loses all its units (`genome.mutate`)."""
+  return genome_lib.mutate(rng, mask_layout(widths), genome, rate)
 
 
 def random_bits(rng: np.random.Generator, choices: Sequence[int], n: int) -> np.ndarray:
@@ -89,11 +84,8 @@ def random_bits(rng: np.random.Generator, choices: Sequence[int], n: int) -> np.
 
 def mutate_bits(rng: np.random.Generator, genome: np.ndarray, choices: Sequence[int],
                 rate: float) -> np.ndarray:
-  """Moves each layer's bit width one choice up or down with probability `rate`."""
-  choices = sorted(choices)
-  index = np.array([choices.index(int(b)) for b in genome])
-  step = np.where(rng.random(index.shape) < rate, rng.choice([-1, 1], index.shape), 0)
-  return np.asarray(choices, np.int32)[np.clip(index + step, 0, len(choices) - 1)]
+  """Moves each layer's bit width one choice up or down with probability `rate` (`genome.mutate`)."""
+  return genome_lib.mutate(rng, bits_layout(choices), genome, rate)
 
 
 def make_evaluator(kind: str, params: dict, splits, steps: int, batch_size: int,
@@ -108,10 +100,11 @@ def make_evaluator(kind: str, params: dict, splits, steps: int, batch_size: int,
     raise ValueError(f"compression kind {kind!r} is not one of {(PRUNE, QUANT)}")
 
   def one(genome, tx, ty, vx, vy, sx, sy):
-    if kind == PRUNE:
-      apply = lambda p, x: cnn.apply_cnn(p, x, masks=split_masks(genome, widths))
-    else:
-      apply = lambda p, x: cnn.apply_cnn(p, x, bits=genome)
+    def apply(p, x):
+      if kind == PRUNE:
+        return cnn.apply_cnn(p, x, masks=split_masks(genome, widths))
+      return cnn.apply_cnn(p, x, bits=genome)
+
     tuned, _ = training.fit(apply, params, tx, ty, steps, batch_size, learning_rate, 0.0,
                             jax.random.key(seed))
     return training.accuracy(apply, tuned, vx, vy), training.accuracy(apply, tuned, sx, sy)

@@ -1,7 +1,8 @@
-"""Pure image layers on NHWC arrays: convolutions, pooling, initialisers.
+"""Pure image layers on NHWC arrays: convolutions, pooling, batch norm, initialisers.
 
 Parameters are plain dicts of arrays (pytrees), so whole trainings are jittable
-and vmappable over candidates (`fit`); no module state.
+and vmappable over candidates (`training.fit`); no module state: batch-norm
+statistics are an explicit pytree passed in and returned (`batch_norm`).
 """
 
 from __future__ import annotations
@@ -61,3 +62,37 @@ def conv_init(key: jax.Array, c_in: int, c_out: int, k: int = 3) -> dict:
 def num_params(params) -> int:
   """The number of scalars in the pytree `params`."""
   return int(sum(leaf.size for leaf in jax.tree_util.tree_leaves(params)))
+
+
+def batch_norm_init(channels: int) -> tuple[dict, dict]:
+  """A batch norm's (params {'scale', 'bias'} [C], statistics {'mean', 'var'} [C]).
+
+  The statistics are non-parameter state (`DenseState.model_state`): no gradient
+  reaches them; the train-mode forward pass moves them.
+  """
+  ones, zeros = jnp.ones((channels,), jnp.float32), jnp.zeros((channels,), jnp.float32)
+  return {"scale": ones, "bias": zeros}, {"mean": zeros, "var": ones}
+
+
+def batch_norm(params: dict, stats: dict, x: jax.Array, train: bool, momentum: float = 0.9,
+               eps: float = 1e-5) -> tuple[jax.Array, dict]:
+  """Batch normalisation of x [..., C] over every axis but the last (Ioffe & Szegedy 2015).
+
+  Train mode normalises by the batch's mean and variance and returns the
+  statistics moved towards them (`momentum * old + (1 - momentum) * batch`,
+  variance unbiased, gradient stopped); eval mode normalises by the running
+  statistics and returns them unchanged.
+
+  Returns:
+    (y [..., C], statistics).
+  """
+  if train:
+    axes = tuple(range(x.ndim - 1))
+    mean, var = x.mean(axis=axes), x.var(axis=axes)
+    n = x.size // x.shape[-1]
+    batch = jax.lax.stop_gradient({"mean": mean, "var": var * n / max(n - 1, 1)})
+    stats = jax.tree.map(lambda old, new: momentum * old + (1.0 - momentum) * new, stats, batch)
+  else:
+    mean, var = stats["mean"], stats["var"]
+  y = (x - mean) * jax.lax.rsqrt(var + eps) * params["scale"] + params["bias"]
+  return y, stats

@@ -9,7 +9,8 @@ Network: stem conv3x3(in -> C) -> `num_cells` cells -> mean over a G x G grid
 
 Search (Liu et al. 2019, first order): each step updates alpha by the gradient of
 the *valid* loss at the current weights, then the weights by the gradient of the
-*train* loss at the new alpha; both with Adam (optax). The genotype keeps, per
+*train* loss at the new alpha; both with Adam (optax), each through the shared
+dense update (`sfjax.train.step.dense_update`). The genotype keeps, per
 node, the two incoming edges whose strongest non-zero op weighs most, with that op.
 `derived_network(genotype, ...)` builds that discrete network, trained from scratch.
 """
@@ -24,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from sfjax.train import step as step_lib
 from sfjax.vision import conv_layers as layers
 from sfjax.vision import training
 from sfjax.vision.darts_ops import OPS, ZERO, apply_op, init_mixed_op, init_op, mixed_op
@@ -144,11 +146,9 @@ def make_search_step(spec: SupernetSpec, w_tx, a_tx):
   def step(state: DartsState, train_batch, valid_batch):
     valid_loss, a_grad = jax.value_and_grad(loss, argnums=1)(state.weights, state.alpha,
                                                              valid_batch)
-    a_up, alpha_opt = a_tx.update(a_grad, state.alpha_opt, state.alpha)
-    alpha = optax.apply_updates(state.alpha, a_up)
+    alpha, alpha_opt = step_lib.dense_update(a_tx, a_grad, state.alpha_opt, state.alpha)
     train_loss, w_grad = jax.value_and_grad(loss)(state.weights, alpha, train_batch)
-    w_up, weights_opt = w_tx.update(w_grad, state.weights_opt, state.weights)
-    weights = optax.apply_updates(state.weights, w_up)
+    weights, weights_opt = step_lib.dense_update(w_tx, w_grad, state.weights_opt, state.weights)
     return (DartsState(weights, alpha, weights_opt, alpha_opt),
             {"train_loss": train_loss, "valid_loss": valid_loss})
 
@@ -207,6 +207,21 @@ def discretize(alpha, num_nodes: int, keep: int = 2) -> Genotype:
       candidates.append((-row[best], source, OPS[best]))
     chosen = sorted(candidates)[:keep]
     genotype.append(tuple(sorted((source, op) for _, source, op in chosen)))
+  return tuple(genotype)
+
+
+def random_genotype(rng: np.random.Generator, num_nodes: int, keep: int = 2) -> Genotype:
+  """A random cell in `discretize`'s form: the random-search baseline of DARTS.
+
+  Per node, `keep` distinct earlier states drawn uniformly, each with an op drawn
+  uniformly from the non-zero ops; sources ascending.
+  """
+  nonzero = [name for name in OPS if name != ZERO]
+  genotype = []
+  for node in range(num_nodes):
+    sources = rng.choice(2 + node, size=min(keep, 2 + node), replace=False)
+    genotype.append(tuple(sorted((int(s), nonzero[rng.integers(len(nonzero))])
+                                 for s in sources)))
   return tuple(genotype)
 
 

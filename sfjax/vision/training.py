@@ -1,21 +1,32 @@
-"""One classifier recipe for every image step: `fit` (pure, jit/vmap-able) and `accuracy`.
+"""One classifier recipe for every image step, trained through the shared dense step.
 
-`fit` is a whole training as one function of (params, data, hyperparameters, key):
-batches drawn with `fold_in(key, step)`, AdamW with injected (traceable)
-learning rate and weight decay, optional augmentation `augment(key, x, step)`.
-So HPO and PBT vmap it over candidates (purejaxrl's `make_train` style).
+A training is `train_steps`: a `lax.scan` of `sfjax.train.step.make_dense_train_step`
+(loss -> grads -> optax update -> metrics; the same update the CTR step uses)
+over batches drawn with `fold_in(key, state.step)`, with an optional augmentation
+`augment(key, x, step)` applied to each batch before the step. The state is a
+`DenseState`: parameters, AdamW state with injected (traceable) learning rate and
+weight decay, and non-parameter `model_state` (batch-norm statistics,
+`conv_layers.batch_norm`). A whole training is one pure function, so HPO and PBT
+vmap it over candidates (purejaxrl's `make_train` style); `fit` is the stateless
+shortcut. A single step jits with its state donated: `make_train_step` +
+`sfjax.train.step.jit_train_step`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-ApplyFn = Callable[[dict, jax.Array], jax.Array]  # (params, [B, H, W, C]) -> [B, classes]
+from sfjax.train import step as step_lib
+from sfjax.train.state import DenseState
+
+ApplyFn = Callable[[Any, jax.Array], jax.Array]  # (params, [B, H, W, C]) -> [B, classes]
+# (params, model_state, x [B, H, W, C], train) -> (logits [B, classes], model_state)
+StatefulApplyFn = Callable[[Any, Any, jax.Array, bool], tuple[jax.Array, Any]]
 AugmentFn = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]  # (key, x, step) -> x
 
 
@@ -45,10 +56,86 @@ def make_optimizer(learning_rate, weight_decay) -> optax.GradientTransformation:
                                                weight_decay=weight_decay)
 
 
+def classifier_loss(apply_fn: ApplyFn) -> step_lib.DenseLossFn:
+  """The dense step's loss of a stateless classifier: batch (x [B, H, W, C], y [B])."""
+
+  def loss_fn(params, model_state, batch):
+    x, y = batch
+    return cross_entropy(apply_fn(params, x), y), model_state
+
+  return loss_fn
+
+
+def stateful_classifier_loss(apply_fn: StatefulApplyFn) -> step_lib.DenseLossFn:
+  """The dense step's loss of a classifier with non-parameter state (train mode)."""
+
+  def loss_fn(params, model_state, batch):
+    x, y = batch
+    logits, model_state = apply_fn(params, model_state, x, True)
+    return cross_entropy(logits, y), model_state
+
+  return loss_fn
+
+
+def init_state(params, learning_rate, weight_decay, model_state=()) -> DenseState:
+  """A fresh `DenseState`: step 0, `make_optimizer`'s state (it carries the hyperparameters)."""
+  opt_state = make_optimizer(learning_rate, weight_decay).init(params)
+  return DenseState(jnp.zeros((), jnp.int32), params, opt_state, model_state)
+
+
+def make_train_step(loss_fn: step_lib.DenseLossFn) -> Callable:
+  """`step(state: DenseState, batch) -> (state, {'loss'})` with `init_state`'s optimizer.
+
+  The update reads the learning rate and weight decay injected into `state.opt_state`.
+  """
+  return step_lib.make_dense_train_step(loss_fn, make_optimizer(0.0, 0.0))
+
+
+def draw_batch(key: jax.Array, images: jax.Array, labels: jax.Array, batch_size: int, step,
+               augment: AugmentFn | None = None) -> tuple[jax.Array, jax.Array]:
+  """Batch `step`'s (x [B, H, W, C], y [B]): drawn with replacement by `fold_in(key, step)`,
+  then augmented with the second half of that key."""
+  batch_key, aug_key = jax.random.split(jax.random.fold_in(key, step))
+  idx = jax.random.randint(batch_key, (batch_size,), 0, images.shape[0])
+  x, y = images[idx], labels[idx]
+  if augment is not None:
+    x = augment(aug_key, x, step)
+  return x, y
+
+
+def train_steps(loss_fn: step_lib.DenseLossFn, state: DenseState, images: jax.Array,
+                labels: jax.Array, steps: int, batch_size: int, key: jax.Array,
+                augment: AugmentFn | None = None) -> tuple[DenseState, jax.Array]:
+  """`steps` shared dense steps from `state` on batches of `draw_batch`; pure.
+
+  Batch i of the run is drawn at global step `state.step + i`, so training in
+  intervals (PBT) sees the same batches as one run.
+
+  Args:
+    loss_fn: `classifier_loss(apply_fn)` or `stateful_classifier_loss(apply_fn)`.
+    state: from `init_state` (or a previous `train_steps`).
+    images: [N, H, W, C]; labels: [N] int.
+    steps, batch_size: static.
+    key: PRNG key of the batches and augmentations.
+    augment: optional (key, x [B, H, W, C], step) -> x, applied to every batch.
+
+  Returns:
+    (state, losses [steps]).
+  """
+  step_fn = make_train_step(loss_fn)
+  images, labels = jnp.asarray(images), jnp.asarray(labels)
+
+  def body(s, _):
+    s, metrics = step_fn(s, draw_batch(key, images, labels, batch_size, s.step, augment))
+    return s, metrics["loss"]
+
+  return jax.lax.scan(body, state, None, length=steps)
+
+
 def fit(apply_fn: ApplyFn, params, images: jax.Array, labels: jax.Array, steps: int,
         batch_size: int, learning_rate, weight_decay, key: jax.Array,
-        augment: AugmentFn | None = None, start_step=0):
-  """Trains `params` for `steps` AdamW steps on random batches from a fresh optimizer; pure.
+        augment: AugmentFn | None = None):
+  """Trains `params` for `steps` AdamW steps from a fresh optimizer (`train_steps`); pure.
 
   Args:
     apply_fn: (params, x [B, H, W, C]) -> logits [B, K].
@@ -58,47 +145,14 @@ def fit(apply_fn: ApplyFn, params, images: jax.Array, labels: jax.Array, steps: 
     learning_rate, weight_decay: scalars (may be traced).
     key: PRNG key of the batches and augmentations.
     augment: optional (key, x [B, H, W, C], step) -> x, applied to every batch.
-    start_step: the global step of the first step (augmentation schedules).
 
   Returns:
     (params, losses [steps]).
   """
-  opt_state = make_optimizer(learning_rate, weight_decay).init(params)
-  params, _, losses = fit_from(apply_fn, params, opt_state, images, labels, steps, batch_size,
-                               key, augment, start_step)
-  return params, losses
-
-
-def fit_from(apply_fn: ApplyFn, params, opt_state, images: jax.Array, labels: jax.Array,
-             steps: int, batch_size: int, key: jax.Array, augment: AugmentFn | None = None,
-             start_step=0):
-  """`fit` continuing from an optimizer state of `make_optimizer` (its hyperparameters
-  travel in the state), so training can run in intervals (PBT).
-
-  Returns:
-    (params, opt_state, losses [steps]).
-  """
-  tx = make_optimizer(0.0, 0.0)  # the update reads the injected values from opt_state
-  images, labels = jnp.asarray(images), jnp.asarray(labels)
-  n = images.shape[0]
-
-  def loss_fn(p, x, y):
-    return cross_entropy(apply_fn(p, x), y)
-
-  def body(carry, step):
-    p, opt_state = carry
-    batch_key, aug_key = jax.random.split(jax.random.fold_in(key, step))
-    idx = jax.random.randint(batch_key, (batch_size,), 0, n)
-    x, y = images[idx], labels[idx]
-    if augment is not None:
-      x = augment(aug_key, x, step)
-    loss, grads = jax.value_and_grad(loss_fn)(p, x, y)
-    updates, opt_state = tx.update(grads, opt_state, p)
-    return (optax.apply_updates(p, updates), opt_state), loss
-
-  steps_axis = jnp.arange(steps) + start_step
-  (params, opt_state), losses = jax.lax.scan(body, (params, opt_state), steps_axis)
-  return params, opt_state, losses
+  state, losses = train_steps(classifier_loss(apply_fn),
+                              init_state(params, learning_rate, weight_decay), images, labels,
+                              steps, batch_size, key, augment)
+  return state.params, losses
 
 
 def accuracy(apply_fn: ApplyFn, params, images: jax.Array, labels: jax.Array) -> jax.Array:

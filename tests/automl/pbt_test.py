@@ -1,11 +1,13 @@
-"""Tests for PBT's spec and its exploit / explore decision (sfjax/automl/algorithms/pbt.py)."""
+"""Tests for PBT's spec, its exploit (decision and gather) and explore (sfjax/automl/algorithms/pbt.py)."""
 
 import json
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from sfjax.automl.algorithms import PBT, Objective, algorithm_from_dict, pbt_exploit_explore
+from sfjax.automl.algorithms.pbt import exploit_sources, gather_members
 from sfjax.automl.space import Float, Space
 
 SCORES = np.array([0.1, 0.9, 0.5, 0.3, 0.8, 0.2, 0.7, 0.4])  # best: 1, 4; worst: 0, 5
@@ -54,6 +56,32 @@ def test_explore_is_clipped_to_bounds_and_keeps_dtypes():
     _, clipped = pbt_exploit_explore(SCORES, {"lr": LR}, np.random.default_rng(seed),
                                      perturb=(0.01, 100.0), bounds=space)
     assert clipped["lr"][0] in (0.01, 0.08) and clipped["lr"][5] in (0.01, 0.08)
+
+
+def test_exploit_sources_random_and_paired():
+  # Best: 1 (0.9), 4 (0.8); worst: 0 (0.1), 5 (0.2).
+  paired = exploit_sources(SCORES, 0.25)
+  np.testing.assert_array_equal(paired, [1, 1, 2, 3, 4, 4, 6, 7])  # worst <- best, 2nd <- 2nd
+  for seed in range(5):
+    source = exploit_sources(SCORES, 0.25, np.random.default_rng(seed))
+    assert set(source[[0, 5]]) <= {1, 4} and np.all(source[[1, 2, 3, 4, 6, 7]] == [1, 2, 3, 4, 6, 7])
+    same, _ = pbt_exploit_explore(SCORES, {}, np.random.default_rng(seed))
+    np.testing.assert_array_equal(source, same)  # one exploit: PBT's explore only adds to it
+  # PBA's case: the i-th worst copies the i-th best (ties by index); two members: one copies.
+  scores = [0.5, 0.9, 0.1, 0.7, 0.3, 0.8, 0.2, 0.6]
+  np.testing.assert_array_equal(exploit_sources(scores, 0.25), [0, 1, 1, 3, 4, 5, 5, 7])
+  np.testing.assert_array_equal(exploit_sources([1.0, 0.0], 0.25), [0, 0])
+  np.testing.assert_array_equal(exploit_sources([1.0, np.nan, 0.0], 0.5), [0, 0, 2])
+  np.testing.assert_array_equal(exploit_sources([3.0], 0.5), [0])
+  with pytest.raises(ValueError, match="quantile"):
+    exploit_sources(SCORES, 0.0)
+
+
+def test_gather_members_copies_every_leaf_along_the_trial_axis():
+  tree = {"w": jnp.arange(4.0)[:, None] * jnp.ones((4, 3)), "s": (np.arange(4),)}
+  out = gather_members(tree, np.array([0, 0, 3, 2]))
+  np.testing.assert_array_equal(out["s"][0], [0, 0, 3, 2])
+  np.testing.assert_array_equal(out["w"], np.array([0.0, 0.0, 3.0, 2.0])[:, None] * np.ones(3))
 
 
 def test_bad_inputs():

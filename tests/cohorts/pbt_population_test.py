@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import ctr as ctr_config
+from sfjax.automl.algorithms.pbt import gather_members
 from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts import cohort_runner as cohort
 from sfjax.cohorts import pbt_population as pbt_population
@@ -26,7 +27,7 @@ def runner():
 def test_exploit_gathers_every_leaf_along_the_trial_axis():
   states = {"params": jnp.arange(4.0)[:, None] * jnp.ones((4, 3)), "step": jnp.arange(4),
             "table": (jnp.arange(8.0).reshape(4, 2),)}
-  out = pbt_population.exploit(states, np.array([0, 0, 3, 2]))
+  out = gather_members(states, np.array([0, 0, 3, 2]))  # the one exploit (automl's PBT)
   chex.assert_trees_all_equal(out, {
       "params": jnp.array([0.0, 0.0, 3.0, 2.0])[:, None] * jnp.ones((4, 3)),
       "step": jnp.array([0, 0, 3, 2]), "table": (jnp.array([[0.0, 1.0], [0.0, 1.0], [6.0, 7.0], [4.0, 5.0]]),)})

@@ -1,4 +1,5 @@
-"""ctr_quant: per-row symmetric quantization by hand, straight-through gradient, stored form."""
+"""Quantization: per-tensor and per-row grids by hand, straight-through gradient, vmapped bits,
+the stored form."""
 
 import chex
 import jax
@@ -19,6 +20,32 @@ def test_fake_quant_by_hand():
   chex.assert_trees_all_equal(fq(ROWS, 2)[1], jnp.zeros(3))
   chex.assert_trees_all_close(fq(ROWS, 2)[2], jnp.array([-2.0, 0.0, 0.0]), atol=1e-6)
   chex.assert_trees_all_equal(fq(ROWS, 32), ROWS)  # float rows: unchanged
+
+
+def test_per_tensor_quantize_by_hand():
+  w = jnp.array([-1.0, -0.4, 0.1, 0.26, 0.7])
+  # 2 bits: levels = 1, scale = 1.0 -> round(w) clipped to [-1, 1].
+  np.testing.assert_allclose(ctr_quant.quantize(w, 2), [-1.0, 0.0, 0.0, 0.0, 1.0])
+  # 3 bits: levels = 3, scale = 1/3 -> round(3 w) / 3.
+  np.testing.assert_allclose(ctr_quant.quantize(w, 3), [-1.0, -1 / 3, 0.0, 1 / 3, 2 / 3],
+                             rtol=1e-6)
+  np.testing.assert_allclose(ctr_quant.quantize(w, 32), w)
+  np.testing.assert_allclose(ctr_quant.quantize(jnp.zeros(3), 4), 0.0)
+  # One scale for the whole tensor, not one per row: row 1 shares row 2's grid.
+  np.testing.assert_allclose(ctr_quant.quantize(ROWS, 2), [[0.0, 0.0, 0.0], [0.0] * 3,
+                                                           [-2.0, 0.0, 0.0]])
+  codes, scale = ctr_quant.quantize_codes(ROWS, 3, axis=None)
+  assert scale.shape == () and float(scale) == pytest.approx(2 / 3)
+  np.testing.assert_array_equal(codes[2], [-3.0, 2.0, 1.0])
+
+
+def test_straight_through_gradient_and_vmapped_bits():
+  w = jnp.array([-1.0, -0.4, 0.1, 0.26, 0.7])
+  g = jax.grad(lambda w: jnp.sum(ctr_quant.fake_quant(w, 2) * jnp.arange(5.0)))(w)
+  np.testing.assert_allclose(g, jnp.arange(5.0))
+  out = jax.vmap(ctr_quant.fake_quant, in_axes=(None, 0))(w, jnp.array([2, 3, 32]))
+  np.testing.assert_allclose(out[0], [-1.0, 0.0, 0.0, 0.0, 1.0])
+  np.testing.assert_allclose(out[2], w)
 
 
 def test_straight_through_gradient():

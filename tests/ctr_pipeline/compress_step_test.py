@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sfjax.automl.pipeline import StepContext, StepResult, StepSpec
+from sfjax.checkpoint import reader
 from sfjax.core.errors import ConfigError
 from sfjax.ctr_pipeline import compress_step as psc
 
@@ -65,7 +66,7 @@ def test_orbax_state_unwraps_to_a_pure_dict():
   restored = {"mlp": {"hidden": {"0": {"kernel": {"value": np.ones((2, 3))}},
                                  "1": {"bias": {"value": np.zeros(3)}}}},
               "dense_linear": {"kernel": {"value": np.ones(2)}}}
-  pure = psc._unwrap(restored)
+  pure = reader.pure_params(restored)
   assert set(pure["mlp"]["hidden"]) == {0, 1}
   assert pure["mlp"]["hidden"][0]["kernel"].shape == (2, 3)
   assert pure["dense_linear"]["kernel"].shape == (2,)

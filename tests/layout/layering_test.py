@@ -29,7 +29,7 @@ ALLOWED = {
     "ctr_pipeline": {"core", "data", "embedding", "models", "train", "checkpoint", "automl",
                      "cohorts", "structure", "compress", "ctr_search"},
     "viz": {"core"},  # figures from the files runs write; imports no training code
-    "vision": {"core", "automl", "compress"},  # image steps (DARTS, compression, augmentation)
+    "vision": {"core", "automl", "compress", "train"},  # image steps on the shared dense step
 }
 APPLICATIONS = ("search_spaces", "experiments")
 # Modules without logic (only types), which need no test file of their own.
@@ -139,7 +139,12 @@ def test_every_module_with_logic_has_a_test_file():
   assert not missing, "modules without a sibling test file: " + ", ".join(missing)
 
 
-def test_every_benchmark_has_a_smoke_test():
+def test_every_benchmark_has_a_smoke_test_and_a_config():
+  # Each experiments/bench_X.py: tests/experiments/bench_X_test.py runs it in-process with the
+  # smoke variant of experiments/configs/bench_X.py (tests/experiments/cli_test.py checks it).
   benches = sorted(p.stem for p in (ROOT / "experiments").glob("bench_*.py"))
-  missing = [b for b in benches if not (ROOT / "tests" / "experiments" / f"{b}_test.py").exists()]
+  missing = [f"tests/experiments/{b}_test.py" for b in benches
+             if not (ROOT / "tests" / "experiments" / f"{b}_test.py").exists()]
+  missing += [f"experiments/configs/{b}.py" for b in benches
+              if not (ROOT / "experiments" / "configs" / f"{b}.py").exists()]
   assert benches and not missing, missing

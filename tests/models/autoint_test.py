@@ -10,7 +10,9 @@ B, F, D = 4, 3, 4
 
 def _np_interacting(layer, x):
   heads, size = layer.num_heads, layer.head_dim
-  proj = lambda lin: x @ np.asarray(lin.kernel[...])
+  def proj(lin):
+    return x @ np.asarray(lin.kernel[...])
+
   q, k, v = proj(layer.query), proj(layer.key), proj(layer.value)
   outs = []
   for h in range(heads):
@@ -42,7 +44,7 @@ def test_autoint_layer_widths_and_mlp_input():
   model = nnx.eval_shape(lambda: AutoInt(num_fields=F, embed_dim=D, num_dense=2, mlp_dims=(5,),
                                          attention_layers=2, attention_heads=2, attention_dim=3,
                                          rngs=nnx.Rngs(0)))  # shapes only
-  assert [l.query.kernel.shape for l in model.interacting] == [(D, 6), (6, 6)]
+  assert [layer.query.kernel.shape for layer in model.interacting] == [(D, 6), (6, 6)]
   assert model.attention_head.kernel.shape == (F * 6, 1)
   assert model.mlp.hidden[0].kernel.shape == (F * D + 2, 5)
 

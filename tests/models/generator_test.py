@@ -86,7 +86,9 @@ def test_named_model_is_a_point_of_the_generator(name, hparams, num_dense):
   named_def, named_vars = _abstract(lambda: models.build_model(
       name, num_fields=F, embed_dim=D, num_dense=num_dense, rngs=nnx.Rngs(0), **hparams))
   gen_def, gen_vars = _abstract(lambda: generator.build_from_spec(spec, F, num_dense, nnx.Rngs(0)))
-  count = lambda flat: sum(int(np.prod(v.shape)) for v in flat.values())
+  def count(flat):
+    return sum(int(np.prod(v.shape)) for v in flat.values())
+
   assert count(gen_vars) == count(named_vars)
 
   # Random named parameters (no zero bias hides a misplaced one), copied by the mapping.

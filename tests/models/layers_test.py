@@ -19,7 +19,7 @@ def _np_mlp(mlp, x):
 def test_mlp_matches_numpy_relu_stack_with_linear_output():
   mlp = MLP(6, (5, 3), 1, rngs=nnx.Rngs(0))
   assert mlp.out_features == 1
-  assert [l.kernel[...].shape for l in mlp.hidden] == [(6, 5), (5, 3)]
+  assert [layer.kernel[...].shape for layer in mlp.hidden] == [(6, 5), (5, 3)]
   np.testing.assert_allclose(np.asarray(mlp.out.bias[...]), 0.0)  # logit bias starts at 0
   x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
   out = jax.jit(lambda m, x: m(x))(mlp, x)

@@ -100,10 +100,12 @@ def test_gradients_match_finite_differences_and_reach_every_input(name, num_dens
     @jax.jit
     def grads_and_directional(args, direction, eps=1e-6):
       grads = jax.grad(loss, argnums=(0, 1, 2))(*args)
-      step = lambda sign: jax.tree.map(lambda a, d: a + sign * eps * d, args, direction)
+      def step(sign):
+        return jax.tree.map(lambda a, d: a + sign * eps * d, args, direction)
+
       finite_diff = (loss(*step(1.0)) - loss(*step(-1.0))) / (2 * eps)
       analytic = sum(jnp.vdot(g, d) for g, d in zip(jax.tree.leaves(grads),
-                                                    jax.tree.leaves(direction)))
+                                                    jax.tree.leaves(direction), strict=True))
       return grads, finite_diff, analytic
 
     grads, finite_diff, analytic = grads_and_directional(args, direction)

@@ -1,9 +1,7 @@
-"""AutoFIS: the gated interaction layer by hand, settings, planted truth, recovery on planted data."""
+"""AutoFIS: settings, planted truth, recovery on planted data (the model: tests/models/gated_fm_test.py)."""
 
 import json
 
-import chex
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
@@ -24,47 +22,6 @@ TASK = trial_data.CTRTask(planted_data_config(), seed=2, batch_size=512, eval_ro
 # grda_c 0.02 (default 0.005): sparser, so the kept set is comparable with the two-pair truth.
 SETTINGS = autofis.AutoFISSettings(embed_dim=4, search_steps=600, warmup_steps=150, retrain_steps=400,
                                    grda_c=0.02)
-
-
-def test_pair_inner_products_by_hand():
-  v = jnp.array([[[1.0, 2.0], [3.0, -1.0], [0.5, 0.5]]])  # [B=1, F=3, E=2]
-  pairs = np.array(autofis.all_field_pairs(3))
-  assert autofis.all_field_pairs(3) == ((0, 1), (0, 2), (1, 2))
-  chex.assert_trees_all_close(autofis.pair_inner_products(v, pairs), jnp.array([[1.0, 1.5, 1.0]]))
-
-
-def test_batch_norm_by_hand():
-  x = jnp.array([[1.0, 10.0], [3.0, 10.0], [100.0, -5.0]])
-  mask = jnp.array([1.0, 1.0, 0.0])  # the third example is padding
-  moments = (jnp.zeros(2), jnp.ones(2))
-  y, (mean, var) = autofis.batch_normalize(x, mask, moments, True, 0.9)
-  # Real rows: column 0 mean 2, var 1 -> (-1, 1); column 1 constant -> 0.
-  chex.assert_trees_all_close(y[:2], jnp.array([[-1.0, 0.0], [1.0, 0.0]]) / jnp.sqrt(
-      jnp.array([1.0, 0.0]) + autofis.BN_EPS), atol=1e-4)
-  chex.assert_trees_all_close((mean, var), (jnp.array([0.2, 1.0]), jnp.array([1.0, 0.9])), atol=1e-6)
-  y_eval, same = autofis.batch_normalize(x, mask, (mean, var), False, 0.9)
-  chex.assert_trees_all_close(y_eval, (x - mean) / jnp.sqrt(var + autofis.BN_EPS))
-  assert same[0] is mean
-
-
-def test_gated_layer_by_hand():
-  # F = 3, E = 1 (+ first-order column), B = 2; gates on (0,1), (0,2), (1,2).
-  emb = jnp.array([[[1.0, 0.1], [2.0, 0.2], [-1.0, 0.3]],
-                   [[3.0, 0.0], [0.0, 0.0], [1.0, -0.5]]])  # [B, F, E+1]
-  dense = jnp.zeros((2, 1))
-  pairs = np.array(autofis.all_field_pairs(3))
-  params = {"net": {"bias": jnp.array(0.5), "dense_w": jnp.zeros(1), "mlp": []},
-            "gates": jnp.array([1.0, 0.0, -2.0])}
-  products = np.array([[2.0, -1.0, -2.0], [0.0, 3.0, 0.0]])  # <e_i, e_j>
-  first = np.array([0.6, -0.5])
-  plain = autofis.make_forward(pairs, normalize=False)
-  logits, _ = plain(params, (), emb, dense, jnp.ones(2), None, True)
-  chex.assert_trees_all_close(logits, jnp.asarray(0.5 + first + products @ np.array([1.0, 0.0, -2.0])))
-  gated = autofis.make_forward(pairs, normalize=True, bn_momentum=0.0)
-  logits, (mean, var) = gated(params, (jnp.zeros(3), jnp.ones(3)), emb, dense, jnp.ones(2), None, True)
-  normed = (products - products.mean(0)) / np.sqrt(products.var(0) + autofis.BN_EPS)
-  chex.assert_trees_all_close(logits, jnp.asarray(0.5 + first + normed @ np.array([1.0, 0.0, -2.0])), atol=1e-5)
-  chex.assert_trees_all_close(mean, jnp.asarray(products.mean(0)))
 
 
 @pytest.mark.parametrize("field, value", [("embed_dim", 0), ("search_steps", 0), ("grda_c", -1.0),
@@ -125,6 +82,12 @@ def test_kept_pairs_retrain_beats_random_pairs(searched):
   # Measured: kept 0.777 vs random 0.768 test AUC (8000 test rows).
   assert result.test_auc > random_metrics["test_auc"] + 0.002
   assert result.valid_auc > random_metrics["valid_auc"]
+
+
+def test_retrain_refuses_bad_pairs(searched):
+  data, _ = searched
+  with pytest.raises(ValueError, match=r"pairs: every pair must be \(i, j\) with 0 <= i < j < 26"):
+    autofis.retrain_with_pairs(data, SETTINGS, [(3, 3)])
 
 
 def test_json_round_trip(searched):

@@ -1,7 +1,8 @@
 """Dense optimizers (sfjax/train/optimizers.py): every registered name applies weight decay.
 
-One step with a zero gradient isolates the decay: without it the parameters stay,
-with it they move toward 0 by a hand-computed amount. Then end to end: a short
+One step with a zero gradient isolates the decay: without it the parameters stay
+(gRDA's soft threshold moves them by exactly its threshold), with it they move toward
+0 by a hand-computed amount. Then end to end: a short
 training run with weight decay ends elsewhere than one without.
 """
 
@@ -16,7 +17,7 @@ import pytest
 
 from experiments.configs import ctr
 from sfjax.core.errors import ConfigError
-from sfjax.train import loop, optimizers
+from sfjax.train import grda, loop, optimizers
 
 NAMES = optimizers.DENSE_OPTIMIZER_NAMES
 LR, WD = 0.1, 0.5
@@ -37,9 +38,18 @@ def _one_step(name, weight_decay, params=PARAMS):
   return step(params)
 
 
+def _grda_step(p, g):
+  """gRDA's first step by hand: S_t(p - LR g), t = c sqrt(LR) LR^mu (grda.py's formula)."""
+  threshold = grda.DEFAULT_C * np.sqrt(LR) * LR ** grda.DEFAULT_MU
+  x = p - LR * g
+  return np.sign(x) * np.maximum(np.abs(x) - threshold, 0.0)
+
+
 def _decayed(name, p):
   """The hand-computed result of one step from `p` with gradient 0, rate LR, decay WD."""
   g = WD * p  # the L2 gradient of the coupled variants
+  if name == "grda":
+    return _grda_step(p, g)
   if name in ("sgd", "adamw"):  # SGD on the L2 gradient; AdamW decays p directly (Adam of 0 is 0)
     return p - LR * WD * p
   if name == "adam":  # step 1: m_hat = g, v_hat = g^2 (float32 bias correction: ~1e-6 off)
@@ -52,13 +62,33 @@ def _decayed(name, p):
 @pytest.mark.parametrize("name", NAMES)
 def test_zero_gradient_without_decay_leaves_params_unchanged(name):
   new, _ = _one_step(name, 0.0)
+  if name == "grda":  # the soft threshold alone: every weight moves toward 0 by it
+    expected = jax.tree.map(lambda p: _grda_step(np.asarray(p, np.float64), 0.0), PARAMS)
+    chex.assert_trees_all_close(new, expected, rtol=1e-6, atol=1e-7)
+    assert not np.allclose(np.asarray(new["w"]), np.asarray(PARAMS["w"]))
+    return
   chex.assert_trees_all_close(new, PARAMS, atol=0.0, rtol=0.0)
+
+
+def test_grda_options_are_static_and_checked():
+  tx = optimizers.dense_optimizer("grda", LR, 0.0, c=0.5, mu=0.6)
+  state = tx.init(PARAMS)
+  assert set(state.hyperparams) == {"learning_rate", "weight_decay"}  # c, mu: not injected
+  updates, _ = jax.jit(tx.update)(jax.tree.map(jnp.zeros_like, PARAMS), state, PARAMS)
+  threshold = 0.5 * np.sqrt(LR) * LR ** 0.6  # 0.0795: w = 0.25 -> 0.1705, 0.0 stays 0
+  chex.assert_trees_all_close(optax.apply_updates(PARAMS, updates)["b"],
+                              jnp.asarray(0.25 - threshold), rtol=1e-6)
+  with pytest.raises(ConfigError, match=r"optimizer\.name: dense optimizer 'adam' takes no "
+                                        r"option 'c'"):
+    optimizers.dense_optimizer("adam", LR, c=0.5)
+  with pytest.raises(ValueError, match="grda mu must be >= 0"):
+    optimizers.dense_optimizer("grda", LR, mu=-1.0).init(PARAMS)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_decay_shrinks_params_toward_zero(name):
   new, _ = _one_step(name, WD)
-  for before, after in zip(jax.tree.leaves(PARAMS), jax.tree.leaves(new)):
+  for before, after in zip(jax.tree.leaves(PARAMS), jax.tree.leaves(new), strict=True):
     before, after = np.asarray(before), np.asarray(after)
     nonzero = before != 0
     assert np.all(np.abs(after[nonzero]) < np.abs(before[nonzero])), (name, before, after)

@@ -95,7 +95,7 @@ def test_eight_devices_match_one_device():
     rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     state = jax.device_put(state, rep)
     bsh = mesh_lib.batch_shardings(mesh)
-    step = step_lib.jit_train_step(fn, jax.tree.map(lambda _: rep, state), bsh)
+    step = step_lib.jit_train_step(fn, jax.tree.map(lambda _, rep=rep: rep, state), bsh)
     for _ in range(3):
       state, m = step(state, jax.device_put(b, bsh))
     if n == 8:
@@ -137,3 +137,40 @@ def test_owner_step_refuses_skip_non_finite():
   graphdef, tx = _setup_parts()
   with pytest.raises(ValueError, match="row_axis"):
     step_lib.make_train_step(graphdef, tx, ro.sgd(0.1), skip_non_finite=True, row_axis="data")
+
+
+class _CountingDeepFM(nnx.Module):
+  """The tiny DeepFM plus a non-parameter variable its forward updates (a call counter)."""
+
+  def __init__(self):
+    self.inner = models.build_model("deepfm", num_fields=3, embed_dim=4, num_dense=2,
+                                    rngs=nnx.Rngs(0), mlp_dims=(8,))
+    self.calls = nnx.BatchStat(jnp.zeros((), jnp.int32))
+
+  def __call__(self, emb, dense):
+    self.calls[...] += 1
+    return self.inner(emb, dense)
+
+
+def test_model_variables_are_written_back_and_the_params_train_as_without_them():
+  counting = _CountingDeepFM()
+  graphdef, full = nnx.split(counting)
+  tx, row_opt = optax.adam(1e-2), ro.adagrad(0.1)
+  table = dt.init_table(SPEC.total_rows, models.embedding_width("deepfm", 4), row_opt, seed=0,
+                        stddev=0.1)
+  params = nnx.state(full, nnx.Param)
+  state = state_lib.TrainState(jnp.zeros((), jnp.int32), full, tx.init(params), table)
+  step = jax.jit(chex.assert_max_traces(step_lib.make_train_step(
+      graphdef, tx, row_opt, l2=1e-4, model_variables=True), n=1))
+  plain_state, plain = _setup(row_opt)  # the same DeepFM, no variable
+  for seed in range(3):
+    db = _device_batch(_batch(seed))
+    state, m = step(state, db)
+    plain_state, plain_m = jax.jit(plain)(plain_state, db)
+    chex.assert_trees_all_close(m["loss"], plain_m["loss"], rtol=1e-6)
+  assert int(state.params["calls"][...]) == 3  # one forward per step, written back
+  chex.assert_trees_all_close(nnx.to_pure_dict(state.params)["inner"],
+                              nnx.to_pure_dict(plain_state.params), rtol=1e-6, atol=1e-7)
+  chex.assert_trees_all_close(state.table, plain_state.table, rtol=1e-6, atol=1e-7)
+  with pytest.raises(ValueError, match="model_variables is not supported"):
+    step_lib.make_train_step(graphdef, tx, row_opt, model_variables=True, row_axis="data")

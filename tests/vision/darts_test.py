@@ -1,4 +1,5 @@
-"""DARTS: alpha learns only from the valid loss, genotype by hand, derived network."""
+"""DARTS: alpha learns only from the valid loss, genotype by hand, derived network, and
+(quality) the searched cell beats random cells trained with the same recipe."""
 
 import chex
 import jax
@@ -6,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sfjax.vision import darts
-from sfjax.vision.darts_ops import OPS
+from sfjax.vision import darts, image_data, training
+from sfjax.vision.darts_ops import OPS, ZERO
 
 SPEC = darts.SupernetSpec(channels=3, num_cells=1, num_nodes=2, head_grid=2)
 
@@ -63,3 +64,42 @@ def test_grid_pool_by_hand():
   np.testing.assert_allclose(darts.grid_pool(x, 2), [[2.5, 4.5, 10.5, 12.5]])
   with pytest.raises(ValueError, match="head_grid 3"):
     darts.grid_pool(x, 3)
+
+
+def test_random_genotype_is_a_valid_seeded_cell():
+  cells = [darts.random_genotype(np.random.default_rng(s), num_nodes=3) for s in range(20)]
+  assert cells[0] == darts.random_genotype(np.random.default_rng(0), num_nodes=3)
+  for cell in cells:
+    assert darts.genotype_from_json([[list(p) for p in node] for node in cell]) == cell
+    for node, pairs in enumerate(cell):
+      sources = [s for s, _ in pairs]
+      assert len(set(sources)) == 2 and sources == sorted(sources) and max(sources) < 2 + node
+      assert ZERO not in [op for _, op in pairs]
+  assert len(set(cells)) > 15  # random: (nearly) all different
+  assert {op for cell in cells for node in cell for _, op in node} == set(OPS) - {ZERO}
+
+
+@pytest.mark.quality
+def test_darts_cell_beats_random_cells_at_equal_budget():
+  """Two DARTS searches vs six random cells on digits; every cell is trained from scratch
+  with the same recipe and seed (the equal budget). The head pools to a 2 x 2 grid, so
+  the cell's ops matter. Measured: DARTS 0.894 / 0.928 (conv cells), random cells
+  0.83-0.90, mean 0.873."""
+  splits = image_data.load_splits("digits")
+  spec = darts.SupernetSpec(channels=8, num_cells=1, num_nodes=2, head_grid=2)
+  recipe = training.Recipe(steps=200, batch_size=32, learning_rate=1e-2, weight_decay=1e-4)
+
+  def test_accuracy(genotype):
+    _, scores = training.fit_and_score(lambda p, x: darts.apply_derived(p, x, genotype, spec),
+                                       darts.init_derived(jax.random.key(0), genotype, spec),
+                                       splits, recipe, seed=0)
+    return scores["test_accuracy"]
+
+  searched = []
+  for seed in (0, 1):
+    state, _ = darts.run_search(splits, spec, steps=60, batch_size=32, weights_lr=1e-2,
+                                alpha_lr=1e-2, seed=seed)
+    searched.append(test_accuracy(darts.discretize(state.alpha, spec.num_nodes)))
+  rng = np.random.default_rng(0)
+  random_cells = [test_accuracy(darts.random_genotype(rng, spec.num_nodes)) for _ in range(6)]
+  assert np.mean(searched) > np.mean(random_cells) + 0.01, (searched, random_cells)

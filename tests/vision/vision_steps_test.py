@@ -78,31 +78,47 @@ def test_checks_name_the_field():
     parse_steps(config, VISION_STEP_KINDS)
 
 
-def test_hpo_interrupted_mid_step_resumes_without_retraining_told_trials(tmp_path, monkeypatch):
-  config = pipeline_digits.get_config("smoke")
-  config.steps.hpo.num_trials, config.steps.hpo.width = 4, 3  # two rounds of two trials
-  real_tell, tells = pipeline_steps.Study.tell, []
+def _hpo_trials(workdir):
+  """{trial_id: (config, metrics)} of the hpo step's exported trials."""
+  with open(os.path.join(workdir, "steps", "0_hpo", "trials.jsonl")) as f:
+    return {t["trial_id"]: (t["config"], t["metrics"]) for t in map(json.loads, f)}
 
-  def tell_then_die(study, trial_id, metrics, *args, **kwargs):
+
+def test_hpo_interrupted_mid_step_resumes_only_the_remaining_trials(tmp_path, monkeypatch):
+  """The resumed process trains (asks and tells) only trials 2 and 3, and ends where the
+  uninterrupted run ends; a fresh rerun of the step would ask and tell all four."""
+  config = pipeline_digits.get_config("smoke")
+  config.pipeline.order = "hpo"  # on the baseline CNN: the step alone
+  config.steps.hpo.num_trials, config.steps.hpo.width = 4, 3  # two rounds of two trials
+  once = _run(config, tmp_path / "once")
+  real_ask, real_tell = pipeline_steps.Study.ask, pipeline_steps.Study.tell
+  asked, told, die_after = [], [], [2]
+
+  def counting_ask(study, n, *args, **kwargs):
+    out = real_ask(study, n, *args, **kwargs)
+    asked.extend(s.trial_id for s in out)
+    return out
+
+  def counting_tell(study, trial_id, metrics, *args, **kwargs):
     out = real_tell(study, trial_id, metrics, *args, **kwargs)
-    tells.append((trial_id, metrics["valid_accuracy"]))
-    if len(tells) == 2:
+    told.append(trial_id)
+    if len(told) == die_after[0]:
       raise KeyboardInterrupt  # the process dies after the first round is journaled
     return out
 
-  monkeypatch.setattr(pipeline_steps.Study, "tell", tell_then_die)
+  monkeypatch.setattr(pipeline_steps.Study, "ask", counting_ask)
+  monkeypatch.setattr(pipeline_steps.Study, "tell", counting_tell)
+  workdir = tmp_path / "resumed"
   with pytest.raises(KeyboardInterrupt):
-    run_pipeline(config, str(tmp_path), VISION_STEP_KINDS, finalize=pipeline_steps.vision_report)
-  monkeypatch.setattr(pipeline_steps.Study, "tell", real_tell)
-  report = _run(config, tmp_path)
-  hpo_dir = os.path.join(tmp_path, "steps", "1_hpo")
-  with open(os.path.join(hpo_dir, "trials.jsonl")) as f:
-    trials = [json.loads(line) for line in f]
-  assert sorted(t["trial_id"] for t in trials) == [0, 1, 2, 3]
-  # the first round's trials were not trained again: their journaled results stand
-  first = {t["trial_id"]: t["metrics"]["valid_accuracy"] for t in trials if t["trial_id"] < 2}
-  assert first == dict(tells)
-  with open(os.path.join(hpo_dir, "journal.jsonl")) as f:
+    run_pipeline(config, str(workdir), VISION_STEP_KINDS, finalize=pipeline_steps.vision_report)
+  assert (asked, told) == ([0, 1], [0, 1])
+  asked.clear(), told.clear()
+  die_after[0] = None
+  resumed = _run(config, workdir)
+  assert (asked, told) == ([2, 3], [2, 3])  # only the remaining trials were trained
+  assert _hpo_trials(workdir) == _hpo_trials(tmp_path / "once")  # same configs and results
+  assert resumed["steps"][0]["best_metrics"] == once["steps"][0]["best_metrics"]
+  assert resumed["steps"][0]["best_metrics"]["num_trials"] == 4
+  with open(os.path.join(workdir, "steps", "0_hpo", "journal.jsonl")) as f:
     events = [json.loads(line)["event"] for line in f]
-  assert events.count("tell") == 4  # each trial told once across both runs
-  assert report["steps"][1]["best_metrics"]["num_trials"] == 4
+  assert events.count("tell") == 4  # each trial told once across both processes

@@ -1,18 +1,24 @@
-"""Population-based training's exploit / explore decision (Jaderberg et al. 2017).
+"""Population-based training's exploit and explore (Jaderberg et al. 2017), for every caller.
 
 The vmapped runner owns the population (parameters and hyperparameters stacked
-along the trial axis); this module only decides. `exploit` = members in the bottom
-quantile copy a random member of the top quantile (the runner gathers state along
-the trial axis with `source_index`); `explore` = the copied hyperparameters are
-multiplied by a random factor from `perturb` and clipped to the space's bounds.
+along the trial axis). Exploit is decided by `exploit_sources` (members in the
+bottom quantile copy a member of the top quantile: a random one, or PBA's i-th
+best for the i-th worst) and carried out by `gather_members` (a gather of every
+state leaf along the trial axis); `pbt_exploit_explore` adds PBT's explore (the
+copied hyperparameters are multiplied by a random factor from `perturb` and
+clipped to the space's bounds). Callers: the CTR PBT population
+(`sfjax.cohorts.pbt_population`), PBA's augmentation search
+(`sfjax.vision.augment_search`) and the search driver through them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from sfjax.automl.algorithms.base import AlgorithmSpec, Objective, Searcher
@@ -68,6 +74,56 @@ class PBT(AlgorithmSpec):
     return RandomSearcher(self, space, objective)
 
 
+def exploit_sources(scores: Sequence[float] | np.ndarray, quantile: float,
+                    rng: np.random.Generator | None = None, maximize: bool = True) -> np.ndarray:
+  """PBT's exploit: the member each of P members continues from.
+
+  The bottom floor(P * quantile) members (at least one when P >= 2; NaN ranks
+  last, ties by member index) copy a member of the top as many: with `rng` each a
+  random one (PBT's truncation selection), without it the i-th worst copies the
+  i-th best (PBA's pairing, Ho et al. 2019). Every other member keeps itself.
+
+  Args:
+    scores: [P] each member's latest score.
+    quantile: the fraction in (0, 0.5] of members that copy / are copied.
+    rng: the decision's randomness (one `choice` of P * quantile draws), or None.
+    maximize: whether higher scores are better.
+
+  Returns:
+    [P] int64 source index (`gather_members` carries it out).
+
+  Raises:
+    ValueError: naming `scores` or `quantile` when malformed.
+  """
+  top, bottom = _top_and_bottom(scores, quantile, maximize)
+  source = np.arange(np.shape(scores)[0], dtype=np.int64)
+  if rng is not None:
+    source[bottom] = rng.choice(top, size=top.size)
+  else:
+    source[bottom[::-1]] = top  # the worst copies the best, the second worst the second best
+  return source
+
+
+def _top_and_bottom(scores, quantile: float, maximize: bool) -> tuple[np.ndarray, np.ndarray]:
+  """(top, bottom): the best `count` members best first, the worst `count` worst last."""
+  scores = np.asarray(scores, dtype=np.float64)
+  if scores.ndim != 1:
+    raise ValueError(f"scores must be [P], got shape {scores.shape}")
+  if not 0 < quantile <= 0.5:
+    raise ValueError(f"quantile must be in (0, 0.5], got {quantile}")
+  size = scores.shape[0]
+  count = max(1, int(size * quantile)) if size >= 2 else 0
+  key = np.where(np.isnan(scores), np.inf, -scores if maximize else scores)
+  order = np.argsort(key, kind="stable")  # best first
+  return order[:count], order[size - count:]
+
+
+def gather_members(tree: Any, source_index) -> Any:
+  """Exploit carried out: member i of every leaf ([P, ...]) becomes member `source_index[i]`."""
+  source_index = jnp.asarray(source_index, jnp.int32)
+  return jax.tree.map(lambda x: jnp.take(x, source_index, axis=0), tree)
+
+
 def pbt_exploit_explore(
     scores: Sequence[float] | np.ndarray,
     hparams: Mapping[str, np.ndarray],
@@ -95,23 +151,16 @@ def pbt_exploit_explore(
       (itself unless it is in the bottom quantile).
     new_hparams: name -> [P] array, same dtype as the input (integers rounded).
   """
-  scores = np.asarray(scores, dtype=np.float64)
-  if scores.ndim != 1:
-    raise ValueError(f"scores must be [P], got shape {scores.shape}")
-  if not 0 < quantile <= 0.5:
-    raise ValueError(f"quantile must be in (0, 0.5], got {quantile}")
   if not perturb:
     raise ValueError("perturb needs at least one factor")
-  size = scores.shape[0]
+  _top_and_bottom(scores, quantile, maximize)  # validates scores and quantile first
+  size = np.shape(scores)[0]
   for name, values in hparams.items():
     if np.shape(values) != (size,):
       raise ValueError(f"hparams[{name!r}] has shape {np.shape(values)}, expected ({size},)")
-  count = max(1, int(size * quantile)) if size >= 2 else 0
-  key = np.where(np.isnan(scores), np.inf, -scores if maximize else scores)
-  order = np.argsort(key, kind="stable")  # best first
-  top, bottom = order[:count], order[size - count:]
-  source = np.arange(size, dtype=np.int64)
-  source[bottom] = rng.choice(top, size=count)
+  source = exploit_sources(scores, quantile, rng, maximize)
+  bottom = _top_and_bottom(scores, quantile, maximize)[1]  # the copies, in rank order
+  count = bottom.size
   limits = _bounds(bounds, hparams)
   new_hparams = {}
   for name, values in hparams.items():
