@@ -1,11 +1,13 @@
 # Two entry points (README): `make demo` and `make test`. Each sets up .venv itself.
+# `make test` is the fast tier (no subprocesses, notebooks, multi-process or Dask runs, no
+# quality bars: tests/conftest.py marks those `slow` / `quality`); `make test-all` runs all.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 WORKDIR ?= runs/demo
 
-.PHONY: demo test bench install clean
+.PHONY: demo test test-all lint bench install clean notebooks
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,10 +24,22 @@ demo: $(STAMP)
 	$(PY) -m experiments.train_ctr --config=experiments/configs/ctr.py --workdir=$(WORKDIR)
 
 test: $(STAMP)
+	$(PY) -m pytest -q -n 2 --dist=loadfile -m "not slow and not quality" tests
+
+test-all: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist=loadfile tests
+
+# ruff's and mypy's settings are in pyproject.toml.
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 bench: $(STAMP)
 	$(PY) -m experiments.bench_train
+
+# Re-executes notebooks/*.ipynb in place, outputs saved (small sizes, CPU; see notebooks/execute.py).
+notebooks: $(STAMP)
+	$(PY) notebooks/execute.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
