@@ -155,7 +155,7 @@ class HostTable:
     meta_path = os.path.join(path, files.META_FILE)
     if not os.path.isfile(meta_path):
       raise FileNotFoundError(f"{meta_path}: host table metadata file is missing")
-    meta = files.read_meta(meta_path)
+    meta = files.read_table_meta(meta_path)
     try:
       spec = _make_spec(meta["num_rows"], meta["width"], meta["slot_width"], meta["seed"],
                         meta["init_stddev"], meta["initial_slot_row"])
@@ -251,8 +251,8 @@ class HostTable:
       raise PermissionError(f"{self.path}: host table was opened read-only")
     ids = self._check_ids(ids, "scatter")
     n, e, s = ids.shape[0], self.spec.width, self.spec.slot_width
-    values = _check_rows(values, (n, e), "values")
-    slots = _check_rows(slots, (n, s), "slots")
+    values = _check_rows(values, (n, e), "scatter", "values")
+    slots = _check_rows(slots, (n, s), "scatter", "slots")
     if n > 1:
       ordered = np.sort(ids)
       dup = ordered[1:] == ordered[:-1]
@@ -307,8 +307,8 @@ class HostTable:
       ids: [N] int64 distinct row ids; values: [N, E]; slots: [N, S] (finite).
     """
     ids = self._check_ids(ids, "load_rows")
-    values = _check_rows(values, (ids.size, self.width), "values")
-    slots = _check_rows(slots, (ids.size, self.slot_width), "slots")
+    values = _check_rows(values, (ids.size, self.width), "load_rows", "values")
+    slots = _check_rows(slots, (ids.size, self.slot_width), "load_rows", "slots")
     with self._lock:
       if self.path is not None and self._clean:
         self._write_meta(clean=False)
@@ -357,19 +357,21 @@ class HostTable:
     return ids
 
   def _write_meta(self, clean: bool) -> None:
+    if self.path is None:
+      raise ValueError("an in-memory host table has no meta.json to write")
     files.write_meta(self.path, self.spec, self._num_materialised, clean)
     self._clean = clean
 
 
-def _check_rows(rows, shape: tuple[int, int], name: str) -> np.ndarray:
+def _check_rows(rows, shape: tuple[int, int], where: str, name: str) -> np.ndarray:
   """Validates a [N, W] block of rows to be written; returns it as float32."""
   rows = np.asarray(rows)
   if rows.shape != shape:
-    raise ValueError(f"scatter: {name} must have shape {shape}, got {rows.shape}")
+    raise ValueError(f"{where}: {name} must have shape {shape}, got {rows.shape}")
   if rows.dtype.kind != "f":
-    raise ValueError(f"scatter: {name} must be floating point, got dtype {rows.dtype}")
+    raise ValueError(f"{where}: {name} must be floating point, got dtype {rows.dtype}")
   rows = rows.astype(np.float32, copy=False)
   if not np.isfinite(rows).all():
     bad = np.argwhere(~np.isfinite(rows))[0]
-    raise ValueError(f"scatter: {name}[{bad[0]}, {bad[1]}] is {rows[bad[0], bad[1]]} (not finite)")
+    raise ValueError(f"{where}: {name}[{bad[0]}, {bad[1]}] is {rows[bad[0], bad[1]]} (not finite)")
   return rows

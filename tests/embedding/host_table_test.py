@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import chex
 import numpy as np
@@ -67,16 +68,47 @@ def test_gather_returns_copies(tmp_path):
     assert (table.gather(np.array([1]))[0] == 1.0).all()
 
 
-def test_out_of_range_ids_name_id_and_size(tmp_path):
+def test_out_of_range_ids_name_the_method_id_and_size(tmp_path):
   for table in _tables(tmp_path):
-    with pytest.raises(ValueError, match=r"row id 50 out of range \[0, 50\)"):
+    with pytest.raises(ValueError, match=r"^gather: row id 50 out of range \[0, 50\) \(V = 50\)$"):
       table.gather(np.array([1, 50]))
-    with pytest.raises(ValueError, match="row id -1"):
+    with pytest.raises(ValueError, match=r"^scatter: row id -1 out of range \[0, 50\) \(V = 50\)$"):
       table.scatter(np.array([-1]), np.zeros((1, 4), np.float32), np.zeros((1, 3), np.float32))
-    with pytest.raises(ValueError, match="integers"):
+    with pytest.raises(ValueError, match=r"^load_rows: row id 50 out of range \[0, 50\) "):
+      table.load_rows(np.array([50]), np.zeros((1, 4), np.float32), np.zeros((1, 3), np.float32))
+    with pytest.raises(ValueError, match="^gather: ids must be integers, got dtype float64$"):
       table.gather(np.array([1.0]))
+    with pytest.raises(ValueError, match=r"^gather: ids must be 1-D \[N\], got shape \(2, 1\)$"):
+      table.gather(np.array([[1], [2]]))
 
 
+def test_unsigned_ids_read_like_signed_ones_up_to_the_int64_range(tmp_path):
+  table, _ = _tables(tmp_path)
+  table.scatter(np.array([3], np.uint64), np.ones((1, 4), np.float32), np.ones((1, 3), np.float32))
+  got = table.gather(np.array([3, 1], np.uint64))
+  chex.assert_trees_all_equal(got, table.gather(np.array([3, 1], np.int64)))
+  assert got[0][0].tolist() == [1.0] * 4
+  # Above int64: named as given, not wrapped to a negative id by the int64 cast.
+  with pytest.raises(ValueError, match=r"^gather: row id 18446744073709551615 out of range "
+                                       r"\[0, 50\)$"):
+    table.gather(np.array([1, 2**64 - 1], np.uint64))
+  with pytest.raises(ValueError, match=r"^gather: row id 9223372036854775807 out of range "
+                                       r"\[0, 50\) \(V = 50\)$"):  # int64 max casts exactly
+    table.gather(np.array([2**63 - 1], np.uint64))
+
+
+def test_empty_ids_read_and_write_nothing(tmp_path):
+  for table in _tables(tmp_path):
+    values, slots = table.gather(np.zeros((0,), np.int32))
+    assert values.shape == (0, 4) and slots.shape == (0, 3)
+    assert values.dtype == np.float32 and slots.dtype == np.float32
+    table.scatter(np.zeros((0,), np.int32), np.zeros((0, 4), np.float32),
+                  np.zeros((0, 3), np.float32))
+    table.load_rows(np.zeros((0,), np.uint32), np.zeros((0, 4)), np.zeros((0, 3)))
+    assert table.num_materialised == 0 and table.written_ids().shape == (0,)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
 def test_bad_writes_leave_table_unchanged(tmp_path):
   for table in _tables(tmp_path):
     before = table.read_all()
@@ -84,14 +116,21 @@ def test_bad_writes_leave_table_unchanged(tmp_path):
     good_v, good_s = np.ones((2, 4), np.float32), np.ones((2, 3), np.float32)
     nan_v = good_v.copy()
     nan_v[1, 2] = np.nan
+    big_v = good_v.astype(np.float64)
+    big_v[0, 3] = 1e39  # finite in float64, inf once stored as float32
+    ids3, v3, s3 = np.array([5, 2, 5]), np.ones((3, 4), np.float32), np.ones((3, 3), np.float32)
     cases = [
-        ((ids, nan_v, good_s), r"values\[1, 2\] is nan"),
-        ((ids, good_v, np.full((2, 3), np.inf, np.float32)), "not finite"),
-        ((ids, good_v[:1], good_s), "values must have shape"),
-        ((ids, good_v, good_s[:, :2]), "slots must have shape"),
-        ((ids, good_v.astype(np.int32), good_s), "floating point"),
-        ((np.array([1, 1]), good_v, good_s), "row id 1 appears more than once"),
-        ((np.array([1, 99]), good_v, good_s), "row id 99 out of range"),
+        ((ids, nan_v, good_s), r"^scatter: values\[1, 2\] is nan \(not finite\)$"),
+        ((ids, good_v, np.full((2, 3), np.inf, np.float32)),
+         r"^scatter: slots\[0, 0\] is inf \(not finite\)$"),
+        ((ids, big_v, good_s), r"^scatter: values\[0, 3\] is inf \(not finite\)$"),
+        ((ids, good_v[:1], good_s), r"^scatter: values must have shape \(2, 4\), got \(1, 4\)$"),
+        ((ids, good_v, good_s[:, :2]), r"^scatter: slots must have shape \(2, 3\), got \(2, 2\)$"),
+        ((ids, good_v.astype(np.int32), good_s),
+         "^scatter: values must be floating point, got dtype int32$"),
+        ((np.array([1, 1]), good_v, good_s), "^scatter: row id 1 appears more than once$"),
+        ((ids3, v3, s3), "^scatter: row id 5 appears more than once$"),
+        ((np.array([1, 99]), good_v, good_s), "^scatter: row id 99 out of range"),
     ]
     for args, msg in cases:
       with pytest.raises(ValueError, match=msg):
@@ -177,18 +216,72 @@ def test_reopen_validation_errors_name_the_file(tmp_path):
 def test_create_refuses_existing_table_and_read_only_refuses_writes(tmp_path):
   path = str(tmp_path / "t")
   HostTable.create_mmap(path, 10, 2, 1, **_kwargs(1)).close()
-  with pytest.raises(FileExistsError, match="open_mmap"):
+  refusal = ": refusing to create a host table over an existing non-empty path; use " \
+            "HostTable.open_mmap to reopen it"
+  with pytest.raises(FileExistsError, match=f"^{re.escape(path + refusal)}$"):
     HostTable.create_mmap(path, 10, 2, 1, **_kwargs(1))
+  a_file = str(tmp_path / "a_file")
+  open(a_file, "w").close()
+  with pytest.raises(FileExistsError, match=f"^{re.escape(a_file + refusal)}$"):
+    HostTable.create_mmap(a_file, 10, 2, 1, **_kwargs(1))
   ro = HostTable.open_mmap(path, writable=False)
-  with pytest.raises(PermissionError):
+  with pytest.raises(PermissionError, match=f"^{re.escape(path)}: host table was opened read-only$"):
     ro.scatter(np.array([0]), np.zeros((1, 2), np.float32), np.zeros((1, 1), np.float32))
+  ro.close()
 
 
-def test_bad_spec_rejected():
-  with pytest.raises(ValueError, match="initial_slot_row has 2 values, slot_width is 3"):
-    HostTable.create_ram(10, 2, 3, seed=0, init_stddev=0.1, initial_slot_row=[0.0, 1.0])
-  with pytest.raises(ValueError, match="num_rows"):
-    HostTable.create_ram(0, 2, 0, seed=0, init_stddev=0.1, initial_slot_row=[])
+def test_create_mmap_fills_an_existing_empty_directory(tmp_path):
+  path = tmp_path / "empty"
+  path.mkdir()
+  with HostTable.create_mmap(str(path), 10, 2, 1, **_kwargs(1)) as table:
+    table.scatter(np.array([4]), np.ones((1, 2), np.float32), np.ones((1, 1), np.float32))
+  assert sorted(os.listdir(path)) == ["materialised.npy", "meta.json", "slots.npy", "values.npy"]
+  assert HostTable.open_mmap(str(path)).written_ids().tolist() == [4]
+
+
+@pytest.mark.parametrize("args, msg", [
+    ((10, 2, 3, 0.1, [0.0, 1.0]), "initial_slot_row has 2 values, slot_width is 3"),
+    ((0, 2, 0, 0.1, []), "num_rows must be an int >= 1, got 0"),
+    ((10, 0, 0, 0.1, []), "width must be an int >= 1, got 0"),
+    ((10, 2, -1, 0.1, []), "slot_width must be an int >= 0, got -1"),
+    ((10, 2, 0, float("inf"), []), "init_stddev must be finite and >= 0, got inf"),
+    ((10, 2, 0, -0.5, []), "init_stddev must be finite and >= 0, got -0.5"),
+    ((10, 2, 1, 0.1, [np.nan]), r"initial_slot_row must be finite, got \(nan,\)"),
+])
+def test_bad_spec_rejected(args, msg):
+  num_rows, width, slot_width, std, row = args
+  with pytest.raises(ValueError, match=f"^HostTableSpec.{msg}$"):
+    HostTable.create_ram(num_rows, width, slot_width, seed=0, init_stddev=std, initial_slot_row=row)
+
+
+def test_smallest_spec_and_zero_stddev_are_accepted():
+  table = HostTable.create_ram(1, 1, 0, seed=0, init_stddev=0.0, initial_slot_row=[])
+  values, slots = table.read_all()
+  chex.assert_trees_all_equal((values, slots), (np.zeros((1, 1), np.float32),
+                                                np.zeros((1, 0), np.float32)))
+
+
+def test_initial_slot_row_is_flattened_and_rounded_to_float32():
+  table = HostTable.create_ram(4, 2, 3, seed=0, init_stddev=0.1,
+                               initial_slot_row=np.array([[0.1, 0.2, 0.3]]))  # [1, S]
+  as_f32 = np.array([0.1, 0.2, 0.3], np.float32)
+  assert table.spec.initial_slot_row == tuple(float(v) for v in as_f32) != (0.1, 0.2, 0.3)
+  chex.assert_trees_all_equal(table.gather(np.array([2]))[1], as_f32[None])
+
+
+def test_rows_are_stored_as_float32(tmp_path):
+  for table in _tables(tmp_path):
+    table.scatter(np.array([1]), np.full((1, 4), 0.1), np.full((1, 3), 0.2))  # float64 in
+    values, slots, flags = table.read_chunk(0)
+    assert (values.dtype, slots.dtype, flags.dtype) == (np.float32, np.float32, np.bool_)
+    assert values[1].tolist() == [float(np.float32(0.1))] * 4
+
+
+def test_read_all_refuses_tables_over_max_rows(tmp_path):
+  table, _ = _tables(tmp_path)
+  chex.assert_trees_all_equal(table.read_all(max_rows=50), table.read_all())
+  with pytest.raises(ValueError, match="^read_all: table has 50 rows > max_rows=49$"):
+    table.read_all(max_rows=49)
 
 
 def _recorder(table, seen):
@@ -226,6 +319,13 @@ def test_write_observers_see_each_write_before_it_lands(tmp_path):
     assert len(seen) == 2 and table.written_ids().tolist() == [2, 4, 7, 9]
 
 
+def test_written_ids_are_sorted_int64_from_row_zero(tmp_path):
+  for table in _tables(tmp_path):
+    table.scatter(np.array([49, 0, 17]), np.ones((3, 4), np.float32), np.ones((3, 3), np.float32))
+    ids = table.written_ids()
+    assert ids.dtype == np.int64 and ids.tolist() == [0, 17, 49]
+
+
 def test_read_chunk_copies_one_chunk(tmp_path):
   from sfjax.embedding.host_table import CHUNK_ROWS
   src, _ = _tables(tmp_path, num_rows=CHUNK_ROWS + 10, width=2, slot_width=3)
@@ -248,7 +348,86 @@ def test_load_rows_restores_rows(tmp_path):
   values, slots = table.gather(np.array([3, 4, 900], np.int64))
   assert values[0].tolist() == [1.0, 1.0] and slots[2].tolist() == [5.0]
   assert table.num_materialised == 2
-  with pytest.raises(ValueError, match="not finite"):
-    table.load_rows(np.array([5], np.int64), np.full((1, 2), np.nan, np.float32),
-                    np.zeros((1, 1), np.float32))
+  bad_rows = [
+      ((np.full((1, 2), np.nan), np.zeros((1, 1))), r"^load_rows: values\[0, 0\] is nan"),
+      ((np.zeros((1, 3)), np.zeros((1, 1))),
+       r"^load_rows: values must have shape \(1, 2\), got \(1, 3\)$"),
+      ((np.zeros((1, 2)), np.zeros((1, 2))),
+       r"^load_rows: slots must have shape \(1, 1\), got \(1, 2\)$"),
+      ((np.zeros((1, 2)), np.zeros((1, 1), np.int64)),
+       "^load_rows: slots must be floating point, got dtype int64$"),
+  ]
+  for (values, slots), msg in bad_rows:
+    with pytest.raises(ValueError, match=msg):
+      table.load_rows(np.array([5], np.int64), values, slots)
+  assert table.num_materialised == 2 and table.written_ids().tolist() == [3, 900]
   table.close()
+
+
+def _meta(path):
+  with open(os.path.join(path, "meta.json")) as f:
+    return json.load(f)
+
+
+def _one_row(table, row_id):
+  table.scatter(np.array([row_id]), np.ones((1, 2), np.float32), np.ones((1, 1), np.float32))
+
+
+def test_meta_is_clean_exactly_when_every_write_is_flushed(tmp_path):
+  path = str(tmp_path / "t")
+  table = HostTable.create_mmap(path, 10, 2, 1, **_kwargs(1))
+  assert _meta(path)["clean"] is True  # a new table is consistent on disk
+  _one_row(table, 1)
+  assert _meta(path)["clean"] is False
+  table.close()
+  assert (_meta(path)["clean"], _meta(path)["num_materialised"]) == (True, 1)
+
+  table = HostTable.open_mmap(path)  # writable by default
+  assert table.path == path
+  _one_row(table, 2)  # the first write after a clean reopen marks the table unclean
+  assert _meta(path)["clean"] is False
+  table.flush()
+  assert (_meta(path)["clean"], _meta(path)["num_materialised"]) == (True, 2)
+  table.load_rows(np.array([3]), np.ones((1, 2), np.float32), np.ones((1, 1), np.float32))
+  assert _meta(path)["clean"] is False  # a restore is a write too
+
+  ro = HostTable.open_mmap(path, writable=False)  # the writer has not flushed: recount
+  assert ro.num_materialised == 3 and ro.written_ids().tolist() == [1, 2, 3]
+  ro.close()  # a read-only table never rewrites meta.json
+  assert _meta(path)["clean"] is False
+  table.close()
+  assert (_meta(path)["clean"], _meta(path)["num_materialised"]) == (True, 3)
+
+
+def test_clean_reopen_takes_the_stored_count_without_scanning(tmp_path):
+  # The O(V) flag scan runs only after a crash; a clean table's count is read from meta.json.
+  path = str(tmp_path / "t")
+  with HostTable.create_mmap(path, 10, 2, 1, **_kwargs(1)) as table:
+    _one_row(table, 1)
+  meta = _meta(path)
+  meta["num_materialised"] = 7
+  with open(os.path.join(path, "meta.json"), "w") as f:
+    json.dump(meta, f)
+  assert HostTable.open_mmap(path, writable=False).num_materialised == 7
+
+
+def test_ram_table_flush_and_close_are_no_ops():
+  table = HostTable.create_ram(10, 2, 1, **_kwargs(1))
+  _one_row(table, 1)
+  table.flush()
+  with table:
+    assert table.gather(np.array([1]))[0].tolist() == [[1.0, 1.0]]
+  assert table.path is None
+
+
+def test_reopen_rejects_metadata_that_is_not_a_valid_spec(tmp_path):
+  path = str(tmp_path / "t")
+  HostTable.create_mmap(path, 10, 2, 1, **_kwargs(1)).close()
+  meta_path = os.path.join(path, "meta.json")
+  meta = _meta(path)
+  meta["num_rows"] = 0
+  with open(meta_path, "w") as f:
+    json.dump(meta, f)
+  with pytest.raises(ValueError, match=f"^{re.escape(meta_path)}: corrupt host table metadata: "
+                                       "HostTableSpec.num_rows must be an int >= 1, got 0$"):
+    HostTable.open_mmap(path)
