@@ -32,43 +32,50 @@ import numpy as np
 
 from experiments import cli
 from experiments.configs import ctr as ctr_config
-from sfjax.cohorts import task as task_lib
-from sfjax.structure import autofis, gate_training
+from sfjax.cohorts import CTRTask
+from sfjax.structure import (
+  AutoFISSettings,
+  pair_precision_recall,
+  planted_pairs,
+  prepare_trial_data,
+  retrain_with_pairs,
+  run_autofis,
+)
 
 
-def make_task(config: ml_collections.ConfigDict, seed: int) -> task_lib.CTRTask:
+def make_task(config: ml_collections.ConfigDict, seed: int) -> CTRTask:
   """The benchmark's task for one data seed (ctr.py's synthetic data block, rescaled)."""
   data = ctr_config.get_config().data
   data.synthetic.cardinality_scale = config.cardinality_scale
   data.synthetic.num_train = 1_000_000
   data.synthetic.num_eval = max(config.eval_rows, 1)
-  return task_lib.CTRTask(data, seed=seed, batch_size=config.batch_size, eval_rows=config.eval_rows,
-                          eval_batch_size=min(config.eval_rows, 4096))
+  return CTRTask(data, seed=seed, batch_size=config.batch_size, eval_rows=config.eval_rows,
+                 eval_batch_size=min(config.eval_rows, 4096))
 
 
-def settings_of(config: ml_collections.ConfigDict) -> autofis.AutoFISSettings:
+def settings_of(config: ml_collections.ConfigDict) -> AutoFISSettings:
   """AutoFIS's settings from the benchmark config."""
-  return autofis.AutoFISSettings(
+  return AutoFISSettings(
       embed_dim=config.embed_dim, mlp_dims=tuple(int(w) for w in config.mlp_dims),
       search_steps=config.search_steps, warmup_steps=config.warmup_steps,
       retrain_steps=config.retrain_steps, grda_c=config.grda_c, grda_mu=config.grda_mu,
       grda_lr=config.grda_lr)
 
 
-def measure(task: task_lib.CTRTask, seed: int, settings: autofis.AutoFISSettings,
+def measure(task: CTRTask, seed: int, settings: AutoFISSettings,
             shares: list[float], baselines: bool = True) -> dict:
   """One seed's figures (see the module docstring)."""
   t = time.perf_counter()
-  data = gate_training.prepare_data(task, settings)
+  data = prepare_trial_data(task, settings)
   data_s = time.perf_counter() - t
-  result = autofis.run_autofis(task, settings, data=data)
+  result = run_autofis(task, settings, data=data)
   row = {"seed": seed, "kept": len(result.kept_pairs), "pairs": len(result.all_pairs),
          "kept_pairs": [list(p) for p in result.kept_pairs], "search_valid_auc": result.search_auc,
          "kept_test_auc": result.test_auc, "kept_valid_auc": result.valid_auc, "autofis_s": result.wall_s,
          "data_prep_s": data_s}
   for share in shares:
-    truth = autofis.planted_pairs(task.data, seed, share=share)
-    precision, recall = autofis.pair_precision_recall(result.kept_pairs, truth)
+    truth = planted_pairs(task.data, seed, share=share)
+    precision, recall = pair_precision_recall(result.kept_pairs, truth)
     row[f"truth_{share:g}"] = {"pairs": len(truth), "precision": precision, "recall": recall}
   if baselines:
     rng = np.random.default_rng(seed)
@@ -76,7 +83,7 @@ def measure(task: task_lib.CTRTask, seed: int, settings: autofis.AutoFISSettings
     pool = others if len(others) >= len(result.kept_pairs) else list(result.all_pairs)  # most pairs kept
     random_pairs = [pool[i] for i in rng.choice(len(pool), len(result.kept_pairs), replace=False)]
     for name, pairs in (("random", random_pairs), ("all", result.all_pairs), ("none", ())):
-      row[f"{name}_test_auc"] = autofis.retrain_with_pairs(data, settings, pairs)["test_auc"]
+      row[f"{name}_test_auc"] = retrain_with_pairs(data, settings, pairs)["test_auc"]
   return row
 
 

@@ -43,9 +43,14 @@ import ml_collections
 import numpy as np
 
 from experiments import cli
-from sfjax.data.synthetic import SyntheticCTR
-from sfjax.embedding import belady as belady_lib
-from sfjax.embedding import cache_planner, vsi
+from sfjax.data import SyntheticCTR
+from sfjax.embedding import (
+  CACHE_POLICIES,
+  CacheCapacityError,
+  CachePlanner,
+  global_row_ids,
+  simulate_belady,
+)
 
 
 def unique_id_stream(zipf: float, steps: int, batch_size: int, scale: float, seed: int):
@@ -58,15 +63,15 @@ def unique_id_stream(zipf: float, steps: int, batch_size: int, scale: float, see
                               min_rows=4, zipf_exponent=zipf, planted_dim=8, num_dense=13)
   data = SyntheticCTR(cfg, seed)
   batch, _ = data.generate("train", 0, steps * batch_size)
-  ids = vsi.global_row_ids(batch.ids, data.spec.field_offsets)
+  ids = global_row_ids(batch.ids, data.spec.field_offsets)
   uniq = [np.unique(ids[i * batch_size:(i + 1) * batch_size]) for i in range(steps)]
   return uniq, data.spec.total_rows, data.spec.num_fields
 
 
 def run_planner(uniq: list[np.ndarray], capacity: int, policy: str, lookahead: int) -> dict:
   """Counts of one planner run, per-step hits (for the steady rate) and mean ms per plan."""
-  planner = cache_planner.CachePlanner(capacity, max(b.size for b in uniq), policy=policy,
-                                       lookahead=lookahead)
+  planner = CachePlanner(capacity, max(b.size for b in uniq), policy=policy,
+                         lookahead=lookahead)
   step_hits = np.zeros((len(uniq),), np.int64)
   fills = evictions = 0
   seconds = 0.0
@@ -87,7 +92,7 @@ def planner_ms_per_batch(policy: str, timed_steps: int, unique: int = 50_000,
                          capacity: int = 1_000_000, seed: int = 0) -> float:
   """Median ms of `plan` with a full cache and ~all misses (the eviction-heavy worst case)."""
   rng = np.random.default_rng(seed)
-  planner = cache_planner.CachePlanner(capacity, unique, policy=policy, lookahead=2)
+  planner = CachePlanner(capacity, unique, policy=policy, lookahead=2)
   warm = math.ceil(capacity / unique) + 1
   times = []
   for t in range(warm + timed_steps):
@@ -113,7 +118,7 @@ def run(config: ml_collections.ConfigDict) -> dict:
   Raises:
     ConfigError: for an unknown policy.
   """
-  policies = cli.split_names(config.policies, "policies", cache_planner.POLICIES)
+  policies = cli.split_names(config.policies, "policies", CACHE_POLICIES)
   begin = time.time()
   row_bytes = (config.embed_width + config.slot_width) * 4
   steps, batch_size = config.steps, config.batch_size
@@ -138,7 +143,7 @@ def run(config: ml_collections.ConfigDict) -> dict:
       entry = {"zipf": zipf, "cache_fraction": fraction, "capacity": capacity}
       try:
         runs = {p: run_planner(uniq, capacity, p, config.lookahead) for p in policies}
-      except cache_planner.CacheCapacityError as err:
+      except CacheCapacityError as err:
         entry["error"] = str(err)
         results.append(entry)
         continue
@@ -150,7 +155,7 @@ def run(config: ml_collections.ConfigDict) -> dict:
             "d2h_bytes_per_example": per_example(planned["evictions"]),
             "evictions": planned["evictions"], "plan_ms": planned["plan_ms"],
         }
-      opt = belady_lib.belady(uniq, capacity)
+      opt = simulate_belady(uniq, capacity)
       entry["belady_hit_rate"], entry["belady_steady_hit_rate"] = _rates(opt.batch_hits, sizes)
       entry["belady_h2d_bytes_per_example"] = per_example(opt.accesses - opt.hits)
       results.append(entry)
@@ -184,7 +189,7 @@ def _print_table(results: list[dict], baselines: list[dict], timing: dict) -> No
     if "error" in r:
       print(f"{r['zipf']:>5} {r['cache_fraction']:>5} {r['error'][:100]}", file=err)
       continue
-    for policy in [p for p in cache_planner.POLICIES if p in r]:
+    for policy in [p for p in CACHE_POLICIES if p in r]:
       s = r[policy]
       print(f"{r['zipf']:>5} {r['cache_fraction']:>5} {policy:>6} {s['hit_rate']:>6.3f} "
             f"{s['steady_hit_rate']:>6.3f} {s['h2d_bytes_per_example']:>9.1f} "

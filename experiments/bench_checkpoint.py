@@ -34,9 +34,9 @@ import ml_collections
 import numpy as np
 
 from experiments import cli
-from sfjax.checkpoint import checkpointer as checkpoint
-from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
-from sfjax.train.state import TrainState
+from sfjax.checkpoint import Checkpointer, verify
+from sfjax.embedding import CHUNK_ROWS, HostTable
+from sfjax.train import TrainState
 
 SPREAD = 0x9E3779B97F4A7C15 % (1 << 61)  # odd multiplier: Zipf ranks -> spread-out row ids
 
@@ -74,7 +74,7 @@ def _state(step: int) -> TrainState:
   return TrainState(jnp.int32(step), {"w": jnp.zeros((256,))}, {"m": jnp.zeros((256,))}, None)
 
 
-def _timed_save(ckpt: checkpoint.Checkpointer, table: HostTable, step: int, previous: str | None,
+def _timed_save(ckpt: Checkpointer, table: HostTable, step: int, previous: str | None,
                 during=None) -> dict:
   """One save: stall (until `save` returns) and commit seconds; `during()` runs meanwhile."""
   table.flush()  # as Backend.sync does before a save
@@ -109,7 +109,7 @@ def run(config: ml_collections.ConfigDict) -> dict:
   rng = np.random.default_rng(0)
   written = write_backs(table, rng, config.steps)
   write_seconds = time.perf_counter() - t0
-  ckpt = checkpoint.Checkpointer(os.path.join(root, "checkpoints"), keep=2, host_table=table)
+  ckpt = Checkpointer(os.path.join(root, "checkpoints"), keep=2, host_table=table)
   full = _timed_save(ckpt, table, config.steps, None)
   since = np.unique(np.concatenate(write_backs(table, rng, config.more_steps)
                                    or [np.zeros(0, np.int64)]))
@@ -126,10 +126,10 @@ def run(config: ml_collections.ConfigDict) -> dict:
   chunk_equivalent = int(np.count_nonzero(touched)) * (width + 1 + 1) * 4
 
   t0 = time.perf_counter()
-  checkpoint.verify(incremental["path"])
+  verify(incremental["path"])
   verify_seconds = time.perf_counter() - t0
   fresh = HostTable.create_mmap(os.path.join(root, "restored"), rows, width, 1, **kw)
-  reader = checkpoint.Checkpointer(os.path.join(root, "checkpoints"), keep=2, host_table=fresh)
+  reader = Checkpointer(os.path.join(root, "checkpoints"), keep=2, host_table=fresh)
   t0 = time.perf_counter()
   restored = reader.restore(incremental["path"], _state(0))
   restore_seconds = time.perf_counter() - t0

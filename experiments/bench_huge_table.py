@@ -28,8 +28,8 @@ from absl import logging
 
 from experiments import cli
 from experiments.configs import ctr as ctr_config
-from sfjax.data import dataset as dataset_lib
-from sfjax.train import loop
+from sfjax.data import make_dataset
+from sfjax.train import build_trainer, train_and_evaluate
 
 
 def huge_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -60,9 +60,9 @@ def run(config: ml_collections.ConfigDict) -> dict:
     shutil.rmtree(config.host_path)
   t0 = time.perf_counter()
   train_config = huge_config(config)
-  data = dataset_lib.make_dataset(train_config.data, train_config.seed)
-  trainer = loop.build_trainer(train_config, data.spec)
-  final, state = loop.train_and_evaluate(train_config, dataset=data, trainer=trainer)
+  data = make_dataset(train_config.data, train_config.seed)
+  trainer = build_trainer(train_config, data.spec)
+  final, state = train_and_evaluate(train_config, dataset=data, trainer=trainer)
   wall = time.perf_counter() - t0
   backend = trainer.backend
   state_bytes = sum(x.nbytes for x in jax.tree.leaves(state))

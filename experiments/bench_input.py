@@ -40,9 +40,8 @@ import ml_collections
 
 from experiments import cli
 from experiments.configs import ctr as ctr_config
-from sfjax.core.errors import ConfigError
-from sfjax.data import dataset as dataset_lib
-from sfjax.data import preprocessed, synthetic
+from sfjax.core import ConfigError
+from sfjax.data import SyntheticCTR, make_dataset, preprocess_files
 
 
 def _data_config(root: str, hash_rows: int):
@@ -75,7 +74,7 @@ def _epochs(split, batch_size: int):
 def write_text(root: str, rows: int, eval_rows: int) -> float:
   """Writes train.tsv / eval.tsv; returns the seconds it took."""
   start = time.perf_counter()
-  gen = synthetic.SyntheticCTR(ctr_config.get_config().data.synthetic, seed=0)
+  gen = SyntheticCTR(ctr_config.get_config().data.synthetic, seed=0)
   gen.write_criteo(os.path.join(root, "train.tsv"), "train", rows)
   gen.write_criteo(os.path.join(root, "eval.tsv"), "eval", eval_rows)
   return time.perf_counter() - start
@@ -86,12 +85,12 @@ def measure(config: ml_collections.ConfigDict, root: str) -> dict:
   batch = config.batch_size
   write_seconds = write_text(root, config.rows, config.eval_rows)
   data_cfg = _data_config(root, config.hash_rows)
-  text = dataset_lib.make_dataset(data_cfg, seed=0)
+  text = make_dataset(data_cfg, seed=0)
   text_rate = _rate(lambda: text.train_batches(batch, seed=0), config.rows // batch * batch)
 
   out_dir = os.path.join(root, "preprocessed")
   start = time.perf_counter()
-  meta = preprocessed.preprocess_files(data_cfg, out_dir, config.rows_per_shard)
+  meta = preprocess_files(data_cfg, out_dir, config.rows_per_shard)
   preprocess_seconds = time.perf_counter() - start
 
   pre_cfg = ctr_config.get_config().data
@@ -100,12 +99,12 @@ def measure(config: ml_collections.ConfigDict, root: str) -> dict:
   runs = {"reader": [], "plain": [], "shuffled": []}
   for _ in range(config.repeats):
     pre_cfg.shuffle_buffer = 0
-    plain = dataset_lib.make_dataset(pre_cfg, seed=0)
+    plain = make_dataset(pre_cfg, seed=0)
     epochs = functools.partial(_epochs, plain.split("train"), batch)
     runs["reader"].append(_rate(epochs, num_examples))
     runs["plain"].append(_rate(functools.partial(plain.train_batches, batch, seed=0), num_examples))
     pre_cfg.shuffle_buffer = config.shuffle_buffer
-    shuffled = dataset_lib.make_dataset(pre_cfg, seed=0)
+    shuffled = make_dataset(pre_cfg, seed=0)
     runs["shuffled"].append(_rate(functools.partial(shuffled.train_batches, batch, seed=0),
                                   num_examples))
 

@@ -62,11 +62,11 @@ from jax.sharding import PartitionSpec as P
 
 from experiments import cli
 from experiments.configs import ctr
-from sfjax.core.errors import ConfigError
-from sfjax.data import dataset as dataset_lib
-from sfjax.embedding import pipeline
-from sfjax.parallel import collectives
-from sfjax.train import loop, runner
+from sfjax.core import ConfigError
+from sfjax.data import make_dataset
+from sfjax.embedding import bucket_for, device_bytes, swap_buckets
+from sfjax.parallel import collective_bytes
+from sfjax.train import build_trainer, run_steps
 
 
 def _use_fake_cpu_devices(count: int) -> None:
@@ -99,7 +99,7 @@ def exchange_bytes(mesh, steps: list[dict], unique_capacity: int, width: int) ->
   shapes: owner blocks (all_gather + psum_scatter, what the trainer runs) versus an
   owner-masked gather + psum lookup and an all-reduced `[U, E]` gradient."""
   d = mesh.size
-  unique_buckets = pipeline.swap_buckets(unique_capacity)
+  unique_buckets = swap_buckets(unique_capacity)
   spec = P("data")
 
   def psum_exchange(u):
@@ -121,11 +121,11 @@ def exchange_bytes(mesh, steps: list[dict], unique_capacity: int, width: int) ->
     if (kind, size) not in cache:
       f, shapes = (psum_exchange if kind == "psum" else blocked_exchange)(size)
       text = jax.jit(f).lower(*shapes).compile().as_text()
-      cache[(kind, size)] = collectives.collective_bytes(text, d)["ring_bytes"]
+      cache[(kind, size)] = collective_bytes(text, d)["ring_bytes"]
     return cache[(kind, size)]
 
   blocked = [ring("blocked", s["rows"].size // d) for s in steps]
-  psum = [ring("psum", pipeline.bucket_for(s["unique"], unique_buckets)) for s in steps]
+  psum = [ring("psum", bucket_for(s["unique"], unique_buckets)) for s in steps]
   return {"owner_blocks_allgather_reducescatter_ring_bytes_per_step": float(np.mean(blocked)),
           "psum_lookup_allreduce_grad_ring_bytes_per_step": float(np.mean(psum))}
 
@@ -135,8 +135,8 @@ def run_config(bench: ml_collections.ConfigDict, num_devices: int, sharding: str
   """Trains one configuration; returns its figures and (losses, host table values)."""
   config = train_config(bench, num_devices, sharding)
   config.embedding.cache_rows = float(cache_rows)
-  data = dataset_lib.make_dataset(config.data, config.seed)
-  trainer = loop.build_trainer(config, data.spec)
+  data = make_dataset(config.data, config.seed)
+  trainer = build_trainer(config, data.spec)
   backend = trainer.backend
   backend.bucket_unique = vsi
   first_inputs, steps = {}, []  # program key -> its first inputs; per consumed step: figures
@@ -146,18 +146,18 @@ def run_config(bench: ml_collections.ConfigDict, num_devices: int, sharding: str
       key = f"U{x.batch.rows.shape[0]}/F{x.swap.fill_slots.shape[-1]}"
       first_inputs.setdefault(key, x)
       steps.append({"key": key, "rows": np.asarray(x.batch.rows),
-                    "put_bytes": pipeline.device_bytes((x.batch, x.swap)),
+                    "put_bytes": device_bytes((x.batch, x.swap)),
                     "fills": x.plan.num_fills, "hits": x.plan.hits, "unique": x.plan.num_unique})
       yield x
 
   inputs = backend.train_inputs(data.train_batches(config.train.batch_size, config.seed))
   try:
     t = time.perf_counter()
-    state, window = runner.run_steps(trainer.run_step, trainer.state, recorded(inputs), 1,
-                                     config.train.steps, config.train.batch_size)
+    state, window = run_steps(trainer.run_step, trainer.state, recorded(inputs), 1,
+                              config.train.steps, config.train.batch_size)
     wall = time.perf_counter() - t
     per_shape = {
-        key: collectives.collective_bytes(
+        key: collective_bytes(
             trainer.run_step.jitted.lower(state, x.batch, x.swap).compile().as_text(), num_devices)
         for key, x in first_inputs.items()}
     backend.sync(state)
@@ -206,7 +206,7 @@ def run(config: ml_collections.ConfigDict) -> dict:
   _use_fake_cpu_devices(max(devices))
 
   available = jax.local_device_count()
-  spec = dataset_lib.make_dataset(train_config(config, 1, "replicated").data, 0).spec
+  spec = make_dataset(train_config(config, 1, "replicated").data, 0).spec
   cache_rows = config.cache_rows or 2 * config.batch_size * spec.num_fields
   results, skipped, baseline = [], [], None
   for vsi in [v == "on" for v in vsi_settings]:

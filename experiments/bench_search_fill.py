@@ -43,9 +43,9 @@ import ml_collections
 from experiments import cli
 from search_spaces import blocks as blocks_space
 from search_spaces import ctr as ctr_space
-from sfjax.cohorts import cohort_runner
-from sfjax.core.errors import ConfigError
-from sfjax.ctr_search import search_loop
+from sfjax.cohorts import cohort_program
+from sfjax.core import ConfigError
+from sfjax.ctr_search import run_search
 
 MODES = {"ragged": (True, True), "exact": (True, False), "free": (False, False)}
 SPACES = {"ctr": ctr_space.SEARCH_SPACE, "blocks": blocks_space.BLOCK_SEARCH_SPACE}
@@ -57,13 +57,13 @@ def measure(search_config, modes: Sequence[str], space: str = "ctr") -> dict[str
   out = {}
   for mode in modes:
     # Every mode compiles its own programs: none reuses another mode's executables.
-    cohort_runner.cohort_program.cache_clear()
+    cohort_program.cache_clear()
     jax.clear_caches()
     c = search_config.copy_and_resolve_references()
     c.study.fill_cohorts, c.study.ragged_cohorts = MODES[mode]
     with tempfile.TemporaryDirectory(prefix=f"bench_search_fill_{mode}_") as workdir:
       t0 = time.perf_counter()
-      summary = search_loop.run_search(c, workdir, SPACES[space])
+      summary = run_search(c, workdir, SPACES[space])
       seconds = time.perf_counter() - t0
     best = summary["best_metrics"] or {}
     out[mode] = {"mean_cohort_width": summary["mean_cohort_width"],

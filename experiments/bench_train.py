@@ -50,11 +50,32 @@ import numpy as np
 from experiments import cli
 from experiments import floor_deepfm as floor_lib
 from experiments.configs import ctr as ctr_config
-from sfjax.core.errors import ConfigError
-from sfjax.data import synthetic, types
-from sfjax.embedding import device_table, row_optimizers, vsi
-from sfjax.train import backends, loop, optimizers, runner
-from sfjax.train import step as step_lib
+from sfjax.core import ConfigError
+from sfjax.data import (
+  Batch,
+  DatasetSpec,
+  FieldSpec,
+  bounded_power_law_ranks,
+  make_batch,
+  make_row_sampler,
+)
+from sfjax.embedding import (
+  ROW_OPTIMIZERS,
+  TableState,
+  gather_rows,
+  prepare_batch,
+  row_optimizer_from_config,
+  scatter_rows,
+)
+from sfjax.train import (
+  BACKENDS,
+  Trainer,
+  build_trainer,
+  dense_optimizer_from_config,
+  forward_logits,
+  loss_and_grads,
+  run_steps,
+)
 
 FLOOR_BATCHES = 64  # distinct batches the floor cycles through (on device)
 
@@ -74,18 +95,18 @@ def workload_config(config: ml_collections.ConfigDict, backend: str,
   return c
 
 
-def power_law_batches(spec: types.DatasetSpec, batch_size: int, count: int, zipf: float,
-                      seed: int = 0) -> list[types.Batch]:
+def power_law_batches(spec: DatasetSpec, batch_size: int, count: int, zipf: float,
+                      seed: int = 0) -> list[Batch]:
   """`count` host batches with Zipf ids (hot ids scattered by a per-field bijection)."""
-  sampler = synthetic.make_row_sampler(seed, spec.field_rows, zipf, 13)
+  sampler = make_row_sampler(seed, spec.field_rows, zipf, 13)
   rng = np.random.default_rng(seed)
   out = []
   for _ in range(count):
     u = rng.random((batch_size, spec.num_fields))
-    ranks = synthetic.bounded_power_law_ranks(u, sampler.field_rows, zipf)
+    ranks = bounded_power_law_ranks(u, sampler.field_rows, zipf)
     ids = (ranks * sampler.perm_mul + sampler.perm_add) % sampler.field_rows
     dense = np.log1p(rng.integers(0, 100, (batch_size, 13)))
-    out.append(types.make_batch(ids, dense, rng.integers(0, 2, batch_size)))
+    out.append(make_batch(ids, dense, rng.integers(0, 2, batch_size)))
   return out
 
 
@@ -99,16 +120,16 @@ def _time(fn, *args, reps=10):
   return statistics.median(times)
 
 
-def profile_phases(trainer: loop.Trainer, tx, row_opt, state, db) -> dict[str, float]:
+def profile_phases(trainer: Trainer, tx, row_opt, state, db) -> dict[str, float]:
   """Median milliseconds of each phase of the step, each jitted on its own."""
   gd = trainer.graphdef
-  gather = jax.jit(device_table.gather_rows)
+  gather = jax.jit(gather_rows)
   uniq = gather(state.table, db.rows)
-  fwd = jax.jit(lambda p, v, b: step_lib.forward_logits(gd, p, v, b))
-  fwd_bwd = jax.jit(lambda p, v, b: step_lib.loss_and_grads(gd, p, v, b, 0.0))
+  fwd = jax.jit(lambda p, v, b: forward_logits(gd, p, v, b))
+  fwd_bwd = jax.jit(lambda p, v, b: loss_and_grads(gd, p, v, b, 0.0))
   (_, _), (pg, rg) = fwd_bwd(state.params, uniq.values, db)
-  row_update = jax.jit(lambda t, r, u, g: device_table.scatter_rows(
-      t, r, device_table.TableState(*row_opt.update(u.values, u.opt_slots, g, jnp.int32(1)))),
+  row_update = jax.jit(lambda t, r, u, g: scatter_rows(
+      t, r, TableState(*row_opt.update(u.values, u.opt_slots, g, jnp.int32(1)))),
                        donate_argnums=0)
   dense_update = jax.jit(lambda g, s, p: tx.update(g, s, p))
   table = jax.tree.map(jnp.copy, state.table)
@@ -127,8 +148,8 @@ def profile_phases(trainer: loop.Trainer, tx, row_opt, state, db) -> dict[str, f
   return {k: v * 1e3 for k, v in ms.items()}
 
 
-def unique_capacity(config: ml_collections.ConfigDict, spec: types.DatasetSpec,
-                    batches: list[types.Batch]) -> int:
+def unique_capacity(config: ml_collections.ConfigDict, spec: DatasetSpec,
+                    batches: list[Batch]) -> int:
   """`config.unique_capacity`, or the batches' largest unique-id count rounded up to 256."""
   if config.unique_capacity:
     return config.unique_capacity
@@ -136,11 +157,11 @@ def unique_capacity(config: ml_collections.ConfigDict, spec: types.DatasetSpec,
   return -(-most // 256) * 256
 
 
-def run_backend(bench: ml_collections.ConfigDict, backend: str, spec: types.DatasetSpec,
-                batches: list[types.Batch], capacity: int) -> dict:
+def run_backend(bench: ml_collections.ConfigDict, backend: str, spec: DatasetSpec,
+                batches: list[Batch], capacity: int) -> dict:
   """One backend's figures: compile, waited (device-bound) window, pipelined window."""
   config = workload_config(bench, backend, capacity)
-  trainer = loop.build_trainer(config, spec)
+  trainer = build_trainer(config, spec)
   backend_obj = trainer.backend
   steps, warmup, batch = bench.steps, bench.warmup, bench.batch_size
 
@@ -156,9 +177,9 @@ def run_backend(bench: ml_collections.ConfigDict, backend: str, spec: types.Data
   try:
     # Step 1 compiles; the warm-up and the first timed window wait for every step
     # (device-bound step time), the second runs pipelined as the trainer does.
-    state, _ = runner.run_steps(trainer.run_step, state, inputs, 1, 1, batch)
+    state, _ = run_steps(trainer.run_step, state, inputs, 1, 1, batch)
     t_compile = time.perf_counter() - t_compile
-    state, _ = runner.run_steps(trainer.run_step, state, inputs, 2, 1 + warmup, batch)
+    state, _ = run_steps(trainer.run_step, state, inputs, 2, 1 + warmup, batch)
     timed_inputs = inputs
     if backend == "device":
       # Device-bound: the window's batches are prepared before it starts, and the loader
@@ -166,11 +187,11 @@ def run_backend(bench: ml_collections.ConfigDict, backend: str, spec: types.Data
       # (as in the plain-JAX floor). Cache steps must be planned in order, lookahead ahead.
       timed_inputs = iter([next(inputs) for _ in range(steps)])
       time.sleep(0.5)
-    state, timed = runner.run_steps(trainer.run_step, state, timed_inputs, 2 + warmup,
-                                    1 + warmup + steps, batch, wait_each_step=True)
+    state, timed = run_steps(trainer.run_step, state, timed_inputs, 2 + warmup,
+                             1 + warmup + steps, batch, wait_each_step=True)
     before = dict(backend_obj.stats())
-    state, piped = runner.run_steps(trainer.run_step, state, inputs, 2 + warmup + steps,
-                                    1 + warmup + 2 * steps, batch)
+    state, piped = run_steps(trainer.run_step, state, inputs, 2 + warmup + steps,
+                             1 + warmup + 2 * steps, batch)
     after = dict(backend_obj.stats())
     backend_obj.sync(state)
   finally:
@@ -178,7 +199,7 @@ def run_backend(bench: ml_collections.ConfigDict, backend: str, spec: types.Data
     backend_obj.close()
   median = statistics.median(timed.step_seconds)
   width = trainer.width
-  row_opt = row_optimizers.from_config(config.embedding)
+  row_opt = row_optimizer_from_config(config.embedding)
   result = {
       "backend": backend, "examples_per_sec": piped.examples_per_sec,
       "device_step_ms": median * 1e3, "device_examples_per_sec": batch / median,
@@ -191,7 +212,7 @@ def run_backend(bench: ml_collections.ConfigDict, backend: str, spec: types.Data
     result["cache"] = cache_figures(before, after, backend_obj.num_slots, spec.total_rows)
   if bench.profile and backend == "device":
     db = jax.device_put(backend_obj.prepare_eval(batches[0]))
-    result["profile"] = profile_phases(trainer, optimizers.from_config(config.optimizer),
+    result["profile"] = profile_phases(trainer, dense_optimizer_from_config(config.optimizer),
                                        row_opt, state, db)
   return result
 
@@ -226,12 +247,12 @@ class FloorPair(NamedTuple):
   floor_batches: list
 
 
-def make_floor_pair(config: ml_collections.ConfigDict, spec: types.DatasetSpec,
-                    batches: list[types.Batch], capacity: int) -> FloorPair:
+def make_floor_pair(config: ml_collections.ConfigDict, spec: DatasetSpec,
+                    batches: list[Batch], capacity: int) -> FloorPair:
   """Our device-backend trainer and the plain-JAX floor on the same batches and capacity."""
-  trainer = loop.build_trainer(workload_config(config, "device", capacity), spec)
+  trainer = build_trainer(workload_config(config, "device", capacity), spec)
   backend = trainer.backend
-  ours = [jax.device_put(vsi.prepare_batch(b, spec.field_offsets, capacity, spec.total_rows)[0],
+  ours = [jax.device_put(prepare_batch(b, spec.field_offsets, capacity, spec.total_rows)[0],
                          backend.batch_sharding) for b in batches[:config.steps]]
   offsets = spec.field_offsets[None, :]
   floor_batches = [jax.device_put(floor_lib.floor_batch(b.ids + offsets, b.dense, b.labels,
@@ -286,15 +307,15 @@ def validate(config: ml_collections.ConfigDict) -> list[str]:
   Raises:
     ConfigError: naming the field of an unknown backend or row optimizer, or a count < 1.
   """
-  for field, known in (("backend", (*backends.BACKENDS, "both")),
-                       ("embedding_optimizer", tuple(row_optimizers.ROW_OPTIMIZERS))):
+  for field, known in (("backend", (*BACKENDS, "both")),
+                       ("embedding_optimizer", tuple(ROW_OPTIMIZERS))):
     if config[field] not in known:
       raise ConfigError(f"config field {field}: unknown {config[field]!r} "
                         f"(known: {', '.join(known)})")
   for field in ("steps", "repeats", "batch_size", "num_fields", "rows_per_field"):
     if config[field] < 1:
       raise ConfigError(f"config field {field}: must be >= 1, got {config[field]}")
-  return list(backends.BACKENDS) if config.backend == "both" else [config.backend]
+  return list(BACKENDS) if config.backend == "both" else [config.backend]
 
 
 def run(config: ml_collections.ConfigDict) -> dict:
@@ -304,8 +325,8 @@ def run(config: ml_collections.ConfigDict) -> dict:
     ConfigError: see `validate`.
   """
   names = validate(config)
-  spec = types.DatasetSpec(
-      tuple(types.FieldSpec(f"C{i + 1}", config.rows_per_field) for i in range(config.num_fields)),
+  spec = DatasetSpec(
+      tuple(FieldSpec(f"C{i + 1}", config.rows_per_field) for i in range(config.num_fields)),
       13)
   total_steps = 1 + config.warmup + 2 * config.steps
   pool = config.distinct_batches or total_steps

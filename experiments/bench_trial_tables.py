@@ -38,24 +38,23 @@ import numpy as np
 
 from experiments import cli
 from experiments.configs import ctr as ctr_config
-from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import cohort_runner
-from sfjax.cohorts import task as task_lib
-from sfjax.core.errors import ConfigError
+from sfjax.cohorts import CohortRunner, CTRTask, TrialData, split_config
+from sfjax.core import ConfigError
+from sfjax.data import make_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARCH = {"model.name": "deepfm", "model.embed_dim": 8, "model.mlp.depth": 1, "model.mlp.width": 16}
 BYTES_PER_ENTRY = 4 * 3  # float32, x3: the stacked input, the program's state, the host copy
 
 
-def make_task(config: ml_collections.ConfigDict, scale: float, compact: bool) -> task_lib.CTRTask:
+def make_task(config: ml_collections.ConfigDict, scale: float, compact: bool) -> CTRTask:
   """The synthetic task of one point."""
   d = ctr_config.get_config().data
   d.synthetic.cardinality_scale = scale
   d.synthetic.num_train, d.synthetic.num_eval = 200_000, 8192
-  return task_lib.CTRTask(d, batch_size=config.batch_size, eval_rows=config.eval_rows,
-                          steps_per_budget_unit=config.steps, eval_batch_size=1024,
-                          max_steps=config.steps, compact_rows=compact)
+  return CTRTask(d, batch_size=config.batch_size, eval_rows=config.eval_rows,
+                 steps_per_budget_unit=config.steps, eval_batch_size=1024,
+                 max_steps=config.steps, compact_rows=compact)
 
 
 def available_bytes() -> int:
@@ -72,15 +71,14 @@ def available_bytes() -> int:
 
 def table_rows(scale: float) -> int:
   """V of the synthetic data set at `scale` (from its spec; no rows generated)."""
-  from sfjax.data import dataset as dataset_lib  # pylint: disable=g-import-not-at-top
   d = ctr_config.get_config().data
   d.synthetic.cardinality_scale = scale
-  return int(dataset_lib.make_dataset(d, 0).spec.total_rows)
+  return int(make_dataset(d, 0).spec.total_rows)
 
 
 def estimate_bytes(rows: int, trials: int) -> int:
   """Table bytes of a cohort: trials x rows x (E + slots) entries, with copies."""
-  arch = arch_lib.split_config(ARCH)[0]
+  arch = split_config(ARCH)[0]
   width = arch.embedding_width
   return int(trials) * int(rows) * 2 * width * BYTES_PER_ENTRY  # adagrad: one slot per value
 
@@ -89,9 +87,9 @@ def run_point(config: ml_collections.ConfigDict, scale: float, compact: bool) ->
   """Builds the data and trains `config.trials` fresh trials as one cohort (this process)."""
   trials = config.trials
   t = time.perf_counter()
-  data = task_lib.TrialData(make_task(config, scale, compact))
-  arch = arch_lib.split_config(ARCH)[0]
-  runner = cohort_runner.CohortRunner(data.task, cohort_width=trials, data=data)
+  data = TrialData(make_task(config, scale, compact))
+  arch = split_config(ARCH)[0]
+  runner = CohortRunner(data.task, cohort_width=trials, data=data)
   lrs = np.geomspace(0.003, 0.3, trials)
   results = runner.run(arch, [{"optim.embedding_lr": float(lr)} for lr in lrs], list(range(trials)),
                        [0] * trials, config.steps, [None] * trials)
@@ -158,7 +156,7 @@ def run(config: ml_collections.ConfigDict) -> dict:
     ran = [p for p in points if p["compact_rows"] == compact and p["ran"] and not p["failed"]]
     largest[name] = max((p["full_rows"] for p in ran), default=0)
   return {"benchmark": "bench_trial_tables", "trials": config.trials, "steps": config.steps,
-          "arch": arch_lib.split_config(ARCH)[0].describe(),
+          "arch": split_config(ARCH)[0].describe(),
           "available_gb": available_bytes() / 2**30, "points": points,
           "largest_table_rows": largest}
 

@@ -44,20 +44,28 @@ from experiments.configs import ctr as ctr_config
 from experiments.configs import search_ctr
 from search_spaces import ctr as ctr_space
 from sfjax.automl.algorithms import TrialStatus
-from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import buckets, cohort_runner
-from sfjax.cohorts import task as task_lib
-from sfjax.core.errors import ConfigError
+from sfjax.cohorts import (
+  STATIC_KEYS,
+  CohortRunner,
+  CTRTask,
+  TrialData,
+  bucket_key,
+  count_params,
+  fixed_config_keys,
+  split_config,
+  trial_mesh,
+)
+from sfjax.core import ConfigError
 
 
-def make_task(config: ml_collections.ConfigDict) -> task_lib.CTRTask:
+def make_task(config: ml_collections.ConfigDict) -> CTRTask:
   """The benchmark's CTR task (synthetic Criteo-like data, ctr.py defaults otherwise)."""
   data = ctr_config.get_config().data
   data.synthetic.cardinality_scale = config.cardinality_scale
   data.synthetic.num_eval = max(config.eval_rows, 1)
-  return task_lib.CTRTask(data, batch_size=config.batch_size, eval_rows=config.eval_rows,
-                          steps_per_budget_unit=config.steps,
-                          eval_batch_size=min(config.eval_rows, 2048), max_steps=config.steps)
+  return CTRTask(data, batch_size=config.batch_size, eval_rows=config.eval_rows,
+                 steps_per_budget_unit=config.steps,
+                 eval_batch_size=min(config.eval_rows, 2048), max_steps=config.steps)
 
 
 def trial_hparams(count: int) -> list[dict[str, float]]:
@@ -67,7 +75,7 @@ def trial_hparams(count: int) -> list[dict[str, float]]:
           for f in frac]
 
 
-def timed_run(runner: cohort_runner.CohortRunner, arch, hparams, seeds):
+def timed_run(runner: CohortRunner, arch, hparams, seeds):
   """(results, seconds) of one `runner.run` of fresh trials over the task's steps."""
   t = time.perf_counter()
   results = runner.run(arch, hparams, seeds, [0] * len(seeds), runner.task.max_steps,
@@ -75,13 +83,13 @@ def timed_run(runner: cohort_runner.CohortRunner, arch, hparams, seeds):
   return results, time.perf_counter() - t
 
 
-def measure(data: task_lib.TrialData, arch, count: int, mesh) -> dict[str, float]:
+def measure(data: TrialData, arch, count: int, mesh) -> dict[str, float]:
   """Cohort vs sequential figures for `count` trials."""
   hparams, seeds = trial_hparams(count), list(range(count))
-  together = cohort_runner.CohortRunner(data.task, cohort_width=count, mesh=mesh, data=data)
+  together = CohortRunner(data.task, cohort_width=count, mesh=mesh, data=data)
   _, compile_s = timed_run(together, arch, hparams, seeds)  # compiles (and runs) once
   cohort_results, cohort_s = timed_run(together, arch, hparams, seeds)
-  alone = cohort_runner.CohortRunner(data.task, cohort_width=1, data=data)
+  alone = CohortRunner(data.task, cohort_width=1, data=data)
   timed_run(alone, arch, hparams[:1], seeds[:1])  # compiles the width-1 program (once per process)
   seq_s, seq_results = 0.0, []
   for h, s in zip(hparams, seeds, strict=True):
@@ -107,18 +115,18 @@ def joint_draws(space, count: int, batch: int, fill: bool, rng) -> list:
   is free, the others are drawn from `space.fixing` its shape-bucket keys
   (`buckets.fixed_config_keys`).
   """
-  keys = [k for k in space.keys if k in arch_lib.STATIC_KEYS] if fill else []
+  keys = [k for k in space.keys if k in STATIC_KEYS] if fill else []
   draws = []
   while len(draws) < count:
     first = space.sample(rng)
-    fixed = space.fixing({k: first[k] for k in buckets.fixed_config_keys(first, keys)
+    fixed = space.fixing({k: first[k] for k in fixed_config_keys(first, keys)
                           if k in first}) if keys else space
     size = min(batch, count - len(draws))
     draws += [first] + [fixed.sample(rng) for _ in range(size - 1)]
-  return [arch_lib.split_config(ctr_space.runner_config(c)) for c in draws]
+  return [split_config(ctr_space.runner_config(c)) for c in draws]
 
 
-def measure_joint(data: task_lib.TrialData, count: int, batch: int, fill: bool = True,
+def measure_joint(data: TrialData, count: int, batch: int, fill: bool = True,
                   seed: int = 0) -> dict:
   """`count` random trials of the default joint space: cohorts per round vs one at a time.
 
@@ -132,13 +140,13 @@ def measure_joint(data: task_lib.TrialData, count: int, batch: int, fill: bool =
   trials = joint_draws(space, count, batch, fill, np.random.default_rng(seed))
   rounds = [list(range(i, min(i + batch, count))) for i in range(0, count, batch)]
   jax.clear_caches()  # each path pays its own compiles, as a search does
-  together = cohort_runner.CohortRunner(data.task, cohort_width=batch, data=data)
+  together = CohortRunner(data.task, cohort_width=batch, data=data)
   widths, auc = [], np.full(count, np.nan)
   t = time.perf_counter()
   for members in rounds:
     groups: dict = {}
     for j in members:
-      groups.setdefault(buckets.bucket_key(trials[j][0]), []).append(j)
+      groups.setdefault(bucket_key(trials[j][0]), []).append(j)
     for group in groups.values():
       widths.append(len(group))
       results, _ = timed_run(together, [trials[j][0] for j in group],
@@ -146,7 +154,7 @@ def measure_joint(data: task_lib.TrialData, count: int, batch: int, fill: bool =
       auc[group] = [r.metrics["auc"] for r in results]
   cohort_s = time.perf_counter() - t
   jax.clear_caches()
-  alone = cohort_runner.CohortRunner(data.task, cohort_width=1, data=data)
+  alone = CohortRunner(data.task, cohort_width=1, data=data)
   seq_auc = np.full(count, np.nan)
   t = time.perf_counter()
   for j, (arch, hparams) in enumerate(trials):
@@ -155,7 +163,7 @@ def measure_joint(data: task_lib.TrialData, count: int, batch: int, fill: bool =
   both = np.isfinite(auc) & np.isfinite(seq_auc)
   return {"trials": count, "batch": batch, "fill": bool(fill), "families": space_cfg.families,
           "architectures": len({arch for arch, _ in trials}),
-          "buckets": len({buckets.bucket_key(arch) for arch, _ in trials}), "cohorts": len(widths),
+          "buckets": len({bucket_key(arch) for arch, _ in trials}), "cohorts": len(widths),
           "mean_cohort_width": float(np.mean(widths)), "max_cohort_width": int(max(widths)),
           "cohort_seconds": cohort_s, "sequential_seconds": seq_s,
           "cohort_trials_per_hour": count * 3600.0 / cohort_s,
@@ -174,14 +182,14 @@ def run(config: ml_collections.ConfigDict) -> dict:
   widths = [int(w) for w in config.widths]
   if not widths or min(widths) < 1:
     raise ConfigError(f"config field widths: must list positive integers, got {config.widths}")
-  arch = arch_lib.split_config({
+  arch = split_config({
       "model.name": config.model, "model.embed_dim": config.embed_dim,
       "model.mlp.depth": config.mlp_depth, "model.mlp.width": config.mlp_width,
       "optim.embedding_optimizer": config.embedding_optimizer})[0]
   t = time.perf_counter()
-  data = task_lib.TrialData(make_task(config))
+  data = TrialData(make_task(config))
   data_s = time.perf_counter() - t
-  mesh = cohort_runner.trial_mesh() if config.shard_trials else None
+  mesh = trial_mesh() if config.shard_trials else None
   rows = []
   for count in widths:
     rows.append(measure(data, arch, count, mesh))
@@ -190,7 +198,7 @@ def run(config: ml_collections.ConfigDict) -> dict:
       "benchmark": "bench_trials", "arch": arch.describe(), "steps_per_trial": config.steps,
       "batch_size": config.batch_size, "table_rows": data.num_rows,
       "eval_examples": data.num_eval_examples,
-      "params_per_trial": arch_lib.count_params(arch, data.spec), "data_prep_s": data_s,
+      "params_per_trial": count_params(arch, data.spec), "data_prep_s": data_s,
       "platform": jax.devices()[0].platform, "device_kind": jax.devices()[0].device_kind,
       "devices": jax.device_count(), "shard_trials": config.shard_trials, "results": rows,
   }

@@ -18,7 +18,7 @@ from absl import app
 from ml_collections import config_flags
 
 from experiments import report
-from sfjax.core.errors import ConfigError
+from sfjax.core import ConfigError
 
 CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 

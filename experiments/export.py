@@ -10,14 +10,14 @@ import json
 
 from absl import app, flags, logging
 
-from sfjax.checkpoint import export
+from sfjax.checkpoint import export_checkpoint
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.INFO)
-  manifest = export.export_checkpoint(_WORKDIR.value, _OUT.value, _CHECKPOINT.value or None)
+  manifest = export_checkpoint(_WORKDIR.value, _OUT.value, _CHECKPOINT.value or None)
   summary = {k: manifest[k] for k in ("step", "checkpoint", "num_rows", "width", "slot_width",
                                       "field_names", "field_offsets")}
   summary.update(out=_OUT.value, mapping=manifest["mapping"]["kind"],

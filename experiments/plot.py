@@ -10,13 +10,13 @@ import json
 
 from absl import app, flags
 
-from sfjax.viz import workdir_plots
+from sfjax.viz import write_plots
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  written = workdir_plots.write_plots(_WORKDIR.value)
+  written = write_plots(_WORKDIR.value)
   if not written:
     raise app.UsageError(f"{_WORKDIR.value}: no metrics.jsonl, trials.jsonl or report.json "
                          "to plot")

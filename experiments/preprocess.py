@@ -17,7 +17,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from experiments import report
-from sfjax.data import preprocessed
+from sfjax.data import DEFAULT_ROWS_PER_SHARD, preprocess_files
 
 
 def main(argv):
@@ -25,8 +25,8 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.INFO)
   start = time.perf_counter()
-  meta = preprocessed.preprocess_files(_CONFIG.value.data, _OUT.value, _ROWS_PER_SHARD.value,
-                                       _OVERWRITE.value)
+  meta = preprocess_files(_CONFIG.value.data, _OUT.value, _ROWS_PER_SHARD.value,
+                          _OVERWRITE.value)
   seconds = time.perf_counter() - start
   lines = sum(s["num_examples"] + s["bad_lines"] for s in meta["splits"].values())
   report.emit_json_line({"out": _OUT.value, "source_format": meta["source"]["format"],
@@ -41,7 +41,7 @@ if __name__ == "__main__":
   _CONFIG = config_flags.DEFINE_config_file("config", None, "Python config file (ml_collections).",
                                             lock_config=True)
   _OUT = flags.DEFINE_string("out", None, "Output directory DIR (must be new or empty).")
-  _ROWS_PER_SHARD = flags.DEFINE_integer("rows_per_shard", preprocessed.DEFAULT_ROWS_PER_SHARD,
+  _ROWS_PER_SHARD = flags.DEFINE_integer("rows_per_shard", DEFAULT_ROWS_PER_SHARD,
                                          "Examples per shard file.")
   _OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace an earlier preprocessing in DIR.")
   flags.mark_flags_as_required(["config", "out"])

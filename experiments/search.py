@@ -3,7 +3,9 @@
   python -m experiments.search --config=experiments/configs/search_ctr.py --workdir=DIR
 
 Any config field can be overridden, e.g. `--config.study.algorithm=tpe
---config.study.num_trials=32 --config.study.cohort_width=4 --config.seed=1`.
+--config.study.num_trials=32 --config.study.cohort_width=4 --config.seed=1`; an
+algorithm's settings are in its block (`--config.study.tpe.n_startup_trials=4`,
+`--config.study.asha.eta=2`: a flat `--config.study.eta` is refused, naming the block).
 Multi-objective: `--config.study.algorithm=nsga2 --config.study.objectives=auc:max,params:min`
 (or motpe; best.json then holds the Pareto front per budget). Across processes or
 machines: `--config.study.executor=dask` (a local cluster of `study.dask_workers`
@@ -22,8 +24,8 @@ from ml_collections import config_flags
 
 from search_spaces import ctr as ctr_space
 from sfjax.automl.study import JournalLockedError, StudyError
-from sfjax.core import console
-from sfjax.ctr_search import search_loop
+from sfjax.core import set_up_console
+from sfjax.ctr_search import SearchConfigError, check_flag_overrides, run_search
 
 
 def _finite(value):
@@ -38,17 +40,28 @@ def _finite(value):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  console.set_up(logging.INFO)  # our progress lines; orbax and jax INFO chatter off
+  set_up_console(logging.INFO)  # our progress lines; orbax and jax INFO chatter off
   try:
-    summary = search_loop.run_search(_CONFIG.value, _WORKDIR.value, ctr_space.SEARCH_SPACE)
-  except (search_loop.SearchConfigError, StudyError, JournalLockedError, ConnectionError) as e:
+    summary = run_search(_CONFIG.value, _WORKDIR.value, ctr_space.SEARCH_SPACE)
+  except (SearchConfigError, StudyError, JournalLockedError, ConnectionError) as e:
     sys.stderr.write(f"error: {e}\n")
     sys.exit(2)
   sys.stdout.write(json.dumps(_finite(summary), sort_keys=True, allow_nan=False) + "\n")
   sys.stdout.flush()
 
 
+def refuse_flat_settings(argv) -> None:
+  """Exits (status 2, one line) on a flat algorithm setting such as `--config.study.eta`,
+  before the flags are parsed (ml_collections would stop with a traceback)."""
+  try:
+    check_flag_overrides(argv)
+  except SearchConfigError as e:
+    sys.stderr.write(f"error: {e}\n")
+    sys.exit(2)
+
+
 if __name__ == "__main__":
+  refuse_flat_settings(sys.argv)
   # Flags are defined only when run as a script, so every module of experiments/
   # imports into one process (a test, a notebook) without a DuplicateFlagError.
   _CONFIG = config_flags.DEFINE_config_file("config", None, "Python config file (ml_collections).",

@@ -17,19 +17,19 @@ process 0 writes DIR and prints the final JSON line.
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from sfjax.core import console
-from sfjax.parallel import distributed
-from sfjax.train import loop
+from sfjax.core import set_up_console
+from sfjax.parallel import initialize_distributed, is_main_process
+from sfjax.train import print_final, train_and_evaluate
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  console.set_up(logging.INFO)  # our progress lines; orbax and jax INFO chatter off
-  distributed.initialize(_CONFIG.value)  # several hosts: join before anything uses JAX
-  final, _ = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  if distributed.is_main_process():
-    loop.print_final(final)
+  set_up_console(logging.INFO)  # our progress lines; orbax and jax INFO chatter off
+  initialize_distributed(_CONFIG.value)  # several hosts: join before anything uses JAX
+  final, _ = train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  if is_main_process():
+    print_final(final)
 
 
 if __name__ == "__main__":

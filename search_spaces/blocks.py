@@ -30,45 +30,57 @@ from typing import Any
 
 from search_spaces import ctr
 from sfjax.automl.space import Bool, Categorical, Config, Space
-from sfjax.cohorts import arch as arch_lib
-from sfjax.ctr_search.space_provider import CTRSearchSpace
-from sfjax.models import deep_blocks, field_layout, generator
-from sfjax.train.defaults import ctr_defaults
+from sfjax.cohorts import STATIC_KEYS
+from sfjax.ctr_search import CTRSearchSpace
+from sfjax.models import (
+  BLOCK_TYPES,
+  BLOCK_USE_KEY,
+  COMBINES,
+  COMPOSED_NAME,
+  EMBEDDING_DIMS,
+  bottom_space,
+  config_to_spec,
+  embedding_space,
+  spec_embedding_width,
+  spec_to_json,
+  tower_space,
+)
+from sfjax.train import ctr_defaults
 
-BLOCK_TYPES = tuple(generator.BLOCK_TYPES)
+BLOCK_KINDS = tuple(BLOCK_TYPES)
 TOWER_WIDTHS = ctr.MLP_WIDTHS  # includes the baseline's 400
 
 
 def _use(prefix: str) -> str:
-  return f"{prefix}.{generator.USE}"
+  return f"{prefix}.{BLOCK_USE_KEY}"
 
 
 def architecture_space(tower_widths: Sequence[int] = TOWER_WIDTHS,
-                       embed_dims: Sequence[int] = field_layout.EMBEDDING_DIMS) -> Space:
+                       embed_dims: Sequence[int] = EMBEDDING_DIMS) -> Space:
   """The generated models: embeddings, which blocks, their settings, combination, tower, dense.
 
   Args:
     tower_widths: the tower widths searched.
     embed_dims: the per-group embedding dimensions searched.
   """
-  space = Space({"model.combine": Categorical(generator.COMBINES),
+  space = Space({"model.combine": Categorical(COMBINES),
                  "model.dense.linear": Bool()})
-  space = space.nest("model.embedding", field_layout.embedding_space(tuple(embed_dims)))
-  for kind, cls in generator.BLOCK_TYPES.items():
+  space = space.nest("model.embedding", embedding_space(tuple(embed_dims)))
+  for kind, cls in BLOCK_TYPES.items():
     prefix = f"model.{kind}"
     space = Space.compose(space, Space({_use(prefix): Bool()}))
     space = space.nest(prefix, cls.space(), when=(_use(prefix), "eq", True))
-  for prefix, sub_space in (("model.tower", deep_blocks.tower_space(widths=tuple(tower_widths))),
-                            ("model.dense.bottom", deep_blocks.bottom_space())):
+  for prefix, sub_space in (("model.tower", tower_space(widths=tuple(tower_widths))),
+                            ("model.dense.bottom", bottom_space())):
     space = Space.compose(space, Space({_use(prefix): Bool()}))
     space = space.nest(prefix, sub_space, when=(_use(prefix), "eq", True))
-  no_block = {_use(f"model.{kind}"): False for kind in BLOCK_TYPES}
+  no_block = {_use(f"model.{kind}"): False for kind in BLOCK_KINDS}
   return space.with_forbidden({"model.combine": "stacked", _use("model.tower"): False},
                               {"model.combine": "stacked", **no_block})
 
 
 def block_space(tower_widths: Sequence[int] = TOWER_WIDTHS,
-                embed_dims: Sequence[int] = field_layout.EMBEDDING_DIMS) -> Space:
+                embed_dims: Sequence[int] = EMBEDDING_DIMS) -> Space:
   """`architecture_space` plus the row optimizer and the hyperparameters of `ctr.py`."""
   return Space.compose(
       architecture_space(tower_widths, embed_dims),
@@ -85,7 +97,7 @@ def default_config(space: Space | None = None) -> Config:
   space = block_space() if space is None else space
   model = ctr_defaults().model
   dims = tuple(model.mlp_dims)
-  values = {_use(f"model.{kind}"): kind in ("first_order", "fm") for kind in BLOCK_TYPES}
+  values = {_use(f"model.{kind}"): kind in ("first_order", "fm") for kind in BLOCK_KINDS}
   values.update({
       "model.combine": "parallel", "model.dense.linear": True,
       _use("model.dense.bottom"): False, "model.embedding.num_groups": 1,
@@ -110,10 +122,10 @@ def runner_config(config: Mapping[str, Any]) -> dict[str, Any]:
   Raises:
     SpecError: the point is not a valid model (the trial then fails with this reason).
   """
-  spec = generator.config_to_spec(config)
+  spec = config_to_spec(config)
   out = ctr.runner_config({k: v for k, v in config.items() if not k.startswith("model.")})
-  out.update({"model.name": generator.COMPOSED_NAME, "model.blocks": generator.spec_to_json(spec),
-              "model.embed_dim": generator.spec_embedding_width(spec)})
+  out.update({"model.name": COMPOSED_NAME, "model.blocks": spec_to_json(spec),
+              "model.embed_dim": spec_embedding_width(spec)})
   return out
 
 
@@ -137,12 +149,12 @@ def bucket_fixed_keys(first: Mapping[str, Any], keys: Sequence[str]) -> tuple[st
   """
   free = set(MASKED_KEYS)
   if first.get("model.combine") == "parallel":
-    for kind, cls in generator.BLOCK_TYPES.items():
+    for kind, cls in BLOCK_TYPES.items():
       use = _use(f"model.{kind}")
       if kind != "first_order" and (not cls.space().keys or first.get(use, False)):
         free.add(use)
   return tuple(k for k in keys if k not in free
-               and (k.startswith("model.") or k in arch_lib.STATIC_KEYS))
+               and (k.startswith("model.") or k in STATIC_KEYS))
 
 
 def space_from_config(space_cfg) -> Space:

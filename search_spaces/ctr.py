@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sfjax import models
 from sfjax.automl.space import (
   Bool,
   Categorical,
@@ -39,15 +38,16 @@ from sfjax.automl.space import (
   Space,
   SpaceError,
 )
-from sfjax.ctr_search.space_provider import CTRSearchSpace
-from sfjax.embedding import row_optimizers
-from sfjax.train.defaults import ctr_defaults
+from sfjax.ctr_search import CTRSearchSpace
+from sfjax.embedding import ROW_OPTIMIZER_NAMES
+from sfjax.models import MODEL_NAMES, model_hparams
+from sfjax.train import ctr_defaults
 
 # Derived from the registries: a registered model or row optimizer is searchable.
-FAMILIES = models.MODEL_NAMES
-MLP_FAMILIES = tuple(name for name in FAMILIES if "mlp_dims" in models.model_hparams(name))
+FAMILIES = MODEL_NAMES
+MLP_FAMILIES = tuple(name for name in FAMILIES if "mlp_dims" in model_hparams(name))
 MLP_WIDTHS = (32, 64, 128, 256, 400)  # 400: the baseline's (the trainer default's) width
-EMBEDDING_OPTIMIZERS = row_optimizers.ROW_OPTIMIZER_NAMES
+EMBEDDING_OPTIMIZERS = ROW_OPTIMIZER_NAMES
 # Gate key -> the log-scale key it switches on; off means an explicit 0.0.
 GATES = {"optim.use_weight_decay": "optim.weight_decay",
          "optim.use_embedding_l2": "optim.embedding_l2"}

@@ -30,7 +30,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     t.batch_size, t.eval_rows, t.eval_batch_size, t.steps_per_budget_unit = 64, 1024, 1024, 4
     c.search.space.families, c.search.space.mlp_widths = "deepfm", "8,16"
     st.algorithm, st.num_trials, st.cohort_width = "asha", 8, "4"
-    st.min_budget, st.max_budget, st.eta = 1.0, 4.0, 2
+    st.min_budget, st.max_budget, st.asha.eta = 1.0, 4.0, 2
     c.modes = "ragged,exact"
   elif arg:
     raise ValueError(f"unknown config variant {arg!r} (known: '', 'smoke')")

@@ -12,7 +12,7 @@ Every field and its default (with a comment) is in `sfjax/train/defaults.py`.
 
 import ml_collections
 
-from sfjax.train.defaults import ctr_defaults
+from sfjax.train import ctr_defaults
 
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:

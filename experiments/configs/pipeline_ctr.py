@@ -15,14 +15,20 @@ split; `fully_train` / `baseline` are scored on the separate `test` split
 (`data.synthetic.test_rows`), which no step selects on, and the report carries the
 paired bootstrap interval of their AUC difference.
 
+Each step block holds only overrides of its kind's library defaults (the engine
+merges them: `sfjax.ctr_pipeline.steps.nas_defaults` / `hpo_defaults`, the
+search's `sfjax.ctr_search.search_defaults()`; `train_steps.recipe_defaults` for
+`fully_train` / `baseline`); a misspelt key is an error naming the step and the
+closest valid key. Override any of them, e.g. `--config.steps.nas.study.num_trials=8`
+or `--config.steps.hpo.study.tpe.n_startup_trials=4`.
+
 Variants: '' (full: several minutes on CPU, minutes on an accelerator), 'smoke'
-(well under 90 s on 2 CPU cores: tiny budgets; run by tests/experiments/pipeline_test.py).
+(well under 90 s on 2 CPU cores: tiny budgets; run by tests/experiments/pipeline_ctr_test.py).
 """
 
 import ml_collections
 
-from experiments.configs import search_ctr
-from sfjax.train.defaults import ctr_defaults
+from sfjax.ctr_search import search_defaults
 
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
@@ -30,14 +36,13 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   if arg not in ("", "smoke"):
     raise ValueError(f"unknown config variant {arg!r} (known: '', 'smoke')")
   smoke = arg == "smoke"
-  search = search_ctr.get_config(arg)
   c = ml_collections.ConfigDict()
   # Data seed, search seeds, trainer init seed. Seed 2's planted FM has two field pairs holding
   # half of its pairwise variance, (0, 10) and (6, 10): what autofis should find.
   c.seed = 0 if smoke else 2
 
   # ---- shared: the task every search trial and AutoFIS trains on ------------------------
-  c.task = t = search.task
+  c.task = t = search_defaults().task
   s = t.data.synthetic
   # Rows are generated on the fly, so a large epoch costs nothing; fully_train's 3000 x 1024
   # examples stay within 1.5 epochs (on 500k rows, 8 epochs overfit the default DeepFM).
@@ -45,31 +50,27 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   s.test_rows = 20_000 if smoke else 200_000  # the final test split: read only by fully_train/baseline
   s.cardinality_scale = 0.0003 if smoke else 0.001  # ~10k / ~34k table rows
   t.eval_rows = 4096 if smoke else 32_768  # searches: first half selects, second half reports
-  t.batch_size = 256
   t.steps_per_budget_unit = 15 if smoke else 50
 
   c.pipeline = ml_collections.ConfigDict()
   c.pipeline.order = "nas,hpo,autofis,fully_train,baseline"
   c.steps = st = ml_collections.ConfigDict()
 
-  # ---- nas: architecture + hyperparameters over the named families ----------------------
+  # ---- nas: architecture + hyperparameters over the named families (ASHA by default) ----
   st.nas = ml_collections.ConfigDict({"type": "nas", "search_space": "ctr"})
-  st.nas.space = search.space
-  st.nas.study = search.study
   if smoke:
-    st.nas.space.families, st.nas.space.mlp_widths = "fm,deepfm", "32"
-    st.nas.study.algorithm, st.nas.study.num_trials = "random", 3
-    st.nas.study.min_budget = st.nas.study.max_budget = 2.0
-    st.nas.study.cohort_width = "4"
+    st.nas.space = {"families": "fm,deepfm", "mlp_widths": "32"}
+    st.nas.study = {"algorithm": "random", "num_trials": 3, "min_budget": 2.0,
+                    "max_budget": 2.0, "cohort_width": "4"}
   else:
-    st.nas.study.num_trials = 32
+    st.nas.study = {"num_trials": 32}
   # ---- hpo: the winner's hyperparameters ------------------------------------------------
   st.hpo = ml_collections.ConfigDict({"type": "hpo"})
-  st.hpo.study = ml_collections.ConfigDict(search.study.to_dict())
-  st.hpo.study.algorithm = "random" if smoke else "tpe"
-  st.hpo.study.num_trials = 3 if smoke else 16
-  st.hpo.study.min_budget = st.hpo.study.max_budget = 2.0 if smoke else 9.0
-  st.hpo.study.cohort_width = "4" if smoke else "auto"
+  if smoke:
+    st.hpo.study = {"algorithm": "random", "num_trials": 3, "min_budget": 2.0,
+                    "max_budget": 2.0, "cohort_width": "4"}
+  else:  # TPE, every trial at the full budget (min_budget = max_budget = 9)
+    st.hpo.study = {"algorithm": "tpe", "num_trials": 16, "min_budget": 9.0}
   # ---- autofis: which field pairs interact ----------------------------------------------
   st.autofis = ml_collections.ConfigDict({"type": "autofis", "planted_share": 0.5})
   # The settings tests/structure/autofis_test.py recovers the planted pairs with.
@@ -85,16 +86,13 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   st.autogroup.steps = 40 if smoke else 1500
   # ---- fully_train: the chosen model through the CTR trainer (checkpointed) -------------
   st.fully_train = ml_collections.ConfigDict({"type": "fully_train"})
-  st.fully_train.trainer = tr = ctr_defaults()
-  tr.train.steps = 120 if smoke else 3000
-  tr.train.batch_size = 512 if smoke else 1024
-  tr.train.eval_every = tr.train.steps  # one eval at the end: the final state is the model
-  tr.train.eval_batch_size = 4096
-  tr.train.log_every = 40 if smoke else 500
-  tr.checkpoint.every_steps = 40 if smoke else 1000
-  tr.checkpoint.keep = 2
-  # ---- baseline: the unsearched default DeepFM through fully_train's recipe -------------
-  st.baseline = ml_collections.ConfigDict({"type": "baseline", "recipe_step": "fully_train"})
+  if smoke:  # the library's recipe trains 3000 steps of 1024, one eval at the end
+    st.fully_train.trainer = {"train": {"steps": 120, "batch_size": 512, "eval_every": 120,
+                                        "log_every": 40},
+                              "checkpoint": {"every_steps": 40}}
+  # ---- baseline: the unsearched default DeepFM through fully_train's recipe (the default
+  # recipe_step) ---------------------------------------------------------------------------
+  st.baseline = ml_collections.ConfigDict({"type": "baseline"})
 
   c.report = ml_collections.ConfigDict()
   c.report.bootstrap_resamples = 200 if smoke else 1000  # paired bootstrap of final - baseline AUC

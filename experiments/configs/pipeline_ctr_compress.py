@@ -31,14 +31,14 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c = pipeline_ctr.get_config(arg)  # raises for an unknown variant
   smoke = arg == "smoke"
   c.pipeline.order = "train,compress"
-  recipe = c.steps.fully_train.trainer
-  recipe.model.name = "deepfm"
-  recipe.model.embed_dim = 8 if smoke else 16
-  recipe.model.mlp_dims = (32, 16) if smoke else (256, 128)
+  # pipeline_ctr's overrides of the library's recipe, with a smaller DeepFM (the default model).
+  recipe = c.steps.fully_train.to_dict().get("trainer", {})
+  recipe["model"] = {"embed_dim": 8 if smoke else 16,
+                     "mlp_dims": (32, 16) if smoke else (256, 128)}
   c.steps = st = ml_collections.ConfigDict()
   # A `baseline` step whose recipe is its own: the unsearched DeepFM, trained and checkpointed.
-  st.train = ml_collections.ConfigDict({"type": "baseline", "recipe_step": "train"})
-  st.train.trainer = recipe
+  st.train = ml_collections.ConfigDict({"type": "baseline", "recipe_step": "train",
+                                        "trainer": recipe})
   st.compress = ml_collections.ConfigDict({
       "type": "compress",
       "population": 8 if smoke else 16,  # genomes per generation (one vmapped fine-tune)

@@ -26,6 +26,7 @@ from sfjax.automl.algorithms import (
                                      pbt_exploit_explore,
 )
 from sfjax.automl.pareto import non_dominated_sort, pareto_front
+from sfjax.automl.pareto_evolution import Candidate, candidate_front, ranked_candidates
 from sfjax.automl.space import (
                                      Bool,
                                      Categorical,
@@ -48,6 +49,7 @@ __all__ = [
   "AlgorithmSpec",
   "BOHB",
   "Bool",
+  "Candidate",
   "Categorical",
   "Condition",
   "Config",
@@ -78,7 +80,9 @@ __all__ = [
   "TrialRecord",
   "TrialStatus",
   "algorithm_from_dict",
+  "candidate_front",
   "non_dominated_sort",
   "pareto_front",
   "pbt_exploit_explore",
+  "ranked_candidates",
 ]

@@ -44,7 +44,7 @@ def _points(candidates: Sequence[Candidate]) -> list[list[float]]:
   return [[c.valid, c.cost] for c in candidates]
 
 
-def ranked(candidates: Sequence[Candidate]) -> list[Candidate]:
+def ranked_candidates(candidates: Sequence[Candidate]) -> list[Candidate]:
   """Candidates by (Pareto rank of (valid up, cost down), valid down, cost up).
 
   Args:
@@ -63,7 +63,7 @@ def ranked(candidates: Sequence[Candidate]) -> list[Candidate]:
   return [candidates[i] for i in order]
 
 
-def pareto_front(candidates: Sequence[Candidate]) -> list[Candidate]:
+def candidate_front(candidates: Sequence[Candidate]) -> list[Candidate]:
   """The non-dominated candidates (valid up, cost down), cheapest first.
 
   Args:
@@ -82,7 +82,7 @@ def choose(front: Sequence[Candidate], reference_valid: float, max_drop: float) 
   """The cheapest front point whose valid score is within `max_drop` of `reference_valid`.
 
   Args:
-    front: candidates, usually `pareto_front`'s.
+    front: candidates, usually `candidate_front`'s.
     reference_valid: the score to stay close to (e.g. the uncompressed model's).
     max_drop: the largest allowed `reference_valid - valid`.
 
@@ -136,7 +136,7 @@ def evolve(population: np.ndarray, evaluate: Callable, cost_of: Callable, mutate
     if len(valid) != len(genomes) or len(test) != len(genomes):
       raise ValueError(f"evolve: evaluate returned {len(valid)} valid / {len(test)} test "
                        f"scores for {len(genomes)} genomes")
-    for g, v, t in zip(genomes, valid, test):
+    for g, v, t in zip(genomes, valid, test, strict=True):
       key = tuple(int(x) for x in g)
       if key not in archive:
         cost = int(cost_of(g))
@@ -145,7 +145,7 @@ def evolve(population: np.ndarray, evaluate: Callable, cost_of: Callable, mutate
 
   add(population)
   for _ in range(generations):
-    parents = ranked(list(archive.values()))[:len(population)]
+    parents = ranked_candidates(list(archive.values()))[:len(population)]
     picks = rng.integers(len(parents), size=len(population))
     add(np.stack([mutate(rng, np.asarray(parents[i].genome)) for i in picks]))
   return list(archive.values())

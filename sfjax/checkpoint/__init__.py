@@ -11,11 +11,23 @@ how it is written (`table_format`), read (`table_reader`) and sharded per proces
 (`reader`), the checkpointer (`checkpointer`) and the export (`export`).
 """
 
-from sfjax.checkpoint.checkpointer import Checkpointer, CheckpointSaveError, Restored
+from sfjax.checkpoint.checkpointer import (
+  Checkpointer,
+  CheckpointSaveError,
+  Restored,
+  checkpoint_settings,
+)
 from sfjax.checkpoint.export import export_checkpoint, read_export
-from sfjax.checkpoint.layout import CorruptCheckpointError, find_resumable, verify
+from sfjax.checkpoint.layout import (
+  CHECKPOINT_DIR,
+  CorruptCheckpointError,
+  committed_steps,
+  find_resumable,
+  verify,
+)
 from sfjax.checkpoint.reader import Checkpoint, CheckpointTable, open_checkpoint
 
-__all__ = ["Checkpoint", "CheckpointSaveError", "CheckpointTable", "Checkpointer",
-           "CorruptCheckpointError", "Restored", "export_checkpoint", "find_resumable",
-           "open_checkpoint", "read_export", "verify"]
+__all__ = ["CHECKPOINT_DIR", "Checkpoint", "CheckpointSaveError", "CheckpointTable",
+           "Checkpointer", "CorruptCheckpointError", "Restored", "checkpoint_settings",
+           "committed_steps", "export_checkpoint", "find_resumable", "open_checkpoint",
+           "read_export", "verify"]

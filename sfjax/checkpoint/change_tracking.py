@@ -4,7 +4,7 @@ The `HostTable` keeps rows only; a `ChangeTracker` registers itself as its write
 observer (`HostTable.add_write_observer`) and keeps, for incremental and asynchronous
 checkpoints (`sfjax.checkpoint.table_format`, `sfjax.checkpoint.checkpointer`):
 
-* `DirtyRows`: the distinct row ids written since the last checkpoint. Checkpoints
+* `_DirtyRows`: the distinct row ids written since the last checkpoint. Checkpoints
   between two full (chunk) saves write only these rows, so a save costs the rows a
   Zipf tail actually touched, not every 65,536-row chunk that one of them fell in.
   Memory is 8 bytes per distinct dirty row plus a bounded buffer of recent writes.
@@ -32,7 +32,7 @@ from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
 ChunkArrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # values [n,E], slots [n,S], flags [n]
 
 
-class DirtyRows:
+class _DirtyRows:
   """The distinct row ids written since the last `pop` (not thread-safe: the tracker locks).
 
   Args:
@@ -170,7 +170,7 @@ class ChangeTracker:
     self.table = table
     self._cond = threading.Condition(table.lock)
     self._chunks = np.zeros((-(-table.num_rows // CHUNK_ROWS),), np.bool_)  # [V / CHUNK_ROWS]
-    self._rows = DirtyRows()
+    self._rows = _DirtyRows()
     self._snapshot: TableSnapshot | None = None
     with self._cond:
       if table.num_materialised:

@@ -105,16 +105,16 @@ from sfjax.parallel import distributed
 
 # The state is the train package's TrainState (step, params, opt_state, table): a
 # NamedTuple this layer reads by field and rebuilds with `_replace`, so it sits below train/.
-TrainState = Any
+_TrainState = Any
 
 class CheckpointSaveError(RuntimeError):
   """A background save failed; the message names it and the last good checkpoint."""
 
 
-SNAPSHOT_BUDGET_BYTES = 1 << 30  # copy-on-write copies held while a table save runs
+_SNAPSHOT_BUDGET_BYTES = 1 << 30  # copy-on-write copies held while a table save runs
 
 
-def settings(config) -> tuple[int, int]:
+def checkpoint_settings(config) -> tuple[int, int]:
   """`(checkpoint.every_steps, checkpoint.keep)`; (0, 1) for a config without the block.
 
   Raises:
@@ -142,7 +142,7 @@ class Restored(NamedTuple):
   """
 
   step: int
-  state: TrainState
+  state: _TrainState
   meta: dict[str, Any]
   path: str
 
@@ -165,7 +165,7 @@ class Checkpointer:
   """
 
   def __init__(self, root: str, keep: int, host_table: host_table_lib.HostTable | None = None,
-               async_table: bool = True, snapshot_budget_bytes: int = SNAPSHOT_BUDGET_BYTES,
+               async_table: bool = True, snapshot_budget_bytes: int = _SNAPSHOT_BUDGET_BYTES,
                compact_ratio: float = table_format.COMPACT_RATIO):
     self.root, self.keep, self.host_table = root, keep, host_table
     # What the next save must write: the table's writes since the last one.
@@ -181,7 +181,7 @@ class Checkpointer:
     self._error: tuple[str, BaseException] | None = None  # (path, error) of a failed save
     self.last_save: dict[str, Any] = {}  # the last committed save's kind, rows and seconds
 
-  def _dense(self, state: TrainState) -> dict[str, Any]:
+  def _dense(self, state: _TrainState) -> dict[str, Any]:
     tree = {"step": state.step, "params": state.params, "opt_state": state.opt_state}
     if self.host_table is None:
       tree["table"] = state.table
@@ -194,7 +194,7 @@ class Checkpointer:
     return table_shards.shard_directory(os.path.join(self._table_base, reader.TABLE_DIR),
                                         self.process_index, self.process_count)
 
-  def save(self, state: TrainState, meta: dict[str, Any]) -> str:
+  def save(self, state: _TrainState, meta: dict[str, Any]) -> str:
     """Saves `state` (the host table must be synced) plus `meta` (JSON).
 
     Waits for the previous save first. With `async_table` the table's files are
@@ -244,7 +244,7 @@ class Checkpointer:
     """Undoes an uncommitted save: the next save must write its rows again."""
     if snapshot is not None:
       snapshot.close()
-    if plan is not None:
+    if plan is not None and self.tracker is not None:  # a plan exists only with a table
       table_format.unplan_save(self.tracker, plan)
     shutil.rmtree(tmp, ignore_errors=True)
 
@@ -258,9 +258,10 @@ class Checkpointer:
               t0: float) -> None:
     """Writes the table files and metadata, then commits by one rename."""
     try:
-      if plan is not None:
-        table_format.write_table(snapshot, self.host_table, os.path.join(tmp, reader.TABLE_DIR),
-                                 plan, self._previous_shard())
+      if plan is not None and self.tracker is not None:  # a plan exists only with a table
+        table_format.write_table(snapshot, self.tracker.table,
+                                 os.path.join(tmp, reader.TABLE_DIR), plan,
+                                 self._previous_shard())
         snapshot.close()
       self._commit(step, tmp, final, meta)
     except BaseException:
@@ -310,13 +311,14 @@ class Checkpointer:
           f"checkpoint {step_dir_name(step)} was not saved: {what} failed on processes "
           f"{failed}{mine}; the last good checkpoint is {good or 'none'}") from error
 
-  def _save_everywhere(self, state: TrainState, meta: dict[str, Any], step: int,
+  def _save_everywhere(self, state: _TrainState, meta: dict[str, Any], step: int,
                        final: str) -> str:
     """`save` in a run over several processes: every process calls it in step (the
     module docstring's protocol). Synchronous."""
     main = self.process_index == 0
     tmp = os.path.join(self.root, f"tmp.{step_dir_name(step)}.of{self.process_count}")
-    t0, error, plan, snapshot = time.perf_counter(), None, None, None
+    t0, plan, snapshot = time.perf_counter(), None, None
+    error: BaseException | None = None
     if main:
       try:
         os.makedirs(self.root, exist_ok=True)
@@ -337,7 +339,7 @@ class Checkpointer:
           previous = self._previous_shard()
           plan = table_format.plan_save(self.tracker, previous, self.compact_ratio)
           plan, snapshot = table_format.capture(self.tracker, plan, self.snapshot_budget_bytes)
-          table_format.write_table(snapshot, self.host_table, shard, plan, previous)
+          table_format.write_table(snapshot, self.tracker.table, shard, plan, previous)
           checkpoint_files.fsync_tree(shard)
       except Exception as err:  # pylint: disable=broad-except
         error = err
@@ -351,7 +353,7 @@ class Checkpointer:
     except BaseException:
       if snapshot is not None:
         snapshot.close()
-      if plan is not None:
+      if plan is not None and self.tracker is not None:  # a plan exists only with a table
         table_format.unplan_save(self.tracker, plan)
       if main:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -390,7 +392,7 @@ class Checkpointer:
       if name.startswith(("tmp.", "old.")):
         shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
 
-  def restore(self, path: str, target: TrainState) -> Restored:
+  def restore(self, path: str, target: _TrainState) -> Restored:
     """Loads checkpoint `path` into the shapes/shardings of `target` (and the host table).
 
     For the cache backend the host table must be freshly created; `target.table` (the

@@ -41,9 +41,9 @@ from sfjax.core import digest
 from sfjax.core.atomic import atomic_write
 from sfjax.embedding.host_table import CHUNK_ROWS
 
-FORMAT_NAME = "sfjax.table_export"
-FORMAT_VERSION = 1
-MANIFEST_FILE = "export.json"
+_FORMAT_NAME = "sfjax.table_export"
+_FORMAT_VERSION = 1
+_MANIFEST_FILE = "export.json"
 
 
 def _load_config(workdir: str) -> ml_collections.ConfigDict:
@@ -129,7 +129,7 @@ def export_checkpoint(workdir: str, out_dir: str, checkpoint_path: str | None = 
   if num_rows != sum(rows):
     raise ValueError(f"{path}: the table has {num_rows} rows, its fields {sum(rows)}")
   manifest = {
-      "format": FORMAT_NAME, "version": FORMAT_VERSION, "step": ckpt.step,
+      "format": _FORMAT_NAME, "version": _FORMAT_VERSION, "step": ckpt.step,
       "checkpoint": os.path.abspath(path), "dtype": "float32", "num_rows": num_rows,
       "width": width, "slot_width": slot_width, "chunk_rows": CHUNK_ROWS,
       "row_optimizer": config.embedding.optimizer, "model": config.model.name,
@@ -138,7 +138,7 @@ def export_checkpoint(workdir: str, out_dir: str, checkpoint_path: str | None = 
       "field_names": names, "field_rows": rows, "field_offsets": offsets,
       "mapping": _mapping(config, tmp), "values": value_files, "slots": slot_files,
   }
-  atomic_write(os.path.join(tmp, MANIFEST_FILE), json.dumps(manifest, indent=1))
+  atomic_write(os.path.join(tmp, _MANIFEST_FILE), json.dumps(manifest, indent=1))
   if os.path.isdir(out_dir):
     os.rmdir(out_dir)
   os.rename(tmp, out_dir)
@@ -147,7 +147,7 @@ def export_checkpoint(workdir: str, out_dir: str, checkpoint_path: str | None = 
 
 def read_export(out_dir: str) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
   """(manifest, values [V,E], slots [V,S]) of an export, checking every CRC (numpy only)."""
-  with open(os.path.join(out_dir, MANIFEST_FILE), encoding="utf-8") as f:
+  with open(os.path.join(out_dir, _MANIFEST_FILE), encoding="utf-8") as f:
     manifest = json.load(f)
   parts = {}
   for kind in ("values", "slots"):

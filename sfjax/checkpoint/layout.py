@@ -62,7 +62,7 @@ def committed_steps(root: str | None) -> list[int]:
 def latest(root: str | None) -> str | None:
   """Path of the newest complete checkpoint under `root`, or None."""
   steps = committed_steps(root)
-  return os.path.join(root, step_dir_name(steps[-1])) if steps else None
+  return os.path.join(root, step_dir_name(steps[-1])) if root and steps else None
 
 
 def meta_crc(meta: dict[str, Any]) -> int:
@@ -157,7 +157,7 @@ def find_resumable(root: str | None) -> str | None:
   if distributed.is_main_process():
     try:
       path = _find_resumable_here(root)
-      found = int(_STEP_DIR.match(os.path.basename(path)).group(1)) if path else -1
+      found = _step_of(path) if path else -1
     except CorruptCheckpointError as err:
       found, error = -2, err
   found = int(distributed.broadcast(np.int64(found)))
@@ -173,6 +173,8 @@ def newest_good(root: str | None) -> tuple[str | None, list[tuple[str, str]]]:
   """(the newest checkpoint under `root` that passes `verify` or None, [(path, why)] of the
   corrupt ones newer than it, newest first). Reads only; nothing is renamed."""
   bad: list[tuple[str, str]] = []
+  if not root:
+    return None, bad
   for step in reversed(committed_steps(root)):
     path = os.path.join(root, step_dir_name(step))
     try:
@@ -186,6 +188,8 @@ def newest_good(root: str | None) -> tuple[str | None, list[tuple[str, str]]]:
 
 def _find_resumable_here(root: str | None) -> str | None:
   """`find_resumable` in this process alone."""
+  if not root:
+    return None
   path, bad = newest_good(root)
   if path is not None:
     for bad_path, why in bad:
@@ -202,6 +206,14 @@ def _find_resumable_here(root: str | None) -> str | None:
         f"every checkpoint under {root} is corrupt:\n  " + "\n  ".join(w for _, w in bad)
         + f"\nRestore them from a copy, or move {root} aside to train again from step 0.")
   return None
+
+
+def _step_of(path: str) -> int:
+  """N of a `.../step_<N>` checkpoint directory."""
+  m = _STEP_DIR.match(os.path.basename(path))
+  if m is None:
+    raise ValueError(f"{path}: not a step_<N> checkpoint directory")
+  return int(m.group(1))
 
 
 def fsync_tree(path: str) -> None:

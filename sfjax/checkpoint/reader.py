@@ -48,7 +48,7 @@ def without_empty(tree):
   return jax.tree.map(lambda x: x if x.size else None, tree)
 
 
-def with_empty(restored, target):
+def _with_empty(restored, target):
   """`restored` (from a tree `without_empty` made) with `target`'s zero-size arrays put back."""
   leaves, _ = jax.tree_util.tree_flatten(restored, is_leaf=lambda x: x is None)
   target_leaves, treedef = jax.tree_util.tree_flatten(target)
@@ -56,7 +56,7 @@ def with_empty(restored, target):
       treedef, [t if r is None else r for r, t in zip(leaves, target_leaves, strict=True)])
 
 
-def abstract(tree):
+def _abstract(tree):
   """Shapes, dtypes and shardings of `tree` (a restore target; no data)."""
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
 
@@ -162,7 +162,7 @@ def _initial_slot_row(manifest: dict[str, Any], path: str) -> np.ndarray:
   try:
     with open(config_path, encoding="utf-8") as f:
       embedding = ml_collections.ConfigDict(json.load(f)).embedding
-    row = row_optimizers.from_config(embedding).initial_slot_row(manifest["width"])
+    row = row_optimizers.row_optimizer_from_config(embedding).initial_slot_row(manifest["width"])
   except (OSError, ValueError, AttributeError, KeyError) as err:
     raise ValueError(f"{os.path.join(path, TABLE_DIR)}: the table manifest does not record the "
                      f"initial optimizer slots and {config_path} cannot give them: {err}") from err
@@ -261,14 +261,14 @@ class Checkpoint:
       ValueError: the saved state does not fit `target` (orbax's message).
     """
     own = checkpointer is None
-    checkpointer = ocp.StandardCheckpointer() if own else checkpointer
+    orbax = ocp.StandardCheckpointer() if checkpointer is None else checkpointer
     try:
-      restored = checkpointer.restore(os.path.join(self.path, DENSE_DIR),
-                                      abstract(without_empty(target)))
+      restored = orbax.restore(os.path.join(self.path, DENSE_DIR),
+                               _abstract(without_empty(target)))
     finally:
       if own:
-        checkpointer.close()
-    return with_empty(restored, target)
+        orbax.close()
+    return _with_empty(restored, target)
 
 
 def _checkpoint_root(path: str) -> str | None:

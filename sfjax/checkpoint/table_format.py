@@ -53,12 +53,12 @@ from sfjax.core import digest
 from sfjax.core.atomic import atomic_write
 from sfjax.embedding import host_table as host_table_lib
 
-FORMAT_NAME = "sfjax.table_checkpoint"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # version 1: chunks only, no deltas
+_FORMAT_NAME = "sfjax.table_checkpoint"
+_FORMAT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)  # version 1: chunks only, no deltas
 MANIFEST_FILE = "manifest.json"
 CHUNK_ROWS = host_table_lib.CHUNK_ROWS
-DELTA_PIECE_ROWS = 1 << 20  # rows per delta file (bounds one file's memory when loaded)
+_DELTA_PIECE_ROWS = 1 << 20  # rows per delta file (bounds one file's memory when loaded)
 COMPACT_RATIO = 0.5  # deltas beyond this fraction of the base's bytes -> write a new base
 _SPEC_KEYS = ("num_rows", "width", "slot_width", "seed", "init_stddev")
 
@@ -88,7 +88,10 @@ def _write_file(directory: str, name: str, data: bytes) -> dict[str, Any]:
   return {"file": name, **digest.bytes_digest(data)}
 
 
-def _link(previous: str, directory: str, entry: dict[str, Any]) -> dict[str, Any]:
+def _link(previous: str | None, directory: str, entry: dict[str, Any]) -> dict[str, Any]:
+  if previous is None:
+    raise ValueError(f"{directory}: {entry['file']} is kept from a previous checkpoint, but "
+                     "there is none")
   src, dst = os.path.join(previous, entry["file"]), os.path.join(directory, entry["file"])
   try:
     os.link(src, dst)  # same inode: never modified in place, so sharing is safe
@@ -105,9 +108,9 @@ def read_manifest(directory: str) -> dict[str, Any]:
       manifest = json.load(f)
   except (OSError, ValueError) as err:
     raise ValueError(f"{path}: unreadable table checkpoint manifest: {err}") from err
-  if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME \
-      or manifest.get("version") not in READABLE_VERSIONS:
-    raise ValueError(f"{path}: not a {FORMAT_NAME} manifest of version {READABLE_VERSIONS}")
+  if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT_NAME \
+      or manifest.get("version") not in _READABLE_VERSIONS:
+    raise ValueError(f"{path}: not a {_FORMAT_NAME} manifest of version {_READABLE_VERSIONS}")
   manifest.setdefault("deltas", [])
   manifest.setdefault("delta_seq", 0)
   return manifest
@@ -165,8 +168,8 @@ def plan_save(tracker: ChangeTracker, previous: str | None,
   """
   table = tracker.table
   rows = tracker.pop_dirty_rows()
-  old = read_manifest(previous) if previous else None
-  if old is not None:
+  if previous:
+    old = read_manifest(previous)
     check_compatible(old, table, os.path.join(previous, MANIFEST_FILE))
     row_bytes = 8 + 4 * (table.width + table.slot_width)
     if _delta_bytes(old) + rows.size * row_bytes <= compact_ratio * _base_bytes(old):
@@ -216,7 +219,8 @@ def write_table(snapshot: TableSnapshot, table: host_table_lib.HostTable, direct
     The manifest (also written as `directory/manifest.json`, last).
   """
   os.makedirs(directory)
-  old = read_manifest(previous) if previous else {"chunks": {}, "deltas": [], "delta_seq": 0}
+  old: dict[str, Any] = (read_manifest(previous) if previous
+                         else {"chunks": {}, "deltas": [], "delta_seq": 0})
   chunks: dict[str, dict[str, Any]] = {}
   deltas: list[dict[str, Any]] = []
   if plan.kind == "base":
@@ -239,7 +243,7 @@ def write_table(snapshot: TableSnapshot, table: host_table_lib.HostTable, direct
       deltas.append({"ids": _link(previous, directory, d["ids"]),
                      "rows": _link(previous, directory, d["rows"]), "count": d["count"]})
     deltas += _write_deltas(snapshot, directory, plan, f"delta_{old['delta_seq']:06d}")
-  manifest = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "chunk_rows": CHUNK_ROWS,
+  manifest = {"format": _FORMAT_NAME, "version": _FORMAT_VERSION, "chunk_rows": CHUNK_ROWS,
               **_spec_dict(table),
               "chunks": dict(sorted(chunks.items(), key=lambda x: int(x[0]))),
               "deltas": deltas, "delta_seq": old["delta_seq"] + (plan.kind == "delta")}
@@ -266,7 +270,10 @@ def save_table(tracker: ChangeTracker, directory: str, previous: str | None,
 def _write_deltas(snapshot: TableSnapshot, directory: str, plan: SavePlan,
                   prefix: str) -> list[dict[str, Any]]:
   """The dirty rows, read chunk by chunk from the snapshot, in files of <= DELTA_PIECE_ROWS."""
-  out, ids_buf, rows_buf, count = [], [], [], 0
+  out: list[dict[str, Any]] = []
+  ids_buf: list[np.ndarray] = []
+  rows_buf: list[np.ndarray] = []
+  count = 0
 
   def emit():
     nonlocal ids_buf, rows_buf, count
@@ -280,9 +287,9 @@ def _write_deltas(snapshot: TableSnapshot, directory: str, plan: SavePlan,
 
   if plan.gathered is not None:
     block = np.concatenate(plan.gathered, axis=1)
-    for start in range(0, plan.rows.size, DELTA_PIECE_ROWS):
-      ids_buf.append(plan.rows[start:start + DELTA_PIECE_ROWS])
-      rows_buf.append(block[start:start + DELTA_PIECE_ROWS])
+    for start in range(0, plan.rows.size, _DELTA_PIECE_ROWS):
+      ids_buf.append(plan.rows[start:start + _DELTA_PIECE_ROWS])
+      rows_buf.append(block[start:start + _DELTA_PIECE_ROWS])
       emit()
     return out
   bounds = np.searchsorted(plan.rows, plan.chunks * CHUNK_ROWS)
@@ -293,7 +300,7 @@ def _write_deltas(snapshot: TableSnapshot, directory: str, plan: SavePlan,
     ids_buf.append(plan.rows[start:stop])
     rows_buf.append(np.concatenate([values[local], slots[local]], axis=1))
     count += local.size
-    if count >= DELTA_PIECE_ROWS:
+    if count >= _DELTA_PIECE_ROWS:
       emit()
   if count:
     emit()

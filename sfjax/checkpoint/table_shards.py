@@ -34,7 +34,7 @@ from sfjax.checkpoint import table_format, table_reader
 from sfjax.checkpoint.change_tracking import ChangeTracker
 from sfjax.embedding import host_table as host_table_lib
 
-CHUNK_ROWS = host_table_lib.CHUNK_ROWS
+_CHUNK_ROWS = host_table_lib.CHUNK_ROWS
 _SHARD_DIR = re.compile(r"^process_(\d+)_of_(\d+)$")
 
 
@@ -43,16 +43,17 @@ class Shard(NamedTuple):
 
   Attributes:
     directory: the shard's table-checkpoint directory (holds manifest.json).
-    index: the process p that wrote it.
-    count: the process count P of the run that wrote it.
+    process: the process p that wrote it.
+    process_count: the process count P of the run that wrote it (`index`/`count` would
+      shadow the tuple methods).
   """
 
   directory: str
-  index: int
-  count: int
+  process: int
+  process_count: int
 
 
-def shard_dir_name(index: int, count: int) -> str:
+def _shard_dir_name(index: int, count: int) -> str:
   """`process_<index>_of_<count>`: the directory of process `index`'s rows of `count`."""
   if not 0 <= index < count:
     raise ValueError(f"process index {index} is not in [0, {count})")
@@ -64,7 +65,7 @@ def shard_directory(table_dir: str, index: int, count: int) -> str:
   (`table_dir` itself for one process)."""
   if count == 1:
     return table_dir
-  return os.path.join(table_dir, shard_dir_name(index, count))
+  return os.path.join(table_dir, _shard_dir_name(index, count))
 
 
 def owned(ids: np.ndarray, index: int, count: int) -> np.ndarray:
@@ -100,7 +101,7 @@ def list_shards(table_dir: str) -> list[Shard]:
   if len(counts) != 1:
     raise ValueError(f"{table_dir}: shards of different process counts {sorted(counts)}")
   count = counts.pop()
-  missing = [shard_dir_name(p, count) for p in range(count) if (p, count) not in found]
+  missing = [_shard_dir_name(p, count) for p in range(count) if (p, count) not in found]
   if missing:
     raise ValueError(f"{table_dir}: the shards {missing} of {count} processes are missing")
   return [Shard(found[(p, count)], p, count) for p in range(count)]
@@ -119,15 +120,16 @@ def verify_shards(table_dir: str) -> int:
 
 def stored_count(table_dir: str) -> int:
   """The process count P of the run that wrote the table checkpoint `table_dir`."""
-  return list_shards(table_dir)[0].count
+  return list_shards(table_dir)[0].process_count
 
 
 def _check_membership(shard: Shard, ids: np.ndarray, where: str) -> None:
   """Raises ValueError naming `where` if a stored row is not the shard's process's."""
-  if shard.count > 1 and ids.size and not owned(ids, shard.index, shard.count).all():
-    bad = int(ids[~owned(ids, shard.index, shard.count)][0])
-    raise ValueError(f"{where}: holds row {bad}, which process {bad % shard.count} of "
-                     f"{shard.count} owns, not process {shard.index}: shard directories mixed up?")
+  p, count = shard.process, shard.process_count
+  if count > 1 and ids.size and not owned(ids, p, count).all():
+    bad = int(ids[~owned(ids, p, count)][0])
+    raise ValueError(f"{where}: holds row {bad}, which process {bad % count} of "
+                     f"{count} owns, not process {p}: shard directories mixed up?")
 
 
 class ShardedTableReader:
@@ -168,17 +170,19 @@ class ShardedTableReader:
   def read(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Chunk `k`'s stored (values [n,E], slots [n,S], flags [n] bool) over every shard;
     rows no shard stores are 0 / False."""
-    values = slots = flags = None
-    for shard, reader, stored in zip(self.shards, self._readers, self._stored, strict=True):
-      if k not in stored and values is not None:
-        continue
-      v, s, f = reader.read(k)
-      _check_membership(shard, k * CHUNK_ROWS + np.flatnonzero(f), shard.directory)
-      if values is None:
-        values, slots, flags = v, s, f
-      else:
+    values, slots, flags = self._read_shard(0, k)  # the first shard always: it sets the shapes
+    for i in range(1, len(self.shards)):
+      if k in self._stored[i]:
+        v, s, f = self._read_shard(i, k)
         values[f], slots[f], flags[f] = v[f], s[f], True
     return values, slots, flags
+
+  def _read_shard(self, i: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Shard i's stored chunk `k`, checked to hold only its own process's rows."""
+    v, s, f = self._readers[i].read(k)
+    _check_membership(self.shards[i], k * _CHUNK_ROWS + np.flatnonzero(f),
+                      self.shards[i].directory)
+    return v, s, f
 
 
 def load_owned(table: host_table_lib.HostTable, table_dir: str, index: int,
@@ -207,7 +211,7 @@ def load_owned(table: host_table_lib.HostTable, table_dir: str, index: int,
   if not 0 <= index < count:
     raise ValueError(f"load_owned: process index {index} is not in [0, {count})")
   shards = list_shards(table_dir)
-  same_layout = shards[0].count == count
+  same_layout = shards[0].process_count == count
   if table.num_materialised:
     raise ValueError(f"load_owned: the table already holds {table.num_materialised} written "
                      "rows; restore into a freshly created table")
@@ -218,9 +222,9 @@ def load_owned(table: host_table_lib.HostTable, table_dir: str, index: int,
   loaded = []
   for k in reader.chunks:
     values, slots, flags = reader.read(k)
-    local = np.flatnonzero(flags & owned(k * CHUNK_ROWS + np.arange(flags.size), index, count))
+    local = np.flatnonzero(flags & owned(k * _CHUNK_ROWS + np.arange(flags.size), index, count))
     if local.size:  # only stored rows: a sparse table stays sparse
-      table.load_rows(k * CHUNK_ROWS + local, values[local], slots[local])
+      table.load_rows(k * _CHUNK_ROWS + local, values[local], slots[local])
       loaded.append(k)
   # Same layout: as `table_reader.load_table` (chunks that deltas changed get rewritten
   # by the next base). Another count: every loaded chunk is new to this process's shard.

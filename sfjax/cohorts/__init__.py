@@ -9,11 +9,23 @@ architectures share one padded program (`buckets`, `bucket_blocks`,
 metrics (`costs`), trial state files and PBT populations.
 """
 
-from sfjax.cohorts.arch import ArchSpec, count_params, group_by_arch, split_config
+from sfjax.cohorts.arch import (
+  DYNAMIC_KEYS,
+  STATIC_KEYS,
+  ArchSpec,
+  count_params,
+  group_by_arch,
+  split_config,
+)
+from sfjax.cohorts.buckets import bucket_key, fixed_config_keys
+from sfjax.cohorts.chunk_plan import Chunk, plan_chunks
+from sfjax.cohorts.cohort_call import cohort_program, trial_mesh
 from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.cohorts.pbt_population import run_pbt
 from sfjax.cohorts.task import CTRTask, TrialData
-from sfjax.cohorts.trial_result import TrialResult
+from sfjax.cohorts.trial_result import CohortTrialResult
 
-__all__ = ["ArchSpec", "CTRTask", "CohortRunner", "TrialData", "TrialResult", "count_params",
-           "group_by_arch", "run_pbt", "split_config"]
+__all__ = ["DYNAMIC_KEYS", "STATIC_KEYS", "ArchSpec", "CTRTask", "Chunk", "CohortRunner",
+           "CohortTrialResult", "TrialData", "bucket_key", "cohort_program", "count_params",
+           "fixed_config_keys", "group_by_arch", "plan_chunks", "run_pbt", "split_config",
+           "trial_mesh"]

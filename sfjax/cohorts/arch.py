@@ -53,14 +53,13 @@ _LAYER_KEYS = {
     "bottom_mlp_dims": ("model.bottom_mlp.depth", "model.bottom_mlp.width"),
 }
 # Scalar model keyword arguments taken as they are: key -> (type, lowest value).
-_SCALAR_MODEL_KEYS = {
-    "cross_layers": (int, 0), "cross_rank": (int, 0), "cross_structure": (str, None),
-    "attention_layers": (int, 1), "attention_heads": (int, 1), "attention_dim": (int, 1),
-    "blocks": (str, None),
+_SCALAR_MODEL_KEYS: dict[str, int | None] = {  # kwarg -> lowest value of an int; None: a str
+    "cross_layers": 0, "cross_rank": 0, "cross_structure": None,
+    "attention_layers": 1, "attention_heads": 1, "attention_dim": 1, "blocks": None,
 }
 _INT_LOW = {"model.embed_dim": 1, **{k: 0 for k, _ in _LAYER_KEYS.values()},
             **{k: 1 for _, k in _LAYER_KEYS.values()}}
-EMBEDDING_OPTIMIZERS = row_optimizers.ROW_OPTIMIZER_NAMES
+_EMBEDDING_OPTIMIZERS = row_optimizers.ROW_OPTIMIZER_NAMES
 DENSE_OPTIMIZERS = optimizers.DENSE_OPTIMIZER_NAMES
 
 # Dynamic keys -> (ctr.py default, lowest allowed value, whether the lowest is allowed).
@@ -209,9 +208,9 @@ def split_config(config: Mapping[str, Any]) -> tuple[ArchSpec, dict[str, float]]
       hparams[kwarg] = _layers(config, kwarg)
     elif kwarg in _SCALAR_MODEL_KEYS:
       key = f"model.{kwarg}"
-      kind, low = _SCALAR_MODEL_KEYS[kwarg]
+      low = _SCALAR_MODEL_KEYS[kwarg]
       value = config.get(key, getattr(_CTR.model, kwarg))
-      if kind is int:
+      if low is not None:
         value = _as_int(key, value, low)
       elif not isinstance(value, str):
         _fail(key, f"must be a string, got {value!r}")
@@ -224,7 +223,7 @@ def split_config(config: Mapping[str, Any]) -> tuple[ArchSpec, dict[str, float]]
   arch = ArchSpec(
       model_name=name, embed_dim=embed_dim, model_hparams=tuple(sorted(hparams.items())),
       embedding_optimizer=_as_choice("optim.embedding_optimizer", config.get(
-          "optim.embedding_optimizer", _CTR.embedding.optimizer), EMBEDDING_OPTIMIZERS),
+          "optim.embedding_optimizer", _CTR.embedding.optimizer), _EMBEDDING_OPTIMIZERS),
       dense_optimizer=_as_choice("optim.dense_optimizer", config.get(
           "optim.dense_optimizer", _CTR.optimizer.name), DENSE_OPTIMIZERS))
   return arch, resolve_hparams({k: v for k, v in config.items() if k in DYNAMIC_DEFAULTS})

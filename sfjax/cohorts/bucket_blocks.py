@@ -39,7 +39,7 @@ import numpy as np
 
 from sfjax.models import block_spec
 
-MASKED = "masked"
+_MASKED = "masked"
 _BLOCKS_PATH = re.compile(r"\['blocks'\]\[(\d+)\]")
 _TYPE_ORDER = {t: i for i, t in enumerate(block_spec.BLOCK_TYPES)}
 
@@ -48,17 +48,17 @@ def _json(value: Any) -> str:
   return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def entry_id(block: Mapping[str, Any]) -> str:
+def _entry_id(block: Mapping[str, Any]) -> str:
   """A block entry's identity in a bucket: its type and parameters, cross `layers` left out."""
   return _json({k: v for k, v in block.items() if not (block["type"] == "cross" and k == "layers")})
 
 
 def _order(block: Mapping[str, Any]) -> tuple[int, str]:
-  return _TYPE_ORDER[block["type"]], entry_id(block)
+  return _TYPE_ORDER[block["type"]], _entry_id(block)
 
 
 def _maskable(spec: Mapping[str, Any]) -> bool:
-  ids = [entry_id(b) for b in spec["interactions"]]
+  ids = [_entry_id(b) for b in spec["interactions"]]
   return not spec.get("gated", False) and len(set(ids)) == len(ids)
 
 
@@ -67,14 +67,14 @@ def bucket_blocks(text: str) -> str:
   spec = block_spec.spec_from_json(text)
   if not _maskable(spec):
     return block_spec.spec_to_json(spec)
-  blocks = [{**b, "layers": MASKED} if b["type"] == "cross" else b for b in spec["interactions"]]
+  blocks = [{**b, "layers": _MASKED} if b["type"] == "cross" else b for b in spec["interactions"]]
   if spec["combine"] == "parallel":
     blocks = [b for b in blocks if b["type"] == "first_order"]
   tower = spec["tower"]
   if tower is not None and tower["dims"]:
-    tower = {**tower, "dims": MASKED}
+    tower = {**tower, "dims": _MASKED}
   return _json({**spec, "interactions": blocks, "tower": tower,
-                "dense": {**spec["dense"], "linear": MASKED}})
+                "dense": {**spec["dense"], "linear": _MASKED}})
 
 
 def superset_blocks(texts: Sequence[str]) -> str:
@@ -95,22 +95,22 @@ def superset_blocks(texts: Sequence[str]) -> str:
   for spec in specs:
     for b in spec["interactions"]:
       if b["type"] == "cross":
-        layers[entry_id(b)] = max(layers.get(entry_id(b), 0), b["layers"])
+        layers[_entry_id(b)] = max(layers.get(_entry_id(b), 0), b["layers"])
   if first["combine"] == "parallel":
-    entries = {entry_id(b): b for spec in specs for b in spec["interactions"]}
+    entries = {_entry_id(b): b for spec in specs for b in spec["interactions"]}
     blocks = sorted(entries.values(), key=_order)
   else:  # stacked: one block list (the key), in its order (the tower reads it so)
     blocks = first["interactions"]
-  blocks = [{**b, "layers": layers[entry_id(b)]} if b["type"] == "cross" else b for b in blocks]
+  blocks = [{**b, "layers": layers[_entry_id(b)]} if b["type"] == "cross" else b for b in blocks]
   sup = {**first, "interactions": blocks,
          "dense": {**first["dense"], "linear": any(s["dense"]["linear"] for s in specs)}}
   dims = [s["tower"]["dims"] for s in specs if s["tower"] is not None]
   if first["tower"] is not None and first["tower"]["dims"]:
     sup["tower"] = {**first["tower"],
                     "dims": [max(max(d) for d in dims)] * max(len(d) for d in dims)}
-  ids = {entry_id(b) for b in blocks}
+  ids = {_entry_id(b) for b in blocks}
   if first["combine"] == "parallel" and any(
-      {entry_id(b) for b in s["interactions"]} != ids for s in specs):
+      {_entry_id(b) for b in s["interactions"]} != ids for s in specs):
     sup["gated"] = True
   return block_spec.spec_to_json(sup)
 
@@ -122,13 +122,13 @@ def block_index(text: str, sup_text: str) -> tuple[int, ...]:
     ValueError: a block the superset lacks.
   """
   blocks = block_spec.spec_from_json(text)["interactions"]
-  sup_ids = [entry_id(b) for b in block_spec.spec_from_json(sup_text)["interactions"]]
+  sup_ids = [_entry_id(b) for b in block_spec.spec_from_json(sup_text)["interactions"]]
   index = []
   for i, b in enumerate(blocks):
-    if entry_id(b) not in sup_ids:
-      raise ValueError(f"padded_blocks: block {i} ({entry_id(b)}) is not in the superset's "
+    if _entry_id(b) not in sup_ids:
+      raise ValueError(f"padded_blocks: block {i} ({_entry_id(b)}) is not in the superset's "
                        f"blocks {sup_ids}")
-    index.append(sup_ids.index(entry_id(b)))
+    index.append(sup_ids.index(_entry_id(b)))
   return tuple(index)
 
 

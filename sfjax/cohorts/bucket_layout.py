@@ -13,10 +13,10 @@ last one: fm, deepfm, wide_deep, xdeepfm) runs in a superset of width E = D + fo
     2, sgd 0), each block mapped like the values. A padded slot column holds a value
     that keeps it still under a zero gradient: adagrad's accumulator the trainer's
     initial accumulator (> 0: 0 would give 0/0), adam's and ftrl's blocks 0. Only
-    element-wise row optimizers qualify (`EMBED_MASKABLE_ROW_OPTIMIZERS`):
+    element-wise row optimizers qualify (`_EMBED_MASKABLE_ROW_OPTIMIZERS`):
     rowwise_adagrad's mean over a row's columns changes with the padding.
   * dense parameters whose axes follow the embedding layout take an index remap,
-    not end-padding (`axis_segments`, keyed by parameter path patterns). An axis is
+    not end-padding (`_axis_segments`, keyed by parameter path patterns). An axis is
     a sequence of segments:
       FLAT  the flattened fields and dense features `[F*d + Nd]`: field f's column j
             at f*d + j -> f*D + j, dense feature k at F*d + k -> F*D + k;
@@ -54,16 +54,16 @@ from sfjax.train import defaults as ctr_defaults_lib
 
 # Models whose `model.embed_dim` a superset can hold (their rules are above); `composed`
 # is not among them (its blocks give each field group its own width).
-EMBED_MASKABLE_MODELS = ("lr", "fm", "deepfm", "wide_deep", "dcnv2", "xdeepfm", "autoint", "dlrm")
+_EMBED_MASKABLE_MODELS = ("lr", "fm", "deepfm", "wide_deep", "dcnv2", "xdeepfm", "autoint", "dlrm")
 # Element-wise row optimizers: a padded column never changes a real one's update.
-EMBED_MASKABLE_ROW_OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
+_EMBED_MASKABLE_ROW_OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
 FLAT, VEC, REST = "flat", "vec", "rest"
 _ADAGRAD_FILL = float(ctr_defaults_lib.ctr_defaults().embedding.adagrad_initial_accumulator)
 
 
 def embed_maskable(model_name: str, embedding_optimizer: str) -> bool:
   """Whether trials of this model and row optimizer may differ in `embed_dim` in one bucket."""
-  return model_name in EMBED_MASKABLE_MODELS and embedding_optimizer in EMBED_MASKABLE_ROW_OPTIMIZERS
+  return model_name in _EMBED_MASKABLE_MODELS and embedding_optimizer in _EMBED_MASKABLE_ROW_OPTIMIZERS
 
 
 class EmbedLayout(NamedTuple):
@@ -115,7 +115,7 @@ def _has(paths, fragment: str) -> bool:
   return any(fragment in p for p in paths)
 
 
-def axis_segments(path: str, param_paths) -> dict[int, tuple[str, ...]]:
+def _axis_segments(path: str, param_paths) -> dict[int, tuple[str, ...]]:
   """The layout rules: which axes of the parameter at `path` follow the embedding layout.
 
   Args:
@@ -141,15 +141,17 @@ def axis_segments(path: str, param_paths) -> dict[int, tuple[str, ...]]:
     return {0: (VEC, REST)}
   cross = re.search(r"\['cross'\]\[\d+\]\['(kernel|bias|down|up)'\]", path)
   if cross:
-    return {"kernel": {0: (FLAT,), 1: (FLAT,)}, "bias": {0: (FLAT,)}, "down": {0: (FLAT,)},
-            "up": {1: (FLAT,)}}[cross.group(1)]
+    cross_rules: dict[str, dict[int, tuple[str, ...]]] = {
+        "kernel": {0: (FLAT,), 1: (FLAT,)}, "bias": {0: (FLAT,)}, "down": {0: (FLAT,)},
+        "up": {1: (FLAT,)}}
+    return cross_rules[cross.group(1)]
   if re.search(r"\['head'\]\['kernel'\]", path):
     return {0: (FLAT, REST) if mlp_hidden else (FLAT, FLAT)}
   return {}
 
 
-def axis_index(layout: EmbedLayout, segments: tuple[str, ...], size: int, sup_size: int,
-               where: str) -> np.ndarray:
+def _axis_index(layout: EmbedLayout, segments: tuple[str, ...], size: int, sup_size: int,
+                where: str) -> np.ndarray:
   """[size] int: where each index of a trial's axis lies on the superset's axis.
 
   Raises:
@@ -178,8 +180,10 @@ def leaf_index(layout: EmbedLayout | None, path: str, shape, sup_shape, param_pa
   `layout` None (same d) or an axis no rule names: the corner (0..n-1). `path` is
   the leaf's full path; the rules match the params-relative part at its end.
   """
-  rules = {} if layout is None else axis_segments(path, param_paths)
-  return tuple(axis_index(layout, rules[a], n, sup_shape[a], path) if a in rules else np.arange(n)
+  if layout is None:
+    return tuple(np.arange(n) for n in shape)
+  rules = _axis_segments(path, param_paths)
+  return tuple(_axis_index(layout, rules[a], n, sup_shape[a], path) if a in rules else np.arange(n)
                for a, n in enumerate(shape))
 
 
@@ -217,12 +221,15 @@ def infer_layout(params: Mapping[str, Any], sup_params: Mapping[str, Any], width
   d = (n - Nd) / F, fo = e - d. dlrm rows have no first-order column; fm's have.
 
   Raises:
-    ValueError: the shapes fit no rule (a model outside `EMBED_MASKABLE_MODELS`).
+    ValueError: the shapes fit no rule (a model outside `_EMBED_MASKABLE_MODELS`).
   """
   if width == sup_width:
     return None
   names = _module_names(sup_params)
-  shape = lambda tree, fragment: next((s for p, s in tree.items() if fragment in p), None)
+
+  def shape(tree, fragment):
+    return next((s for p, s in tree.items() if fragment in p), None)
+
   if "top" in names:  # dlrm: the bottom MLP's last layer has width d
     bottom = sorted((p, s) for p, s in params.items() if "['bottom']" in p and "['kernel']" in p)
     num_dense = bottom[0][1][0] if bottom else 0

@@ -1,7 +1,7 @@
 """Shape buckets: trials whose architectures differ only in sizes share one padded program.
 
 DESIGN.md §4 ("cohorts that fill"). Two architectures are in one *bucket* when they
-differ only in the sizes listed in `MASKED_HPARAMS`: the MLP tower's widths and
+differ only in the sizes listed in `_MASKED_HPARAMS`: the MLP tower's widths and
 depth (`mlp_dims`) and the number of DCN-V2 cross layers (`cross_layers`), and,
 where `padded_layout` can remap it, the latent dimension `embed_dim` (below). The
 trials of a bucket run as one vmapped program of the bucket's *superset*
@@ -68,16 +68,16 @@ from sfjax.cohorts import bucket_layout as padded_layout
 from sfjax.cohorts.arch import ArchSpec
 
 # Model keyword arguments a superset can hold, masked per trial.
-MASKED_HPARAMS = ("mlp_dims", "cross_layers")
+_MASKED_HPARAMS = ("mlp_dims", "cross_layers")
 # The trial config keys those come from (`arch.split_config`): what a cohort's trials
 # may differ in while sharing a bucket. Every other static key is the bucket's.
 # `model.embed_dim` only for `padded_layout.embed_maskable` models and row optimizers
 # (`fixed_config_keys`).
-MASKED_CONFIG_KEYS = ("model.mlp.depth", "model.mlp.width", "model.cross_layers",
-                      "model.embed_dim")
-EMBED_KEY = "model.embed_dim"
+_MASKED_CONFIG_KEYS = ("model.mlp.depth", "model.mlp.width", "model.cross_layers",
+                       "model.embed_dim")
+_EMBED_KEY = "model.embed_dim"
 # The `composed` model's block spec JSON: its sizes and blocks are masked by `padded_blocks`.
-BLOCKS_HPARAM = "blocks"
+_BLOCKS_HPARAM = "blocks"
 _MASKED = "masked"
 
 
@@ -88,12 +88,14 @@ def bucket_key(arch: ArchSpec) -> ArchSpec:
   `embed_dim` is masked only where `padded_layout.embed_maskable`; a `composed`
   model's block spec becomes `padded_blocks.bucket_blocks` of it.
   """
-  hparams = tuple((k, _MASKED if k in MASKED_HPARAMS and v != () else
-                   padded_blocks.bucket_blocks(v) if k == BLOCKS_HPARAM else v)
+  hparams = tuple((k, _MASKED if k in _MASKED_HPARAMS and v != () else
+                   padded_blocks.bucket_blocks(v) if k == _BLOCKS_HPARAM else v)
                   for k, v in arch.model_hparams)
   embed_dim = (_MASKED if padded_layout.embed_maskable(arch.model_name, arch.embedding_optimizer)
                else arch.embed_dim)
-  return dataclasses.replace(arch, model_hparams=hparams, embed_dim=embed_dim)
+  # A key's embed_dim may be the "masked" placeholder: keys are only hashed, compared and named.
+  return dataclasses.replace(arch, model_hparams=hparams,
+                             embed_dim=embed_dim)  # type: ignore[arg-type]  # see above
 
 
 def fixed_config_keys(config: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, ...]:
@@ -107,7 +109,7 @@ def fixed_config_keys(config: Mapping[str, Any], keys: Sequence[str]) -> tuple[s
   name, optimizer = config.get("model.name"), config.get("optim.embedding_optimizer")
   free_embed = (name is not None and optimizer is not None
                 and padded_layout.embed_maskable(name, optimizer))
-  return tuple(k for k in keys if k not in MASKED_CONFIG_KEYS or (k == EMBED_KEY and not free_embed))
+  return tuple(k for k in keys if k not in _MASKED_CONFIG_KEYS or (k == _EMBED_KEY and not free_embed))
 
 
 def superset(archs: Sequence[ArchSpec]) -> ArchSpec:
@@ -129,8 +131,8 @@ def superset(archs: Sequence[ArchSpec]) -> ArchSpec:
     hparams["mlp_dims"] = (max(max(d) for d in dims),) * max(len(d) for d in dims)
   if "cross_layers" in hparams:
     hparams["cross_layers"] = max(h["cross_layers"] for h in all_hparams)
-  if BLOCKS_HPARAM in hparams:
-    hparams[BLOCKS_HPARAM] = padded_blocks.superset_blocks([h[BLOCKS_HPARAM] for h in all_hparams])
+  if _BLOCKS_HPARAM in hparams:
+    hparams[_BLOCKS_HPARAM] = padded_blocks.superset_blocks([h[_BLOCKS_HPARAM] for h in all_hparams])
   return dataclasses.replace(archs[0], model_hparams=tuple(sorted(hparams.items())),
                              embed_dim=max(a.embed_dim for a in archs))
 
@@ -182,8 +184,8 @@ def _block_map(arch: ArchSpec | None, sup_arch: ArchSpec | None, sup_params, whe
     ValueError: the superset gates its blocks but `arch` or `sup_arch` is missing.
   """
   gates = [k for k in sup_params if k.startswith("['gates']")]
-  text = dict(arch.model_hparams).get(BLOCKS_HPARAM) if arch is not None else None
-  sup_text = dict(sup_arch.model_hparams).get(BLOCKS_HPARAM) if sup_arch is not None else None
+  text = dict(arch.model_hparams).get(_BLOCKS_HPARAM) if arch is not None else None
+  sup_text = dict(sup_arch.model_hparams).get(_BLOCKS_HPARAM) if sup_arch is not None else None
   if text is None or sup_text is None:
     if gates:
       raise ValueError(f"{where}: the superset gates its blocks (a composed bucket): pass "
@@ -213,7 +215,7 @@ def _pad_tree(exact, template, layout: _Layout, missing_params: bool, fills=None
       out[...] = fills[key]
     if key in have:
       leaf = np.asarray(have[key])
-      if leaf.ndim != len(shape) or any(a > b for a, b in zip(leaf.shape, shape)):
+      if leaf.ndim != len(shape) or any(a > b for a, b in zip(leaf.shape, shape, strict=True)):
         raise ValueError(f"pad_state: leaf {key} of shape {leaf.shape} does not fit the "
                          f"superset's {shape}")
       index = layout.index(key, leaf.shape, shape)

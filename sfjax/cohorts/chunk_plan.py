@@ -1,6 +1,6 @@
 """The chunk plan of a cohort run: which trials share which program call, and how wide.
 
-DESIGN.md §4. `CohortRunner.run` groups its trials (`group_trials`), cuts each group
+DESIGN.md §4. `CohortRunner.run` groups its trials (`_group_trials`), cuts each group
 into chunks of its cohort width and runs every chunk as one call of one compiled
 program. `plan_chunks` is that split as data, one `Chunk` per call: its trials, the
 group's width, the lanes the call runs (power-of-two padding), its shape bucket,
@@ -11,7 +11,7 @@ from the chunks that ran, never re-derived beside them.
 
 Rules:
   * Grouping: by default one group per (bucket, step range, resume); a ragged run
-    groups by bucket alone, longest range first (`group_trials`).
+    groups by bucket alone, longest range first (`_group_trials`).
   * Chunking: a group of n trials at width w runs chunks of w trials in group
     order, the last one partial.
   * Padding: a partial chunk of k trials runs at the smallest power of two >= k
@@ -60,7 +60,7 @@ class Chunk(NamedTuple):
   @property
   def ragged(self) -> bool:
     """Its trials differ in step range or resume: each lane takes its own range."""
-    return len(set(zip(self.starts, self.ends, self.resumes))) > 1
+    return len(set(zip(self.starts, self.ends, self.resumes, strict=True))) > 1
 
   @property
   def from_states(self) -> bool:
@@ -71,12 +71,12 @@ class Chunk(NamedTuple):
   @property
   def num_steps(self) -> int:
     """The call's scan length: its longest step range."""
-    return max(e - s for s, e in zip(self.starts, self.ends))
+    return max(e - s for s, e in zip(self.starts, self.ends, strict=True))
 
   @property
   def trial_steps(self) -> int:
     """Steps that train a real trial (the sum of their ranges)."""
-    return sum(e - s for s, e in zip(self.starts, self.ends))
+    return sum(e - s for s, e in zip(self.starts, self.ends, strict=True))
 
   @property
   def lane_steps(self) -> int:
@@ -84,9 +84,9 @@ class Chunk(NamedTuple):
     return self.lanes * self.num_steps
 
 
-def group_trials(keys: Sequence[Hashable], start_steps: Sequence[int],
-                 end_steps: Sequence[int], resumes: Sequence[bool],
-                 ragged: bool) -> list[list[int]]:
+def _group_trials(keys: Sequence[Hashable], start_steps: Sequence[int],
+                  end_steps: Sequence[int], resumes: Sequence[bool],
+                  ragged: bool) -> list[list[int]]:
   """How a cohort run groups trials into programs, before chunking by width.
 
   Args:
@@ -105,11 +105,14 @@ def group_trials(keys: Sequence[Hashable], start_steps: Sequence[int],
     groups.setdefault(group, []).append(i)
   if not ragged:
     return list(groups.values())
-  length = lambda i: int(end_steps[i]) - int(start_steps[i])
-  return [sorted(members, key=lambda i: -length(i)) for members in groups.values()]
+
+  def longest_first(i: int) -> int:
+    return int(start_steps[i]) - int(end_steps[i])
+
+  return [sorted(members, key=longest_first) for members in groups.values()]
 
 
-def padded_width(size: int, width: int) -> int:
+def _padded_width(size: int, width: int) -> int:
   """Lanes of a chunk of `size` trials at cohort width `width`: the smallest power of
   two >= `size`, at most `width`."""
   return min(width, 1 << max(size - 1, 0).bit_length())
@@ -125,7 +128,7 @@ def plan_chunks(keys: Sequence[Hashable], start_steps: Sequence[int], end_steps:
     keys: per trial, its shape bucket.
     start_steps, end_steps: per trial, its global step range.
     resumes: per trial, whether it resumes from a given state.
-    ragged: group by bucket alone (`group_trials`).
+    ragged: group by bucket alone (`_group_trials`).
     width: the cohort width, or a function of a group's trial indices returning it
       (the runner's 'auto' width, measured per architecture), called once per group.
     archs: per trial, its architecture (None: one per key); a chunk whose trials'
@@ -149,13 +152,13 @@ def plan_chunks(keys: Sequence[Hashable], start_steps: Sequence[int], end_steps:
     if not 0 <= starts[i] <= ends[i]:
       raise ValueError(f"plan_chunks: trial {i}: step range [{starts[i]}, {ends[i]}) is invalid")
   chunks = []
-  for members in group_trials(keys, starts, ends, resumes, ragged):
+  for members in _group_trials(keys, starts, ends, resumes, ragged):
     w = width(members) if callable(width) else width
     if isinstance(w, bool) or not isinstance(w, int) or w < 1:
       raise ValueError(f"plan_chunks: the cohort width must be a positive integer, got {w!r}")
     for lo in range(0, len(members), w):
       trials = tuple(members[lo:lo + w])
-      chunks.append(Chunk(trials, w, padded_width(len(trials), w), keys[trials[0]],
+      chunks.append(Chunk(trials, w, _padded_width(len(trials), w), keys[trials[0]],
                           len({archs[i] for i in trials}) > 1,
                           tuple(starts[i] for i in trials), tuple(ends[i] for i in trials),
                           tuple(bool(resumes[i]) for i in trials)))

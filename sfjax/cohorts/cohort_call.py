@@ -216,5 +216,6 @@ def call_cohort(data: TrialData, mesh, arch: ArchSpec, hparams: Mapping[str, Any
   alive, steps, losses, applied, logits = jax.device_get(
       (out.alive, out.state.step, out.losses, out.applied, out.logits))
   seconds = time.perf_counter() - t0
-  metrics = _eval_metrics(data, logits.reshape(width, -1), alive)
-  return CohortOutput(out.state, alive, steps, losses, applied, *metrics, seconds)
+  auc, logloss, test_auc, test_logloss = _eval_metrics(data, logits.reshape(width, -1), alive)
+  return CohortOutput(out.state, alive, steps, losses, applied, auc, logloss, test_auc,
+                      test_logloss, seconds)

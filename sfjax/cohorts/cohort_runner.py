@@ -3,7 +3,7 @@
 DESIGN.md §4. `CohortRunner.run` plans its trials' program calls
 (`chunk_plan.plan_chunks`: groups, chunks of the cohort width, power-of-two
 padding) and executes exactly that plan, each chunk one call of a jitted
-`jax.vmap(trial)` (`cohort_call.call_cohort`); every `TrialResult` names the
+`jax.vmap(trial)` (`cohort_call.call_cohort`); every `CohortTrialResult` names the
 chunk that ran it.
 
 Choices:
@@ -52,9 +52,9 @@ from sfjax.cohorts.cohort_call import split_eval_mask as split_eval_mask
 from sfjax.cohorts.cohort_call import trial_mesh as trial_mesh
 from sfjax.cohorts.costs import TrialCosts
 from sfjax.cohorts.task import CTRTask, TrialData
-from sfjax.cohorts.trial_result import TrialResult, chunk_results, failed_chunk_results
+from sfjax.cohorts.trial_result import CohortTrialResult, chunk_results, failed_chunk_results
 
-WIDTH_CANDIDATES = (1, 2, 4, 8, 16, 32)
+_WIDTH_CANDIDATES = (1, 2, 4, 8, 16, 32)
 
 
 class CohortRunner:
@@ -66,7 +66,7 @@ class CohortRunner:
   """
 
   def __init__(self, task: CTRTask, *, cohort_width: int | str = "auto", mesh=None,
-               data: TrialData | None = None, width_candidates: Sequence[int] = WIDTH_CANDIDATES,
+               data: TrialData | None = None, width_candidates: Sequence[int] = _WIDTH_CANDIDATES,
                measure_latency: bool = False, ragged: bool = False,
                costs: TrialCosts | None = None):
     """Builds the task's TrialData (unless `data` is given).
@@ -81,7 +81,7 @@ class CohortRunner:
         compilation per arch); switches it on in a given `costs` too (and may
         be switched on later: `costs.measure_latency`).
       ragged: `run` lets trials of one bucket with different step ranges (or
-        fresh and resumed ones) share a program (`chunk_plan.group_trials`); a
+        fresh and resumed ones) share a program (`chunk_plan._group_trials`); a
         public attribute. Off: one program per exact range, no trial idles.
       costs: the cost model of the trials (default: a new `TrialCosts` on `data`).
     """
@@ -113,7 +113,7 @@ class CohortRunner:
     return cohort_call.call_cohort(self.data, self.mesh, arch, hparams, seeds, start, end,
                                    init_states, dense_masks)
 
-  def measure_widths(self, arch: ArchSpec, candidates: Sequence[int] = WIDTH_CANDIDATES
+  def measure_widths(self, arch: ArchSpec, candidates: Sequence[int] = _WIDTH_CANDIDATES
                      ) -> dict[int, float]:
     """Trials/hour of one budget unit of default trials at each width (cached per arch).
 
@@ -140,9 +140,9 @@ class CohortRunner:
     With `num_trials` given, 'auto' measures only widths that this many trials can
     fill (no measurement at all for a lone trial): measuring costs compilations.
     """
-    if self.cohort_width != "auto":
+    if isinstance(self.cohort_width, int):  # else 'auto' (checked in __init__)
       return self.cohort_width
-    candidates = self.width_candidates
+    candidates: Sequence[int] = self.width_candidates
     if num_trials is not None:
       if num_trials <= 1:
         return 1
@@ -169,7 +169,7 @@ class CohortRunner:
 
   def run(self, arch: ArchSpec | Sequence[ArchSpec], hparams: Sequence[Mapping[str, float]],
           seeds: Sequence[int], start_steps: Sequence[int], end_steps: Sequence[int] | int,
-          init_states: Sequence[Any], ragged: bool | None = None) -> list[TrialResult]:
+          init_states: Sequence[Any], ragged: bool | None = None) -> list[CohortTrialResult]:
     """Runs trials of one architecture, or of one shape bucket; results in input order.
 
     Args:
@@ -177,18 +177,18 @@ class CohortRunner:
         (`buckets.bucket_key`) whose architectures differ share a padded program
         (`sfjax.cohorts.buckets`); trials of other buckets run apart. Trials of
         one bucket with different step ranges share a program only when the
-        run is `ragged` (`chunk_plan.group_trials`).
+        run is `ragged` (`chunk_plan._group_trials`).
       hparams: per trial, dynamic hyperparameters (`arch.DYNAMIC_KEYS`; missing -> defaults).
       seeds: per trial, its initialisation seed.
       start_steps: per trial, the global step it starts at (0 for a fresh trial).
       end_steps: per trial (or one int for all), the global step it stops at.
       init_states: per trial, None (fresh) or the host state of an earlier
-        TrialResult at step `start_steps[i]` (resume: training continues), in the
+        CohortTrialResult at step `start_steps[i]` (resume: training continues), in the
         trial's own shapes.
       ragged: group by bucket alone; None: the runner's `ragged`.
 
     Returns:
-      One TrialResult per trial, states in each trial's own shapes, each naming
+      One CohortTrialResult per trial, states in each trial's own shapes, each naming
       the chunk (program call) of `plan` that ran it.
     """
     n = len(hparams)
@@ -210,21 +210,24 @@ class CohortRunner:
                          f"not at start_steps={start}")
     plan = self.plan(archs, start_steps, end_steps, [s is not None for s in init_states], ragged)
     stacked = cohort_call.stack_hparams(hparams)
-    results: list[TrialResult | None] = [None] * n
+    results: dict[int, CohortTrialResult] = {}
     for chunk in plan:
       for i, result in zip(chunk.trials, self._run_planned(chunk, archs, stacked, seeds,
-                                                           init_states)):
+                                                           init_states), strict=True):
         results[i] = result
-    return results
+    return [results[i] for i in range(n)]  # the plan runs every trial once
 
-  def _run_planned(self, chunk: Chunk, archs, stacked, seeds, init_states) -> list[TrialResult]:
+  def _run_planned(self, chunk: Chunk, archs, stacked, seeds, init_states) -> list[CohortTrialResult]:
     """Runs one chunk of the plan: its lanes' hyperparameters, seeds and ranges, from
     host states when `chunk.from_states`, as one (masked, for a mixed bucket) call."""
     lanes = list(chunk.lane_trials)
     hparams = {k: v[lanes] for k, v in stacked.items()}
     lane_seeds = np.asarray(seeds)[lanes]
+    start: np.ndarray | int
+    end: np.ndarray | int
     if chunk.ragged:  # per-lane ranges (the padding lanes repeat the first trial's)
-      starts, ends = dict(zip(chunk.trials, chunk.starts)), dict(zip(chunk.trials, chunk.ends))
+      starts = dict(zip(chunk.trials, chunk.starts, strict=True))
+      ends = dict(zip(chunk.trials, chunk.ends, strict=True))
       start, end = np.asarray([starts[i] for i in lanes]), np.asarray([ends[i] for i in lanes])
     else:
       start, end = chunk.starts[0], chunk.ends[0]
@@ -240,29 +243,34 @@ class CohortRunner:
     return self._run_chunk(chunk, lane_archs[0], hparams, lane_seeds, start, end, states)
 
   def _run_padded_chunk(self, chunk, archs, hparams, seeds, start, end,
-                        init_states) -> list[TrialResult]:
+                        init_states) -> list[CohortTrialResult]:
     """One chunk of a bucket's trials with different architectures: each trial's exact
     state (its resume state, or its fresh init drawn from its seed) padded to the
     chunk's superset, one masked program call, results cut back to exact shapes."""
     sup = buckets.superset(archs)
     template = self.state_template(sup)
     states, masks = [], []
-    for arch, state in zip(archs, self._host_states(archs, hparams, seeds, init_states)):
+    for arch, state in zip(archs, self._host_states(archs, hparams, seeds, init_states),
+                           strict=True):
       state, mask = buckets.pad_state(state, template, arch=arch, sup_arch=sup)
       states.append(state)
       masks.append(mask)
-    stack = lambda trees: jax.tree.map(lambda *xs: np.stack(xs), *trees)
+
+    def stack(trees):
+      return jax.tree.map(lambda *xs: np.stack(xs), *trees)
+
     results = self._run_chunk(chunk, sup, hparams, seeds, start, end, stack(states),
                               dense_masks=stack(masks), archs=archs)
     return [r._replace(state=buckets.unpad_state(r.state, self.state_template(arch), arch=arch,
                                                  sup_arch=sup))
-            if r.state is not None else r for r, arch in zip(results, archs)]
+            if r.state is not None else r
+            for r, arch in zip(results, archs, strict=False)]  # real trials, then padding lanes
 
   def _host_states(self, archs, hparams, seeds, init_states) -> list[Any]:
     """Each trial's host state in its own shapes: its resume state, or its fresh init
     drawn from its seed (the state the program would draw, `init_trial_state`)."""
     out = []
-    for i, (arch, state) in enumerate(zip(archs, init_states)):
+    for i, (arch, state) in enumerate(zip(archs, init_states, strict=True)):
       if state is None:
         trial_hparams = {k: jnp.float32(v[i]) for k, v in hparams.items()}
         state = jax.device_get(trial_program.init_trial_state(
@@ -277,7 +285,7 @@ class CohortRunner:
     return self._templates[arch]
 
   def _run_chunk(self, chunk, arch, hparams, seeds, start, end, states, dense_masks=None,
-                 archs=None) -> list[TrialResult]:
+                 archs=None) -> list[CohortTrialResult]:
     """One program call; `archs` (padded chunks) names each lane's own architecture,
     whose cost metrics its trial reports (else every trial's is `arch`)."""
     archs = archs if archs is not None else [arch] * chunk.lanes

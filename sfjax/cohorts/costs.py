@@ -22,7 +22,7 @@ from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts.arch import ArchSpec
 from sfjax.train import step as step_lib
 
-LATENCY_REPEATS = 5  # timed calls of the eval forward per arch (after one warm-up call)
+_LATENCY_REPEATS = 5  # timed calls of the eval forward per arch (after one warm-up call)
 
 
 class TrialCosts:
@@ -76,7 +76,7 @@ class TrialCosts:
       params, table = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (params, table))
       forward(params, table, batch).block_until_ready()
       times = []
-      for _ in range(LATENCY_REPEATS):
+      for _ in range(_LATENCY_REPEATS):
         t0 = time.perf_counter()
         forward(params, table, batch).block_until_ready()
         times.append(time.perf_counter() - t0)

@@ -81,8 +81,8 @@ def run_pbt(runner: CohortRunner, arch: ArchSpec, init_hparams: Mapping[str, Any
   Returns:
     PBTHistory.
   """
-  seeds = np.asarray(seeds, np.int32).reshape(-1)
-  size = seeds.shape[0]
+  seed_array = np.asarray(seeds, np.int32).reshape(-1)
+  size = seed_array.shape[0]
   if num_rounds < 1 or steps_per_round < 1:
     raise ValueError(f"num_rounds and steps_per_round must be >= 1, got {num_rounds}, {steps_per_round}")
   hparams = {k: np.asarray(v, np.float32).reshape(-1) for k, v in init_hparams.items()}
@@ -94,7 +94,7 @@ def run_pbt(runner: CohortRunner, arch: ArchSpec, init_hparams: Mapping[str, Any
                                          (r + 1) * steps_per_round, resume=r > 0)
                  for r in range(num_rounds))
   for r, chunk in enumerate(chunks):
-    out = runner.run_stacked(arch, hparams, seeds, chunk.starts[0], chunk.ends[0], states)
+    out = runner.run_stacked(arch, hparams, seed_array, chunk.starts[0], chunk.ends[0], states)
     scores.append(out.auc)
     test_scores.append(out.test_auc)
     used.append(hparams)

@@ -38,7 +38,8 @@ from sfjax.train import step as step_lib
 from sfjax.train.state import TrainState
 
 _EMB = ctr_defaults_lib.ctr_defaults().embedding
-Hparams = Mapping[str, jax.Array]  # arch.DYNAMIC_KEYS -> scalar (one trial) or [W] (a cohort)
+# arch.DYNAMIC_KEYS -> scalar (one trial; a float where nothing is traced) or [W] (a cohort)
+Hparams = Mapping[str, jax.Array | float]
 
 
 class TrialOutput(NamedTuple):
@@ -59,7 +60,7 @@ class TrialOutput(NamedTuple):
   logits: jax.Array
 
 
-def make_optimizers(arch: ArchSpec, hparams: Hparams):
+def _make_optimizers(arch: ArchSpec, hparams: Hparams):
   """The trial's dense and row optimizers: the trainer's factories, with traced hyperparameters."""
   tx = optimizers.dense_optimizer(arch.dense_optimizer, hparams["optim.dense_lr"],
                                   hparams["optim.weight_decay"], field="optim.dense_optimizer")
@@ -83,7 +84,7 @@ def init_trial_state(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams,
   `spec.total_rows`; a task with `compact_rows` passes its touched rows).
   """
   num_rows = spec.total_rows if num_rows is None else int(num_rows)
-  tx, row_opt = make_optimizers(arch, hparams)
+  tx, row_opt = _make_optimizers(arch, hparams)
   model_key, table_key = jax.random.split(key)
   params = nnx.split(arch.build_model(spec, nnx.Rngs(model_key)))[1]
   width = arch.embedding_width
@@ -95,7 +96,7 @@ def init_trial_state(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams,
                               device_table.TableState(values, slots))
 
 
-def with_dense_hparams(state: TrainState, hparams: Hparams) -> TrainState:
+def _with_dense_hparams(state: TrainState, hparams: Hparams) -> TrainState:
   """`state` with the dense learning rate and weight decay in its optax state replaced."""
   injected = dict(state.opt_state.hyperparams)
   for name, key in (("learning_rate", "optim.dense_lr"), ("weight_decay", "optim.weight_decay")):
@@ -103,15 +104,15 @@ def with_dense_hparams(state: TrainState, hparams: Hparams) -> TrainState:
   return state._replace(opt_state=state.opt_state._replace(hyperparams=injected))
 
 
-def eval_logits(graphdef: nnx.GraphDef, state: TrainState, eval_batches: DeviceBatch) -> jax.Array:
+def stacked_eval_logits(graphdef: nnx.GraphDef, state: TrainState, eval_batches: DeviceBatch) -> jax.Array:
   """Logits `[Te, Be]` of every stacked eval batch (the trainer's `step.eval_logits`)."""
   return lax.map(lambda b: step_lib.eval_logits(graphdef, state.params, state.table.values, b),
                  eval_batches)
 
 
-def make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
-                  resume: bool, masked: bool = False, num_rows: int | None = None,
-                  ragged: bool = False) -> Callable[..., TrialOutput]:
+def _make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
+                   resume: bool, masked: bool = False, num_rows: int | None = None,
+                   ragged: bool = False) -> Callable[..., TrialOutput]:
   """The pure function of one trial.
 
   Args:
@@ -143,9 +144,9 @@ def make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
 
   def trial(hparams, seed, init_state, batches, eval_batches, dense_mask=None, offset=None,
             length=None, clock=None) -> TrialOutput:
-    tx, row_opt = make_optimizers(arch, hparams)
+    tx, row_opt = _make_optimizers(arch, hparams)
     if resume:
-      state = with_dense_hparams(init_state, hparams)
+      state = _with_dense_hparams(init_state, hparams)
     else:
       state = init_trial_state(arch, spec, hparams, jax.random.key(seed), num_rows)
 
@@ -173,7 +174,7 @@ def make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
       (state, alive), (losses, applied) = lax.scan(ragged_body, (state, jnp.bool_(True)), clock)
     else:
       (state, alive), (losses, applied) = lax.scan(body, (state, jnp.bool_(True)), batches)
-    return TrialOutput(state, alive, losses, applied, eval_logits(graphdef, state, eval_batches))
+    return TrialOutput(state, alive, losses, applied, stacked_eval_logits(graphdef, state, eval_batches))
 
   return trial
 
@@ -182,7 +183,7 @@ def make_cohort_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
                    on_trace: Callable[[], Any] | None = None,
                    masked: bool = False, num_rows: int | None = None, ragged: bool = False
                    ) -> Callable[..., TrialOutput]:
-  """`jax.vmap` of `make_trial_fn` over trials (`masked`, `num_rows`, `ragged`: as
+  """`jax.vmap` of `_make_trial_fn` over trials (`masked`, `num_rows`, `ragged`: as
   there); batches (and a ragged cohort's clock) are shared (not vmapped).
 
   Returns:
@@ -191,8 +192,8 @@ def make_cohort_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
     -> TrialOutput` with a leading [W] axis (`dense_masks` only when `masked`;
     offsets, lengths and clock only when `ragged`); `on_trace` runs each time it is traced.
   """
-  trial = make_trial_fn(arch, spec, graphdef, resume=resume, masked=masked, num_rows=num_rows,
-                        ragged=ragged)
+  trial = _make_trial_fn(arch, spec, graphdef, resume=resume, masked=masked, num_rows=num_rows,
+                         ragged=ragged)
   stacked_states = 0 if resume or masked or ragged else None
   per_trial = 0 if ragged else None
 

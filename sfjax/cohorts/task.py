@@ -99,9 +99,9 @@ class CTRTask:
     return int(round(budget * self.steps_per_budget_unit))
 
 
-def stack_batches(batches: list[state_lib.DeviceBatch]) -> state_lib.DeviceBatch:
+def _stack_batches(batches: list[state_lib.DeviceBatch]) -> state_lib.DeviceBatch:
   """[N] host DeviceBatches -> one DeviceBatch of numpy arrays with a leading [N] axis."""
-  return state_lib.DeviceBatch(*(np.stack(parts) for parts in zip(*batches)))
+  return state_lib.DeviceBatch(*(np.stack(parts) for parts in zip(*batches, strict=True)))
 
 
 @functools.partial(jax.jit, static_argnums=2)
@@ -147,17 +147,20 @@ class TrialData:
 
   def _compact(self) -> None:
     """Renumbers the rows of every batch into the union of the rows they touch."""
-    eval_rows, train_rows = np.asarray(self.eval_batches.rows), np.asarray(self._train.rows)
+    train = self._train
+    if train is None:  # CTRTask already checks this
+      raise ValueError("CTRTask.compact_rows needs max_steps > 0: no train steps to compact")
+    eval_rows, train_rows = np.asarray(self.eval_batches.rows), np.asarray(train.rows)
     ids = np.unique(np.concatenate([eval_rows.reshape(-1), train_rows.reshape(-1)]))
-    self.row_ids = ids[ids < self.full_rows].astype(np.int64)
-    self.num_rows = int(self.row_ids.shape[0])  # U: also the new padding row
+    row_ids = self.row_ids = ids[ids < self.full_rows].astype(np.int64)
+    self.num_rows = int(row_ids.shape[0])  # U: also the new padding row
 
     def renumber(rows: np.ndarray) -> jax.Array:
-      compact = np.searchsorted(self.row_ids, rows)
+      compact = np.searchsorted(row_ids, rows)
       return jnp.asarray(np.where(rows < self.full_rows, compact, self.num_rows).astype(np.int32))
 
     self.eval_batches = self.eval_batches._replace(rows=renumber(eval_rows))
-    self._train = self._train._replace(rows=renumber(train_rows))
+    self._train = train._replace(rows=renumber(train_rows))
 
   def _prepare(self, batch: Batch, capacity: int) -> state_lib.DeviceBatch:
     device_batch, num_unique = vsi.prepare_batch(batch, self.spec.field_offsets, capacity,
@@ -180,7 +183,7 @@ class TrialData:
         break
     if not prepared:
       raise ValueError(f"eval split {split!r} of data.format={self.task.data.format!r} is empty")
-    stacked = jax.tree.map(jnp.array, stack_batches(prepared))  # jnp.array copies (DESIGN §7)
+    stacked = jax.tree.map(jnp.array, _stack_batches(prepared))  # jnp.array copies (DESIGN §7)
     return stacked, np.concatenate(labels), np.concatenate(masks)
 
   @property
@@ -203,7 +206,7 @@ class TrialData:
                        "max_steps to the largest budget's steps")
     new = [self._prepare(next(self._source), self.capacity)
            for _ in range(num_steps - self._num_steps)]
-    stacked = jax.tree.map(jnp.array, stack_batches(new))
+    stacked = jax.tree.map(jnp.array, _stack_batches(new))
     if self._train is not None:
       stacked = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), self._train, stacked)
     self._train, self._num_steps = stacked, num_steps

@@ -1,7 +1,7 @@
 """A trial's outcome in a cohort run, cut from its program call's stacked output.
 
 DESIGN.md §4. `chunk_results` turns one `CohortOutput` (W lanes) into the
-`TrialResult`s of the chunk's real trials: exact host metrics, the mean train
+`CohortTrialResult`s of the chunk's real trials: exact host metrics, the mean train
 loss over the applied steps, the cost metrics of each trial's own architecture,
 an equal share of the call's wall time (compilation included), and the host
 state to resume from. A non-finite trial fails alone (its mates are untouched);
@@ -26,7 +26,7 @@ from sfjax.cohorts.cohort_call import CohortOutput
 CostsOf = Callable[[ArchSpec], dict[str, float]]
 
 
-class TrialResult(NamedTuple):
+class CohortTrialResult(NamedTuple):
   """Outcome of one trial's run.
 
   Attributes:
@@ -50,7 +50,7 @@ class TrialResult(NamedTuple):
 
 
 def chunk_results(out: CohortOutput, chunk: Chunk, archs: Sequence[ArchSpec],
-                  costs_of: CostsOf) -> list[TrialResult]:
+                  costs_of: CostsOf) -> list[CohortTrialResult]:
   """The results of `chunk`'s real trials from its call's output (padding lanes dropped).
 
   Args:
@@ -69,10 +69,10 @@ def chunk_results(out: CohortOutput, chunk: Chunk, archs: Sequence[ArchSpec],
                "train_loss": float(np.mean(out.losses[i][ok])) if ok.any() else float("nan"),
                "steps": int(out.steps[i]), **costs_of(archs[i]), "seconds": out.seconds / num_real}
     if out.alive[i]:
-      state = jax.tree.map(lambda x: x[i].copy(), host_states)
-      results.append(TrialResult(metrics, TrialStatus.DONE, state, None, chunk))
+      state = jax.tree.map(lambda x, i=i: x[i].copy(), host_states)
+      results.append(CohortTrialResult(metrics, TrialStatus.DONE, state, None, chunk))
     else:
-      results.append(TrialResult(
+      results.append(CohortTrialResult(
           metrics, TrialStatus.FAILED, None,
           f"loss or parameters became non-finite at step {int(out.steps[i]) + 1}", chunk))
   return results
@@ -80,11 +80,11 @@ def chunk_results(out: CohortOutput, chunk: Chunk, archs: Sequence[ArchSpec],
 
 def failed_chunk_results(error: BaseException, chunk: Chunk, archs: Sequence[ArchSpec],
                          params_of: Callable[[ArchSpec], int],
-                         flops_of: Callable[[ArchSpec], float]) -> list[TrialResult]:
+                         flops_of: Callable[[ArchSpec], float]) -> list[CohortTrialResult]:
   """FAILED results of `chunk`'s real trials after its call raised `error` (e.g. out of
   device memory): NaN metrics, each trial's `params` and `flops`, its start as `steps`."""
   nan = float("nan")
-  return [TrialResult({"auc": nan, "logloss": nan, "test_auc": nan, "test_logloss": nan,
+  return [CohortTrialResult({"auc": nan, "logloss": nan, "test_auc": nan, "test_logloss": nan,
                        "train_loss": nan, "steps": chunk.starts[i], "params": params_of(archs[i]),
                        "flops": flops_of(archs[i]), "seconds": 0.0},
                       TrialStatus.FAILED, None, f"{type(error).__name__}: {error}", chunk)

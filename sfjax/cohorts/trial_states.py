@@ -46,9 +46,9 @@ def state_template(arch: ArchSpec, spec: DatasetSpec, num_rows: int | None = Non
 
 def save_state(path: str, state: Any) -> None:
   """Writes the leaves of host pytree `state` to `path` atomically."""
-  leaves = jax.tree.leaves(state)
-  atomic_write(path, lambda f: np.savez(
-      f, **{f"leaf_{i:05d}": np.asarray(leaf) for i, leaf in enumerate(leaves)}))
+  arrays: dict[str, Any] = {f"leaf_{i:05d}": np.asarray(leaf)
+                            for i, leaf in enumerate(jax.tree.leaves(state))}
+  atomic_write(path, lambda f: np.savez(f, **arrays))
 
 
 def load_state(path: str, template: Any) -> Any:
@@ -78,7 +78,7 @@ def load_state(path: str, template: Any) -> Any:
   if len(leaves) != len(with_paths):
     raise StateFileError(f"{path}: holds {len(leaves)} arrays, the architecture's state has "
                          f"{len(with_paths)} leaves")
-  for (key_path, expected), leaf in zip(with_paths, leaves):
+  for (key_path, expected), leaf in zip(with_paths, leaves, strict=True):
     if leaf.shape != expected.shape or leaf.dtype != expected.dtype:
       raise StateFileError(f"{path}: leaf {jax.tree_util.keystr(key_path)} is "
                            f"{leaf.dtype}{list(leaf.shape)}, the architecture expects "

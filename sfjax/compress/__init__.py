@@ -5,3 +5,10 @@ fake-quant (`quant`, also the CNN's), genomes drawn and mutated one way (`genome
 also the CNN search's), and the evolutionary Prune-EA / Quant-EA search whose
 vmapped fine-tune runs the shared train step (`prune_search`).
 """
+
+from sfjax.compress.genome import GenomeLayout, mutate_genome, random_unit_bits
+from sfjax.compress.prune import PrunedModel, PruneSpec, pruned_size
+from sfjax.compress.quant import fake_quant
+
+__all__ = ["GenomeLayout", "PruneSpec", "PrunedModel", "fake_quant", "mutate_genome",
+           "pruned_size", "random_unit_bits"]

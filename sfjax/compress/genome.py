@@ -57,8 +57,8 @@ def random_unit_bits(rng: np.random.Generator, widths: Sequence[int]) -> np.ndar
   return out
 
 
-def fix_empty_layers(rng: np.random.Generator, bits: np.ndarray,
-                     widths: Sequence[int]) -> np.ndarray:
+def _fix_empty_layers(rng: np.random.Generator, bits: np.ndarray,
+                      widths: Sequence[int]) -> np.ndarray:
   """`bits` (modified in place) with one random unit kept in each layer that kept none."""
   start = 0
   for width in widths:
@@ -68,11 +68,11 @@ def fix_empty_layers(rng: np.random.Generator, bits: np.ndarray,
   return bits
 
 
-def mutate(rng: np.random.Generator, layout: GenomeLayout, genome, rate: float) -> np.ndarray:
+def mutate_genome(rng: np.random.Generator, layout: GenomeLayout, genome, rate: float) -> np.ndarray:
   """A mutated copy of `genome` [G].
 
   Each keep-bit flips with probability `rate`; each choice gene moves one choice up
-  or down (clipped at the ends) with probability `rate`; then `fix_empty_layers`.
+  or down (clipped at the ends) with probability `rate`; then `_fix_empty_layers`.
   The random stream: one uniform per bit, then one uniform and one direction per
   choice gene, then the fixes (none drawn for an empty part).
 
@@ -94,5 +94,5 @@ def mutate(rng: np.random.Generator, layout: GenomeLayout, genome, rate: float) 
       if moves[i]:
         index = choices.index(int(genome[layout.num_bits + i])) + int(steps[i])
         genome[layout.num_bits + i] = choices[int(np.clip(index, 0, len(choices) - 1))]
-  fix_empty_layers(rng, bits, layout.widths)
+  _fix_empty_layers(rng, bits, layout.widths)
   return genome

@@ -25,7 +25,7 @@ rows of the MLP's first kernel: the function is unchanged).
 MLP pruning works for every model whose `mlp` ends in an output Linear (deepfm,
 wide_deep, xdeepfm, autoint, dlrm, dcnv2 stacked); embedding-dimension pruning
 for the models whose only D-shaped weights are that MLP's first-layer rows
-(`EMBED_PRUNABLE`: deepfm, wide_deep, xdeepfm; the CIN sum-pools over D).
+(`_EMBED_PRUNABLE`: deepfm, wide_deep, xdeepfm; the CIN sum-pools over D).
 Parameters are pure dicts (`nnx.to_pure_dict(state)`: hidden layers keyed 0..L-1).
 """
 
@@ -46,7 +46,7 @@ from sfjax.models import registry
 
 # The models whose D-shaped weights are only the MLP's first-layer rows, read as
 # [v_1 (D) .. v_F (D), dense (Nd)].
-EMBED_PRUNABLE = ("deepfm", "wide_deep", "xdeepfm")
+_EMBED_PRUNABLE = ("deepfm", "wide_deep", "xdeepfm")
 
 
 class PruneSpec(NamedTuple):
@@ -94,12 +94,12 @@ def make_spec(model_cfg: Mapping[str, Any], num_fields: int, num_dense: int,
     model_cfg: `name`, `embed_dim`, `mlp_dims` and the other `model.*` keys.
     num_fields, num_dense: F and Nd of the data set.
     dim_choices: latent dims a candidate may keep (D is added); None: 1..D for
-      `EMBED_PRUNABLE` models, (D,) otherwise.
+      `_EMBED_PRUNABLE` models, (D,) otherwise.
     bit_choices: table bit widths (`ctr_quant.ALLOWED_BITS`; (32,): no quantization).
 
   Raises:
     ValueError: naming `model.name` (no MLP tower with an output layer),
-      `dim_choices` (a bad value, or k < D for a model outside `EMBED_PRUNABLE`)
+      `dim_choices` (a bad value, or k < D for a model outside `_EMBED_PRUNABLE`)
       or `bit_choices`.
   """
   cfg = {k: _hashable(v) for k, v in dict(model_cfg).items()}
@@ -114,15 +114,15 @@ def make_spec(model_cfg: Mapping[str, Any], num_fields: int, num_dense: int,
                      "logit layer to prune (prunable: models with model.mlp_dims, e.g. deepfm)")
   hidden = tuple(int(layer.out_features) for layer in mlp.hidden)
   if dim_choices is None:
-    dim_choices = range(1, embed_dim + 1) if name in EMBED_PRUNABLE else (embed_dim,)
+    dim_choices = range(1, embed_dim + 1) if name in _EMBED_PRUNABLE else (embed_dim,)
   dims = sorted({int(k) for k in dim_choices} | {embed_dim})
   if dims[0] < 1 or dims[-1] > embed_dim:
     raise ValueError(f"dim_choices: {tuple(dim_choices)} must lie in [1, model.embed_dim = "
                      f"{embed_dim}]")
-  if len(dims) > 1 and name not in EMBED_PRUNABLE:
+  if len(dims) > 1 and name not in _EMBED_PRUNABLE:
     raise ValueError(f"dim_choices: model {name!r} supports only MLP pruning (k = "
                      f"model.embed_dim = {embed_dim}); embedding dims prune in "
-                     f"{', '.join(EMBED_PRUNABLE)}")
+                     f"{', '.join(_EMBED_PRUNABLE)}")
   width = registry.embedding_width(name, embed_dim)
   return PruneSpec(name, int(num_fields), int(num_dense), embed_dim, width, hidden,
                    int(mlp.hidden[0].in_features), tuple(dims),
@@ -163,21 +163,21 @@ def check_genome(spec: PruneSpec, genome) -> np.ndarray:
   return genome.astype(np.int32)
 
 
-def unit_masks(spec: PruneSpec, genome) -> tuple[jax.Array, ...]:
+def _unit_masks(spec: PruneSpec, genome) -> tuple[jax.Array, ...]:
   """The per-layer float keep-masks ([H_1], ..., [H_L]) of a genome (traceable)."""
   genome = jnp.asarray(genome)
   cuts = np.cumsum(spec.hidden)[:-1].tolist()
   return tuple(m.astype(jnp.float32) for m in jnp.split(genome[:-2], cuts))
 
 
-def column_mask(spec: PruneSpec, genome) -> jax.Array:
+def _column_mask(spec: PruneSpec, genome) -> jax.Array:
   """[E] float: 1 on the first k latent columns and on a first-order column (traceable)."""
   k = jnp.asarray(genome)[-2]
   col = jnp.arange(spec.width)
   return ((col < k) | (col >= spec.embed_dim)).astype(jnp.float32)
 
 
-def masked_params(params: dict, masks: Sequence[jax.Array]) -> dict:
+def _masked_params(params: dict, masks: Sequence[jax.Array]) -> dict:
   """`params` with hidden layer l's kernel columns and bias multiplied by `masks[l]`."""
   hidden = {i: {"kernel": layer["kernel"] * masks[i][None, :], "bias": layer["bias"] * masks[i]}
             for i, layer in params["mlp"]["hidden"].items()}
@@ -212,15 +212,15 @@ class MaskedRows(nnx.Module):
 
 
 def masked_model(graphdef, spec: PruneSpec, params: dict, genome) -> MaskedRows:
-  """The model with `genome`'s units masked (`masked_params`), its columns masked and its
+  """The model with `genome`'s units masked (`_masked_params`), its columns masked and its
   rows fake-quantized (traceable genome)."""
   genome = jnp.asarray(genome)
-  model = nnx.merge(graphdef, masked_params(params, unit_masks(spec, genome)))
-  return MaskedRows(model, column_mask(spec, genome), genome[-1])
+  model = nnx.merge(graphdef, _masked_params(params, _unit_masks(spec, genome)))
+  return MaskedRows(model, _column_mask(spec, genome), genome[-1])
 
 
-def masked_logits(graphdef, spec: PruneSpec, params: dict, values: jax.Array, genome,
-                  ids: jax.Array, dense: jax.Array) -> jax.Array:
+def _masked_logits(graphdef, spec: PruneSpec, params: dict, values: jax.Array, genome,
+                   ids: jax.Array, dense: jax.Array) -> jax.Array:
   """Logits `[B]` of `masked_model` on the rows `values[ids]` (traceable genome)."""
   return masked_model(graphdef, spec, params, genome)(jnp.take(values, ids, axis=0), dense)
 
@@ -232,7 +232,7 @@ def _first_layer_rows(spec: PruneSpec, cols: np.ndarray) -> np.ndarray:
   return np.concatenate([(fields + cols[None, :]).reshape(-1), dense])
 
 
-def take_columns(spec: PruneSpec, params: dict, values, cols: Sequence[int]):
+def _take_columns(spec: PruneSpec, params: dict, values, cols: Sequence[int] | np.ndarray):
   """The model reading only latent columns `cols` (in that order) of every row.
 
   A permutation of range(D) leaves the function unchanged (`order_columns`); a
@@ -242,32 +242,33 @@ def take_columns(spec: PruneSpec, params: dict, values, cols: Sequence[int]):
     (params, values [V, len(cols) + E - D]) as numpy arrays: the MLP's first
     kernel keeps the matching rows; a first-order column stays last.
   """
-  cols = np.asarray(cols, np.int64)
+  col_index = np.asarray(cols, np.int64)
   params, values = jax.tree.map(np.asarray, params), np.asarray(values)  # host slicing
-  if spec.model_name not in EMBED_PRUNABLE and not np.array_equal(cols, np.arange(spec.embed_dim)):
+  if spec.model_name not in _EMBED_PRUNABLE and not np.array_equal(col_index,
+                                                                  np.arange(spec.embed_dim)):
     raise ValueError(f"model.name: {spec.model_name!r} does not support reordering or pruning "
-                     f"embedding columns (supported: {', '.join(EMBED_PRUNABLE)})")
-  keep = np.concatenate([cols, np.arange(spec.embed_dim, spec.width)])
+                     f"embedding columns (supported: {', '.join(_EMBED_PRUNABLE)})")
+  keep = np.concatenate([col_index, np.arange(spec.embed_dim, spec.width)])
   first = params["mlp"]["hidden"][0]
-  rows = _first_layer_rows(spec, cols)
+  rows = _first_layer_rows(spec, col_index)
   hidden = {**params["mlp"]["hidden"], 0: {**first, "kernel": first["kernel"][rows]}}
   return {**params, "mlp": {**params["mlp"], "hidden": hidden}}, values[:, keep]
 
 
-def column_order(spec: PruneSpec, values) -> np.ndarray:
+def _column_order(spec: PruneSpec, values) -> np.ndarray:
   """[D] latent columns by decreasing L2 norm over every row (importance; ties by index)."""
   norms = np.linalg.norm(np.asarray(values, np.float64)[:, :spec.embed_dim], axis=0)
   return np.argsort(-norms, kind="stable")
 
 
 def order_columns(spec: PruneSpec, params: dict, values):
-  """`take_columns` with `column_order`: the same function, important columns first.
+  """`_take_columns` with `_column_order`: the same function, important columns first.
 
-  Models outside `EMBED_PRUNABLE` are returned unchanged.
+  Models outside `_EMBED_PRUNABLE` are returned unchanged.
   """
-  if spec.model_name not in EMBED_PRUNABLE:
+  if spec.model_name not in _EMBED_PRUNABLE:
     return params, values
-  return take_columns(spec, params, values, column_order(spec, values))
+  return _take_columns(spec, params, values, _column_order(spec, values))
 
 
 class PrunedModel(NamedTuple):
@@ -311,7 +312,7 @@ def _unpruned_count(spec: PruneSpec) -> int:
   model = nnx.eval_shape(lambda: registry.build_model(
       spec.model_name, num_fields=spec.num_fields, embed_dim=spec.embed_dim,
       num_dense=spec.num_dense, rngs=nnx.Rngs(0), **dict(spec.hparams)))
-  return param_count(nnx.to_pure_dict(nnx.state(model)))
+  return _param_count(nnx.to_pure_dict(nnx.state(model)))
 
 
 def _dense_count(spec: PruneSpec, embed_dim: int, mlp_dims: tuple[int, ...]) -> int:
@@ -323,7 +324,7 @@ def _dense_count(spec: PruneSpec, embed_dim: int, mlp_dims: tuple[int, ...]) -> 
           + _mlp_count(pruned_in, mlp_dims))
 
 
-def param_count(tree) -> int:
+def _param_count(tree) -> int:
   """The number of scalars in a pytree of arrays (or shape structs)."""
   return int(sum(int(np.prod(x.shape)) for x in jax.tree.leaves(tree)))
 
@@ -348,11 +349,11 @@ def pruned_bits(spec: PruneSpec, num_rows: int, genome) -> int:
 def prune(spec: PruneSpec, params: dict, values, genome) -> PrunedModel:
   """The genome's model with its dropped units and columns removed, its table quantized.
 
-  Its logits equal `masked_logits(..., genome, ...)` of the same params and table
+  Its logits equal `_masked_logits(..., genome, ...)` of the same params and table
   (its arrays are numpy: sliced on the host).
   """
   cfg = pruned_model_cfg(spec, genome)
-  params, values = take_columns(spec, params, values, np.arange(cfg["embed_dim"]))
+  params, values = _take_columns(spec, params, values, np.arange(cfg["embed_dim"]))
   genome = check_genome(spec, genome)
   keeps = [np.flatnonzero(m) for m in np.split(genome[:-2], np.cumsum(spec.hidden)[:-1])]
   hidden = dict(params["mlp"]["hidden"])

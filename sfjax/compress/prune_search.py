@@ -19,7 +19,7 @@ rows only ([P, T, E]; with `tune_table=False` they stay as trained).
 The loop is `sfjax.automl.pareto_evolution.evolve` (parents: the best of
 everything evaluated so far by (Pareto rank, valid AUC), NSGA-II's elitism
 without crowding; children their mutations); `search` returns every evaluated
-candidate, whose front and pick `pareto_evolution.pareto_front` / `choose` give.
+candidate, whose front and pick `pareto_evolution.candidate_front` / `choose` give.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def finetune_batches(train: Examples) -> FinetuneBatches:
   return FinetuneBatches(rows, jax.tree.map(lambda *a: np.stack(a), *out))
 
 
-def compact_ids(rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+def _compact_ids(rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
   """[..., F] int32: each id's compact row in `rows`, or len(rows) for an id not there."""
   pos = np.minimum(np.searchsorted(rows, ids), max(rows.size - 1, 0))
   hit = rows[pos] == ids if rows.size else np.zeros(ids.shape, bool)
@@ -166,7 +166,7 @@ def finetune(graphdef, spec: ctr_prune.PruneSpec, params: dict, values, genome,
   held there by the step's `dense_mask`; the dense params take Adam
   (`optimizers.dense_optimizer`), the touched rows row-wise Adam
   (`row_optimizers.adam`, the same rate) unless `tune_table` is False. Traceable
-  in `genome` (one program for every candidate; vmapped by `make_evaluator`).
+  in `genome` (one program for every candidate; vmapped by `_make_evaluator`).
 
   Returns:
     (params, tuned_rows [T, E]): the tuned dense params (pure dict) and the rows
@@ -189,7 +189,7 @@ def finetune(graphdef, spec: ctr_prune.PruneSpec, params: dict, values, genome,
   return nnx.to_pure_dict(end.params)["model"], end.table.values
 
 
-def chunked_logits(fn: Callable, arrays: tuple, chunk: int) -> jax.Array:
+def _chunked_logits(fn: Callable, arrays: tuple, chunk: int) -> jax.Array:
   """`fn(*chunk_arrays) -> [c]` over arrays `[N, ...]` in chunks of `chunk` (padded), as [N]."""
   n = arrays[0].shape[0]
   pad = -n % chunk
@@ -198,9 +198,28 @@ def chunked_logits(fn: Callable, arrays: tuple, chunk: int) -> jax.Array:
   return jax.lax.map(lambda xs: fn(*xs), chunks).reshape(-1)[:n]
 
 
-def make_evaluator(graphdef, spec: ctr_prune.PruneSpec, params: dict, values,
-                   data: CompressData, learning_rate: float, tune_table: bool = True,
-                   eval_chunk: int = 4096) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+class _Evaluator:
+  """`evaluate(genomes [P, G]) -> (valid_auc [P], test_auc [P])` over a vmapped program.
+
+  Attributes:
+    traces: how many times the program was traced (1 per population size P).
+  """
+
+  def __init__(self, run: Callable, args: tuple, data: CompressData):
+    self.traces = 0
+    self._run, self._args, self._data = run, args, data
+
+  def __call__(self, genomes) -> tuple[np.ndarray, np.ndarray]:
+    valid_logits, test_logits = jax.device_get(self._run(jnp.asarray(genomes, jnp.int32),
+                                                         *self._args))
+    valid = [metrics_lib.auc(self._data.valid.labels, s) for s in valid_logits]
+    test = [metrics_lib.auc(self._data.test.labels, s) for s in test_logits]
+    return np.asarray(valid), np.asarray(test)
+
+
+def _make_evaluator(graphdef, spec: ctr_prune.PruneSpec, params: dict, values,
+                    data: CompressData, learning_rate: float, tune_table: bool = True,
+                   eval_chunk: int = 4096) -> _Evaluator:
   """`evaluate(genomes [P, G]) -> (valid_auc [P], test_auc [P])`: a vmapped fine-tune.
 
   Every genome starts from `params` / `values` and takes the same steps over
@@ -211,7 +230,7 @@ def make_evaluator(graphdef, spec: ctr_prune.PruneSpec, params: dict, values,
   `evaluate.traces` counts the traces (1 per population size).
   """
   batches = finetune_batches(data.train)
-  splits = [(rows.ids, compact_ids(batches.rows, rows.ids), rows.dense)
+  splits = [(rows.ids, _compact_ids(batches.rows, rows.ids), rows.dense)
             for rows in (data.valid, data.test)]
 
   def one(genome, params, values, batches, valid, test):
@@ -226,22 +245,14 @@ def make_evaluator(graphdef, spec: ctr_prune.PruneSpec, params: dict, values,
                       jnp.take(values, ids, axis=0))  # [c, F, E]
       return model(emb, dense)
 
-    return chunked_logits(score, valid, eval_chunk), chunked_logits(score, test, eval_chunk)
+    return _chunked_logits(score, valid, eval_chunk), _chunked_logits(score, test, eval_chunk)
 
   run = jax.jit(jax.vmap(one, in_axes=(0, None, None, None, None, None)))
-
-  def evaluate(genomes):
-    valid_logits, test_logits = jax.device_get(run(jnp.asarray(genomes, jnp.int32), params,
-                                                   values, batches, *splits))
-    valid = [metrics_lib.auc(data.valid.labels, s) for s in valid_logits]
-    test = [metrics_lib.auc(data.test.labels, s) for s in test_logits]
-    return np.asarray(valid), np.asarray(test)
-
-  evaluate.traces = 0
+  evaluate = _Evaluator(run, (params, values, batches, *splits), data)
   return evaluate
 
 
-def random_genomes(rng: np.random.Generator, spec: ctr_prune.PruneSpec, n: int) -> np.ndarray:
+def _random_genomes(rng: np.random.Generator, spec: ctr_prune.PruneSpec, n: int) -> np.ndarray:
   """[n, G] genomes probing each axis alone and together.
 
   Row 0 is the unpruned model (it anchors the front); then, in turn, a mixed
@@ -261,12 +272,12 @@ def random_genomes(rng: np.random.Generator, spec: ctr_prune.PruneSpec, n: int) 
   return out
 
 
-def mutate(rng: np.random.Generator, spec: ctr_prune.PruneSpec, genome: np.ndarray,
-           rate: float) -> np.ndarray:
-  """`genome.mutate` on the spec's layout: each unit bit flips with probability `rate`, k
+def _mutate(rng: np.random.Generator, spec: ctr_prune.PruneSpec, genome: np.ndarray,
+            rate: float) -> np.ndarray:
+  """`genome.mutate_genome` on the spec's layout: each unit bit flips with probability `rate`, k
   and b each move one choice up or down with probability `rate`; a layer never loses all
   its units."""
-  return genome_lib.mutate(rng, ctr_prune.genome_layout(spec), genome, rate)
+  return genome_lib.mutate_genome(rng, ctr_prune.genome_layout(spec), genome, rate)
 
 
 def search(graphdef, spec: ctr_prune.PruneSpec, params: dict, values, data: CompressData, *,
@@ -287,17 +298,17 @@ def search(graphdef, spec: ctr_prune.PruneSpec, params: dict, values, data: Comp
     tune_table: fine-tune the touched embedding rows too (a copy per candidate).
   """
   rng = np.random.default_rng(seed)
-  evaluate = make_evaluator(graphdef, spec, params, values, data, learning_rate, tune_table)
+  evaluate = _make_evaluator(graphdef, spec, params, values, data, learning_rate, tune_table)
   num_rows = int(values.shape[0])
   return pareto_evolution.evolve(
-      random_genomes(rng, spec, population), evaluate,
+      _random_genomes(rng, spec, population), evaluate,
       lambda g: ctr_prune.pruned_bits(spec, num_rows, g),
-      lambda r, g: mutate(r, spec, g, mutation_rate), generations, rng,
+      lambda r, g: _mutate(r, spec, g, mutation_rate), generations, rng,
       size_of=lambda g: ctr_prune.pruned_size(spec, num_rows, g))
 
 
 def score(graphdef, params: dict, values, rows: Examples, chunk: int = 4096) -> np.ndarray:
   """[N] logits of a plain (unmasked or physically pruned) model on `rows`."""
-  fn = jax.jit(lambda p, v, ids, dense: chunked_logits(
+  fn = jax.jit(lambda p, v, ids, dense: _chunked_logits(
       lambda i, d: ctr_prune.logits(graphdef, p, v, i, d), (ids, dense), chunk))
   return np.asarray(fn(params, values, rows.ids, rows.dense))

@@ -26,24 +26,24 @@ import numpy as np
 
 FLOAT_BITS = 32
 # Codes of at most 8 bits are stored as int8; 32 is the float table itself.
-ALLOWED_BITS = (2, 3, 4, 5, 6, 7, 8, FLOAT_BITS)
-SCALE_BITS = 32  # one float32 scale per quantized row
+_ALLOWED_BITS = (2, 3, 4, 5, 6, 7, 8, FLOAT_BITS)
+_SCALE_BITS = 32  # one float32 scale per quantized row
 
 
 def check_bit_choices(bit_choices: Sequence[int]) -> tuple[int, ...]:
   """`bit_choices` sorted and deduplicated.
 
   Raises:
-    ValueError: naming `bit_choices` for an empty tuple or a width outside `ALLOWED_BITS`.
+    ValueError: naming `bit_choices` for an empty tuple or a width outside `_ALLOWED_BITS`.
   """
   bits = tuple(sorted({int(b) for b in bit_choices}))
-  if not bits or any(b not in ALLOWED_BITS for b in bits):
+  if not bits or any(b not in _ALLOWED_BITS for b in bits):
     raise ValueError(f"bit_choices: {tuple(bit_choices)} must be a non-empty subset of "
-                     f"{ALLOWED_BITS} ({FLOAT_BITS}: float rows)")
+                     f"{_ALLOWED_BITS} ({FLOAT_BITS}: float rows)")
   return bits
 
 
-def quantize_codes(x: jax.Array, bits, axis: int | None = -1) -> tuple[jax.Array, jax.Array]:
+def _quantize_codes(x: jax.Array, bits, axis: int | None = -1) -> tuple[jax.Array, jax.Array]:
   """(codes, scales) of `x` at `bits`: codes float integers like `x`, one scale per group.
 
   Args:
@@ -58,15 +58,15 @@ def quantize_codes(x: jax.Array, bits, axis: int | None = -1) -> tuple[jax.Array
   return jnp.clip(jnp.round(x / scale), -qmax, qmax), scale
 
 
-def quantize(x: jax.Array, bits, axis: int | None = None) -> jax.Array:
+def _quantize(x: jax.Array, bits, axis: int | None = None) -> jax.Array:
   """`x` rounded to its symmetric `bits` grid (no gradient trick); bits >= 32: `x` itself."""
-  codes, scale = quantize_codes(x, bits, axis)
+  codes, scale = _quantize_codes(x, bits, axis)
   return jnp.where(jnp.asarray(bits) >= FLOAT_BITS, x, codes * scale)
 
 
 def fake_quant(x: jax.Array, bits, axis: int | None = None) -> jax.Array:
-  """`quantize(x, bits, axis)` forward, identity backward (straight-through estimator)."""
-  return x + jax.lax.stop_gradient(quantize(x, bits, axis) - x)
+  """`_quantize(x, bits, axis)` forward, identity backward (straight-through estimator)."""
+  return x + jax.lax.stop_gradient(_quantize(x, bits, axis) - x)
 
 
 def fake_quant_rows(x: jax.Array, bits) -> jax.Array:
@@ -78,7 +78,7 @@ def table_codes(values, bits: int) -> tuple[np.ndarray, np.ndarray]:
   """The stored form of a table [V, E] at `bits` < 32: (int8 codes [V, E], float32 scales [V])."""
   if bits >= FLOAT_BITS or bits > 8:
     raise ValueError(f"bits: {bits} has no int8 code form (2..8)")
-  codes, scale = jax.jit(quantize_codes)(jnp.asarray(values), bits)
+  codes, scale = jax.jit(_quantize_codes)(jnp.asarray(values), bits)
   return np.asarray(codes, np.int8), np.asarray(scale[:, 0], np.float32)
 
 
@@ -92,4 +92,4 @@ def table_bits(num_rows: int, width: int, bits: int) -> int:
   """Bits of a [num_rows, width] table stored at `bits` (codes + a scale per row)."""
   if bits >= FLOAT_BITS:
     return num_rows * width * FLOAT_BITS
-  return num_rows * (width * bits + SCALE_BITS)
+  return num_rows * (width * bits + _SCALE_BITS)

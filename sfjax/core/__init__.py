@@ -1,13 +1,18 @@
 """sfjax.core: the small shared base every subpackage may import (and nothing else of sfjax).
 
 Errors that name the bad place, the per-step device input type, SplitMix64 hashing,
-background pipeline stages, exact metrics and atomic file writes.
+background pipeline stages, exact metrics, atomic file writes, JSON-lines and
+TensorBoard event files, and the quiet console of the entry points.
 """
 
 from sfjax.core.atomic import atomic_write, fsync_directory
 from sfjax.core.background import BackgroundIterator, map_in_background
+from sfjax.core.console import set_up_console
 from sfjax.core.errors import ConfigError, DataFormatError
 from sfjax.core.hashing import splitmix64
+from sfjax.core.jsonl import read_jsonl
+from sfjax.core.metrics import auc, logloss, sigmoid
+from sfjax.core.tensorboard import EventWriter, read_scalars
 from sfjax.core.types import DeviceBatch
 
 __all__ = [
@@ -15,8 +20,15 @@ __all__ = [
   "ConfigError",
   "DataFormatError",
   "DeviceBatch",
+  "EventWriter",
   "atomic_write",
+  "auc",
   "fsync_directory",
+  "logloss",
   "map_in_background",
+  "read_jsonl",
+  "read_scalars",
+  "set_up_console",
+  "sigmoid",
   "splitmix64",
 ]

@@ -24,7 +24,7 @@ import numpy as np
 EVENT_FILE_PREFIX = "events.out.tfevents."
 
 
-def scalar_items(record: Mapping[str, Any], prefix: str = "") -> list[tuple[str, float]]:
+def _scalar_items(record: Mapping[str, Any], prefix: str = "") -> list[tuple[str, float]]:
   """The finite real-number fields of `record` as (tag, value), nested dicts flattened with '/'.
 
   Booleans are left out (they are flags, not curves).
@@ -33,7 +33,7 @@ def scalar_items(record: Mapping[str, Any], prefix: str = "") -> list[tuple[str,
   for key, value in record.items():
     tag = f"{prefix}{key}"
     if isinstance(value, Mapping):
-      out.extend(scalar_items(value, tag + "/"))
+      out.extend(_scalar_items(value, tag + "/"))
     elif isinstance(value, (numbers.Real, np.floating, np.integer)) and not isinstance(
         value, (bool, np.bool_)) and math.isfinite(float(value)):
       out.append((tag, float(value)))
@@ -66,7 +66,7 @@ class EventWriter:
   def scalars(self, step: int, record: Mapping[str, Any], prefix: str = "",
               skip: tuple[str, ...] = ("step",)) -> int:
     """Writes every finite number of `record` (but `skip`) at `step`; returns how many."""
-    items = [(t, v) for t, v in scalar_items(record, prefix) if t[len(prefix):] not in skip]
+    items = [(t, v) for t, v in _scalar_items(record, prefix) if t[len(prefix):] not in skip]
     for tag, value in items:
       self._writer.add_scalar(tag, value, global_step=int(step))
     return len(items)

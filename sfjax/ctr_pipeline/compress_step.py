@@ -44,7 +44,7 @@ from sfjax.core.errors import ConfigError
 from sfjax.data import dataset as dataset_lib
 from sfjax.models import registry
 
-PRUNED_FILE = "pruned_model.npz"
+_PRUNED_FILE = "pruned_model.npz"
 # Required fields (ints >= 1) and the optional ones with their defaults.
 _POSITIVE_INTS = ("population", "finetune_steps", "batch_size")
 _DEFAULTS = {"generations": 2, "finetune_lr": 1e-3, "mutation_rate": 0.1, "dim_choices": (),
@@ -56,7 +56,7 @@ def _is_int(x) -> bool:
   return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
-def check_block(block, field: str) -> None:
+def _check_block(block, field: str) -> None:
   """A `compress` block's fields.
 
   Raises:
@@ -71,7 +71,7 @@ def check_block(block, field: str) -> None:
       raise ConfigError(f"config field {field}.{key}: missing")
     if not _is_int(block[key]) or block[key] < 1:
       raise ConfigError(f"config field {field}.{key}: expected an int >= 1, got {block[key]!r}")
-  s = settings(block)
+  s = _settings(block)
   if s["population"] < 2:
     raise ConfigError(f"config field {field}.population: expected >= 2 (the unpruned model and "
                       f"at least one candidate), got {s['population']}")
@@ -102,12 +102,12 @@ def check_block(block, field: str) -> None:
     raise ConfigError(f"config field {field}.tune_table: expected a bool, got {s['tune_table']!r}")
 
 
-def settings(block) -> dict[str, Any]:
+def _settings(block) -> dict[str, Any]:
   """The block's fields with the defaults of the optional ones."""
   return {**_DEFAULTS, **{k: block[k] for k in block if k != "type"}}
 
 
-def load_trained(ctx: StepContext):
+def _load_trained(ctx: StepContext):
   """The trained model an earlier step handed on.
 
   Returns:
@@ -166,10 +166,10 @@ def _save_pruned(path: str, pruned: ctr_prune.PrunedModel) -> None:
   atomic_write(path, lambda f: np.savez(f, **arrays))
 
 
-def run_compress(ctx: StepContext) -> StepOutput:
+def _run_compress(ctx: StepContext) -> StepOutput:
   """Searches, picks and physically prunes (see the module docstring)."""
-  s = settings(ctx.block)
-  config, dataset, graphdef, params, values, path = load_trained(ctx)
+  s = _settings(ctx.block)
+  config, dataset, graphdef, params, values, path = _load_trained(ctx)
   try:
     spec = ctr_prune.make_spec(config.model, dataset.spec.num_fields, dataset.spec.num_dense,
                                tuple(s["dim_choices"]) or None, tuple(s["bit_choices"]))
@@ -191,7 +191,7 @@ def run_compress(ctx: StepContext) -> StepOutput:
       graphdef, spec, params, values, data, population=s["population"],
       generations=s["generations"], learning_rate=s["finetune_lr"],
       mutation_rate=s["mutation_rate"], seed=ctx.config.seed, tune_table=s["tune_table"])
-  front = pareto_evolution.pareto_front(candidates)
+  front = pareto_evolution.candidate_front(candidates)
   pick = pareto_evolution.choose(front, base_valid, s["max_auc_drop"])
   genome = np.asarray(pick.genome, np.int32)
   batches = ctr_compress.finetune_batches(data.train)
@@ -202,7 +202,7 @@ def run_compress(ctx: StepContext) -> StepOutput:
                            ctr_compress.with_tuned_rows(values, batches, rows), genome)
   final_test = metrics_lib.auc(data.test.labels, ctr_compress.score(
       pruned.graphdef, pruned.params, pruned.values, data.test))
-  _save_pruned(os.path.join(ctx.workdir, PRUNED_FILE), pruned)
+  _save_pruned(os.path.join(ctx.workdir, _PRUNED_FILE), pruned)
   metrics = {"baseline_test_auc": base_test, "baseline_valid_auc": base_valid,
              "baseline_params": full_size, "final_test_auc": final_test,
              "final_valid_auc": pick.valid, "final_params": pick.size,
@@ -214,27 +214,27 @@ def run_compress(ctx: StepContext) -> StepOutput:
              "num_candidates": len(candidates), "front_size": len(front)}
   output = {"pareto_front": [_point(c, spec, full_size, full_bits) for c in front],
             "compressed_model": dict(pruned.model_cfg),
-            "pruned_model": ctx.relative(os.path.join(ctx.workdir, PRUNED_FILE)),
+            "pruned_model": ctx.relative(os.path.join(ctx.workdir, _PRUNED_FILE)),
             "source_checkpoint": ctx.relative(path)}
   return StepOutput(metrics, output)
 
 
-COMPRESSION_REPORT_KEYS = ("baseline_test_auc", "final_test_auc", "baseline_params",
-                           "final_params", "size_ratio", "bits_ratio")
+_COMPRESSION_REPORT_KEYS = ("baseline_test_auc", "final_test_auc", "baseline_params",
+                            "final_params", "size_ratio", "bits_ratio")
 
 
 def compression_report(results) -> dict[str, Any]:
   """The pipeline report's `compression` field: the last done `compress` step's pick
-  against the model it compressed (`COMPRESSION_REPORT_KEYS`), or None without one."""
+  against the model it compressed (`_COMPRESSION_REPORT_KEYS`), or None without one."""
   done = [r for r in results if r.kind == "compress" and r.status == "done"]
   if not done:
     return {"compression": None}
   metrics = done[-1].best_metrics
-  return {"compression": {k: metrics[k] for k in COMPRESSION_REPORT_KEYS if k in metrics}}
+  return {"compression": {k: metrics[k] for k in _COMPRESSION_REPORT_KEYS if k in metrics}}
 
 
 def compress_step_kinds() -> dict[str, StepKind]:
   """{'compress'}: Prune-EA / Quant-EA of the handed-on trained model."""
-  return {"compress": StepKind(run_compress, check_block,
+  return {"compress": StepKind(_run_compress, _check_block,
                                "prune a trained CTR model's MLP neurons and embedding dims, "
                                "quantize its table rows")}

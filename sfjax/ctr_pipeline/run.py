@@ -9,14 +9,15 @@ Concrete search spaces are passed in (`search_spaces.SPACES`), never imported.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sfjax.automl import pipeline
+from sfjax.automl.pipeline import StepResult
 from sfjax.ctr_pipeline import compress_step, steps, train_steps
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 
-Finalizer = Callable[[dict[str, Any], str], dict[str, Any]]
+Finalizer = Callable[[Sequence[StepResult], str], dict[str, Any]]
 
 
 def ctr_finalizer(config) -> Finalizer:
@@ -24,7 +25,7 @@ def ctr_finalizer(config) -> Finalizer:
   the baseline (`config.report.bootstrap_resamples`, `bootstrap_seed`) and the last
   compress step's pick."""
 
-  def finalize(results: dict[str, Any], workdir: str) -> dict[str, Any]:
+  def finalize(results: Sequence[StepResult], workdir: str) -> dict[str, Any]:
     return {**train_steps.compare_final_to_baseline(
         results, workdir, num_resamples=config.report.bootstrap_resamples,
         seed=config.report.bootstrap_seed),

@@ -18,9 +18,13 @@ VEGA's CTR pipeline (arXiv 2011.01507) on `sfjax.automl.pipeline`:
                trained model an earlier step handed on.
 
 Shared blocks of the pipeline config: `seed` and `task` (the `CTRTask` every search
-trial trains on, as in `experiments/configs/search_ctr.py`). Searches select on the
+trial trains on, as in `sfjax.ctr_search.search_defaults()`). Searches select on the
 first half of the task's eval rows (`auc`); the pipeline's final test split
 (`data.synthetic.test_rows`) is read only by `fully_train` / `baseline`.
+
+A search step's block holds only overrides of its kind's library defaults
+(`nas_defaults`, `hpo_defaults`: the `space` and `study` blocks of
+`search_defaults()`); the pipeline engine merges them (`StepKind.defaults`).
 
 Each search's study lives in its step directory, so an interrupted search resumes
 from its journal when the pipeline is rerun.
@@ -41,8 +45,22 @@ from sfjax.core.errors import ConfigError
 from sfjax.ctr_pipeline import compress_step as pipeline_steps_compress
 from sfjax.ctr_pipeline import structure_steps as pipeline_steps_structure
 from sfjax.ctr_pipeline import train_steps as pipeline_steps_train
-from sfjax.ctr_search import search_config, search_loop
+from sfjax.ctr_search import search_config, search_defaults, search_loop
 from sfjax.ctr_search.space_provider import CTRSearchSpace
+
+
+def nas_defaults() -> ml_collections.ConfigDict:
+  """The library's `nas` block: the search's `space` and `study` defaults; `search_space`
+  ('' here) must name one of the application's spaces."""
+  defaults = search_defaults()
+  return ml_collections.ConfigDict({"search_space": "", "space": defaults.space,
+                                    "study": defaults.study})
+
+
+def hpo_defaults() -> ml_collections.ConfigDict:
+  """The library's `hpo` block: the search's `study` defaults (its space is the previous
+  step's architecture)."""
+  return ml_collections.ConfigDict({"study": search_defaults().study})
 
 
 def _require(block, field: str, keys: tuple[str, ...]) -> None:
@@ -167,9 +185,10 @@ def ctr_step_kinds(spaces: Mapping[str, CTRSearchSpace]) -> dict[str, StepKind]:
   search = _SearchSteps(spaces)
   kinds = {
       "nas": StepKind(search.run_nas, search.check_nas,
-                      "architecture + hyperparameter search over a whole space"),
+                      "architecture + hyperparameter search over a whole space", nas_defaults),
       "hpo": StepKind(search.run_hpo, search.check_hpo,
-                      "hyperparameter search around the previous step's best architecture"),
+                      "hyperparameter search around the previous step's best architecture",
+                      hpo_defaults),
   }
   kinds.update(pipeline_steps_train.train_step_kinds(spaces))
   kinds.update(pipeline_steps_structure.structure_step_kinds())

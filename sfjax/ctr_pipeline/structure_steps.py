@@ -28,7 +28,7 @@ from sfjax.ctr_search import search_config
 from sfjax.structure import autofis, autogroup
 
 
-def settings_from_block(cls, block, field: str, own: tuple[str, ...] = ("type",)):
+def _settings_from_block(cls, block, field: str, own: tuple[str, ...] = ("type",)):
   """`cls(**fields)` from the step block's fields named like the dataclass's fields.
 
   `own` names the block's other fields (the step's own, e.g. `type`).
@@ -52,13 +52,13 @@ def settings_from_block(cls, block, field: str, own: tuple[str, ...] = ("type",)
     raise ConfigError(f"config field {field}: {e}") from None
 
 
-def autofis_settings(block, field: str) -> autofis.AutoFISSettings:
-  """The `AutoFISSettings` of a step block (`settings_from_block`)."""
-  return settings_from_block(autofis.AutoFISSettings, block, field, own=("type", "planted_share"))
+def _autofis_settings(block, field: str) -> autofis.AutoFISSettings:
+  """The `AutoFISSettings` of a step block (`_settings_from_block`)."""
+  return _settings_from_block(autofis.AutoFISSettings, block, field, own=("type", "planted_share"))
 
 
 def _check_autofis(block, field: str) -> None:
-  autofis_settings(block, field)
+  _autofis_settings(block, field)
   share = block.get("planted_share", 0.5)
   if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
     raise ConfigError(f"config field {field}.planted_share: must be in (0, 1], got {share!r}")
@@ -70,9 +70,9 @@ def _task(ctx: StepContext):
   return search_config.make_task(ml_collections.ConfigDict({"seed": ctx.config.seed, "task": task}))
 
 
-def run_autofis_step(ctx: StepContext) -> StepOutput:
+def _run_autofis_step(ctx: StepContext) -> StepOutput:
   """Runs AutoFIS on the pipeline's task; hands on `kept_pairs`."""
-  settings = autofis_settings(ctx.block, ctx.spec.field)
+  settings = _autofis_settings(ctx.block, ctx.spec.field)
   task = _task(ctx)
   result = autofis.run_autofis(task, settings)
   metrics = {"valid_auc": result.valid_auc, "holdout_auc": result.test_auc,
@@ -87,9 +87,9 @@ def run_autofis_step(ctx: StepContext) -> StepOutput:
   return StepOutput(metrics, output)
 
 
-def run_autogroup_step(ctx: StepContext) -> StepOutput:
+def _run_autogroup_step(ctx: StepContext) -> StepOutput:
   """Runs AutoGroup on the pipeline's task; hands on `field_groups`."""
-  settings = settings_from_block(autogroup.AutoGroupSettings, ctx.block, ctx.spec.field)
+  settings = _settings_from_block(autogroup.AutoGroupSettings, ctx.block, ctx.spec.field)
   result = autogroup.run_autogroup(_task(ctx), settings).to_json()
   sizes = [len(g) for groups in result["groups"].values() for g in groups]
   metrics = {"valid_auc": result["valid_auc"], "holdout_auc": result["test_auc"],
@@ -99,9 +99,9 @@ def run_autogroup_step(ctx: StepContext) -> StepOutput:
 
 def structure_step_kinds() -> dict[str, StepKind]:
   """{'autofis', 'autogroup'}: the interaction-structure step kinds."""
-  return {"autofis": StepKind(run_autofis_step, _check_autofis,
+  return {"autofis": StepKind(_run_autofis_step, _check_autofis,
                               "AutoFIS: gated field pairs (gRDA), retrain on the kept ones"),
           "autogroup": StepKind(
-              run_autogroup_step,
-              lambda block, field: settings_from_block(autogroup.AutoGroupSettings, block, field),
+              _run_autogroup_step,
+              lambda block, field: _settings_from_block(autogroup.AutoGroupSettings, block, field),
               "AutoGroup: learned field groups per interaction order")}

@@ -14,6 +14,10 @@ Both score every row of the data's 'test' split (which no search or selection
 reads) with the final state and save the scores; `compare_final_to_baseline`
 turns them into the report's `final_test_auc`, `baseline_test_auc` and
 `test_auc_interval` (paired bootstrap of the difference on the same rows).
+
+Their blocks hold only overrides of the library's defaults (`fully_train_defaults`,
+`baseline_defaults`: the `trainer` recipe of `recipe_defaults`); the pipeline
+engine merges them (`StepKind.defaults`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from sfjax.ctr_search.space_provider import CTRSearchSpace
 from sfjax.data import dataset as dataset_lib
 from sfjax.models import generator
 from sfjax.train import config_check, loop
+from sfjax.train.defaults import ctr_defaults
 
 TEST_SPLIT = "test"
 SCORES_FILE, LABELS_FILE = "test_scores.npy", "test_labels.npy"
@@ -54,6 +59,31 @@ TRAINER_FIELDS = {
     "optim.init_stddev": "embedding.init_stddev",
     "optim.weight_decay": "optimizer.weight_decay",
 }
+
+
+def recipe_defaults() -> ml_collections.ConfigDict:
+  """The library's training recipe (`steps.<name>.trainer`): the CTR trainer's defaults
+  (`sfjax/train/defaults.py`) for a final model; its `data` and `seed` are replaced by the
+  pipeline's `task.data` and `seed` when the step runs."""
+  recipe = ctr_defaults()
+  recipe.train.steps = 3000
+  recipe.train.eval_every = 3000  # one eval at the end: the final state is the model
+  recipe.train.eval_batch_size = 4096
+  recipe.train.log_every = 500
+  recipe.checkpoint.every_steps = 1000  # > 0: a rerun resumes from the trainer's checkpoints
+  recipe.checkpoint.keep = 2
+  return recipe
+
+
+def fully_train_defaults() -> ml_collections.ConfigDict:
+  """The library's `fully_train` block: the recipe."""
+  return ml_collections.ConfigDict({"trainer": recipe_defaults()})
+
+
+def baseline_defaults() -> ml_collections.ConfigDict:
+  """The library's `baseline` block: the recipe of the step named `recipe_step` (its own
+  `trainer` when `recipe_step` names the baseline step itself)."""
+  return ml_collections.ConfigDict({"recipe_step": "fully_train", "trainer": recipe_defaults()})
 
 
 def _set(config, dotted: str, value) -> None:
@@ -218,15 +248,19 @@ def _check_baseline(block, field: str) -> None:
   name = block.get("recipe_step", "fully_train")
   if not isinstance(name, str) or not name:
     raise ConfigError(f"config field {field}.recipe_step: expected a step name, got {name!r}")
+  if f"steps.{name}" == field:  # its own recipe
+    check_recipe(block, field)
 
 
 def train_step_kinds(spaces: Mapping[str, CTRSearchSpace]) -> dict[str, StepKind]:
   """{'fully_train', 'baseline'} step kinds."""
   steps = _TrainSteps(spaces)
   return {"fully_train": StepKind(steps.run_fully_train, check_recipe,
-                                  "the chosen config through the CTR trainer (checkpointed)"),
+                                  "the chosen config through the CTR trainer (checkpointed)",
+                                  fully_train_defaults),
           "baseline": StepKind(steps.run_baseline, _check_baseline,
-                               "the unsearched default model through the same recipe")}
+                               "the unsearched default model through the same recipe",
+                               baseline_defaults)}
 
 
 def compare_final_to_baseline(results: Sequence[StepResult], workdir: str, num_resamples: int = 1000,

@@ -23,7 +23,7 @@ from absl import logging
 from sfjax.automl.algorithms import TrialStatus
 from sfjax.cohorts.arch import ArchSpec
 from sfjax.cohorts.cohort_runner import CohortRunner
-from sfjax.cohorts.trial_result import TrialResult
+from sfjax.cohorts.trial_result import CohortTrialResult
 
 EXECUTORS = ("local", "dask")
 
@@ -62,7 +62,7 @@ class GroupRunners:
 
   def __init__(self, runner: CohortRunner):
     self.main = runner
-    self._single = None
+    self._single: CohortRunner | None = None
 
   def for_group(self, size: int) -> CohortRunner:
     """The runner for a group of `size` trials of one architecture."""
@@ -81,15 +81,15 @@ def describe(job: CohortJob) -> str:
   return f"{job.arch[0].describe()} and {len(set(job.arch)) - 1} more of its bucket"
 
 
-def failed_results(job: CohortJob, reason: str) -> list[TrialResult]:
+def failed_results(job: CohortJob, reason: str) -> list[CohortTrialResult]:
   """One FAILED result per trial of `job`, all with `reason` (no chunk: none ran them)."""
-  return [TrialResult({}, TrialStatus.FAILED, None, reason) for _ in job.hparams]
+  return [CohortTrialResult({}, TrialStatus.FAILED, None, reason) for _ in job.hparams]
 
 
-def run_job(runners: GroupRunners, job: CohortJob) -> list[TrialResult]:
+def run_job(runners: GroupRunners, job: CohortJob) -> list[CohortTrialResult]:
   """Runs `job` on the runner for its group size; an exception fails its trials.
 
-  Each result names the chunk (program call) that ran it (`TrialResult.chunk`).
+  Each result names the chunk (program call) that ran it (`CohortTrialResult.chunk`).
   """
   try:
     return runners.for_group(len(job.hparams)).run(
@@ -112,7 +112,7 @@ class LocalExecutor:
     self.runners = GroupRunners(runner)
 
   def map(self, jobs: Iterable[CohortJob], on_retry: RetryHook | None = None
-          ) -> Iterator[list[TrialResult]]:
+          ) -> Iterator[list[CohortTrialResult]]:
     """Results of each job, in job order (`on_retry` is never called here)."""
     del on_retry
     for job in jobs:

@@ -1,6 +1,6 @@
 """Cohorts as Dask distributed tasks (`--config.study.executor=dask`), across processes or machines.
 
-Each `CohortJob` is one task: `remote_run(task, cohort_width, measure_latency,
+Each `CohortJob` is one task: `_remote_run(task, cohort_width, measure_latency,
 job)`, a pure function of its arguments returning the trials' results (metrics,
 status, the host state for promotions and the chunk that ran each trial, so the
 driver reports the programs the workers ran). No RPC of our own: Dask ships the
@@ -34,7 +34,7 @@ from absl import logging
 
 from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.cohorts.task import CTRTask
-from sfjax.cohorts.trial_result import TrialResult
+from sfjax.cohorts.trial_result import CohortTrialResult
 from sfjax.ctr_search.executor import (
   CohortJob,
   GroupRunners,
@@ -48,7 +48,7 @@ from sfjax.ctr_search.executor import (
 _WORKER_RUNNERS: dict[tuple[CTRTask, Any, bool], GroupRunners] = {}
 
 
-def worker_environment() -> dict[str, str]:
+def _worker_environment() -> dict[str, str]:
   """Environment of `LocalCluster` workers: the driver's JAX device set-up, explicitly."""
   env = {"XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
          "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
@@ -57,8 +57,8 @@ def worker_environment() -> dict[str, str]:
   return env
 
 
-def remote_run(task: CTRTask, cohort_width: int | str, measure_latency: bool,
-               job: CohortJob) -> list[TrialResult]:
+def _remote_run(task: CTRTask, cohort_width: int | str, measure_latency: bool,
+               job: CohortJob) -> list[CohortTrialResult]:
   """Runs `job` in a worker (the Dask task): its results, exceptions as FAILED results."""
   key = (task, cohort_width, bool(measure_latency))
   if key not in _WORKER_RUNNERS:
@@ -105,20 +105,23 @@ class DaskExecutor:
       scheduler_kwargs = {} if allowed_failures is None else {"allowed_failures": allowed_failures}
       self.cluster = distributed.LocalCluster(
           n_workers=num_workers, threads_per_worker=1, processes=True, dashboard_address=None,
-          env=worker_environment(), scheduler_kwargs=scheduler_kwargs)
+          env=_worker_environment(), scheduler_kwargs=scheduler_kwargs)
       self.client = distributed.Client(self.cluster)
 
   @property
   def address(self) -> str:
     """The scheduler's address (pass it as `study.dask_address` to share the cluster)."""
-    return self.client.scheduler.address
+    scheduler = self.client.scheduler
+    if scheduler is None or scheduler.address is None:
+      raise RuntimeError("the Dask client has no scheduler address (is it closed?)")
+    return scheduler.address
 
   def _submit(self, job: CohortJob):
-    return self.client.submit(remote_run, self.task, self.cohort_width, self.measure_latency,
+    return self.client.submit(_remote_run, self.task, self.cohort_width, self.measure_latency,
                               job, pure=False)
 
   def map(self, jobs: Iterable[CohortJob], on_retry: RetryHook | None = None
-          ) -> Iterator[list[TrialResult]]:
+          ) -> Iterator[list[CohortTrialResult]]:
     """Submits every job at once; yields their results in job order.
 
     Args:

@@ -1,27 +1,38 @@
-"""Search settings: the config of `experiments/configs/search_ctr.py`, parsed and checked.
+"""Search settings: a search config (`defaults.search_defaults()` and its variants), checked.
 
 Builds the space, task and algorithm a search runs, and guards a workdir against
 being resumed with different settings (`workdir/search.json`): the `Study`
 journal already refuses a changed space or algorithm; this adds the task, seed
 and space options, naming every differing field.
+
+An algorithm's settings live in its own block, `study.<algorithm>.<field>`
+(`study.asha.eta`, `study.pbt.population_size`); the settings every algorithm
+shares stay at `study.*`. A study setting the config lacks takes the library's
+default (`defaults.search_defaults()`); an unknown one is an error naming the
+closest known key, and a setting of the old flat layout (`study.eta`) names
+its new path. A workdir made before the blocks resumes: its `search.json`
+records the same fields.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import json
 import math
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sfjax.automl.algorithms import ALGORITHMS, PBT, AlgorithmSpec, Objective, Objectives
+from sfjax.automl.pipeline.engine import config_differences
 from sfjax.automl.space import Space
 from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts.task import CTRTask
 from sfjax.core import names
 from sfjax.core.atomic import atomic_write
-from sfjax.core.errors import ConfigError
+from sfjax.core.errors import ConfigError, unknown_key_error
+from sfjax.ctr_search import defaults
 from sfjax.ctr_search.executor import EXECUTORS
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 
@@ -33,14 +44,60 @@ OBJECTIVE_METRICS = ("auc", "logloss", "train_loss", "params", "flops", "latency
 DEFAULT_OBJECTIVES = "auc:max"
 _DIRECTION_NAMES = {"max": "maximize", "maximize": "maximize", "min": "minimize",
                     "minimize": "minimize"}
-# New study fields and their defaults (configs written before them still load).
-STUDY_DEFAULTS = {"objectives": "", "max_flops": 0.0, "max_latency_ms": 0.0,
-                  "executor": "local", "dask_address": "", "dask_workers": 2,
-                  "fill_cohorts": True, "ragged_cohorts": True}
 
 
-class SearchConfigError(ValueError):
+class SearchConfigError(ConfigError):
   """A bad search config, or a workdir created with a different one; names the field."""
+
+
+@functools.cache
+def _default_study() -> dict[str, Any]:
+  return defaults.study_defaults().to_dict()
+
+
+def shared_study_keys() -> tuple[str, ...]:
+  """The `study.*` settings every algorithm shares (the others are algorithm blocks)."""
+  return tuple(k for k in _default_study() if k not in ALGORITHMS)
+
+
+def moved_setting_error(key: str, algorithm: Any = None,
+                        field: str = "study") -> SearchConfigError | None:
+  """The error of a flat `study.<key>` that is now an algorithm's setting, else None.
+
+  Args:
+    key: a key given under `study`.
+    algorithm: the config's `study.algorithm`: its block is named when it has `key`.
+    field: how the message names the study block (e.g. `--config.steps.hpo.study`).
+  """
+  owners = [n for n in ALGORITHMS if key in _default_study()[n]]
+  if not owners or key in _default_study():
+    return None
+  first = algorithm if algorithm in owners else owners[0]
+  return SearchConfigError(f"{field}.{key}: algorithm settings live in their algorithm's block "
+                           f"now: use {field}.{first}.{key} ({key} is a setting of "
+                           f"{', '.join(owners)})")
+
+
+def check_flag_overrides(argv: Sequence[str], flag: str = "config") -> None:
+  """Refuses a command-line override of a flat algorithm setting, before flags are parsed.
+
+  `--config.study.eta=2` (or `--config.steps.hpo.study.eta=2`) would otherwise stop
+  ml_collections with a traceback; this names the new path (`moved_setting_error`).
+
+  Raises:
+    SearchConfigError: the first such override, naming its new path.
+  """
+  pattern = re.compile(rf"^--?(?:no)?{re.escape(flag)}\.([\w.]+)(?:=(.*))?$")
+  given = [m.groups() for m in map(pattern.match, argv) if m]
+  algorithms = {path.rpartition(".")[0]: value for path, value in given
+                if path.rpartition(".")[2] == "algorithm" and value}
+  for path, _ in given:
+    block, _, key = path.rpartition(".")
+    if block == "study" or block.endswith(".study"):
+      algorithm = algorithms.get(block, _default_study()["algorithm"])
+      error = moved_setting_error(key, algorithm, f"--{flag}.{block}")
+      if error is not None:
+        raise error
 
 
 def parse_cohort_width(value: Any) -> int | str:
@@ -55,8 +112,48 @@ def parse_cohort_width(value: Any) -> int | str:
 
 
 def study_field(config, name: str) -> Any:
-  """`config.study.<name>`, or its default (`STUDY_DEFAULTS`) when the config predates it."""
-  return config.study.get(name, STUDY_DEFAULTS[name])
+  """`config.study.<name>`, or the library's default when the config lacks it."""
+  return config.study.get(name, _default_study()[name])
+
+
+def algorithm_settings(config, name: str) -> dict[str, Any]:
+  """The settings of algorithm `name`: its block `study.<name>` over the library's defaults.
+
+  Raises:
+    SearchConfigError: the block is not a block, or holds a key its algorithm lacks
+      (naming `study.<name>.<key>` and the closest setting).
+  """
+  settings = dict(_default_study()[name])
+  block = config.study.get(name, {})
+  if not hasattr(block, "items"):
+    raise SearchConfigError(f"study.{name}: expected the block of {name}'s settings "
+                            f"({', '.join(settings) or 'none'}), got {block!r}")
+  for key, value in block.items():
+    if key not in settings:
+      error = unknown_key_error(f"study.{name}", key, settings, f"{name} setting")
+      raise SearchConfigError(str(error).removeprefix("config field "))
+    settings[key] = value
+  return settings
+
+
+def check_study_keys(config) -> None:
+  """Every key of `config.study` is a shared setting or an algorithm's block.
+
+  Raises:
+    SearchConfigError: a flat algorithm setting (naming its new path) or an unknown
+      key (naming the closest known one).
+  """
+  known = (*shared_study_keys(), *ALGORITHMS)
+  for key in config.study:
+    if key in known:
+      continue
+    moved = moved_setting_error(key, config.study.get("algorithm"))
+    if moved is not None:
+      raise moved
+    raise SearchConfigError(str(unknown_key_error("study", key, known, "study setting"))
+                            .removeprefix("config field "))
+  for name in ALGORITHMS:
+    algorithm_settings(config, name)
 
 
 def parse_objectives(value: Any) -> Objective:
@@ -161,20 +258,22 @@ def _algorithm_class(config) -> type[AlgorithmSpec]:
 def make_algorithm(config) -> AlgorithmSpec:
   """The algorithm named by `config.study.algorithm`, seeded by `config.seed`.
 
-  Its settings are the `study` fields named like the algorithm's own fields
-  (`sfjax.automl.algorithms`: e.g. `eta`, `population_size`, `n_startup_trials`);
-  the others keep the algorithm's defaults.
+  Its settings are its block `study.<algorithm>` (`algorithm_settings`); the spec
+  fields of `defaults.SHARED_SPEC_FIELDS` come from the config's seed and the shared
+  `study.min_budget` / `study.max_budget`.
 
   Raises:
     SearchConfigError: naming `study.algorithm` (or the bad setting).
   """
   cls = _algorithm_class(config)
-  settings = {f.name: config.study[f.name] for f in dataclasses.fields(cls)
-              if f.name != "seed" and f.name in config.study}
+  settings = algorithm_settings(config, cls.name)
+  fields = cls.__dataclass_fields__
+  shared = {k: config.seed if k == "seed" else config.study[k]
+            for k in defaults.SHARED_SPEC_FIELDS if k in fields}
   try:
-    return cls(**settings, seed=config.seed)
+    return cls(**settings, **shared)
   except (TypeError, ValueError) as e:
-    raise SearchConfigError(f"study ({cls.name}): {e}") from None
+    raise SearchConfigError(f"study.{cls.name}: {e}") from None
 
 
 def check_study_settings(config) -> None:
@@ -184,9 +283,10 @@ def check_study_settings(config) -> None:
     SearchConfigError: naming the first bad `study.*` field.
   """
   st = config.study
+  check_study_keys(config)
   for field, low in (("num_trials", 1), ("leaderboard_size", 0), ("ask_batch", 0),
                      ("max_params", 0), ("dask_workers", 1)):
-    value = getattr(st, field) if field in st else STUDY_DEFAULTS[field]
+    value = study_field(config, field)
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
       raise SearchConfigError(f"study.{field}: expected an integer >= {low}, got {value!r}")
   for field in ("max_flops", "max_latency_ms"):
@@ -213,22 +313,26 @@ def check_study_settings(config) -> None:
     try:
       algorithm.rounds(st.max_budget)
     except ValueError as e:
-      raise SearchConfigError(f"study.pbt_interval: {e}") from None
+      raise SearchConfigError(f"study.pbt.pbt_interval: {e}") from None
 
 
-def settings_record(config) -> dict[str, Any]:
+def search_settings_record(config) -> dict[str, Any]:
   """What a workdir's trials depend on: task, seed, space, algorithm and budgets.
 
   `study.num_trials`, the cohort width, quotas and the leaderboard may change
-  between runs of one study (extending it, or running it on other hardware).
+  between runs of one study (extending it, or running it on other hardware); the
+  algorithm's settings are checked by the study journal. The record keeps the
+  fields of the flat layout (`study.pbt_interval` is `study.pbt.pbt_interval`),
+  so a workdir made before the algorithm blocks resumes.
   """
+  study = {k: config.study[k] for k in ("algorithm", "max_budget", "pbt_model")}
+  study["pbt_interval"] = algorithm_settings(config, "pbt")["pbt_interval"]
   record = {"task": config.task.to_dict(), "seed": config.seed, "space": config.space.to_dict(),
-            "study": {k: config.study[k] for k in ("algorithm", "max_budget", "pbt_model",
-                                                   "pbt_interval")}}
+            "study": study}
   return json.loads(json.dumps(record))
 
 
-def check_settings(workdir: str, record: Mapping[str, Any]) -> None:
+def check_search_settings(workdir: str, record: Mapping[str, Any]) -> None:
   """Writes `workdir/search.json`, or checks it against `record`.
 
   Raises:
@@ -241,20 +345,11 @@ def check_settings(workdir: str, record: Mapping[str, Any]) -> None:
     return
   with open(path, encoding="utf-8") as f:
     stored = json.load(f)
-  diffs = _differences(stored, dict(record))
+  diffs = config_differences(stored, dict(record))
   if diffs:
     raise SearchConfigError(f"{path}: this workdir holds a study with different settings; use "
                             f"another --workdir or the same config. Differences: "
                             + "; ".join(diffs[:20]))
-
-
-def _differences(stored, given, prefix: str = "") -> list[str]:
-  if isinstance(stored, dict) and isinstance(given, dict):
-    out = []
-    for key in sorted(set(stored) | set(given)):
-      out += _differences(stored.get(key), given.get(key), f"{prefix}{key}.")
-    return out
-  return [] if stored == given else [f"{prefix[:-1]}: stored {stored!r}, given {given!r}"]
 
 
 def write_json(path: str, data: Any) -> None:

@@ -70,23 +70,24 @@ from sfjax.automl.algorithms import (
   all_objectives,
   directions_of,
 )
+from sfjax.automl.algorithms.pbt import PBT
 from sfjax.automl.study import Study, TrialRecord, limit_quotas
 from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts import buckets, chunk_plan, trial_states
 from sfjax.cohorts.arch import ArchSpec, split_config
 from sfjax.cohorts.chunk_plan import Chunk
 from sfjax.cohorts.cohort_runner import CohortRunner
-from sfjax.cohorts.trial_result import TrialResult
+from sfjax.cohorts.trial_result import CohortTrialResult
 from sfjax.ctr_search import search_config, search_events, search_pbt, search_report
 from sfjax.ctr_search.executor import CohortJob, make_executor
 from sfjax.ctr_search.search_config import SearchConfigError
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 
-AUTO_ASK_BATCH = 8  # trials asked per round with cohort_width='auto'
+_AUTO_ASK_BATCH = 8  # trials asked per round with cohort_width='auto'
 OBJECTIVE = Objective("auc", "maximize")
 DIRECTIONS = {"auc": "maximize", "params": "minimize"}
-DEFAULT_FILE = "default.json"
-STATES_DIR = "states"
+_DEFAULT_FILE = "default.json"
+_STATES_DIR = "states"
 
 
 def trial_seed(base_seed: int, trial_id: int) -> int:
@@ -133,11 +134,14 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
   objective = search_config.make_objective(config)
   # One objective: the front reported is AUC up, parameters down, as always.
   directions = directions_of(objective) if isinstance(objective, Objectives) else DIRECTIONS
-  field = lambda name: search_config.study_field(config, name)
+
+  def field(name):
+    return search_config.study_field(config, name)
+
   needs_latency = "latency_ms" in directions or field("max_latency_ms") > 0
   task = search_config.make_task(config)
   os.makedirs(workdir, exist_ok=True)
-  search_config.check_settings(workdir, search_config.settings_record(config))
+  search_config.check_search_settings(workdir, search_config.search_settings_record(config))
   if runner is None:
     runner = CohortRunner(task, cohort_width=width, measure_latency=needs_latency)
   elif runner.task != task:
@@ -146,8 +150,13 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
   elif needs_latency:
     runner.costs.measure_latency = True
   runner.ragged = bool(field("ragged_cohorts"))
-  split = lambda c: split_config(search_space.runner_config(c))
-  arch_of = lambda c: split(c)[0]
+
+  def split(c):
+    return split_config(search_space.runner_config(c))
+
+  def arch_of(c):
+    return split(c)[0]
+
   quotas = limit_quotas(
       {"params": config.study.max_params, "flops": field("max_flops"),
        "latency_ms": field("max_latency_ms")},
@@ -155,23 +164,24 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
        "flops": lambda c: runner.costs.count_flops(arch_of(c)),
        "latency_ms": lambda c: runner.costs.latency_ms(arch_of(c))})
   max_steps = task.steps_for_budget(config.study.max_budget)
-  ask_batch = config.study.ask_batch or (width if width != "auto" else AUTO_ASK_BATCH)
+  ask_batch = config.study.ask_batch or (width if width != "auto" else _AUTO_ASK_BATCH)
   executor = make_executor(field("executor"), runner, address=field("dask_address"),
                            num_workers=field("dask_workers"))
-  if algorithm.population_based:
+  if isinstance(algorithm, PBT):  # the `population_based` algorithm
     ask_batch = algorithm.population_size
+    pbt = algorithm
 
     def run_round(study, batch):  # one vmapped population: every member in one program
       return search_pbt.run_population(
           study, runner, batch, [trial_seed(config.seed, s.trial_id) for s in batch],
-          algorithm.rounds(config.study.max_budget),
-          task.steps_for_budget(algorithm.pbt_interval), (config.seed, batch[0].trial_id),
+          pbt.rounds(config.study.max_budget),
+          task.steps_for_budget(pbt.pbt_interval), (config.seed, batch[0].trial_id),
           search_pbt.pbt_bounds(space, search_space.zero_allowed), search_space.runner_config,
-          algorithm.quantile)
+          pbt.quantile)
   else:
-    run_round = lambda study, batch: run_batch(
-        study, executor, runner, batch, workdir, config.seed, max_steps,
-        keep_states=algorithm.multi_fidelity, split=split)
+    def run_round(study, batch):
+      return _run_batch(study, executor, runner, batch, workdir, config.seed, max_steps,
+                        keep_states=algorithm.multi_fidelity, split=split)
   # Architecture-aware asking: the space's static keys (all its keys when the space says
   # which fix a bucket itself), of which `ask_round` fixes those that fix a shape bucket
   # (PBT's population is one architecture already).
@@ -203,7 +213,7 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
     study.export()
     if isinstance(objective, Objectives):
       sys.stderr.write(search_report.pareto_report(study.pareto_fronts(), directions))
-    return dict(summarize(study, default), **chunk_plan.program_summary(programs))
+    return dict(_summarize(study, default), **chunk_plan.program_summary(programs))
 
 
 def ask_round(study: Study, n: int, fill_keys: Sequence[str],
@@ -241,7 +251,7 @@ def default_metrics(workdir: str, executor, seed: int, steps: int,
 
   `executor` runs it (`executor.make_executor`), like any trial.
   """
-  path = os.path.join(workdir, DEFAULT_FILE)
+  path = os.path.join(workdir, _DEFAULT_FILE)
   if os.path.exists(path):
     with open(path, encoding="utf-8") as f:
       return json.load(f)["metrics"]
@@ -257,9 +267,9 @@ def default_metrics(workdir: str, executor, seed: int, steps: int,
   return dict(result.metrics)
 
 
-def run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Suggestion],
-              workdir: str, seed: int, max_steps: int, keep_states: bool,
-              split: Callable[[Any], tuple[ArchSpec, dict[str, float]]]) -> list[Chunk]:
+def _run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Suggestion],
+               workdir: str, seed: int, max_steps: int, keep_states: bool,
+               split: Callable[[Any], tuple[ArchSpec, dict[str, float]]]) -> list[Chunk]:
   """Trains `batch` grouped by shape bucket (one job per bucket) and tells the study.
 
   Trials whose architectures differ only in sizes a superset can hold (MLP widths
@@ -275,10 +285,10 @@ def run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Sugg
 
   Returns:
     The chunks (program calls) that ran the batch, as its results name them
-    (`TrialResult.chunk`; whichever executor ran them), for `mean_cohort_width`
+    (`CohortTrialResult.chunk`; whichever executor ran them), for `mean_cohort_width`
     and `lane_utilization`.
   """
-  states_dir = os.path.join(workdir, STATES_DIR)
+  states_dir = os.path.join(workdir, _STATES_DIR)
   groups: dict[ArchSpec, list[tuple[Suggestion, ArchSpec, dict[str, float]]]] = {}
   for s in batch:
     try:
@@ -304,10 +314,13 @@ def run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Sugg
                           [trial_seed(seed, s.trial_id) for s, _, _ in members], starts, ends,
                           init_states, [s.trial_id for s, _, _ in members], runner.ragged))
     members_of.append(members)
-  on_retry = lambda job, reason: study.record_retry(job.trial_ids)
+
+  def on_retry(job, reason):
+    study.record_retry(job.trial_ids)
+
   programs: list[Chunk] = []
-  for job, members, results in zip(jobs, members_of, executor.map(jobs, on_retry)):
-    for (s, _, _), result, end in zip(members, results, job.end_steps):
+  for job, members, results in zip(jobs, members_of, executor.map(jobs, on_retry), strict=True):
+    for (s, _, _), result, end in zip(members, results, job.end_steps, strict=True):
       _record(study, s, result, states_dir, keep_states and end < max_steps)
     # One job's chunks, each once (chunk mates share it; its trial indices are its own).
     programs += dict.fromkeys(r.chunk for r in results if r.chunk is not None)
@@ -329,7 +342,7 @@ def _resume_point(runner: CohortRunner, arch: ArchSpec, s: Suggestion,
   return int(state.step), state
 
 
-def _record(study: Study, s: Suggestion, result: TrialResult, states_dir: str,
+def _record(study: Study, s: Suggestion, result: CohortTrialResult, states_dir: str,
             keep_state: bool) -> None:
   """Saves the trial's state if it may be promoted, tells the study, drops the parent's.
 
@@ -353,7 +366,7 @@ def _record(study: Study, s: Suggestion, result: TrialResult, states_dir: str,
       os.remove(parent)
 
 
-def summarize(study: Study, default: Mapping[str, float]) -> dict[str, Any]:
+def _summarize(study: Study, default: Mapping[str, float]) -> dict[str, Any]:
   """The summary dict `run_search` returns."""
   trials = study.trials()
   best: TrialRecord | None = study.best()

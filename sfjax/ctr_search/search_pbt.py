@@ -2,7 +2,7 @@
 
 PBT (Jaderberg et al. 2017) tunes the dynamic hyperparameters of one
 architecture while training: the population is one vmapped cohort
-(`sfjax.cohorts.pbt_population.run_pbt`), and every `study.pbt_interval` budget
+(`sfjax.cohorts.pbt_population.run_pbt`), and every `study.pbt.pbt_interval` budget
 units the worst quarter copies the state of a top-quarter member and perturbs
 its hyperparameters.
 
@@ -26,7 +26,7 @@ import numpy as np
 from absl import logging
 
 from sfjax.automl.algorithms import Suggestion, TrialStatus
-from sfjax.automl.space import Space
+from sfjax.automl.space import Float, Int, Space
 from sfjax.automl.study import Study
 from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts.chunk_plan import Chunk
@@ -37,8 +37,16 @@ from sfjax.cohorts.pbt_population import run_pbt
 def pbt_bounds(space: Space, zero_allowed=frozenset()) -> dict[str, tuple[float, float]]:
   """Clip range of each explored hyperparameter: the space's bounds, from 0 for the keys
   in `zero_allowed` (gated regularisers: a member without one keeps 0.0; 0 * factor = 0)."""
-  return {k: (0.0 if k in zero_allowed else space[k].low, space[k].high)
-          for k in arch_lib.DYNAMIC_KEYS if k in space}
+  out: dict[str, tuple[float, float]] = {}
+  for k in arch_lib.DYNAMIC_KEYS:
+    if k not in space:
+      continue
+    param = space[k]
+    if not isinstance(param, (Int, Float)):
+      raise ValueError(f"search space: PBT explores {k!r}, so it must be Int or Float, "
+                       f"not {type(param).__name__}")
+    out[k] = (0.0 if k in zero_allowed else param.low, param.high)
+  return out
 
 
 def run_population(study: Study, runner: CohortRunner, members: Sequence[Suggestion],

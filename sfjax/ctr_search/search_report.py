@@ -99,7 +99,7 @@ def leaderboard(trials: Sequence[TrialRecord], top_k: int, default_auc: float | 
                                                  enumerate(order[:top_k])]
     for cells in table:
       lines.append(" " + " ".join(cell.rjust(w) if i < 4 or i == 5 else cell.ljust(w)
-                                  for i, (cell, w) in enumerate(zip(cells, widths))).rstrip())
+                                  for i, (cell, w) in enumerate(zip(cells, widths, strict=True))).rstrip())
   return "\n".join(lines) + "\n"
 
 

@@ -1,1 +1,38 @@
-"""CTR data: readers (Criteo, Avazu, MovieLens), feature->row mapping, synthetic data, batching."""
+"""sfjax.data: CTR data sets, their batches and their feature specs.
+
+  make_dataset(config.data, seed) -> CTRDataset   one entry for every format (synthetic,
+                                                  Criteo, Avazu, MovieLens, preprocessed)
+  SyntheticCTR                                    Criteo-like data with planted signal
+  preprocess_files(...)                           text files -> memory-mapped shards
+  Batch / DatasetSpec / FieldSpec                 what a data set yields and describes
+
+Modules: readers (`criteo`, `avazu`, `movielens`, `text_io`), feature -> row mapping
+(`feature_map`), synthetic data (`synthetic`, `planted`), preprocessed shards
+(`preprocessed`, `shards`), batching (`batching`) and the types (`types`).
+"""
+
+from sfjax.data.dataset import KNOWN_FORMATS, CTRDataset, make_dataset
+from sfjax.data.preprocessed import DEFAULT_ROWS_PER_SHARD, preprocess_files
+from sfjax.data.synthetic import (
+  SyntheticConfig,
+  SyntheticCTR,
+  bounded_power_law_ranks,
+  make_row_sampler,
+)
+from sfjax.data.types import Batch, DatasetSpec, FieldSpec, make_batch
+
+__all__ = [
+  "DEFAULT_ROWS_PER_SHARD",
+  "KNOWN_FORMATS",
+  "Batch",
+  "CTRDataset",
+  "DatasetSpec",
+  "FieldSpec",
+  "SyntheticCTR",
+  "SyntheticConfig",
+  "bounded_power_law_ranks",
+  "make_batch",
+  "make_dataset",
+  "make_row_sampler",
+  "preprocess_files",
+]

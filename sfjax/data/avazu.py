@@ -32,14 +32,14 @@ import numpy as np
 from sfjax.core.errors import DataFormatError
 from sfjax.data import text_io
 
-LABEL_COLUMN = "click"
-HOUR_COLUMN = "hour"
+_LABEL_COLUMN = "click"
+_HOUR_COLUMN = "hour"
 CATEGORICAL_COLUMNS = (
     "C1", "banner_pos", "site_id", "site_domain", "site_category", "app_id", "app_domain",
     "app_category", "device_id", "device_ip", "device_model", "device_type", "device_conn_type",
     "C14", "C15", "C16", "C17", "C18", "C19", "C20", "C21")
-FIELD_NAMES: tuple[str, ...] = CATEGORICAL_COLUMNS + ("hour_of_day", "day_of_week")
-NUM_DENSE = 0
+_FIELD_NAMES: tuple[str, ...] = CATEGORICAL_COLUMNS + ("hour_of_day", "day_of_week")
+_NUM_DENSE = 0
 
 
 def split_hour(hour: bytes) -> tuple[bytes, bytes]:
@@ -94,14 +94,14 @@ def parse_header(header: bytes, path: str) -> AvazuColumns:
   index: dict[str, int] = {}
   for i, name in enumerate(names):
     index.setdefault(name, i)
-  missing = [c for c in (LABEL_COLUMN, HOUR_COLUMN) + CATEGORICAL_COLUMNS if c not in index]
+  missing = [c for c in (_LABEL_COLUMN, _HOUR_COLUMN) + CATEGORICAL_COLUMNS if c not in index]
   if missing:
     raise DataFormatError(path, 1, f"header lacks required column(s) {', '.join(missing)}")
   categorical = np.asarray([index[c] for c in CATEGORICAL_COLUMNS], dtype=np.int64)
-  return AvazuColumns(len(names), index[LABEL_COLUMN], index[HOUR_COLUMN], categorical)
+  return AvazuColumns(len(names), index[_LABEL_COLUMN], index[_HOUR_COLUMN], categorical)
 
 
-class AvazuParser:
+class _AvazuParser:
   """Parses the data lines of one Avazu file."""
 
   def __init__(self, columns: AvazuColumns):
@@ -113,7 +113,7 @@ class AvazuParser:
     problems: dict[int, str] = {}
     cols = self.columns
     fields, rows = text_io.split_fields(chunk, b",", cols.num_columns, problems)
-    labels = text_io.parse_labels(fields[:, cols.label], rows, LABEL_COLUMN, problems)
+    labels = text_io.parse_labels(fields[:, cols.label], rows, _LABEL_COLUMN, problems)
     hours = _hour_fields(fields[:, cols.hour], rows, problems)
     keep, num_bad = text_io.keep_good_rows(problems, chunk, rows, skip_bad_lines)
     categorical = fields[keep][:, cols.categorical]
@@ -125,8 +125,8 @@ class AvazuParser:
 class AvazuFormat:
   """`text_io.LineFormat` for Avazu CSV files (header on line 1)."""
 
-  field_names = FIELD_NAMES
-  num_dense = NUM_DENSE
+  field_names = _FIELD_NAMES
+  num_dense = _NUM_DENSE
 
   def start_file(self, f: io.BufferedIOBase, path: str) -> tuple[text_io.ChunkParser, int]:
     """Reads the header; data lines are numbered from 2."""
@@ -136,4 +136,4 @@ class AvazuFormat:
                             "a CSV file?")
     if not header.strip():
       raise DataFormatError(path, 1, "expected a CSV header, got an empty line")
-    return AvazuParser(parse_header(header, path)), 2
+    return _AvazuParser(parse_header(header, path)), 2

@@ -28,7 +28,7 @@ def take(batch: Batch, index: np.ndarray | slice) -> Batch:
   return Batch(*(a[index] for a in batch))
 
 
-def pad_batch(batch: Batch, batch_size: int) -> Batch:
+def _pad_batch(batch: Batch, batch_size: int) -> Batch:
   """Pads `batch` to `batch_size` examples with ids 0, dense 0, labels 0, mask 0."""
   extra = batch_size - batch.size
   if extra < 0:
@@ -65,11 +65,11 @@ def rebatch(chunks: Iterable[Batch], batch_size: int, pad_last: bool) -> Iterato
     count -= full * batch_size
     pending = [take(merged, slice(full * batch_size, None))] if count else []
   if pad_last and count:
-    yield pad_batch(concat_batches(pending), batch_size)
+    yield _pad_batch(concat_batches(pending), batch_size)
 
 
-def shuffle_stream(chunks: Iterable[Batch], buffer_size: int,
-                   rng: np.random.Generator) -> Iterator[Batch]:
+def _shuffle_stream(chunks: Iterable[Batch], buffer_size: int,
+                    rng: np.random.Generator) -> Iterator[Batch]:
   """Streaming shuffle: emits examples drawn at random from a bounded buffer.
 
   The buffer first fills to `buffer_size` examples; then each incoming chunk
@@ -122,9 +122,9 @@ def shuffle_stream(chunks: Iterable[Batch], buffer_size: int,
     yield take(rest, rng.permutation(rest.size))
 
 
-def shuffled_epochs(make_epoch: Callable[[], Iterable[Batch]], buffer_size: int,
-                    rng: np.random.Generator) -> Iterator[Batch]:
-  """Epochs forever, each shuffled by its own `shuffle_stream` pass.
+def _shuffled_epochs(make_epoch: Callable[[], Iterable[Batch]], buffer_size: int,
+                     rng: np.random.Generator) -> Iterator[Batch]:
+  """Epochs forever, each shuffled by its own `_shuffle_stream` pass.
 
   The buffer is flushed at the end of each epoch, so every epoch yields each
   example exactly once and a buffer larger than the data set costs no extra
@@ -136,7 +136,7 @@ def shuffled_epochs(make_epoch: Callable[[], Iterable[Batch]], buffer_size: int,
   epoch = 0
   while True:
     examples = 0
-    for chunk in shuffle_stream(make_epoch(), buffer_size, rng):
+    for chunk in _shuffle_stream(make_epoch(), buffer_size, rng):
       examples += chunk.size
       yield chunk
     if examples == 0:
@@ -158,7 +158,7 @@ def train_batches(make_epoch: Callable[[], Iterable[Batch]], batch_size: int,
     Batches of exactly B examples, mask all ones (they may straddle epochs).
   """
   rng = np.random.default_rng(seed)
-  return rebatch(shuffled_epochs(make_epoch, shuffle_buffer, rng), batch_size, pad_last=False)
+  return rebatch(_shuffled_epochs(make_epoch, shuffle_buffer, rng), batch_size, pad_last=False)
 
 
 def eval_batches(chunks: Iterable[Batch], batch_size: int) -> Iterator[Batch]:

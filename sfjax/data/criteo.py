@@ -31,12 +31,12 @@ from sfjax.data import text_io
 NUM_DENSE = 13
 NUM_CATEGORICAL = 26
 NUM_COLUMNS = 1 + NUM_DENSE + NUM_CATEGORICAL
-DENSE_NAMES = tuple(f"I{i}" for i in range(1, NUM_DENSE + 1))
-FIELD_NAMES = tuple(f"C{i}" for i in range(1, NUM_CATEGORICAL + 1))
+_DENSE_NAMES = tuple(f"I{i}" for i in range(1, NUM_DENSE + 1))
+_FIELD_NAMES = tuple(f"C{i}" for i in range(1, NUM_CATEGORICAL + 1))
 
 
-def parse_criteo_lines(chunk: text_io.LineChunk,
-                       skip_bad_lines: bool) -> tuple[text_io.RawChunk, int]:
+def _parse_criteo_lines(chunk: text_io.LineChunk,
+                        skip_bad_lines: bool) -> tuple[text_io.RawChunk, int]:
   """Parses Criteo lines.
 
   Args:
@@ -54,7 +54,7 @@ def parse_criteo_lines(chunk: text_io.LineChunk,
   problems: dict[int, str] = {}
   fields, rows = text_io.split_fields(chunk, b"\t", NUM_COLUMNS, problems)
   labels = text_io.parse_labels(fields[:, 0], rows, "label", problems)
-  ints = text_io.parse_int_columns(fields[:, 1:1 + NUM_DENSE], rows, DENSE_NAMES, problems)
+  ints = text_io.parse_int_columns(fields[:, 1:1 + NUM_DENSE], rows, _DENSE_NAMES, problems)
   keep, num_bad = text_io.keep_good_rows(problems, chunk, rows, skip_bad_lines)
   values = np.ascontiguousarray(fields[keep, 1 + NUM_DENSE:])
   return text_io.RawChunk(values, text_io.signed_log1p(ints[keep]), labels[keep]), num_bad
@@ -63,10 +63,10 @@ def parse_criteo_lines(chunk: text_io.LineChunk,
 class CriteoFormat:
   """`text_io.LineFormat` for Criteo TSV files (no header)."""
 
-  field_names = FIELD_NAMES
+  field_names = _FIELD_NAMES
   num_dense = NUM_DENSE
 
   def start_file(self, f: io.BufferedIOBase, path: str) -> tuple[text_io.ChunkParser, int]:
     """Criteo files have no header: data starts at line 1."""
     del f, path
-    return parse_criteo_lines, 1
+    return _parse_criteo_lines, 1

@@ -29,7 +29,7 @@ from sfjax.data.types import DatasetSpec, FieldSpec
 _FIELD_SALT = np.uint64(0xC7F0E1D2A3B4C5D6)
 
 
-def field_salts(num_fields: int) -> np.ndarray:
+def _field_salts(num_fields: int) -> np.ndarray:
   """[F] uint64 per-field hash salts."""
   return splitmix64(np.arange(num_fields, dtype=np.uint64) ^ _FIELD_SALT)
 
@@ -53,7 +53,7 @@ def value_keys(values: np.ndarray) -> np.ndarray:
   padded = np.zeros((n, num_fields, words * 8), dtype=np.uint8)
   padded[..., :width] = values.view(np.uint8).reshape(n, num_fields, width)
   packed = padded.view("<u8")  # [n, F, words]
-  h = np.broadcast_to(field_salts(num_fields), (n, num_fields)).copy()
+  h = np.broadcast_to(_field_salts(num_fields), (n, num_fields)).copy()
   for k in range(words):
     word = packed[..., k]
     # Trailing all-zero words are padding (values have no NUL bytes): skipping

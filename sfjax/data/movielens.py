@@ -26,11 +26,11 @@ from sfjax.core.errors import DataFormatError
 from sfjax.data import batching, feature_map, text_io
 from sfjax.data.types import Batch, DatasetSpec, make_batch
 
-FIELD_NAMES = ("user_id", "item_id", "age", "gender", "occupation", "zip3", "release_year", "genre")
-FILES = ("ml-100k.inter", "ml-100k.user", "ml-100k.item")
-SPLITS = ("train", "valid", "test")
-SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
-INSTALL_HINT = "pip install --no-deps recbole==1.2.1"
+_FIELD_NAMES = ("user_id", "item_id", "age", "gender", "occupation", "zip3", "release_year", "genre")
+_FILES = ("ml-100k.inter", "ml-100k.user", "ml-100k.item")
+_SPLITS = ("train", "valid", "test")
+_SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
+_INSTALL_HINT = "pip install --no-deps recbole==1.2.1"
 
 
 def find_movielens_dir(path: str = "") -> str:
@@ -43,7 +43,7 @@ def find_movielens_dir(path: str = "") -> str:
     FileNotFoundError: the files are not there, with how to get them.
   """
   if path:
-    missing = [f for f in FILES if not os.path.isfile(os.path.join(path, f))]
+    missing = [f for f in _FILES if not os.path.isfile(os.path.join(path, f))]
     if missing:
       raise FileNotFoundError(f"data.movielens.path={path!r} lacks {', '.join(missing)}")
     return path
@@ -51,15 +51,15 @@ def find_movielens_dir(path: str = "") -> str:
   roots = list(spec.submodule_search_locations or []) if spec else []
   for root in roots:
     folder = os.path.join(root, "dataset_example", "ml-100k")
-    if all(os.path.isfile(os.path.join(folder, f)) for f in FILES):
+    if all(os.path.isfile(os.path.join(folder, f)) for f in _FILES):
       return folder
   raise FileNotFoundError(
       "MovieLens-100k not found: set data.movielens.path to a folder with "
-      f"{', '.join(FILES)}, or install the copy inside the recbole wheel with `{INSTALL_HINT}`")
+      f"{', '.join(_FILES)}, or install the copy inside the recbole wheel with `{_INSTALL_HINT}`")
 
 
-def read_atomic_file(path: str, required: tuple[str, ...], skip_bad_lines: bool,
-                     ) -> tuple[dict[str, int], list[tuple[int, list[bytes]]], int]:
+def _read_atomic_file(path: str, required: tuple[str, ...], skip_bad_lines: bool,
+                      ) -> tuple[dict[str, int], list[tuple[int, list[bytes]]], int]:
   """Reads a RecBole atomic file (whole file: the data set is small).
 
   Args:
@@ -96,7 +96,7 @@ def read_atomic_file(path: str, required: tuple[str, ...], skip_bad_lines: bool,
 def _table(path: str, key: str, features: tuple[str, ...], skip_bad_lines: bool,
            ) -> tuple[dict[bytes, tuple[bytes, ...]], int]:
   """key value -> raw feature values, for the user and item files."""
-  columns, rows, bad = read_atomic_file(path, (key,) + features, skip_bad_lines)
+  columns, rows, bad = _read_atomic_file(path, (key,) + features, skip_bad_lines)
   table = {}
   for _, fields in rows:
     table[fields[columns[key]]] = tuple(fields[columns[c]] for c in features)
@@ -113,28 +113,28 @@ def _check_rating(text: bytes, uid: bytes, iid: bytes, users: dict, items: dict,
   if not np.isfinite(rating):
     return rating, f"rating is not a finite number: {text.decode(errors='replace')!r}"
   if uid not in users:
-    return rating, f"user_id {uid.decode(errors='replace')!r} is not in {FILES[1]}"
+    return rating, f"user_id {uid.decode(errors='replace')!r} is not in {_FILES[1]}"
   if iid not in items:
-    return rating, f"item_id {iid.decode(errors='replace')!r} is not in {FILES[2]}"
+    return rating, f"item_id {iid.decode(errors='replace')!r} is not in {_FILES[2]}"
   return rating, None
 
 
-def load_movielens(folder: str, skip_bad_lines: bool = False) -> tuple[text_io.RawChunk, int]:
+def _load_movielens(folder: str, skip_bad_lines: bool = False) -> tuple[text_io.RawChunk, int]:
   """All ratings as one raw chunk.
 
   Returns:
-    (raw, num_bad): raw.values [N, 8] bytes in `FIELD_NAMES` order,
+    (raw, num_bad): raw.values [N, 8] bytes in `_FIELD_NAMES` order,
     raw.dense [N, 0], raw.labels [N] (rating >= 4); num_bad lines dropped.
 
   Raises:
     DataFormatError: a malformed line, a non-numeric rating or an unknown
       user/item, naming file and line (unless `skip_bad_lines`).
   """
-  inter, user, item = (os.path.join(folder, f) for f in FILES)
+  inter, user, item = (os.path.join(folder, f) for f in _FILES)
   users, bad_u = _table(
       user, "user_id", ("age", "gender", "occupation", "zip_code"), skip_bad_lines)
   items, bad_i = _table(item, "item_id", ("release_year", "class"), skip_bad_lines)
-  columns, rows, bad = read_atomic_file(inter, ("user_id", "item_id", "rating"), skip_bad_lines)
+  columns, rows, bad = _read_atomic_file(inter, ("user_id", "item_id", "rating"), skip_bad_lines)
   bad += bad_u + bad_i
   values, labels = [], []
   for number, fields in rows:
@@ -152,18 +152,18 @@ def load_movielens(folder: str, skip_bad_lines: bool = False) -> tuple[text_io.R
     labels.append(rating >= 4.0)
   n = len(values)
   raw = text_io.RawChunk(
-      np.array(values, dtype=bytes).reshape(n, len(FIELD_NAMES)),
+      np.array(values, dtype=bytes).reshape(n, len(_FIELD_NAMES)),
       np.zeros((n, 0), np.float32), np.asarray(labels, dtype=np.float32))
   return raw, bad
 
 
-def split_indices(n: int, seed: int) -> dict[str, np.ndarray]:
+def _split_indices(n: int, seed: int) -> dict[str, np.ndarray]:
   """A seeded random 80/10/10 partition of range(n); each part sorted."""
   order = np.random.default_rng(seed).permutation(n)
-  n_train = int(round(SPLIT_FRACTIONS[0] * n))
-  n_valid = int(round(SPLIT_FRACTIONS[1] * n))
+  n_train = int(round(_SPLIT_FRACTIONS[0] * n))
+  n_valid = int(round(_SPLIT_FRACTIONS[1] * n))
   parts = (order[:n_train], order[n_train:n_train + n_valid], order[n_train + n_valid:])
-  return {name: np.sort(part) for name, part in zip(SPLITS, parts, strict=True)}
+  return {name: np.sort(part) for name, part in zip(_SPLITS, parts, strict=True)}
 
 
 class MovieLensDataset:
@@ -172,8 +172,8 @@ class MovieLensDataset:
   def __init__(self, data_cfg: ml_collections.ConfigDict):
     ml = data_cfg.movielens
     self.folder = find_movielens_dir(str(ml.path))
-    raw, bad = load_movielens(self.folder, bool(data_cfg.skip_bad_lines))
-    split = split_indices(raw.labels.shape[0], int(ml.split_seed))
+    raw, bad = _load_movielens(self.folder, bool(data_cfg.skip_bad_lines))
+    split = _split_indices(raw.labels.shape[0], int(ml.split_seed))
     for name, idx in split.items():  # Fail now, not with a NaN metric at the first evaluation.
       if idx.shape[0] == 0:
         raise ValueError(
@@ -182,9 +182,9 @@ class MovieLensDataset:
             "split")
     mapper = feature_map.make_mapper(
         data_cfg.hash_rows, data_cfg.min_count, lambda: [raw.values[split["train"]]],
-        len(FIELD_NAMES))
-    self.spec: DatasetSpec = mapper.dataset_spec(FIELD_NAMES, 0)
-    self.eval_splits = SPLITS[1:]
+        len(_FIELD_NAMES))
+    self.spec: DatasetSpec = mapper.dataset_spec(_FIELD_NAMES, 0)
+    self.eval_splits = _SPLITS[1:]
     self.oracle = None
     self._batches = {
         name: make_batch(mapper(raw.values[idx]), raw.dense[idx], raw.labels[idx])

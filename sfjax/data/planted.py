@@ -15,15 +15,15 @@ popularity decay (rank + 1) ** -EFFECT_DECAY (rank 0 = most frequent id), so
 the signal lives in ids a learner sees often enough to estimate.
 
 Determinism: planted values come from streams keyed by (seed, field): field
-tables up to `PLANTED_TABLE_CAP` rows are indexed by id; larger fields hash
+tables up to `_PLANTED_TABLE_CAP` rows are indexed by id; larger fields hash
 (field, id) into a table of that size (colliding ids share values; memory stays
 bounded).
 
 Calibration: on a fixed sample of rows the three logit components are
 standardised and mixed with fixed variance shares; then a global scale is
 bisected, with the bias solved by Newton for each scale, so the sample's mean
-click probability is `TARGET_CTR` and the *expected* AUC of the true
-probabilities (labels marginalised: no sampling noise) is `TARGET_AUC`. Scale
+click probability is `_TARGET_CTR` and the *expected* AUC of the true
+probabilities (labels marginalised: no sampling noise) is `_TARGET_AUC`. Scale
 and shares are folded into the tables, which stay a plain FM.
 """
 
@@ -35,12 +35,12 @@ import numpy as np
 
 from sfjax.core.hashing import splitmix64
 
-TARGET_CTR = 0.25  # Criteo Kaggle has 25.6% positives
-TARGET_AUC = 0.79  # expected oracle AUC; the best published Criteo models reach ~0.81
-PLANTED_TABLE_CAP = 1 << 18  # planted rows per field before ids are hashed
-COMPONENT_SHARES = (0.65, 0.12, 0.23)  # logit variance: first order, FM, dense
-EFFECT_DECAY = 0.75  # per-id values scale as (popularity rank + 1) ** -EFFECT_DECAY
-FIELD_IMPORTANCE_SIGMA = 1.0  # log-std of the per-field importance factors
+_TARGET_CTR = 0.25  # Criteo Kaggle has 25.6% positives
+_TARGET_AUC = 0.79  # expected oracle AUC; the best published Criteo models reach ~0.81
+_PLANTED_TABLE_CAP = 1 << 18  # planted rows per field before ids are hashed
+_COMPONENT_SHARES = (0.65, 0.12, 0.23)  # logit variance: first order, FM, dense
+_EFFECT_DECAY = 0.75  # per-id values scale as (popularity rank + 1) ** -EFFECT_DECAY
+_FIELD_IMPORTANCE_SIGMA = 1.0  # log-std of the per-field importance factors
 # Parameter streams (second seed word); far from the row streams of `synthetic`.
 _TABLE_STREAM, _WEIGHT_STREAM = 0x7AB1E, 0x3E16
 
@@ -75,9 +75,9 @@ class PlantedModel(NamedTuple):
   bias: float
 
 
-def popularity_decay(ranks: np.ndarray) -> np.ndarray:
+def _popularity_decay(ranks: np.ndarray) -> np.ndarray:
   """(ranks + 1) ** -EFFECT_DECAY as float32: rare ids carry little signal."""
-  return (np.asarray(ranks) + 1.0).astype(np.float32) ** np.float32(-EFFECT_DECAY)
+  return (np.asarray(ranks) + 1.0).astype(np.float32) ** np.float32(-_EFFECT_DECAY)
 
 
 def init_planted_model(seed: int, field_rows: np.ndarray, perm_mul: np.ndarray, perm_add: np.ndarray,
@@ -96,23 +96,23 @@ def init_planted_model(seed: int, field_rows: np.ndarray, perm_mul: np.ndarray, 
     The planted model with bias 0.
   """
   n = np.asarray(field_rows, dtype=np.int64)
-  hashed = n > PLANTED_TABLE_CAP
+  hashed = n > _PLANTED_TABLE_CAP
   weight_rng = np.random.default_rng([seed, _WEIGHT_STREAM])
-  importance = np.exp(FIELD_IMPORTANCE_SIGMA * weight_rng.standard_normal((2, n.size)))
+  importance = np.exp(_FIELD_IMPORTANCE_SIGMA * weight_rng.standard_normal((2, n.size)))
   rank_mul = np.asarray([pow(int(a), -1, int(m)) if m > 1 else 0 for a, m in zip(perm_mul, n, strict=True)],
                         dtype=np.int64)
   first: list[np.ndarray] = []
   factors: list[np.ndarray] = []
-  for f, rows in enumerate(np.minimum(n, PLANTED_TABLE_CAP)):
+  for f, rows in enumerate(np.minimum(n, _PLANTED_TABLE_CAP)):
     rng = np.random.default_rng([seed, _TABLE_STREAM, f])
     w = importance[0, f] * rng.standard_normal(rows)
     v = importance[1, f] * rng.standard_normal((rows, planted_dim)) / np.sqrt(planted_dim)
     if not hashed[f]:  # table row = id: fold the popularity decay in once
-      decay = popularity_decay(((np.arange(rows) - perm_add[f]) * rank_mul[f]) % rows)
+      decay = _popularity_decay(((np.arange(rows) - perm_add[f]) * rank_mul[f]) % rows)
       w, v = w * decay, v * decay[:, None]
     first.append(w.astype(np.float32))
     factors.append(v.astype(np.float32))
-  table_rows = np.minimum(n, PLANTED_TABLE_CAP)
+  table_rows = np.minimum(n, _PLANTED_TABLE_CAP)
   factor_table = np.concatenate(factors)
   return PlantedModel(
       first_order=np.concatenate(first), factors=factor_table,
@@ -128,7 +128,7 @@ def _table_index(model: PlantedModel, ids: np.ndarray) -> np.ndarray:
   index = ids + model.table_offsets
   for f in np.flatnonzero(model.hashed):
     index[:, f] = model.table_offsets[f] + (
-        splitmix64(ids[:, f].astype(np.uint64) ^ model.hash_keys[f]) % np.uint64(PLANTED_TABLE_CAP)).astype(np.int64)
+        splitmix64(ids[:, f].astype(np.uint64) ^ model.hash_keys[f]) % np.uint64(_PLANTED_TABLE_CAP)).astype(np.int64)
   return index
 
 
@@ -148,7 +148,7 @@ def logit_components(model: PlantedModel, ids: np.ndarray, dense_counts: np.ndar
   v = model.factors[index]  # [N, F, K]
   sq = model.factor_sqnorm[index]  # [N, F]
   for f in np.flatnonzero(model.hashed):
-    decay = popularity_decay(((ids[:, f] - model.rank_add[f]) * model.rank_mul[f]) % model.field_rows[f])
+    decay = _popularity_decay(((ids[:, f] - model.rank_add[f]) * model.rank_mul[f]) % model.field_rows[f])
     w[:, f] *= decay
     v[:, f] *= decay[:, None]
     sq[:, f] *= decay * decay
@@ -169,7 +169,7 @@ def click_probabilities(model: PlantedModel, ids: np.ndarray, dense_counts: np.n
   return _expit(logit_components(model, ids, dense_counts).sum(axis=0) + model.bias)
 
 
-def expected_auc(probs: np.ndarray, scores: np.ndarray) -> float:
+def _expected_auc(probs: np.ndarray, scores: np.ndarray) -> float:
   """AUC of `scores` averaged over labels ~ Bernoulli(probs), ties counted half.
 
   Sum over pairs i != j of p_i (1 - p_j) [s_i > s_j] over the sum of p_i (1 - p_j):
@@ -185,7 +185,7 @@ def expected_auc(probs: np.ndarray, scores: np.ndarray) -> float:
   return float(wins / (p.sum() * neg.sum() - np.sum(p * neg)))
 
 
-def calibrate_logits(z: np.ndarray, target_ctr: float, target_auc: float) -> tuple[float, float]:
+def _calibrate_logits(z: np.ndarray, target_ctr: float, target_auc: float) -> tuple[float, float]:
   """(scale, bias) so sigmoid(scale*z + bias) has the target mean and expected AUC.
 
   The expected AUC grows with the scale (ranking fixed by z, labels less noisy):
@@ -206,7 +206,7 @@ def calibrate_logits(z: np.ndarray, target_ctr: float, target_auc: float) -> tup
   lo, hi = 0.0, 30.0
   for _ in range(32):
     mid = 0.5 * (lo + hi)
-    lo, hi = (mid, hi) if expected_auc(_expit(mid * z + bias_for(mid)), z) < target_auc else (lo, mid)
+    lo, hi = (mid, hi) if _expected_auc(_expit(mid * z + bias_for(mid)), z) < target_auc else (lo, mid)
   scale = 0.5 * (lo + hi)
   return scale, bias_for(scale)
 
@@ -214,8 +214,8 @@ def calibrate_logits(z: np.ndarray, target_ctr: float, target_auc: float) -> tup
 def calibrate_planted_model(model: PlantedModel, ids: np.ndarray, dense_counts: np.ndarray) -> PlantedModel:
   """Standardises, mixes and scales the logit components on a calibration sample.
 
-  Component i becomes sqrt(share_i) * (c_i - mean_i) / std_i; `calibrate_logits`
-  scales and biases the sum to `TARGET_CTR` and `TARGET_AUC`; everything is folded
+  Component i becomes sqrt(share_i) * (c_i - mean_i) / std_i; `_calibrate_logits`
+  scales and biases the sum to `_TARGET_CTR` and `_TARGET_AUC`; everything is folded
   into the tables (first order and dense weights linearly, FM factors by the square
   root). Components that are constant (no dense features) drop out and the other
   shares are renormalised.
@@ -231,9 +231,9 @@ def calibrate_planted_model(model: PlantedModel, ids: np.ndarray, dense_counts: 
   parts = logit_components(model, ids, dense_counts)
   mean, std = parts.mean(axis=1), parts.std(axis=1)
   live = std > 1e-12
-  shares = np.where(live, COMPONENT_SHARES, 0.0)
+  shares = np.where(live, _COMPONENT_SHARES, 0.0)
   weights = np.sqrt(shares / shares.sum()) / np.where(live, std, 1.0)
-  scale, bias = calibrate_logits(weights @ (parts - mean[:, None]), TARGET_CTR, TARGET_AUC)
+  scale, bias = _calibrate_logits(weights @ (parts - mean[:, None]), _TARGET_CTR, _TARGET_AUC)
   w = scale * weights
   return model._replace(
       first_order=(model.first_order * w[0]).astype(np.float32),
@@ -242,12 +242,12 @@ def calibrate_planted_model(model: PlantedModel, ids: np.ndarray, dense_counts: 
       dense_weights=model.dense_weights * w[2], bias=float(bias - w @ mean))
 
 
-def factor_rows(model: PlantedModel, ids: np.ndarray) -> np.ndarray:
+def _factor_rows(model: PlantedModel, ids: np.ndarray) -> np.ndarray:
   """[N, F, K] float32 planted factors v_f[id_f] of rows ids [N, F] (popularity decay applied)."""
   index = _table_index(model, ids)
   v = model.factors[index]  # [N, F, K]
   for f in np.flatnonzero(model.hashed):
-    v[:, f] *= popularity_decay(((ids[:, f] - model.rank_add[f]) * model.rank_mul[f]) % model.field_rows[f])[:, None]
+    v[:, f] *= _popularity_decay(((ids[:, f] - model.rank_add[f]) * model.rank_mul[f]) % model.field_rows[f])[:, None]
   return v
 
 
@@ -264,7 +264,7 @@ def pair_logit_variance(model: PlantedModel, ids: np.ndarray) -> np.ndarray:
   Returns:
     [F, F] float64, symmetric, zero diagonal.
   """
-  v = factor_rows(model, np.asarray(ids, np.int64)).astype(np.float64)  # [N, F, K]
+  v = _factor_rows(model, np.asarray(ids, np.int64)).astype(np.float64)  # [N, F, K]
   num_fields = v.shape[1]
   variance = np.zeros((num_fields, num_fields))
   for f in range(num_fields - 1):  # one field at a time: [N, F] products, not [N, F, F]

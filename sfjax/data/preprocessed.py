@@ -12,7 +12,7 @@ DIR (`data.train_path` of a `data.format=preprocessed` config) holds:
                    (`feature_map.value_keys`): key i is row i + 1, row 0 is OOV
   train/ eval/ [test/]          `shards` split directories
 
-`preprocess_splits` writes spec.json last, so a directory without it is
+`_preprocess_splits` writes spec.json last, so a directory without it is
 unfinished. Writing goes through `FileCTRDataset.chunks`, i.e. the very mapping
 the text path trains with, in file order: with `data.shuffle_buffer=0` the
 shards yield the same examples in the same order as the text files.
@@ -34,17 +34,17 @@ from sfjax.core.errors import ConfigError
 from sfjax.data import batching, dataset, feature_map, shards
 from sfjax.data.types import Batch, DatasetSpec, FieldSpec
 
-SPEC_FILE = "spec.json"
-MAPPING_FILE = "mapping.json"
-VOCABULARY_DIR = "vocabulary"
-SPLITS = ("train", "eval", "test")
+_SPEC_FILE = "spec.json"
+_MAPPING_FILE = "mapping.json"
+_VOCABULARY_DIR = "vocabulary"
+_SPLITS = ("train", "eval", "test")
 DEFAULT_ROWS_PER_SHARD = 1 << 20  # ~170 MB per shard for Criteo (26 int32 ids, 13 floats)
 _KIND = "sfjax.preprocessed"
 _VERSION = 1
-_OWN_ENTRIES = (SPEC_FILE, MAPPING_FILE, VOCABULARY_DIR) + SPLITS  # what --overwrite removes
+_OWN_ENTRIES = (_SPEC_FILE, _MAPPING_FILE, _VOCABULARY_DIR) + _SPLITS  # what --overwrite removes
 
 
-def check_out_dir(out_dir: str, overwrite: bool) -> list[str]:
+def _check_out_dir(out_dir: str, overwrite: bool) -> list[str]:
   """The entries of `out_dir` that preprocessing would replace (none if it is new or empty).
 
   Raises:
@@ -64,11 +64,11 @@ def check_out_dir(out_dir: str, overwrite: bool) -> list[str]:
   return entries
 
 
-def prepare_out_dir(out_dir: str, overwrite: bool) -> None:
-  """`check_out_dir`, then removes an earlier preprocessing and creates `out_dir`."""
-  entries = check_out_dir(out_dir, overwrite)
+def _prepare_out_dir(out_dir: str, overwrite: bool) -> None:
+  """`_check_out_dir`, then removes an earlier preprocessing and creates `out_dir`."""
+  entries = _check_out_dir(out_dir, overwrite)
   # spec.json first: a half-deleted directory must never look finished.
-  for entry in sorted(entries, key=lambda e: e != SPEC_FILE):
+  for entry in sorted(entries, key=lambda e: e != _SPEC_FILE):
     path = os.path.join(out_dir, entry)
     if os.path.isdir(path):
       shutil.rmtree(path)
@@ -77,7 +77,7 @@ def prepare_out_dir(out_dir: str, overwrite: bool) -> None:
   os.makedirs(out_dir, exist_ok=True)
 
 
-def mapping_settings(mapper: feature_map.FeatureMapper) -> dict:
+def _mapping_settings(mapper: feature_map.FeatureMapper) -> dict:
   """The JSON description of a mapper (spec.json's 'mapping')."""
   if isinstance(mapper, feature_map.HashingMapper):
     return {"kind": "hashing", "num_rows": int(mapper.num_rows)}
@@ -87,9 +87,9 @@ def mapping_settings(mapper: feature_map.FeatureMapper) -> dict:
   raise TypeError(f"cannot store a mapper of type {type(mapper).__name__}")
 
 
-def save_mapping(mapper: feature_map.FeatureMapper, field_names, out_dir: str) -> None:
+def _save_mapping(mapper: feature_map.FeatureMapper, field_names, out_dir: str) -> None:
   """Writes mapping.json (and a vocabulary's keys) under `out_dir`."""
-  settings = dict(mapping_settings(mapper))
+  settings = dict(_mapping_settings(mapper))
   settings["key"] = ("feature_map.value_keys: SplitMix64 over the raw value's bytes "
                      "(8-byte little-endian words) from a per-field salt")
   if isinstance(mapper, feature_map.HashingMapper):
@@ -98,16 +98,16 @@ def save_mapping(mapper: feature_map.FeatureMapper, field_names, out_dir: str) -
     settings["row"] = "1 + position of the key in the field's sorted keys; 0 = out of vocabulary"
     settings["fields"] = []
     for name, keys in zip(field_names, mapper.keys, strict=True):
-      rel = os.path.join(VOCABULARY_DIR, f"{name}.keys.npy")
+      rel = os.path.join(_VOCABULARY_DIR, f"{name}.keys.npy")
       atomic.atomic_write(os.path.join(out_dir, rel),
                           functools.partial(np.save, arr=np.asarray(keys, np.uint64)))
       settings["fields"].append({"name": name, "keys": rel, "num_keys": int(keys.shape[0])})
-  atomic.atomic_write(os.path.join(out_dir, MAPPING_FILE), json.dumps(settings, indent=1) + "\n")
+  atomic.atomic_write(os.path.join(out_dir, _MAPPING_FILE), json.dumps(settings, indent=1) + "\n")
 
 
-def load_mapping(root: str) -> feature_map.FeatureMapper:
+def _load_mapping(root: str) -> feature_map.FeatureMapper:
   """The mapper that produced DIR's ids (maps new raw values the same way)."""
-  with open(os.path.join(root, MAPPING_FILE)) as f:
+  with open(os.path.join(root, _MAPPING_FILE)) as f:
     settings = json.load(f)
   if settings["kind"] == "hashing":
     return feature_map.HashingMapper(int(settings["num_rows"]))
@@ -116,8 +116,8 @@ def load_mapping(root: str) -> feature_map.FeatureMapper:
                                 tuple(int(n) for n in settings["num_distinct"]))
 
 
-def preprocess_splits(source, out_dir: str, rows_per_shard: int = DEFAULT_ROWS_PER_SHARD,
-                      overwrite: bool = False) -> dict:
+def _preprocess_splits(source, out_dir: str, rows_per_shard: int = DEFAULT_ROWS_PER_SHARD,
+                       overwrite: bool = False) -> dict:
   """Streams every split of a text data set into shards under `out_dir`.
 
   Args:
@@ -130,9 +130,9 @@ def preprocess_splits(source, out_dir: str, rows_per_shard: int = DEFAULT_ROWS_P
   Returns:
     The contents of DIR/spec.json.
   """
-  prepare_out_dir(out_dir, overwrite)
+  _prepare_out_dir(out_dir, overwrite)
   spec: DatasetSpec = source.spec
-  save_mapping(source.mapper, [f.name for f in spec.fields], out_dir)
+  _save_mapping(source.mapper, [f.name for f in spec.fields], out_dir)
   splits = {}
   for split in ("train",) + tuple(source.eval_splits):
     info = shards.write_split(source.chunks(split), os.path.join(out_dir, split), spec,
@@ -144,9 +144,9 @@ def preprocess_splits(source, out_dir: str, rows_per_shard: int = DEFAULT_ROWS_P
           "num_dense": spec.num_dense,
           "source": {"format": source.format_name,
                      "paths": {k: list(v) for k, v in source.paths.items()}},
-          "mapping": mapping_settings(source.mapper),
+          "mapping": _mapping_settings(source.mapper),
           "rows_per_shard": int(rows_per_shard), "splits": splits}
-  atomic.atomic_write(os.path.join(out_dir, SPEC_FILE), json.dumps(meta, indent=1) + "\n")
+  atomic.atomic_write(os.path.join(out_dir, _SPEC_FILE), json.dumps(meta, indent=1) + "\n")
   return meta
 
 
@@ -166,14 +166,14 @@ def preprocess_files(data_cfg: ml_collections.ConfigDict, out_dir: str,
                       f"({', '.join(dataset.FILE_FORMATS)}), got {data_cfg.format!r}")
   if not str(data_cfg.eval_path).strip():
     raise ConfigError("config field data.eval_path: required to preprocess (it becomes DIR/eval)")
-  check_out_dir(out_dir, overwrite)  # fail before a long vocabulary pass
+  _check_out_dir(out_dir, overwrite)  # fail before a long vocabulary pass
   source = dataset.make_dataset(data_cfg, seed=0)
-  return preprocess_splits(source, out_dir, rows_per_shard, overwrite)
+  return _preprocess_splits(source, out_dir, rows_per_shard, overwrite)
 
 
-def read_spec(root: str) -> dict:
+def _read_spec(root: str) -> dict:
   """Parses DIR/spec.json; CorruptShardError naming it if missing or malformed."""
-  path = os.path.join(root, SPEC_FILE)
+  path = os.path.join(root, _SPEC_FILE)
   if not os.path.exists(path):
     raise shards.CorruptShardError(path, "missing: not a preprocessed directory, or "
                                          "preprocessing did not finish (run experiments.preprocess)")
@@ -222,11 +222,11 @@ class PreprocessedDataset:
     if int(data_cfg.shuffle_buffer) < 0:
       raise ValueError(f"data.shuffle_buffer must be >= 0, got {data_cfg.shuffle_buffer}")
     self.root = root
-    meta = read_spec(root)
+    meta = _read_spec(root)
     self.spec: DatasetSpec = meta["dataset_spec"]
     self.source, self.mapping = meta["source"], meta["mapping"]
     self._splits: dict[str, shards.ShardSplit] = {}
-    for name in SPLITS:
+    for name in _SPLITS:
       if name not in meta["splits"]:
         continue
       split = shards.ShardSplit(os.path.join(root, name))
@@ -234,13 +234,13 @@ class PreprocessedDataset:
                                                            self.spec.num_dense):
         raise shards.CorruptShardError(
             os.path.join(split.directory, shards.SPLIT_FILE),
-            f"{split.info.num_fields} fields / {split.info.num_dense} dense, {SPEC_FILE} says "
+            f"{split.info.num_fields} fields / {split.info.num_dense} dense, {_SPEC_FILE} says "
             f"{self.spec.num_fields} / {self.spec.num_dense}")
       self._splits[name] = split
     for name in ("train", "eval"):
       if name not in self._splits:
         raise ValueError(f"{os.path.join(root, name)}: the {name} split is required "
-                         f"(not listed in {SPEC_FILE})")
+                         f"(not listed in {_SPEC_FILE})")
     self.eval_splits = tuple(n for n in ("eval", "test") if n in self._splits)
     self.shuffle_buffer = int(data_cfg.shuffle_buffer)
     self.read_chunk = int(read_chunk)

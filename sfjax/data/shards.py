@@ -21,7 +21,7 @@ and the pages it touches are the ones about to be read). `chunks` copies
 contiguous slices of the maps (no per-example Python work), in file order or,
 given a generator, with the shards and the blocks of `chunk_size` examples
 inside each shard in a seeded random order (mix examples further with
-`batching.shuffle_stream`).
+`batching._shuffle_stream`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import json
 import os
 import threading
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from sfjax.core import atomic, digest
 from sfjax.data.types import Batch, DatasetSpec
 
 SPLIT_FILE = "split.json"
-ARRAYS = ("ids", "dense", "labels")  # one .npy file per array per shard
+_ARRAYS = ("ids", "dense", "labels")  # one .npy file per array per shard
 _KIND = "sfjax.shards"
 _VERSION = 1
 _INT32_ROWS = 2**31  # ids < rows <= 2**31 fit int32
@@ -54,18 +54,18 @@ class CorruptShardError(ValueError):
     super().__init__(f"{path}: {reason}")
 
 
-def shard_file(index: int, array: str) -> str:
+def _shard_file(index: int, array: str) -> str:
   """File name of `array` ('ids' | 'dense' | 'labels') of shard `index`."""
   return f"shard_{index:05d}.{array}.npy"
 
 
-def ids_dtype_for(spec: DatasetSpec) -> np.dtype:
+def _ids_dtype_for(spec: DatasetSpec) -> np.dtype:
   """int32 when every field's ids fit (rows <= 2**31), else int64."""
   return np.dtype(np.int32 if max(spec.field_rows, default=1) <= _INT32_ROWS else np.int64)
 
 
 @dataclasses.dataclass(frozen=True)
-class ShardInfo:
+class _ShardInfo:
   """One shard: its example count and, per array, {'file', 'bytes', 'crc32'}."""
 
   num_examples: int
@@ -80,7 +80,7 @@ class SplitInfo:
   num_fields: int
   num_dense: int
   ids_dtype: str
-  shards: tuple[ShardInfo, ...]
+  shards: tuple[_ShardInfo, ...]
 
   def to_json(self) -> dict:
     """The `split.json` content."""
@@ -93,7 +93,7 @@ class SplitInfo:
 def _save_npy(path: str, array: np.ndarray) -> dict:
   """Writes `array` as `.npy` atomically; returns {'file', 'bytes', 'crc32'}."""
   array = np.ascontiguousarray(array)
-  out = {}
+  out: dict[str, Any] = {}
 
   def write(f):
     w = digest.DigestWriter(f)
@@ -127,7 +127,7 @@ def write_split(chunks: Iterable[Batch], directory: str, spec: DatasetSpec,
       (padding) are dropped.
     directory: the split directory; created, and must be empty or missing.
     spec: fields and dense width of the chunks; the ids must lie in each
-      field's rows, and set the ids dtype (`ids_dtype_for`).
+      field's rows, and set the ids dtype (`_ids_dtype_for`).
     rows_per_shard: examples per shard (the last one may hold fewer).
 
   Returns:
@@ -139,23 +139,23 @@ def write_split(chunks: Iterable[Batch], directory: str, spec: DatasetSpec,
   if os.path.isdir(directory) and os.listdir(directory):
     raise FileExistsError(f"{directory}: split directory is not empty")
   os.makedirs(directory, exist_ok=True)
-  ids_dtype = ids_dtype_for(spec)
+  ids_dtype = _ids_dtype_for(spec)
   rows = np.asarray(spec.field_rows, np.int64)
-  shards: list[ShardInfo] = []
+  shards: list[_ShardInfo] = []
   pending: list[tuple[np.ndarray, ...]] = []  # (ids, dense, labels) pieces of the next shard
   count = 0
 
   def flush(parts: list[tuple[np.ndarray, ...]]) -> None:
-    merged = [np.concatenate(a) for a in zip(*parts)]
+    merged = [np.concatenate(a) for a in zip(*parts, strict=True)]
     index = len(shards)
-    files = {name: _save_npy(os.path.join(directory, shard_file(index, name)), a)
-             for name, a in zip(ARRAYS, merged)}
-    shards.append(ShardInfo(int(merged[2].shape[0]), files))
+    files = {name: _save_npy(os.path.join(directory, _shard_file(index, name)), a)
+             for name, a in zip(_ARRAYS, merged, strict=True)}
+    shards.append(_ShardInfo(int(merged[2].shape[0]), files))
 
   for chunk in chunks:
     _check_chunk(chunk, spec, rows)
     keep = chunk.mask > 0
-    parts = (chunk.ids, chunk.dense, chunk.labels)
+    parts: tuple[np.ndarray, ...] = (chunk.ids, chunk.dense, chunk.labels)
     if not keep.all():
       parts = tuple(a[keep] for a in parts)
     # Storage dtypes at once: a pending shard costs 4F + 4Nd + 4 bytes per example (int32 ids).
@@ -180,7 +180,7 @@ def write_split(chunks: Iterable[Batch], directory: str, spec: DatasetSpec,
   return info
 
 
-def read_split_info(directory: str) -> SplitInfo:
+def _read_split_info(directory: str) -> SplitInfo:
   """Parses `directory/split.json`; CorruptShardError naming it if missing or malformed."""
   path = os.path.join(directory, SPLIT_FILE)
   if not os.path.exists(path):
@@ -191,8 +191,8 @@ def read_split_info(directory: str) -> SplitInfo:
     if raw.get("kind") != _KIND or raw.get("version") != _VERSION:
       raise ValueError(f"kind/version {raw.get('kind')!r}/{raw.get('version')!r}, "
                        f"expected {_KIND!r}/{_VERSION}")
-    shards = tuple(ShardInfo(int(s["num_examples"]),
-                             {a: dict(s["files"][a]) for a in ARRAYS}) for s in raw["shards"])
+    shards = tuple(_ShardInfo(int(s["num_examples"]),
+                              {a: dict(s["files"][a]) for a in _ARRAYS}) for s in raw["shards"])
     info = SplitInfo(int(raw["num_examples"]), int(raw["num_fields"]), int(raw["num_dense"]),
                      str(np.dtype(raw["ids_dtype"])), shards)
   except (ValueError, KeyError, TypeError) as exc:
@@ -224,7 +224,7 @@ class ShardSplit:
 
   def __init__(self, directory: str, verify_checksums: bool = True):
     self.directory = directory
-    self.info = read_split_info(directory)
+    self.info = _read_split_info(directory)
     self.verify_checksums = bool(verify_checksums)
     self._verified: set[int] = set()
     self._lock = threading.Lock()
@@ -249,7 +249,7 @@ class ShardSplit:
   def _open(self, index: int, verify: bool) -> ShardArrays:
     shard = self.info.shards[index]
     maps = {}
-    for array in ARRAYS:
+    for array in _ARRAYS:
       meta = shard.files[array]
       path = os.path.join(self.directory, meta["file"])
       if not os.path.exists(path):

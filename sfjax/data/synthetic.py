@@ -7,13 +7,13 @@ click probabilities of a hidden ("planted") factorization machine over the
 learner's own features (`sfjax.data.planted`), so the AUC/logloss of those
 probabilities is the ceiling of any learner.
 
-Determinism: split `s` is an infinite stream of `CHUNK_ROWS`-row chunks; chunk
+Determinism: split `s` is an infinite stream of `_CHUNK_ROWS`-row chunks; chunk
 `c` is drawn from `np.random.default_rng([seed, SPLIT_IDS[s], c])`, so any row
 range can be regenerated alone and train/eval draws never overlap. The planted
 model is a function of the seed too.
 
 Calibration (at construction, ~0.3 s): the planted model is calibrated
-(`planted.calibrate_planted_model`) on the ids and counts of `CALIBRATION_ROWS`
+(`planted.calibrate_planted_model`) on the ids and counts of `_CALIBRATION_ROWS`
 rows of a third stream (split id 2), which no split ever yields.
 """
 
@@ -34,14 +34,14 @@ from sfjax.data.types import Batch, DatasetSpec, FieldSpec, make_batch
 # Criteo Kaggle Display Advertising Challenge, fields C1..C26: distinct values per
 # field (DLRM preprocessing). Source: /work/shared/data/ctr_dataset_facts.json, key
 # "criteo_kaggle_cardinalities"; copied so that no data file is needed at run time.
-CRITEO_KAGGLE_CARDINALITIES = (
+_CRITEO_KAGGLE_CARDINALITIES = (
     1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
     27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572)
 
-CHUNK_ROWS = 16384  # rows per deterministic chunk; changing it changes every stream
+_CHUNK_ROWS = 16384  # rows per deterministic chunk; changing it changes every stream
 # 'test' (stream 3, off by default): a second held-out split, e.g. one no model selection sees.
-SPLIT_IDS = {"train": 0, "eval": 1, "test": 3}
-CALIBRATION_ROWS = 2 * CHUNK_ROWS
+_SPLIT_IDS = {"train": 0, "eval": 1, "test": 3}
+_CALIBRATION_ROWS = 2 * _CHUNK_ROWS
 _CALIBRATION_SPLIT_ID = 2
 # Row streams (second seed word); far from the split ids 0, 1, 2 and from the
 # planted model's parameter streams.
@@ -143,9 +143,9 @@ class RowSampler(NamedTuple):
   dense_log_std: np.ndarray
 
 
-def scaled_field_rows(scale: float, min_rows: int) -> tuple[int, ...]:
+def _scaled_field_rows(scale: float, min_rows: int) -> tuple[int, ...]:
   """Rows per field: max(min_rows, round(criteo_cardinality * scale))."""
-  return tuple(max(int(min_rows), int(round(c * scale))) for c in CRITEO_KAGGLE_CARDINALITIES)
+  return tuple(max(int(min_rows), int(round(c * scale))) for c in _CRITEO_KAGGLE_CARDINALITIES)
 
 
 def bounded_power_law_ranks(u: np.ndarray, num_rows: np.ndarray, exponent: float) -> np.ndarray:
@@ -170,7 +170,7 @@ def bounded_power_law_ranks(u: np.ndarray, num_rows: np.ndarray, exponent: float
   return np.minimum(x.astype(np.int64) - 1, np.asarray(num_rows, dtype=np.int64) - 1)
 
 
-def affine_permutation(rng: np.random.Generator, n: int) -> tuple[int, int]:
+def _affine_permutation(rng: np.random.Generator, n: int) -> tuple[int, int]:
   """(a, b) with gcd(a, n) = 1, so r -> (a*r + b) mod n is a bijection of [0, n).
 
   `a` comes from the middle of [1, n), so consecutive ranks land far apart.
@@ -186,7 +186,7 @@ def affine_permutation(rng: np.random.Generator, n: int) -> tuple[int, int]:
 def make_row_sampler(seed: int, field_rows, zipf_exponent: float, num_dense: int) -> RowSampler:
   """Seeded rank -> id bijections per field and Criteo-like count distributions."""
   rng = np.random.default_rng([seed, _SAMPLER_STREAM])
-  perms = np.asarray([affine_permutation(rng, int(n)) for n in field_rows], dtype=np.int64).reshape(-1, 2)
+  perms = np.asarray([_affine_permutation(rng, int(n)) for n in field_rows], dtype=np.int64).reshape(-1, 2)
   return RowSampler(
       field_rows=np.asarray(field_rows, dtype=np.int64), perm_mul=perms[:, 0], perm_add=perms[:, 1],
       zipf_exponent=float(zipf_exponent),
@@ -194,7 +194,7 @@ def make_row_sampler(seed: int, field_rows, zipf_exponent: float, num_dense: int
       dense_log_mean=rng.uniform(-1.0, 4.0, size=num_dense), dense_log_std=rng.uniform(0.5, 2.0, size=num_dense))
 
 
-def sample_features(sampler: RowSampler, rng: np.random.Generator, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+def _sample_features(sampler: RowSampler, rng: np.random.Generator, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
   """Draws Zipf ranks -> ids [N, F] int64 and lognormal dense counts [N, Nd] int64."""
   ranks = bounded_power_law_ranks(rng.random((num_rows, sampler.field_rows.size)), sampler.field_rows,
                                   sampler.zipf_exponent)
@@ -204,25 +204,25 @@ def sample_features(sampler: RowSampler, rng: np.random.Generator, num_rows: int
   return ids, counts
 
 
-def sample_rows(sampler: RowSampler, model: planted.PlantedModel, rng: np.random.Generator,
-                num_rows: int) -> SyntheticRows:
-  """Draws rows: `sample_features`, then labels ~ Bernoulli(planted p) from the same `rng`."""
-  ids, counts = sample_features(sampler, rng, num_rows)
+def _sample_rows(sampler: RowSampler, model: planted.PlantedModel, rng: np.random.Generator,
+                 num_rows: int) -> SyntheticRows:
+  """Draws rows: `_sample_features`, then labels ~ Bernoulli(planted p) from the same `rng`."""
+  ids, counts = _sample_features(sampler, rng, num_rows)
   probs = planted.click_probabilities(model, ids, counts)
   labels = (rng.random(num_rows) < probs).astype(np.float32)
   return SyntheticRows(ids, counts, labels, probs)
 
 
-def make_planted_model(seed: int, sampler: RowSampler, planted_dim: int) -> planted.PlantedModel:
+def _make_planted_model(seed: int, sampler: RowSampler, planted_dim: int) -> planted.PlantedModel:
   """The planted model of a seed, calibrated on the ids and counts of the calibration stream.
 
-  The calibration sample is `CALIBRATION_ROWS` rows drawn chunk by chunk like a
+  The calibration sample is `_CALIBRATION_ROWS` rows drawn chunk by chunk like a
   split, from stream id `_CALIBRATION_SPLIT_ID`, which no split yields.
   """
   raw = planted.init_planted_model(seed, sampler.field_rows, sampler.perm_mul, sampler.perm_add,
                                    sampler.dense_log_mean.size, planted_dim)
-  pieces = [sample_features(sampler, np.random.default_rng([seed, _CALIBRATION_SPLIT_ID, c]), CHUNK_ROWS)
-            for c in range(CALIBRATION_ROWS // CHUNK_ROWS)]
+  pieces = [_sample_features(sampler, np.random.default_rng([seed, _CALIBRATION_SPLIT_ID, c]), _CHUNK_ROWS)
+            for c in range(_CALIBRATION_ROWS // _CHUNK_ROWS)]
   ids, counts = (np.concatenate(parts) for parts in zip(*pieces, strict=True))
   return planted.calibrate_planted_model(raw, ids, counts)
 
@@ -259,10 +259,10 @@ class SyntheticCTR:
     """
     self.config = SyntheticConfig.from_any(cfg)
     self.seed = _check_non_negative_int("seed", seed)
-    rows = scaled_field_rows(self.config.cardinality_scale, self.config.min_rows)
+    rows = _scaled_field_rows(self.config.cardinality_scale, self.config.min_rows)
     self.spec = DatasetSpec(tuple(FieldSpec(f"C{f + 1}", r) for f, r in enumerate(rows)), self.config.num_dense)
     self.sampler = make_row_sampler(self.seed, rows, self.config.zipf_exponent, self.config.num_dense)
-    self.planted = make_planted_model(self.seed, self.sampler, self.config.planted_dim)
+    self.planted = _make_planted_model(self.seed, self.sampler, self.config.planted_dim)
     self.stats = {"bad_lines": 0}
     self._oracle: dict[str, dict[str, float]] | None = None
     if self.config.test_rows:
@@ -279,17 +279,17 @@ class SyntheticCTR:
     known = ("train",) + self.eval_splits  # 'test' exists only with test_rows > 0
     if split not in known:
       raise ValueError(f"unknown split {split!r} of the synthetic data set (known: {sorted(known)})")
-    return SPLIT_IDS[split]
+    return _SPLIT_IDS[split]
 
   def chunk(self, split: str, index: int) -> SyntheticRows:
     """Rows [index * CHUNK_ROWS, (index + 1) * CHUNK_ROWS) of a split, drawn independently."""
     rng = np.random.default_rng([self.seed, self._split_id(split), _check_non_negative_int("chunk index", index)])
-    return sample_rows(self.sampler, self.planted, rng, CHUNK_ROWS)
+    return _sample_rows(self.sampler, self.planted, rng, _CHUNK_ROWS)
 
   def _row_pieces(self, split: str, start: int, stop: int) -> Iterator[SyntheticRows]:
-    for index in range(start // CHUNK_ROWS, -(-stop // CHUNK_ROWS)):
-      base = index * CHUNK_ROWS
-      lo, hi = max(start, base) - base, min(stop, base + CHUNK_ROWS) - base
+    for index in range(start // _CHUNK_ROWS, -(-stop // _CHUNK_ROWS)):
+      base = index * _CHUNK_ROWS
+      lo, hi = max(start, base) - base, min(stop, base + _CHUNK_ROWS) - base
       yield SyntheticRows(*(a[lo:hi] for a in self.chunk(split, index)))
 
   def generate_rows(self, split: str, start: int, num_rows: int) -> SyntheticRows:
@@ -321,8 +321,8 @@ class SyntheticCTR:
       epoch = 0
       while True:
         rng = np.random.default_rng([seed, _SHUFFLE_STREAM, epoch])
-        for index in rng.permutation(-(-num_train // CHUNK_ROWS)):
-          order = rng.permutation(min(CHUNK_ROWS, num_train - int(index) * CHUNK_ROWS))
+        for index in rng.permutation(-(-num_train // _CHUNK_ROWS)):
+          order = rng.permutation(min(_CHUNK_ROWS, num_train - int(index) * _CHUNK_ROWS))
           yield batching.take(self.chunk("train", int(index)).to_batch(), order)
         epoch += 1
 

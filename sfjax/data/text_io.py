@@ -121,7 +121,7 @@ def expand_paths(spec: str, what: str = "path") -> tuple[str, ...]:
   return tuple(paths)
 
 
-def open_binary(path: str) -> io.BufferedReader | gzip.GzipFile:
+def _open_binary(path: str) -> io.BufferedReader | gzip.GzipFile:
   """Opens `path` for reading bytes, decompressing it if its name ends in `.gz`.
 
   Both kinds are buffered: `peek` tells an empty file without consuming a byte.
@@ -131,15 +131,15 @@ def open_binary(path: str) -> io.BufferedReader | gzip.GzipFile:
   return open(path, "rb")
 
 
-def damaged_gzip_error(path: str, line: int, error: Exception) -> DataFormatError:
+def _damaged_gzip_error(path: str, line: int, error: Exception) -> DataFormatError:
   """The error for gzip data that cannot be read at `line` (1-based)."""
   where = f"past line {line - 1}" if line > 1 else "from its start"
   return DataFormatError(path, line, f"cannot read the file {where}: the gzip data is truncated "
                          f"or corrupt ({type(error).__name__}: {error})")
 
 
-def iter_line_chunks(f: io.BufferedIOBase, path: str, chunk_lines: int, first_line: int = 1,
-                     max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[LineChunk]:
+def _iter_line_chunks(f: io.BufferedIOBase, path: str, chunk_lines: int, first_line: int = 1,
+                      max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[LineChunk]:
   """Yields the remaining lines of an open file in chunks of `chunk_lines`.
 
   Raises:
@@ -164,7 +164,7 @@ def iter_line_chunks(f: io.BufferedIOBase, path: str, chunk_lines: int, first_li
           break
         lines.append(text)
     except _GZIP_ERRORS as e:
-      error, cause = damaged_gzip_error(path, line + len(lines), e), e
+      error, cause = _damaged_gzip_error(path, line + len(lines), e), e
     if lines:  # The lines before an unreadable one go first: an earlier bad line is reported first.
       yield LineChunk(path, line, lines)
       line += len(lines)
@@ -293,11 +293,11 @@ class TextReader:
   def __iter__(self) -> Iterator[RawChunk]:
     for path in self.paths:
       bad = 0
-      with open_binary(path) as f:
+      with _open_binary(path) as f:
         parse, first_line = self._start(f, path)
         if parse is not None:  # None: an empty file, no line to parse.
-          for chunk in iter_line_chunks(f, path, self.chunk_lines, first_line,
-                                        self.max_line_bytes):
+          for chunk in _iter_line_chunks(f, path, self.chunk_lines, first_line,
+                                         self.max_line_bytes):
             raw, num_bad = parse(chunk, self.skip_bad_lines)
             if num_bad:
               bad += num_bad
@@ -309,9 +309,9 @@ class TextReader:
   def has_data_lines(self) -> bool:
     """Whether any file has a line after its header (reads at most one line per file)."""
     for path in self.paths:
-      with open_binary(path) as f:
+      with _open_binary(path) as f:
         _, first_line = self._start(f, path)
-        if next(iter_line_chunks(f, path, 1, first_line, self.max_line_bytes), None):
+        if next(_iter_line_chunks(f, path, 1, first_line, self.max_line_bytes), None):
           return True
     return False
 
@@ -326,7 +326,7 @@ class TextReader:
         return None, 1
       return self.format.start_file(f, path)
     except _GZIP_ERRORS as e:
-      raise damaged_gzip_error(path, 1, e) from e
+      raise _damaged_gzip_error(path, 1, e) from e
 
   def _record_bad(self, path: str, count: int) -> None:
     # Every pass drops the same lines: the max is the count of a full pass,

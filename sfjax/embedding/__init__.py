@@ -1,1 +1,54 @@
-"""sfjax.embedding."""
+"""sfjax.embedding: huge embedding tables, the device cache in front of them, row optimizers.
+
+  HostTable                        the whole table on the host (numpy, or memory-mapped)
+  TableState / init_table          a table (and its optimizer slots) on the device
+  prepare_batch                    VSI: a batch's unique rows and virtual ids
+  CachePlanner / CachePipeline     the MixCache: host planner and the overlapped stages
+  RowOptimizer / ROW_OPTIMIZERS    optax-style optimizers over touched rows only
+
+Modules: `host_table` (+ `host_table_files`), `device_table`, `vsi`, `cache` (the device
+cache state), `cache_planner` (+ `slot_index`), `pipeline`, `sharded_cache` (row-sharded
+over devices), `row_optimizers`, `initializers` and `belady` (the offline optimum).
+"""
+
+from sfjax.embedding.belady import simulate_belady
+from sfjax.embedding.cache import CacheSwap, init_cache, swap_rows
+from sfjax.embedding.cache_planner import CACHE_POLICIES, CacheCapacityError, CachePlanner
+from sfjax.embedding.device_table import TableState, gather_rows, init_table, scatter_rows
+from sfjax.embedding.host_table import CHUNK_ROWS, HostTable, HostTableSpec
+from sfjax.embedding.pipeline import CachePipeline, bucket_for, device_bytes, swap_buckets
+from sfjax.embedding.row_optimizers import (
+  ROW_OPTIMIZER_NAMES,
+  ROW_OPTIMIZERS,
+  RowOptimizer,
+  row_optimizer_from_config,
+)
+from sfjax.embedding.vsi import dedup_ids, global_row_ids, prepare_batch
+
+__all__ = [
+  "CACHE_POLICIES",
+  "CHUNK_ROWS",
+  "ROW_OPTIMIZERS",
+  "ROW_OPTIMIZER_NAMES",
+  "CacheCapacityError",
+  "CachePipeline",
+  "CachePlanner",
+  "CacheSwap",
+  "HostTable",
+  "HostTableSpec",
+  "RowOptimizer",
+  "TableState",
+  "bucket_for",
+  "dedup_ids",
+  "device_bytes",
+  "gather_rows",
+  "global_row_ids",
+  "init_cache",
+  "init_table",
+  "prepare_batch",
+  "row_optimizer_from_config",
+  "scatter_rows",
+  "simulate_belady",
+  "swap_buckets",
+  "swap_rows",
+]

@@ -43,7 +43,7 @@ class CacheSimResult(NamedTuple):
     return self.hits / self.accesses if self.accesses else 0.0
 
 
-def next_uses(batches: Sequence[np.ndarray]) -> list[np.ndarray]:
+def _next_uses(batches: Sequence[np.ndarray]) -> list[np.ndarray]:
   """For each access, the index of the next batch that uses the same id.
 
   Args:
@@ -66,7 +66,7 @@ def next_uses(batches: Sequence[np.ndarray]) -> list[np.ndarray]:
   return np.split(nxt, np.cumsum(sizes)[:-1])
 
 
-def belady(batches: Sequence[np.ndarray], capacity: int) -> CacheSimResult:
+def simulate_belady(batches: Sequence[np.ndarray], capacity: int) -> CacheSimResult:
   """Simulates Belady's policy over a stream of batches.
 
   Args:
@@ -91,7 +91,7 @@ def belady(batches: Sequence[np.ndarray], capacity: int) -> CacheSimResult:
   heap: list[tuple[int, int]] = []  # (-next use, id); stale entries skipped
   hits = accesses = 0
   batch_hits = np.zeros((len(batches),), np.int64)
-  for t, (batch, nxt) in enumerate(zip(batches, next_uses(batches), strict=True)):
+  for t, (batch, nxt) in enumerate(zip(batches, _next_uses(batches), strict=True)):
     batch_ids = np.asarray(batch, np.int64).tolist()
     hits_before = hits
     misses = []

@@ -50,7 +50,7 @@ import numpy as np
 
 from sfjax.embedding import slot_index
 
-POLICIES = ("lru", "lfu")
+CACHE_POLICIES = ("lru", "lfu")
 _MAX_KEY = np.iinfo(np.int64).max
 _FREQ_CAP = (1 << 22) - 1
 
@@ -111,8 +111,8 @@ class CachePlanner:
 
   def __init__(self, num_slots: int, unique_capacity: int, *, policy: str = "lru",
                lookahead: int = 1, fill_capacity: int | None = None):
-    if policy not in POLICIES:
-      raise ValueError(f"CachePlanner: unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+    if policy not in CACHE_POLICIES:
+      raise ValueError(f"CachePlanner: unknown policy {policy!r} (known: {', '.join(CACHE_POLICIES)})")
     fill_capacity = unique_capacity if fill_capacity is None else fill_capacity
     for name, value in (("num_slots", num_slots), ("unique_capacity", unique_capacity),
                         ("lookahead", lookahead), ("fill_capacity", fill_capacity)):

@@ -29,8 +29,8 @@ class TableState(NamedTuple):
   opt_slots: jax.Array
 
 
-def init_table_host(num_rows: int, width: int, row_opt: row_optimizers.RowOptimizer, *,
-                    seed: int, stddev: float) -> tuple[np.ndarray, np.ndarray]:
+def _init_table_host(num_rows: int, width: int, row_opt: row_optimizers.RowOptimizer, *,
+                     seed: int, stddev: float) -> tuple[np.ndarray, np.ndarray]:
   """Host (numpy) initial table: `init_rows` values and the optimizer's initial slots.
 
   Returns:
@@ -45,7 +45,7 @@ def init_table_host(num_rows: int, width: int, row_opt: row_optimizers.RowOptimi
 def init_table(num_rows: int, width: int, row_opt: row_optimizers.RowOptimizer, *,
                seed: int, stddev: float, sharding=None) -> TableState:
   """Device table initialised exactly like the lazily initialised host table."""
-  values, opt_slots = init_table_host(num_rows, width, row_opt, seed=seed, stddev=stddev)
+  values, opt_slots = _init_table_host(num_rows, width, row_opt, seed=seed, stddev=stddev)
   # jnp.array copies: the host buffers are never aliased by the device arrays (DESIGN §7).
   if sharding is None:
     return TableState(jnp.array(values), jnp.array(opt_slots))

@@ -15,18 +15,19 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Literal
 
 import numpy as np
 
-FORMAT_NAME = "sfjax.host_table"
-FORMAT_VERSION = 1
+_FORMAT_NAME = "sfjax.host_table"
+_FORMAT_VERSION = 1
 META_FILE = "meta.json"
-VALUES_FILE = "values.npy"
-SLOTS_FILE = "slots.npy"
-FLAGS_FILE = "materialised.npy"
+_VALUES_FILE = "values.npy"
+_SLOTS_FILE = "slots.npy"
+_FLAGS_FILE = "materialised.npy"
 _SCAN_ROWS = 1 << 24  # flags counted per block (bounded memory on a huge table)
 
-_META_TYPES = {
+_META_TYPES: dict[str, type | tuple[type, ...]] = {
     "format": str, "version": int, "num_rows": int, "width": int, "slot_width": int,
     "seed": int, "init_stddev": (int, float), "initial_slot_row": list,
     "num_materialised": int, "clean": bool,
@@ -39,10 +40,10 @@ def create_arrays(path: str, num_rows: int, width: int, slot_width: int) -> Arra
   """Creates the sparse `.npy` files in the existing directory `path`; returns their maps."""
   v, e, s = num_rows, width, slot_width
   fmt = np.lib.format
-  values = fmt.open_memmap(os.path.join(path, VALUES_FILE), "w+", np.float32, (v, e))
-  slots = (fmt.open_memmap(os.path.join(path, SLOTS_FILE), "w+", np.float32, (v, s))
+  values = fmt.open_memmap(os.path.join(path, _VALUES_FILE), "w+", np.float32, (v, e))
+  slots = (fmt.open_memmap(os.path.join(path, _SLOTS_FILE), "w+", np.float32, (v, s))
            if s else np.zeros((v, 0), np.float32))
-  flags = fmt.open_memmap(os.path.join(path, FLAGS_FILE), "w+", np.bool_, (v,))
+  flags = fmt.open_memmap(os.path.join(path, _FLAGS_FILE), "w+", np.bool_, (v,))
   return values, slots, flags
 
 
@@ -53,11 +54,11 @@ def open_arrays(path: str, num_rows: int, width: int, slot_width: int, writable:
     FileNotFoundError / ValueError: naming the missing or mismatched file.
   """
   v, e, s = num_rows, width, slot_width
-  mode = "r+" if writable else "r"
-  values = _open_npy(os.path.join(path, VALUES_FILE), np.float32, (v, e), mode)
-  slots = (_open_npy(os.path.join(path, SLOTS_FILE), np.float32, (v, s), mode)
+  mode: Literal["r", "r+"] = "r+" if writable else "r"
+  values = _open_npy(os.path.join(path, _VALUES_FILE), np.float32, (v, e), mode)
+  slots = (_open_npy(os.path.join(path, _SLOTS_FILE), np.float32, (v, s), mode)
            if s else np.zeros((v, 0), np.float32))
-  flags = _open_npy(os.path.join(path, FLAGS_FILE), np.bool_, (v,), mode)
+  flags = _open_npy(os.path.join(path, _FLAGS_FILE), np.bool_, (v,), mode)
   return values, slots, flags
 
 
@@ -70,7 +71,7 @@ def count_written(flags: np.ndarray) -> int:
 def write_meta(path: str, spec, num_materialised: int, clean: bool) -> None:
   """Replaces `path/meta.json` atomically (fsynced) with `spec` (a `HostTableSpec`) and state."""
   meta = {
-      "format": FORMAT_NAME, "version": FORMAT_VERSION, "num_rows": spec.num_rows,
+      "format": _FORMAT_NAME, "version": _FORMAT_VERSION, "num_rows": spec.num_rows,
       "width": spec.width, "slot_width": spec.slot_width, "seed": spec.seed,
       "init_stddev": spec.init_stddev, "initial_slot_row": list(spec.initial_slot_row),
       "num_materialised": num_materialised, "clean": clean,
@@ -84,7 +85,7 @@ def write_meta(path: str, spec, num_materialised: int, clean: bool) -> None:
   os.replace(tmp, final)  # Atomic: a crash leaves the old or the new metadata.
 
 
-def read_meta(meta_path: str) -> dict:
+def read_table_meta(meta_path: str) -> dict:
   """Loads and type-checks meta.json; errors name the file and the key."""
   try:
     with open(meta_path) as f:
@@ -99,13 +100,13 @@ def read_meta(meta_path: str) -> dict:
     if not isinstance(meta[key], kind) or (kind is int and isinstance(meta[key], bool)):
       raise ValueError(f"{meta_path}: corrupt host table metadata: key {key!r} has "
                        f"wrong type {type(meta[key]).__name__}")
-  if meta["format"] != FORMAT_NAME or meta["version"] != FORMAT_VERSION:
+  if meta["format"] != _FORMAT_NAME or meta["version"] != _FORMAT_VERSION:
     raise ValueError(f"{meta_path}: unsupported host table format {meta['format']!r} version "
-                     f"{meta['version']} (expected {FORMAT_NAME!r} version {FORMAT_VERSION})")
+                     f"{meta['version']} (expected {_FORMAT_NAME!r} version {_FORMAT_VERSION})")
   return meta
 
 
-def _open_npy(path: str, dtype, shape: tuple[int, ...], mode: str) -> np.memmap:
+def _open_npy(path: str, dtype, shape: tuple[int, ...], mode: Literal["r", "r+"]) -> np.memmap:
   """Memory-maps an existing .npy file after checking its header and byte size."""
   if not os.path.isfile(path):
     raise FileNotFoundError(f"{path}: host table data file is missing")
@@ -143,13 +144,13 @@ def discard_mmap_table(path: str) -> bool:
     return False
   try:
     with open(os.path.join(path, META_FILE), encoding="utf-8") as f:
-      is_table = json.load(f).get("format") == FORMAT_NAME
+      is_table = json.load(f).get("format") == _FORMAT_NAME
   except (OSError, ValueError, AttributeError):
     is_table = False
   if not is_table:
     raise ValueError(f"{path}: not a host table directory (no valid {META_FILE}); "
                      "refusing to delete it")
-  for name in (VALUES_FILE, SLOTS_FILE, FLAGS_FILE, META_FILE, META_FILE + ".tmp"):  # .tmp: killed mid-write
+  for name in (_VALUES_FILE, _SLOTS_FILE, _FLAGS_FILE, META_FILE, META_FILE + ".tmp"):  # .tmp: killed mid-write
     if os.path.exists(os.path.join(path, name)):
       os.remove(os.path.join(path, name))
   if not os.listdir(path):

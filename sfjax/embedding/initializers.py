@@ -14,7 +14,7 @@ from sfjax.core.hashing import GOLDEN as _GOLDEN
 from sfjax.core.hashing import splitmix64
 
 
-def hash_uniform(seed: int, stream: int, keys: np.ndarray, width: int) -> np.ndarray:
+def _hash_uniform(seed: int, stream: int, keys: np.ndarray, width: int) -> np.ndarray:
   """Uniform [0, 1) float64 values, one row of `width` per key.
 
   Args:
@@ -47,5 +47,5 @@ def init_rows(seed: int, table: int, rows: np.ndarray, width: int, stddev: float
   Returns:
     [N, width] float32.
   """
-  u = hash_uniform(seed, 0x5EED0000 + int(table), rows, width)
+  u = _hash_uniform(seed, 0x5EED0000 + int(table), rows, width)
   return ((2.0 * u - 1.0) * (stddev * np.sqrt(3.0))).astype(np.float32)

@@ -42,7 +42,7 @@ from sfjax.embedding import host_table as host_table_lib
 
 
 @dataclasses.dataclass
-class CacheStats:
+class _CacheStats:
   """Cumulative cache and pipeline counters (rows, bytes, seconds)."""
 
   row_bytes: int
@@ -97,7 +97,7 @@ class StepInputs(NamedTuple):
   evict_ids: np.ndarray
 
 
-def step_stats(plan: cache_planner.CachePlan, row_bytes: int) -> dict[str, int]:
+def _step_stats(plan: cache_planner.CachePlan, row_bytes: int) -> dict[str, int]:
   """Per-step counters of one plan: ids, hits, misses, evictions, bytes each way."""
   return {"step": plan.step, "unique_ids": plan.num_unique, "hits": plan.hits,
           "misses": plan.misses, "evictions": plan.num_evictions,
@@ -200,7 +200,7 @@ class CachePipeline(Iterator[StepInputs]):
     self._put_batch, self._put_swap = put_batch, put_swap
     self.buckets = (sharded_cache.owner_buckets(planner.fill_capacity, self.layout.num_shards)
                     if sharded_swap else swap_buckets(planner.fill_capacity))
-    self.stats = CacheStats(row_bytes=4 * (host_table.width + host_table.slot_width))
+    self.stats = _CacheStats(row_bytes=4 * (host_table.width + host_table.slot_width))
     self._stats_lock = threading.Lock()
     self._stop = threading.Event()
     self._writer_error: BaseException | None = None
@@ -324,7 +324,7 @@ class CachePipeline(Iterator[StepInputs]):
     plan = inputs.plan
     fill_slots = self.layout.physical(plan.fill_slots[:plan.num_fills])
     self._device_slot_ids[fill_slots] = plan.fill_ids[:plan.num_fills]
-    self.last_step = step_stats(plan, self.stats.row_bytes)
+    self.last_step = _step_stats(plan, self.stats.row_bytes)
     self._submitted += 1
     self._writeback.put((plan, inputs.evict_ids, evicted))
 

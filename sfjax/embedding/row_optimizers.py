@@ -164,6 +164,6 @@ def make(name: str, learning_rate, settings, field: str = "embedding.optimizer")
   return names.lookup(ROW_OPTIMIZERS, name, field, "row optimizer")(learning_rate, settings)
 
 
-def from_config(cfg) -> RowOptimizer:
+def row_optimizer_from_config(cfg) -> RowOptimizer:
   """The row optimizer of an `embedding` config block (`optimizer`, `learning_rate`, ...)."""
   return make(cfg.optimizer, cfg.learning_rate, cfg)

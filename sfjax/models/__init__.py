@@ -3,9 +3,23 @@
 from sfjax.models.autoint import AutoInt, InteractingLayer
 from sfjax.models.composed import ComposedModel
 from sfjax.models.dcnv2 import CROSS_STRUCTURES, CrossLayer, DCNv2
+from sfjax.models.deep_blocks import bottom_space, tower_space
 from sfjax.models.deepfm import DeepFM
 from sfjax.models.dlrm import DLRM, num_interactions, pairwise_dot_interactions
+from sfjax.models.field_layout import EMBEDDING_DIMS, embedding_space
 from sfjax.models.fm import FM, fm_pairwise
+from sfjax.models.generator import (
+    BLOCK_TYPES,
+    BLOCK_USE_KEY,
+    COMBINES,
+    COMPOSED_NAME,
+    build_from_spec,
+    config_to_spec,
+    named_model_spec,
+    spec_embedding_width,
+    spec_from_json,
+    spec_to_json,
+)
 from sfjax.models.layers import MLP, DenseLinear
 from sfjax.models.lr import LR
 from sfjax.models.registry import (
@@ -23,6 +37,11 @@ from sfjax.models.xdeepfm import CIN, XDeepFM
 
 __all__ = [
   "ALL_MODEL_NAMES",
+  "BLOCK_TYPES",
+  "BLOCK_USE_KEY",
+  "COMBINES",
+  "COMPOSED_NAME",
+  "EMBEDDING_DIMS",
   "AutoInt",
   "CIN",
   "CROSS_STRUCTURES",
@@ -40,12 +59,21 @@ __all__ = [
   "MODEL_NAMES",
   "WideDeep",
   "XDeepFM",
+  "bottom_space",
+  "build_from_spec",
   "build_model",
   "build_model_from_config",
+  "config_to_spec",
+  "embedding_space",
   "embedding_width",
   "fm_pairwise",
   "model_class",
   "model_hparams",
+  "named_model_spec",
   "num_interactions",
   "pairwise_dot_interactions",
+  "spec_embedding_width",
+  "spec_from_json",
+  "spec_to_json",
+  "tower_space",
 ]

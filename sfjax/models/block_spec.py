@@ -48,7 +48,7 @@ BLOCK_TYPES: dict[str, type[pair_blocks.Block]] = {
         deep_blocks.CINBlock, deep_blocks.SelfAttention)}
 PAIRWISE_TYPES = tuple(t for t, cls in BLOCK_TYPES.items() if cls.pairwise)
 COMBINES = ("parallel", "stacked")
-TOWER_INPUTS = ("embeddings", "dense", "bottom", "blocks")
+_TOWER_INPUTS = ("embeddings", "dense", "bottom", "blocks")
 _TOP_KEYS = ("embedding", "dense", "bias", "interactions", "combine", "tower", "gated")
 _MAX = 1 << 20  # widths, depths and field indices: far beyond any CTR model
 
@@ -100,7 +100,7 @@ def _mapping(w: _Where, key: str, value, known: Sequence[str]) -> Mapping:
   return value
 
 
-def canonical_pairs(pairs, w: _Where | None = None, key: str = "pairs") -> list[list[int]]:
+def _canonical_pairs(pairs, w: _Where | None = None, key: str = "pairs") -> list[list[int]]:
   """Sorted `[[i, j], ...]` field pairs with 0 <= i < j; SpecError on a bad or repeated pair."""
   w = w or _Where("pairs")
   if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence):
@@ -133,7 +133,7 @@ def _block(w: _Where, key: str, entry) -> dict:
     value = entry.get(name, default)
     where = f"{key}.{name}"
     if param_kind == pair_blocks.PAIRS:
-      out[name] = None if value is None else canonical_pairs(value, w, where)
+      out[name] = None if value is None else _canonical_pairs(value, w, where)
     elif param_kind == pair_blocks.DIMS:
       out[name] = _int_list(w, where, value, 1, allow_empty=False)
     else:
@@ -189,10 +189,10 @@ def _tower(w: _Where, tower, combine: str) -> dict | None:
   default_inputs = ["embeddings", "dense"] if combine == "parallel" else ["blocks"]
   inputs = tower.get("inputs", default_inputs)
   if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence) or not inputs:
-    w.fail("tower.inputs", f"must be a non-empty list of {', '.join(TOWER_INPUTS)}, got {inputs!r}")
+    w.fail("tower.inputs", f"must be a non-empty list of {', '.join(_TOWER_INPUTS)}, got {inputs!r}")
   for i, name in enumerate(inputs):
-    if name not in TOWER_INPUTS or name in list(inputs)[:i]:
-      w.fail(f"tower.inputs[{i}]", f"must be a distinct one of {', '.join(TOWER_INPUTS)}, "
+    if name not in _TOWER_INPUTS or name in list(inputs)[:i]:
+      w.fail(f"tower.inputs[{i}]", f"must be a distinct one of {', '.join(_TOWER_INPUTS)}, "
              f"got {name!r}")
   if ("blocks" in inputs) != (combine == "stacked"):
     w.fail("tower.inputs", "'blocks' is a tower input exactly when combine is 'stacked'")
@@ -256,7 +256,7 @@ def with_interaction_pairs(spec: Mapping[str, Any], pairs: Sequence[Sequence[int
     The canonical spec; other blocks unchanged.
   """
   spec = validate_spec(spec, "spec")
-  kept = canonical_pairs([list(p) for p in pairs], _Where("with_interaction_pairs"))
+  kept = _canonical_pairs([list(p) for p in pairs], _Where("with_interaction_pairs"))
   blocks = [{**b, "pairs": kept} if b["type"] in PAIRWISE_TYPES else b
             for b in spec["interactions"]]
   return validate_spec({**spec, "interactions": blocks}, "spec")

@@ -31,7 +31,7 @@ from sfjax.models.validation import (
     split_first_order,
 )
 
-BN_EPS = 1e-5
+_BN_EPS = 1e-5
 
 
 def all_field_pairs(num_fields: int) -> tuple[tuple[int, int], ...]:
@@ -51,10 +51,10 @@ def check_pairs(pairs: Sequence[Sequence[int]], num_fields: int,
   if any(len(p) != 2 or not 0 <= p[0] < p[1] < num_fields for p in out):
     raise ValueError(f"{key}: every pair must be (i, j) with 0 <= i < j < {num_fields}, got "
                      f"{[list(p) for p in out]}")
-  return out
+  return tuple((i, j) for i, j in out)
 
 
-def pair_inner_products(vectors: jax.Array, pairs: np.ndarray) -> jax.Array:
+def _pair_inner_products(vectors: jax.Array, pairs: np.ndarray) -> jax.Array:
   """<e_i, e_j> per example and pair.
 
   Args:
@@ -112,7 +112,7 @@ class GatedFM(nnx.Module):
     self.dense_linear.kernel[...] = jnp.zeros((num_dense,), jnp.float32)
     self.gates = nnx.Param(jnp.full((len(self.pairs),), gate_init, jnp.float32))
     self.pair_norm = (nnx.BatchNorm(len(self.pairs), use_bias=False, use_scale=False,
-                                    momentum=bn_momentum, epsilon=BN_EPS,
+                                    momentum=bn_momentum, epsilon=_BN_EPS,
                                     use_fast_variance=False, rngs=rngs)
                       if pair_norm and self.pairs else None)
     self.mlp = (MLP(num_fields * embed_dim + num_dense, mlp_dims, 1, rngs=rngs)
@@ -125,7 +125,7 @@ class GatedFM(nnx.Module):
     vectors, weights = split_first_order(emb)  # [B, F, D], [B, F]
     logits = self.bias[...] + jnp.sum(weights, axis=1) + self.dense_linear(dense)
     if self.pairs:
-      products = pair_inner_products(vectors, np.asarray(self.pairs))  # [B, P]
+      products = _pair_inner_products(vectors, np.asarray(self.pairs))  # [B, P]
       if self.pair_norm is not None:
         products = self.pair_norm(products)
       logits = logits + products @ self.gates[...]

@@ -45,12 +45,12 @@ from sfjax.models.composed import NAME as COMPOSED_NAME
 from sfjax.models.composed import ComposedModel
 
 __all__ = [
-    "BLOCK_TYPES", "COMBINES", "COMPOSED_NAME", "PAIRWISE_TYPES", "SpecError", "USE",
+    "BLOCK_TYPES", "COMBINES", "COMPOSED_NAME", "PAIRWISE_TYPES", "SpecError", "BLOCK_USE_KEY",
     "build_from_spec", "config_to_spec", "named_model_spec", "spec_embedding_width",
     "spec_from_json", "spec_to_json", "validate_spec", "with_interaction_pairs",
 ]
 
-USE = "use"  # the Bool key switching a block on: model.<block>.use
+BLOCK_USE_KEY = "use"  # the Bool key switching a block on: model.<block>.use
 
 
 def _hparams(name: str, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,14 +153,14 @@ def config_to_spec(config: Mapping[str, Any]) -> dict:
     blocks = []
     for kind, cls in BLOCK_TYPES.items():
       section = _section(model, kind)
-      if section.get(USE, False):
+      if section.get(BLOCK_USE_KEY, False):
         blocks.append({"type": kind, **cls.spec_from_config(section)})
     combine = model.get("combine", "parallel")
     bottom = _section(model, "dense.bottom")
-    has_bottom = bool(bottom.get(USE, False))
+    has_bottom = bool(bottom.get(BLOCK_USE_KEY, False))
     tower = None
     tower_section = _section(model, "tower")
-    if tower_section.get(USE, False):
+    if tower_section.get(BLOCK_USE_KEY, False):
       extra = ["bottom"] if has_bottom else []
       inputs = (["embeddings", "dense"] + extra if combine == "parallel"
                 else extra + ["blocks"])

@@ -39,7 +39,7 @@ from sfjax.models.validation import (
 )
 
 
-def straight_through_membership(logits: jax.Array, key, temperature, train: bool) -> jax.Array:
+def _straight_through_membership(logits: jax.Array, key, temperature, train: bool) -> jax.Array:
   """Hard 0/1 memberships [F, G] from structure logits [F, G, 2] (index 1 = member).
 
   Train: Gumbel-softmax sample y = softmax((π + g) / τ); forward value one_hot(argmax y),
@@ -70,7 +70,7 @@ def group_interactions(vectors: jax.Array, membership: jax.Array, weights: jax.A
   return scaled.sum(axis=1) ** order - (scaled ** order).sum(axis=1)
 
 
-def groups_per_order(max_order: int, num_groups: int | Sequence[int]) -> tuple[int, ...]:
+def _groups_per_order(max_order: int, num_groups: int | Sequence[int]) -> tuple[int, ...]:
   """G_p for p = 2..max_order: `num_groups` for each, or its max_order - 1 entries.
 
   Raises:
@@ -119,7 +119,7 @@ class GroupInteractions(nnx.Module):
     """
     num_fields, embed_dim, num_dense = check_sizes(
         "group_interactions", num_fields=num_fields, embed_dim=embed_dim, num_dense=num_dense)
-    groups = groups_per_order(max_order, num_groups)
+    groups = _groups_per_order(max_order, num_groups)
     mlp_dims = as_layer_dims("group_interactions", "model.mlp_dims", mlp_dims)
     if not temperature > 0:
       raise ValueError(f"group_interactions: model.temperature must be > 0, got {temperature!r}")
@@ -139,7 +139,7 @@ class GroupInteractions(nnx.Module):
 
   def memberships(self) -> tuple[jax.Array, ...]:
     """Per order, the [F, G_p] hard memberships argmax π (what the search found)."""
-    return tuple(straight_through_membership(s[...], None, self.temperature, False)
+    return tuple(_straight_through_membership(s[...], None, self.temperature, False)
                  for s in self.structure)
 
   def __call__(self, emb: jax.Array, dense: jax.Array) -> jax.Array:
@@ -150,8 +150,8 @@ class GroupInteractions(nnx.Module):
     features = []
     for k, order in enumerate(self.orders):
       key = None if self.deterministic else self.rngs.gumbel()
-      member = straight_through_membership(self.structure[k][...], key, self.temperature,
-                                           not self.deterministic)
+      member = _straight_through_membership(self.structure[k][...], key, self.temperature,
+                                            not self.deterministic)
       inter = group_interactions(vectors, member, self.group_weights[k][...], order)  # [B, G, D]
       features.append(inter.reshape(inter.shape[0], -1))
     tower = self.mlp(jnp.concatenate(features + [dense], axis=1))[:, 0]

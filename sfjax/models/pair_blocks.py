@@ -112,8 +112,8 @@ class Block(nnx.Module):
     return out[:, 0] if self.head is None else self.head(out)[:, 0]
 
 
-def pair_indices(pairs: Sequence[Sequence[int]] | None, shape: BlockShape,
-                 block: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _pair_indices(pairs: Sequence[Sequence[int]] | None, shape: BlockShape,
+                  block: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
   """(rows, cols) vector indices of the pairs a block interacts.
 
   Args:
@@ -137,7 +137,7 @@ def pair_indices(pairs: Sequence[Sequence[int]] | None, shape: BlockShape,
   return tuple(int(i) for i in rows), tuple(int(j) for j in cols)
 
 
-def pair_dots(vectors: jax.Array, rows: Sequence[int], cols: Sequence[int]) -> jax.Array:
+def _pair_dots(vectors: jax.Array, rows: Sequence[int], cols: Sequence[int]) -> jax.Array:
   """`[B, P]` inner products <v_rows[p], v_cols[p]> of `vectors: [B, N, D]`."""
   row_index, col_index = np.asarray(rows, np.int32), np.asarray(cols, np.int32)
   return jnp.sum(vectors[:, row_index] * vectors[:, col_index], axis=-1)
@@ -175,7 +175,7 @@ class FMBlock(Block):
   def __init__(self, params, shape, *, to_logit, rngs):
     """Args: params {'pairs'}; shape; to_logit; rngs (see `Block`)."""
     self.all_pairs = params["pairs"] is None
-    self.rows, self.cols = pair_indices(params["pairs"], shape, self.type_name)
+    self.rows, self.cols = _pair_indices(params["pairs"], shape, self.type_name)
     self.out_features = 1
     self._init_head(to_logit, rngs)
 
@@ -183,7 +183,7 @@ class FMBlock(Block):
     """`[B, 1]`: O(N*D) sum-square trick over every pair, else the listed pairs' dots."""
     if self.all_pairs:
       return fm_pairwise(inputs.vectors)[:, None]
-    return jnp.sum(pair_dots(inputs.vectors, self.rows, self.cols), axis=1, keepdims=True)
+    return jnp.sum(_pair_dots(inputs.vectors, self.rows, self.cols), axis=1, keepdims=True)
 
 
 class InnerProduct(Block):
@@ -196,7 +196,7 @@ class InnerProduct(Block):
   def __init__(self, params, shape, *, to_logit, rngs):
     """Args: params {'pairs'}; shape; to_logit; rngs (see `Block`)."""
     self.all_pairs = params["pairs"] is None
-    self.rows, self.cols = pair_indices(params["pairs"], shape, self.type_name)
+    self.rows, self.cols = _pair_indices(params["pairs"], shape, self.type_name)
     self.out_features = len(self.rows)
     if not self.out_features:
       raise ValueError("inner_product: no pair to interact")
@@ -206,7 +206,7 @@ class InnerProduct(Block):
     """`[B, P]`, row-major over (i, j), i < j, for the default pairs (as DLRM)."""
     if self.all_pairs:
       return pairwise_dot_interactions(inputs.vectors)
-    return pair_dots(inputs.vectors, self.rows, self.cols)
+    return _pair_dots(inputs.vectors, self.rows, self.cols)
 
 
 class GatedPairs(Block):
@@ -219,7 +219,7 @@ class GatedPairs(Block):
 
   def __init__(self, params, shape, *, to_logit, rngs):
     """Args: params {'pairs'}; shape; to_logit; rngs (see `Block`)."""
-    self.rows, self.cols = pair_indices(params["pairs"], shape, self.type_name)
+    self.rows, self.cols = _pair_indices(params["pairs"], shape, self.type_name)
     if not len(self.rows):
       raise ValueError("gated_pairs: no pair to interact")
     self.gates = nnx.Param(jnp.ones((len(self.rows),), jnp.float32))
@@ -228,7 +228,7 @@ class GatedPairs(Block):
 
   def features(self, inputs):
     """`[B, 1]` gated sum of the pairs' inner products."""
-    dots = pair_dots(inputs.vectors, self.rows, self.cols)  # [B, P]
+    dots = _pair_dots(inputs.vectors, self.rows, self.cols)  # [B, P]
     return (dots @ self.gates[...])[:, None]
 
 

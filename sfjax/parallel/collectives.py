@@ -34,7 +34,7 @@ _IOTA_GROUPS = re.compile(r"replica_groups=\[(\d+),(\d+)\]<=")
 _LIST_GROUPS = re.compile(r"replica_groups=\{\{([0-9,]*)\}")
 
 
-class Collective(NamedTuple):
+class _Collective(NamedTuple):
   """One collective of a program.
 
   Attributes:
@@ -73,7 +73,7 @@ def _group_size(line: str, default: int) -> int:
   return default
 
 
-def parse_collectives(hlo_text: str, num_devices: int) -> list[Collective]:
+def _parse_collectives(hlo_text: str, num_devices: int) -> list[_Collective]:
   """Every collective in `hlo_text`, sized per device.
 
   Args:
@@ -102,14 +102,14 @@ def parse_collectives(hlo_text: str, num_devices: int) -> list[Collective]:
     ring = {"all-reduce": 2 * frac * operand, "all-gather": frac * result,
             "reduce-scatter": frac * operand, "all-to-all": frac * operand,
             "collective-permute": float(operand)}[kind]
-    found.append(Collective(kind, result, operand, ring, g))
+    found.append(_Collective(kind, result, operand, ring, g))
   return found
 
 
 def collective_bytes(hlo_text: str, num_devices: int) -> dict[str, float]:
   """Totals per device: `operand_bytes`, `ring_bytes`, `count` and per kind `<kind>_bytes`
-  (operand bytes) of every collective in `hlo_text` (see `parse_collectives`)."""
-  found = parse_collectives(hlo_text, num_devices)
+  (operand bytes) of every collective in `hlo_text` (see `_parse_collectives`)."""
+  found = _parse_collectives(hlo_text, num_devices)
   out: dict[str, float] = {"count": len(found),
                            "operand_bytes": int(sum(c.operand_bytes for c in found)),
                            "ring_bytes": float(sum(c.ring_bytes for c in found))}

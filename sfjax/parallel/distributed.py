@@ -7,7 +7,7 @@ positions `[p*L, (p+1)*L)` are process p's L devices. So process p holds rows
 `[p*B/P, (p+1)*B/P)` of every array split on 'data' (`process_rows`), and a whole copy
 of every replicated one.
 
-Start-up (`initialize`), before anything touches a JAX backend:
+Start-up (`initialize_distributed`), before anything touches a JAX backend:
   explicit   `distributed.coordinator=HOST:PORT`, `distributed.num_processes=P`,
              `distributed.process_id=I` (the same command on every host, I = 0..P-1);
   env        the fields empty and `JAX_COORDINATOR_ADDRESS` set: `JAX_NUM_PROCESSES` and
@@ -32,8 +32,8 @@ from sfjax.core.errors import ConfigError
 
 # Environment variables read when the distributed.* fields are empty.
 ENV_COORDINATOR = "JAX_COORDINATOR_ADDRESS"
-ENV_NUM_PROCESSES = "JAX_NUM_PROCESSES"
-ENV_PROCESS_ID = "JAX_PROCESS_ID"
+_ENV_NUM_PROCESSES = "JAX_NUM_PROCESSES"
+_ENV_PROCESS_ID = "JAX_PROCESS_ID"
 
 
 class Settings(NamedTuple):
@@ -67,7 +67,7 @@ def _env_int(name: str) -> int | None:
     raise ConfigError(f"environment variable {name}: expected an integer, got {text!r}") from None
 
 
-def settings(config) -> Settings:
+def distributed_settings(config) -> Settings:
   """The `distributed` block of `config` (absent: one process), completed from the
   environment variables when its fields are empty.
 
@@ -88,8 +88,8 @@ def settings(config) -> Settings:
   src = "config field distributed"
   if not coordinator and os.environ.get(ENV_COORDINATOR, "").strip():
     coordinator, src = os.environ[ENV_COORDINATOR].strip(), "environment variable"
-    num = num or (_env_int(ENV_NUM_PROCESSES) or 0)
-    pid = pid if pid >= 0 else (_env_int(ENV_PROCESS_ID) if _env_int(ENV_PROCESS_ID) is not None
+    num = num or (_env_int(_ENV_NUM_PROCESSES) or 0)
+    pid = pid if pid >= 0 else (_env_int(_ENV_PROCESS_ID) if _env_int(_ENV_PROCESS_ID) is not None
                                 else -1)
   if coordinator:
     host, _, port = coordinator.rpartition(":")
@@ -97,8 +97,8 @@ def settings(config) -> Settings:
       raise ConfigError(f"config field distributed.coordinator: expected HOST:PORT, got "
                         f"{coordinator!r}")
     if not auto:
-      num_name = ENV_NUM_PROCESSES if src.startswith("env") else "distributed.num_processes"
-      pid_name = ENV_PROCESS_ID if src.startswith("env") else "distributed.process_id"
+      num_name = _ENV_NUM_PROCESSES if src.startswith("env") else "distributed.num_processes"
+      pid_name = _ENV_PROCESS_ID if src.startswith("env") else "distributed.process_id"
       if num < 1:
         raise ConfigError(f"{src} {num_name}: required (>= 1) with a coordinator, got {num}")
       if not 0 <= pid < num:
@@ -110,7 +110,7 @@ def settings(config) -> Settings:
   return Settings(coordinator, int(num), int(pid), auto)
 
 
-def initialize(config) -> int:
+def initialize_distributed(config) -> int:
   """Joins the run `config.distributed` (or the environment) describes; returns the
   number of processes.
 
@@ -118,10 +118,10 @@ def initialize(config) -> int:
   second call with the same settings does nothing.
 
   Raises:
-    ConfigError: invalid settings (`settings`), or a backend already started by this
+    ConfigError: invalid settings (`distributed_settings`), or a backend already started by this
       process before a distributed run was asked for.
   """
-  s = settings(config)
+  s = distributed_settings(config)
   if not s.enabled:
     return jax.process_count() if jax.distributed.is_initialized() else 1
   if jax.distributed.is_initialized():
@@ -210,7 +210,7 @@ def broadcast(x: Any) -> Any:
   return jax.tree.map(np.asarray, multihost_utils.broadcast_one_to_all(x))
 
 
-def fingerprint(*arrays: np.ndarray) -> np.ndarray:
+def _fingerprint(*arrays: np.ndarray) -> np.ndarray:
   """16-byte digest of the arrays' bytes, shapes and dtypes, as uint8 [16]."""
   h = hashlib.blake2b(digest_size=16)
   for a in arrays:
@@ -225,7 +225,7 @@ def check_agreement(what: str, *arrays: np.ndarray) -> None:
   (compares fingerprints; one process: nothing to check)."""
   if jax.process_count() == 1:
     return
-  prints = allgather_rows(fingerprint(*arrays)[None, :])
+  prints = allgather_rows(_fingerprint(*arrays)[None, :])
   differ = [p for p in range(prints.shape[0]) if not np.array_equal(prints[p], prints[0])]
   if differ:
     raise RuntimeError(f"processes disagree on {what}: processes {differ} differ from process 0 "

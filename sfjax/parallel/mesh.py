@@ -17,7 +17,7 @@ from jax.sharding import PartitionSpec as P
 from sfjax.core.types import DeviceBatch
 
 
-def global_devices() -> list:
+def _global_devices() -> list:
   """Every process's devices, process by process (process p's devices are the mesh
   positions `[p*L, (p+1)*L)`, so its examples are one contiguous block of the batch)."""
   return sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
@@ -27,10 +27,10 @@ def make_mesh(num_devices: int = 0) -> jax.sharding.Mesh:
   """A 1-D ('data',) mesh over the first `num_devices` devices (0 = all).
 
   One process: its local devices. Several processes (`jax.distributed`): the global mesh
-  over all processes' devices (`global_devices`); it must then hold all of them.
+  over all processes' devices (`_global_devices`); it must then hold all of them.
   """
   multi = jax.process_count() > 1
-  devices = global_devices() if multi else jax.local_devices()
+  devices = _global_devices() if multi else jax.local_devices()
   n = len(devices) if num_devices <= 0 else num_devices
   if n > len(devices):
     raise ValueError(f"config field train.num_devices={num_devices} but only "

@@ -47,8 +47,7 @@ from flax import nnx
 from sfjax.cohorts.task import CTRTask, TrialData
 from sfjax.data import planted as planted_lib
 from sfjax.data import synthetic
-from sfjax.models import registry
-from sfjax.models.gated_fm import all_field_pairs, check_pairs
+from sfjax.models.gated_fm import GatedFM, all_field_pairs, check_pairs
 from sfjax.structure import gate_training as st
 from sfjax.train import optimizers
 
@@ -194,8 +193,8 @@ def _train_model(data: TrialData, settings: AutoFISSettings, pairs: tuple, gate_
   """
   seed = settings.seed * 7919 + seed_offset
   warmup = min(settings.warmup_steps, steps) if search else 0
-  model = registry.build_model(
-      "gated_fm", num_fields=data.spec.num_fields, embed_dim=settings.embed_dim,
+  model = GatedFM(  # the registry's "gated_fm"
+      num_fields=data.spec.num_fields, embed_dim=settings.embed_dim,
       num_dense=data.spec.num_dense, rngs=nnx.Rngs(seed), mlp_dims=settings.mlp_dims,
       pairs=pairs, pair_norm=search, bn_momentum=settings.bn_momentum,
       gate_init=0.0 if warmup else gate_value)
@@ -217,7 +216,7 @@ def _train_model(data: TrialData, settings: AutoFISSettings, pairs: tuple, gate_
 
 
 def _metrics(data: TrialData, state, graphdef) -> dict[str, float]:
-  return st.split_metrics(data, st.eval_logits(st.eval_graphdef(graphdef, state.params), state,
+  return st.split_metrics(data, st.host_eval_logits(st.eval_graphdef(graphdef, state.params), state,
                                                data))
 
 
@@ -239,7 +238,7 @@ def retrain_with_pairs(data: TrialData, settings: AutoFISSettings, pairs: Sequen
   return _metrics(data, state, graphdef)
 
 
-def search_gates(data: TrialData, settings: AutoFISSettings) -> tuple[np.ndarray, dict[str, float]]:
+def _search_gates(data: TrialData, settings: AutoFISSettings) -> tuple[np.ndarray, dict[str, float]]:
   """Stage 1: trains every pair's gate with gRDA.
 
   Returns:
@@ -264,9 +263,9 @@ def run_autofis(task: CTRTask, settings: AutoFISSettings, data: TrialData | None
     AutoFISResult.
   """
   t0 = time.perf_counter()
-  data = data if data is not None else st.prepare_data(task, settings)
+  data = data if data is not None else st.prepare_trial_data(task, settings)
   all_pairs = all_field_pairs(data.spec.num_fields)
-  gates, search_metrics = search_gates(data, settings)
+  gates, search_metrics = _search_gates(data, settings)
   kept = tuple(p for p, g in zip(all_pairs, gates, strict=True) if g != 0.0)
   metrics = retrain_with_pairs(data, settings, kept)
   return AutoFISResult(

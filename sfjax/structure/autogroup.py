@@ -30,7 +30,7 @@ import optax
 from flax import nnx
 
 from sfjax.cohorts.task import CTRTask, TrialData
-from sfjax.models import registry
+from sfjax.models.group_interactions import GroupInteractions
 from sfjax.structure import gate_training as st
 from sfjax.train import optimizers
 
@@ -177,15 +177,16 @@ def _runner(graphdef: nnx.GraphDef, settings: AutoGroupSettings, train_structure
                         st.row_optimizer(settings))
 
 
-def _model(data: TrialData, settings: AutoGroupSettings) -> nnx.Module:
-  return registry.build_model(
-      "group_interactions", num_fields=data.spec.num_fields, embed_dim=settings.embed_dim,
+def _model(data: TrialData, settings: AutoGroupSettings) -> GroupInteractions:
+  return GroupInteractions(  # the registry's "group_interactions"
+      num_fields=data.spec.num_fields, embed_dim=settings.embed_dim,
       num_dense=data.spec.num_dense, rngs=nnx.Rngs(settings.seed), max_order=settings.max_order,
       num_groups=settings.groups_per_order, mlp_dims=settings.mlp_dims,
       temperature=settings.temperature)
 
 
-def _train(data: TrialData, settings: AutoGroupSettings, model: nnx.Module, train_structure: bool):
+def _train(data: TrialData, settings: AutoGroupSettings, model: GroupInteractions,
+           train_structure: bool):
   """`settings.steps` steps of `model` (its graph as it is: sampling or fixed groups)."""
   graphdef = nnx.graphdef(model)
   key = dataclasses.replace(settings, seed=0, steps=1, batch_size=0, eval_rows=0)
@@ -208,10 +209,10 @@ def run_autogroup(task: CTRTask, settings: AutoGroupSettings,
     AutoGroupResult.
   """
   t0 = time.perf_counter()
-  data = data if data is not None else st.prepare_data(task, settings)
+  data = data if data is not None else st.prepare_trial_data(task, settings)
   state, graphdef = _train(data, settings, _model(data, settings), train_structure=True)
   eval_graphdef = st.eval_graphdef(graphdef, state.params)
-  metrics = st.split_metrics(data, st.eval_logits(eval_graphdef, state, data))
+  metrics = st.split_metrics(data, st.host_eval_logits(eval_graphdef, state, data))
   found = nnx.merge(eval_graphdef, state.params).memberships()
   return AutoGroupResult(orders=settings.orders,
                          memberships=tuple(np.asarray(m) > 0 for m in found),
@@ -247,4 +248,4 @@ def retrain_with_groups(data: TrialData, settings: AutoGroupSettings,
   for logits, member in zip(model.structure, memberships, strict=True):
     logits[...] = jnp.stack([~np.asarray(member, bool), np.asarray(member, bool)], axis=-1) * 1.0
   state, graphdef = _train(data, settings, model, train_structure=False)
-  return st.split_metrics(data, st.eval_logits(graphdef, state, data))
+  return st.split_metrics(data, st.host_eval_logits(graphdef, state, data))

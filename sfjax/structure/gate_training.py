@@ -7,7 +7,7 @@ parameters (batch-norm moments, a Gumbel stream), so they train through
 by a row optimizer on the batch's `[U, E]` unique rows only, the dense parameters
 by one optax transformation that `optax.multi_transform` splits into parameter
 groups (`group_optimizer`: AutoFIS's network by Adam and gates by gRDA, AutoGroup's
-network and structure logits by Adam each); a group labelled `FROZEN` does not
+network and structure logits by Adam each); a group labelled `_FROZEN` does not
 move. The state is the trainer's `TrainState` (`params` = the model's whole
 `nnx.State`), the batches are a `TrialData`'s precomputed `DeviceBatch`es, run as
 one jitted `lax.scan` per window of steps (`make_runner`, `train`).
@@ -37,11 +37,13 @@ from sfjax.cohorts.cohort_call import split_eval_mask
 from sfjax.cohorts.task import CTRTask, TrialData
 from sfjax.core import metrics as metrics_lib
 from sfjax.embedding import device_table, row_optimizers
+from sfjax.models.gated_fm import GatedFM
+from sfjax.models.group_interactions import GroupInteractions
 from sfjax.train import defaults as defaults_lib
 from sfjax.train import step as step_lib
 from sfjax.train.state import TrainState
 
-FROZEN = "frozen"  # the label of parameters no optimizer moves (`group_optimizer`)
+_FROZEN = "frozen"  # the label of parameters no optimizer moves (`group_optimizer`)
 
 
 def check_int(owner: str, name: str, value: Any, low: int) -> None:
@@ -76,7 +78,7 @@ def check_common_settings(owner: str, settings) -> None:
                       defaults_lib.ctr_defaults().embedding, field=f"{owner}.embedding_optimizer")
 
 
-def prepare_data(task: CTRTask, settings) -> TrialData:
+def prepare_trial_data(task: CTRTask, settings) -> TrialData:
   """The TrialData of `task` with `settings.batch_size` / `settings.eval_rows` when nonzero."""
   overrides = {k: getattr(settings, k) for k in ("batch_size", "eval_rows") if getattr(settings, k)}
   return TrialData(dataclasses.replace(task, **overrides) if overrides else task)
@@ -93,7 +95,7 @@ def group_optimizer(groups: Mapping[str, optax.GradientTransformation | None],
   """One optax transformation over a model's parameter groups (`optax.multi_transform`).
 
   A parameter's group is its top-level attribute name when `groups` has it, else
-  `default`. A group mapped to None is `FROZEN`: its updates are 0.
+  `default`. A group mapped to None is `_FROZEN`: its updates are 0.
 
   Args:
     groups: group name -> transformation (or None).
@@ -124,7 +126,7 @@ def keep_group_states(new_state: optax.MultiTransformState, old_state: optax.Mul
                                     **{g: old_state.inner_states[g] for g in groups}})
 
 
-def init_state(model: nnx.Module, tx: optax.GradientTransformation,
+def init_state(model: GatedFM | GroupInteractions, tx: optax.GradientTransformation,
                row_opt: row_optimizers.RowOptimizer, num_rows: int, *, seed: int,
                init_stddev: float) -> TrainState:
   """A fresh `TrainState` of `model`: params a copy of its whole state, `tx` over its Params.
@@ -180,10 +182,10 @@ def eval_graphdef(graphdef: nnx.GraphDef, params) -> nnx.GraphDef:
   return nnx.graphdef(model)
 
 
-_eval_logits = jax.jit(program_lib.eval_logits, static_argnums=0)
+_eval_logits = jax.jit(program_lib.stacked_eval_logits, static_argnums=0)
 
 
-def eval_logits(graphdef: nnx.GraphDef, state: TrainState, data: TrialData) -> np.ndarray:
+def host_eval_logits(graphdef: nnx.GraphDef, state: TrainState, data: TrialData) -> np.ndarray:
   """[Te * Be] host logits of the task's stacked eval set (`graphdef`: an eval graph)."""
   return np.asarray(_eval_logits(graphdef, state, data.eval_batches)).reshape(-1)
 

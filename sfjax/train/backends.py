@@ -19,6 +19,7 @@ later call to find.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
@@ -43,11 +44,36 @@ from sfjax.train import step as step_lib
 from sfjax.train.state import TrainState
 
 # (state, inputs from `train_inputs`) -> (state, metrics, number of unique ids of the batch)
-RunStep = Callable[[TrainState, Any], tuple[TrainState, dict[str, jax.Array], int]]
+StepFn = Callable[[TrainState, Any], tuple[TrainState, dict[str, jax.Array], int]]
 # `make_train_step` with graphdef, optimizers and l2 bound: (**kw) -> train step.
 BuildStep = Callable[..., step_lib.TrainStep]
 # embedding.cache_sharding values: one copy per device, or rows partitioned over the devices.
 CACHE_SHARDINGS = ("replicated", "row")
+
+
+class TrainInputs(Iterator[Any], Protocol):
+  """A backend's per-step inputs, prepared in the background until closed."""
+
+  def close(self) -> None:
+    """Stops the background work."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStep:
+  """A backend's compiled step: `run_step(state, inputs from train_inputs) -> (state,
+  metrics, number of unique ids of the batch)`.
+
+  Attributes:
+    jitted: the `jax.jit` object it calls (for no-recompile checks and lowering).
+    run: the step itself.
+  """
+
+  jitted: Any
+  run: StepFn
+
+  def __call__(self, state: TrainState, inputs: Any
+               ) -> tuple[TrainState, dict[str, jax.Array], int]:
+    return self.run(state, inputs)
 
 
 class Backend(Protocol):
@@ -66,19 +92,22 @@ class Backend(Protocol):
   name: str
   capacity: int
   initial_table: device_table.TableState
-  host_table: host_table_lib.HostTable | None
   capacity_rows: int
   sharding_name: str
+
+  @property
+  def host_table(self) -> host_table_lib.HostTable | None:
+    """Read-only here, so that a backend may declare it as None or as a HostTable."""
 
   def make_step(self, state_sharding: Any) -> RunStep:
     """Compiles the train step for a state of `state_sharding` and returns it.
 
     The cache backend replaces `state_sharding.table` by its cache's sharding (split on
-    'data' when row-sharded). The returned function carries the `jax.jit` object as
+    'data' when row-sharded). The returned `RunStep` carries the `jax.jit` object as
     `.jitted`.
     """
 
-  def train_inputs(self, batches: Iterable[types.Batch]) -> Iterator[Any]:
+  def train_inputs(self, batches: Iterable[types.Batch]) -> TrainInputs:
     """Per-step device inputs of `batches`, prepared in the background (close() it)."""
 
   def prepare_eval(self, batch: types.Batch) -> Any:
@@ -126,10 +155,9 @@ class DeviceBackend:
       state, metrics = jitted(state, db)
       return state, metrics, n
 
-    run_step.jitted = jitted  # the compiled function (for no-recompile checks)
-    return run_step
+    return RunStep(jitted, run_step)
 
-  def train_inputs(self, batches: Iterable[types.Batch]) -> Iterator[Any]:
+  def train_inputs(self, batches: Iterable[types.Batch]) -> TrainInputs:
     """Background VSI + device_put of the training batches."""
     offsets = self.spec.field_offsets
 
@@ -216,15 +244,16 @@ class CacheBackend:
     rep = mesh_lib.replicated(mesh)
     self.batch_sharding = mesh_lib.batch_shardings(mesh, rows_on_owners=row)
     # Row-sharded: the cache rows, each step's per-device swap buffers and row blocks on 'data'.
+    # Sharding trees are built with `_make`: the state classes type their fields as arrays.
     cache_sharding = mesh_lib.rows_on_devices(mesh) if row else rep
-    self._table_sharding = device_table.TableState(cache_sharding, cache_sharding)
+    self._table_sharding = device_table.TableState._make((cache_sharding, cache_sharding))
     self._swap_sharding = jax.tree.map(lambda _: cache_sharding, cache_lib.CacheSwap(0, 0, 0, 0))
     self.initial_table = cache_lib.init_cache(self.num_slots, width, slot_width, cache_sharding)
     if row:  # the whole step per device, collectives written out (sharded_cache docstring)
       owner_step = step_lib.make_cache_train_step(
           build_step(row_axis=sharded_cache.AXIS), swap_rows=sharded_cache.swap_rows_local)
       on = P(sharded_cache.AXIS)
-      state_spec = TrainState(P(), P(), P(), on)
+      state_spec = TrainState._make((P(), P(), P(), on))
       evicted_spec = on
       if self._processes > 1:  # fills come from every process's rows; evictions go to all
         owner_step = process_cache.route_fills_and_gather_evictions(owner_step)
@@ -242,7 +271,7 @@ class CacheBackend:
       if not row:  # (row-sharded: summed per device inside the step, `process_cache`)
         self._cache_step = _summing_fill_blocks(self._cache_step)
       self._swap_sharding = cache_lib.CacheSwap(slots, blocks, blocks, slots)
-      self._evicted_sharding = device_table.TableState(rep, rep)
+      self._evicted_sharding = device_table.TableState._make((rep, rep))
       self._eval_step = jax.jit(lambda params, blocks_, db: step_lib.eval_logits(
           graphdef, params, blocks_.sum(0), db))
       self._blocks, self._rep = blocks, rep
@@ -258,11 +287,12 @@ class CacheBackend:
 
     def run_step(state, inputs: pipeline_lib.StepInputs):
       state, metrics, evicted = jitted(state, inputs.batch, inputs.swap)
+      if self._pipeline is None:
+        raise RuntimeError("the cache step ran without the pipeline of train_inputs")
       self._pipeline.submit(inputs, evicted)
       return state, metrics, inputs.plan.num_unique
 
-    run_step.jitted = jitted  # the compiled function (for no-recompile checks)
-    return run_step
+    return RunStep(jitted, run_step)
 
   def train_inputs(self, batches: Iterable[types.Batch]) -> pipeline_lib.CachePipeline:
     """Starts the Data-Loader / Host-Manager / write-back threads over `batches`."""
@@ -366,7 +396,7 @@ def _summing_fill_blocks(cache_step):
 
 
 # embedding.backend -> backend class. The registry config validation derives from.
-BACKENDS: dict[str, type[Backend]] = {"device": DeviceBackend, "cache": CacheBackend}
+BACKENDS: dict[str, Callable[..., Backend]] = {"device": DeviceBackend, "cache": CacheBackend}
 
 
 def make_backend(config, spec: types.DatasetSpec, width: int, graphdef: nnx.GraphDef,

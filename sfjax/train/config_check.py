@@ -29,7 +29,7 @@ __all__ = ["ConfigError", "validate"]
 
 # Upper bound of counts (rows per field, buffer sizes, cache rows): 2**40 rows is far beyond any
 # host, and keeps sums over fields and byte sizes inside int64.
-MAX_COUNT = 2**40
+_MAX_COUNT = 2**40
 _INT64_MAX = 2**63 - 1
 
 
@@ -90,7 +90,7 @@ def _string(config, field: str) -> None:
 def _dims(config, field: str) -> None:
   """A tuple or list of positive integers (layer widths; may be empty)."""
   value = _get(config, field)
-  _require(isinstance(value, (tuple, list)) and all(_is_int(v) and 0 < v <= MAX_COUNT
+  _require(isinstance(value, (tuple, list)) and all(_is_int(v) and 0 < v <= _MAX_COUNT
                                                      for v in value),
            field, f"must be a tuple of positive integers, got {value!r}")
 
@@ -119,8 +119,8 @@ def _choice(value, field: str, known) -> None:
 def _cache_rows(config) -> None:
   """`embedding.cache_rows`: a row count >= 1, or a fraction of the table in (0, 1)."""
   value = config.embedding.cache_rows
-  ok = _is_real(value) and 0 < value <= MAX_COUNT and (value < 1 or float(value).is_integer())
-  _require(ok, "embedding.cache_rows", f"must be a row count in [1, {MAX_COUNT}] or a fraction "
+  ok = _is_real(value) and 0 < value <= _MAX_COUNT and (value < 1 or float(value).is_integer())
+  _require(ok, "embedding.cache_rows", f"must be a row count in [1, {_MAX_COUNT}] or a fraction "
            f"of the table in (0, 1), got {value!r}")
 
 
@@ -132,7 +132,7 @@ def _validate_data(config) -> None:
   if d.format in dataset.FILE_FORMATS:
     _require(bool(d.train_path.strip()), "data.train_path", f"required for format {d.format!r}")
     _require(bool(d.eval_path.strip()), "data.eval_path", f"required for format {d.format!r}")
-    _integer(config, "data.hash_rows", 0, MAX_COUNT)
+    _integer(config, "data.hash_rows", 0, _MAX_COUNT)
     _positive_int(config, "data.min_count")
   if d.format in dataset.DIRECTORY_FORMATS:
     _require(bool(d.train_path.strip()), "data.train_path",
@@ -146,14 +146,14 @@ def _validate_data(config) -> None:
   if d.format == "movielens":
     _integer(config, "data.movielens.split_seed", 0)
   _boolean(config, "data.skip_bad_lines")
-  _integer(config, "data.shuffle_buffer", 0, MAX_COUNT)
+  _integer(config, "data.shuffle_buffer", 0, _MAX_COUNT)
 
 
 def _validate_embedding(config) -> None:
   e = config.embedding
   _choice(e.backend, "embedding.backend", tuple(backends.BACKENDS))
   if e.backend == "cache":
-    _choice(e.cache_policy, "embedding.cache_policy", cache_planner.POLICIES)
+    _choice(e.cache_policy, "embedding.cache_policy", cache_planner.CACHE_POLICIES)
     _choice(e.host_storage, "embedding.host_storage", tuple(backends.HOST_STORAGES))
     _choice(e.cache_sharding, "embedding.cache_sharding", backends.CACHE_SHARDINGS)
     _integer(config, "embedding.lookahead", 1, 1024)
@@ -169,7 +169,7 @@ def _validate_embedding(config) -> None:
     _number(config, field, low=0.0, low_ok=True)
   for field in ("embedding.adam_b1", "embedding.adam_b2"):
     _number(config, field, low=0.0, low_ok=True, high=1.0)
-  _integer(config, "embedding.unique_capacity", 0, MAX_COUNT)
+  _integer(config, "embedding.unique_capacity", 0, _MAX_COUNT)
 
 
 def validate(config) -> None:
@@ -187,9 +187,9 @@ def validate(config) -> None:
   for field in ("model.mlp_dims", "model.bottom_mlp_dims", "model.cin_dims"):
     _dims(config, field)
   for field in ("model.cross_layers", "model.cross_rank", "model.attention_layers"):
-    _integer(config, field, 0, MAX_COUNT)
+    _integer(config, field, 0, _MAX_COUNT)
   for field in ("model.attention_heads", "model.attention_dim"):
-    _integer(config, field, 1, MAX_COUNT)
+    _integer(config, field, 1, _MAX_COUNT)
   _blocks(config)
   _validate_embedding(config)
   _choice(config.optimizer.name, "optimizer.name", optimizers.DENSE_OPTIMIZER_NAMES)
@@ -200,6 +200,6 @@ def validate(config) -> None:
     _positive_int(config, field)
   _integer(config, "train.prefetch", 0, 1024)
   _integer(config, "train.num_devices", 0, 1 << 20)
-  checkpoint.settings(config)  # checkpoint.every_steps / keep, when the block exists
+  checkpoint.checkpoint_settings(config)  # checkpoint.every_steps / keep, when the block exists
   if "distributed" in config:
-    distributed.settings(config)  # distributed.* (HOST:PORT, P, I), when the block exists
+    distributed.distributed_settings(config)  # distributed.* (HOST:PORT, P, I), when the block exists

@@ -40,12 +40,12 @@ def evaluate(backend: backends.Backend, state: TrainState, dataset, split: str,
   if not logits:
     raise ValueError(f"eval split {split!r} is empty")
   scores = distributed.allgather_rows(np.concatenate(logits))
-  labels = distributed.allgather_rows(np.concatenate(labels))
-  masks = distributed.allgather_rows(np.concatenate(masks))
+  all_labels = distributed.allgather_rows(np.concatenate(labels))
+  all_masks = distributed.allgather_rows(np.concatenate(masks))
   probs = metrics_lib.sigmoid(scores)
-  return {"auc": metrics_lib.auc(labels, scores, masks),
-          "logloss": metrics_lib.logloss(labels, probs, masks),
-          "num_examples": int(masks.sum())}
+  return {"auc": metrics_lib.auc(all_labels, scores, all_masks),
+          "logloss": metrics_lib.logloss(all_labels, probs, all_masks),
+          "num_examples": int(all_masks.sum())}
 
 
 def _local_scores(logits) -> np.ndarray:

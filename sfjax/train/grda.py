@@ -10,7 +10,7 @@ where S_g(x) = sign(x) max(|x| - g, 0) is the soft threshold. The threshold
 grows with n (μ > 0), so a weight whose accumulated gradient does not keep it
 away from zero becomes exactly 0 and stays there until the gradient sum moves
 it out again. An optax-style factory: `grda(...)` returns a
-`GradientTransformation` whose state is a `GRDAState` NamedTuple; `update`
+`GradientTransformation` whose state is a `_GRDAState` NamedTuple; `update`
 needs `params` and returns `w_n - params` so `optax.apply_updates` lands on w_n.
 """
 
@@ -26,7 +26,7 @@ import optax
 DEFAULT_C, DEFAULT_MU = 0.005, 0.8
 
 
-class GRDAState(NamedTuple):
+class _GRDAState(NamedTuple):
   """State of gRDA.
 
   Attributes:
@@ -37,15 +37,16 @@ class GRDAState(NamedTuple):
 
   initial_params: Any
   grad_sum: Any
-  count: jax.Array
+  # optax's name for the step count (as ScaleByAdamState.count); it is in saved opt states.
+  count: jax.Array  # type: ignore[assignment]  # shadows tuple.count, see above
 
 
-def soft_threshold(x: jax.Array, threshold) -> jax.Array:
+def _soft_threshold(x: jax.Array, threshold) -> jax.Array:
   """S_g(x) = sign(x) * max(|x| - g, 0), elementwise."""
   return jnp.sign(x) * jnp.maximum(jnp.abs(x) - threshold, 0.0)
 
 
-def grda_threshold(count, learning_rate, c, mu) -> jax.Array:
+def _grda_threshold(count, learning_rate, c, mu) -> jax.Array:
   """g(n, γ) = c γ^{1/2} (n γ)^μ for n = `count` (a scalar, float32)."""
   n = jnp.asarray(count, jnp.float32)
   lr = jnp.asarray(learning_rate, jnp.float32)
@@ -79,20 +80,20 @@ def grda(learning_rate, c, mu) -> optax.GradientTransformation:
   def init(params):
     # A copy: the state must not alias the params (both may be donated to one jit call).
     # An explicit dtype drops weak types, so the state's avals do not change after step 1.
-    return GRDAState(initial_params=jax.tree.map(lambda p: jnp.array(p, dtype=jnp.result_type(p), copy=True),
-                                                 params),
-                     grad_sum=jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), jnp.result_type(p)), params),
-                     count=jnp.zeros((), jnp.int32))
+    return _GRDAState(initial_params=jax.tree.map(lambda p: jnp.array(p, dtype=jnp.result_type(p), copy=True),
+                                                  params),
+                      grad_sum=jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), jnp.result_type(p)), params),
+                      count=jnp.zeros((), jnp.int32))
 
   def update(grads, state, params=None):
     if params is None:
       raise ValueError("grda's update needs `params` (it returns w_n - params)")
     count = state.count + 1
     grad_sum = jax.tree.map(lambda s, g: s + g, state.grad_sum, grads)
-    threshold = grda_threshold(count, learning_rate, c, mu)
-    target = jax.tree.map(lambda w0, s: soft_threshold(w0 - learning_rate * s, threshold).astype(w0.dtype),
+    threshold = _grda_threshold(count, learning_rate, c, mu)
+    target = jax.tree.map(lambda w0, s: _soft_threshold(w0 - learning_rate * s, threshold).astype(w0.dtype),
                           state.initial_params, grad_sum)
     updates = jax.tree.map(lambda t, p: t - p, target, params)
-    return updates, GRDAState(state.initial_params, grad_sum, count)
+    return updates, _GRDAState(state.initial_params, grad_sum, count)
 
   return optax.GradientTransformation(init, update)

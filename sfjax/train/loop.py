@@ -40,14 +40,14 @@ from sfjax.train.state import TrainState
 _CACHE_KEYS = ("cache_hit_rate", "h2d_bytes_per_example", "d2h_bytes_per_example", "evictions")
 # Metrics that describe this process, not the training result: timings and cache counters
 # (a resumed run counts them from its restart; everything else equals an uninterrupted run).
-PROCESS_METRICS = ("examples_per_sec", "train_seconds", "cache_stats", *_CACHE_KEYS,
-                   "num_devices", "num_processes", "cache_sharding", "cache_capacity_rows")
+_PROCESS_METRICS = ("examples_per_sec", "train_seconds", "cache_stats", *_CACHE_KEYS,
+                    "num_devices", "num_processes", "cache_sharding", "cache_capacity_rows")
 
 
 def training_result(record: dict[str, Any]) -> dict[str, Any]:
-  """`record` (an eval record or the final metrics) without `PROCESS_METRICS`, recursively
+  """`record` (an eval record or the final metrics) without `_PROCESS_METRICS`, recursively
   in `best`: what a resumed run must reproduce exactly."""
-  out = {k: v for k, v in record.items() if k not in PROCESS_METRICS}
+  out = {k: v for k, v in record.items() if k not in _PROCESS_METRICS}
   if "best" in out:
     out["best"] = training_result(out["best"])
   return out
@@ -81,8 +81,8 @@ def build_trainer(config, spec: types.DatasetSpec) -> Trainer:
       mcfg, num_fields=spec.num_fields, num_dense=spec.num_dense,
       rngs=nnx.Rngs(config.seed))
   graphdef, params = nnx.split(model)
-  tx = optimizers.from_config(config.optimizer)
-  row_opt = row_optimizers.from_config(ecfg)
+  tx = optimizers.dense_optimizer_from_config(config.optimizer)
+  row_opt = row_optimizers.row_optimizer_from_config(ecfg)
   mesh = mesh_lib.make_mesh(config.train.num_devices)
   if config.train.batch_size % mesh.size:
     raise config_check.ConfigError(
@@ -103,7 +103,7 @@ def build_trainer(config, spec: types.DatasetSpec) -> Trainer:
   return Trainer(graphdef, state, backend, run_step, width, mesh)
 
 
-def scale_out_metrics(backend: backends.Backend, num_devices: int) -> dict[str, Any]:
+def _scale_out_metrics(backend: backends.Backend, num_devices: int) -> dict[str, Any]:
   """How the run was laid out: devices, processes, cache sharding and the distinct rows the
   device side holds in all (a row-sharded cache: cache_rows x devices)."""
   return {"num_devices": int(num_devices), "num_processes": int(jax.process_count()),
@@ -119,7 +119,7 @@ def _final_metrics(history: list[dict[str, Any]], windows: list[runner.StepWindo
   final["examples_per_sec"] = examples / max(seconds, 1e-9)
   final["train_seconds"] = seconds
   final["bad_lines"] = int(dataset.stats.get("bad_lines", 0))
-  final.update(scale_out_metrics(backend, num_devices))
+  final.update(_scale_out_metrics(backend, num_devices))
   oracle = dataset.oracle or {}
   if oracle:
     first = next(iter(oracle.values()))
@@ -245,9 +245,9 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
     taken at that best eval (model selection on the first split).
   """
   config_check.validate(config)
-  distributed.initialize(config)  # no-op for one process; else joins (before any JAX use)
+  distributed.initialize_distributed(config)  # no-op for one process; else joins (before any JAX use)
   tcfg = config.train
-  ckpt_every, ckpt_keep = checkpoint.settings(config)
+  ckpt_every, ckpt_keep = checkpoint.checkpoint_settings(config)
   if jax.process_count() > 1:
     _check_multiprocess(config)
   ckpt_root, resume_from = _checkpoint_location(config, workdir, ckpt_every,
@@ -265,15 +265,15 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
   fields = [{"name": f.name, "rows": int(f.num_rows)} for f in spec.fields]  # for exports
   if ckpt_root:
     checkpointer = checkpoint.Checkpointer(ckpt_root, ckpt_keep, backend.host_table)
-  if resume_from:
-    try:
-      restored = checkpointer.restore(resume_from, trainer.state)
-    except BaseException:
-      checkpointer.close()
-      raise
-    state, start = restored.state, restored.step
-    history, pending = restored.meta["history"], restored.meta["pending_unique_counts"]
-    logging.info("resuming from %s (step %d)", resume_from, start)
+    if resume_from:  # found under ckpt_root (`_checkpoint_location`)
+      try:
+        restored = checkpointer.restore(resume_from, trainer.state)
+      except BaseException:
+        checkpointer.close()
+        raise
+      state, start = restored.state, restored.step
+      history, pending = restored.meta["history"], restored.meta["pending_unique_counts"]
+      logging.info("resuming from %s (step %d)", resume_from, start)
   batches = dataset.train_batches(tcfg.batch_size, config.seed)
   if start:  # the stream is deterministic: skip the batches the checkpoint consumed
     batches = itertools.islice(batches, start, None)
@@ -305,7 +305,7 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
           logging.info("eval %s", json.dumps(record))
           writer.write(record)
           since_eval, pending = [], []
-        if last in ckpt_steps:
+        if last in ckpt_steps and checkpointer is not None:  # ckpt_steps: only with ckpt_root
           backend.sync(state)  # the cache's rows reach the host table before it is saved
           path = checkpointer.save(state, {"history": history, "pending_unique_counts": pending,
                                            "fields": fields})
@@ -327,12 +327,12 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
   return _final_metrics(history, windows, dataset, backend, trainer.mesh.size), state
 
 
-def final_json_line(final: dict[str, Any]) -> str:
+def _final_json_line(final: dict[str, Any]) -> str:
   """The one-line JSON summary printed last by the CLI."""
   return json.dumps(final, sort_keys=True)
 
 
 def print_final(final: dict[str, Any]) -> None:
   """Prints the final JSON line to stdout."""
-  sys.stdout.write(final_json_line(final) + "\n")
+  sys.stdout.write(_final_json_line(final) + "\n")
   sys.stdout.flush()

@@ -13,7 +13,7 @@ from sfjax.core.atomic import atomic_write
 from sfjax.core.jsonl import read_jsonl
 from sfjax.core.tensorboard import EventWriter
 
-read_records = read_jsonl  # a run's metrics.jsonl records ([] if absent; torn lines skipped)
+_read_records = read_jsonl  # a run's metrics.jsonl records ([] if absent; torn lines skipped)
 
 
 class MetricsWriter:
@@ -46,7 +46,7 @@ class MetricsWriter:
     if resume_step is None:
       self._file = open(path, "w", encoding="utf-8")
       return
-    kept = [json.dumps(r) + "\n" for r in read_records(path) if r.get("step", 0) <= resume_step]
+    kept = [json.dumps(r) + "\n" for r in _read_records(path) if r.get("step", 0) <= resume_step]
     atomic_write(path, "".join(kept))
     self._file = open(path, "a", encoding="utf-8")
 

@@ -74,6 +74,6 @@ def dense_optimizer(name: str, learning_rate, weight_decay=0.0, field: str = "op
       learning_rate=learning_rate, weight_decay=weight_decay, **options)
 
 
-def from_config(cfg) -> optax.GradientTransformation:
+def dense_optimizer_from_config(cfg) -> optax.GradientTransformation:
   """The optimizer of an `optimizer` config block (`name`, `learning_rate`, `weight_decay`)."""
   return dense_optimizer(cfg.name, cfg.learning_rate, cfg.weight_decay)

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from sfjax.embedding import cache as cache_lib
 from sfjax.embedding import device_table, sharded_cache
 
-AXIS = sharded_cache.AXIS
+_AXIS = sharded_cache.AXIS
 
 
 def _own_share(blocks: jax.Array) -> jax.Array:
@@ -42,14 +42,14 @@ def _own_share(blocks: jax.Array) -> jax.Array:
   local = blocks[0]  # [D, Fd, W]: one process's staged fills for every device (or zeros)
   if local.size == 0:  # zero-width optimizer slots (SGD): nothing to move
     return jnp.zeros((1,) + local.shape[1:], local.dtype)
-  return jax.lax.psum_scatter(local, AXIS, scatter_dimension=0, tiled=True)
+  return jax.lax.psum_scatter(local, _AXIS, scatter_dimension=0, tiled=True)
 
 
 def _gather_all(rows: jax.Array, devices: int) -> jax.Array:
   """Inside shard_map: every device's `[1, Fd, W]` rows as `[D, Fd, W]` on each device."""
   if rows.size == 0:
     return jnp.zeros((devices,) + rows.shape[1:], rows.dtype)
-  return jax.lax.all_gather(rows, AXIS, axis=0, tiled=True)
+  return jax.lax.all_gather(rows, _AXIS, axis=0, tiled=True)
 
 
 def route_fills_and_gather_evictions(owner_step: Callable[..., Any]) -> Callable[..., Any]:

@@ -71,7 +71,7 @@ def _log_progress(step: int, total: int, loss: float, rate: float, unique: float
                step, total, loss, rate, unique, hit, _fmt_eta(eta))
 
 
-def run_steps(run_step: backends.RunStep, state: TrainState, inputs: Iterator[Any],
+def run_steps(run_step: backends.StepFn, state: TrainState, inputs: Iterator[Any],
               first_step: int, last_step: int, batch_size: int, *, total_steps: int | None = None,
               log_every: int = 0, stats=None, wait_each_step: bool = False,
               on_step=None) -> tuple[TrainState, StepWindow]:

@@ -35,8 +35,8 @@ from sfjax.embedding import cache as cache_lib
 from sfjax.embedding import device_table, row_optimizers
 from sfjax.train.state import DenseState, TrainState
 
-Metrics = dict[str, jax.Array]
-TrainStep = Callable[..., tuple[TrainState, Metrics]]
+_Metrics = dict[str, jax.Array]
+TrainStep = Callable[..., tuple[TrainState, _Metrics]]
 # (params, model_state, batch) -> (loss, new model_state): a model without a table.
 DenseLossFn = Callable[[Any, Any, Any], tuple[jax.Array, Any]]
 
@@ -60,7 +60,7 @@ def eval_logits(graphdef: nnx.GraphDef, params: Any, values: jax.Array,
   return forward_logits(graphdef, params, uniq_values, batch)
 
 
-def masked_loss(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Array:
+def _masked_loss(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Array:
   """Mean sigmoid cross-entropy over real (mask = 1) examples."""
   per_example = optax.sigmoid_binary_cross_entropy(logits, labels)
   return jnp.sum(per_example * mask) / jnp.maximum(jnp.sum(mask), 1.0)
@@ -95,7 +95,7 @@ def _loss_and_grads(graphdef, params, variables, uniq_values, batch, l2):
       model = nnx.merge(graphdef, p, jax.tree.map(lambda x: x, variables))
       logits = model(jnp.take(values, batch.vids, axis=0), batch.dense)
       new_variables = nnx.state(model, nnx.Not(nnx.Param))
-    loss = masked_loss(logits, batch.labels, batch.mask)
+    loss = _masked_loss(logits, batch.labels, batch.mask)
     if no_l2:
       return loss, (loss, logits, new_variables)
     # Padding rows read as zeros, so they add nothing to the penalty.

@@ -25,7 +25,7 @@ PROB_LEVELS, MAG_LEVELS = 10, 9
 MAX_SHIFT, MAX_DEGREES, NOISE_STD = 0.25, 30.0, 0.2
 
 
-def affine_resample(image: jax.Array, matrix: jax.Array, offset: jax.Array) -> jax.Array:
+def _affine_resample(image: jax.Array, matrix: jax.Array, offset: jax.Array) -> jax.Array:
   """image [H, W, C] sampled at `matrix @ (p - centre) + centre + offset` per output pixel p.
 
   Bilinear; outside the image reads 0. matrix [2, 2], offset [2] in pixels (row, col).
@@ -36,21 +36,24 @@ def affine_resample(image: jax.Array, matrix: jax.Array, offset: jax.Array) -> j
                             indexing="ij")
   points = jnp.stack([rows.ravel(), cols.ravel()]) - centre[:, None]  # [2, H*W]
   source = matrix @ points + (centre + offset)[:, None]
-  sample = lambda ch: jax.scipy.ndimage.map_coordinates(ch, list(source), order=1, mode="constant",
-                                                        cval=0.0).reshape(h, w)
+
+  def sample(ch):
+    return jax.scipy.ndimage.map_coordinates(ch, list(source), order=1, mode="constant",
+                                             cval=0.0).reshape(h, w)
+
   return jax.vmap(sample, in_axes=2, out_axes=2)(image)
 
 
 def _shift(key, image, m):
   side = jnp.array(image.shape[:2], jnp.float32)
   offset = jax.random.uniform(key, (2,), minval=-1.0, maxval=1.0) * m * MAX_SHIFT * side
-  return affine_resample(image, jnp.eye(2), offset)
+  return _affine_resample(image, jnp.eye(2), offset)
 
 
 def _rotate(key, image, m):
   angle = jax.random.uniform(key, (), minval=-1.0, maxval=1.0) * m * jnp.deg2rad(MAX_DEGREES)
   c, s = jnp.cos(angle), jnp.sin(angle)
-  return affine_resample(image, jnp.array([[c, -s], [s, c]]), jnp.zeros(2))
+  return _affine_resample(image, jnp.array([[c, -s], [s, c]]), jnp.zeros(2))
 
 
 def _noise(key, image, m):
@@ -70,7 +73,7 @@ def _cutout(key, image, m):
 _APPLY = {"shift": _shift, "rotate": _rotate, "noise": _noise, "cutout": _cutout}
 
 
-def apply_op(name: str, key: jax.Array, image: jax.Array, magnitude) -> jax.Array:
+def _apply_op(name: str, key: jax.Array, image: jax.Array, magnitude) -> jax.Array:
   """Op `name` at magnitude in [0, 1] on one image [H, W, C]."""
   return _APPLY[name](key, image, magnitude)
 
@@ -87,14 +90,14 @@ def apply_policy(key: jax.Array, images: jax.Array, policy: jax.Array) -> jax.Ar
   def one(k, image):
     keys = jax.random.split(k, 2 * len(AUG_OPS))
     for i, name in enumerate(AUG_OPS):
-      changed = apply_op(name, keys[2 * i], image, mags[i])
+      changed = _apply_op(name, keys[2 * i], image, mags[i])
       image = jnp.where(jax.random.uniform(keys[2 * i + 1]) < probs[i], changed, image)
     return image
 
   return jax.vmap(one)(jax.random.split(key, images.shape[0]), images)
 
 
-def policy_at(schedule: jax.Array, step, total_steps: int) -> jax.Array:
+def _policy_at(schedule: jax.Array, step, total_steps: int) -> jax.Array:
   """The policy [K, 2] of `schedule` [T, K, 2] at `step` of `total_steps` (T equal intervals)."""
   t = schedule.shape[0]
   return schedule[jnp.clip(step * t // total_steps, 0, t - 1)]
@@ -104,7 +107,7 @@ def schedule_augment(schedule, total_steps: int):
   """`augment(key, x, step)` for `training.fit` following `schedule` [T, K, 2] over
   `total_steps` (the schedule is stretched to the training length)."""
   schedule = jnp.asarray(schedule, jnp.int32)
-  return lambda key, x, step: apply_policy(key, x, policy_at(schedule, step, total_steps))
+  return lambda key, x, step: apply_policy(key, x, _policy_at(schedule, step, total_steps))
 
 
 def random_policies(rng: np.random.Generator, n: int, max_prob_level: int = 3,

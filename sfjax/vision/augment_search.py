@@ -59,13 +59,15 @@ def pba_search(init_fn: Callable, apply_fn: training.ApplyFn, splits, population
   rng = np.random.default_rng(seed)
   key = jax.random.key(seed)
   params = jax.vmap(init_fn)(jax.random.split(key, population))
-  states = jax.vmap(lambda p: training.init_state(p, learning_rate, weight_decay))(params)
+  states = jax.vmap(lambda p: training.init_dense_state(p, learning_rate, weight_decay))(params)
   loss_fn = training.classifier_loss(apply_fn)
   policies = augment.random_policies(rng, population)
   history = np.zeros((population, intervals) + policies.shape[1:], np.int32)
 
   def member(state, policy, k, x, y):
-    aug = lambda key, images, step: augment.apply_policy(key, images, policy)
+    def aug(key, images, step):
+      return augment.apply_policy(key, images, policy)
+
     return training.train_steps(loss_fn, state, x, y, interval_steps, batch_size, k, aug)[0]
 
   train = jax.jit(jax.vmap(member, in_axes=(0, 0, 0, None, None)))

@@ -20,7 +20,7 @@ from sfjax.compress.quant import fake_quant
 from sfjax.vision import conv_layers as layers
 
 LAYERS = ("conv1", "conv2", "dense1", "dense2")  # weight layers, in order (bit widths)
-PRUNABLE = ("conv1", "conv2", "dense1")  # layers whose output units masks remove
+_PRUNABLE = ("conv1", "conv2", "dense1")  # layers whose output units masks remove
 
 
 def init_cnn(key: jax.Array, widths: Sequence[int] = (16, 32, 32), in_channels: int = 1,

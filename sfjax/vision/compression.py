@@ -4,7 +4,7 @@ VEGA's Prune-EA / Quant-EA (arXiv 2011.01507): an evolutionary, multi-objective
 search whose candidates are fine-tuned briefly from the trained weights and scored
 on the valid split, trading accuracy (up) against size (down).
 
-  pruning      genome = 0/1 keep-masks over the units of `cnn.PRUNABLE` (C1 + C2 + H
+  pruning      genome = 0/1 keep-masks over the units of `cnn._PRUNABLE` (C1 + C2 + H
                bits); size = the pruned network's exact parameter count.
   quantization genome = a bit width per layer of `cnn.LAYERS` (from `bit_choices`),
                fine-tuned with fake quantization (straight-through); size = weight bits.
@@ -52,12 +52,12 @@ def weight_bits(genome, widths: Sequence[int], in_channels: int = 1,
   return int(sum(int(b) * s for b, s in zip(genome, sizes, strict=True)))
 
 
-def mask_layout(widths: Sequence[int]) -> genome_lib.GenomeLayout:
-  """The pruning genome: keep-bits over the units of `cnn.PRUNABLE` (C1, C2, H)."""
+def _mask_layout(widths: Sequence[int]) -> genome_lib.GenomeLayout:
+  """The pruning genome: keep-bits over the units of `cnn._PRUNABLE` (C1, C2, H)."""
   return genome_lib.GenomeLayout(tuple(int(w) for w in widths))
 
 
-def bits_layout(choices: Sequence[int]) -> genome_lib.GenomeLayout:
+def _bits_layout(choices: Sequence[int]) -> genome_lib.GenomeLayout:
   """The quantization genome: one bit width (of `choices`) per layer of `cnn.LAYERS`."""
   return genome_lib.GenomeLayout((), (tuple(sorted(int(b) for b in choices)),) * len(cnn.LAYERS))
 
@@ -71,8 +71,8 @@ def random_masks(rng: np.random.Generator, widths: Sequence[int], n: int) -> np.
 
 def mutate_masks(rng: np.random.Generator, genome: np.ndarray, widths: Sequence[int],
                  rate: float) -> np.ndarray:
-  """Flips each bit with probability `rate`; a layer never loses all its units (`genome.mutate`)."""
-  return genome_lib.mutate(rng, mask_layout(widths), genome, rate)
+  """Flips each bit with probability `rate`; a layer never loses all its units (`genome.mutate_genome`)."""
+  return genome_lib.mutate_genome(rng, _mask_layout(widths), genome, rate)
 
 
 def random_bits(rng: np.random.Generator, choices: Sequence[int], n: int) -> np.ndarray:
@@ -84,8 +84,8 @@ def random_bits(rng: np.random.Generator, choices: Sequence[int], n: int) -> np.
 
 def mutate_bits(rng: np.random.Generator, genome: np.ndarray, choices: Sequence[int],
                 rate: float) -> np.ndarray:
-  """Moves each layer's bit width one choice up or down with probability `rate` (`genome.mutate`)."""
-  return genome_lib.mutate(rng, bits_layout(choices), genome, rate)
+  """Moves each layer's bit width one choice up or down with probability `rate` (`genome.mutate_genome`)."""
+  return genome_lib.mutate_genome(rng, _bits_layout(choices), genome, rate)
 
 
 def make_evaluator(kind: str, params: dict, splits, steps: int, batch_size: int,

@@ -17,6 +17,8 @@ node, the two incoming edges whose strongest non-zero op weighs most, with that 
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -69,7 +71,7 @@ class DartsState(NamedTuple):
   alpha_opt: optax.OptState
 
 
-def edge_index(node: int, source: int) -> int:
+def _edge_index(node: int, source: int) -> int:
   """The index in alpha's rows of the edge from state `source` into node `node`."""
   return sum(2 + i for i in range(node)) + source
 
@@ -80,7 +82,7 @@ def _stem_and_head(key, spec: SupernetSpec) -> tuple[dict, dict]:
           layers.dense_init(k2, spec.channels * spec.head_grid ** 2, spec.num_classes))
 
 
-def init_supernet(key: jax.Array, spec: SupernetSpec) -> tuple[dict, jax.Array]:
+def _init_supernet(key: jax.Array, spec: SupernetSpec) -> tuple[dict, jax.Array]:
   """(weights, alpha [E, len(OPS)] = 0, i.e. uniform op weights) of the supernet."""
   k_io, k_cells = jax.random.split(key)
   stem, head = _stem_and_head(k_io, spec)
@@ -95,20 +97,24 @@ def init_supernet(key: jax.Array, spec: SupernetSpec) -> tuple[dict, jax.Array]:
 
 def _network(params: dict, x: jax.Array, spec: SupernetSpec,
              edge_fn: Callable[[dict, int, int, jax.Array], jax.Array]) -> jax.Array:
-  """Stem, cells (node i = sum_j edge_fn(cell, i, j, state_j)), mean of nodes, head."""
+  """Stem, cells (node i = sum_j edge_fn(cell, i, j, state_j)), mean of nodes, head.
+
+  The sums run in sum()'s order, without its int 0 start (`functools.reduce`).
+  """
   s = jax.nn.relu(layers.conv2d(x, params["stem"]["w"]) + params["stem"]["b"])
   s0 = s1 = s
   for c in range(spec.num_cells):
     cell = params["cells"][f"cell{c}"]
     states = [s0, s1]
     for node in range(spec.num_nodes):
-      states.append(sum(edge_fn(cell, node, j, h) for j, h in enumerate(states)
-                        if h is not None))
-    s0, s1 = s1, sum(states[2:]) / spec.num_nodes
-  return grid_pool(s1, spec.head_grid) @ params["head"]["w"] + params["head"]["b"]
+      states.append(functools.reduce(operator.add, (edge_fn(cell, node, j, h)
+                                                    for j, h in enumerate(states)
+                                                    if h is not None)))
+    s0, s1 = s1, functools.reduce(operator.add, states[2:]) / spec.num_nodes
+  return _grid_pool(s1, spec.head_grid) @ params["head"]["w"] + params["head"]["b"]
 
 
-def grid_pool(x: jax.Array, grid: int) -> jax.Array:
+def _grid_pool(x: jax.Array, grid: int) -> jax.Array:
   """[B, H, W, C] averaged over `grid` x `grid` equal blocks -> [B, grid * grid * C]."""
   b, h, w, c = x.shape
   if h % grid or w % grid:
@@ -116,24 +122,24 @@ def grid_pool(x: jax.Array, grid: int) -> jax.Array:
   return x.reshape(b, grid, h // grid, grid, w // grid, c).mean(axis=(2, 4)).reshape(b, -1)
 
 
-def apply_supernet(weights: dict, alpha: jax.Array, x: jax.Array,
-                   spec: SupernetSpec) -> jax.Array:
+def _apply_supernet(weights: dict, alpha: jax.Array, x: jax.Array,
+                    spec: SupernetSpec) -> jax.Array:
   """Logits [B, classes] of the supernet on x [B, H, W, C_in]."""
   def edge(cell, node, source, h):
-    e = edge_index(node, source)
+    e = _edge_index(node, source)
     return mixed_op(cell[f"e{e}"], alpha[e], h)
   return _network(weights, x, spec, edge)
 
 
-def init_search(key: jax.Array, spec: SupernetSpec, weights_lr: float, alpha_lr: float):
+def _init_search(key: jax.Array, spec: SupernetSpec, weights_lr: float, alpha_lr: float):
   """(state, weights_tx, alpha_tx) of a fresh search."""
-  weights, alpha = init_supernet(key, spec)
+  weights, alpha = _init_supernet(key, spec)
   w_tx = optax.adamw(weights_lr, weight_decay=3e-4)
   a_tx = optax.adam(alpha_lr, b1=0.5, b2=0.999)  # DARTS' architecture optimizer
   return DartsState(weights, alpha, w_tx.init(weights), a_tx.init(alpha)), w_tx, a_tx
 
 
-def make_search_step(spec: SupernetSpec, w_tx, a_tx):
+def _make_search_step(spec: SupernetSpec, w_tx, a_tx):
   """`step(state, train_batch, valid_batch) -> (state, metrics)`: first-order DARTS.
 
   Batches are (x [B, H, W, C], y [B]). Alpha sees only the valid batch; the
@@ -141,7 +147,7 @@ def make_search_step(spec: SupernetSpec, w_tx, a_tx):
   """
   def loss(weights, alpha, batch):
     x, y = batch
-    return training.cross_entropy(apply_supernet(weights, alpha, x, spec), y)
+    return training.cross_entropy(_apply_supernet(weights, alpha, x, spec), y)
 
   def step(state: DartsState, train_batch, valid_batch):
     valid_loss, a_grad = jax.value_and_grad(loss, argnums=1)(state.weights, state.alpha,
@@ -155,7 +161,7 @@ def make_search_step(spec: SupernetSpec, w_tx, a_tx):
   return step
 
 
-def run_search(splits, spec: SupernetSpec, steps: int, batch_size: int, weights_lr: float,
+def run_darts_search(splits, spec: SupernetSpec, steps: int, batch_size: int, weights_lr: float,
                alpha_lr: float, seed: int) -> tuple[DartsState, dict]:
   """`steps` bilevel steps on random train / valid batches (one jitted scan).
 
@@ -163,8 +169,8 @@ def run_search(splits, spec: SupernetSpec, steps: int, batch_size: int, weights_
     (final state, {'train_loss', 'valid_loss', 'supernet_valid_accuracy'}).
   """
   key = jax.random.key(seed)
-  state, w_tx, a_tx = init_search(key, spec, weights_lr, alpha_lr)
-  step = make_search_step(spec, w_tx, a_tx)
+  state, w_tx, a_tx = _init_search(key, spec, weights_lr, alpha_lr)
+  step = _make_search_step(spec, w_tx, a_tx)
 
   @jax.jit
   def search(state, tx, ty, vx, vy, key):
@@ -174,7 +180,7 @@ def run_search(splits, spec: SupernetSpec, steps: int, batch_size: int, weights_
       vi = jax.random.randint(kv, (batch_size,), 0, vx.shape[0])
       return step(s, (tx[ti], ty[ti]), (vx[vi], vy[vi]))
     state, metrics = jax.lax.scan(body, state, jnp.arange(steps))
-    acc = training.accuracy(lambda w, x: apply_supernet(w, state.alpha, x, spec),
+    acc = training.accuracy(lambda w, x: _apply_supernet(w, state.alpha, x, spec),
                             state.weights, vx, vy)
     return state, metrics, acc
 
@@ -202,7 +208,7 @@ def discretize(alpha, num_nodes: int, keep: int = 2) -> Genotype:
   for node in range(num_nodes):
     candidates = []
     for source in range(2 + node):
-      row = weights[edge_index(node, source)]
+      row = weights[_edge_index(node, source)]
       best = max(nonzero, key=lambda k: row[k])
       candidates.append((-row[best], source, OPS[best]))
     chosen = sorted(candidates)[:keep]
@@ -210,7 +216,7 @@ def discretize(alpha, num_nodes: int, keep: int = 2) -> Genotype:
   return tuple(genotype)
 
 
-def random_genotype(rng: np.random.Generator, num_nodes: int, keep: int = 2) -> Genotype:
+def _random_genotype(rng: np.random.Generator, num_nodes: int, keep: int = 2) -> Genotype:
   """A random cell in `discretize`'s form: the random-search baseline of DARTS.
 
   Per node, `keep` distinct earlier states drawn uniformly, each with an op drawn
@@ -249,7 +255,7 @@ def init_derived(key: jax.Array, genotype: Genotype, spec: SupernetSpec) -> dict
   cells = {}
   for c, kc in enumerate(jax.random.split(k_cells, spec.num_cells)):
     keys = jax.random.split(kc, spec.num_edges)
-    cells[f"cell{c}"] = {f"e{edge_index(n, s)}": init_op(keys[edge_index(n, s)], op, spec.channels)
+    cells[f"cell{c}"] = {f"e{_edge_index(n, s)}": init_op(keys[_edge_index(n, s)], op, spec.channels)
                          for n, pairs in enumerate(genotype) for s, op in pairs}
   return {"stem": stem, "cells": cells, "head": head}
 
@@ -262,6 +268,6 @@ def apply_derived(params: dict, x: jax.Array, genotype: Genotype,
   def edge(cell, node, source, h):
     op = ops.get((node, source))
     if op is None:
-      return 0.0
-    return apply_op(op, cell[f"e{edge_index(node, source)}"], h)
+      return jnp.zeros_like(h)  # adds as the 0.0 it stands for
+    return apply_op(op, cell[f"e{_edge_index(node, source)}"], h)
   return _network(params, x, spec._replace(num_nodes=len(genotype)), edge)

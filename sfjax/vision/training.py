@@ -8,7 +8,7 @@ over batches drawn with `fold_in(key, state.step)`, with an optional augmentatio
 weight decay, and non-parameter `model_state` (batch-norm statistics,
 `conv_layers.batch_norm`). A whole training is one pure function, so HPO and PBT
 vmap it over candidates (purejaxrl's `make_train` style); `fit` is the stateless
-shortcut. A single step jits with its state donated: `make_train_step` +
+shortcut. A single step jits with its state donated: `_make_train_step` +
 `sfjax.train.step.jit_train_step`.
 """
 
@@ -26,7 +26,7 @@ from sfjax.train.state import DenseState
 
 ApplyFn = Callable[[Any, jax.Array], jax.Array]  # (params, [B, H, W, C]) -> [B, classes]
 # (params, model_state, x [B, H, W, C], train) -> (logits [B, classes], model_state)
-StatefulApplyFn = Callable[[Any, Any, jax.Array, bool], tuple[jax.Array, Any]]
+_StatefulApplyFn = Callable[[Any, Any, jax.Array, bool], tuple[jax.Array, Any]]
 AugmentFn = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]  # (key, x, step) -> x
 
 
@@ -50,7 +50,7 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
   return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 
 
-def make_optimizer(learning_rate, weight_decay) -> optax.GradientTransformation:
+def _make_optimizer(learning_rate, weight_decay) -> optax.GradientTransformation:
   """AdamW whose hyperparameters live in its state (traced, vmappable)."""
   return optax.inject_hyperparams(optax.adamw)(learning_rate=learning_rate,
                                                weight_decay=weight_decay)
@@ -66,7 +66,7 @@ def classifier_loss(apply_fn: ApplyFn) -> step_lib.DenseLossFn:
   return loss_fn
 
 
-def stateful_classifier_loss(apply_fn: StatefulApplyFn) -> step_lib.DenseLossFn:
+def _stateful_classifier_loss(apply_fn: _StatefulApplyFn) -> step_lib.DenseLossFn:
   """The dense step's loss of a classifier with non-parameter state (train mode)."""
 
   def loss_fn(params, model_state, batch):
@@ -77,22 +77,22 @@ def stateful_classifier_loss(apply_fn: StatefulApplyFn) -> step_lib.DenseLossFn:
   return loss_fn
 
 
-def init_state(params, learning_rate, weight_decay, model_state=()) -> DenseState:
-  """A fresh `DenseState`: step 0, `make_optimizer`'s state (it carries the hyperparameters)."""
-  opt_state = make_optimizer(learning_rate, weight_decay).init(params)
+def init_dense_state(params, learning_rate, weight_decay, model_state=()) -> DenseState:
+  """A fresh `DenseState`: step 0, `_make_optimizer`'s state (it carries the hyperparameters)."""
+  opt_state = _make_optimizer(learning_rate, weight_decay).init(params)
   return DenseState(jnp.zeros((), jnp.int32), params, opt_state, model_state)
 
 
-def make_train_step(loss_fn: step_lib.DenseLossFn) -> Callable:
-  """`step(state: DenseState, batch) -> (state, {'loss'})` with `init_state`'s optimizer.
+def _make_train_step(loss_fn: step_lib.DenseLossFn) -> Callable:
+  """`step(state: DenseState, batch) -> (state, {'loss'})` with `init_dense_state`'s optimizer.
 
   The update reads the learning rate and weight decay injected into `state.opt_state`.
   """
-  return step_lib.make_dense_train_step(loss_fn, make_optimizer(0.0, 0.0))
+  return step_lib.make_dense_train_step(loss_fn, _make_optimizer(0.0, 0.0))
 
 
-def draw_batch(key: jax.Array, images: jax.Array, labels: jax.Array, batch_size: int, step,
-               augment: AugmentFn | None = None) -> tuple[jax.Array, jax.Array]:
+def _draw_batch(key: jax.Array, images: jax.Array, labels: jax.Array, batch_size: int, step,
+                augment: AugmentFn | None = None) -> tuple[jax.Array, jax.Array]:
   """Batch `step`'s (x [B, H, W, C], y [B]): drawn with replacement by `fold_in(key, step)`,
   then augmented with the second half of that key."""
   batch_key, aug_key = jax.random.split(jax.random.fold_in(key, step))
@@ -106,14 +106,14 @@ def draw_batch(key: jax.Array, images: jax.Array, labels: jax.Array, batch_size:
 def train_steps(loss_fn: step_lib.DenseLossFn, state: DenseState, images: jax.Array,
                 labels: jax.Array, steps: int, batch_size: int, key: jax.Array,
                 augment: AugmentFn | None = None) -> tuple[DenseState, jax.Array]:
-  """`steps` shared dense steps from `state` on batches of `draw_batch`; pure.
+  """`steps` shared dense steps from `state` on batches of `_draw_batch`; pure.
 
   Batch i of the run is drawn at global step `state.step + i`, so training in
   intervals (PBT) sees the same batches as one run.
 
   Args:
-    loss_fn: `classifier_loss(apply_fn)` or `stateful_classifier_loss(apply_fn)`.
-    state: from `init_state` (or a previous `train_steps`).
+    loss_fn: `classifier_loss(apply_fn)` or `_stateful_classifier_loss(apply_fn)`.
+    state: from `init_dense_state` (or a previous `train_steps`).
     images: [N, H, W, C]; labels: [N] int.
     steps, batch_size: static.
     key: PRNG key of the batches and augmentations.
@@ -122,11 +122,11 @@ def train_steps(loss_fn: step_lib.DenseLossFn, state: DenseState, images: jax.Ar
   Returns:
     (state, losses [steps]).
   """
-  step_fn = make_train_step(loss_fn)
+  step_fn = _make_train_step(loss_fn)
   images, labels = jnp.asarray(images), jnp.asarray(labels)
 
   def body(s, _):
-    s, metrics = step_fn(s, draw_batch(key, images, labels, batch_size, s.step, augment))
+    s, metrics = step_fn(s, _draw_batch(key, images, labels, batch_size, s.step, augment))
     return s, metrics["loss"]
 
   return jax.lax.scan(body, state, None, length=steps)
@@ -150,7 +150,7 @@ def fit(apply_fn: ApplyFn, params, images: jax.Array, labels: jax.Array, steps: 
     (params, losses [steps]).
   """
   state, losses = train_steps(classifier_loss(apply_fn),
-                              init_state(params, learning_rate, weight_decay), images, labels,
+                              init_dense_state(params, learning_rate, weight_decay), images, labels,
                               steps, batch_size, key, augment)
   return state.params, losses
 

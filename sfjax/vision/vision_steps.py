@@ -21,6 +21,7 @@ finished ones).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -37,16 +38,16 @@ from sfjax.vision import augment, augment_search, cnn, compression, darts, train
 from sfjax.vision import conv_layers as layers
 from sfjax.vision.vision_task import require
 
-PARAMS_FILE = "model.npz"
+_PARAMS_FILE = "model.npz"
 
 
 # ---- darts -------------------------------------------------------------------------
-DARTS_FIELDS = ("channels", "num_cells", "num_nodes", "steps", "batch_size", "weights_lr",
-                "alpha_lr")
+_DARTS_FIELDS = ("channels", "num_cells", "num_nodes", "steps", "batch_size", "weights_lr",
+                 "alpha_lr")
 
 
 def _check_darts(block, field: str) -> None:
-  require(block, field, DARTS_FIELDS)
+  require(block, field, _DARTS_FIELDS)
   for key in ("channels", "num_cells", "num_nodes", "steps", "batch_size"):
     if int(block[key]) < 1:
       raise ConfigError(f"config field {field}.{key}: must be >= 1, got {block[key]!r}")
@@ -57,7 +58,7 @@ def run_darts(ctx: StepContext) -> StepOutput:
   b, splits = ctx.block, vision_task.splits_of(ctx.config)
   spec = darts.SupernetSpec(int(b.channels), int(b.num_cells), int(b.num_nodes),
                             splits.train_x.shape[-1], 10)
-  state, metrics = darts.run_search(splits, spec, int(b.steps), int(b.batch_size),
+  state, metrics = darts.run_darts_search(splits, spec, int(b.steps), int(b.batch_size),
                                     float(b.weights_lr), float(b.alpha_lr), int(ctx.config.seed))
   genotype = darts.discretize(state.alpha, spec.num_nodes)
   return StepOutput(metrics, {"genotype": [[list(p) for p in node] for node in genotype],
@@ -65,7 +66,14 @@ def run_darts(ctx: StepContext) -> StepOutput:
                               "alpha": np.asarray(state.alpha).round(4).tolist()})
 
 
-def latest_model(ctx: StepContext) -> vision_task.Model:
+def _number(key: str, value: Any) -> float:
+  """A searched hyperparameter's value as a float; ValueError naming it otherwise."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)):
+    raise ValueError(f"hpo: best trial's {key} = {value!r} is not a number")
+  return float(value)
+
+
+def _latest_model(ctx: StepContext) -> vision_task.Model:
   """The derived network of the latest `genotype`, else the baseline CNN."""
   genotype = ctx.latest("genotype", None)
   if genotype is None:
@@ -74,11 +82,11 @@ def latest_model(ctx: StepContext) -> vision_task.Model:
 
 
 # ---- hpo ---------------------------------------------------------------------------
-HPO_FIELDS = ("algorithm", "num_trials", "width", "steps", "learning_rate", "weight_decay")
+_HPO_FIELDS = ("algorithm", "num_trials", "width", "steps", "learning_rate", "weight_decay")
 
 
 def _check_hpo(block, field: str) -> None:
-  require(block, field, HPO_FIELDS)
+  require(block, field, _HPO_FIELDS)
   names.lookup(algorithms.ALGORITHMS, block.algorithm, f"{field}.algorithm", "algorithm")
   for key in ("learning_rate", "weight_decay"):
     rng = tuple(block[key])
@@ -100,9 +108,10 @@ def run_hpo(ctx: StepContext) -> StepOutput:
   """
   import jax  # the steps' device work; imported here so listing the kinds stays light
   b, splits = ctx.block, vision_task.splits_of(ctx.config)
-  model, recipe = latest_model(ctx), vision_task.recipe_of(ctx.config)
-  search_space = space.Space({"learning_rate": space.Float(*b.learning_rate, log=True),
-                              "weight_decay": space.Float(*b.weight_decay, log=True)})
+  model, recipe = _latest_model(ctx), vision_task.recipe_of(ctx.config)
+  (lr_low, lr_high), (wd_low, wd_high) = b.learning_rate, b.weight_decay
+  search_space = space.Space({"learning_rate": space.Float(lr_low, lr_high, log=True),
+                              "weight_decay": space.Float(wd_low, wd_high, log=True)})
   spec = algorithms.ALGORITHMS[b.algorithm](seed=int(ctx.config.seed))
   width, steps, num_trials = int(b.width), int(b.steps), int(b.num_trials)
   key = jax.random.key(int(ctx.config.seed))
@@ -132,7 +141,7 @@ def run_hpo(ctx: StepContext) -> StepOutput:
         break
       acc = train_round([dict(s.config) for s in asked])
       default_acc = float(acc[0])
-      for s, a in zip(asked, acc[1:]):
+      for s, a in zip(asked, acc[1:], strict=False):  # padding lanes past the asked ones
         study.tell(s.trial_id, {"valid_accuracy": float(a)})
     study.export()
     best, told = study.best(), sum(t.status in ENDED_STATUSES for t in study.trials())
@@ -141,7 +150,7 @@ def run_hpo(ctx: StepContext) -> StepOutput:
   if default_acc is None:  # every trial was told before this (resumed) run
     default_acc = float(train_round([])[0])
   best_acc = float(best.metrics["valid_accuracy"])
-  chosen = ({k: float(v) for k, v in dict(best.config).items()} if best_acc > default_acc
+  chosen = ({k: _number(k, v) for k, v in dict(best.config).items()} if best_acc > default_acc
             else default)
   return StepOutput({"valid_accuracy": max(best_acc, default_acc), "default_valid_accuracy":
                      default_acc, "beats_default": best_acc > default_acc, "num_trials": told,
@@ -150,11 +159,11 @@ def run_hpo(ctx: StepContext) -> StepOutput:
 
 
 # ---- augment -----------------------------------------------------------------------
-AUGMENT_FIELDS = ("population", "intervals", "interval_steps", "fraction")
+_AUGMENT_FIELDS = ("population", "intervals", "interval_steps", "fraction")
 
 
 def _check_augment(block, field: str) -> None:
-  require(block, field, AUGMENT_FIELDS)
+  require(block, field, _AUGMENT_FIELDS)
   if int(block.population) < 2 or not 0 < float(block.fraction) <= 0.5:
     raise ConfigError(f"config field {field}.population / fraction: population >= 2 and "
                       f"0 < fraction <= 0.5, got {block.population} / {block.fraction}")
@@ -163,7 +172,7 @@ def _check_augment(block, field: str) -> None:
 def run_augment(ctx: StepContext) -> StepOutput:
   """PBA on the latest model with the recipe's optimizer settings."""
   b, splits = ctx.block, vision_task.splits_of(ctx.config)
-  model = latest_model(ctx)
+  model = _latest_model(ctx)
   recipe = vision_task.recipe_of(ctx.config, ctx.latest("best_hparams", None))
   result = augment_search.pba_search(model.init, model.apply, splits, int(b.population),
                                      int(b.intervals), int(b.interval_steps), recipe.batch_size,
@@ -184,7 +193,7 @@ def run_fully_train(ctx: StepContext) -> StepOutput:
   """The chosen model from scratch with the recipe, and the baseline with the plain recipe."""
   import jax
   splits, seed = vision_task.splits_of(ctx.config), int(ctx.config.seed)
-  model = latest_model(ctx)
+  model = _latest_model(ctx)
   hparams = ctx.latest("best_hparams", None)
   schedule = ctx.latest("augment_schedule", None)
   recipe = vision_task.recipe_of(ctx.config, hparams)
@@ -192,7 +201,7 @@ def run_fully_train(ctx: StepContext) -> StepOutput:
       np.asarray(schedule, np.int32), recipe.steps)
   params, final = training.fit_and_score(model.apply, model.init(jax.random.key(seed)), splits,
                                          recipe, seed, aug)
-  vision_task.save_params(os.path.join(ctx.workdir, PARAMS_FILE), params)
+  vision_task.save_params(os.path.join(ctx.workdir, _PARAMS_FILE), params)
   searched = hparams is not None or schedule is not None or model.kind != "cnn"
   if searched:
     base = vision_task.baseline_model(ctx.config)
@@ -208,14 +217,14 @@ def run_fully_train(ctx: StepContext) -> StepOutput:
              "baseline_valid_accuracy": baseline["valid_accuracy"],
              "final_params": layers.num_params(params), "baseline_params": base_size,
              "model": model.kind, "augmented": schedule is not None}
-  return StepOutput(metrics, {"model_params": ctx.relative(os.path.join(ctx.workdir, PARAMS_FILE)),
+  return StepOutput(metrics, {"model_params": ctx.relative(os.path.join(ctx.workdir, _PARAMS_FILE)),
                               "model_kind": model.kind, "model_description": model.description,
                               "recipe": recipe._asdict()})
 
 
 # ---- compress ----------------------------------------------------------------------
-COMPRESS_FIELDS = ("methods", "population", "generations", "finetune_steps", "finetune_lr",
-                   "mutation_rate", "bit_choices", "max_accuracy_drop")
+_COMPRESS_FIELDS = ("methods", "population", "generations", "finetune_steps", "finetune_lr",
+                    "mutation_rate", "bit_choices", "max_accuracy_drop")
 
 
 def _methods(block, field: str) -> list[str]:
@@ -228,7 +237,7 @@ def _methods(block, field: str) -> list[str]:
 
 
 def _check_compress(block, field: str) -> None:
-  require(block, field, COMPRESS_FIELDS)
+  require(block, field, _COMPRESS_FIELDS)
   _methods(block, field)
   if int(block.population) < 2 or int(block.generations) < 0:
     raise ConfigError(f"config field {field}.population / generations: population >= 2, "
@@ -244,7 +253,7 @@ def _front_json(front: Sequence[pareto_evolution.Candidate],
            "valid_accuracy": c.valid, "test_accuracy": c.test} for c in front]
 
 
-def run_compress(ctx: StepContext) -> StepOutput:
+def _run_compress(ctx: StepContext) -> StepOutput:
   """Prune-EA and/or Quant-EA on the latest trained CNN; the first method's pick is final."""
   import jax
   b, splits, seed = ctx.block, vision_task.splits_of(ctx.config), int(ctx.config.seed)
@@ -267,18 +276,20 @@ def run_compress(ctx: StepContext) -> StepOutput:
                                           float(b.finetune_lr), seed)
     if method == compression.PRUNE:
       full = cnn.cnn_param_count(widths)
-      size_of = lambda g: compression.pruned_param_count(g, widths)
-      mutate = lambda r, g: compression.mutate_masks(r, g, widths, float(b.mutation_rate))
+      size_of = functools.partial(compression.pruned_param_count, widths=widths)
+      mutate = functools.partial(compression.mutate_masks, widths=widths,
+                                 rate=float(b.mutation_rate))
       start = compression.random_masks(rng, widths, int(b.population))
     else:
       choices = [int(x) for x in b.bit_choices]
       full = 32 * sum(cnn.layer_weight_sizes(widths))
-      size_of = lambda g: compression.weight_bits(g, widths)
-      mutate = lambda r, g: compression.mutate_bits(r, g, choices, float(b.mutation_rate))
+      size_of = functools.partial(compression.weight_bits, widths=widths)
+      mutate = functools.partial(compression.mutate_bits, choices=choices,
+                                 rate=float(b.mutation_rate))
       start = compression.random_bits(rng, choices, int(b.population))
     evaluated = pareto_evolution.evolve(start, evaluate, size_of, mutate, int(b.generations),
                                         rng)
-    front = pareto_evolution.pareto_front(evaluated)
+    front = pareto_evolution.candidate_front(evaluated)
     pick = pareto_evolution.choose(front, ref_valid, float(b.max_accuracy_drop))
     fronts[method], picks[method] = _front_json(front, full), _front_json([pick], full)[0]
     metrics.update({f"{method}_size_ratio": pick.cost / full,
@@ -300,7 +311,7 @@ VISION_STEP_KINDS = {
     "augment": StepKind(run_augment, _check_augment, "PBA: PBT over augmentation policies"),
     "fully_train": StepKind(run_fully_train, _check_fully_train,
                             "the chosen model from scratch vs the unsearched baseline CNN"),
-    "compress": StepKind(run_compress, _check_compress,
+    "compress": StepKind(_run_compress, _check_compress,
                          "Prune-EA / Quant-EA on the trained CNN: size-vs-accuracy fronts"),
 }
 

@@ -24,7 +24,7 @@ from sfjax.core.atomic import atomic_write
 from sfjax.core.errors import ConfigError
 from sfjax.vision import cnn, darts, image_data, training
 
-RECIPE_FIELDS = ("steps", "batch_size", "learning_rate", "weight_decay")
+_RECIPE_FIELDS = ("steps", "batch_size", "learning_rate", "weight_decay")
 
 
 class Model(NamedTuple):
@@ -67,14 +67,20 @@ def splits_of(config) -> image_data.ImageSplits:
 def recipe_of(config, hparams: dict | None = None) -> training.Recipe:
   """The shared `recipe` block, with `hparams` (learning_rate, weight_decay) over it."""
   require(config, "config", ("recipe",))
-  require(config.recipe, "recipe", RECIPE_FIELDS)
+  require(config.recipe, "recipe", _RECIPE_FIELDS)
   r = config.recipe
   recipe = training.Recipe(int(r.steps), int(r.batch_size), float(r.learning_rate),
                            float(r.weight_decay))
   if recipe.steps < 1 or recipe.batch_size < 1:
     raise ConfigError(f"config field recipe.steps / recipe.batch_size: must be >= 1, got "
                       f"{recipe.steps} / {recipe.batch_size}")
-  return recipe._replace(**{k: float(v) for k, v in (hparams or {}).items()})
+  tuned = hparams or {}
+  unknown = sorted(set(tuned) - {"learning_rate", "weight_decay"})
+  if unknown:
+    raise ConfigError(f"best_hparams: {unknown} are not recipe hyperparameters (learning_rate, "
+                      "weight_decay)")
+  return recipe._replace(learning_rate=float(tuned.get("learning_rate", recipe.learning_rate)),
+                         weight_decay=float(tuned.get("weight_decay", recipe.weight_decay)))
 
 
 def baseline_model(config) -> Model:

@@ -8,8 +8,15 @@ import pickle
 import numpy as np
 import pytest
 
-from sfjax.automl.space import Config, ConfigError, Forbidden, ForbiddenConfigError
+from sfjax.automl.space import (
+  Config,
+  ConfigError,
+  Forbidden,
+  ForbiddenConfigError,
+  SpaceConfigError,
+)
 from sfjax.automl.space.config import as_scalar, same_value
+from sfjax.core import errors
 
 
 def test_config_is_a_frozen_hashable_mapping():
@@ -106,12 +113,12 @@ def test_pickle_and_copies():
 
 
 def test_errors_carry_key_and_reason():
-  error = ConfigError("optim.lr", "too large")
+  error = SpaceConfigError("optim.lr", "too large")
   assert (error.key, error.reason, str(error)) == ("optim.lr", "too large", "optim.lr: too large")
   assert isinstance(error, ValueError)
   clause = Forbidden({"model.name": "dcnv2", "model.mlp.depth": 3})
   forbidden = ForbiddenConfigError(clause)
-  assert isinstance(forbidden, ConfigError) and forbidden.clause == clause
+  assert isinstance(forbidden, SpaceConfigError) and forbidden.clause == clause
   assert forbidden.key == "model.name, model.mlp.depth"
   assert "matches forbidden clause Forbidden(" in str(forbidden)
 
@@ -122,3 +129,11 @@ def test_agrees_ignores_absent_keys_and_keeps_bool_apart():
   assert config.agrees({"n": np.int64(2), "lr": 0.01}) and config.agrees({"n": 2.0})
   assert not config.agrees({"model": "deepfm"})
   assert not config.agrees({"flag": 1})
+
+
+def test_one_config_error_base():
+  # The space language's error is a subclass of the one ConfigError, under its own name.
+  assert ConfigError is errors.ConfigError
+  assert issubclass(SpaceConfigError, errors.ConfigError) and SpaceConfigError is not ConfigError
+  with pytest.raises(errors.ConfigError, match=r"^lr: value inf is not finite"):
+    Config({"lr": float("inf")})

@@ -26,8 +26,8 @@ def test_check_header_names_the_field_and_how_it_differs():
 
 
 def test_difference_of_plain_values_and_of_dicts():
-  assert events.difference(1, 2) == "stored 1, given 2"
-  assert events.difference({"a": 1, "b": 2}, {"a": 1, "b": 3, "c": 4}) == (
+  assert events._difference(1, 2) == "stored 1, given 2"
+  assert events._difference({"a": 1, "b": 2}, {"a": 1, "b": 3, "c": 4}) == (
       "b: stored 2, given 3; c: stored None, given 4")
 
 

@@ -119,8 +119,9 @@ def test_the_lock_holds_across_processes(tmp_path):
            "try:\n  Journal.open(sys.argv[1])[0].close()\n  print('opened')\n"
            "except JournalLockedError:\n  print('locked')\n")
   env = {**os.environ, "PYTHONPATH": ROOT}
-  run = lambda: subprocess.run([sys.executable, "-c", probe, path], env=env, check=True,
-                               capture_output=True, text=True).stdout.strip()
+  def run():
+    return subprocess.run([sys.executable, "-c", probe, path], env=env, check=True,
+                          capture_output=True, text=True).stdout.strip()
   journal, _ = Journal.open(path)
   try:
     assert run() == "locked"

@@ -22,6 +22,7 @@ def test_tpe_beats_random_search_on_a_quadratic(toy_best):
   assert ours < random / 2, (ours, random)
 
 
+@pytest.mark.quality  # the GP sampler beats random search on the toy quadratic
 def test_gp_needs_torch_or_works(model_space, toy_best):
   if importlib.util.find_spec("torch") is None:
     with pytest.raises(ImportError, match="needs PyTorch"):

@@ -48,6 +48,11 @@ def test_every_operator(op, passes):
     assert reason == f"quota 'model.depth {op} 3' failed: model.depth = 3"
 
 
+def test_a_none_config_value_is_named():
+  with pytest.raises(ValueError, match=r"quota 'model.depth < 3': config key 'model.depth' is None"):
+    Quota("model.depth < 3").evaluate(Config({"model.depth": None}))
+
+
 def test_quota_on_a_config_key_and_on_an_absent_key():
   assert Quota("optim.lr <= 0.1").evaluate(CONFIG) == ({"optim.lr": 0.01}, None)
   assert Quota("optim.lr > 0.1").evaluate(CONFIG)[1] == \

@@ -30,7 +30,8 @@ def test_front_per_budget_leaves_out_trials_without_a_metric():
             _trial(1, 3.0, auc=0.7, params=5.0), _trial(2, 3.0, auc=0.8, params=8.0),
             _trial(3, 3.0, auc=0.6, params=9.0),  # dominated by trial 1
             _trial(4, 3.0, auc=0.95)]  # no params: left out
-  ids = lambda ts: [t.trial_id for t in ts]
+  def ids(ts):
+    return [t.trial_id for t in ts]
   assert ids(selection.front(trials, AUC_PARAMS)) == [1, 2]  # the largest budget, 3.0
   assert ids(selection.front(trials, AUC_PARAMS, budget=1.0)) == [0]
   assert ids(selection.front(trials, AUC_PARAMS, budget="all")) == [0, 1, 2]

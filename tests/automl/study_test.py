@@ -177,7 +177,8 @@ def test_running_trials_are_requeued_once(tmp_path):
 
 
 def test_quotas_reject_before_training(tmp_path):
-  params = lambda config: config["width"] * 1e4
+  def params(config):
+    return config["width"] * 1e4
   quotas = [Quota("params < 1.3e6", {"params": params}),
             lambda config: "no gelu" if config["act"] == "gelu" else None]
   with Study.open(str(tmp_path), SPACE, RandomSearch(seed=0), LOSS, quotas=quotas) as study:

@@ -6,12 +6,12 @@ import chex
 import numpy as np
 import pytest
 
-from sfjax.checkpoint.change_tracking import ChangeTracker, DirtyRows
+from sfjax.checkpoint.change_tracking import ChangeTracker, _DirtyRows
 from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
 
 
 def test_dirty_rows_are_distinct_sorted_and_survive_compaction():
-  rows = DirtyRows(compact_at=4)
+  rows = _DirtyRows(compact_at=4)
   rows.add(np.array([9, 3, 3], np.int64))
   rows.add(np.array([3, 1], np.int64))  # past compact_at: deduplicated, still all there
   rows.add(np.zeros((0,), np.int64))
@@ -23,7 +23,7 @@ def test_dirty_rows_are_distinct_sorted_and_survive_compaction():
 
 
 def test_added_ids_are_copied():
-  rows = DirtyRows()
+  rows = _DirtyRows()
   ids = np.array([4, 2], np.int64)
   rows.add(ids)
   ids[:] = 0

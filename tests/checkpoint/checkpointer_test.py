@@ -26,15 +26,15 @@ from sfjax.train.state import TrainState
 
 def test_settings_defaults_and_errors_name_the_field():
   c = defaults.ctr_defaults()
-  assert checkpoint.settings(c) == (0, 3)
+  assert checkpoint.checkpoint_settings(c) == (0, 3)
   c.checkpoint.every_steps = -1
   with pytest.raises(ConfigError, match="checkpoint.every_steps"):
-    checkpoint.settings(c)
+    checkpoint.checkpoint_settings(c)
   c.checkpoint.every_steps, c.checkpoint.keep = 5, 0
   with pytest.raises(ConfigError, match="checkpoint.keep"):
-    checkpoint.settings(c)
+    checkpoint.checkpoint_settings(c)
   del c["checkpoint"]
-  assert checkpoint.settings(c) == (0, 1)  # configs without the block: off
+  assert checkpoint.checkpoint_settings(c) == (0, 1)  # configs without the block: off
 
 
 def test_device_state_restores_onto_a_different_device_count(tmp_path):

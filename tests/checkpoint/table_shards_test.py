@@ -40,14 +40,14 @@ def _write_shards(table_dir, count, ids=WRITTEN):
 
 
 def test_layout_names_and_listing(tmp_path):
-  assert table_shards.shard_dir_name(1, 2) == "process_1_of_2"
+  assert table_shards._shard_dir_name(1, 2) == "process_1_of_2"
   assert table_shards.shard_directory("t", 0, 1) == "t"
   assert table_shards.shard_directory("t", 1, 2) == os.path.join("t", "process_1_of_2")
   with pytest.raises(ValueError, match=r"\[0, 2\)"):
-    table_shards.shard_dir_name(2, 2)
+    table_shards._shard_dir_name(2, 2)
   _write_shards(str(tmp_path / "two"), 2)
   shards = table_shards.list_shards(str(tmp_path / "two"))
-  assert [(s.index, s.count) for s in shards] == [(0, 2), (1, 2)]
+  assert [(s.process, s.process_count) for s in shards] == [(0, 2), (1, 2)]
   assert table_shards.stored_count(str(tmp_path / "two")) == 2
   assert table_shards.verify_shards(str(tmp_path / "two")) > 2
   _write_shards(str(tmp_path / "one"), 1)

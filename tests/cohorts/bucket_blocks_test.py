@@ -78,7 +78,10 @@ def test_superset_holds_the_union_of_blocks_gated_and_the_largest_sizes():
   assert sup["interactions"] == [FO, {**FM, "pairs": None}, _cross(3), CIN, ATT]
   assert sup["gated"] is True and sup["tower"]["dims"] == [32, 32, 32]
   assert sup["dense"]["linear"] is True
-  text = lambda a: dict(a.model_hparams)["blocks"]
+
+  def text(a):
+    return dict(a.model_hparams)["blocks"]
+
   sup_text = dict(padded.superset(archs).model_hparams)["blocks"]
   assert padded_blocks.block_index(text(archs[1]), sup_text) == (4, 0, 2)
   np.testing.assert_array_equal(padded_blocks.gate_row(text(archs[1]), sup_text), [1, 0, 1, 0, 1])
@@ -143,8 +146,11 @@ def test_padded_model_gives_the_exact_models_logits(data, case):
   padded_state, _ = padded.pad_state(state, trial_states.state_template(sup, data.spec),
                                      arch=small, sup_arch=sup)
   batch = jax.tree.map(lambda x: x[0], data.eval_batches)
-  logits = lambda arch, s: step_lib.eval_logits(
-      trial_program.abstract_graphdef(arch, data.spec), s.params, s.table.values, batch)
+
+  def logits(arch, s):
+    return step_lib.eval_logits(
+        trial_program.abstract_graphdef(arch, data.spec), s.params, s.table.values, batch)
+
   chex.assert_trees_all_close(logits(sup, padded_state), logits(small, state), atol=1e-5)
 
 

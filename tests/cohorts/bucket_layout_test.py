@@ -24,30 +24,30 @@ def test_flat_segment_maps_field_columns_and_dense_features():
   np.testing.assert_array_equal(LAYOUT.segment_index(pl.FLAT), [0, 1, 4, 5, 8, 9, 12, 13])
   assert LAYOUT.segment_size(pl.FLAT, sup=False) == 8 and LAYOUT.segment_size(pl.FLAT, sup=True) == 14
   np.testing.assert_array_equal(
-      pl.axis_index(LAYOUT, (pl.FLAT, pl.REST), 8 + 3, 14 + 5, "head"),
+      pl._axis_index(LAYOUT, (pl.FLAT, pl.REST), 8 + 3, 14 + 5, "head"),
       [0, 1, 4, 5, 8, 9, 12, 13, 14, 15, 16])
-  np.testing.assert_array_equal(pl.axis_index(LAYOUT, (pl.VEC, pl.REST), 2 + 3, 4 + 3, "top"),
+  np.testing.assert_array_equal(pl._axis_index(LAYOUT, (pl.VEC, pl.REST), 2 + 3, 4 + 3, "top"),
                                 [0, 1, 4, 5, 6])
   with pytest.raises(ValueError, match="does not follow"):
-    pl.axis_index(LAYOUT, (pl.FLAT,), 9, 14, "mlp kernel")
+    pl._axis_index(LAYOUT, (pl.FLAT,), 9, 14, "mlp kernel")
 
 
 def test_rules_name_the_axes_that_follow_the_layout():
   mlp = {"['mlp']['hidden'][0]['kernel'].value": (8, 4), "['mlp']['out']['kernel'].value": (4, 1)}
-  assert pl.axis_segments("['mlp']['hidden'][0]['kernel'].value", mlp) == {0: (pl.FLAT,)}
-  assert pl.axis_segments(".inner_state[0].mu['mlp']['hidden'][0]['kernel'].value", mlp) == {
+  assert pl._axis_segments("['mlp']['hidden'][0]['kernel'].value", mlp) == {0: (pl.FLAT,)}
+  assert pl._axis_segments(".inner_state[0].mu['mlp']['hidden'][0]['kernel'].value", mlp) == {
       0: (pl.FLAT,)}  # optimizer state follows its parameter
-  assert pl.axis_segments("['mlp']['out']['kernel'].value", mlp) == {}
+  assert pl._axis_segments("['mlp']['out']['kernel'].value", mlp) == {}
   no_hidden = {"['mlp']['out']['kernel'].value": (8, 1)}
-  assert pl.axis_segments("['mlp']['out']['kernel'].value", no_hidden) == {0: (pl.FLAT,)}
-  assert pl.axis_segments("['cross'][1]['kernel'].value", mlp) == {0: (pl.FLAT,), 1: (pl.FLAT,)}
-  assert pl.axis_segments("['cross'][0]['up'].value", mlp) == {1: (pl.FLAT,)}
-  assert pl.axis_segments("['head']['kernel'].value", mlp) == {0: (pl.FLAT, pl.REST)}
-  assert pl.axis_segments("['head']['kernel'].value", {}) == {0: (pl.FLAT, pl.FLAT)}
-  assert pl.axis_segments("['attention_head']['kernel'].value", mlp) == {}
+  assert pl._axis_segments("['mlp']['out']['kernel'].value", no_hidden) == {0: (pl.FLAT,)}
+  assert pl._axis_segments("['cross'][1]['kernel'].value", mlp) == {0: (pl.FLAT,), 1: (pl.FLAT,)}
+  assert pl._axis_segments("['cross'][0]['up'].value", mlp) == {1: (pl.FLAT,)}
+  assert pl._axis_segments("['head']['kernel'].value", mlp) == {0: (pl.FLAT, pl.REST)}
+  assert pl._axis_segments("['head']['kernel'].value", {}) == {0: (pl.FLAT, pl.FLAT)}
+  assert pl._axis_segments("['attention_head']['kernel'].value", mlp) == {}
   dlrm = {"['bottom']['hidden'][0]['kernel'].value": (2, 4), "['top']['hidden'][0]['kernel'].value": (7, 4)}
-  assert pl.axis_segments("['top']['hidden'][0]['kernel'].value", dlrm) == {0: (pl.VEC, pl.REST)}
-  assert pl.axis_segments("['top']['hidden'][0]['kernel'].value", {}) == {}  # no z: dots only
+  assert pl._axis_segments("['top']['hidden'][0]['kernel'].value", dlrm) == {0: (pl.VEC, pl.REST)}
+  assert pl._axis_segments("['top']['hidden'][0]['kernel'].value", {}) == {}  # no z: dots only
 
 
 def test_slot_blocks_follow_the_columns_and_refuse_row_wise_slots():
@@ -64,15 +64,21 @@ def test_slot_blocks_follow_the_columns_and_refuse_row_wise_slots():
 
 def test_infer_layout_from_shapes():
   assert pl.infer_layout({}, {}, 5, 5) is None
-  deep = lambda d, e: {"['dense_linear']['kernel'].value": (2,),
-                       "['mlp']['hidden'][0]['kernel'].value": (3 * d + 2, 8)}
+
+  def deep(d, e):
+    return {"['dense_linear']['kernel'].value": (2,),
+            "['mlp']['hidden'][0]['kernel'].value": (3 * d + 2, 8)}
+
   assert pl.infer_layout(deep(2, 3), deep(4, 5), 3, 5) == LAYOUT  # deepfm: rows d + 1
   assert pl.infer_layout(deep(2, 2), deep(4, 4), 2, 4) == LAYOUT._replace(first_order=False)
   fm = {"['bias'].value": (), "['dense_linear']['kernel'].value": (2,)}
   assert pl.infer_layout(fm, fm, 3, 5) == pl.EmbedLayout(True, 0, 0, 2, 4)
-  dlrm = lambda d: {"['bottom']['hidden'][0]['kernel'].value": (2, 8),
-                    "['bottom']['hidden'][1]['kernel'].value": (8, d),
-                    "['top']['hidden'][0]['kernel'].value": (d + 6, 8)}
+
+  def dlrm(d):
+    return {"['bottom']['hidden'][0]['kernel'].value": (2, 8),
+            "['bottom']['hidden'][1]['kernel'].value": (8, d),
+            "['top']['hidden'][0]['kernel'].value": (d + 6, 8)}
+
   assert pl.infer_layout(dlrm(2), dlrm(4), 2, 4) == pl.EmbedLayout(False, 0, 2, 2, 4)
   with pytest.raises(ValueError, match="no embed_dim layout rule"):
     pl.infer_layout({"['blocks'][0]['w'].value": (3,)}, {"['blocks'][0]['w'].value": (3,)}, 3, 5)

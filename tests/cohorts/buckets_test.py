@@ -150,8 +150,11 @@ def test_padded_model_gives_the_exact_models_logits(data, family, extra):
       small, data.spec, arch_lib.resolve_hparams({}), jax.random.key(1)))
   padded_state, _ = padded.pad_state(state, trial_states.state_template(sup, data.spec))
   batch = jax.tree.map(lambda x: x[0], data.eval_batches)
-  logits = lambda arch, s: step_lib.eval_logits(
-      trial_program.abstract_graphdef(arch, data.spec), s.params, s.table.values, batch)
+
+  def logits(arch, s):
+    return step_lib.eval_logits(
+        trial_program.abstract_graphdef(arch, data.spec), s.params, s.table.values, batch)
+
   chex.assert_trees_all_close(logits(sup, padded_state), logits(small, state), atol=1e-5)
 
 

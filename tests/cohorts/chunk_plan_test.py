@@ -13,14 +13,14 @@ def _fresh(n, end=6):
 def test_group_trials_splits_by_range_unless_ragged_and_orders_longest_first():
   keys = ["a", "a", "b", "a"]
   starts, ends, resumes = [0, 6, 0, 0], [6, 18, 6, 6], [False, True, False, False]
-  assert chunk_plan.group_trials(keys, starts, ends, resumes, ragged=False) == [[0, 3], [1], [2]]
-  assert chunk_plan.group_trials(keys, starts, ends, resumes, ragged=True) == [[1, 0, 3], [2]]
+  assert chunk_plan._group_trials(keys, starts, ends, resumes, ragged=False) == [[0, 3], [1], [2]]
+  assert chunk_plan._group_trials(keys, starts, ends, resumes, ragged=True) == [[1, 0, 3], [2]]
 
 
 @pytest.mark.parametrize("size,width,lanes", [
     (1, 8, 1), (2, 8, 2), (3, 8, 4), (4, 8, 4), (5, 8, 8), (8, 8, 8), (3, 2, 2), (5, 6, 6)])
 def test_padded_width_is_the_next_power_of_two_capped_at_the_width(size, width, lanes):
-  assert chunk_plan.padded_width(size, width) == lanes
+  assert chunk_plan._padded_width(size, width) == lanes
 
 
 def test_fixed_width_cuts_a_group_in_order_and_pads_the_last_chunk():

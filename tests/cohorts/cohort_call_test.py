@@ -28,9 +28,11 @@ def test_stack_hparams_fills_defaults_per_trial():
 
 
 def test_a_call_trains_each_lane_and_a_resume_leaves_the_callers_state(data):
-  call = lambda seeds, start, end, states=None: cohort_call.call_cohort(
-      data, None, ARCH, {"optim.embedding_lr": np.float32([0.01, 0.05])}, seeds, start, end,
-      states)
+  def call(seeds, start, end, states=None):
+    return cohort_call.call_cohort(
+        data, None, ARCH, {"optim.embedding_lr": np.float32([0.01, 0.05])}, seeds, start, end,
+        states)
+
   first = call([0, 1], 0, 3)
   assert first.losses.shape == first.applied.shape == (2, 3) and first.applied.all()
   np.testing.assert_array_equal(first.steps, [3, 3])

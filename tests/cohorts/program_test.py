@@ -43,7 +43,7 @@ def graphdef(data):
 @pytest.fixture(scope="module")
 def resumed_trial(data, graphdef):
   """The jitted resuming trial, shared by the tests: it must compile once for all of them."""
-  trial = trial_program.make_trial_fn(ARCH, data.spec, graphdef, resume=True)
+  trial = trial_program._make_trial_fn(ARCH, data.spec, graphdef, resume=True)
   return jax.jit(chex.assert_max_traces(trial, n=1))
 
 
@@ -57,7 +57,7 @@ def reference_step(graphdef):
   traced hyperparameters (no `skip_non_finite`: exactly what the trainer runs)."""
 
   def step(hparams, state, batch):
-    tx, row_opt = trial_program.make_optimizers(ARCH, hparams)
+    tx, row_opt = trial_program._make_optimizers(ARCH, hparams)
     return step_lib.make_train_step(graphdef, tx, row_opt,
                                     l2=hparams["optim.embedding_l2"])(state, batch)
 
@@ -76,7 +76,7 @@ def _reference(reference_step, hparams, state, batches, num_steps):
 def test_scan_equals_calls_of_the_trainer_step(data, graphdef, reference_step):
   hparams = _hparams()
   batches = data.train_steps(0, STEPS)
-  trial = jax.jit(trial_program.make_trial_fn(ARCH, data.spec, graphdef, resume=False))
+  trial = jax.jit(trial_program._make_trial_fn(ARCH, data.spec, graphdef, resume=False))
   out = trial(hparams, jnp.int32(5), None, batches, data.eval_batches)
   init = trial_program.init_trial_state(ARCH, data.spec, hparams, jax.random.key(5))
   want_state, want_losses = _reference(reference_step, hparams, init, batches, STEPS)
@@ -128,20 +128,20 @@ def test_no_step_after_a_non_finite_one_even_if_finite(data, graphdef, resumed_t
   after_one, _ = _reference(reference_step, hparams, init, batches, 1)
   chex.assert_trees_all_close(out.state, after_one, rtol=1e-5, atol=1e-6)
   # Step 3 from that state would have been finite (and applied) in a live trial.
-  tx, row_opt = trial_program.make_optimizers(ARCH, hparams)
+  tx, row_opt = trial_program._make_optimizers(ARCH, hparams)
   guarded = step_lib.make_train_step(graphdef, tx, row_opt, l2=hparams["optim.embedding_l2"],
                                      skip_non_finite=True)
   _, metrics = jax.jit(guarded)(after_one, _step(batches, 2))
   assert bool(metrics["applied"]) and np.isfinite(float(metrics["loss"]))
   # Eval logits are those of the frozen state.
   chex.assert_trees_all_close(out.logits,
-                              trial_program.eval_logits(graphdef, after_one, data.eval_batches),
+                              trial_program.stacked_eval_logits(graphdef, after_one, data.eval_batches),
                               rtol=1e-5, atol=1e-6)
 
 
 def test_with_dense_hparams_rewrites_the_injected_values(data):
   state = trial_program.init_trial_state(ARCH, data.spec, _hparams(), jax.random.key(0))
-  new = trial_program.with_dense_hparams(
+  new = trial_program._with_dense_hparams(
       state, {"optim.dense_lr": 0.25, "optim.weight_decay": 0.5, "optim.embedding_lr": 9.0})
   injected = new.opt_state.hyperparams
   assert float(injected["learning_rate"]) == 0.25 and float(injected["weight_decay"]) == 0.5
@@ -158,14 +158,14 @@ def test_resume_runs_with_the_new_dense_learning_rate(data, resumed_trial, refer
   batches = data.train_steps(0, STEPS)
   out = resumed_trial(faster, jnp.int32(0), init, batches, data.eval_batches)
   assert float(out.state.opt_state.hyperparams["learning_rate"]) == pytest.approx(0.1)
-  rewritten = trial_program.with_dense_hparams(init, faster)
+  rewritten = trial_program._with_dense_hparams(init, faster)
   want, _ = _reference(reference_step, faster, rewritten, batches, STEPS)
   chex.assert_trees_all_close(out.state.params, want.params, rtol=1e-5, atol=1e-6)
 
 
 def test_eval_logits_equals_the_trainer_eval_per_batch(data, graphdef):
   state = trial_program.init_trial_state(ARCH, data.spec, _hparams(), jax.random.key(6))
-  got = jax.jit(trial_program.eval_logits, static_argnums=0)(graphdef, state, data.eval_batches)
+  got = jax.jit(trial_program.stacked_eval_logits, static_argnums=0)(graphdef, state, data.eval_batches)
   chex.assert_shape(got, (2, 128))
   trainer_eval = step_lib.make_eval_step(graphdef)  # the trainer's jitted `step.eval_logits`
   for i in range(2):

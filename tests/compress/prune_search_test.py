@@ -36,8 +36,8 @@ def _setup():
   values = rng.normal(0, 0.1, (dataset.spec.total_rows, spec.width)).astype(np.float32)
   data = ctr_compress.load_data(dataset, STEPS, BATCH, seed=0, valid_rows=400,
                                 eval_batch_size=256)
-  evaluate = ctr_compress.make_evaluator(graphdef, spec, params, values, data, LR,
-                                         eval_chunk=256)
+  evaluate = ctr_compress._make_evaluator(graphdef, spec, params, values, data, LR,
+                                          eval_chunk=256)
   return dataset, spec, graphdef, params, values, data, evaluate
 
 
@@ -56,12 +56,12 @@ def test_load_data_shapes_and_global_ids():
 def test_random_and_mutated_genomes_are_valid():
   spec = _setup()[1]
   rng = np.random.default_rng(3)
-  genomes = ctr_compress.random_genomes(rng, spec, 6)
+  genomes = ctr_compress._random_genomes(rng, spec, 6)
   np.testing.assert_array_equal(genomes[0], ctr_prune.full_genome(spec))
-  children = [ctr_compress.mutate(rng, spec, g, 0.5) for g in genomes]
+  children = [ctr_compress._mutate(rng, spec, g, 0.5) for g in genomes]
   for g in list(genomes) + children:
     ctr_prune.check_genome(spec, g)  # 0/1 bits, no empty layer, k a choice
-  np.testing.assert_array_equal(ctr_compress.mutate(rng, spec, genomes[2], 0.0), genomes[2])
+  np.testing.assert_array_equal(ctr_compress._mutate(rng, spec, genomes[2], 0.0), genomes[2])
   assert len({tuple(c) for c in children}) > 1
 
 
@@ -75,7 +75,7 @@ def test_finetune_batches_index_the_touched_rows():
     np.testing.assert_array_equal(batches.rows[b.rows[s][b.vids[s]]], data.train.ids[s])
     assert np.all(b.rows[s][len(np.unique(data.train.ids[s])):] == batches.rows.size)  # padding
   ids = np.array([[batches.rows[0], batches.rows[-1] + 1]])
-  np.testing.assert_array_equal(ctr_compress.compact_ids(batches.rows, ids),
+  np.testing.assert_array_equal(ctr_compress._compact_ids(batches.rows, ids),
                                 [[0, batches.rows.size]])  # an untouched id: not in the table
 
 
@@ -111,28 +111,42 @@ def test_vmapped_finetune_equals_a_lone_finetune_then_physical_prune():
 
 def test_evolution_keeps_and_improves_the_front():
   _, spec, _, _, values, _, evaluate = _setup()
-  size_of = lambda g: (ctr_prune.pruned_size(spec, values.shape[0], g),
-                       ctr_prune.pruned_bits(spec, values.shape[0], g))
-  mutate = lambda r, g: ctr_compress.mutate(r, spec, g, 0.2)
-  population = ctr_compress.random_genomes(np.random.default_rng(0), spec, 3)
-  evolve = lambda generations: pareto_evolution.evolve(
-      population, evaluate, lambda g: size_of(g)[1], mutate, generations,
-      np.random.default_rng(1), size_of=lambda g: size_of(g)[0])
+
+  def size_of(g):
+    return (ctr_prune.pruned_size(spec, values.shape[0], g),
+            ctr_prune.pruned_bits(spec, values.shape[0], g))
+
+  def mutate(r, g):
+    return ctr_compress._mutate(r, spec, g, 0.2)
+
+  population = ctr_compress._random_genomes(np.random.default_rng(0), spec, 3)
+
+  def evolve(generations):
+    return pareto_evolution.evolve(
+        population, evaluate, lambda g: size_of(g)[1], mutate, generations,
+        np.random.default_rng(1), size_of=lambda g: size_of(g)[0])
+
   first, more = evolve(0), evolve(2)
   assert set(first) <= set(more) and len(more) > len(first)  # an archive: nothing is lost
   assert all((c.size, c.cost) == size_of(np.asarray(c.genome)) for c in more)
   assert {c.genome[-1] for c in more} == {4, 32}  # quantized and float tables both tried
-  front = pareto_evolution.pareto_front(more)
+  front = pareto_evolution.candidate_front(more)
   assert [c.cost for c in front] == sorted(c.cost for c in front)
-  points = lambda cs: [[c.valid, c.cost] for c in cs]
+
+  def points(cs):
+    return [[c.valid, c.cost] for c in cs]
+
   dirs, ref = ("maximize", "minimize"), (0.0, size_of(ctr_prune.full_genome(spec))[1] + 1)
-  dominates = lambda o, c: (o.valid >= c.valid and o.cost <= c.cost
-                            and (o.valid > c.valid or o.cost < c.cost))
+
+  def dominates(o, c):
+    return (o.valid >= c.valid and o.cost <= c.cost
+            and (o.valid > c.valid or o.cost < c.cost))
+
   assert not any(dominates(o, c) for c in front for o in more)  # nothing beats a front point
   assert all(any(dominates(c, o) for c in front) for o in set(more) - set(front))
   assert (pareto.hypervolume_2d(points(front), dirs, ref)
-          >= pareto.hypervolume_2d(points(pareto_evolution.pareto_front(first)), dirs, ref))
-  ranked = pareto_evolution.ranked(more)
+          >= pareto.hypervolume_2d(points(pareto_evolution.candidate_front(first)), dirs, ref))
+  ranked = pareto_evolution.ranked_candidates(more)
   assert set(ranked[:len(front)]) == set(front)
   assert evaluate.traces == 1  # every generation of P = 3 ran the same compiled program
 
@@ -175,8 +189,8 @@ def _planted():
   data = ctr_compress.CompressData(
       ctr_compress.Examples(*(a.reshape(4, 64, *a.shape[1:]) for a in train)),
       examples(400, 2), examples(400, 3))
-  evaluate = ctr_compress.make_evaluator(graphdef, spec, params, values, data, LR,
-                                         eval_chunk=200)
+  evaluate = ctr_compress._make_evaluator(graphdef, spec, params, values, data, LR,
+                                          eval_chunk=200)
   return spec, values.shape[0], evaluate
 
 
@@ -197,11 +211,14 @@ def test_the_front_dominates_the_unpruned_model_and_random_masks_of_its_sizes(se
   # point of fewer bits scoring as much (only dead units dropped), and random masks of that
   # point's sizes score 0.48-0.80 unless they happen to keep every live unit.
   spec, num_rows, evaluate = _planted()
-  bits = lambda g: ctr_prune.pruned_bits(spec, num_rows, g)  # noqa: E731
+
+  def bits(g):
+    return ctr_prune.pruned_bits(spec, num_rows, g)
+
   rng = np.random.default_rng(seed)
-  found = pareto_evolution.evolve(ctr_compress.random_genomes(rng, spec, 4), evaluate, bits,
-                                  lambda r, g: ctr_compress.mutate(r, spec, g, 0.15), 4, rng)
-  front = pareto_evolution.pareto_front(found)
+  found = pareto_evolution.evolve(ctr_compress._random_genomes(rng, spec, 4), evaluate, bits,
+                                  lambda r, g: ctr_compress._mutate(r, spec, g, 0.15), 4, rng)
+  front = pareto_evolution.candidate_front(found)
   full = next(c for c in found if c.genome == tuple(ctr_prune.full_genome(spec)))
   best = [c for c in front if c.valid >= full.valid and c.cost < full.cost]
   assert best, [(c.cost, c.valid) for c in front]  # the unpruned model is dominated
@@ -215,7 +232,9 @@ def test_the_front_dominates_the_unpruned_model_and_random_masks_of_its_sizes(se
 
 
 def test_choose_by_hand():
-  c = lambda bits, auc: pareto_evolution.Candidate((bits,), bits, auc, auc, bits // 32)
+  def c(bits, auc):
+    return pareto_evolution.Candidate((bits,), bits, auc, auc, bits // 32)
+
   front = [c(10, 0.70), c(20, 0.75), c(30, 0.78)]
   assert pareto_evolution.choose(front, 0.78, 0.03).cost == 20
   assert pareto_evolution.choose(front, 0.78, 0.10).cost == 10

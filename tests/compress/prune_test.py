@@ -22,8 +22,10 @@ def _model(name, **hparams):
 @functools.cache
 def _built(name, hparams):
   cfg = {"name": name, "embed_dim": D, "mlp_dims": (8, 6), **dict(hparams)}
-  build = lambda: registry.build_model_from_config(cfg, num_fields=F, num_dense=ND,
-                                                   rngs=nnx.Rngs(0))
+
+  def build():
+    return registry.build_model_from_config(cfg, num_fields=F, num_dense=ND, rngs=nnx.Rngs(0))
+
   graphdef, state = nnx.split(nnx.eval_shape(build))
   rng = np.random.default_rng(0)  # numpy values of the model's shapes: no op-by-op jax init
   params = jax.tree.map(lambda a: rng.normal(0, 0.5, a.shape).astype(np.float32),
@@ -48,11 +50,11 @@ def test_genome_to_masks_by_hand():
   genome[[1, 9]] = 0
   genome[-2] = 2
   assert genome.shape == (16,) and genome[-1] == 32  # 14 unit bits, k, float rows
-  m1, m2 = ctr_prune.unit_masks(spec, genome)
+  m1, m2 = ctr_prune._unit_masks(spec, genome)
   chex.assert_trees_all_equal(m1, jnp.array([1, 0, 1, 1, 1, 1, 1, 1], jnp.float32))
   chex.assert_trees_all_equal(m2, jnp.array([1, 0, 1, 1, 1, 1], jnp.float32))
   # The first-order weight (last column) is never masked.
-  chex.assert_trees_all_equal(ctr_prune.column_mask(spec, genome),
+  chex.assert_trees_all_equal(ctr_prune._column_mask(spec, genome),
                               jnp.array([1, 1, 0, 0, 1], jnp.float32))
   assert ctr_prune.pruned_model_cfg(spec, genome) == {"name": "deepfm", "embed_dim": 2,
                                                       "mlp_dims": (7, 5)}
@@ -81,7 +83,7 @@ def test_physically_pruned_model_equals_the_masked_one(name, hparams, k):
   genome = ctr_prune.full_genome(spec)
   genome[[0, 3, 9, 13]] = 0  # units 0, 3 of layer 0; units 1, 5 of layer 1
   genome[-2] = k
-  masked = jax.jit(lambda p, v, g: ctr_prune.masked_logits(graphdef, spec, p, v, g, ids, dense))(
+  masked = jax.jit(lambda p, v, g: ctr_prune._masked_logits(graphdef, spec, p, v, g, ids, dense))(
       params, values, jnp.asarray(genome))
   pruned = ctr_prune.prune(spec, params, values, genome)
   assert pruned.model_cfg["mlp_dims"] == (6, 4) and pruned.model_cfg["embed_dim"] == k
@@ -89,7 +91,7 @@ def test_physically_pruned_model_equals_the_masked_one(name, hparams, k):
   run = jax.jit(lambda p, v: ctr_prune.logits(pruned.graphdef, p, v, ids, dense))
   chex.assert_trees_all_close(run(pruned.params, pruned.values), masked, atol=1e-5)
   # The size objective is the pruned model's exact parameter count.
-  assert ctr_prune.pruned_size(spec, V, genome) == (ctr_prune.param_count(pruned.params)
+  assert ctr_prune.pruned_size(spec, V, genome) == (ctr_prune._param_count(pruned.params)
                                                     + int(np.prod(pruned.values.shape)))
 
 
@@ -127,7 +129,7 @@ def test_bad_input_errors_name_the_field():
     ctr_prune.make_spec({"name": "deepfm", "embed_dim": D, "mlp_dims": (4,)}, F, ND, None, (1,))
   auto, g2, p2, v2 = _model("autoint", attention_dim=4)
   with pytest.raises(ValueError, match="model.name: 'autoint' does not support"):
-    ctr_prune.take_columns(auto, p2, v2, [1, 0, 2, 3])
+    ctr_prune._take_columns(auto, p2, v2, [1, 0, 2, 3])
 
 
 def test_quantized_pruned_model_equals_the_fake_quantized_masked_one():
@@ -139,7 +141,7 @@ def test_quantized_pruned_model_equals_the_fake_quantized_masked_one():
   genome = ctr_prune.full_genome(spec)
   genome[[2, 10]] = 0
   genome[-2:] = (3, 4)
-  masked = jax.jit(lambda p, v, g: ctr_prune.masked_logits(graphdef, spec, p, v, g, ids, dense))(
+  masked = jax.jit(lambda p, v, g: ctr_prune._masked_logits(graphdef, spec, p, v, g, ids, dense))(
       params, values, jnp.asarray(genome))
   pruned = ctr_prune.prune(spec, params, values, genome)
   assert pruned.bits == 4 and pruned.codes.dtype == np.int8 and pruned.codes.shape == (V, 4)
@@ -147,7 +149,7 @@ def test_quantized_pruned_model_equals_the_fake_quantized_masked_one():
   run = jax.jit(lambda p, v: ctr_prune.logits(pruned.graphdef, p, v, ids, dense))
   chex.assert_trees_all_close(run(pruned.params, pruned.values), masked, atol=1e-5)
   # Quantization changed the function (else this test could not fail).
-  assert not np.allclose(run(pruned.params, ctr_prune.take_columns(
+  assert not np.allclose(run(pruned.params, ctr_prune._take_columns(
       spec, params, values, np.arange(3))[1]), masked, atol=1e-3)
   # Stored bits: int8-range codes at 4 bits + a float32 scale per row, float32 dense params.
   dense_params = ND + (F * 3 + ND) * 7 + 7 + 7 * 5 + 5 + 5 + 1

@@ -25,16 +25,16 @@ def test_fake_quant_by_hand():
 def test_per_tensor_quantize_by_hand():
   w = jnp.array([-1.0, -0.4, 0.1, 0.26, 0.7])
   # 2 bits: levels = 1, scale = 1.0 -> round(w) clipped to [-1, 1].
-  np.testing.assert_allclose(ctr_quant.quantize(w, 2), [-1.0, 0.0, 0.0, 0.0, 1.0])
+  np.testing.assert_allclose(ctr_quant._quantize(w, 2), [-1.0, 0.0, 0.0, 0.0, 1.0])
   # 3 bits: levels = 3, scale = 1/3 -> round(3 w) / 3.
-  np.testing.assert_allclose(ctr_quant.quantize(w, 3), [-1.0, -1 / 3, 0.0, 1 / 3, 2 / 3],
+  np.testing.assert_allclose(ctr_quant._quantize(w, 3), [-1.0, -1 / 3, 0.0, 1 / 3, 2 / 3],
                              rtol=1e-6)
-  np.testing.assert_allclose(ctr_quant.quantize(w, 32), w)
-  np.testing.assert_allclose(ctr_quant.quantize(jnp.zeros(3), 4), 0.0)
+  np.testing.assert_allclose(ctr_quant._quantize(w, 32), w)
+  np.testing.assert_allclose(ctr_quant._quantize(jnp.zeros(3), 4), 0.0)
   # One scale for the whole tensor, not one per row: row 1 shares row 2's grid.
-  np.testing.assert_allclose(ctr_quant.quantize(ROWS, 2), [[0.0, 0.0, 0.0], [0.0] * 3,
-                                                           [-2.0, 0.0, 0.0]])
-  codes, scale = ctr_quant.quantize_codes(ROWS, 3, axis=None)
+  np.testing.assert_allclose(ctr_quant._quantize(ROWS, 2), [[0.0, 0.0, 0.0], [0.0] * 3,
+                                                            [-2.0, 0.0, 0.0]])
+  codes, scale = ctr_quant._quantize_codes(ROWS, 3, axis=None)
   assert scale.shape == () and float(scale) == pytest.approx(2 / 3)
   np.testing.assert_array_equal(codes[2], [-3.0, 2.0, 1.0])
 

@@ -26,7 +26,7 @@ def restored_logging():
   """Puts back the absl verbosity, the absl logger's filters and the quiet loggers' levels."""
   absl_logger = absl_logging.get_absl_logger()
   verbosity, filters = absl_logging.get_verbosity(), list(absl_logger.filters)
-  levels = {name: logging.getLogger(name).level for name in console.QUIET_LOGGERS}
+  levels = {name: logging.getLogger(name).level for name in console._QUIET_LOGGERS}
   yield
   absl_logging.set_verbosity(verbosity)
   absl_logger.filters[:] = filters
@@ -35,7 +35,7 @@ def restored_logging():
 
 
 def test_filter_drops_only_library_records_below_warning():
-  f = console.LibraryInfoFilter(("orbax",))
+  f = console._LibraryInfoFilter(("orbax",))
   lib = "/venv/lib/python3.11/site-packages/orbax/checkpoint/_src/checkpointers/async.py"
   ours = "/work/sfjax/train/loop.py"
   assert not f.filter(_record(logging.INFO, lib))
@@ -47,10 +47,10 @@ def test_filter_drops_only_library_records_below_warning():
 
 
 def test_set_up_is_idempotent(restored_logging):
-  console.set_up(absl_logging.WARNING)
-  console.set_up(absl_logging.INFO)
+  console.set_up_console(absl_logging.WARNING)
+  console.set_up_console(absl_logging.INFO)
   absl_logger = absl_logging.get_absl_logger()
-  assert sum(isinstance(f, console.LibraryInfoFilter) for f in absl_logger.filters) == 1
+  assert sum(isinstance(f, console._LibraryInfoFilter) for f in absl_logger.filters) == 1
   assert absl_logging.get_verbosity() == absl_logging.INFO
   assert logging.getLogger("jax._src.xla_bridge").level == logging.WARNING
 
@@ -73,7 +73,7 @@ def test_a_real_orbax_save_and_the_libtpu_line_are_quiet_after_set_up(
   before = chatter(tmp_path / "before")
   assert any(os.sep + "orbax" + os.sep in p for _, p, _ in before), "orbax logs at INFO"
   assert any(_LIBTPU in m for _, _, m in before)
-  console.set_up(absl_logging.INFO)
+  console.set_up_console(absl_logging.INFO)
   after = chatter(tmp_path / "after")
   assert not [r for r in after if os.sep + "orbax" + os.sep in r[1] and r[0] < logging.WARNING]
   assert not [m for _, _, m in after if _LIBTPU in m]

@@ -11,7 +11,7 @@ def test_scalar_items_keep_finite_numbers_and_flatten_dicts():
   record = {"step": 3, "auc": 0.5, "n": np.int64(4), "f": np.float32(0.25), "flag": True,
             "name": "x", "none": None, "nan": math.nan, "inf": math.inf, "list": [1, 2],
             "cache": {"hit_rate": 0.75, "deep": {"bytes": 10}}}
-  assert dict(tensorboard.scalar_items(record)) == {
+  assert dict(tensorboard._scalar_items(record)) == {
       "step": 3.0, "auc": 0.5, "n": 4.0, "f": 0.25, "cache/hit_rate": 0.75, "cache/deep/bytes": 10.0}
 
 

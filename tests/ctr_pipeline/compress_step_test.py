@@ -23,11 +23,11 @@ def _block(**overrides):
 
 
 def test_a_good_block_passes_and_defaults_fill_in():
-  psc.check_block(_block(), "steps.compress")
+  psc._check_block(_block(), "steps.compress")
   minimal = ml_collections.ConfigDict({"type": "compress", "population": 2, "finetune_steps": 1,
                                        "batch_size": 8})
-  psc.check_block(minimal, "steps.c")
-  s = psc.settings(minimal)
+  psc._check_block(minimal, "steps.c")
+  s = psc._settings(minimal)
   assert s["generations"] == 2 and s["dim_choices"] == () and s["tune_table"] is True
 
 
@@ -47,19 +47,19 @@ def test_a_good_block_passes_and_defaults_fill_in():
 def test_bad_fields_are_named(key, value, message):
   block = _block(**{key: value})
   with pytest.raises(ConfigError, match=message):
-    psc.check_block(block, "steps.compress")
+    psc._check_block(block, "steps.compress")
 
 
 def test_an_unknown_field_is_named():
   with pytest.raises(ConfigError, match="steps.compress.populaton: unknown"):
-    psc.check_block(_block(populaton=3), "steps.compress")
+    psc._check_block(_block(populaton=3), "steps.compress")
 
 
 def test_a_missing_required_field_is_named():
   block = _block().to_dict()
   del block["population"]
   with pytest.raises(ConfigError, match="steps.compress.population: missing"):
-    psc.check_block(ml_collections.ConfigDict(block), "steps.compress")
+    psc._check_block(ml_collections.ConfigDict(block), "steps.compress")
 
 
 def test_orbax_state_unwraps_to_a_pure_dict():
@@ -81,7 +81,7 @@ def test_no_handed_on_checkpoint_is_a_named_error(tmp_path):
   ctx = StepContext(spec, str(tmp_path), str(tmp_path), ml_collections.ConfigDict({"seed": 0}),
                     (train,))
   with pytest.raises(ConfigError, match=r"checkpoint \(output of an earlier step\): none"):
-    psc.load_trained(ctx)
+    psc._load_trained(ctx)
 
 
 def test_compression_report_takes_the_last_done_compress_step():
@@ -93,5 +93,5 @@ def test_compression_report_takes_the_last_done_compress_step():
              StepResult("c2", "compress", "done", metrics, {}, 1.0),
              StepResult("c3", "compress", "failed", {}, {}, 1.0, "boom")]
   report = psc.compression_report(results)["compression"]
-  assert report == {k: metrics[k] for k in psc.COMPRESSION_REPORT_KEYS}
+  assert report == {k: metrics[k] for k in psc._COMPRESSION_REPORT_KEYS}
   assert psc.compression_report(results[:1]) == {"compression": None}

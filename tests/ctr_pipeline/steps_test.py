@@ -5,46 +5,77 @@ import json
 import ml_collections
 import pytest
 
-from experiments.configs import search_ctr
 from search_spaces.ctr import SEARCH_SPACE
 from sfjax.automl import pipeline
 from sfjax.core.errors import ConfigError
 from sfjax.ctr_pipeline import steps as pipeline_steps
+from sfjax.ctr_search import search_config, search_defaults
 
 
 def _config():
-  search = search_ctr.get_config("smoke")
+  """A tiny nas -> hpo pipeline whose step blocks hold only overrides."""
   c = ml_collections.ConfigDict()
   c.seed = 0
-  c.task = t = search.task
+  c.task = t = search_defaults().task
   t.data.synthetic.num_train, t.data.synthetic.num_eval = 8192, 2048
   t.data.synthetic.cardinality_scale = 0.0001
   t.batch_size, t.eval_rows, t.eval_batch_size, t.steps_per_budget_unit = 64, 1024, 1024, 4
   c.pipeline = ml_collections.ConfigDict({"order": "nas,hpo"})
   c.steps = ml_collections.ConfigDict()
-  c.steps.nas = ml_collections.ConfigDict({"type": "nas", "search_space": "ctr"})
-  c.steps.nas.space = search.space
-  c.steps.nas.space.families = "lr,fm"
-  c.steps.nas.study = st = search.study
-  st.algorithm, st.num_trials, st.cohort_width = "random", 3, "1"
-  st.min_budget = st.max_budget = 2.0
-  st.leaderboard_size = 0
-  c.steps.hpo = ml_collections.ConfigDict({"type": "hpo"})
-  c.steps.hpo.study = ml_collections.ConfigDict(st.to_dict())
-  c.steps.hpo.study.num_trials = 2
+  study = {"algorithm": "random", "num_trials": 3, "cohort_width": "1", "min_budget": 2.0,
+           "max_budget": 2.0, "leaderboard_size": 0}
+  c.steps.nas = ml_collections.ConfigDict({"type": "nas", "search_space": "ctr",
+                                           "space": {"families": "lr,fm"}, "study": study})
+  c.steps.hpo = ml_collections.ConfigDict({"type": "hpo", "study": {**study, "num_trials": 2}})
   return c
 
 
+def _kinds():
+  return pipeline_steps.ctr_step_kinds({"ctr": SEARCH_SPACE})
+
+
 def test_registry_has_every_ctr_step_kind():
-  kinds = pipeline_steps.ctr_step_kinds({"ctr": SEARCH_SPACE})
+  kinds = _kinds()
   assert set(kinds) == {"nas", "hpo", "autofis", "autogroup", "fully_train", "baseline",
                         "compress"}
   assert all(k.check is not None and k.description for k in kinds.values())
+  assert all(kinds[k].defaults is not None for k in ("nas", "hpo", "fully_train", "baseline"))
+
+
+def test_search_steps_merge_their_overrides_onto_the_search_defaults():
+  blocks = pipeline.effective_blocks(_config(), _kinds())
+  nas, hpo = blocks["nas"], blocks["hpo"]
+  defaults = search_defaults()
+  assert nas.space.to_dict() == {**defaults.space.to_dict(), "families": "lr,fm"}
+  assert nas.study.num_trials == 3 and hpo.study.num_trials == 2
+  assert nas.study.executor == defaults.study.executor  # not overridden: the library's
+  assert hpo.study.tpe.to_dict() == defaults.study.tpe.to_dict()
+  assert "space" not in hpo and nas.search_space == "ctr"
+  config = ml_collections.ConfigDict({"seed": 0, "study": hpo.study.to_dict()})
+  assert search_config.make_algorithm(config).to_dict() == {"name": "random", "seed": 0}
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c.steps.nas.study.__setitem__("num_trial", 3),
+     r"steps\.nas\.study\.num_trial: unknown setting of step 'nas' \(nas\); did you mean "
+     r"steps\.nas\.study\.num_trials\?"),
+    (lambda c: c.steps.hpo.study.__setitem__("eta", 2),
+     r"steps\.hpo\.study\.eta: unknown setting of step 'hpo' \(hpo\)"),
+    (lambda c: c.steps.hpo.study.__setitem__("tpe", {"n_startup_trails": 2}),
+     r"steps\.hpo\.study\.tpe\.n_startup_trails: .*did you mean "
+     r"steps\.hpo\.study\.tpe\.n_startup_trials\?"),
+    (lambda c: c.steps.nas.__setitem__("spaces", {}),
+     r"steps\.nas\.spaces: .*did you mean steps\.nas\.space\?"),
+])
+def test_a_misspelt_override_names_the_step_and_the_closest_key(edit, message):
+  config = _config()
+  edit(config)
+  with pytest.raises(ConfigError, match=f"^config field {message}"):
+    pipeline.parse_steps(config, _kinds())
 
 
 def test_nas_hands_its_best_config_to_hpo_which_keeps_the_architecture(tmp_path):
-  kinds = pipeline_steps.ctr_step_kinds({"ctr": SEARCH_SPACE})
-  report = pipeline.run_pipeline(_config(), str(tmp_path), kinds)
+  report = pipeline.run_pipeline(_config(), str(tmp_path), _kinds())
   assert report["status"] == "done", report
   nas_out = json.loads((tmp_path / "steps" / "0_nas" / "output.json").read_text())
   hpo_out = json.loads((tmp_path / "steps" / "1_hpo" / "output.json").read_text())
@@ -84,9 +115,10 @@ def test_tuned_space_starts_at_the_given_point():
     ("hpo", lambda b: setattr(b.study, "min_budget", 99.0), "steps.s.study.min_budget"),
 ])
 def test_bad_search_blocks_name_the_field(kind, edit, field):
-  block = ml_collections.ConfigDict(_config().steps[kind].to_dict())
+  kinds = _kinds()
+  block = pipeline.effective_blocks(_config(), kinds)[kind]
+  kinds[kind].check(block, "steps.s")  # the merged block is good
   edit(block)
-  kinds = pipeline_steps.ctr_step_kinds({"ctr": SEARCH_SPACE})
   with pytest.raises(ConfigError, match=f"config field {field}"):
     kinds[kind].check(block, "steps.s")
 
@@ -94,6 +126,6 @@ def test_bad_search_blocks_name_the_field(kind, edit, field):
 def test_hpo_without_an_earlier_search_fails_naming_the_missing_input(tmp_path):
   c = _config()
   c.pipeline.order = "hpo"
-  report = pipeline.run_pipeline(c, str(tmp_path), pipeline_steps.ctr_step_kinds({"ctr": SEARCH_SPACE}))
+  report = pipeline.run_pipeline(c, str(tmp_path), _kinds())
   assert report["steps"][0]["status"] == "failed"
   assert "needs 'search_space'" in report["steps"][0]["error"]

@@ -15,7 +15,7 @@ def _block(**fields):
 
 
 def test_settings_come_from_the_block_fields():
-  s = pss.autofis_settings(_block(embed_dim=4, search_steps=7, warmup_steps=3, mlp_dims=[8]), "steps.a")
+  s = pss._autofis_settings(_block(embed_dim=4, search_steps=7, warmup_steps=3, mlp_dims=[8]), "steps.a")
   assert (s.embed_dim, s.search_steps, s.mlp_dims) == (4, 7, (8,))
   assert s.grda_c == autofis.AutoFISSettings().grda_c  # unset fields keep their defaults
 
@@ -40,7 +40,7 @@ def test_autofis_step_hands_on_kept_pairs_scored_against_the_planted_ones(tmp_pa
   block = _block(embed_dim=4, search_steps=8, warmup_steps=4, retrain_steps=4)
   c.steps = ml_collections.ConfigDict({"a": block})
   ctx = StepContext(StepSpec(0, "a", "autofis", c.steps.a), str(tmp_path), str(tmp_path), c, ())
-  out = pss.run_autofis_step(ctx)
+  out = pss._run_autofis_step(ctx)
   result = autofis.AutoFISResult.from_json(out.output["autofis"])
   assert out.output["kept_pairs"] == [list(p) for p in result.kept_pairs]
   assert out.best_metrics["num_kept_pairs"] == len(result.kept_pairs)

@@ -2,7 +2,6 @@
 on both embedding backends with resume, and the final-vs-baseline comparison."""
 
 import json
-import os
 
 import jax
 import ml_collections
@@ -12,6 +11,7 @@ from flax import nnx
 
 from search_spaces.ctr import SEARCH_SPACE
 from sfjax import models
+from sfjax.automl import pipeline
 from sfjax.automl.pipeline import StepContext, StepResult, StepSpec
 from sfjax.cohorts import arch as arch_lib
 from sfjax.core import metrics
@@ -51,7 +51,9 @@ def test_trainer_config_builds_the_trial_model_with_its_hyperparameters(point):
   from_trainer = models.build_model_from_config(config.model, num_fields=5, num_dense=2,
                                                 rngs=nnx.Rngs(0))
   from_trial = arch.build_model(_spec(5, 2), nnx.Rngs(0))
-  leaves = lambda m: sorted(x.shape for x in jax.tree.leaves(nnx.state(m)))
+  def leaves(m):
+    return sorted(x.shape for x in jax.tree.leaves(nnx.state(m)))
+
   assert leaves(from_trainer) == leaves(from_trial)
 
 
@@ -99,15 +101,40 @@ def _ctx(tmp_path, config, name="fully_train", kind="fully_train", previous=()):
                      config, tuple(previous))
 
 
-def test_fully_train_on_both_backends_scores_the_test_split_alike(tmp_path):
+def _counted_steps(monkeypatch, crash_at=None):
+  """Steps run by each trainer the step builds from now on (its real step, wrapped to
+  count); with `crash_at`, a trainer's `crash_at`-th step raises (a node lost mid-run)."""
+  counts = []
+  build = pst.loop.build_trainer
+
+  def build_counting(config, spec):
+    trainer = build(config, spec)
+    counts.append(0)
+    mine = len(counts) - 1
+
+    def run_step(state, inputs):
+      counts[mine] += 1
+      if counts[mine] == crash_at:
+        raise RuntimeError("node lost")
+      return trainer.run_step(state, inputs)
+
+    return trainer._replace(run_step=run_step)
+
+  monkeypatch.setattr(pst.loop, "build_trainer", build_counting)
+  return counts
+
+
+def test_fully_train_on_both_backends_scores_the_test_split_alike(tmp_path, monkeypatch):
   kinds = pst.train_step_kinds({"ctr": SEARCH_SPACE})
   chosen = StepResult("nas", "nas", "done", {}, {"search_space": "ctr", "best_config": {
       "model.name": "fm", "model.embed_dim": 4, "optim.embedding_lr": 0.05}}, 1.0)
   out = {}
+  steps = _counted_steps(monkeypatch)
   for backend in ("device", "cache"):
     config = _shared_config(backend)
     ctx = _ctx(tmp_path / backend, config, previous=[chosen])
     out[backend] = kinds["fully_train"].run(ctx)
+    assert steps[-1] == 12  # a fresh directory: every step
     scores = np.load(tmp_path / backend / out[backend].output["test_scores"])
     labels = np.load(tmp_path / backend / out[backend].output["test_labels"])
     assert scores.shape == labels.shape == (3000,)
@@ -119,9 +146,18 @@ def test_fully_train_on_both_backends_scores_the_test_split_alike(tmp_path):
     assert out[backend].best_metrics["model"] == "fm"
   assert out["cache"].best_metrics["test_auc"] == pytest.approx(
       out["device"].best_metrics["test_auc"], abs=1e-5)
-  # Rerun on the finished directory: training resumes at the last checkpoint, same result.
+  # Killed after the checkpoint of step 6: the rerun resumes there, trains steps 7..12
+  # only (a fresh start would train 12, as above) and ends as the uninterrupted run.
+  _counted_steps(monkeypatch, crash_at=9)
+  with pytest.raises(RuntimeError, match="node lost"):
+    kinds["fully_train"].run(_ctx(tmp_path / "killed", _shared_config(), previous=[chosen]))
+  steps = _counted_steps(monkeypatch)
+  resumed = kinds["fully_train"].run(_ctx(tmp_path / "killed", _shared_config(),
+                                          previous=[chosen]))
+  assert steps == [6] and resumed.best_metrics == out["device"].best_metrics
+  # Rerun on the finished directory: nothing left to train, same result.
   again = kinds["fully_train"].run(_ctx(tmp_path / "device", _shared_config(), previous=[chosen]))
-  assert again.best_metrics == out["device"].best_metrics
+  assert steps == [6, 0] and again.best_metrics == out["device"].best_metrics
 
 
 def test_baseline_trains_the_recipe_default_and_needs_a_test_split(tmp_path):
@@ -159,7 +195,9 @@ def test_compare_final_to_baseline(tmp_path):
     np.save(tmp_path / f"{name}_s.npy", labels + noise * rng.normal(size=5000))
     np.save(tmp_path / f"{name}_l.npy", labels)
     files[name] = {"test_scores": f"{name}_s.npy", "test_labels": f"{name}_l.npy"}
-  auc = lambda n: metrics.auc(labels, np.load(tmp_path / f"{n}_s.npy"))
+  def auc(n):
+    return metrics.auc(labels, np.load(tmp_path / f"{n}_s.npy"))
+
   results = [StepResult("ft", "fully_train", "done", {"test_auc": auc("final")}, files["final"], 1.0),
              StepResult("b", "baseline", "done", {"test_auc": auc("base")}, files["base"], 1.0)]
   out = pst.compare_final_to_baseline(results, str(tmp_path), num_resamples=100)
@@ -172,3 +210,27 @@ def test_compare_final_to_baseline(tmp_path):
   np.save(tmp_path / "base_l.npy", labels[::-1])
   with pytest.raises(ValueError, match="different test rows"):
     pst.compare_final_to_baseline(results, str(tmp_path))
+
+
+def test_training_steps_take_overrides_of_the_librarys_recipe():
+  kinds = pst.train_step_kinds({"ctr": SEARCH_SPACE})
+  recipe = pst.recipe_defaults()
+  pst.check_recipe(pst.fully_train_defaults(), "steps.fully_train")  # the defaults are valid
+  assert recipe.checkpoint.every_steps > 0 and recipe.train.eval_every == recipe.train.steps
+  assert pst.baseline_defaults().recipe_step == "fully_train"
+  config = ml_collections.ConfigDict({"pipeline": {"order": "own,fully_train"}, "steps": {
+      "fully_train": {"type": "fully_train", "trainer": {"train": {"steps": 120}}},
+      "own": {"type": "baseline", "recipe_step": "own", "trainer": {"model": {"embed_dim": 8}}}}})
+  blocks = pipeline.effective_blocks(config, kinds)
+  assert blocks["fully_train"].trainer.train.steps == 120
+  assert blocks["fully_train"].trainer.train.batch_size == recipe.train.batch_size
+  assert blocks["own"].trainer.model.embed_dim == 8 and blocks["own"].trainer.model.name == "deepfm"
+  config.steps.own.trainer.checkpoint = {"every_steps": 0}  # a baseline with its own recipe: checked
+  with pytest.raises(ConfigError, match=r"steps\.own\.trainer\.checkpoint\.every_steps: must be > 0"):
+    pipeline.parse_steps(config, kinds)
+  config.steps.own.trainer.checkpoint.every_steps = 10
+  config.steps.fully_train.trainer.train.stepz = 3
+  with pytest.raises(ConfigError, match=r"steps\.fully_train\.trainer\.train\.stepz: unknown "
+                                        r"setting of step 'fully_train' \(fully_train\); did you "
+                                        r"mean steps\.fully_train\.trainer\.train\.steps\?"):
+    pipeline.parse_steps(config, kinds)

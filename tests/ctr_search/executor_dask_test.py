@@ -15,7 +15,7 @@ from sfjax.cohorts.arch import split_config
 from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.ctr_search import search_config, search_loop
 from sfjax.ctr_search.executor import CohortJob, LocalExecutor
-from sfjax.ctr_search.executor_dask import DaskExecutor, worker_environment
+from sfjax.ctr_search.executor_dask import DaskExecutor, _worker_environment
 
 TIMING = ("seconds", "latency_ms")  # wall-clock measures: the only metrics allowed to differ
 
@@ -59,7 +59,7 @@ def _read_jsonl(path):
 def test_workers_get_the_drivers_device_setup(cluster):
   env = cluster.client.run(lambda: {k: os.environ.get(k) for k in ("XLA_FLAGS", "JAX_PLATFORMS")})
   assert len(env) == 2
-  expected = worker_environment()
+  expected = _worker_environment()
   for worker_env in env.values():
     assert worker_env["XLA_FLAGS"] == expected["XLA_FLAGS"]
     assert worker_env["JAX_PLATFORMS"] == expected.get("JAX_PLATFORMS")

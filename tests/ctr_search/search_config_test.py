@@ -1,6 +1,5 @@
-"""Search settings: parsing, the algorithm registry, study checks, the workdir guard, the space."""
+"""Search settings: parsing, the algorithm blocks, study checks, the workdir guard, the space."""
 
-import dataclasses
 import json
 import os
 
@@ -10,17 +9,24 @@ import pytest
 from experiments.configs import search_ctr
 from search_spaces.ctr import SEARCH_SPACE
 from sfjax.automl.algorithms import ALGORITHMS, Objective, Objectives
-from sfjax.automl.space import Fixed
+from sfjax.automl.pipeline import PipelineConfigError
+from sfjax.automl.space import Fixed, ForbiddenConfigError, SpaceConfigError
 from sfjax.cohorts import arch as arch_lib
-from sfjax.ctr_search import search_config
+from sfjax.core.errors import ConfigError
+from sfjax.ctr_search import search_config, search_defaults
 from sfjax.ctr_search.search_config import SearchConfigError
 
 
-def _config(algorithm="asha", **study):
+def _config(algorithm="asha", settings=None, **study):
+  """The default search config with `study.algorithm`, its block's `settings` and `study`."""
   c = search_ctr.get_config()
   c.seed = 7
   # A new study block: a bad value may have another type than the field's default.
-  c.study = ml_collections.ConfigDict({**c.study.to_dict(), "algorithm": algorithm, **study})
+  data = c.study.to_dict()
+  data.update(algorithm=algorithm, **study)
+  if settings:
+    data[algorithm] = {**data[algorithm], **settings}
+  c.study = ml_collections.ConfigDict(data)
   return c
 
 
@@ -42,13 +48,11 @@ def test_make_algorithm_builds_every_registered_name(name):
   algorithm = search_config.make_algorithm(config)
   assert type(algorithm) is ALGORITHMS[name] and algorithm.name == name
   assert algorithm.seed == 7  # config.seed, not the algorithm's default
-  named = [f.name for f in dataclasses.fields(algorithm) if f.name in config.study]
-  for field in named:
-    assert getattr(algorithm, field) == config.study[field], field
-  defaults = ALGORITHMS[name]()
-  for f in dataclasses.fields(algorithm):
-    if f.name not in config.study and f.name != "seed":
-      assert getattr(algorithm, f.name) == getattr(defaults, f.name), f.name  # kept
+  for field, value in config.study[name].items():
+    assert getattr(algorithm, field) == value, field
+  for field in ("min_budget", "max_budget"):  # shared budgets, not in the block
+    if field in config.study[name] or hasattr(algorithm, field):
+      assert field not in config.study[name] and getattr(algorithm, field) == config.study[field]
 
 
 @pytest.mark.parametrize("name,field,value", [
@@ -56,10 +60,21 @@ def test_make_algorithm_builds_every_registered_name(name):
     ("evolution", "population_size", 5), ("evolution", "sample_size", 2),
     ("pbt", "population_size", 6), ("pbt", "pbt_interval", 3.0),
     ("grid", "num_points_per_float", 3), ("grid", "shuffle", False),
-    ("tpe", "n_startup_trials", 2), ("successive_halving", "min_budget", 3.0)])
-def test_study_fields_reach_the_algorithm(name, field, value):
-  algorithm = search_config.make_algorithm(_config(name, **{field: value}))
+    ("tpe", "n_startup_trials", 2), ("nsga2", "population_size", 4)])
+def test_block_settings_reach_only_their_algorithm(name, field, value):
+  algorithm = search_config.make_algorithm(_config(name, {field: value}))
   assert getattr(algorithm, field) == value
+  study = search_defaults().study
+  for other in ALGORITHMS:  # population_size is three settings now: one per algorithm
+    if other != name and field in study[other]:
+      changed = {**study[name].to_dict(), field: value}
+      built = search_config.make_algorithm(_config(other, **{name: changed}))
+      assert getattr(built, field) == study[other][field], other
+
+
+def test_shared_budgets_reach_a_multi_fidelity_algorithm():
+  algorithm = search_config.make_algorithm(_config("successive_halving", min_budget=3.0))
+  assert (algorithm.min_budget, algorithm.max_budget) == (3.0, 9.0)
 
 
 def test_unknown_algorithm_names_the_field():
@@ -69,8 +84,61 @@ def test_unknown_algorithm_names_the_field():
 
 
 def test_bad_algorithm_setting_names_the_algorithm():
-  with pytest.raises(SearchConfigError, match=r"study \(pbt\): .*population_size"):
-    search_config.make_algorithm(_config("pbt", population_size=1))
+  with pytest.raises(SearchConfigError, match=r"study\.pbt: .*population_size"):
+    search_config.make_algorithm(_config("pbt", {"population_size": 1}))
+
+
+def test_a_misspelt_block_setting_names_the_closest():
+  with pytest.raises(SearchConfigError, match=r"^study\.asha\.etta: unknown asha setting; did you "
+                                              r"mean study\.asha\.eta\? \(known: eta\)$"):
+    search_config.make_algorithm(_config("asha", {"etta": 2}))
+  with pytest.raises(SearchConfigError, match=r"study\.tpe\.n_startup: .*n_startup_trials"):
+    search_config.check_study_settings(_config("asha", **{"tpe": {"n_startup": 2}}))  # any block
+
+
+@pytest.mark.parametrize("algorithm,key,new", [
+    ("asha", "eta", "study.asha.eta"), ("hyperband", "eta", "study.hyperband.eta"),
+    ("pbt", "population_size", "study.pbt.population_size"),
+    ("random", "population_size", "study.evolution.population_size"),
+    ("asha", "pbt_interval", "study.pbt.pbt_interval")])
+def test_a_flat_algorithm_setting_names_its_new_path(algorithm, key, new):
+  with pytest.raises(SearchConfigError, match=rf"^study\.{key}: .* use {new} \({key} is a setting"):
+    search_config.check_study_settings(_config(algorithm, **{key: 2}))
+
+
+def test_an_unknown_study_key_names_the_closest():
+  with pytest.raises(SearchConfigError, match=r"^study\.num_trial: unknown study setting; did you "
+                                              r"mean study\.num_trials\?"):
+    search_config.check_study_settings(_config(num_trial=3))
+  with pytest.raises(SearchConfigError, match=r"study\.asha: expected the block of asha's"):
+    search_config.check_study_settings(_config(asha=3))
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--config.study.eta=2"], "--config.study.eta: .* use --config.study.asha.eta "),
+    (["--config.study.algorithm=hyperband", "--config.study.eta", "2"],
+     "use --config.study.hyperband.eta "),
+    (["--config.steps.hpo.study.algorithm=tpe", "--config.steps.hpo.study.n_startup_trials=2"],
+     "--config.steps.hpo.study.n_startup_trials: .* use --config.steps.hpo.study.tpe."),
+    (["--noconfig.study.shuffle"], "use --config.study.grid.shuffle")])
+def test_flat_overrides_on_the_command_line_name_the_new_path(argv, message):
+  with pytest.raises(SearchConfigError, match=message.replace("(", r"\(")) as info:
+    search_config.check_flag_overrides(["prog", "--config=x.py", *argv])
+  assert "\n" not in str(info.value)  # one line
+
+
+def test_new_overrides_on_the_command_line_pass():
+  search_config.check_flag_overrides(["prog", "--config=x.py", "--config.study.asha.eta=2",
+                                      "--config.study.num_trials=4", "--config.steps.x.study.tpe"
+                                      ".n_startup_trials=2", "--workdir=/tmp/eta", "--eta=2"])
+
+
+def test_one_config_error_base():
+  for cls in (SearchConfigError, PipelineConfigError, SpaceConfigError, ForbiddenConfigError):
+    assert issubclass(cls, ConfigError), cls
+  names = [c.__name__ for c in (ConfigError, SearchConfigError, PipelineConfigError,
+                                SpaceConfigError, ForbiddenConfigError)]
+  assert len(set(names)) == len(names)  # no two classes share a name
 
 
 def test_default_study_settings_pass():
@@ -93,26 +161,26 @@ def test_bad_budgets_are_named(low, high):
 
 
 def test_pbt_interval_must_divide_max_budget():
-  search_config.check_study_settings(_config("pbt", pbt_interval=3.0))  # 9 / 3: 3 rounds
+  search_config.check_study_settings(_config("pbt", {"pbt_interval": 3.0}))  # 9 / 3: 3 rounds
   for interval in (2.0, 10.0):
-    with pytest.raises(SearchConfigError, match="study.pbt_interval"):
-      search_config.check_study_settings(_config("pbt", pbt_interval=interval))
-  search_config.check_study_settings(_config("asha", pbt_interval=2.0))  # PBT only
+    with pytest.raises(SearchConfigError, match=r"study\.pbt\.pbt_interval"):
+      search_config.check_study_settings(_config("pbt", {"pbt_interval": interval}))
+  search_config.check_study_settings(_config("asha", pbt={"pbt_interval": 2.0}))  # PBT only
 
 
 def test_check_settings_writes_then_refuses_a_changed_task(tmp_path):
-  record = search_config.settings_record(_config())
-  search_config.check_settings(str(tmp_path), record)
+  record = search_config.search_settings_record(_config())
+  search_config.check_search_settings(str(tmp_path), record)
   path = tmp_path / search_config.SETTINGS_FILE
   assert json.loads(path.read_text()) == record and os.listdir(tmp_path) == ["search.json"]
-  search_config.check_settings(str(tmp_path), record)  # the same settings: fine
+  search_config.check_search_settings(str(tmp_path), record)  # the same settings: fine
   grown = _config(num_trials=1000, cohort_width="2", leaderboard_size=0)  # may change
-  search_config.check_settings(str(tmp_path), search_config.settings_record(grown))
+  search_config.check_search_settings(str(tmp_path), search_config.search_settings_record(grown))
   changed = _config()
   changed.task.batch_size, changed.task.data.synthetic.num_train = 128, 1000
   changed.seed = 8
   with pytest.raises(SearchConfigError) as e:
-    search_config.check_settings(str(tmp_path), search_config.settings_record(changed))
+    search_config.check_search_settings(str(tmp_path), search_config.search_settings_record(changed))
   message = str(e.value)
   assert str(path) in message
   for diff in ("task.batch_size: stored 256, given 128", "seed: stored 7, given 8",
@@ -120,6 +188,17 @@ def test_check_settings_writes_then_refuses_a_changed_task(tmp_path):
     assert diff in message
   assert "eval_rows" not in message  # only the differing fields
   assert json.loads(path.read_text()) == record  # the stored settings are kept
+
+
+def test_a_workdir_made_with_the_flat_study_resumes(tmp_path):
+  # search.json of a study made before the algorithm blocks (the flat `study.pbt_interval`).
+  record = search_config.search_settings_record(_config("pbt", {"pbt_interval": 3.0}))
+  old = {**record, "study": {"algorithm": "pbt", "max_budget": 9.0, "pbt_model": "",
+                             "pbt_interval": 3.0}}
+  (tmp_path / search_config.SETTINGS_FILE).write_text(json.dumps(old))
+  search_config.check_search_settings(str(tmp_path), record)  # read, not refused
+  with pytest.raises(SearchConfigError, match="study.pbt_interval: stored 3.0, given 1.0"):
+    search_config.check_search_settings(str(tmp_path), search_config.search_settings_record(_config("pbt")))
 
 
 def test_make_space_of_a_normal_config():
@@ -188,10 +267,13 @@ def test_pbt_runs_only_on_the_local_executor():
     search_config.check_study_settings(_config("pbt", executor="dask"))
 
 
-def test_configs_without_the_new_study_fields_still_load():
-  c = _config("random")
-  c.study = ml_collections.ConfigDict({k: v for k, v in c.study.to_dict().items()
-                                       if k not in search_config.STUDY_DEFAULTS})
+def test_a_study_setting_the_config_lacks_takes_the_library_default():
+  c = _config("tpe")
+  c.study = ml_collections.ConfigDict({k: c.study[k] for k in ("algorithm", "num_trials",
+                                                               "cohort_width", "min_budget",
+                                                               "max_budget", "pbt_model")})
   search_config.check_study_settings(c)
   assert search_config.study_field(c, "executor") == "local"
   assert search_config.make_objective(c) == Objective("auc", "maximize")
+  assert search_config.make_algorithm(c).n_startup_trials == 8  # the search's default block
+  assert search_config.search_settings_record(c)["study"]["pbt_interval"] == 1.0

@@ -39,11 +39,16 @@ def tiny_config(algorithm="random", num_trials=3, **study):
   c.space.families = "lr,fm"
   c.study.algorithm, c.study.num_trials = algorithm, num_trials
   c.study.cohort_width = "1"
-  c.study.min_budget, c.study.max_budget, c.study.eta = 1.0, 4.0, 2
-  c.study.n_startup_trials, c.study.population_size, c.study.sample_size = 2, 2, 2
+  c.study.min_budget, c.study.max_budget = 1.0, 4.0  # the smoke variant's eta is 2
+  st = c.study
+  st.tpe.n_startup_trials = st.gp.n_startup_trials = 2
+  st.bohb.n_startup_trials = st.motpe.n_startup_trials = 2
+  st.evolution.population_size = st.evolution.sample_size = 2
+  st.pbt.population_size = st.nsga2.population_size = 2
   c.study.leaderboard_size = 3
-  for key, value in study.items():
-    setattr(c.study, key, value)
+  for key, value in study.items():  # an algorithm's own setting goes to its block
+    block = st[algorithm] if algorithm in st and key in st[algorithm] else st
+    setattr(block, key, value)
   return c
 
 
@@ -226,7 +231,7 @@ def test_config_errors_name_the_field():
   c.space.mlp_widths = "32,abc"
   with pytest.raises(search_loop.SearchConfigError, match="space.mlp_widths"):
     search_config.make_space(c, SPACE)
-  with pytest.raises(search_loop.SearchConfigError, match="study.pbt_interval"):
+  with pytest.raises(search_loop.SearchConfigError, match=r"study\.pbt\.pbt_interval"):
     search_config.check_study_settings(tiny_config("pbt", pbt_interval=3.0))
   with pytest.raises(search_loop.SearchConfigError, match="study.pbt_model"):
     search_config.make_space(tiny_config("pbt", pbt_model="transformer"), SPACE)
@@ -259,7 +264,7 @@ class _FakeStudy:
 def _summarize(best_auc, best_test_auc, default):
   best = _record(1, best_auc, test_auc=best_test_auc)
   records = [_record(0, 0.5, test_auc=0.5), best, _record(2, None, TrialStatus.FAILED)]
-  return search_loop.summarize(_FakeStudy(records, best), default)
+  return search_loop._summarize(_FakeStudy(records, best), default)
 
 
 def test_summary_compares_with_the_default_on_the_test_half():
@@ -289,7 +294,7 @@ def test_a_default_without_a_finite_test_auc_is_never_beaten(default):
 def test_a_best_without_test_auc_or_no_best_never_beats_the_default():
   assert _summarize(0.9, None, {"auc": 0.5, "test_auc": 0.5})["beats_default"] is False
   failed = _record(0, None, TrialStatus.FAILED)
-  summary = search_loop.summarize(_FakeStudy([failed], None), {"auc": 0.5, "test_auc": 0.5})
+  summary = search_loop._summarize(_FakeStudy([failed], None), {"auc": 0.5, "test_auc": 0.5})
   assert summary["beats_default"] is False and summary["best_trial_id"] is None
   assert summary["best_config"] is None and summary["best_metrics"] is None
 
@@ -318,7 +323,7 @@ def test_state_files_round_trip_and_reject_other_archs(tmp_path, runner):
   assert os.listdir(tmp_path) == ["7.npz"]  # no temporary file left behind
   loaded = trial_states.load_state(path, runner.state_template(arch))
   assert jax.tree.structure(loaded) == jax.tree.structure(result.state)
-  for a, b in zip(jax.tree.leaves(loaded), jax.tree.leaves(result.state)):
+  for a, b in zip(jax.tree.leaves(loaded), jax.tree.leaves(result.state), strict=True):
     np.testing.assert_array_equal(a, b)
   other, _ = split_config({"model.name": "fm", "model.embed_dim": 8})
   with pytest.raises(trial_states.StateFileError, match="7.npz"):
@@ -347,7 +352,7 @@ def test_trial_without_finite_auc_is_told_failed_and_keeps_no_state(tmp_path):
   # e.g. the valid half of the eval rows holds one class only: AUC is NaN for a live trial.
   study = _TellRecorder()
   s = Suggestion(5, Config({"model.name": "fm"}))
-  result = search_loop.TrialResult({"auc": math.nan, "steps": 3.0}, TrialStatus.DONE,
+  result = search_loop.CohortTrialResult({"auc": math.nan, "steps": 3.0}, TrialStatus.DONE,
                                    {"leaf": np.zeros(2)}, None)
   search_loop._record(study, s, result, str(tmp_path), keep_state=True)
   assert study.told == [(5, {"steps": 3.0}, TrialStatus.FAILED, "held-out AUC is not finite")]

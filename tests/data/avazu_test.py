@@ -50,7 +50,7 @@ def test_columns_are_found_by_header_and_hour_becomes_two_fields(tmp_path):
   for r in rows:
     r["extra"] = "zzz"
   values, dense, labels, _ = _read([_write(tmp_path / "train.csv", rows, header)])
-  assert values.shape == (2, 23) and len(avazu.FIELD_NAMES) == 23
+  assert values.shape == (2, 23) and len(avazu._FIELD_NAMES) == 23
   assert dense.shape == (2, 0)
   np.testing.assert_array_equal(labels, [1, 0])
   assert values[0, :21].tolist() == [f"v{i}".encode() for i in range(21)]

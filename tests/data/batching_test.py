@@ -49,13 +49,13 @@ def test_eval_batches_exact_multiple_has_no_padding_batch():
 
 def test_pad_batch_rejects_oversized():
   with pytest.raises(ValueError, match="exceeds batch_size"):
-    batching.pad_batch(_chunk(0, 5), 4)
+    batching._pad_batch(_chunk(0, 5), 4)
 
 
 @pytest.mark.parametrize("sizes, buffer", [([5] * 20, 16), ([3, 40, 1, 9, 0, 30], 8), ([7], 32)])
 def test_shuffle_stream_emits_every_example_once(sizes, buffer):
   chunks = _chunks(sizes)
-  out = list(batching.shuffle_stream(iter(chunks), buffer, np.random.default_rng(0)))
+  out = list(batching._shuffle_stream(iter(chunks), buffer, np.random.default_rng(0)))
   ids = np.concatenate([b.ids for b in out])
   n = sum(sizes)
   np.testing.assert_array_equal(np.sort(ids[:, 0]), np.arange(n))
@@ -66,11 +66,11 @@ def test_shuffle_stream_emits_every_example_once(sizes, buffer):
 
 def test_shuffle_stream_is_seeded_and_buffer_one_keeps_order():
   def run(seed):
-    out = batching.shuffle_stream(iter(_chunks([5] * 10)), 16, np.random.default_rng(seed))
+    out = batching._shuffle_stream(iter(_chunks([5] * 10)), 16, np.random.default_rng(seed))
     return np.concatenate([b.ids[:, 0] for b in out])
   np.testing.assert_array_equal(run(3), run(3))
   assert not np.array_equal(run(3), run(4))
-  same = batching.shuffle_stream(iter(_chunks([5] * 4)), 1, np.random.default_rng(0))
+  same = batching._shuffle_stream(iter(_chunks([5] * 4)), 1, np.random.default_rng(0))
   np.testing.assert_array_equal(np.concatenate([b.ids[:, 0] for b in same]), np.arange(20))
 
 

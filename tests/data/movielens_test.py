@@ -38,7 +38,7 @@ def _config(path="", **overrides):
 
 
 def test_fields_and_labels_from_a_mini_copy(tmp_path):
-  raw, bad = movielens.load_movielens(_mini(tmp_path))
+  raw, bad = movielens._load_movielens(_mini(tmp_path))
   assert bad == 0 and raw.dense.shape == (4, 0)
   np.testing.assert_array_equal(raw.labels, [1, 0, 1, 0])  # rating >= 4
   assert raw.values[0].tolist() == [b"1", b"10", b"24", b"M", b"technician", b"857", b"1995",
@@ -55,9 +55,9 @@ def test_fields_and_labels_from_a_mini_copy(tmp_path):
 def test_bad_interactions_name_file_and_line(tmp_path, row, reason):
   folder = _mini(tmp_path, ["1\t10\t5\t1", row])
   with pytest.raises(DataFormatError) as e:
-    movielens.load_movielens(folder)
+    movielens._load_movielens(folder)
   assert (e.value.path, e.value.line, e.value.reason) == (f"{folder}/ml-100k.inter", 3, reason)
-  raw, bad = movielens.load_movielens(folder, skip_bad_lines=True)
+  raw, bad = movielens._load_movielens(folder, skip_bad_lines=True)
   assert (raw.labels.shape[0], bad) == (1, 1)
 
 
@@ -70,12 +70,12 @@ def test_missing_data_explains_how_to_get_it(tmp_path, monkeypatch):
 
 
 def test_split_is_80_10_10_disjoint_and_seeded():
-  parts = movielens.split_indices(1000, seed=5)
-  assert [len(parts[s]) for s in movielens.SPLITS] == [800, 100, 100]
+  parts = movielens._split_indices(1000, seed=5)
+  assert [len(parts[s]) for s in movielens._SPLITS] == [800, 100, 100]
   np.testing.assert_array_equal(np.sort(np.concatenate(list(parts.values()))), np.arange(1000))
-  again = movielens.split_indices(1000, seed=5)
-  assert all(np.array_equal(parts[s], again[s]) for s in movielens.SPLITS)
-  assert not np.array_equal(parts["test"], movielens.split_indices(1000, seed=6)["test"])
+  again = movielens._split_indices(1000, seed=5)
+  assert all(np.array_equal(parts[s], again[s]) for s in movielens._SPLITS)
+  assert not np.array_equal(parts["test"], movielens._split_indices(1000, seed=6)["test"])
 
 
 def test_dataset_from_a_mini_copy_vocab_from_train(tmp_path):
@@ -94,7 +94,7 @@ def test_dataset_from_a_mini_copy_vocab_from_train(tmp_path):
 
 
 def test_recbole_copy_values_and_split_sizes():
-  raw, bad = movielens.load_movielens(_recbole_dir())
+  raw, bad = movielens._load_movielens(_recbole_dir())
   assert raw.values.shape == (100_000, 8) and bad == 0
   # First line of ml-100k.inter: user 196 rated item 242 (Kolya, 1996, Comedy) with 3.
   assert raw.values[0].tolist() == [b"196", b"242", b"49", b"M", b"writer", b"551", b"1996",

@@ -15,9 +15,9 @@ def tiny_model(seed=0, perm_mul=(1, 1, 3), perm_add=(0, 0, 0), num_dense=2):
 
 
 def test_popularity_decay_values():
-  np.testing.assert_allclose(planted.popularity_decay(np.array([0, 1, 15])), [1.0, 2.0**-0.75, 16.0**-0.75],
+  np.testing.assert_allclose(planted._popularity_decay(np.array([0, 1, 15])), [1.0, 2.0**-0.75, 16.0**-0.75],
                              rtol=1e-6)
-  assert planted.popularity_decay(np.array([3])).dtype == np.float32
+  assert planted._popularity_decay(np.array([3])).dtype == np.float32
 
 
 def test_tables_are_per_field_functions_of_the_seed_with_the_decay_folded_in():
@@ -29,8 +29,8 @@ def test_tables_are_per_field_functions_of_the_seed_with_the_decay_folded_in():
     rows = slice(a.table_offsets[f], a.table_offsets[f] + n)
     ids = np.arange(n)
     # Undoing each permutation's decay gives the same raw values: they depend on (seed, f) only.
-    raw_a = a.first_order[rows] / planted.popularity_decay(((ids - a.rank_add[f]) * a.rank_mul[f]) % n)
-    raw_b = b.first_order[rows] / planted.popularity_decay(((ids - b.rank_add[f]) * b.rank_mul[f]) % n)
+    raw_a = a.first_order[rows] / planted._popularity_decay(((ids - a.rank_add[f]) * a.rank_mul[f]) % n)
+    raw_b = b.first_order[rows] / planted._popularity_decay(((ids - b.rank_add[f]) * b.rank_mul[f]) % n)
     np.testing.assert_allclose(raw_a, raw_b, rtol=1e-6)
   assert not np.allclose(tiny_model(seed=1).first_order, a.first_order)
 
@@ -58,7 +58,7 @@ def test_planted_rank_inverts_the_id_permutation(data):
 
 def test_huge_fields_hash_into_a_capped_table(small_config):
   data = synthetic.SyntheticCTR(small_config(cardinality_scale=0.03), seed=3)
-  assert data.spec.field_rows[2] > planted.PLANTED_TABLE_CAP and data.planted.hashed[2]
+  assert data.spec.field_rows[2] > planted._PLANTED_TABLE_CAP and data.planted.hashed[2]
   assert data.planted.first_order.size < data.spec.total_rows
   rows = data.generate_rows("train", 0, 4000)
   logits = data.planted.bias + planted.logit_components(data.planted, rows.ids, rows.dense_counts).sum(0)
@@ -74,15 +74,15 @@ def test_expected_auc_matches_pair_enumeration():
   off = i != j
   win = (s[i] > s[j]) + 0.5 * (s[i] == s[j])
   brute = np.sum((p[i] * (1 - p[j]) * win)[off]) / np.sum((p[i] * (1 - p[j]))[off])
-  np.testing.assert_allclose(planted.expected_auc(p, s), brute, rtol=1e-12)
+  np.testing.assert_allclose(planted._expected_auc(p, s), brute, rtol=1e-12)
 
 
 def test_calibrate_logits_hits_both_targets():
   z = np.random.default_rng(1).standard_normal(20000)
-  scale, bias = planted.calibrate_logits(z, 0.3, 0.75)
+  scale, bias = planted._calibrate_logits(z, 0.3, 0.75)
   p = metrics.sigmoid(scale * z + bias)
   np.testing.assert_allclose(p.mean(), 0.3, atol=1e-6)
-  np.testing.assert_allclose(planted.expected_auc(p, z), 0.75, atol=1e-4)
+  np.testing.assert_allclose(planted._expected_auc(p, z), 0.75, atol=1e-4)
 
 
 @pytest.mark.parametrize("num_dense", [0, 2])
@@ -92,11 +92,11 @@ def test_calibrated_model_hits_the_targets_on_its_sample(num_dense):
   counts = rng.integers(0, 100, size=(20000, num_dense))
   model = planted.calibrate_planted_model(tiny_model(num_dense=num_dense), ids, counts)
   p = planted.click_probabilities(model, ids, counts)
-  np.testing.assert_allclose(p.mean(), planted.TARGET_CTR, atol=1e-4)
-  np.testing.assert_allclose(planted.expected_auc(p, p), planted.TARGET_AUC, atol=1e-3)
+  np.testing.assert_allclose(p.mean(), planted._TARGET_CTR, atol=1e-4)
+  np.testing.assert_allclose(planted._expected_auc(p, p), planted._TARGET_AUC, atol=1e-3)
   parts = planted.logit_components(model, ids, counts)
   shares = np.var(parts, axis=1) / np.sum(np.var(parts, axis=1))
-  expected = np.asarray(planted.COMPONENT_SHARES) if num_dense else np.r_[planted.COMPONENT_SHARES[:2], 0.0]
+  expected = np.asarray(planted._COMPONENT_SHARES) if num_dense else np.r_[planted._COMPONENT_SHARES[:2], 0.0]
   np.testing.assert_allclose(shares, expected / expected.sum(), rtol=1e-4, atol=1e-9)
 
 
@@ -133,7 +133,7 @@ def test_pair_logit_variance_by_hand():
 def test_factor_rows_apply_the_decay_of_hashed_fields(small_config):
   data = synthetic.SyntheticCTR(small_config(cardinality_scale=0.03), seed=3)
   rows = data.generate_rows("train", 0, 2000)
-  v = planted.factor_rows(data.planted, rows.ids)  # [N, F, K]
+  v = planted._factor_rows(data.planted, rows.ids)  # [N, F, K]
   total = v.sum(axis=1)
   fm = 0.5 * (np.sum(total * total, axis=1) - np.sum(v * v, axis=(1, 2)))
   np.testing.assert_allclose(fm, planted.logit_components(data.planted, rows.ids, rows.dense_counts)[1],

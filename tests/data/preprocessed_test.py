@@ -77,7 +77,7 @@ def test_shards_give_the_text_path_examples_in_its_order(criteo_dir, tmp_path, m
   assert binary.stats == {"bad_lines": 0,
                           "preprocess_bad_lines_by_split": {"train": 0, "eval": 0, "test": 0}}
 
-  mapper = preprocessed.load_mapping(str(tmp_path / "pre"))
+  mapper = preprocessed._load_mapping(str(tmp_path / "pre"))
   if "hash_rows" in mapping:
     assert mapper == feature_map.HashingMapper(500)
   else:

@@ -195,7 +195,11 @@ def _check_rows(raws, fmt: str, expected_rows):
     np.testing.assert_array_equal(dense, want)
 
 
-@pytest.mark.parametrize("fmt", ["criteo", "avazu"])
+# Criteo in the fast tier; Avazu (tests/data/avazu_test.py in the fast tier) in `make test-all`.
+FMT_CASES = ["criteo", pytest.param("avazu", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("fmt", FMT_CASES)
 @SETTINGS
 @hypothesis.given(data=st.data(), skip=st.booleans())
 def test_any_plain_file_gives_the_reference_rows_or_names_file_and_line(fmt, data, skip):
@@ -218,7 +222,7 @@ def test_any_plain_file_gives_the_reference_rows_or_names_file_and_line(fmt, dat
     assert reader.bad_lines == want[2] and (skip or want[2] == 0)
 
 
-@pytest.mark.parametrize("fmt", ["criteo", "avazu"])
+@pytest.mark.parametrize("fmt", FMT_CASES)
 @SETTINGS
 @hypothesis.given(data=st.data(), damage=st.sampled_from(["none", "cut", "flip", "raw"]),
                   where=st.floats(0, 1), skip=st.booleans())

@@ -40,8 +40,8 @@ def test_round_trip_rolls_shards_and_keeps_file_order(tmp_path):
   assert [s.num_examples for s in info.shards] == [7, 7, 3] and info.num_examples == 17
   assert info.ids_dtype == "int32"
   names = sorted(os.listdir(tmp_path / "s"))
-  assert names == sorted(["split.json"] + [shards.shard_file(k, a) for k in range(3)
-                                           for a in shards.ARRAYS])
+  assert names == sorted(["split.json"] + [shards._shard_file(k, a) for k in range(3)
+                                           for a in shards._ARRAYS])
   # Plain numpy reads a shard; no sfjax needed.
   ids0 = np.load(tmp_path / "s" / "shard_00000.ids.npy", mmap_mode="r")
   assert ids0.dtype == np.int32 and ids0.shape == (7, 2)
@@ -84,11 +84,11 @@ def test_ids_fall_back_to_int64_beyond_int32(tmp_path):
   ids = np.array([[2**31 + 9, 2], [0, 0], [2**31, 1]], np.int64)
   batch = make_batch(ids, np.zeros((3, 0)), [1, 0, 1])
   info = shards.write_split([batch], str(tmp_path / "s"), spec, rows_per_shard=2)
-  assert info.ids_dtype == "int64" and shards.ids_dtype_for(spec) == np.int64
+  assert info.ids_dtype == "int64" and shards._ids_dtype_for(spec) == np.int64
   got = _read_all(shards.ShardSplit(str(tmp_path / "s")))
   np.testing.assert_array_equal(got.ids, ids)
   assert got.dense.shape == (3, 0)  # no dense features (Avazu) round-trips too
-  assert shards.ids_dtype_for(DatasetSpec((FieldSpec("x", 2**31),), 0)) == np.int32
+  assert shards._ids_dtype_for(DatasetSpec((FieldSpec("x", 2**31),), 0)) == np.int32
 
 
 @pytest.fixture
@@ -128,7 +128,7 @@ def test_checksums_are_checked_once_per_shard(split_dir, monkeypatch):
   monkeypatch.setattr(shards.digest, "file_digest", lambda p: calls.append(p) or real(p))
   for _ in range(3):
     _read_all(split)
-  assert len(calls) == 3 * len(shards.ARRAYS)  # 3 shards x 3 files, the first pass only
+  assert len(calls) == 3 * len(shards._ARRAYS)  # 3 shards x 3 files, the first pass only
 
 
 def test_a_wrong_header_or_missing_index_names_the_file(split_dir):

@@ -11,7 +11,7 @@ import pytest
 from sfjax.core import metrics
 from sfjax.data import planted, synthetic
 
-CHUNK = synthetic.CHUNK_ROWS
+CHUNK = synthetic._CHUNK_ROWS
 
 
 
@@ -19,7 +19,7 @@ CHUNK = synthetic.CHUNK_ROWS
 
 def test_cardinalities_are_the_criteo_kaggle_ones():
   # Sum and extremes from data/ctr_dataset_facts.json (criteo_kaggle_total_rows).
-  cards = synthetic.CRITEO_KAGGLE_CARDINALITIES
+  cards = synthetic._CRITEO_KAGGLE_CARDINALITIES
   assert len(cards) == 26 and sum(cards) == 33762577
   assert (cards[2], cards[8], cards[19]) == (10131227, 3, 4)
 
@@ -28,7 +28,7 @@ def test_spec_scales_cardinalities(data):
   rows = data.spec.field_rows
   assert data.spec.num_fields == 26 and data.spec.num_dense == 13
   assert rows[2] == 10131 and rows[3] == 2203 and rows[8] == 4  # round(card * 1e-3), min 4
-  assert rows == tuple(max(4, round(c * 1e-3)) for c in synthetic.CRITEO_KAGGLE_CARDINALITIES)
+  assert rows == tuple(max(4, round(c * 1e-3)) for c in synthetic._CRITEO_KAGGLE_CARDINALITIES)
   assert data.spec.fields[0].name == "C1" and data.stats == {"bad_lines": 0}
 
 
@@ -75,8 +75,8 @@ def test_probabilities_are_the_planted_model_of_the_row(data):
 
 def test_sample_rows_draws_labels_after_the_features(data):
   # The calibration sample relies on this: features alone consume the same draws.
-  rows = synthetic.sample_rows(data.sampler, data.planted, np.random.default_rng(11), 500)
-  ids, counts = synthetic.sample_features(data.sampler, np.random.default_rng(11), 500)
+  rows = synthetic._sample_rows(data.sampler, data.planted, np.random.default_rng(11), 500)
+  ids, counts = synthetic._sample_features(data.sampler, np.random.default_rng(11), 500)
   np.testing.assert_array_equal(rows.ids, ids)
   np.testing.assert_array_equal(rows.dense_counts, counts)
   np.testing.assert_array_equal(rows.probs, planted.click_probabilities(data.planted, ids, counts))
@@ -110,7 +110,7 @@ def test_power_law_rank_probabilities_match_the_bounded_law():
 
 @pytest.mark.parametrize("n", [1, 2, 3, 16, 97, 1000, 10131])
 def test_affine_permutation_is_a_bijection(n):
-  a, b = synthetic.affine_permutation(np.random.default_rng(n), n)
+  a, b = synthetic._affine_permutation(np.random.default_rng(n), n)
   ids = (a * np.arange(n) + b) % n
   assert np.array_equal(np.sort(ids), np.arange(n))
 

@@ -49,14 +49,14 @@ def test_gzip_is_read_transparently(tmp_path, write_file):
   text = "1,a\n0,b\n"
   plain = write_file(tmp_path / "x.csv", text)
   packed = write_file(tmp_path / "x.csv.gz", text, gz=True)
-  with text_io.open_binary(plain) as f1, text_io.open_binary(packed) as f2:
+  with text_io._open_binary(plain) as f1, text_io._open_binary(packed) as f2:
     assert f1.read() == f2.read() == text.encode()
 
 
 def test_line_chunks_number_lines_from_one_per_file(tmp_path, write_file):
   path = write_file(tmp_path / "x.csv", "".join(f"0,{i}\n" for i in range(5)))
-  with text_io.open_binary(path) as f:
-    chunks = list(text_io.iter_line_chunks(f, path, chunk_lines=2))
+  with text_io._open_binary(path) as f:
+    chunks = list(text_io._iter_line_chunks(f, path, chunk_lines=2))
   assert [c.first_line for c in chunks] == [1, 3, 5]
   assert [len(c.lines) for c in chunks] == [2, 2, 1]
   assert chunks[2].lines == [b"0,4\n"]

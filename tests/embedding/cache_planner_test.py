@@ -246,7 +246,7 @@ def _check_simulation(batches, capacity, lookahead, policy, retire_draws):
 
 
 @settings(max_examples=100, deadline=None)
-@given(case=random_streams(), policy=st.sampled_from(cache_planner.POLICIES))
+@given(case=random_streams(), policy=st.sampled_from(cache_planner.CACHE_POLICIES))
 def test_plans_keep_cache_consistent_and_never_lose_rows(case, policy):
   batches, capacity, lookahead, retire_draws = case
   _check_simulation(batches, capacity, lookahead, policy, retire_draws)
@@ -254,12 +254,12 @@ def test_plans_keep_cache_consistent_and_never_lose_rows(case, policy):
 
 @settings(max_examples=50, deadline=None)
 @given(batches=batches_st, capacity=st.integers(1, 20), lookahead=st.integers(1, 4),
-       policy=st.sampled_from(cache_planner.POLICIES), retire_draws=st.lists(st.integers(0, 4), max_size=25))
+       policy=st.sampled_from(cache_planner.CACHE_POLICIES), retire_draws=st.lists(st.integers(0, 4), max_size=25))
 def test_plans_on_edge_case_streams(batches, capacity, lookahead, policy, retire_draws):
   _check_simulation(batches, capacity, lookahead, policy, retire_draws)
 
 
-@pytest.mark.parametrize("policy", cache_planner.POLICIES)
+@pytest.mark.parametrize("policy", cache_planner.CACHE_POLICIES)
 def test_ignoring_fill_after_step_reads_stale_rows(policy):
   rng = np.random.default_rng(1)
   batches = [sorted(rng.choice(12, size=4, replace=False).tolist()) for _ in range(60)]

@@ -16,7 +16,7 @@ def test_created_files_reopen_and_count(tmp_path):
   files.write_meta(str(tmp_path), spec, 2, clean=True)
   for array in (values, slots, flags):
     array.flush()
-  meta = files.read_meta(str(tmp_path / files.META_FILE))
+  meta = files.read_table_meta(str(tmp_path / files.META_FILE))
   assert meta["num_materialised"] == 2 and meta["clean"] and meta["width"] == 3
   values, slots, flags = files.open_arrays(str(tmp_path), 10, 3, 2, writable=False)
   assert values[4].tolist() == [1.5] * 3 and slots[4].tolist() == [-2.0, -2.0]
@@ -25,7 +25,7 @@ def test_created_files_reopen_and_count(tmp_path):
     files.open_arrays(str(tmp_path), 10, 4, 2, writable=False)
   (tmp_path / files.META_FILE).write_text(json.dumps({**meta, "clean": "yes"}))
   with pytest.raises(ValueError, match="key 'clean' has wrong type str"):
-    files.read_meta(str(tmp_path / files.META_FILE))
+    files.read_table_meta(str(tmp_path / files.META_FILE))
 
 
 def test_count_written_scans_in_blocks(monkeypatch):

@@ -38,13 +38,13 @@ def test_init_rows_spread_matches_stddev():
 
 
 def test_hash_uniform_in_unit_interval():
-  u = initializers.hash_uniform(1, 2, np.arange(5000, dtype=np.uint64), 4)
+  u = initializers._hash_uniform(1, 2, np.arange(5000, dtype=np.uint64), 4)
   chex.assert_shape(u, (5000, 4))
   assert u.dtype == np.float64
   assert u.min() >= 0.0 and u.max() < 1.0
   assert abs(u.mean() - 0.5) < 0.01
   # Stream and seed select independent values; the key is reduced mod 2**64 in either dtype.
-  assert not np.any(initializers.hash_uniform(1, 3, np.arange(5000), 4) == u)
-  chex.assert_trees_all_equal(initializers.hash_uniform(1, 2, np.arange(5000, dtype=np.int64), 4), u)
-  chex.assert_trees_all_equal(initializers.hash_uniform(-1, 2, np.arange(3), 1),
-                              initializers.hash_uniform(2**64 - 1, 2, np.arange(3), 1))
+  assert not np.any(initializers._hash_uniform(1, 3, np.arange(5000), 4) == u)
+  chex.assert_trees_all_equal(initializers._hash_uniform(1, 2, np.arange(5000, dtype=np.int64), 4), u)
+  chex.assert_trees_all_equal(initializers._hash_uniform(-1, 2, np.arange(3), 1),
+                              initializers._hash_uniform(2**64 - 1, 2, np.arange(3), 1))

@@ -141,7 +141,7 @@ def test_from_config(name):
   from experiments.configs import ctr
   cfg = ctr.get_config().embedding
   cfg.optimizer = name
-  opt = ro.from_config(cfg)
+  opt = ro.row_optimizer_from_config(cfg)
   assert opt.name == name
   assert opt.initial_slot_row(3).shape == (opt.slot_width(3),)
 
@@ -151,7 +151,7 @@ def test_bad_config_names_field():
   cfg = ctr.get_config().embedding
   cfg.optimizer = "lamb"
   with pytest.raises(ValueError, match="embedding.optimizer"):
-    ro.from_config(cfg)
+    ro.row_optimizer_from_config(cfg)
   with pytest.raises(ValueError, match="initial_accumulator"):
     ro.adagrad(0.1, initial_accumulator=0.0)
   with pytest.raises(ValueError, match="rowwise_adagrad initial_accumulator"):

@@ -17,7 +17,7 @@ import pytest
 
 from experiments.configs import pipeline_ctr
 from search_spaces import blocks, ctr
-from sfjax.automl.pipeline import parse_steps
+from sfjax.automl.pipeline import parse_steps, set_step_flags, take_step_flags
 from sfjax.ctr_pipeline import steps as pipeline_steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -114,3 +114,54 @@ def test_config_variants_pass_every_step_check():
     assert config.task.data.synthetic.test_rows > 0
   with pytest.raises(ValueError, match="unknown config variant"):
     pipeline_ctr.get_config("tiny")
+
+
+def _leaves(block):
+  if hasattr(block, "items"):
+    return {f"{k}.{path}".rstrip("."): v for k, sub in block.items()
+            for path, v in _leaves(sub).items()}
+  return {"": block}
+
+
+def test_step_blocks_hold_only_overrides_of_the_library_defaults():
+  kinds = pipeline_steps.ctr_step_kinds({"ctr": ctr.SEARCH_SPACE})
+  for variant in ("", "smoke"):
+    config = pipeline_ctr.get_config(variant)
+    for name, block in config.steps.items():
+      kind = kinds[block.type]
+      if kind.defaults is None:
+        continue
+      defaults = _leaves(kind.defaults())
+      for path, value in _leaves(block).items():
+        # Each key is a setting of the kind (else the engine refuses it), none repeats its default.
+        assert path == "type" or (path in defaults and defaults[path] != value), (name, path)
+  # pipeline_ctr.py held 166 leaves when its steps copied whole search and trainer blocks.
+  assert len(_leaves(pipeline_ctr.get_config())) == 50
+
+
+def test_step_flags_may_set_a_setting_the_block_lacks():
+  kinds = pipeline_steps.ctr_step_kinds({"ctr": ctr.SEARCH_SPACE})
+  config = pipeline_ctr.get_config()
+  assert "trainer" not in config.steps.fully_train and "executor" not in config.steps.nas.study
+  _, flags = take_step_flags(["--config.steps.fully_train.trainer.embedding.backend=cache",
+                              "--config.steps.nas.study.asha.eta=2",
+                              "--config.steps.hpo.study.tpe.n_startup_trials=4"])
+  set_step_flags(config, flags, kinds)
+  specs = {s.name: s for s in parse_steps(config, kinds)}
+  assert specs["fully_train"].block.trainer.embedding.backend == "cache"
+  assert specs["fully_train"].block.trainer.train.steps == 3000  # the library's recipe
+  assert specs["nas"].block.study.asha.eta == 2 and specs["nas"].block.study.num_trials == 32
+  assert specs["hpo"].block.study.tpe.n_startup_trials == 4
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--config.steps.nas.study.num_trial=3", "error: config field steps.nas.study.num_trial: "
+     "unknown setting of step 'nas' (nas); did you mean steps.nas.study.num_trials?"),
+    ("--config.steps.hpo.study.eta=2", "error: --config.steps.hpo.study.eta: algorithm settings "
+     "live in their algorithm's block now: use --config.steps.hpo.study.asha.eta"),
+])
+def test_a_bad_step_flag_exits_2_in_one_line_naming_the_key(tmp_path, flag, message):
+  r = subprocess.run(_command(str(tmp_path / "bad")) + [flag], cwd=ROOT, env=_env(),
+                     capture_output=True, text=True, timeout=120)
+  assert r.returncode == 2 and r.stderr.startswith(message) and r.stderr.count("\n") == 1
+  assert not (tmp_path / "bad" / "steps").exists()

@@ -73,6 +73,13 @@ def test_bad_override_key_fails_naming_it(tmp_path):
   assert "num_trialz" in r.stderr
 
 
+def test_a_flat_algorithm_setting_fails_in_one_line_naming_its_block(tmp_path):
+  r = _run(tmp_path, "--config.study.algorithm=hyperband", "--config.study.eta=2", timeout=120)
+  assert r.returncode == 2 and not os.listdir(tmp_path)
+  assert r.stderr.startswith("error: --config.study.eta: ") and r.stderr.count("\n") == 1
+  assert "use --config.study.hyperband.eta " in r.stderr
+
+
 def test_bad_cohort_width_fails_naming_the_field(tmp_path):
   r = _run(tmp_path, "--config.study.cohort_width=wide", timeout=120)
   assert r.returncode != 0
@@ -83,7 +90,7 @@ def test_bad_cohort_width_fails_naming_the_field(tmp_path):
 def test_tiny_multi_objective_search_with_nsga2(tmp_path):
   r = _run(tmp_path, "--config.study.algorithm=nsga2", "--config.study.objectives=auc:max,params:min",
            "--config.study.num_trials=3", "--config.study.ask_batch=3",
-           "--config.study.population_size=2", "--config.task.eval_rows=1024")
+           "--config.study.nsga2.population_size=2", "--config.task.eval_rows=1024")
   assert r.returncode == 0, r.stderr[-3000:]
   summary = json.loads(r.stdout.strip().splitlines()[-1])
   assert summary["num_trials_done"] == 3 and summary["pareto_front"]

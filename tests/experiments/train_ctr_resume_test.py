@@ -101,7 +101,7 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path, backend):
   assert f"step_{killed_at:08d} (step {killed_at})" in stderr  # "resuming from ..."
   assert final["step"] == STEPS
   assert loop.training_result(final) == loop.training_result(ref)
-  records = [json.loads(l) for l in open(tmp_path / "run" / "metrics.jsonl")]
+  records = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
   assert [r["step"] for r in records] == list(range(EVAL_EVERY, STEPS + 1, EVAL_EVERY))
   chex.assert_trees_all_equal(_final_checkpoint(tmp_path / "run", backend),
                               _final_checkpoint(tmp_path / "ref", backend))

@@ -34,7 +34,7 @@ def test_cli_overrides_and_outputs(tmp_path):
   assert r.returncode == 0, r.stderr[-3000:]
   final = json.loads(r.stdout.strip().splitlines()[-1])
   assert final["step"] == 60 and "oracle_auc" in final
-  records = [json.loads(l) for l in open(cli_dir / "metrics.jsonl")]
+  records = [json.loads(line) for line in open(cli_dir / "metrics.jsonl")]
   assert [x["step"] for x in records] == [20, 40, 60]
   cfg = json.load(open(cli_dir / "config.json"))
   assert cfg["model"]["name"] == "dcnv2" and cfg["seed"] == 3

@@ -5,7 +5,6 @@ new module that breaks the layering fails here, naming the file and the import.
 """
 
 import ast
-import os
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

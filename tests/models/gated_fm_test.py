@@ -33,7 +33,7 @@ def _model(**kw):
 def test_pairs_and_inner_products_by_hand():
   assert gated_fm.all_field_pairs(3) == ((0, 1), (0, 2), (1, 2))
   v = jnp.array([[[1.0, 2.0], [3.0, -1.0], [0.5, 0.5]]])  # [B=1, F=3, D=2]
-  chex.assert_trees_all_close(gated_fm.pair_inner_products(v, np.array(gated_fm.all_field_pairs(3))),
+  chex.assert_trees_all_close(gated_fm._pair_inner_products(v, np.array(gated_fm.all_field_pairs(3))),
                               jnp.array([[1.0, 1.5, 1.0]]))
   assert gated_fm.check_pairs([[0, 2], (1, 2)], 3) == ((0, 2), (1, 2))
   with pytest.raises(ValueError, match=r"model.pairs: every pair must be \(i, j\) with 0 <= i < j < 3"):
@@ -50,14 +50,14 @@ def test_the_gated_layer_by_hand_without_bn():
 def test_the_gated_layer_by_hand_with_bn_and_its_running_moments():
   model = _model(bn_momentum=0.9)
   logits = model(jnp.asarray(EMB), jnp.zeros((2, 1)))  # train mode: batch moments
-  normed = (PRODUCTS - PRODUCTS.mean(0)) / np.sqrt(PRODUCTS.var(0) + gated_fm.BN_EPS)
+  normed = (PRODUCTS - PRODUCTS.mean(0)) / np.sqrt(PRODUCTS.var(0) + gated_fm._BN_EPS)
   chex.assert_trees_all_close(logits, jnp.asarray(0.5 + FIRST + normed @ GATES), atol=1e-5)
   mean, var = model.pair_norm.mean[...], model.pair_norm.var[...]
   chex.assert_trees_all_close(mean, jnp.asarray(0.1 * PRODUCTS.mean(0)), atol=1e-6)
   chex.assert_trees_all_close(var, jnp.asarray(0.9 + 0.1 * PRODUCTS.var(0)), atol=1e-6)
   model.eval()  # running moments, nothing updated
   logits = model(jnp.asarray(EMB), jnp.zeros((2, 1)))
-  running = (PRODUCTS - np.asarray(mean)) / np.sqrt(np.asarray(var) + gated_fm.BN_EPS)
+  running = (PRODUCTS - np.asarray(mean)) / np.sqrt(np.asarray(var) + gated_fm._BN_EPS)
   chex.assert_trees_all_close(logits, jnp.asarray(0.5 + FIRST + running @ GATES), atol=1e-5)
   chex.assert_trees_all_equal(model.pair_norm.mean[...], mean)
 

@@ -14,13 +14,13 @@ from sfjax.models import registry
 
 def test_straight_through_membership():
   logits = jnp.array([[[0.0, 2.0], [1.0, -1.0]], [[3.0, 0.0], [-0.5, 0.5]]])  # [F=2, G=2, 2]
-  chex.assert_trees_all_equal(gi.straight_through_membership(logits, None, 1.0, False),
+  chex.assert_trees_all_equal(gi._straight_through_membership(logits, None, 1.0, False),
                               jnp.array([[1.0, 0.0], [0.0, 1.0]]))
   key = jax.random.key(0)
-  m = gi.straight_through_membership(logits, key, 0.5, True)
+  m = gi._straight_through_membership(logits, key, 0.5, True)
   assert set(np.unique(np.asarray(m))) <= {0.0, 1.0}
   # The gradient is that of the soft sample's 'member' probability (straight-through).
-  grad = jax.grad(lambda x: gi.straight_through_membership(x, key, 0.5, True).sum())(logits)
+  grad = jax.grad(lambda x: gi._straight_through_membership(x, key, 0.5, True).sum())(logits)
   gumbel = jax.random.gumbel(key, logits.shape)
   soft_grad = jax.grad(lambda x: jax.nn.softmax((x + gumbel) / 0.5, axis=-1)[..., 1].sum())(logits)
   chex.assert_trees_all_close(grad, soft_grad, atol=1e-6)

@@ -23,7 +23,7 @@ _HLO = """
 
 
 def test_hand_written_collectives_are_sized_per_device():
-  found = collectives.parse_collectives(_HLO, num_devices=8)
+  found = collectives._parse_collectives(_HLO, num_devices=8)
   assert [c.kind for c in found] == ["all-reduce", "all-gather", "reduce-scatter", "all-to-all",
                                      "all-gather"]  # done / fusion / 1-device groups skipped
   ar, ag, rs, a2a, ags = found

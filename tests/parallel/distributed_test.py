@@ -12,13 +12,13 @@ import chex
 import jax
 import numpy as np
 import pytest
-import two_processes  # tests/parallel/two_processes.py
 
 from experiments.configs import ctr
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset as dataset_lib
 from sfjax.parallel import distributed
 from sfjax.train import loop
+from tests.parallel import two_processes  # launches two jax.distributed processes
 
 _STEPS = 12
 
@@ -39,31 +39,31 @@ def _config(optimizer="adagrad"):
 def test_no_distributed_block_or_empty_fields_is_one_process(monkeypatch):
   monkeypatch.delenv(distributed.ENV_COORDINATOR, raising=False)
   c = _config()
-  assert not distributed.settings(c).enabled
+  assert not distributed.distributed_settings(c).enabled
   del c["distributed"]
-  assert not distributed.settings(c).enabled
-  assert distributed.initialize(c) == 1
+  assert not distributed.distributed_settings(c).enabled
+  assert distributed.initialize_distributed(c) == 1
 
 
 def test_explicit_fields():
   c = _config()
   c.distributed.coordinator, c.distributed.num_processes, c.distributed.process_id = (
       "10.0.0.1:1234", 2, 1)
-  s = distributed.settings(c)
+  s = distributed.distributed_settings(c)
   assert s == distributed.Settings("10.0.0.1:1234", 2, 1, False) and s.enabled
 
 
 def test_environment_variables(monkeypatch):
   monkeypatch.setenv(distributed.ENV_COORDINATOR, "host0:999")
-  monkeypatch.setenv(distributed.ENV_NUM_PROCESSES, "4")
-  monkeypatch.setenv(distributed.ENV_PROCESS_ID, "3")
-  assert distributed.settings(_config()) == distributed.Settings("host0:999", 4, 3, False)
-  monkeypatch.setenv(distributed.ENV_PROCESS_ID, "x")
+  monkeypatch.setenv(distributed._ENV_NUM_PROCESSES, "4")
+  monkeypatch.setenv(distributed._ENV_PROCESS_ID, "3")
+  assert distributed.distributed_settings(_config()) == distributed.Settings("host0:999", 4, 3, False)
+  monkeypatch.setenv(distributed._ENV_PROCESS_ID, "x")
   with pytest.raises(ConfigError, match="JAX_PROCESS_ID"):
-    distributed.settings(_config())
-  monkeypatch.delenv(distributed.ENV_PROCESS_ID)
+    distributed.distributed_settings(_config())
+  monkeypatch.delenv(distributed._ENV_PROCESS_ID)
   with pytest.raises(ConfigError, match="JAX_PROCESS_ID"):
-    distributed.settings(_config())
+    distributed.distributed_settings(_config())
 
 
 @pytest.mark.parametrize("field,value,match", [
@@ -79,7 +79,7 @@ def test_bad_fields_name_the_field(field, value, match, monkeypatch):
   c = {"distributed": {"coordinator": "127.0.0.1:1", "num_processes": 2, "process_id": 0}}
   c["distributed"][field] = value  # a plain dict: any type reaches the check
   with pytest.raises(ConfigError, match=match):
-    distributed.settings(c)
+    distributed.distributed_settings(c)
 
 
 def test_processes_without_a_coordinator_name_the_field(monkeypatch):
@@ -87,7 +87,7 @@ def test_processes_without_a_coordinator_name_the_field(monkeypatch):
   c = _config()
   c.distributed.num_processes = 2
   with pytest.raises(ConfigError, match=r"distributed\.coordinator: required"):
-    distributed.settings(c)
+    distributed.distributed_settings(c)
 
 
 # ---- one-process behaviour of the helpers -----------------------------------------
@@ -108,10 +108,10 @@ def test_one_process_helpers_are_identities():
 
 def test_fingerprint_sees_values_shapes_and_dtypes():
   a = np.arange(4, dtype=np.int32)
-  assert np.array_equal(distributed.fingerprint(a), distributed.fingerprint(a.copy()))
-  assert not np.array_equal(distributed.fingerprint(a), distributed.fingerprint(a + 1))
-  assert not np.array_equal(distributed.fingerprint(a), distributed.fingerprint(a.reshape(2, 2)))
-  assert not np.array_equal(distributed.fingerprint(a), distributed.fingerprint(a.astype(np.int64)))
+  assert np.array_equal(distributed._fingerprint(a), distributed._fingerprint(a.copy()))
+  assert not np.array_equal(distributed._fingerprint(a), distributed._fingerprint(a + 1))
+  assert not np.array_equal(distributed._fingerprint(a), distributed._fingerprint(a.reshape(2, 2)))
+  assert not np.array_equal(distributed._fingerprint(a), distributed._fingerprint(a.astype(np.int64)))
 
 
 # ---- two processes x 4 devices --------------------------------------------------------
@@ -128,7 +128,7 @@ _WORKER = textwrap.dedent("""
     c.update_from_flattened_dict(json.loads(cfg_json))
     c.distributed.coordinator = "127.0.0.1:" + port
     c.distributed.num_processes, c.distributed.process_id = 2, pid
-    assert distributed.initialize(c) == 2
+    assert distributed.initialize_distributed(c) == 2
     import jax
     from sfjax.data import dataset as dataset_lib
     from sfjax.train import loop

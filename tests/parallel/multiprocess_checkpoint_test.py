@@ -26,7 +26,6 @@ import textwrap
 import chex
 import numpy as np
 import pytest
-import two_processes  # tests/parallel/two_processes.py
 
 from experiments.configs import ctr
 from sfjax.checkpoint import checkpointer as checkpoint
@@ -34,6 +33,7 @@ from sfjax.checkpoint import export
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import row_optimizers
 from sfjax.train import loop
+from tests.parallel import two_processes  # launches two jax.distributed processes
 
 _STEPS, _CUT = 12, 6  # the copies resume from step _CUT's checkpoint
 _OPTIMIZERS = tuple(o for o in row_optimizers.ROW_OPTIMIZER_NAMES if o != "adagrad")
@@ -87,7 +87,7 @@ _WORKER = textwrap.dedent("""
       c.update_from_flattened_dict(job["cfg"])
       c.distributed.coordinator = "127.0.0.1:" + port
       c.distributed.num_processes, c.distributed.process_id = 2, pid
-      assert distributed.initialize(c) == 2
+      assert distributed.initialize_distributed(c) == 2
       import jax
       from sfjax.data import dataset as dataset_lib
       from sfjax.train import loop

@@ -49,6 +49,7 @@ def test_every_sampled_point_is_a_valid_spec():
   assert kinds == set(generator.BLOCK_TYPES) | set(generator.COMBINES)
 
 
+@pytest.mark.slow  # compiles two generated models (tests/models/generator_test.py: each block)
 def test_sampled_points_build_and_run_under_jit():
   space = blocks.block_space(tower_widths=(8,), embed_dims=(2, 3))
   rng = np.random.default_rng(1)
@@ -67,6 +68,7 @@ def test_sampled_points_build_and_run_under_jit():
     chex.assert_tree_all_finite(out)
 
 
+@pytest.mark.slow  # a whole search in-process (its search loop: tests/ctr_search)
 def test_a_tiny_search_over_generated_models_completes(tmp_path):
   c = search_ctr.get_config("smoke")
   s = c.task.data.synthetic
@@ -83,7 +85,7 @@ def test_a_tiny_search_over_generated_models_completes(tmp_path):
 
 
 def _point(blocks_on, combine="parallel", tower=True, linear=True, bottom=None, **settings):
-  values = {f"model.{kind}.use": kind in blocks_on for kind in blocks.BLOCK_TYPES}
+  values = {f"model.{kind}.use": kind in blocks_on for kind in blocks.BLOCK_KINDS}
   values.update({"model.combine": combine, "model.dense.linear": linear,
                  "model.embedding.num_groups": 1, "model.embedding.group0.dim": 16,
                  "model.tower.use": tower, "model.dense.bottom.use": bottom is not None})

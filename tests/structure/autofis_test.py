@@ -58,7 +58,7 @@ def test_planted_pairs_are_the_top_variance_pairs():
 
 @pytest.fixture(scope="module")
 def searched():
-  data = autofis.st.prepare_data(TASK, SETTINGS)
+  data = autofis.st.prepare_trial_data(TASK, SETTINGS)
   return data, autofis.run_autofis(TASK, SETTINGS, data=data)
 
 

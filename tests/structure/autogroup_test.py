@@ -38,7 +38,7 @@ def test_bad_settings_name_the_field(kwargs, field):
 
 @pytest.fixture(scope="module")
 def searched():
-  data = st.prepare_data(TASK, SETTINGS)
+  data = st.prepare_trial_data(TASK, SETTINGS)
   return data, autogroup.run_autogroup(TASK, SETTINGS, data=data)
 
 

@@ -33,7 +33,9 @@ def _gated(data, **kw):
 
 def _key_data(tree):
   """`tree` with PRNG keys as their integer data (chex compares numbers)."""
-  is_key = lambda x: jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)  # noqa: E731
+  def is_key(x):
+    return jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
   return jax.tree.map(lambda x: jax.random.key_data(x) if is_key(x) else x, tree)
 
 
@@ -94,7 +96,10 @@ def test_windows_equal_one_run_and_no_recompile(data):
                           default="net")
   adam = row_optimizers.adam(0.01)
   runner = st.make_runner(nnx.graphdef(model), tx, adam)
-  fresh = lambda: st.init_state(model, tx, adam, data.num_rows, seed=0, init_stddev=0.1)  # noqa: E731
+
+  def fresh():
+    return st.init_state(model, tx, adam, data.num_rows, seed=0, init_stddev=0.1)
+
   one, losses_one = st.train(fresh(), data, runner, 0, 12, window=12)
   split, losses_split = st.train(fresh(), data, runner, 0, 12, window=4)
   chex.assert_trees_all_close(_key_data(one), _key_data(split), atol=1e-6)
@@ -114,7 +119,7 @@ def test_eval_graph_reads_running_moments_and_split_metrics(data):
   tx = st.group_optimizer({"net": optax.sgd(0.1), "gates": None}, default="net")
   state = st.init_state(model, tx, row_optimizers.sgd(0.1), data.num_rows, seed=0,
                         init_stddev=0.1)
-  logits = st.eval_logits(eval_graphdef, state, data)
+  logits = st.host_eval_logits(eval_graphdef, state, data)
   assert logits.shape == data.eval_labels.shape
   # Running moments (0, 1) at init: the eval forward is the plain gated FM.
   plain = registry.build_model("gated_fm", num_fields=data.spec.num_fields, embed_dim=2,
@@ -122,7 +127,7 @@ def test_eval_graph_reads_running_moments_and_split_metrics(data):
                                pairs=((0, 1), (2, 3), (1, 4)), pair_norm=False)
   plain_graphdef, plain_params = nnx.split(plain)
   plain_state = state._replace(params=plain_params)
-  np.testing.assert_allclose(logits, st.eval_logits(plain_graphdef, plain_state, data),
+  np.testing.assert_allclose(logits, st.host_eval_logits(plain_graphdef, plain_state, data),
                              rtol=1e-4, atol=1e-4)
   out = st.split_metrics(data, logits)
   real = np.flatnonzero(data.eval_mask > 0)

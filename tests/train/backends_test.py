@@ -1,7 +1,6 @@
 """Embedding backends: registries, settings errors naming the field, one compile, equal eval."""
 
 import chex
-import jax
 import ml_collections
 import numpy as np
 import pytest
@@ -65,8 +64,9 @@ def test_mmap_storage_needs_host_path(data):
     loop.build_trainer(_config("cache", host_storage="mmap", host_path=""), data.spec)
 
 
-@pytest.mark.parametrize("backend,num_devices", [("device", 1), ("cache", 1), ("device", 8),
-                                                 ("cache", 8)])
+@pytest.mark.parametrize("backend,num_devices", [  # the cache's: cache_backend_test (fast)
+    ("device", 1), *(pytest.param(*case, marks=pytest.mark.slow)
+                     for case in (("cache", 1), ("device", 8), ("cache", 8)))])
 def test_make_step_compiles_once(data, backend, num_devices):
   c = _config(backend)
   c.train.num_devices = num_devices

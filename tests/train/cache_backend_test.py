@@ -55,7 +55,12 @@ def _host_rows(run):
   return run.trainer.backend.host_table.read_all()
 
 
-@pytest.mark.parametrize("optimizer", row_optimizers.ROW_OPTIMIZER_NAMES)
+# One optimizer with slots in the fast tier; the rest in `make test-all` (tests/conftest.py).
+OPTIMIZERS = [pytest.param(name, marks=() if name == "adagrad" else pytest.mark.slow)
+              for name in row_optimizers.ROW_OPTIMIZER_NAMES]
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_cache_training_equals_device_reference(optimizer):
   ref = _train(_config(optimizer, "device"))
   got = _train(_config(optimizer, "cache", cache_policy="lru"))
@@ -91,6 +96,7 @@ def test_host_table_state_bytes_per_row(optimizer, slot_width, row_bytes):
       slots, np.full((2, slot_width), c.embedding.adagrad_initial_accumulator, np.float32))
 
 
+@pytest.mark.slow  # another policy of test_cache_training_equals_device_reference
 def test_lfu_and_longer_lookahead_also_match():
   ref = _train(_config("adagrad", "device"))
   got = _train(_config("adagrad", "cache", cache_policy="lfu", lookahead=3,
@@ -158,7 +164,7 @@ class _FailingData:
     return self._inner.eval_batches(split, batch_size)
 
 
-@pytest.mark.parametrize("backend", ["device", "cache"])
+@pytest.mark.parametrize("backend", [pytest.param("device", marks=pytest.mark.slow), "cache"])
 def test_stage_failure_propagates_and_threads_stop(backend):
   c = _config("adagrad", backend)
   data = _FailingData(dataset_lib.make_dataset(c.data, c.seed), fail_after=10)

@@ -81,7 +81,7 @@ def test_zero_is_allowed_where_the_bound_is_inclusive(field):
     ("embedding.backend", "ps", tuple(backends.BACKENDS), {}),
     ("embedding.optimizer", "lamb", row_optimizers.ROW_OPTIMIZER_NAMES, {}),
     ("optimizer.name", "lamb", optimizers.DENSE_OPTIMIZER_NAMES, {}),
-    ("embedding.cache_policy", "fifo", cache_planner.POLICIES, {"embedding__backend": "cache"}),
+    ("embedding.cache_policy", "fifo", cache_planner.CACHE_POLICIES, {"embedding__backend": "cache"}),
     ("embedding.host_storage", "s3", tuple(backends.HOST_STORAGES),
      {"embedding__backend": "cache"}),
 ])
@@ -127,11 +127,11 @@ def _real(low, low_ok=True, high=None):
 
 
 def _dims_ok(v):
-  return isinstance(v, (tuple, list)) and all(_int_in(1, config_check.MAX_COUNT)(x) for x in v)
+  return isinstance(v, (tuple, list)) and all(_int_in(1, config_check._MAX_COUNT)(x) for x in v)
 
 
 def _cache_rows_ok(v):
-  return (_real(0.0, low_ok=False)(v) and v <= config_check.MAX_COUNT
+  return (_real(0.0, low_ok=False)(v) and v <= config_check._MAX_COUNT
           and (v < 1 or float(v).is_integer()))
 
 
@@ -149,15 +149,15 @@ _COMMON_FIELDS = {
     "model.name": _name_in(models.MODEL_NAMES),
     "embedding.backend": _name_in(backends.BACKENDS),
     "embedding.optimizer": _name_in(row_optimizers.ROW_OPTIMIZER_NAMES),
-    "embedding.cache_policy": _name_in(cache_planner.POLICIES),
+    "embedding.cache_policy": _name_in(cache_planner.CACHE_POLICIES),
     "optimizer.name": _name_in(optimizers.DENSE_OPTIMIZER_NAMES),
-    "data.shuffle_buffer": _int_in(0, config_check.MAX_COUNT),
+    "data.shuffle_buffer": _int_in(0, config_check._MAX_COUNT),
     "data.skip_bad_lines": lambda v: isinstance(v, bool),
     "model.embed_dim": _int_in(1),
     "model.mlp_dims": _dims_ok,
     "model.cin_dims": _dims_ok,
-    "model.cross_layers": _int_in(0, config_check.MAX_COUNT),
-    "model.attention_heads": _int_in(1, config_check.MAX_COUNT),
+    "model.cross_layers": _int_in(0, config_check._MAX_COUNT),
+    "model.attention_heads": _int_in(1, config_check._MAX_COUNT),
     "embedding.lookahead": _int_in(1, 1024),
     "embedding.cache_rows": _cache_rows_ok,
     "embedding.learning_rate": _real(0.0, low_ok=False),
@@ -165,7 +165,7 @@ _COMMON_FIELDS = {
     "embedding.init_stddev": _real(0.0),
     "embedding.adam_b1": _real(0.0, high=1.0),
     "embedding.ftrl_initial_accumulator": _real(0.0),
-    "embedding.unique_capacity": _int_in(0, config_check.MAX_COUNT),
+    "embedding.unique_capacity": _int_in(0, config_check._MAX_COUNT),
     "optimizer.learning_rate": _real(0.0, low_ok=False),
     "optimizer.weight_decay": _real(0.0),
     "train.steps": _int_in(1),
@@ -179,7 +179,7 @@ _COMMON_FIELDS = {
     "checkpoint.keep": _int_in(1, math.inf),
 }
 _FORMAT_FIELDS = {
-    "criteo": {"data.hash_rows": _int_in(0, config_check.MAX_COUNT),
+    "criteo": {"data.hash_rows": _int_in(0, config_check._MAX_COUNT),
                "data.min_count": _int_in(1)},
     "synthetic": {"data.synthetic.num_train": _int_in(1),
                   "data.synthetic.cardinality_scale": _real(0.0, low_ok=False),

@@ -34,7 +34,7 @@ def test_every_choice_default_is_a_registered_name():
   assert c.data.format in dataset.KNOWN_FORMATS
   assert c.embedding.backend in backends.BACKENDS
   assert c.embedding.host_storage in backends.HOST_STORAGES
-  assert c.embedding.cache_policy in cache_planner.POLICIES
+  assert c.embedding.cache_policy in cache_planner.CACHE_POLICIES
 
 
 def test_every_row_optimizer_finds_its_settings_in_the_defaults():

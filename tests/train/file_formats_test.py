@@ -19,7 +19,8 @@ def criteo_files(tmp_path_factory):
   return root
 
 
-@pytest.mark.parametrize("mapping", [{"hash_rows": 2000}, {"min_count": 2}])
+@pytest.mark.parametrize("mapping", [{"hash_rows": 2000},
+                                     pytest.param({"min_count": 2}, marks=pytest.mark.slow)])
 def test_train_from_criteo_files(criteo_files, mapping):
   c = ctr.get_config("smoke")
   c.data.format = "criteo"

@@ -12,7 +12,7 @@ from sfjax.train import grda
 
 def test_soft_threshold():
   x = jnp.array([-3.0, -0.5, 0.0, 0.5, 2.0])
-  chex.assert_trees_all_close(grda.soft_threshold(x, 1.0), jnp.array([-2.0, 0.0, 0.0, 0.0, 1.0]))
+  chex.assert_trees_all_close(grda._soft_threshold(x, 1.0), jnp.array([-2.0, 0.0, 0.0, 0.0, 1.0]))
 
 
 def test_matches_the_formula_by_hand():

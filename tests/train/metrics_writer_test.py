@@ -80,7 +80,7 @@ def test_resume_keeps_records_up_to_the_checkpoint_and_appends(tmp_path):
   writer = metrics_writer.MetricsWriter(str(tmp_path), _config(), resume_step=10)
   writer.close()
   assert _lines(path) == [{"step": 10, "auc": 0.6}]
-  assert metrics_writer.read_records(str(tmp_path / "absent.jsonl")) == []
+  assert metrics_writer._read_records(str(tmp_path / "absent.jsonl")) == []
 
 
 def test_tensorboard_gets_each_record_and_step_losses_and_a_resume_has_no_duplicates(tmp_path):
@@ -89,7 +89,7 @@ def test_tensorboard_gets_each_record_and_step_losses_and_a_resume_has_no_duplic
     writer.write({"step": 4, "auc": 0.7, "split": "eval", "cache": {"hit_rate": 0.5}})
     writer.write_losses(5, [0.5, 0.4])
   scalars = tensorboard.read_scalars(str(tmp_path))
-  steps, values = zip(*scalars["train/loss"])  # float32 in the event file
+  steps, values = zip(*scalars["train/loss"], strict=True)  # float32 in the event file
   assert steps == (1, 2, 4, 5, 6) and values == pytest.approx((0.9, 0.8, 0.6, 0.5, 0.4))
   assert scalars["eval/auc"] == [(4, pytest.approx(0.7))]
   assert scalars["eval/cache/hit_rate"] == [(4, 0.5)] and "eval/split" not in scalars

@@ -127,7 +127,7 @@ def test_hyperparameters_are_injected_into_the_state(name):
 def test_from_config_reads_the_optimizer_block():
   c = ctr.get_config().optimizer
   c.name, c.learning_rate, c.weight_decay = "sgd", LR, WD
-  tx = optimizers.from_config(c)
+  tx = optimizers.dense_optimizer_from_config(c)
   state = tx.init(PARAMS)
   assert float(state.hyperparams["learning_rate"]) == pytest.approx(LR)
   assert float(state.hyperparams["weight_decay"]) == pytest.approx(WD)
@@ -153,7 +153,8 @@ def _tiny_run(name, weight_decay):
   return final, state, sq_norm
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [  # one run in the fast tier, the rest in `make test-all`
+    pytest.param(name, marks=() if name == "adamw" else pytest.mark.slow) for name in NAMES])
 def test_weight_decay_changes_training_end_to_end(name):
   plain, plain_state, plain_norm = _tiny_run(name, 0.0)
   decayed, decayed_state, decayed_norm = _tiny_run(name, 0.5)

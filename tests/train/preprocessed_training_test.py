@@ -30,7 +30,8 @@ def _config(**data):
   return c
 
 
-@pytest.mark.parametrize("mapping", [{"hash_rows": 3000}, {"min_count": 2}])
+@pytest.mark.parametrize("mapping", [{"hash_rows": 3000},
+                                     pytest.param({"min_count": 2}, marks=pytest.mark.slow)])
 def test_text_and_shards_train_to_the_same_metrics(criteo_files, tmp_path, mapping):
   text = _config(format="criteo", train_path=f"{criteo_files}/train_*",
                  eval_path=f"{criteo_files}/eval.tsv", shuffle_buffer=0,

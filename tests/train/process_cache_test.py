@@ -22,7 +22,7 @@ def _echo_step(state, batch, swap):
 
 def test_each_device_gets_its_fills_from_every_process_and_every_process_gets_all_evictions():
   mesh = mesh_lib.make_mesh(D)
-  on = P(process_cache.AXIS)
+  on = P(process_cache._AXIS)
   fills = np.random.default_rng(0).normal(size=(D, FD, W)).astype(np.float32)
   owner = np.arange(D * FD).reshape(D, FD) % 2  # which 'process' holds each fill's host row
   blocks = np.zeros((D, D, FD, W), np.float32)

@@ -119,7 +119,7 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous(finished_runs, t
                               jax.device_get((ref_state.step, ref_state.params,
                                               ref_state.opt_state)))
   chex.assert_trees_all_equal(_table(trainer, state), ref_table)
-  records = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
+  records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
   assert [r["step"] for r in records] == [20, 40]
 
 

@@ -63,7 +63,12 @@ def _assert_matches_reference(got: Run, ref: Run):
   chex.assert_trees_all_close(slots, np.asarray(ref.state.table.opt_slots), **row_tol)
 
 
-@pytest.mark.parametrize("optimizer", row_optimizers.ROW_OPTIMIZER_NAMES)
+# One optimizer with slots in the fast tier; the rest in `make test-all` (tests/conftest.py).
+OPTIMIZERS = [pytest.param(name, marks=() if name == "adagrad" else pytest.mark.slow)
+              for name in row_optimizers.ROW_OPTIMIZER_NAMES]
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_eight_devices_replicated_and_row_sharded_equal_one_device(optimizer):
   ref = _train(_config(optimizer, backend="device", devices=1))
   replicated = _train(_config(optimizer, sharding="replicated"))

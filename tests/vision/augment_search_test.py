@@ -53,7 +53,10 @@ def test_searched_schedule_beats_no_augmentation_on_a_planted_shift():
   with the schedule vs 0.354 / 0.426 without."""
   clean = image_data.load_splits("digits")
   splits = clean._replace(valid_x=_shifted(clean.valid_x, 1), test_x=_shifted(clean.test_x, 2))
-  init = lambda key: cnn.init_cnn(key, (16, 32, 32))
+
+  def init(key):
+    return cnn.init_cnn(key, (16, 32, 32))
+
   recipe = training.Recipe(steps=300, batch_size=32, learning_rate=1e-2, weight_decay=1e-4)
   searched, plain = [], []
   for seed in (0, 1):

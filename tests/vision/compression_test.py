@@ -40,14 +40,16 @@ def test_mutations_keep_every_layer_and_stay_on_the_choices():
 
 
 def test_front_and_choice():
-  c = lambda genome, size, valid, test: pareto_evolution.Candidate(genome, size, valid, test, size)
+  def c(genome, size, valid, test):
+    return pareto_evolution.Candidate(genome, size, valid, test, size)
+
   cands = [c((1,), 100, 0.9, 0.88), c((2,), 50, 0.89, 0.87), c((3,), 60, 0.8, 0.8),
            c((4,), 10, 0.5, 0.5)]
-  front = pareto_evolution.pareto_front(cands)
+  front = pareto_evolution.candidate_front(cands)
   assert [x.size for x in front] == [10, 50, 100]
   assert pareto_evolution.choose(front, 0.9, 0.02).size == 50
   assert pareto_evolution.choose(front, 0.99, 0.0).size == 100
-  assert pareto_evolution.ranked(cands)[0].size == 100
+  assert pareto_evolution.ranked_candidates(cands)[0].size == 100
 
 
 # A planted objective: valid = share of the LIVE units kept (the others are dead: free to prune).
@@ -65,12 +67,15 @@ def test_the_front_dominates_the_unpruned_network_and_random_masks_of_its_sizes(
   # Measured over seeds 0-39 with these settings: the front always holds a cheaper point that
   # keeps every live unit (score 1, the unpruned network's).
   rng = np.random.default_rng(seed)
-  size = lambda g: compression.pruned_param_count(g, WIDTHS)  # noqa: E731
+
+  def size(g):
+    return compression.pruned_param_count(g, WIDTHS)
+
   out = pareto_evolution.evolve(compression.random_masks(rng, WIDTHS, 6), _planted_scores, size,
                                 lambda r, g: compression.mutate_masks(r, g, WIDTHS, 0.1), 8, rng)
   assert len({c.genome for c in out}) == len(out)
   full = np.ones(sum(WIDTHS), np.int32)
-  best = [c for c in pareto_evolution.pareto_front(out) if c.valid == 1.0]
+  best = [c for c in pareto_evolution.candidate_front(out) if c.valid == 1.0]
   assert best and best[0].size < size(full)  # the unpruned network is dominated
   # Random masks of the best point's sizes (the same parameter count) never score more.
   kept = [int(part.sum()) for part in np.split(np.asarray(best[0].genome), np.cumsum(WIDTHS)[:-1])]
@@ -98,7 +103,9 @@ def _tiny_cnn():
 
 
 def _splits(valid_y, test_y):
-  images = lambda n: np.random.default_rng(n).random((n, 4, 4, 1)).astype(np.float32)  # noqa: E731
+  def images(n):
+    return np.random.default_rng(n).random((n, 4, 4, 1)).astype(np.float32)
+
   return image_data.ImageSplits(images(4), np.zeros(4, np.int32), images(len(valid_y)),
                                 np.asarray(valid_y, np.int32), images(len(test_y)),
                                 np.asarray(test_y, np.int32))

@@ -22,8 +22,8 @@ def _by_hand():
   conv = np.array([[h.sum() for h in row] for row in hood])
   maxp = np.array([[h.max() for h in row] for row in _neighbourhoods(X, -np.inf)])
   valid = _neighbourhoods(np.ones_like(X), 0.0)
-  avgp = np.array([[h.sum() / v.sum() for h, v in zip(r, rv)]
-                   for r, rv in zip(_neighbourhoods(X, 0.0), valid)])
+  avgp = np.array([[h.sum() / v.sum() for h, v in zip(r, rv, strict=True)]
+                   for r, rv in zip(_neighbourhoods(X, 0.0), valid, strict=True)])
   return {"conv_3x3": conv, "sep_conv_3x3": 2.0 * conv, "max_pool_3x3": maxp,
           "avg_pool_3x3": avgp, "skip": X, "zero": np.zeros_like(X)}
 

@@ -19,8 +19,8 @@ def _batch(seed):
 
 
 def test_alpha_gets_gradients_only_from_the_valid_loss():
-  state, w_tx, a_tx = darts.init_search(jax.random.key(0), SPEC, 1e-2, 1e-1)
-  step = jax.jit(chex.assert_max_traces(darts.make_search_step(SPEC, w_tx, a_tx), n=1))
+  state, w_tx, a_tx = darts._init_search(jax.random.key(0), SPEC, 1e-2, 1e-1)
+  step = jax.jit(chex.assert_max_traces(darts._make_search_step(SPEC, w_tx, a_tx), n=1))
   a, _ = step(state, _batch(1), _batch(2))
   b, _ = step(state, _batch(3), _batch(2))  # other train batch: same alpha, other weights
   c, _ = step(state, _batch(1), _batch(4))  # other valid batch: other alpha
@@ -61,14 +61,14 @@ def test_derived_network_has_only_its_ops_and_trains():
 
 def test_grid_pool_by_hand():
   x = jnp.arange(16.0).reshape(1, 4, 4, 1)
-  np.testing.assert_allclose(darts.grid_pool(x, 2), [[2.5, 4.5, 10.5, 12.5]])
+  np.testing.assert_allclose(darts._grid_pool(x, 2), [[2.5, 4.5, 10.5, 12.5]])
   with pytest.raises(ValueError, match="head_grid 3"):
-    darts.grid_pool(x, 3)
+    darts._grid_pool(x, 3)
 
 
 def test_random_genotype_is_a_valid_seeded_cell():
-  cells = [darts.random_genotype(np.random.default_rng(s), num_nodes=3) for s in range(20)]
-  assert cells[0] == darts.random_genotype(np.random.default_rng(0), num_nodes=3)
+  cells = [darts._random_genotype(np.random.default_rng(s), num_nodes=3) for s in range(20)]
+  assert cells[0] == darts._random_genotype(np.random.default_rng(0), num_nodes=3)
   for cell in cells:
     assert darts.genotype_from_json([[list(p) for p in node] for node in cell]) == cell
     for node, pairs in enumerate(cell):
@@ -97,9 +97,9 @@ def test_darts_cell_beats_random_cells_at_equal_budget():
 
   searched = []
   for seed in (0, 1):
-    state, _ = darts.run_search(splits, spec, steps=60, batch_size=32, weights_lr=1e-2,
+    state, _ = darts.run_darts_search(splits, spec, steps=60, batch_size=32, weights_lr=1e-2,
                                 alpha_lr=1e-2, seed=seed)
     searched.append(test_accuracy(darts.discretize(state.alpha, spec.num_nodes)))
   rng = np.random.default_rng(0)
-  random_cells = [test_accuracy(darts.random_genotype(rng, spec.num_nodes)) for _ in range(6)]
+  random_cells = [test_accuracy(darts._random_genotype(rng, spec.num_nodes)) for _ in range(6)]
   assert np.mean(searched) > np.mean(random_cells) + 0.01, (searched, random_cells)

@@ -35,7 +35,10 @@ def test_augment_sees_every_batch_and_step():
     return batch * 0.0  # all-zero images: the model only learns the label prior
 
   params = {"w": jnp.zeros((4, 3)), "b": jnp.zeros(3)}
-  apply = lambda p, x: x.reshape(x.shape[0], -1) @ p["w"] + p["b"]
+
+  def apply(p, x):
+    return x.reshape(x.shape[0], -1) @ p["w"] + p["b"]
+
   trained, _ = training.fit(apply, params, x, jnp.array([0, 0, 1, 2, 0]), 5, 4, 0.1, 0.0,
                             jax.random.key(0), augment)
   np.testing.assert_allclose(trained["w"], 0.0)  # zero inputs: no weight gradient
@@ -58,12 +61,12 @@ def test_jitted_donated_step_equals_the_scanned_training_without_recompiling():
   images, labels, params = _tiny_problem()
   key, loss_fn = jax.random.key(7), training.classifier_loss(_linear)
   scanned, losses = jax.jit(lambda s: training.train_steps(loss_fn, s, images, labels, 3, 8, key))(
-      training.init_state(params, 0.1, 1e-2))
-  step = step_lib.jit_train_step(chex.assert_max_traces(training.make_train_step(loss_fn), n=1))
-  state = training.init_state(params, 0.1, 1e-2)
+      training.init_dense_state(params, 0.1, 1e-2))
+  step = step_lib.jit_train_step(chex.assert_max_traces(training._make_train_step(loss_fn), n=1))
+  state = training.init_dense_state(params, 0.1, 1e-2)
   for i in range(3):
     old = state
-    state, metrics = step(state, training.draw_batch(key, images, labels, 8, i))
+    state, metrics = step(state, training._draw_batch(key, images, labels, 8, i))
     assert old.params["w"].is_deleted()  # donated: the step reuses the state's buffers
     np.testing.assert_allclose(metrics["loss"], losses[i], rtol=1e-6)
   assert int(state.step) == int(scanned.step) == 3
@@ -73,12 +76,12 @@ def test_jitted_donated_step_equals_the_scanned_training_without_recompiling():
 
 def test_step_on_eight_devices_equals_one_device():
   images, labels, params = _tiny_problem()
-  step_fn = training.make_train_step(training.classifier_loss(_linear))
-  batch = training.draw_batch(jax.random.key(1), images, labels, 16, 0)
-  one, one_metrics = jax.jit(step_fn)(training.init_state(params, 0.1, 1e-2), batch)
+  step_fn = training._make_train_step(training.classifier_loss(_linear))
+  batch = training._draw_batch(jax.random.key(1), images, labels, 16, 0)
+  one, one_metrics = jax.jit(step_fn)(training.init_dense_state(params, 0.1, 1e-2), batch)
   mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
   replicated, sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-  state = jax.device_put(training.init_state(params, 0.1, 1e-2), replicated)
+  state = jax.device_put(training.init_dense_state(params, 0.1, 1e-2), replicated)
   batch8 = jax.device_put(batch, sharded)
   assert len(batch8[0].sharding.device_set) == 8
   eight, metrics = step_lib.jit_train_step(step_fn, replicated, sharded)(state, batch8)
@@ -104,12 +107,12 @@ def test_batch_norm_statistics_travel_as_model_state_not_parameters():
   images = jax.random.uniform(jax.random.key(0), (32, 4, 4, 1)) + 2.0
   labels = (images.mean(axis=(1, 2, 3)) > 2.5).astype(jnp.int32)
   params, stats = _bn_init(jax.random.key(1))
-  key, loss_fn = jax.random.key(2), training.stateful_classifier_loss(_bn_apply)
+  key, loss_fn = jax.random.key(2), training._stateful_classifier_loss(_bn_apply)
   # A large weight decay: had the statistics been parameters, AdamW would move them too.
-  state = training.init_state(params, 0.05, 0.5, stats)
-  one, _ = jax.jit(training.make_train_step(loss_fn))(
-      state, training.draw_batch(key, images, labels, 16, 0))
-  x, _ = training.draw_batch(key, images, labels, 16, 0)
+  state = training.init_dense_state(params, 0.05, 0.5, stats)
+  one, _ = jax.jit(training._make_train_step(loss_fn))(
+      state, training._draw_batch(key, images, labels, 16, 0))
+  x, _ = training._draw_batch(key, images, labels, 16, 0)
   h = layers.conv2d(x, params["conv"]["w"]) + params["conv"]["b"]
   np.testing.assert_allclose(one.model_state["mean"], 0.1 * h.mean(axis=(0, 1, 2)), rtol=1e-5)
   n = h.size // 3
@@ -119,15 +122,18 @@ def test_batch_norm_statistics_travel_as_model_state_not_parameters():
   assert not np.allclose(one.params["bn"]["scale"], 1.0)  # the parameters did move
   trained, losses = jax.jit(lambda s: training.train_steps(loss_fn, s, images, labels, 100, 16,
                                                            key))(
-      training.init_state(params, 0.02, 1e-4, stats))
+      training.init_dense_state(params, 0.02, 1e-4, stats))
   assert int(trained.step) == 100 and float(losses[-10:].mean()) < float(losses[:10].mean())
   # Learning rate 0: the parameters stay, the statistics still move, to the features' mean.
-  frozen = trained._replace(opt_state=training.init_state(trained.params, 0.0, 0.0).opt_state)
+  frozen = trained._replace(opt_state=training.init_dense_state(trained.params, 0.0, 0.0).opt_state)
   frozen, _ = jax.jit(lambda s: training.train_steps(loss_fn, s, images, labels, 60, 16, key))(
       frozen)
   chex.assert_trees_all_equal(frozen.params, trained.params)
   h_all = layers.conv2d(images, trained.params["conv"]["w"]) + trained.params["conv"]["b"]
   np.testing.assert_allclose(frozen.model_state["mean"], h_all.mean(axis=(0, 1, 2)), rtol=0.05)
   # Eval mode reads the running statistics.
-  eval_apply = lambda p, x: _bn_apply(p, frozen.model_state, x, False)[0]
+
+  def eval_apply(p, x):
+    return _bn_apply(p, frozen.model_state, x, False)[0]
+
   assert float(training.accuracy(eval_apply, frozen.params, images, labels)) > 0.8

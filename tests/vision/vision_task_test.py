@@ -15,6 +15,9 @@ def test_recipe_and_overrides():
   config = pipeline_digits.get_config("smoke")
   recipe = vision_task.recipe_of(config, {"learning_rate": 0.5})
   assert recipe.learning_rate == 0.5 and recipe.steps == config.recipe.steps
+  assert recipe.weight_decay == config.recipe.weight_decay
+  with pytest.raises(ConfigError, match=r"best_hparams: \['steps'\] are not recipe"):
+    vision_task.recipe_of(config, {"steps": 3})
   del config.recipe.batch_size
   with pytest.raises(ConfigError, match="recipe.batch_size"):
     vision_task.recipe_of(config)

@@ -28,6 +28,7 @@ from sfjax.automl.algorithms.multi_objective import (
 from sfjax.automl.algorithms.optuna_search import GP, TPE
 from sfjax.automl.algorithms.pbt import PBT, pbt_exploit_explore
 from sfjax.automl.algorithms.random_search import GridSearch, QuasiRandomSearch, RandomSearch
+from sfjax.automl.algorithms.spec_settings import default_block, default_blocks, setting_types
 
 # name -> spec class: the registry every algorithm name list (and `study.algorithm`) derives from.
 ALGORITHMS = {spec.name: spec for spec in (
@@ -52,7 +53,8 @@ __all__ = [
     "Hyperband", "MOTPE", "NSGA2", "Objective", "Objectives", "PBT",
     "QuasiRandomSearch", "RandomSearch", "RegularizedEvolution", "Searcher",
     "SuccessiveHalving", "Suggestion", "TPE", "TrialResult", "TrialStatus",
-    "algorithm_from_dict", "all_objectives", "directions_of", "hyperband_brackets", "mutate",
+    "algorithm_from_dict", "all_objectives", "default_block", "default_blocks", "directions_of",
+    "hyperband_brackets", "mutate",
     "pbt_exploit_explore", "project",
-    "rung_budgets",
+    "rung_budgets", "setting_types",
 ]

@@ -46,7 +46,7 @@ class BOHB(Hyperband):
 
   def searcher(self, space, objective, budgets, brackets) -> Searcher:
     """Hyperband's schedule with BOHB's model-based first-rung configs."""
-    return BOHBSearcher(self, space, objective, budgets, brackets)
+    return _BOHBSearcher(self, space, objective, budgets, brackets)
 
   def make_sampler(self, seed: int):
     """The TPE sampler fitted at one ask (all its trials are the model budget's)."""
@@ -55,7 +55,7 @@ class BOHB(Hyperband):
                                       group=True, constant_liar=True)
 
 
-class BOHBSearcher(BracketSearcher):
+class _BOHBSearcher(BracketSearcher):
   """Hyperband's brackets with BOHB's model-based first-rung configs."""
 
   spec: BOHB

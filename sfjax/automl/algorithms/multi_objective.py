@@ -113,7 +113,7 @@ class NSGA2(AlgorithmSpec):
 
   def build(self, space: Space, objective: Objective) -> Searcher:
     """A fresh searcher over `space` for `objective` (one `Objective` or `Objectives`)."""
-    return MultiObjectiveSearcher(self, space, objective)
+    return _MultiObjectiveSearcher(self, space, objective)
 
   def make_sampler(self, seed: int):
     """The Optuna sampler for one ask."""
@@ -135,7 +135,7 @@ class MOTPE(AlgorithmSpec):
 
   def build(self, space: Space, objective: Objective) -> Searcher:
     """A fresh searcher over `space` for `objective` (one `Objective` or `Objectives`)."""
-    return MultiObjectiveSearcher(self, space, objective)
+    return _MultiObjectiveSearcher(self, space, objective)
 
   def make_sampler(self, seed: int):
     """The Optuna sampler for one ask."""
@@ -145,9 +145,9 @@ class MOTPE(AlgorithmSpec):
         group=self.multivariate, constant_liar=self.constant_liar, constraints_func=_constraints)
 
 
-def rebuilt_multi_objective_study(optuna, space: Space, objectives: Sequence[Objective], sampler,
-                                  results: Sequence[TrialResult],
-                                  pending: Sequence[Suggestion], generation_of=None):
+def _rebuilt_multi_objective_study(optuna, space: Space, objectives: Sequence[Objective], sampler,
+                                   results: Sequence[TrialResult],
+                                   pending: Sequence[Suggestion], generation_of=None):
   """A fresh in-memory multi-objective Optuna study holding `results` and `pending`.
 
   Args:
@@ -194,7 +194,7 @@ def rebuilt_multi_objective_study(optuna, space: Space, objectives: Sequence[Obj
   return study
 
 
-class MultiObjectiveSearcher(Searcher):
+class _MultiObjectiveSearcher(Searcher):
   """Asks an Optuna multi-objective sampler (NSGA-II or MOTPE) through a rebuilt study."""
 
   spec: NSGA2 | MOTPE
@@ -230,9 +230,9 @@ class MultiObjectiveSearcher(Searcher):
     out = []
     with optuna_search.quiet_optuna() as optuna:
       sampler = self.spec.make_sampler(int(self._rng.integers(2**31 - 1)))
-      study = rebuilt_multi_objective_study(optuna, self.space, self.objectives, sampler,
-                                            self._history, list(self._pending.values()),
-                                            self.generation)
+      study = _rebuilt_multi_objective_study(optuna, self.space, self.objectives, sampler,
+                                             self._history, list(self._pending.values()),
+                                             self.generation)
       optuna_search.hold_fixed(study, self.space, self.ask_fixed)
       for _ in range(n):
         config = optuna_search.ask_config(optuna, study, self.space, self._rng,

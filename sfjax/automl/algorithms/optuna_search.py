@@ -52,7 +52,7 @@ class TPE(AlgorithmSpec):
   constant_liar: bool = True
 
   def build(self, space: Space, objective: Objective) -> Searcher:
-    return OptunaSearcher(self, space, objective)
+    return _OptunaSearcher(self, space, objective)
 
   def make_sampler(self, seed: int):
     """The Optuna sampler for one ask."""
@@ -79,7 +79,7 @@ class GP(AlgorithmSpec):
     if importlib.util.find_spec("torch") is None:
       raise ImportError("GP search uses optuna.samplers.GPSampler, which needs PyTorch; "
                         "`pip install torch` or use TPE")
-    return OptunaSearcher(self, space, objective)
+    return _OptunaSearcher(self, space, objective)
 
   def make_sampler(self, seed: int):
     """The Optuna sampler for one ask."""
@@ -207,7 +207,7 @@ def ask_config(optuna, study, space: Space, rng, fallback: Space | None = None):
 
 
 
-class OptunaSearcher(Searcher):
+class _OptunaSearcher(Searcher):
   """Searcher driving an Optuna sampler through `study.ask()` / `space.suggest`.
 
   `ask(n, fixed)` fits the sampler on the whole history and samples only the free

@@ -179,6 +179,10 @@ def _bounds(bounds, hparams) -> dict[str, tuple[float, float]]:
   if bounds is None:
     return {}
   if isinstance(bounds, Space):
-    return {k: (bounds[k].low, bounds[k].high) for k in hparams
-            if k in bounds and isinstance(bounds[k], (Int, Float))}
+    out: dict[str, tuple[float, float]] = {}
+    for k in hparams:
+      param = bounds[k] if k in bounds else None
+      if isinstance(param, (Int, Float)):
+        out[k] = (param.low, param.high)
+    return out
   return {k: tuple(v) for k, v in bounds.items()}

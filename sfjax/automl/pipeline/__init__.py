@@ -14,6 +14,7 @@ from sfjax.automl.pipeline.engine import (
 )
 from sfjax.automl.pipeline.paired_bootstrap import paired_auc_bootstrap
 from sfjax.automl.pipeline.pipeline_report import build_report, json_safe, summary_table
+from sfjax.automl.pipeline.step_flags import set_step_flags, take_step_flags
 from sfjax.automl.pipeline.step_specs import (
                                           MissingInputError,
                                           PipelineConfigError,
@@ -22,6 +23,9 @@ from sfjax.automl.pipeline.step_specs import (
                                           StepOutput,
                                           StepResult,
                                           StepSpec,
+                                          apply_overrides,
+                                          effective_blocks,
+                                          effective_config,
                                           parse_steps,
 )
 
@@ -34,14 +38,19 @@ __all__ = [
   "StepOutput",
   "StepResult",
   "StepSpec",
+  "apply_overrides",
   "build_report",
   "check_settings",
+  "effective_blocks",
+  "effective_config",
   "json_safe",
   "paired_auc_bootstrap",
   "parse_steps",
   "read_status",
   "run_pipeline",
   "run_step",
+  "set_step_flags",
   "settings_record",
   "summary_table",
+  "take_step_flags",
 ]

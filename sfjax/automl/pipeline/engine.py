@@ -12,9 +12,11 @@ and calls the interrupted or failed step's `run` again in its own directory: the
 step resumes its own work (a search from its study journal, training from the
 trainer's checkpoints). A step that raises is recorded 'failed' and the steps
 after it are 'skipped'; KeyboardInterrupt / SystemExit propagate (the step stays
-'running' and resumes next time). `WORKDIR/pipeline.json` records each step's
-type and block: rerunning with a changed block for a step already in the workdir
-is an error naming the fields (steps may be appended).
+'running' and resumes next time). A step whose kind has library defaults runs
+with those defaults and its block's overrides merged here (`effective_blocks`).
+`WORKDIR/pipeline.json` records each step's type and effective block: rerunning
+with a changed block (or changed library defaults) for a step already in the
+workdir is an error naming the fields (steps may be appended).
 
 At the end `report.json` ({"status", "steps": [...], **application fields}) and
 `summary.txt` (`pipeline_report.summary_table`) are written atomically.
@@ -40,6 +42,8 @@ from sfjax.automl.pipeline.step_specs import (
   StepOutput,
   StepResult,
   StepSpec,
+  effective_blocks,
+  effective_config,
   parse_steps,
 )
 from sfjax.core.atomic import atomic_write
@@ -79,18 +83,26 @@ def _block_dict(block) -> Any:
 
 
 def settings_record(config, specs: Sequence[StepSpec]) -> dict[str, Any]:
-  """What the workdir's results depend on: the shared config and each step's type and block."""
+  """What the workdir's results depend on: the shared config and each step's type and
+  (effective) block."""
   shared = {k: v for k, v in _block_dict(config).items() if k not in ("pipeline", "steps")}
   return {"shared": shared,
           "steps": {s.name: {"index": s.index, "type": s.kind, "block": _block_dict(s.block)}
                     for s in specs}}
 
 
-def _differences(stored, given, prefix: str) -> list[str]:
+def config_differences(stored, given, prefix: str = "") -> list[str]:
+  """Every leaf where two nested dicts differ, as '<dotted.path>: stored X, given Y'.
+
+  A workdir's recorded settings against a rerun's (this engine's and the CTR
+  search's `check_search_settings`); `prefix` starts every path (a key missing on one
+  side reads None).
+  """
   if isinstance(stored, dict) and isinstance(given, dict):
     out = []
     for key in sorted(set(stored) | set(given)):
-      out += _differences(stored.get(key), given.get(key), f"{prefix}.{key}")
+      path = f"{prefix}.{key}" if prefix else str(key)
+      out += config_differences(stored.get(key), given.get(key), path)
     return out
   return [] if stored == given else [f"{prefix}: stored {stored!r}, given {given!r}"]
 
@@ -107,9 +119,9 @@ def check_settings(workdir: str, record: Mapping[str, Any]) -> None:
   if os.path.exists(path):
     with open(path, encoding="utf-8") as f:
       stored = json.load(f)
-  diffs = _differences(stored["shared"], record["shared"], "config")
+  diffs = config_differences(stored["shared"], record["shared"], "config")
   for name in sorted(set(stored["steps"]) & set(record["steps"])):
-    diffs += _differences(stored["steps"][name], record["steps"][name], f"steps.{name}")
+    diffs += config_differences(stored["steps"][name], record["steps"][name], f"steps.{name}")
   if diffs:
     raise PipelineConfigError(f"{path}: this workdir holds a pipeline run with a different "
                               "config; use another --workdir or the same config. Differences: "
@@ -194,7 +206,9 @@ def run_pipeline(config, workdir: str, kinds: Mapping[str, StepKind],
     PipelineConfigError: a bad config (naming the field) or a workdir made by
       another config. PipelineLockedError: the workdir is in use.
   """
-  specs = parse_steps(config, kinds)
+  blocks = effective_blocks(config, kinds)
+  specs = parse_steps(config, kinds, blocks)
+  step_config = effective_config(config, blocks)  # what the steps see: defaults + overrides
   os.makedirs(workdir, exist_ok=True)
   lock = _lock(workdir)
   try:
@@ -210,7 +224,7 @@ def run_pipeline(config, workdir: str, kinds: Mapping[str, StepKind],
         logging.info("pipeline step %d %s: done before, skipped", spec.index, spec.name)
         results.append(_done_result(spec, step_dir, status))
         continue
-      results.append(run_step(spec, kinds[spec.kind], workdir, config, results))
+      results.append(run_step(spec, kinds[spec.kind], workdir, step_config, results))
     extra = dict(finalize(results, workdir)) if finalize is not None else {}
     report = pipeline_report.build_report(results, extra)
     _write_json(os.path.join(workdir, REPORT_FILE), report)

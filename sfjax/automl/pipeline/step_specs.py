@@ -5,13 +5,18 @@
     config.steps.nas.<field> = ...                  # and holds the kind's own settings
 
 The kinds are a registry the application passes in (`{type: StepKind}`), so the
-library knows no concrete step. A step's outputs are JSON written under its own
-directory `WORKDIR/steps/<index>_<name>/`; a later step reads them through its
-`StepContext` (`latest(key)`: the newest earlier step that produced `key`).
+library knows no concrete step. A kind with library defaults (`StepKind.defaults`)
+takes a block of overrides only: the step's block is its kind's defaults with the
+config's values on top (`effective_blocks`), and a key the defaults lack is an
+error naming the step, the key and the closest valid key. A step's outputs are
+JSON written under its own directory `WORKDIR/steps/<index>_<name>/`; a later
+step reads them through its `StepContext` (`latest(key)`: the newest earlier
+step that produced `key`).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
@@ -19,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from sfjax.core import names
-from sfjax.core.errors import ConfigError
+from sfjax.core.errors import ConfigError, unknown_key_error
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _MISSING = object()
@@ -55,11 +60,15 @@ class StepKind(NamedTuple):
     check: optional `check(block, field)`: raises `ConfigError` naming a field under
       `field` (e.g. 'steps.nas') for a bad block, before any step runs.
     description: one line for listings.
+    defaults: optional `defaults()`: a fresh block (a ConfigDict, without `type`) of
+      every setting of the kind at the library's default; a step's block then holds
+      only overrides of it. None: the block as written is the step's block.
   """
 
   run: Callable[[StepContext], StepOutput]
   check: Callable[[Any, str], None] | None = None
   description: str = ""
+  defaults: Callable[[], Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +127,8 @@ class StepContext:
     spec: the step (name, kind, its block).
     workdir: the step's own directory (exists; the step may keep resume state here).
     pipeline_workdir: the pipeline's directory (outputs' relative paths start here).
-    config: the whole pipeline config (application-wide blocks such as the task).
+    config: the whole pipeline config (application-wide blocks such as the task), its
+      step blocks effective (`effective_config`).
     previous: the results of every earlier step, in order (all done).
   """
 
@@ -181,24 +191,100 @@ def _order(config) -> list[str]:
   return order
 
 
-def parse_steps(config, kinds: Mapping[str, StepKind]) -> tuple[StepSpec, ...]:
+def _is_block(value) -> bool:
+  return hasattr(value, "items") and hasattr(value, "keys")
+
+
+def apply_overrides(defaults, overrides, field: str, step: str):
+  """`defaults` (a block, changed in place) with every value of `overrides` set, recursively.
+
+  Args:
+    defaults: a fresh defaults block (a ConfigDict or dict).
+    overrides: the values to set; each key must be one of `defaults` at its level.
+    field: the dotted config field of `overrides` (e.g. 'steps.nas.study').
+    step: the step's name and kind, for messages (e.g. "'nas' (nas)").
+
+  Returns:
+    `defaults`, overridden.
+
+  Raises:
+    PipelineConfigError: a key the defaults lack (naming the closest valid key), a
+      block given for a value or a value for a block, or a value of the wrong type.
+  """
+  for key, value in overrides.items():
+    if key not in defaults:
+      error = unknown_key_error(field, key, defaults.keys(), f"setting of step {step}")
+      raise PipelineConfigError(str(error))
+    if _is_block(defaults[key]):
+      if not _is_block(value):
+        raise PipelineConfigError(f"config field {field}.{key}: expected a block of settings "
+                                  f"({', '.join(defaults[key].keys())}), got {value!r}")
+      apply_overrides(defaults[key], value, f"{field}.{key}", step)
+      continue
+    if _is_block(value):
+      raise PipelineConfigError(f"config field {field}.{key}: expected a value, got a block")
+    try:
+      defaults[key] = value
+    except TypeError as e:
+      raise PipelineConfigError(f"config field {field}.{key}: {e}") from None
+  return defaults
+
+
+def effective_blocks(config, kinds: Mapping[str, StepKind]) -> dict[str, Any]:
+  """`{name: block}` of every block of `config.steps`, listed in the order or not.
+
+  A block whose kind has defaults becomes those defaults with the block's values on
+  top (its `type` kept); any other block (no defaults, an unknown kind, no `type`)
+  is as written, for `parse_steps` to check when the step is listed.
+
+  Raises:
+    PipelineConfigError: a bad override (`apply_overrides`).
+  """
+  steps = config.steps if "steps" in config else {}
+  blocks = {}
+  for name, block in steps.items():
+    kind_name = block.get("type") if _is_block(block) else None
+    kind = kinds.get(kind_name) if isinstance(kind_name, str) else None
+    if kind is None or kind.defaults is None:
+      blocks[name] = block
+      continue
+    overrides = {k: v for k, v in block.items() if k != "type"}
+    merged = apply_overrides(kind.defaults(), overrides, f"steps.{name}", f"{name!r} ({kind_name})")
+    merged["type"] = kind_name
+    blocks[name] = merged
+  return blocks
+
+
+def effective_config(config, blocks: Mapping[str, Any]):
+  """A copy of `config` whose `steps.<name>` blocks are `blocks` (`effective_blocks`)."""
+  config = copy.deepcopy(config)
+  for name, block in blocks.items():
+    config.steps[name] = block
+  return config
+
+
+def parse_steps(config, kinds: Mapping[str, StepKind],
+                blocks: Mapping[str, Any] | None = None) -> tuple[StepSpec, ...]:
   """The ordered steps of `config`, each block checked by its kind.
 
   Args:
     config: a ConfigDict with `pipeline.order` and a block `steps.<name>` (with a
       `type` field) for every listed name; blocks not listed are ignored.
     kinds: the application's step registry.
+    blocks: the effective blocks (default: `effective_blocks(config, kinds)`).
 
   Returns:
-    The steps in order.
+    The steps in order, each with its effective block.
 
   Raises:
     PipelineConfigError / ConfigError: naming the bad field (`pipeline.order`,
-      `steps.<name>`, `steps.<name>.type`, or a kind's own field).
+      `steps.<name>`, `steps.<name>.type`, an override the kind's defaults lack, or
+      a kind's own field).
   """
   specs = []
-  steps = config.steps if "steps" in config else {}
-  for index, name in enumerate(_order(config)):
+  order = _order(config)
+  steps = effective_blocks(config, kinds) if blocks is None else blocks
+  for index, name in enumerate(order):
     if name not in steps:
       raise PipelineConfigError(f"config field steps.{name}: missing (pipeline.order lists "
                                 f"step {name!r}; known blocks: {', '.join(steps) or 'none'})")

@@ -14,11 +14,17 @@ from typing import Any
 
 import numpy as np
 
+from sfjax.core.errors import ConfigError
+
 Scalar = str | int | float | bool | None
 
 
-class ConfigError(ValueError):
-  """A config that does not fit its space; `key` names the offending parameter."""
+class SpaceConfigError(ConfigError):
+  """A config that does not fit its space; `key` names the offending parameter.
+
+  A `sfjax.core.errors.ConfigError` (the one base of config errors), with the
+  space language's message form `<key>: <reason>`.
+  """
 
   def __init__(self, key: str, reason: str):
     self.key = key
@@ -26,7 +32,7 @@ class ConfigError(ValueError):
     super().__init__(f"{key}: {reason}")
 
 
-class ForbiddenConfigError(ConfigError):
+class ForbiddenConfigError(SpaceConfigError):
   """A config that matches a forbidden clause; `key` lists the clause's keys."""
 
   def __init__(self, clause):
@@ -47,7 +53,7 @@ def as_scalar(key: str, value: Any) -> Scalar:
   """`value` as a plain Python JSON scalar (numpy scalars converted).
 
   Raises:
-    ConfigError: naming `key`, for a non-scalar or non-finite value.
+    SpaceConfigError: naming `key`, for a non-scalar or non-finite value.
   """
   if isinstance(value, np.generic):
     value = value.item()
@@ -55,9 +61,9 @@ def as_scalar(key: str, value: Any) -> Scalar:
     return value
   if isinstance(value, float):
     if not math.isfinite(value):
-      raise ConfigError(key, f"value {value!r} is not finite")
+      raise SpaceConfigError(key, f"value {value!r} is not finite")
     return value
-  raise ConfigError(key, f"value {value!r} of type {type(value).__name__} is not a JSON scalar")
+  raise SpaceConfigError(key, f"value {value!r} of type {type(value).__name__} is not a JSON scalar")
 
 
 class Config(Mapping[str, Scalar]):
@@ -76,7 +82,7 @@ class Config(Mapping[str, Scalar]):
     raw = dict(values)
     for key in raw:
       if not isinstance(key, str) or not key:
-        raise ConfigError(repr(key), "config keys must be non-empty strings")
+        raise SpaceConfigError(repr(key), "config keys must be non-empty strings")
     items = tuple((k, as_scalar(k, raw[k])) for k in sorted(raw))
     object.__setattr__(self, "_items", items)
     object.__setattr__(self, "_dict", dict(items))
@@ -127,14 +133,14 @@ class Config(Mapping[str, Scalar]):
     """Inverse of `to_json`.
 
     Raises:
-      ConfigError: when `text` is not a JSON object of scalars.
+      SpaceConfigError: when `text` is not a JSON object of scalars.
     """
     try:
       data = json.loads(text)
     except json.JSONDecodeError as e:
-      raise ConfigError("<json>", f"not valid JSON: {e}") from None
+      raise SpaceConfigError("<json>", f"not valid JSON: {e}") from None
     if not isinstance(data, dict):
-      raise ConfigError("<json>", f"expected a JSON object, got {type(data).__name__}")
+      raise SpaceConfigError("<json>", f"expected a JSON object, got {type(data).__name__}")
     return cls(data)
 
   def to_nested_dict(self) -> dict[str, Any]:
@@ -146,7 +152,7 @@ class Config(Mapping[str, Scalar]):
       for part in parents:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-          raise ConfigError(key, f"prefix {part!r} is also a value")
+          raise SpaceConfigError(key, f"prefix {part!r} is also a value")
       node[leaf] = value
     return nested
 

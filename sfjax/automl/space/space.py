@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 
 from sfjax.automl.space.conditions import Condition, Forbidden, join_key
-from sfjax.automl.space.config import Config, ConfigError, ForbiddenConfigError, Scalar, as_scalar
+from sfjax.automl.space.config import (
+  Config,
+  ForbiddenConfigError,
+  Scalar,
+  SpaceConfigError,
+  as_scalar,
+)
 from sfjax.automl.space.params import Fixed, Param, SpaceError, param_from_dict
 
 # Unit-cube value of the dimension of an inactive parameter (`Space.encode`).
@@ -261,7 +267,7 @@ class Space:
                          f"{sorted(self._params)}")
       try:
         value = as_scalar(key, value)
-      except ConfigError as e:
+      except SpaceConfigError as e:
         raise SpaceError(f"fixing {key!r}: {e.reason}") from None
       if not self._params[key].contains(value):
         raise SpaceError(f"fixing {key!r}: value {value!r} is outside {self._params[key]!r}")
@@ -291,22 +297,22 @@ class Space:
     """Checks `config` against the space and returns it as a `Config`.
 
     Raises:
-      ConfigError: naming the key that is unknown, out of its domain, present while
+      SpaceConfigError: naming the key that is unknown, out of its domain, present while
         inactive or missing while active; `ForbiddenConfigError` naming the keys of
         a forbidden clause that holds.
     """
     for key in config:
       if key not in self._params:
-        raise ConfigError(key, f"unknown key; known keys: {sorted(self._params)}")
+        raise SpaceConfigError(key, f"unknown key; known keys: {sorted(self._params)}")
     for key in self._order:
       active = self.is_active(key, config)
       if active and key not in config:
-        raise ConfigError(key, "missing: the parameter is active")
+        raise SpaceConfigError(key, "missing: the parameter is active")
       if not active and key in config:
         conds = ", ".join(map(repr, self._conds_of[key]))
-        raise ConfigError(key, f"present but inactive (conditions: {conds})")
+        raise SpaceConfigError(key, f"present but inactive (conditions: {conds})")
       if active and not self._params[key].contains(config[key]):
-        raise ConfigError(key, f"value {config[key]!r} is outside {self._params[key]!r}")
+        raise SpaceConfigError(key, f"value {config[key]!r} is outside {self._params[key]!r}")
     clause = self.violated_clause(config)
     if clause is not None:
       raise ForbiddenConfigError(clause)

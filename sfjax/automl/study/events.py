@@ -1,6 +1,6 @@
 """A study's journal events: the header that pins its settings, and their replay.
 
-The first line of `journal.jsonl` is a header (`FORMAT`, space, algorithm,
+The first line of `journal.jsonl` is a header (`_FORMAT`, space, algorithm,
 objective, Pareto directions); reopening with other settings is an error naming
 the field (`check_header`). Then `ask`, `requeue` and `tell` events follow, each
 `ask` and `tell` with the searcher's small core state. `replay` rebuilds the
@@ -18,8 +18,8 @@ from sfjax.automl.study import trial_record
 from sfjax.automl.study.journal import JournalError
 from sfjax.automl.study.trial_record import StudyError, TrialRecord
 
-FORMAT = "sfjax.study/1"
-HEADER_FIELDS = ("space", "algorithm", "objective", "directions")
+_FORMAT = "sfjax.study/1"
+_HEADER_FIELDS = ("space", "algorithm", "objective", "directions")
 
 
 class Replayed(NamedTuple):
@@ -38,8 +38,8 @@ class Replayed(NamedTuple):
 
 
 def header(settings: Mapping[str, Any]) -> dict[str, Any]:
-  """The header event of a study with `settings` (`HEADER_FIELDS` -> JSON values)."""
-  return {"event": "header", "format": FORMAT, **{k: settings[k] for k in HEADER_FIELDS}}
+  """The header event of a study with `settings` (`_HEADER_FIELDS` -> JSON values)."""
+  return {"event": "header", "format": _FORMAT, **{k: settings[k] for k in _HEADER_FIELDS}}
 
 
 def check_header(path: str, stored_line: tuple[int, Mapping[str, Any]],
@@ -51,19 +51,19 @@ def check_header(path: str, stored_line: tuple[int, Mapping[str, Any]],
     StudyError: a field differs (the message names it and how).
   """
   line, stored = stored_line
-  if stored.get("event") != "header" or stored.get("format") != FORMAT:
-    raise JournalError(path, line, f"expected a {FORMAT!r} header, got {str(stored)[:200]}")
-  for field in HEADER_FIELDS:
+  if stored.get("event") != "header" or stored.get("format") != _FORMAT:
+    raise JournalError(path, line, f"expected a {_FORMAT!r} header, got {str(stored)[:200]}")
+  for field in _HEADER_FIELDS:
     if stored.get(field) != expected[field]:
       raise StudyError(f"{path} was created with a different {field}: "
-                       f"{difference(stored.get(field), expected[field])}")
+                       f"{_difference(stored.get(field), expected[field])}")
 
 
-def difference(stored, given) -> str:
+def _difference(stored, given) -> str:
   """A short description of how two JSON values differ (top-level keys for dicts)."""
   if isinstance(stored, dict) and isinstance(given, dict):
     if "params" in stored and "params" in given and stored["params"] != given["params"]:
-      return "params " + difference(stored["params"], given["params"])
+      return "params " + _difference(stored["params"], given["params"])
     parts = [f"{k}: stored {stored.get(k)!r}, given {given.get(k)!r}"
              for k in sorted(set(stored) | set(given)) if stored.get(k) != given.get(k)]
     return "; ".join(parts)[:2000]

@@ -88,7 +88,8 @@ class Journal:
 
 def _parse(path: str, data: bytes) -> tuple[list[tuple[int, dict]], int]:
   """Complete records and the byte length of the valid prefix of `data`."""
-  records, offset = [], 0
+  records: list[tuple[int, dict]] = []
+  offset = 0
   lines = data.split(b"\n")
   # `lines[-1]` is what follows the last newline: b'' for a cleanly ended file.
   for number, raw in enumerate(lines, start=1):

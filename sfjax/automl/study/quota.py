@@ -34,27 +34,36 @@ class Quota:
   measures: Mapping[str, Callable[[Config], float]] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
-    match = _EXPRESSION.match(self.expression)
-    if not match:
-      raise ValueError(f"quota {self.expression!r}: expected '<name> <op> <number>', "
-                       f"e.g. 'params < 2e6'")
-    try:
-      float(match.group(3))
-    except ValueError:
-      raise ValueError(f"quota {self.expression!r}: {match.group(3)!r} is not a number") from None
+    _parse(self.expression)
 
   def evaluate(self, config: Config) -> tuple[dict[str, float], str | None]:
     """The measured value (as `{name: value}`) and a rejection reason, or None to accept."""
-    name, op, limit = _EXPRESSION.match(self.expression).groups()
+    name, op, limit = _parse(self.expression)
     if name in self.measures:
       value = float(self.measures[name](config))
     elif name in config:
-      value = float(config[name])
+      raw = config[name]
+      if raw is None:
+        raise ValueError(f"quota {self.expression!r}: config key {name!r} is None, not a number")
+      value = float(raw)
     else:
       return {}, None
-    if _OPS[op](value, float(limit)):
+    if _OPS[op](value, limit):
       return {name: value}, None
     return {name: value}, f"quota {self.expression!r} failed: {name} = {value:g}"
+
+
+def _parse(expression: str) -> tuple[str, str, float]:
+  """(name, op, limit) of `'<name> <op> <number>'`; ValueError naming the expression."""
+  match = _EXPRESSION.match(expression)
+  if not match:
+    raise ValueError(f"quota {expression!r}: expected '<name> <op> <number>', "
+                     f"e.g. 'params < 2e6'")
+  name, op, limit = match.groups()
+  try:
+    return name, op, float(limit)
+  except ValueError:
+    raise ValueError(f"quota {expression!r}: {limit!r} is not a number") from None
 
 
 QuotaFilter = Quota | Callable[[Config], str | None]

@@ -46,7 +46,7 @@ from sfjax.automl.study.quota import QuotaFilter, check_quotas
 from sfjax.automl.study.trial_record import StudyError, TrialRecord
 from sfjax.core.atomic import atomic_write
 
-JOURNAL = "journal.jsonl"
+_JOURNAL = "journal.jsonl"
 
 
 class Study:
@@ -89,7 +89,7 @@ class Study:
       if direction not in ("maximize", "minimize"):
         raise StudyError(f"directions[{metric!r}] = {direction!r}; expected 'maximize' or "
                          "'minimize'")
-    journal_path = os.path.join(path, JOURNAL)
+    journal_path = os.path.join(path, _JOURNAL)
     journal, records = Journal.open(journal_path)
     try:
       header = json.loads(json.dumps(events.header(

@@ -150,6 +150,34 @@ def test_changed_block_of_an_existing_step_is_refused(tmp_path):
   assert kinds.calls == ["a", "b", "c"] and report["steps"][-1]["best_metrics"]["total"] == 3.0
 
 
+def test_a_kind_with_defaults_runs_its_defaults_plus_the_blocks_overrides(tmp_path):
+  amounts = {"amount": 10}  # the library's default of the kind, changed below
+  seen = []
+
+  def scaled(ctx):
+    seen.append((ctx.block.to_dict(), ctx.config.steps.spare.to_dict()))
+    return StepOutput({"total": float(ctx.block.amount * ctx.block.factor)}, {})
+
+  kinds = {"scaled": StepKind(scaled, defaults=lambda: ml_collections.ConfigDict(
+      {"amount": amounts["amount"], "factor": 1}))}
+  config = _config("s", s={"type": "scaled", "factor": 3}, spare={"type": "scaled"})
+  report = engine.run_pipeline(config, str(tmp_path), kinds)
+  assert report["steps"][0]["best_metrics"]["total"] == 30.0
+  # The step sees its effective block, and so every block of the config (an unlisted one too).
+  assert seen == [({"amount": 10, "factor": 3, "type": "scaled"},
+                   {"amount": 10, "factor": 1, "type": "scaled"})]
+  stored = json.loads((tmp_path / engine.SETTINGS_FILE).read_text())
+  assert stored["steps"]["s"]["block"] == {"amount": 10, "factor": 3, "type": "scaled"}
+  assert config.steps.s.to_dict() == {"type": "scaled", "factor": 3}  # the config is unchanged
+  amounts["amount"] = 11  # a changed library default is a changed step: refused on resume
+  with pytest.raises(PipelineConfigError, match=r"steps\.s\.block\.amount: stored 10, given 11"):
+    engine.run_pipeline(config, str(tmp_path), kinds)
+  typo = _config("s", s={"type": "scaled", "factr": 3})
+  with pytest.raises(PipelineConfigError, match=r"steps\.s\.factr: .*did you mean steps\.s\.factor"):
+    engine.run_pipeline(typo, str(tmp_path / "typo"), kinds)
+  assert not (tmp_path / "typo").exists()  # refused before anything is written
+
+
 def test_a_second_process_on_the_workdir_is_refused(tmp_path):
   held = engine._lock(str(tmp_path))
   try:

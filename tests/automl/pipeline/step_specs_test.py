@@ -1,4 +1,4 @@
-"""Tests of pipeline config parsing: bad configs fail naming the field."""
+"""Tests of pipeline config parsing: bad configs fail naming the field; defaults + overrides."""
 
 import ml_collections
 import pytest
@@ -11,6 +11,9 @@ from sfjax.automl.pipeline.step_specs import (
   StepOutput,
   StepResult,
   StepSpec,
+  apply_overrides,
+  effective_blocks,
+  effective_config,
   parse_steps,
 )
 from sfjax.core.errors import ConfigError
@@ -71,3 +74,48 @@ def test_context_latest_takes_the_newest_producer(tmp_path):
   inside = tmp_path / "steps" / "2_c" / "w.npy"
   assert ctx.relative(str(inside)) == "steps/2_c/w.npy"
   assert ctx.resolve("steps/2_c/w.npy") == str(inside)
+
+
+def _scaled_defaults():
+  return ml_collections.ConfigDict({"amount": 1, "scale": 2.0, "inner": {"depth": 3, "name": "x"}})
+
+
+def _kinds_with_defaults():
+  return {**KINDS, "scaled": StepKind(lambda ctx: StepOutput({}, {}), check=_check_amount,
+                                      defaults=_scaled_defaults)}
+
+
+def test_a_block_of_overrides_merges_onto_the_kinds_defaults():
+  config = _config("s", {"s": {"type": "scaled", "inner": {"depth": 5}},
+                         "t": {"type": "scaled", "scale": 3}, "n": {"type": "noop", "own": 1}})
+  (spec,) = parse_steps(config, _kinds_with_defaults())
+  assert spec.block.to_dict() == {"amount": 1, "scale": 2.0, "inner": {"depth": 5, "name": "x"},
+                                  "type": "scaled"}
+  blocks = effective_blocks(config, _kinds_with_defaults())
+  assert blocks["t"].scale == 3.0 and blocks["t"].inner.depth == 3  # unlisted: merged too
+  assert blocks["n"] is config.steps.n  # a kind without defaults: the block as written
+  effective = effective_config(config, blocks)
+  assert effective.steps.t.inner.name == "x" and "inner" not in config.steps.t  # a copy
+  assert parse_steps(effective, _kinds_with_defaults())[0].block.to_dict() == spec.block.to_dict()
+
+
+@pytest.mark.parametrize("block, message", [
+    ({"amout": 2}, r"steps\.s\.amout: unknown setting of step 's' \(scaled\); did you mean "
+                   r"steps\.s\.amount\? \(known: amount, inner, scale\)"),
+    ({"inner": {"dpeth": 4}}, r"steps\.s\.inner\.dpeth: unknown setting of step 's' \(scaled\); "
+                              r"did you mean steps\.s\.inner\.depth\?"),
+    ({"zzz": 1}, r"steps\.s\.zzz: unknown setting of step 's' \(scaled\) \(known: "),
+    ({"inner": 4}, r"steps\.s\.inner: expected a block of settings \(depth, name\), got 4"),
+    ({"scale": {"a": 1}}, r"steps\.s\.scale: expected a value, got a block"),
+    ({"amount": "two"}, r"steps\.s\.amount: "),
+    ({"amount": -1}, r"steps\.s\.amount: must be >= 0"),  # the kind's check sees the merged block
+])
+def test_a_bad_override_names_the_step_and_the_key(block, message):
+  config = _config("s", {"s": {"type": "scaled", **block}})
+  with pytest.raises(ConfigError, match=f"^config field {message}"):
+    parse_steps(config, _kinds_with_defaults())
+
+
+def test_apply_overrides_changes_only_the_given_keys():
+  merged = apply_overrides(_scaled_defaults(), {"inner": {"name": "y"}}, "steps.s", "'s'")
+  assert merged.to_dict() == {"amount": 1, "scale": 2.0, "inner": {"depth": 3, "name": "y"}}
