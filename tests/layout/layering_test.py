@@ -27,6 +27,9 @@ ALLOWED = {
                    "cohorts"},
     "ctr_pipeline": {"core", "data", "embedding", "models", "train", "checkpoint", "automl",
                      "cohorts", "structure", "compress", "ctr_search"},
+    # a trained model as a self-contained bundle and what serves it (its predictor imports
+    # only core: a bundle is served without the model classes or the training code)
+    "serving": {"core", "data", "embedding", "parallel", "models", "train", "checkpoint"},
     "viz": {"core"},  # figures from the files runs write; imports no training code
     "vision": {"core", "automl", "compress", "train"},  # image steps on the shared dense step
 }
