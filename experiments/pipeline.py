@@ -15,7 +15,8 @@ default; a misspelt key exits 2 naming the closest one). Rerunning the same
 command on the same DIR skips the finished steps and resumes the interrupted one.
 Writes DIR/report.json and DIR/summary.txt, prints the summary table, and ends
 stdout with the report as one JSON line. Exit status 1 when a step failed, 2 for a
-bad config. Everything else lives in `sfjax.automl.pipeline` (the engine) and
+bad config or a workdir in use (a second run on DIR fails at once naming the first);
+any error prints one line `error: ...` (`--verbose` adds the traceback). Everything else lives in `sfjax.automl.pipeline` (the engine) and
 `sfjax.ctr_pipeline` (the CTR steps and `run_ctr_pipeline`).
 """
 
@@ -26,6 +27,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 import search_spaces
+from experiments import cli
 from sfjax.automl.pipeline import (
   PipelineLockedError,
   run_pipeline,
@@ -33,7 +35,7 @@ from sfjax.automl.pipeline import (
   summary_table,
   take_step_flags,
 )
-from sfjax.core import ConfigError, set_up_console
+from sfjax.core import ConfigError, hold_workdir, set_up_console
 from sfjax.ctr_pipeline import ctr_pipeline_parts
 from sfjax.ctr_search import check_flag_overrides
 from sfjax.vision import VISION_STEP_KINDS, vision_report
@@ -58,14 +60,11 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   set_up_console(logging.INFO)  # our progress lines; orbax and jax INFO chatter off
   config = _CONFIG.value
-  try:
-    kinds, finalize = application(config)
-    with config.unlocked():  # a step flag may set a key its block lacks
-      set_step_flags(config, _STEP_FLAGS, kinds)
+  kinds, finalize = application(config)
+  with config.unlocked():  # a step flag may set a key its block lacks
+    set_step_flags(config, _STEP_FLAGS, kinds)
+  with hold_workdir(_WORKDIR.value, "pipeline"):  # one owner per workdir (issue #25)
     report = run_pipeline(config, _WORKDIR.value, kinds, finalize=finalize)
-  except (ConfigError, PipelineLockedError) as e:
-    sys.stderr.write(f"error: {e}\n")
-    sys.exit(2)
   sys.stdout.write(summary_table(report))
   sys.stdout.write(json.dumps(report, sort_keys=True, allow_nan=False) + "\n")
   sys.stdout.flush()
@@ -92,4 +91,4 @@ if __name__ == "__main__":
                                             lock_config=True, sys_argv=_ARGV)
   _WORKDIR = flags.DEFINE_string("workdir", None, "Directory of the pipeline (steps/, report.json).")
   flags.mark_flags_as_required(["config", "workdir"])
-  app.run(main, argv=_ARGV)
+  cli.run_main(main, argv=_ARGV, usage=(PipelineLockedError,))

@@ -8,7 +8,9 @@
 Then train from DIR with `--config.data.format=preprocessed --config.data.train_path=DIR`.
 The mapping is the one training from the text files builds (hashing, or the
 one-pass vocabulary); DIR's layout is described in `sfjax/data/preprocessed.py`.
-Ends stdout with one JSON line (spec.json's summary plus the time taken).
+Ends stdout with one JSON line (spec.json's summary plus the time taken). Errors print
+one line `error: ...` (exit 2 for a bad flag, config or path, 1 otherwise); `--verbose`
+adds the traceback.
 """
 
 import time
@@ -16,14 +18,16 @@ import time
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from experiments import report
+from experiments import cli, report
 from sfjax.data import DEFAULT_ROWS_PER_SHARD, preprocess_files
+from sfjax.train import check_paths
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.INFO)
+  check_paths(_CONFIG.value)  # a missing file, or a directory where files go, named
   start = time.perf_counter()
   meta = preprocess_files(_CONFIG.value.data, _OUT.value, _ROWS_PER_SHARD.value,
                           _OVERWRITE.value)
@@ -45,4 +49,4 @@ if __name__ == "__main__":
                                          "Examples per shard file.")
   _OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace an earlier preprocessing in DIR.")
   flags.mark_flags_as_required(["config", "out"])
-  app.run(main)
+  cli.run_main(main)

@@ -10,7 +10,9 @@ Multi-objective: `--config.study.algorithm=nsga2 --config.study.objectives=auc:m
 (or motpe; best.json then holds the Pareto front per budget). Across processes or
 machines: `--config.study.executor=dask` (a local cluster of `study.dask_workers`
 processes, or an existing scheduler at `--config.study.dask_address=tcp://HOST:8786`).
-Rerunning the same command on the same DIR resumes the study. Prints a live
+Rerunning the same command on the same DIR resumes the study; a second run on the same
+DIR while one runs fails at once naming it. Errors print one line `error: ...` (exit 2
+for a bad flag, config or workdir, 1 otherwise); `--verbose` adds the traceback. Prints a live
 leaderboard to stderr, writes DIR/trials.jsonl and DIR/best.json, and ends stdout
 with one JSON line: the summary of `sfjax.ctr_search.search_loop.run_search`.
 """
@@ -22,9 +24,10 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from experiments import cli
 from search_spaces import ctr as ctr_space
 from sfjax.automl.study import JournalLockedError, StudyError
-from sfjax.core import set_up_console
+from sfjax.core import hold_workdir, set_up_console
 from sfjax.ctr_search import SearchConfigError, check_flag_overrides, run_search
 
 
@@ -41,11 +44,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   set_up_console(logging.INFO)  # our progress lines; orbax and jax INFO chatter off
-  try:
+  with hold_workdir(_WORKDIR.value, "search"):  # one owner per workdir (issue #25)
     summary = run_search(_CONFIG.value, _WORKDIR.value, ctr_space.SEARCH_SPACE)
-  except (SearchConfigError, StudyError, JournalLockedError, ConnectionError) as e:
-    sys.stderr.write(f"error: {e}\n")
-    sys.exit(2)
   sys.stdout.write(json.dumps(_finite(summary), sort_keys=True, allow_nan=False) + "\n")
   sys.stdout.flush()
 
@@ -69,4 +69,5 @@ if __name__ == "__main__":
   _WORKDIR = flags.DEFINE_string("workdir", None,
                                   "Directory of the study (journal, states, exports).")
   flags.mark_flags_as_required(["config", "workdir"])
-  app.run(main)
+  # Exit 2 also for a study that does not fit the workdir and an unreachable scheduler.
+  cli.run_main(main, usage=(SearchConfigError, StudyError, JournalLockedError, ConnectionError))

@@ -4,6 +4,8 @@ Run:
   python -m experiments.train_ctr --config=experiments/configs/ctr.py --workdir=/tmp/ctr
   python -m experiments.train_ctr --config=experiments/configs/ctr.py:smoke --workdir=/tmp/ctr
   python -m experiments.train_ctr --config=experiments/configs/ctr.py:movielens --workdir=/tmp/ml
+  python -m experiments.train_ctr --config=experiments/configs/ctr.py \
+      --config.embedding.backend=cache --workdir=/tmp/ctr_cache   # cache_rows: auto-sized
 
 Variants (the text after ':'): '' (default: DeepFM on synthetic Criteo-like data,
 about a minute on 2 CPU cores), 'smoke' (seconds), 'movielens' (MovieLens-100k).

@@ -8,13 +8,14 @@ One checkpoint is one directory, made visible by a single rename:
     table/        cache backend: the host table in chunks and row deltas
                   (`sfjax.checkpoint.table_format`): only what was written since the
                   previous checkpoint is new files
-    meta.json     the step, batches consumed and whatever the loop adds (eval history, ...)
+    meta.json     the step, batches consumed and whatever the loop adds (eval history, the
+                  run's fingerprint that a resume checks: `sfjax.train.resume_check`)
 
 A save writes everything into `tmp.step_<N>.<pid>/`, fsyncs every file and directory,
 then renames it to `step_<N>` and fsyncs `checkpoints/`; older checkpoints beyond
 `keep` are deleted only after that. A crash at any point leaves every earlier
 checkpoint untouched (leftover `tmp.*` directories are ignored and removed by the
-next save). Restores open the checkpoint like any reader (`sfjax.checkpoint.reader`)
+next save of their owner, or once their owner's pid has ended: never another live run's). Restores open the checkpoint like any reader (`sfjax.checkpoint.reader`)
 and restore into an abstract target built from the caller's state, so the number of
 devices and the sharding may differ from the run that saved.
 
@@ -384,12 +385,13 @@ class Checkpointer:
     return latest(self.root)
 
   def _prune(self) -> None:
-    """Deletes checkpoints beyond `keep` and leftovers of interrupted saves."""
+    """Deletes checkpoints beyond `keep` and leftovers of this process's interrupted saves
+    (or of ended processes': `layout.removable_leftover`)."""
     steps = committed_steps(self.root)
     for step in steps[:-self.keep]:
       shutil.rmtree(os.path.join(self.root, step_dir_name(step)), ignore_errors=True)
     for name in os.listdir(self.root):
-      if name.startswith(("tmp.", "old.")):
+      if checkpoint_files.removable_leftover(name, os.getpid()):
         shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
 
   def restore(self, path: str, target: _TrainState) -> Restored:

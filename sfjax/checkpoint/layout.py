@@ -4,7 +4,8 @@
     step_<N>/        a committed checkpoint (`sfjax.checkpoint.checkpointer` writes it): dense/
                      (orbax), table/ (host-table chunks and deltas: directly for one
                      process, `process_<p>_of_<P>/` shards for P), meta.json
-    tmp.*  old.*     an interrupted or superseded save (ignored, removed by the next one)
+    tmp.*  old.*     an interrupted or superseded save (ignored; the next save of its owner
+                     removes it, or of another owner once the pid it names has ended)
     corrupt.step_<N> a checkpoint `find_resumable` found damaged (kept, never pruned)
 
 A checkpoint counts once `step_<N>/meta.json` exists (the directory appears by one
@@ -214,6 +215,33 @@ def _step_of(path: str) -> int:
   if m is None:
     raise ValueError(f"{path}: not a step_<N> checkpoint directory")
   return int(m.group(1))
+
+
+def _pid_alive(pid: int) -> bool:
+  """True if process `pid` exists on this host (a signal-0 probe)."""
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # it exists, owned by another user
+    return True
+  return True
+
+
+def removable_leftover(name: str, pid: int) -> bool:
+  """Whether the entry `name` of `checkpoints/` is a leftover the process `pid` may delete.
+
+  `tmp.step_<N>.<pid>` and `old.step_<N>.<pid>` belong to the process that made them:
+  removable by that process, or by another once that pid has ended (a crashed run;
+  another live run's half-written save is never touched, issue #25). The collective
+  save's `tmp.step_<N>.of<P>` belongs to the run's process 0, whichever process it is.
+  """
+  if not name.startswith(("tmp.", "old.")):
+    return False
+  owner = name.rsplit(".", 1)[-1]
+  if owner == str(pid) or owner.startswith("of"):
+    return True
+  return owner.isdigit() and not _pid_alive(int(owner))
 
 
 def fsync_tree(path: str) -> None:

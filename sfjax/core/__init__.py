@@ -2,18 +2,20 @@
 
 Errors that name the bad place, the per-step device input type, SplitMix64 hashing,
 background pipeline stages, exact metrics, atomic file writes, JSON-lines and
-TensorBoard event files, and the quiet console of the entry points.
+TensorBoard event files, the quiet console of the entry points, and the workdir lock
+(one owner per workdir).
 """
 
 from sfjax.core.atomic import atomic_write, fsync_directory
 from sfjax.core.background import BackgroundIterator, map_in_background
 from sfjax.core.console import set_up_console
-from sfjax.core.errors import ConfigError, DataFormatError
+from sfjax.core.errors import ConfigError, DataFormatError, closest_name, unknown_key_error
 from sfjax.core.hashing import splitmix64
 from sfjax.core.jsonl import read_jsonl
 from sfjax.core.metrics import auc, logloss, sigmoid
 from sfjax.core.tensorboard import EventWriter, read_scalars
 from sfjax.core.types import DeviceBatch
+from sfjax.core.workdir_lock import WorkdirLock, WorkdirLockedError, hold_workdir
 
 __all__ = [
   "BackgroundIterator",
@@ -21,9 +23,13 @@ __all__ = [
   "DataFormatError",
   "DeviceBatch",
   "EventWriter",
+  "WorkdirLock",
+  "WorkdirLockedError",
   "atomic_write",
   "auc",
+  "closest_name",
   "fsync_directory",
+  "hold_workdir",
   "logloss",
   "map_in_background",
   "read_jsonl",
@@ -31,4 +37,5 @@ __all__ = [
   "set_up_console",
   "sigmoid",
   "splitmix64",
+  "unknown_key_error",
 ]

@@ -1,6 +1,8 @@
 """sfjax.train: the CTR trainer and the one train step everything trains through.
 
   ctr_defaults() / validate(config)      every field of a training config, and its check
+  check_paths(config)                    the data paths name files (or the preprocessed DIR)
+  ResumeMismatchError                    a checkpoint this config may not resume (`resume_check`)
   train_and_evaluate(config, workdir)    a whole run: train, evaluate, checkpoint, resume
   build_trainer(config) -> Trainer       the pieces of a run, for benchmarks and notebooks
   make_train_step(...)                   `step(state, batch) -> (state, metrics)`, shared by
@@ -10,11 +12,12 @@
 
 Modules: `defaults`, `config_check`, `loop`, `runner` (the step window), `backends`
 (device table or MixCache), `step`, `state`, `optimizers` (dense optax factories),
-`grda`, `evaluation`, `metrics_writer` and `process_cache` (per-process cache fills).
+`grda`, `evaluation`, `metrics_writer`, `resume_check` (what a checkpoint's run was, checked
+on resume) and `process_cache` (per-process cache fills).
 """
 
 from sfjax.train.backends import BACKENDS
-from sfjax.train.config_check import validate
+from sfjax.train.config_check import check_paths, validate
 from sfjax.train.defaults import ctr_defaults
 from sfjax.train.loop import (
   Trainer,
@@ -28,6 +31,7 @@ from sfjax.train.optimizers import (
   dense_optimizer,
   dense_optimizer_from_config,
 )
+from sfjax.train.resume_check import ResumeMismatchError
 from sfjax.train.runner import run_steps
 from sfjax.train.state import DenseState, TrainState
 from sfjax.train.step import (
@@ -47,9 +51,11 @@ __all__ = [
   "DENSE_OPTIMIZER_NAMES",
   "DenseLossFn",
   "DenseState",
+  "ResumeMismatchError",
   "TrainState",
   "Trainer",
   "build_trainer",
+  "check_paths",
   "ctr_defaults",
   "dense_optimizer",
   "dense_optimizer_from_config",

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
@@ -224,17 +225,20 @@ class CacheBackend:
     row = self.sharding_name == "row"
     self._processes = jax.process_count()
     # embedding.cache_rows is per device: a row-sharded cache holds D times as many rows.
-    self.layout = sharded_cache.SlotLayout(mesh.size if row else 1,
-                                           cache_rows(e.cache_rows, spec.total_rows))
-    self.num_slots = self.capacity_rows = self.layout.num_slots
+    shards = mesh.size if row else 1
     needed = e.lookahead * self.capacity
+    least = -(-needed // shards)  # the smallest valid embedding.cache_rows (per device)
+    self.layout = sharded_cache.SlotLayout(
+        shards, cache_rows(e.cache_rows, spec.total_rows, least, "per device" if row else ""))
+    self.num_slots = self.capacity_rows = self.layout.num_slots
     if self.num_slots < needed:
       held = (f"{self.num_slots} rows ({self.layout.rows_per_shard} per device x "
               f"{self.layout.num_shards} devices, row-sharded)" if row else f"{self.num_slots} rows")
       raise ConfigError(
           f"config field embedding.cache_rows: a cache of {held} is too small for "
           f"lookahead {e.lookahead} x unique capacity {self.capacity}; the minimum capacity is "
-          f"{needed} rows (or lower embedding.lookahead / embedding.unique_capacity)")
+          f"{needed} rows: set embedding.cache_rows >= {least} (or 0 to choose it), or lower "
+          "embedding.lookahead / embedding.unique_capacity")
     slot_width = row_opt.slot_width(width)
     self.host_table = HOST_STORAGES[e.host_storage](
         e, self.num_rows, width, slot_width, seed=config.seed, init_stddev=e.init_stddev,
@@ -373,15 +377,36 @@ class CacheBackend:
       self._pipeline.close()
 
 
-def cache_rows(setting: float, total_rows: int) -> int:
-  """`embedding.cache_rows`: a row count (>= 1) or a fraction of the table (0 < x < 1)."""
+AUTO_CACHE_FRACTION = 0.05  # embedding.cache_rows = 0: this fraction of the table, or more
+
+
+def cache_rows(setting: float, total_rows: int, least: int = 1, per: str = "") -> int:
+  """`embedding.cache_rows`: a row count (>= 1), a fraction of the table (0 < x < 1), or 0:
+  auto, `AUTO_CACHE_FRACTION` of the table raised to `least` (the smallest valid size for
+  the batch: lookahead x unique capacity), with a log line saying what it chose.
+
+  Args:
+    setting: the config value.
+    total_rows: the table's rows.
+    least: the smallest valid value (auto never goes below it).
+    per: what the count is per ('per device' for a row-sharded cache), for the log line.
+  """
+  if setting == 0:
+    share = max(1, int(round(AUTO_CACHE_FRACTION * total_rows)))
+    rows = max(share, least)
+    why = (f"{AUTO_CACHE_FRACTION:.0%} of the {total_rows}-row table" if rows == share else
+           f"the minimum for the batch (lookahead x unique capacity; "
+           f"{AUTO_CACHE_FRACTION:.0%} of the table is {share})")
+    logging.info("embedding.cache_rows=0 (auto): %d rows%s, %s", rows, f" {per}" if per else "",
+                 why)
+    return rows
   if 0 < setting < 1:
     return max(1, int(round(setting * total_rows)))
   if setting >= 1 and float(setting).is_integer():
     return int(setting)
   raise ConfigError(
-      f"config field embedding.cache_rows: expected a row count >= 1 or a fraction in (0, 1), "
-      f"got {setting!r}")
+      f"config field embedding.cache_rows: expected a row count >= 1, a fraction in (0, 1) or 0 "
+      f"(auto), got {setting!r}")
 
 
 def _summing_fill_blocks(cache_step):

@@ -11,8 +11,10 @@ a name added there is accepted here with no second edit.
 
 from __future__ import annotations
 
+import glob
 import math
 import numbers
+import os
 
 from sfjax import models
 from sfjax.checkpoint import checkpointer as checkpoint
@@ -22,7 +24,7 @@ from sfjax.data import dataset, synthetic
 from sfjax.embedding import cache_planner, row_optimizers
 from sfjax.models import generator
 from sfjax.parallel import distributed
-from sfjax.train import backends, optimizers
+from sfjax.train import backends, optimizers, resume_check
 
 __all__ = ["ConfigError", "validate"]
 
@@ -117,11 +119,11 @@ def _choice(value, field: str, known) -> None:
 
 
 def _cache_rows(config) -> None:
-  """`embedding.cache_rows`: a row count >= 1, or a fraction of the table in (0, 1)."""
+  """`embedding.cache_rows`: a row count >= 1, a fraction of the table in (0, 1), or 0 (auto)."""
   value = config.embedding.cache_rows
-  ok = _is_real(value) and 0 < value <= _MAX_COUNT and (value < 1 or float(value).is_integer())
-  _require(ok, "embedding.cache_rows", f"must be a row count in [1, {_MAX_COUNT}] or a fraction "
-           f"of the table in (0, 1), got {value!r}")
+  ok = _is_real(value) and 0 <= value <= _MAX_COUNT and (value < 1 or float(value).is_integer())
+  _require(ok, "embedding.cache_rows", f"must be a row count in [1, {_MAX_COUNT}], a fraction "
+           f"of the table in (0, 1) or 0 (auto), got {value!r}")
 
 
 def _validate_data(config) -> None:
@@ -200,6 +202,33 @@ def validate(config) -> None:
     _positive_int(config, field)
   _integer(config, "train.prefetch", 0, 1024)
   _integer(config, "train.num_devices", 0, 1 << 20)
+  _choice(config.get("resume", "strict"), "resume", resume_check.RESUME_POLICIES)
   checkpoint.checkpoint_settings(config)  # checkpoint.every_steps / keep, when the block exists
   if "distributed" in config:
     distributed.distributed_settings(config)  # distributed.* (HOST:PORT, P, I), when the block exists
+
+
+def check_paths(config) -> None:
+  """Raises `ConfigError` naming the data path field that names nothing, or a directory
+  where files are expected (or a file where the preprocessed directory is).
+
+  Separate from `validate` (which checks values, not the file system): the trainer
+  calls it when it reads the data itself.
+  """
+  d = config.data
+  if d.format in dataset.DIRECTORY_FORMATS:
+    path = d.train_path.strip()
+    _require(not os.path.isfile(path), "data.train_path",
+             f"{path} is a file; format {d.format!r} reads the directory experiments.preprocess "
+             "wrote")
+    _require(os.path.isdir(path), "data.train_path", f"{path}: no such directory")
+    return
+  if d.format not in dataset.FILE_FORMATS:
+    return
+  for field in ("data.train_path", "data.eval_path", "data.test_path"):
+    for pattern in (p.strip() for p in str(_get(config, field)).split(",") if p.strip()):
+      matches = glob.glob(os.path.expanduser(pattern))
+      _require(not (matches and all(os.path.isdir(m) for m in matches)), field,
+               f"{pattern} is a directory; format {d.format!r} reads files (comma-separated "
+               "files or globs, e.g. DIR/day_*.gz; a preprocessed DIR: data.format=preprocessed)")
+      _require(bool(matches), field, f"{pattern} matches no file")

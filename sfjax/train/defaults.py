@@ -54,7 +54,8 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   # ---- embeddings (rows updated by a row-wise optimizer) ----------------
   c.embedding = e = ml_collections.ConfigDict()
   e.backend = "device"  # device: whole table on the accelerator (the reference) | cache: MixCache
-  e.cache_rows = 0.05  # cache backend: device cache rows (>= 1), or a fraction of the table (< 1)
+  e.cache_rows = 0.0  # cache backend: device cache rows (>= 1), a fraction of the table (< 1), or
+  #                    0 = auto: 5% of the table, raised to the minimum lookahead x unique capacity
   e.cache_policy = "lru"  # cache backend: lru | lfu
   e.lookahead = 2  # cache backend: steps planned ahead of the device (in flight at once)
   e.cache_sharding = "replicated"  # cache backend: replicated (every device holds the same
@@ -104,5 +105,10 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   k.every_steps = 0  # save every this many steps and at the last step; 0 = off. When > 0, a
   #                    rerun with the same workdir resumes from the latest checkpoint
   k.keep = 3  # newest checkpoints kept (older ones are deleted after a save succeeds)
+
+  # ---- resuming (sfjax/train/resume_check.py) ----------------------------
+  c.resume = "strict"  # strict: a checkpoint of other settings (seed, data, learning rates,
+  #                      ...) is refused | allow_changes: resumed, the change recorded in
+  #                      WORKDIR/config_history.jsonl. Shape changes are always refused.
 
   return c

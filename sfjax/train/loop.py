@@ -27,12 +27,21 @@ from flax import nnx
 
 from sfjax import models
 from sfjax.checkpoint import checkpointer as checkpoint
+from sfjax.core import workdir_lock
 from sfjax.data import dataset as dataset_lib
 from sfjax.data import types
 from sfjax.embedding import host_table_files, row_optimizers
 from sfjax.parallel import distributed
 from sfjax.parallel import mesh as mesh_lib
-from sfjax.train import backends, config_check, evaluation, metrics_writer, optimizers, runner
+from sfjax.train import (
+  backends,
+  config_check,
+  evaluation,
+  metrics_writer,
+  optimizers,
+  resume_check,
+  runner,
+)
 from sfjax.train import step as step_lib
 from sfjax.train.state import TrainState
 
@@ -134,23 +143,38 @@ def _final_metrics(history: list[dict[str, Any]], windows: list[runner.StepWindo
   return final
 
 
-def _checkpoint_location(config, workdir: str | None, every: int, reset_mmap: bool):
+def _checkpoint_location(workdir: str | None, every: int) -> tuple[str | None, str | None]:
   """(checkpoint root or None, the checkpoint to resume from or None); `every` is
-  `checkpoint.every_steps`.
-
-  The resume point is the newest checkpoint whose every file checks out (corrupt newer
-  ones are moved aside). Resuming a cache run on an mmap table recreates the table
-  first (`reset_mmap`): rows written after the checkpoint must not survive.
-  """
+  `checkpoint.every_steps`. The resume point is the newest checkpoint whose every file
+  checks out (corrupt newer ones are moved aside)."""
   if every and not workdir:
     logging.warning("checkpoint.every_steps=%d but no workdir: no checkpoints are written", every)
   root = os.path.join(workdir, checkpoint.CHECKPOINT_DIR) if workdir and every else None
-  resume_from = checkpoint.find_resumable(root)
+  return root, checkpoint.find_resumable(root)
+
+
+def _check_resume(config, spec: types.DatasetSpec, resume_from: str | None
+                  ) -> tuple[dict[str, Any], dict[str, list]]:
+  """(this run's fingerprint, its changes from the checkpoint's) (`resume_check`).
+
+  Raises:
+    resume_check.ResumeMismatchError: naming each field that may not change.
+  """
+  fingerprint = resume_check.fingerprint(config, spec)
+  if not resume_from:
+    return fingerprint, {}
+  old = checkpoint.read_meta(resume_from).get(resume_check.FINGERPRINT_KEY)
+  return fingerprint, resume_check.check_resume(old, fingerprint, config.get("resume", "strict"),
+                                                resume_from)
+
+
+def _reset_mmap_table(config, resume_from: str | None) -> None:
+  """Resuming a cache run on an mmap table recreates the table first: rows written after
+  the checkpoint must not survive."""
   e = config.embedding
-  if resume_from and reset_mmap and e.backend == "cache" and e.host_storage == "mmap":
+  if resume_from and e.backend == "cache" and e.host_storage == "mmap":
     if host_table_files.discard_mmap_table(e.host_path):
       logging.info("resuming: host table %s is reset to %s", e.host_path, resume_from)
-  return root, resume_from
 
 
 def _eval_record(step: int, windows: list[runner.StepWindow], unique_counts: list[int],
@@ -226,7 +250,11 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
   steps and at the last step under `workdir/checkpoints/` (`sfjax.checkpoint.checkpointer`),
   and a run whose workdir already holds one resumes from the latest: state, eval
   history and data position (the deterministic train stream skips the batches already
-  consumed), so it ends exactly as an uninterrupted run would.
+  consumed), so it ends exactly as an uninterrupted run would. The run holds the
+  workdir's lock (`sfjax.core.workdir_lock`) throughout; a resume first compares the
+  checkpoint's fingerprint with this run's (`resume_check`: shape changes refused, changed
+  settings refused unless `config.resume='allow_changes'`, recorded in
+  `config_history.jsonl`).
 
   Args:
     config: a CTR ConfigDict (`sfjax/train/defaults.py`, `experiments/configs/ctr.py`).
@@ -243,18 +271,37 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
     `examples_per_sec`, `oracle_*` (synthetic data), `best` (the eval with the
     best primary AUC) and, when a 'test' split exists, `test_auc`/`test_logloss`
     taken at that best eval (model selection on the first split).
+
+  Raises:
+    ConfigError: an invalid config field; `resume_check.ResumeMismatchError` (one) for a
+      checkpoint this config may not resume.
+    WorkdirLockedError: another run holds `workdir`; the message names it.
   """
   config_check.validate(config)
   distributed.initialize_distributed(config)  # no-op for one process; else joins (before any JAX use)
-  tcfg = config.train
-  ckpt_every, ckpt_keep = checkpoint.checkpoint_settings(config)
   if jax.process_count() > 1:
     _check_multiprocess(config)
-  ckpt_root, resume_from = _checkpoint_location(config, workdir, ckpt_every,
-                                               reset_mmap=trainer is None)
+  # One owner per workdir (each process of several: its own files' lock); issue #25.
+  with workdir_lock.hold_workdir(workdir, "train_and_evaluate", jax.process_index()):
+    return _train_and_evaluate(config, workdir, dataset, trainer, loss_log)
+
+
+def _train_and_evaluate(config, workdir: str | None, dataset, trainer: Trainer | None,
+                        loss_log: list | None) -> tuple[dict[str, Any], TrainState]:
+  """`train_and_evaluate` once the config is valid and the workdir is held."""
+  tcfg = config.train
+  ckpt_every, ckpt_keep = checkpoint.checkpoint_settings(config)
+  ckpt_root, resume_from = _checkpoint_location(workdir, ckpt_every)
   if dataset is None:
+    config_check.check_paths(config)
     dataset = dataset_lib.make_dataset(config.data, config.seed)
   spec = dataset.spec
+  fingerprint, changes = _check_resume(config, spec, resume_from)
+  if trainer is None:  # a trainer built by the caller made its host table already
+    _reset_mmap_table(config, resume_from)
+  if workdir and distributed.is_main_process():
+    resume_check.record_config(workdir, config, "resume" if resume_from else "start", changes,
+                               checkpoint.read_meta(resume_from)["step"] if resume_from else 0)
   trainer = trainer or build_trainer(config, spec)
   backend = trainer.backend
   logging.info("backend=%s table rows=%d width=%d, fields=%d dense=%d, devices=%d, "
@@ -283,7 +330,7 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
   since_eval: list[runner.StepWindow] = []
   newest = [state]  # the latest dispatched state, for `_report_failure` after a fault
   try:
-    with metrics_writer.MetricsWriter(workdir if distributed.is_main_process() else None, config,
+    with metrics_writer.MetricsWriter(workdir if distributed.is_main_process() else None, None,
                                       resume_step=start if resume_from else None) as writer:
       first = start + 1
       for last in sorted(s for s in eval_steps | ckpt_steps if s > start):
@@ -308,7 +355,8 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
         if last in ckpt_steps and checkpointer is not None:  # ckpt_steps: only with ckpt_root
           backend.sync(state)  # the cache's rows reach the host table before it is saved
           path = checkpointer.save(state, {"history": history, "pending_unique_counts": pending,
-                                           "fields": fields})
+                                           "fields": fields,
+                                           resume_check.FINGERPRINT_KEY: fingerprint})
           logging.info("checkpoint %s", path)
         first = last + 1
     backend.sync(state)  # the cache backend flushes every cached row to the host table

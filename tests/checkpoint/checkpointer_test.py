@@ -92,14 +92,18 @@ def test_a_crash_during_save_leaves_the_previous_checkpoint(tmp_path, monkeypatc
     with pytest.raises(OSError, match="disk full"):
       ckpt.save(_tiny_state(20), {"history": [1, 2]})
   monkeypatch.undo()
-  # A SIGKILLed save leaves its temporary directory behind: ignored, removed by the next save.
-  os.makedirs(tmp_path / "tmp.step_00000030.999" / "table")
+  # A SIGKILLed save leaves its temporary directory behind: ignored, removed by the next save;
+  # a live process's (another run on this directory) is never touched.
+  dead = int(open("/proc/sys/kernel/pid_max").read()) + 1  # no process has this pid
+  os.makedirs(tmp_path / f"tmp.step_00000030.{dead}" / "table")
+  os.makedirs(tmp_path / f"tmp.step_00000030.{os.getppid()}" / "table")
   assert checkpoint.committed_steps(str(tmp_path)) == [10]
   assert checkpoint.read_meta(checkpoint.latest(str(tmp_path)))["history"] == [1]
   # The failed save put its dirty row back: the next checkpoint holds it.
   ckpt.save(_tiny_state(20), {"history": [1, 2]})
   ckpt.wait()
-  assert sorted(os.listdir(tmp_path)) == ["step_00000010", "step_00000020"]
+  assert sorted(os.listdir(tmp_path)) == ["step_00000010", "step_00000020",
+                                          f"tmp.step_00000030.{os.getppid()}"]
   fresh = _host_table()
   restored = checkpoint.Checkpointer(str(tmp_path), keep=3, host_table=fresh).restore(
       checkpoint.latest(str(tmp_path)), _tiny_state(0))

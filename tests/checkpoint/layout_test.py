@@ -97,3 +97,16 @@ def test_find_resumable_sets_a_corrupt_newest_aside(tmp_path):
   (tmp_path / "step_00000001" / "meta.json").write_text("{")
   with pytest.raises(checkpoint_files.CorruptCheckpointError, match="every checkpoint under"):
     checkpoint_files.find_resumable(str(tmp_path))
+
+
+def test_only_own_or_ended_owners_leftovers_are_removable():
+  me, alive = os.getpid(), os.getppid()
+  dead = int(open("/proc/sys/kernel/pid_max").read()) + 1  # no process has this pid
+  assert checkpoint_files.removable_leftover(f"tmp.step_00000010.{me}", me)
+  assert checkpoint_files.removable_leftover(f"old.step_00000010.{me}", me)
+  assert checkpoint_files.removable_leftover(f"tmp.step_00000010.{dead}", me)
+  assert checkpoint_files.removable_leftover("tmp.step_00000010.of2", me)  # the collective save
+  assert not checkpoint_files.removable_leftover(f"tmp.step_00000010.{alive}", me)
+  assert not checkpoint_files.removable_leftover(f"old.step_00000010.{alive}", me)
+  for name in ("step_00000010", "corrupt.step_00000010", f"tmp.step_00000010.x{me}"):
+    assert not checkpoint_files.removable_leftover(name, me)

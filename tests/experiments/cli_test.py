@@ -70,3 +70,54 @@ def test_command_line_prints_the_json_last_and_names_a_bad_field(tmp_path):
                        capture_output=True, text=True, timeout=240)
   assert bad.returncode != 0 and "config field policies: unknown ['fifo']" in bad.stderr
   assert not bad.stdout.strip()
+
+
+def _exit_of(main, argv=("prog",)):
+  with pytest.raises(SystemExit) as info:
+    cli.main_with_errors(main, usage=(LookupError,))(list(argv))
+  return info.value.code
+
+
+@pytest.mark.parametrize("error,code", [
+    (ConfigError("config field a.b: must be > 0"), 2), (FileNotFoundError("x: missing"), 2),
+    (IsADirectoryError("d: is a directory"), 2), (KeyError("k"), 2),  # LookupError: given usage
+    (RuntimeError("node lost"), 1), (OSError("disk full"), 1), (FloatingPointError("nan"), 1)])
+def test_main_with_errors_prints_one_line_and_the_exit_status(error, code, capsys):
+  def main(argv):
+    raise error
+
+  assert _exit_of(main) == code
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err
+  assert cli.one_line(error) in err
+
+
+def test_main_with_errors_passes_results_and_interrupts():
+  assert cli.main_with_errors(lambda argv: argv[1:])(["p", "a"]) == ["a"]
+
+  def interrupted(argv):
+    raise KeyboardInterrupt
+
+  assert _exit_of(interrupted) == 130
+
+
+def test_one_line_keeps_the_first_and_last_lines():
+  assert cli.one_line(ValueError("flag --config: Error\n\nTraceback:\n  x\nValueError: bad")) == (
+      "flag --config: Error ValueError: bad")
+  assert cli.one_line(KeyError("'k'\nDid you mean")) == "'k' Did you mean"
+  assert cli.one_line(RuntimeError()) == "RuntimeError"
+
+
+def test_an_unknown_override_names_the_closest_key_and_a_config_dir_says_so(tmp_path):
+  ctr_config = "--config=experiments/configs/ctr.py:smoke"
+  err = cli.unknown_override([ctr_config, "--config.train.stepz=3"])
+  assert str(err).startswith("config field train.stepz: unknown key; did you mean train.steps?")
+  err = cli.unknown_override([ctr_config, "--config.trian.steps=3"])
+  assert str(err).startswith("config field trian: unknown key; did you mean train?")
+  assert cli.unknown_override([ctr_config, "--config.train.steps=3"]) is None
+  assert cli.unknown_override(["--config=no/such.py", "--config.a=1"]) is None
+  assert cli._config_file_error(["--config=experiments/configs"]) == (
+      "--config=experiments/configs: a directory, not a config file (a .py file with get_config)")
+  assert cli._config_file_error([f"--config={tmp_path}/none.py:smoke"]) == (
+      f"--config={tmp_path}/none.py: no such file")
+  assert cli._config_file_error([ctr_config]) is None

@@ -42,3 +42,17 @@ def test_cli_preprocesses_and_refuses_a_used_directory(tmp_path):
   again = _run(*flags)
   assert again.returncode != 0 and f"{out}: output directory is not empty" in again.stderr
   assert _run(*flags, "--overwrite").returncode == 0
+
+
+def test_cli_errors_are_one_line_naming_the_path(tmp_path):
+  flags = ("--config=experiments/configs/ctr.py", "--config.data.format=criteo",
+           f"--config.data.eval_path={tmp_path}/none.tsv", f"--out={tmp_path / 'pre'}")
+  r = _run(*flags, f"--config.data.train_path={tmp_path}")
+  assert r.returncode == 2 and "Traceback" not in r.stderr
+  assert r.stderr.strip().splitlines()[-1].startswith(
+      f"error: config field data.train_path: {tmp_path} is a directory; format 'criteo' reads files")
+  r = _run(*flags, f"--config.data.train_path={tmp_path}/none.tsv")
+  assert r.returncode == 2
+  assert r.stderr.strip().splitlines()[-1] == (
+      f"error: config field data.train_path: {tmp_path}/none.tsv matches no file")
+  assert not (tmp_path / "pre").exists()

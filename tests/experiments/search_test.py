@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+from sfjax.core import workdir_lock
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NUM_TRIALS = 6
 # The smoke config, made cheaper: 6 trials of lr / fm over 10-40 steps.
@@ -69,8 +71,18 @@ def test_sigkill_mid_study_then_rerun_resumes(tmp_path):
 
 def test_bad_override_key_fails_naming_it(tmp_path):
   r = _run(tmp_path, "--config.study.num_trialz=3", timeout=120)
-  assert r.returncode != 0
-  assert "num_trialz" in r.stderr
+  assert r.returncode == 2 and r.stderr.count("\n") == 1
+  assert r.stderr.startswith("error: config field study.num_trialz: unknown key; did you mean "
+                             "study.num_trials?")
+
+
+def test_a_second_search_on_a_busy_workdir_fails_at_once_naming_the_holder(tmp_path):
+  with workdir_lock.hold_workdir(str(tmp_path), "the test"):
+    r = _run(tmp_path, timeout=120)
+  assert r.returncode == 2 and "Traceback" not in r.stderr
+  assert r.stderr.strip().splitlines()[-1].startswith(
+      f"error: {tmp_path} is in use by pid {os.getpid()} on ")
+  assert not os.path.exists(tmp_path / "journal.jsonl")
 
 
 def test_a_flat_algorithm_setting_fails_in_one_line_naming_its_block(tmp_path):

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from experiments.configs import ctr
+from sfjax.core import workdir_lock
 from sfjax.data import dataset as dataset_lib
 from sfjax.train import evaluation, loop
 
@@ -58,15 +59,46 @@ def test_cli_overrides_and_outputs(tmp_path):
   assert final["auc"] > max(0.5, untrained) + _LEARNED_MARGIN, (final["auc"], untrained)
 
 
+def _one_error_line(r, code):
+  """The CLI failed with status `code` and printed exactly one `error:` line (no traceback)."""
+  assert r.returncode == code, r.stderr[-3000:]
+  lines = r.stderr.strip().splitlines()
+  assert lines[-1].startswith("error: ") and "Traceback" not in r.stderr, r.stderr[-3000:]
+  return lines[-1]
+
+
 def test_cli_rejects_unknown_key(tmp_path):
   r = _run("--config=experiments/configs/ctr.py:smoke", f"--workdir={tmp_path}",
            "--config.train.stepz=20")
-  assert r.returncode != 0
-  assert "stepz" in r.stderr
+  line = _one_error_line(r, 2)
+  assert line.startswith("error: config field train.stepz: unknown key; did you mean train.steps?")
+  assert r.stderr.count("\n") == 1
 
 
 def test_cli_rejects_bad_value_naming_field(tmp_path):
   r = _run("--config=experiments/configs/ctr.py:smoke", f"--workdir={tmp_path}",
            "--config.data.format=parquet")
-  assert r.returncode != 0
-  assert "data.format" in r.stderr
+  assert "error: config field data.format: unknown value 'parquet'" in _one_error_line(r, 2)
+  verbose = _run("--config=experiments/configs/ctr.py:smoke", f"--workdir={tmp_path}",
+                 "--config.data.format=parquet", "--verbose")
+  assert verbose.returncode == 2 and "Traceback (most recent call last)" in verbose.stderr
+  assert verbose.stderr.strip().splitlines()[-1] == _one_error_line(r, 2)
+
+
+def test_cli_says_a_directory_is_not_a_file_and_names_a_busy_workdir(tmp_path):
+  data_dir = tmp_path / "data"
+  data_dir.mkdir()
+  r = _run("--config=experiments/configs/ctr.py:smoke", f"--workdir={tmp_path / 'w'}",
+           "--config.data.format=criteo", f"--config.data.train_path={data_dir}",
+           f"--config.data.eval_path={data_dir}")
+  assert (f"error: config field data.train_path: {data_dir} is a directory; format 'criteo' "
+          "reads files") in _one_error_line(r, 2)
+  r = _run("--config=experiments/configs", f"--workdir={tmp_path / 'w'}")
+  assert _one_error_line(r, 2) == ("error: --config=experiments/configs: a directory, not a "
+                                   "config file (a .py file with get_config)")
+  workdir = tmp_path / "busy"
+  with workdir_lock.hold_workdir(str(workdir), "the test"):
+    r = _run("--config=experiments/configs/ctr.py:smoke", f"--workdir={workdir}")
+  line = _one_error_line(r, 2)
+  assert f"error: {workdir} is in use by pid {os.getpid()} on " in line
+  assert not os.path.exists(workdir / "metrics.jsonl")  # the loser wrote nothing

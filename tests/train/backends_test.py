@@ -49,10 +49,40 @@ def test_cache_rows_fraction_or_count(setting, total, rows):
   assert backends.cache_rows(setting, total) == rows
 
 
-@pytest.mark.parametrize("setting", [0, 0.0, -1, 2.5, 1.0000001, float("nan"), float("inf")])
+@pytest.mark.parametrize("setting", [-1, 2.5, 1.0000001, float("nan"), float("inf")])
 def test_bad_cache_rows_names_the_field(setting):
   with pytest.raises(ConfigError, match="embedding.cache_rows"):
     backends.cache_rows(setting, 1000)
+
+
+@pytest.mark.parametrize("total,least,rows,why", [
+    (100_000, 1000, 5000, "5% of the 100000-row table"),  # 5% suffices: as the old default
+    (33_820, 53_248, 53_248, "the minimum for the batch"),  # 5% (1691) is too small
+])
+def test_auto_cache_rows_is_five_percent_raised_to_the_minimum_and_says_so(total, least, rows, why,
+                                                                           caplog):
+  with caplog.at_level("INFO", logger="absl"):
+    assert backends.cache_rows(0, total, least) == rows
+    assert backends.cache_rows(0.0, total, least) == rows
+  assert f"embedding.cache_rows=0 (auto): {rows} rows, {why}" in caplog.text
+  assert backends.cache_rows(0.05, 100_000, least) == 5000  # an explicit value is kept
+
+
+def test_default_cache_backend_trains_out_of_the_box(caplog):
+  # The defaults' batch (1024 x 26 fields, lookahead 2) needs 53248 cache rows; 5% of
+  # the default table is 1691 rows (it failed at start: issue #25, item 6).
+  c = ctr.get_config()
+  c.embedding.backend = "cache"
+  c.data.synthetic.num_train, c.data.synthetic.num_eval = 4096, 2048
+  c.train.steps, c.train.eval_every, c.train.num_devices = 2, 2, 1
+  with caplog.at_level("INFO", logger="absl"):
+    final, _ = loop.train_and_evaluate(c)
+  assert final["step"] == 2 and np.isfinite(final["logloss"])
+  assert final["cache_capacity_rows"] == 2 * 1024 * 26
+  assert "embedding.cache_rows=0 (auto): 53248 rows, the minimum for the batch" in caplog.text
+  c.embedding.cache_rows = 0.05  # the old default, explicit: names the smallest valid value
+  with pytest.raises(ConfigError, match=r"set embedding.cache_rows >= 53248 \(or 0 to choose"):
+    loop.train_and_evaluate(c)
 
 
 def test_mmap_storage_needs_host_path(data):

@@ -130,8 +130,8 @@ def _dims_ok(v):
   return isinstance(v, (tuple, list)) and all(_int_in(1, config_check._MAX_COUNT)(x) for x in v)
 
 
-def _cache_rows_ok(v):
-  return (_real(0.0, low_ok=False)(v) and v <= config_check._MAX_COUNT
+def _cache_rows_ok(v):  # 0: auto (5% of the table, at least the minimum for the batch)
+  return (_real(0.0, low_ok=True)(v) and v <= config_check._MAX_COUNT
           and (v < 1 or float(v).is_integer()))
 
 

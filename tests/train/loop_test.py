@@ -1,10 +1,12 @@
 """The training loop: DeepFM learns the planted interactions; metrics files; eval counting."""
 
 import json
+import os
 
 import pytest
 
 from experiments.configs import ctr
+from sfjax.core import workdir_lock
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset as dataset_lib
 from sfjax.train import evaluation, loop
@@ -87,6 +89,17 @@ def test_the_loop_validates_the_config_before_building_anything(tmp_path):
   with pytest.raises(ConfigError, match="model.name"):
     loop.train_and_evaluate(c, str(tmp_path))
   assert not (tmp_path / "config.json").exists()
+
+
+def test_a_second_run_on_a_held_workdir_fails_at_once_and_writes_nothing(tmp_path):
+  c = _synthetic_config(steps=1)
+  with workdir_lock.hold_workdir(str(tmp_path), "a notebook's first trainer"):
+    with pytest.raises(workdir_lock.WorkdirLockedError,
+                       match=f"is in use by pid {os.getpid()} on .* since "):
+      loop.train_and_evaluate(c, str(tmp_path))
+  assert sorted(os.listdir(tmp_path)) == [".sfjax.lock"]
+  final, _ = loop.train_and_evaluate(c, str(tmp_path))  # released: the run proceeds
+  assert final["step"] == 1 and (tmp_path / "metrics.jsonl").exists()
 
 
 def test_training_result_drops_only_the_per_process_metrics():

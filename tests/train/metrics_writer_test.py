@@ -83,6 +83,31 @@ def test_resume_keeps_records_up_to_the_checkpoint_and_appends(tmp_path):
   assert metrics_writer._read_records(str(tmp_path / "absent.jsonl")) == []
 
 
+def test_resume_appends_to_the_same_file_and_repairs_a_torn_last_line(tmp_path, caplog):
+  path = tmp_path / "metrics.jsonl"
+  path.write_text('{"step": 10}\n{"step": 20}\n{"step": 30}\n{"step": 40, "a')
+  inode = os.stat(path).st_ino
+  with caplog.at_level("INFO", logger="absl"):
+    with metrics_writer.MetricsWriter(str(tmp_path), resume_step=20) as writer:
+      writer.write({"step": 30, "again": True})
+  assert os.stat(path).st_ino == inode  # truncated and appended in place, never replaced
+  assert _lines(path) == [{"step": 10}, {"step": 20}, {"step": 30, "again": True}]
+  assert "a partial last line (15 bytes, a crash mid-write) is cut off" in caplog.text
+  assert "1 records after step 20 are cut" in caplog.text
+  caplog.clear()
+  with caplog.at_level("INFO", logger="absl"):
+    metrics_writer.cut_after_step(str(path), 30)  # nothing to cut: untouched, nothing logged
+  assert _lines(path)[-1] == {"step": 30, "again": True} and "cut" not in caplog.text
+
+
+def test_config_json_is_never_overwritten(tmp_path):
+  metrics_writer.MetricsWriter(str(tmp_path), _config()).close()
+  other = _config()
+  other.seed = 4
+  metrics_writer.MetricsWriter(str(tmp_path), other).close()
+  assert json.loads((tmp_path / "config.json").read_text())["seed"] == 3
+
+
 def test_tensorboard_gets_each_record_and_step_losses_and_a_resume_has_no_duplicates(tmp_path):
   with metrics_writer.MetricsWriter(str(tmp_path), _config()) as writer:
     writer.write_losses(1, [0.9, 0.8, float("nan"), 0.6])  # a NaN step is left out
