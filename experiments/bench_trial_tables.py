@@ -91,7 +91,7 @@ def run_point(config: ml_collections.ConfigDict, scale: float, compact: bool) ->
   arch = split_config(ARCH)[0]
   runner = CohortRunner(data.task, cohort_width=trials, data=data)
   lrs = np.geomspace(0.003, 0.3, trials)
-  results = runner.run(arch, [{"optim.embedding_lr": float(lr)} for lr in lrs], list(range(trials)),
+  results = runner.run(arch, [{"embedding.learning_rate": float(lr)} for lr in lrs], list(range(trials)),
                        [0] * trials, config.steps, [None] * trials)
   seconds = time.perf_counter() - t
   auc = [r.metrics["auc"] for r in results]

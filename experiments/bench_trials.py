@@ -71,7 +71,8 @@ def make_task(config: ml_collections.ConfigDict) -> CTRTask:
 def trial_hparams(count: int) -> list[dict[str, float]]:
   """`count` trials with log-spaced embedding and dense learning rates."""
   frac = np.linspace(0.0, 1.0, count) if count > 1 else np.zeros(1)
-  return [{"optim.embedding_lr": float(0.003 * (100 / 3) ** f), "optim.dense_lr": float(1e-3 * 10 ** f)}
+  return [{"embedding.learning_rate": float(0.003 * (100 / 3) ** f),
+           "optimizer.learning_rate": float(1e-3 * 10 ** f)}
           for f in frac]
 
 
@@ -185,7 +186,7 @@ def run(config: ml_collections.ConfigDict) -> dict:
   arch = split_config({
       "model.name": config.model, "model.embed_dim": config.embed_dim,
       "model.mlp.depth": config.mlp_depth, "model.mlp.width": config.mlp_width,
-      "optim.embedding_optimizer": config.embedding_optimizer})[0]
+      "embedding.optimizer": config.embedding_optimizer})[0]
   t = time.perf_counter()
   data = TrialData(make_task(config))
   data_s = time.perf_counter() - t

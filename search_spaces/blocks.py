@@ -2,7 +2,7 @@
 
     space = block_space()                  # architecture (blocks) + hyperparameters
     baseline = default_config(space)       # the trainer's default DeepFM as a point
-    runner_keys = runner_config(config)    # model.name='composed', model.blocks=<json>, optim.*
+    runner_keys = runner_config(config)    # model.name='composed', model.blocks=<json>, embedding.*, optimizer.*
     run_search(config, workdir, BLOCK_SEARCH_SPACE)
 
 Each block module declares its sub-space next to its code (DESIGN.md §4):
@@ -84,7 +84,7 @@ def block_space(tower_widths: Sequence[int] = TOWER_WIDTHS,
   """`architecture_space` plus the row optimizer and the hyperparameters of `ctr.py`."""
   return Space.compose(
       architecture_space(tower_widths, embed_dims),
-      Space({"optim.embedding_optimizer": Categorical(ctr.EMBEDDING_OPTIMIZERS)}),
+      Space({"embedding.optimizer": Categorical(ctr.EMBEDDING_OPTIMIZERS)}),
       ctr.hparam_space())
 
 
@@ -103,7 +103,7 @@ def default_config(space: Space | None = None) -> Config:
       _use("model.dense.bottom"): False, "model.embedding.num_groups": 1,
       "model.embedding.group0.dim": model.embed_dim, _use("model.tower"): True,
       "model.tower.depth": len(dims), "model.tower.width": dims[0]})
-  values.update({k: v for k, v in ctr.default_config().items() if k.startswith("optim.")})
+  values.update({k: v for k, v in ctr.default_config().items() if not k.startswith("model.")})
   active: dict[str, Any] = {}
   changed = True
   while changed:  # add keys once their parents are in (conditions form a DAG)

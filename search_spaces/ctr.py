@@ -10,13 +10,14 @@ Each searchable part declares its own sub-space, and `ctr_space` nests them unde
 their config prefixes with conditions (VEGA's search-space language, arXiv
 2011.01507): the MLP keys are active only for models that have an MLP, the
 interaction keys only for their family (cross network: dcnv2; self-attention:
-autoint; CIN: xdeepfm). Keys are the trial runner's dotted keys (`model.*`,
-`optim.*`), so a point of the space is a trial config.
+autoint; CIN: xdeepfm). Keys are the trainer config's own paths (`model.*`,
+`embedding.*`, `optimizer.*`; `sfjax/train/defaults.py`), so a point of the space is
+a trial config (`sfjax.cohorts.arch`), which applies to a trainer config by path.
 
-Regularisers are gated: `optim.use_weight_decay` / `optim.use_embedding_l2` (Bool)
-switch on a log-uniform strength, so "no regulariser" (the trainer's default, 0.0,
-which no log-scale parameter contains) is part of the space. `runner_config` turns
-the gates into explicit zeros.
+Regularisers are gated: `optimizer.use_weight_decay` / `embedding.use_l2` (search-only
+Bools, not trainer fields) switch on a log-uniform strength, so "no regulariser" (the
+trainer's default, 0.0, which no log-scale parameter contains) is part of the space.
+`runner_config` turns the gates into explicit zeros and drops them.
 
 Ranges are sized for CPU trials (widths <= 256 plus the baseline's 400, depth <= 3,
 embed_dim in {4, 8, 16}).
@@ -38,6 +39,7 @@ from sfjax.automl.space import (
   Space,
   SpaceError,
 )
+from sfjax.cohorts import check_not_renamed
 from sfjax.ctr_search import CTRSearchSpace
 from sfjax.embedding import ROW_OPTIMIZER_NAMES
 from sfjax.models import MODEL_NAMES, model_hparams
@@ -49,8 +51,9 @@ MLP_FAMILIES = tuple(name for name in FAMILIES if "mlp_dims" in model_hparams(na
 MLP_WIDTHS = (32, 64, 128, 256, 400)  # 400: the baseline's (the trainer default's) width
 EMBEDDING_OPTIMIZERS = ROW_OPTIMIZER_NAMES
 # Gate key -> the log-scale key it switches on; off means an explicit 0.0.
-GATES = {"optim.use_weight_decay": "optim.weight_decay",
-         "optim.use_embedding_l2": "optim.embedding_l2"}
+# The gates are search-only Bools: the trainer has no such fields.
+GATES = {"optimizer.use_weight_decay": "optimizer.weight_decay",
+         "embedding.use_l2": "embedding.l2"}
 
 
 def mlp_space(max_depth: int = 3, widths: Sequence[int] = MLP_WIDTHS) -> Space:
@@ -82,31 +85,31 @@ INTERACTIONS = {"dcnv2": ("model", cross_space), "autoint": ("model", attention_
 def embedding_hparam_space() -> Space:
   """The embedding rows' dynamic hyperparameters: learning rate, (gated) L2, init scale."""
   return Space(
-      {"optim.embedding_lr": Float(1e-3, 0.5, log=True),
-       "optim.use_embedding_l2": Bool(),
-       "optim.embedding_l2": Float(1e-7, 1e-3, log=True),
-       "optim.init_stddev": Float(1e-3, 0.1, log=True)},
-  ).with_conditions(_gate("optim.use_embedding_l2"))
+      {"embedding.learning_rate": Float(1e-3, 0.5, log=True),
+       "embedding.use_l2": Bool(),
+       "embedding.l2": Float(1e-7, 1e-3, log=True),
+       "embedding.init_stddev": Float(1e-3, 0.1, log=True)},
+  ).with_conditions(_gate("embedding.use_l2"))
 
 
 def embedding_space(embed_dims: Sequence[int] = (4, 8, 16)) -> Space:
   """The embedding tables: row width, row-wise optimizer and its hyperparameters.
 
-  `optim.embedding_l2` (log) is active only when `optim.use_embedding_l2`.
+  `embedding.l2` (log) is active only when `embedding.use_l2`.
   """
   return Space.compose(
       Space({"model.embed_dim": Categorical(tuple(embed_dims)),
-             "optim.embedding_optimizer": Categorical(EMBEDDING_OPTIMIZERS)}),
+             "embedding.optimizer": Categorical(EMBEDDING_OPTIMIZERS)}),
       embedding_hparam_space())
 
 
 def optim_space() -> Space:
   """The dense parameters' optimizer: learning rate and (gated) weight decay, both log."""
   return Space(
-      {"optim.dense_lr": Float(1e-4, 1e-2, log=True),
-       "optim.use_weight_decay": Bool(),
-       "optim.weight_decay": Float(1e-6, 1e-2, log=True)},
-  ).with_conditions(_gate("optim.use_weight_decay"))
+      {"optimizer.learning_rate": Float(1e-4, 1e-2, log=True),
+       "optimizer.use_weight_decay": Bool(),
+       "optimizer.weight_decay": Float(1e-6, 1e-2, log=True)},
+  ).with_conditions(_gate("optimizer.use_weight_decay"))
 
 
 def hparam_space() -> Space:
@@ -118,11 +121,14 @@ def fixed_arch_space(arch_config: Mapping[str, Any]) -> Space:
   """`hparam_space()` around one architecture: its static keys become `Fixed` parameters.
 
   Args:
-    arch_config: the static keys (`model.*`, `optim.embedding_optimizer`) and values.
+    arch_config: the static keys (`model.*`, `embedding.optimizer`) and values.
 
   Raises:
     SpaceError: `arch_config` holds a dynamic key.
+    ConfigError: `arch_config` holds a key of the old `optim.*` vocabulary (naming
+      its new path).
   """
+  check_not_renamed(arch_config, "fixed architecture")
   dynamic = set(hparam_space().keys) | set(GATES.values())
   clash = sorted(set(arch_config) & dynamic)
   if clash:
@@ -215,13 +221,13 @@ def default_config(space: Space | None = None) -> Config:
       "model.attention_heads": c.model.attention_heads,
       "model.attention_dim": c.model.attention_dim,
       "model.cin.depth": len(cin_dims), "model.cin.width": cin_dims[0],
-      "optim.embedding_optimizer": c.embedding.optimizer,
-      "optim.embedding_lr": c.embedding.learning_rate,
-      "optim.use_embedding_l2": c.embedding.l2 > 0, "optim.embedding_l2": c.embedding.l2,
-      "optim.init_stddev": c.embedding.init_stddev,
-      "optim.dense_lr": c.optimizer.learning_rate,
-      "optim.use_weight_decay": c.optimizer.weight_decay > 0,
-      "optim.weight_decay": c.optimizer.weight_decay,
+      "embedding.optimizer": c.embedding.optimizer,
+      "embedding.learning_rate": c.embedding.learning_rate,
+      "embedding.use_l2": c.embedding.l2 > 0, "embedding.l2": c.embedding.l2,
+      "embedding.init_stddev": c.embedding.init_stddev,
+      "optimizer.learning_rate": c.optimizer.learning_rate,
+      "optimizer.use_weight_decay": c.optimizer.weight_decay > 0,
+      "optimizer.weight_decay": c.optimizer.weight_decay,
   }
   active = {}
   for key in _parents_first(space):

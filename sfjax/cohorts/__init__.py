@@ -13,6 +13,7 @@ from sfjax.cohorts.arch import (
   DYNAMIC_KEYS,
   STATIC_KEYS,
   ArchSpec,
+  check_not_renamed,
   count_params,
   group_by_arch,
   split_config,
@@ -26,6 +27,6 @@ from sfjax.cohorts.task import CTRTask, TrialData
 from sfjax.cohorts.trial_result import CohortTrialResult
 
 __all__ = ["DYNAMIC_KEYS", "STATIC_KEYS", "ArchSpec", "CTRTask", "Chunk", "CohortRunner",
-           "CohortTrialResult", "TrialData", "bucket_key", "cohort_program", "count_params",
-           "fixed_config_keys", "group_by_arch", "plan_chunks", "run_pbt", "split_config",
-           "trial_mesh"]
+           "CohortTrialResult", "TrialData", "bucket_key", "check_not_renamed", "cohort_program",
+           "count_params", "fixed_config_keys", "group_by_arch", "plan_chunks", "run_pbt",
+           "split_config", "trial_mesh"]

@@ -6,19 +6,22 @@ sizes, row-optimizer kind) is static and hashable, so trials with equal
 embedding L2 and the initial embedding scale are dynamic: stacked `[W]` arrays
 that `jax.vmap` runs over (`sfjax.cohorts.cohort_runner`).
 
-Config keys (dotted, as in `sfjax.automl.space.Config`):
+Config keys (dotted, as in `sfjax.automl.space.Config`) are the trainer config's own
+paths (`sfjax/train/defaults.py`), so a trial config applies to a trainer config by
+path; only the layer sizes are derived (`depth` x `width` -> a tuple of widths):
 
   static   model.name, model.embed_dim, model.mlp.depth, model.mlp.width
-           (-> mlp_dims = (width,) * depth), model.cin.depth, model.cin.width
-           (-> cin_dims), model.bottom_mlp.depth, model.bottom_mlp.width
-           (-> bottom_mlp_dims), model.cross_layers, model.cross_rank,
+           (-> model.mlp_dims = (width,) * depth), model.cin.depth, model.cin.width
+           (-> model.cin_dims), model.bottom_mlp.depth, model.bottom_mlp.width
+           (-> model.bottom_mlp_dims), model.cross_layers, model.cross_rank,
            model.cross_structure, model.attention_layers, model.attention_heads,
            model.attention_dim, model.blocks (the `composed` model's block spec JSON),
-           optim.embedding_optimizer, optim.dense_optimizer
-  dynamic  optim.embedding_lr, optim.dense_lr, optim.weight_decay,
-           optim.embedding_l2, optim.init_stddev
+           embedding.optimizer, optimizer.name
+  dynamic  embedding.learning_rate, embedding.l2, embedding.init_stddev,
+           optimizer.learning_rate, optimizer.weight_decay
 
-Absent keys take the trainer's defaults (`sfjax/train/defaults.py`). Only the model
+A key of the old trial vocabulary (`optim.embedding_lr`, ...) is a ConfigError naming
+its trainer path. Absent keys take the trainer's defaults. Only the model
 hyperparameters the named model uses enter `ArchSpec.model_hparams`, so two
 configs that differ in a key their model ignores share a cohort (likewise `lr`
 ignores `model.embed_dim`, recorded as 1; `composed` takes its row width from
@@ -30,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -38,6 +41,7 @@ import numpy as np
 from flax import nnx
 
 from sfjax import models
+from sfjax.core.errors import ConfigError
 from sfjax.data.types import DatasetSpec
 from sfjax.embedding import row_optimizers
 from sfjax.models import generator
@@ -62,19 +66,53 @@ _INT_LOW = {"model.embed_dim": 1, **{k: 0 for k, _ in _LAYER_KEYS.values()},
 _EMBEDDING_OPTIMIZERS = row_optimizers.ROW_OPTIMIZER_NAMES
 DENSE_OPTIMIZERS = optimizers.DENSE_OPTIMIZER_NAMES
 
-# Dynamic keys -> (ctr.py default, lowest allowed value, whether the lowest is allowed).
+_EMBEDDING_OPTIMIZER_KEY, _DENSE_OPTIMIZER_KEY = "embedding.optimizer", "optimizer.name"
+
+
+def _trainer_default(path: str) -> Any:
+  """The trainer's default (`sfjax/train/defaults.py`) at dotted `path`."""
+  node = _CTR
+  for part in path.split("."):
+    node = node[part]
+  return node
+
+
+# Dynamic keys -> (the trainer's default, lowest allowed value, whether the lowest is allowed).
 DYNAMIC_DEFAULTS: dict[str, tuple[float, float, bool]] = {
-    "optim.dense_lr": (float(_CTR.optimizer.learning_rate), 0.0, False),
-    "optim.embedding_l2": (float(_CTR.embedding.l2), 0.0, True),
-    "optim.embedding_lr": (float(_CTR.embedding.learning_rate), 0.0, False),
-    "optim.init_stddev": (float(_CTR.embedding.init_stddev), 0.0, True),
-    "optim.weight_decay": (float(_CTR.optimizer.weight_decay), 0.0, True),
-}
+    path: (float(_trainer_default(path)), 0.0, low_ok) for path, low_ok in (
+        ("embedding.init_stddev", True), ("embedding.l2", True),
+        ("embedding.learning_rate", False), ("optimizer.learning_rate", False),
+        ("optimizer.weight_decay", True))}
 DYNAMIC_KEYS: tuple[str, ...] = tuple(sorted(DYNAMIC_DEFAULTS))
 STATIC_KEYS: tuple[str, ...] = tuple(sorted(
-    {"model.name", "model.embed_dim", "optim.embedding_optimizer", "optim.dense_optimizer"}
+    {"model.name", "model.embed_dim", _EMBEDDING_OPTIMIZER_KEY, _DENSE_OPTIMIZER_KEY}
     | {k for pair in _LAYER_KEYS.values() for k in pair}
     | {f"model.{k}" for k in _SCALAR_MODEL_KEYS}))
+# The old trial vocabulary -> its trainer path; used only to name the new key in an error.
+# The two gates are the search spaces' Bools (`search_spaces/ctr.py`), not trainer fields.
+_RENAMED_KEYS = {
+    "optim.embedding_lr": "embedding.learning_rate", "optim.dense_lr": "optimizer.learning_rate",
+    "optim.weight_decay": "optimizer.weight_decay", "optim.embedding_l2": "embedding.l2",
+    "optim.init_stddev": "embedding.init_stddev", "optim.embedding_optimizer": "embedding.optimizer",
+    "optim.dense_optimizer": "optimizer.name", "optim.use_weight_decay": "optimizer.use_weight_decay",
+    "optim.use_embedding_l2": "embedding.use_l2"}
+
+
+def check_not_renamed(keys: Iterable[str], where: str) -> None:
+  """Refuses a key of the old trial vocabulary (`optim.*`) among `keys`.
+
+  Args:
+    keys: trial config or search space keys.
+    where: what holds them, for the message (e.g. 'search space').
+
+  Raises:
+    ConfigError: naming the first old key and its trainer config path, e.g.
+      `config field optim.dense_lr (trial config): renamed to optimizer.learning_rate`.
+  """
+  for key in keys:
+    if key in _RENAMED_KEYS:
+      raise ConfigError(f"config field {key} ({where}): renamed to {_RENAMED_KEYS[key]} "
+                        "(trial keys are the trainer config's paths)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,8 +124,9 @@ class ArchSpec:
     embed_dim: D (`model.embed_dim`).
     model_hparams: sorted ((keyword, value), ...) of the model's own keyword
       arguments, defaults filled in (layer widths as tuples).
-    embedding_optimizer: row optimizer kind (a name of `row_optimizers.ROW_OPTIMIZERS`).
-    dense_optimizer: optax optimizer kind of the dense parameters:
+    embedding_optimizer: row optimizer kind (`embedding.optimizer`, a name of
+      `row_optimizers.ROW_OPTIMIZERS`).
+    dense_optimizer: optax optimizer kind of the dense parameters (`optimizer.name`):
       adam | adamw | sgd | adagrad.
   """
 
@@ -139,6 +178,7 @@ def dynamic_value(key: str, value: Any) -> float:
     ValueError: naming `key`, for an unknown key, a non-number or a value out of range.
   """
   if key not in DYNAMIC_DEFAULTS:
+    check_not_renamed([key], "trial config")
     _fail(key, f"is not a dynamic hyperparameter (known: {', '.join(DYNAMIC_KEYS)})")
   _, low, low_ok = DYNAMIC_DEFAULTS[key]
   if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
@@ -191,8 +231,10 @@ def split_config(config: Mapping[str, Any]) -> tuple[ArchSpec, dict[str, float]]
     (arch, hparams): hparams maps every `DYNAMIC_KEYS` entry to a float.
 
   Raises:
-    ValueError: naming the key, for an unknown key or a bad value.
+    ValueError: naming the key, for an unknown key or a bad value (a ConfigError
+      naming the new path for a key of the old `optim.*` vocabulary).
   """
+  check_not_renamed(config, "trial config")
   for key in config:
     if key not in STATIC_KEYS and key not in DYNAMIC_DEFAULTS:
       _fail(key, f"unknown key (static: {', '.join(STATIC_KEYS)}; dynamic: {', '.join(DYNAMIC_KEYS)})")
@@ -222,10 +264,10 @@ def split_config(config: Mapping[str, Any]) -> tuple[ArchSpec, dict[str, float]]
     hparams["blocks"], embed_dim = _composed_blocks(hparams["blocks"])
   arch = ArchSpec(
       model_name=name, embed_dim=embed_dim, model_hparams=tuple(sorted(hparams.items())),
-      embedding_optimizer=_as_choice("optim.embedding_optimizer", config.get(
-          "optim.embedding_optimizer", _CTR.embedding.optimizer), _EMBEDDING_OPTIMIZERS),
-      dense_optimizer=_as_choice("optim.dense_optimizer", config.get(
-          "optim.dense_optimizer", _CTR.optimizer.name), DENSE_OPTIMIZERS))
+      embedding_optimizer=_as_choice(_EMBEDDING_OPTIMIZER_KEY, config.get(
+          _EMBEDDING_OPTIMIZER_KEY, _CTR.embedding.optimizer), _EMBEDDING_OPTIMIZERS),
+      dense_optimizer=_as_choice(_DENSE_OPTIMIZER_KEY, config.get(
+          _DENSE_OPTIMIZER_KEY, _CTR.optimizer.name), DENSE_OPTIMIZERS))
   return arch, resolve_hparams({k: v for k, v in config.items() if k in DYNAMIC_DEFAULTS})
 
 

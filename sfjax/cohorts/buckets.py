@@ -106,7 +106,7 @@ def fixed_config_keys(config: Mapping[str, Any], keys: Sequence[str]) -> tuple[s
   names a model and a row optimizer that mask it (`padded_layout.embed_maskable`;
   one it does not name, e.g. a key outside the space, could be anything).
   """
-  name, optimizer = config.get("model.name"), config.get("optim.embedding_optimizer")
+  name, optimizer = config.get("model.name"), config.get("embedding.optimizer")
   free_embed = (name is not None and optimizer is not None
                 and padded_layout.embed_maskable(name, optimizer))
   return tuple(k for k in keys if k not in _MASKED_CONFIG_KEYS or (k == _EMBED_KEY and not free_embed))

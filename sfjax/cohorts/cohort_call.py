@@ -8,7 +8,7 @@ logloss are computed exactly on the host, on the two halves of the eval rows
 
   * Compiled programs are cached per process by (arch, data set spec, resume,
     masked, rows, ragged) (`cohort_program`), so runners of one task share them;
-    `num_traces` counts their traces (no-recompile checks).
+    `_num_traces` counts their traces (no-recompile checks).
   * The trial axis is sharded over a ('trial',) mesh (`trial_mesh`) when W is a
     multiple of the mesh size; batches are replicated.
   * Host input states are copied before the call: the program donates them.
@@ -108,7 +108,7 @@ def _full_hparams(hparams: Mapping[str, Any], width: int) -> dict[str, np.ndarra
 _TRACES: collections.Counter = collections.Counter()
 
 
-def num_traces() -> int:
+def _num_traces() -> int:
   """How many times any cohort program was traced (compiled) in this process."""
   return sum(_TRACES.values())
 

@@ -62,10 +62,10 @@ class TrialOutput(NamedTuple):
 
 def _make_optimizers(arch: ArchSpec, hparams: Hparams):
   """The trial's dense and row optimizers: the trainer's factories, with traced hyperparameters."""
-  tx = optimizers.dense_optimizer(arch.dense_optimizer, hparams["optim.dense_lr"],
-                                  hparams["optim.weight_decay"], field="optim.dense_optimizer")
-  row_opt = row_optimizers.make(arch.embedding_optimizer, hparams["optim.embedding_lr"], _EMB,
-                                field="optim.embedding_optimizer")
+  tx = optimizers.dense_optimizer(arch.dense_optimizer, hparams["optimizer.learning_rate"],
+                                  hparams["optimizer.weight_decay"], field="optimizer.name")
+  row_opt = row_optimizers.make(arch.embedding_optimizer, hparams["embedding.learning_rate"], _EMB,
+                                field="embedding.optimizer")
   return tx, row_opt
 
 
@@ -78,7 +78,7 @@ def init_trial_state(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams,
                      key: jax.Array, num_rows: int | None = None) -> TrainState:
   """A fresh trial: model parameters and table drawn from `key`.
 
-  Table values are uniform with standard deviation `optim.init_stddev` (the
+  Table values are uniform with standard deviation `embedding.init_stddev` (the
   distribution of `initializers.init_rows`, drawn on device); slots start at
   the row optimizer's initial values. The table has `num_rows` rows (default
   `spec.total_rows`; a task with `compact_rows` passes its touched rows).
@@ -89,7 +89,7 @@ def init_trial_state(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams,
   params = nnx.split(arch.build_model(spec, nnx.Rngs(model_key)))[1]
   width = arch.embedding_width
   unit = jax.random.uniform(table_key, (num_rows, width), jnp.float32, -1.0, 1.0)
-  values = unit * (math.sqrt(3.0) * hparams["optim.init_stddev"])  # [V, E]
+  values = unit * (math.sqrt(3.0) * hparams["embedding.init_stddev"])  # [V, E]
   slot_row = jnp.asarray(row_opt.initial_slot_row(width))
   slots = jnp.broadcast_to(slot_row, (num_rows, slot_row.shape[0]))  # [V, S]
   return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params),
@@ -99,8 +99,8 @@ def init_trial_state(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams,
 def _with_dense_hparams(state: TrainState, hparams: Hparams) -> TrainState:
   """`state` with the dense learning rate and weight decay in its optax state replaced."""
   injected = dict(state.opt_state.hyperparams)
-  for name, key in (("learning_rate", "optim.dense_lr"), ("weight_decay", "optim.weight_decay")):
-    injected[name] = jnp.asarray(hparams[key], jnp.asarray(injected[name]).dtype)
+  for name in ("learning_rate", "weight_decay"):  # trial key `optimizer.<name>`
+    injected[name] = jnp.asarray(hparams[f"optimizer.{name}"], jnp.asarray(injected[name]).dtype)
   return state._replace(opt_state=state.opt_state._replace(hyperparams=injected))
 
 
@@ -150,7 +150,7 @@ def _make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
     else:
       state = init_trial_state(arch, spec, hparams, jax.random.key(seed), num_rows)
 
-    train_step = step_lib.make_train_step(graphdef, tx, row_opt, l2=hparams["optim.embedding_l2"],
+    train_step = step_lib.make_train_step(graphdef, tx, row_opt, l2=hparams["embedding.l2"],
                                           skip_non_finite=True,
                                           dense_mask=dense_mask if masked else None)
 

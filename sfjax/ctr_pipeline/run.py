@@ -9,7 +9,7 @@ Concrete search spaces are passed in (`search_spaces.SPACES`), never imported.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sfjax.automl import pipeline
@@ -17,10 +17,8 @@ from sfjax.automl.pipeline import StepResult
 from sfjax.ctr_pipeline import compress_step, steps, train_steps
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 
-Finalizer = Callable[[Sequence[StepResult], str], dict[str, Any]]
 
-
-def ctr_finalizer(config) -> Finalizer:
+def ctr_finalizer(config) -> pipeline.Finalize:
   """The CTR report's top-level fields from the steps' results: the final model against
   the baseline (`config.report.bootstrap_resamples`, `bootstrap_seed`) and the last
   compress step's pick."""

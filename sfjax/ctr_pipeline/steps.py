@@ -87,7 +87,7 @@ def _check_study(config, field: str) -> None:
     raise ConfigError(f"config field {field}.{message}") from None
 
 
-def pareto_points(workdir: str) -> list[dict[str, Any]]:
+def _pareto_points(workdir: str) -> list[dict[str, Any]]:
   """The study's Pareto front (`best.json`'s trial ids) with each trial's config and metrics."""
   with open(os.path.join(workdir, "best.json"), encoding="utf-8") as f:
     front = set(json.load(f).get("pareto_front") or ())
@@ -100,7 +100,7 @@ def pareto_points(workdir: str) -> list[dict[str, Any]]:
   return points
 
 
-def search_output(summary: Mapping[str, Any], workdir: str, space_name: str) -> StepOutput:
+def _search_output(summary: Mapping[str, Any], workdir: str, space_name: str) -> StepOutput:
   """A search step's report metrics and hand-off from `run_search`'s summary.
 
   Raises:
@@ -116,7 +116,7 @@ def search_output(summary: Mapping[str, Any], workdir: str, space_name: str) -> 
              "beats_default": summary["beats_default"],
              "num_trials": summary["num_trials_done"], "num_failed": summary["num_failed"]}
   output = {"best_config": summary["best_config"], "search_space": space_name,
-            "best_trial_id": summary["best_trial_id"], "pareto_front": pareto_points(workdir)}
+            "best_trial_id": summary["best_trial_id"], "pareto_front": _pareto_points(workdir)}
   return StepOutput(metrics, output)
 
 
@@ -139,7 +139,7 @@ class _SearchSteps:
     space = self.space(ctx.block.search_space, f"{ctx.spec.field}.search_space")
     config = _search_config(ctx.config, ctx.block.space.to_dict(), ctx.block.study)
     summary = search_loop.run_search(config, ctx.workdir, space)
-    return search_output(summary, ctx.workdir, ctx.block.search_space)
+    return _search_output(summary, ctx.workdir, ctx.block.search_space)
 
   def check_hpo(self, block, field: str) -> None:
     _require(block, field, ("study",))
@@ -150,17 +150,17 @@ class _SearchSteps:
     space_name = ctx.latest("search_space")
     base = self.space(space_name, "search_space (output of an earlier step)")
     best = ctx.latest("best_config")
-    space, start = tuned_space(base, best)
+    space, start = _tuned_space(base, best)
     arch = base.arch_part(best)
     config = _search_config(ctx.config, {"fixed_arch": json.dumps(arch, sort_keys=True)},
                             ctx.block.study)
     summary = search_loop.run_search(config, ctx.workdir, space)
-    result = search_output(summary, ctx.workdir, space_name)
+    result = _search_output(summary, ctx.workdir, space_name)
     return StepOutput({**result.best_metrics, "start_config_holdout_auc":
                        summary["default_metrics"].get("test_auc")}, result.output)
 
 
-def tuned_space(base: CTRSearchSpace, best: Mapping[str, Any]):
+def _tuned_space(base: CTRSearchSpace, best: Mapping[str, Any]):
   """`base` narrowed to the hyperparameters of `best`'s architecture.
 
   Returns:

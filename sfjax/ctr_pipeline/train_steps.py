@@ -15,8 +15,8 @@ reads) with the final state and save the scores; `compare_final_to_baseline`
 turns them into the report's `final_test_auc`, `baseline_test_auc` and
 `test_auc_interval` (paired bootstrap of the difference on the same rows).
 
-Their blocks hold only overrides of the library's defaults (`fully_train_defaults`,
-`baseline_defaults`: the `trainer` recipe of `recipe_defaults`); the pipeline
+Their blocks hold only overrides of the library's defaults (`_fully_train_defaults`,
+`_baseline_defaults`: the `trainer` recipe of `recipe_defaults`); the pipeline
 engine merges them (`StepKind.defaults`).
 """
 
@@ -49,16 +49,8 @@ from sfjax.models import generator
 from sfjax.train import config_check, loop
 from sfjax.train.defaults import ctr_defaults
 
-TEST_SPLIT = "test"
+_TEST_SPLIT = "test"
 SCORES_FILE, LABELS_FILE = "test_scores.npy", "test_labels.npy"
-# The trial runner's dynamic keys (`arch.DYNAMIC_KEYS`) -> the trainer config's fields.
-TRAINER_FIELDS = {
-    "optim.dense_lr": "optimizer.learning_rate",
-    "optim.embedding_l2": "embedding.l2",
-    "optim.embedding_lr": "embedding.learning_rate",
-    "optim.init_stddev": "embedding.init_stddev",
-    "optim.weight_decay": "optimizer.weight_decay",
-}
 
 
 def recipe_defaults() -> ml_collections.ConfigDict:
@@ -75,12 +67,12 @@ def recipe_defaults() -> ml_collections.ConfigDict:
   return recipe
 
 
-def fully_train_defaults() -> ml_collections.ConfigDict:
+def _fully_train_defaults() -> ml_collections.ConfigDict:
   """The library's `fully_train` block: the recipe."""
   return ml_collections.ConfigDict({"trainer": recipe_defaults()})
 
 
-def baseline_defaults() -> ml_collections.ConfigDict:
+def _baseline_defaults() -> ml_collections.ConfigDict:
   """The library's `baseline` block: the recipe of the step named `recipe_step` (its own
   `trainer` when `recipe_step` names the baseline step itself)."""
   return ml_collections.ConfigDict({"recipe_step": "fully_train", "trainer": recipe_defaults()})
@@ -96,21 +88,26 @@ def _set(config, dotted: str, value) -> None:
 
 def trainer_config(recipe, arch: arch_lib.ArchSpec, hparams: Mapping[str, float],
                    kept_pairs: Sequence[Sequence[int]] | None = None) -> ml_collections.ConfigDict:
-  """The CTR trainer config that trains `arch` with `hparams` (the one runner -> trainer map).
+  """The CTR trainer config that trains `arch` with `hparams`.
+
+  Trial keys are the trainer's config paths, so `hparams` apply by path; the model's
+  keyword arguments (layer widths derived from `depth` x `width`) and the two
+  optimizer kinds come from `arch`.
 
   Args:
     recipe: a CTR trainer ConfigDict (`sfjax/train/defaults.py` fields); copied.
     arch: the static part of a trial config (`arch.split_config`).
-    hparams: its dynamic part (`arch.DYNAMIC_KEYS`; absent keys keep the recipe's).
+    hparams: its dynamic part (`arch.DYNAMIC_KEYS`, trainer paths such as
+      `embedding.learning_rate`; absent keys keep the recipe's).
     kept_pairs: field pairs (i, j) to restrict the model's pairwise interactions to
-      (AutoFIS): the model becomes `composed` with `restricted_spec`.
+      (AutoFIS): the model becomes `composed` with `_restricted_spec`.
 
   Returns:
     The recipe with `model.*`, the embedding / dense optimizer kinds and the
     dynamic hyperparameters set from the trial config.
 
   Raises:
-    ValueError: a hyperparameter without a trainer field.
+    ValueError: a key that is not a dynamic hyperparameter (`arch.DYNAMIC_KEYS`).
   """
   config = copy.deepcopy(recipe)
   config.model.name, config.model.embed_dim = arch.model_name, arch.embed_dim
@@ -119,19 +116,16 @@ def trainer_config(recipe, arch: arch_lib.ArchSpec, hparams: Mapping[str, float]
   config.embedding.optimizer = arch.embedding_optimizer
   config.optimizer.name = arch.dense_optimizer
   for key, value in hparams.items():
-    if key not in TRAINER_FIELDS:
-      raise ValueError(f"trial config key {key!r} has no trainer config field "
-                       f"(known: {', '.join(TRAINER_FIELDS)})")
-    _set(config, TRAINER_FIELDS[key], float(value))
+    _set(config, key, arch_lib.dynamic_value(key, value))
   if kept_pairs is not None:
-    spec = restricted_spec(arch, kept_pairs)
+    spec = _restricted_spec(arch, kept_pairs)
     config.model.name = generator.COMPOSED_NAME
     config.model.embed_dim = generator.spec_embedding_width(spec)  # composed: E = embed_dim
     config.model.blocks = generator.spec_to_json(spec)
   return config
 
 
-def restricted_spec(arch: arch_lib.ArchSpec, pairs: Sequence[Sequence[int]]) -> dict:
+def _restricted_spec(arch: arch_lib.ArchSpec, pairs: Sequence[Sequence[int]]) -> dict:
   """The block spec of `arch`'s model with its pairwise blocks restricted to `pairs`.
 
   A named model becomes its generator spec (`generator.named_model_spec`); a
@@ -157,7 +151,7 @@ def _recipe(ctx: StepContext, step_name: str) -> ml_collections.ConfigDict:
   return recipe
 
 
-def check_recipe(block, field: str) -> None:
+def _check_recipe(block, field: str) -> None:
   """A `trainer` block: a valid CTR config that checkpoints (so the step can resume).
 
   Raises:
@@ -174,13 +168,13 @@ def check_recipe(block, field: str) -> None:
                       "(the step resumes from the trainer's checkpoints)")
 
 
-def test_split_scores(backend, state, dataset, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+def _test_split_scores(backend, state, dataset, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
   """[N] float32 logits and [N] labels of every real row of the 'test' split, in order.
 
   `backend` must be synced (`train_and_evaluate` syncs before it returns).
   """
   scores, labels = [], []
-  for batch in dataset.eval_batches(TEST_SPLIT, batch_size):
+  for batch in dataset.eval_batches(_TEST_SPLIT, batch_size):
     logits = np.asarray(backend.eval_logits(state, backend.prepare_eval(batch)))
     keep = np.asarray(batch.mask) > 0
     scores.append(logits[keep].astype(np.float32))
@@ -192,19 +186,19 @@ def _save_npy(path: str, array: np.ndarray) -> None:
   atomic_write(path, lambda f: np.save(f, array))
 
 
-def train_and_score(ctx: StepContext, config) -> StepOutput:
+def _train_and_score(ctx: StepContext, config) -> StepOutput:
   """Trains `config` in the step directory (resuming from its checkpoints) and scores 'test'."""
   e = config.embedding
   if e.backend == "cache" and e.host_storage == "mmap" and not e.host_path:
     e.host_path = os.path.join(ctx.workdir, "host_table")
   dataset = dataset_lib.make_dataset(config.data, config.seed)
-  if TEST_SPLIT not in dataset.eval_splits:
+  if _TEST_SPLIT not in dataset.eval_splits:
     raise ConfigError("config field task.data: the final model is scored on a 'test' split, which "
                       f"this data set lacks (eval splits: {dataset.eval_splits}); set "
                       "data.synthetic.test_rows > 0 or data.test_path")
   trainer = loop.build_trainer(config, dataset.spec)
   final, state = loop.train_and_evaluate(config, ctx.workdir, dataset=dataset, trainer=trainer)
-  scores, labels = test_split_scores(trainer.backend, state, dataset, config.train.eval_batch_size)
+  scores, labels = _test_split_scores(trainer.backend, state, dataset, config.train.eval_batch_size)
   _save_npy(os.path.join(ctx.workdir, SCORES_FILE), scores)
   _save_npy(os.path.join(ctx.workdir, LABELS_FILE), labels)
   test_auc = metrics_lib.auc(labels, scores)
@@ -235,12 +229,12 @@ class _TrainSteps:
     arch, hparams = arch_lib.split_config(space.runner_config(chosen))
     config = trainer_config(_recipe(ctx, ctx.spec.name), arch, hparams,
                             ctx.latest("kept_pairs", None))
-    result = train_and_score(ctx, config)
+    result = _train_and_score(ctx, config)
     return StepOutput(result.best_metrics, {**result.output, "chosen_config": dict(chosen),
                                             "role": "final"})
 
   def run_baseline(self, ctx: StepContext) -> StepOutput:
-    result = train_and_score(ctx, _recipe(ctx, ctx.block.get("recipe_step", "fully_train")))
+    result = _train_and_score(ctx, _recipe(ctx, ctx.block.get("recipe_step", "fully_train")))
     return StepOutput(result.best_metrics, {**result.output, "role": "baseline"})
 
 
@@ -249,18 +243,18 @@ def _check_baseline(block, field: str) -> None:
   if not isinstance(name, str) or not name:
     raise ConfigError(f"config field {field}.recipe_step: expected a step name, got {name!r}")
   if f"steps.{name}" == field:  # its own recipe
-    check_recipe(block, field)
+    _check_recipe(block, field)
 
 
 def train_step_kinds(spaces: Mapping[str, CTRSearchSpace]) -> dict[str, StepKind]:
   """{'fully_train', 'baseline'} step kinds."""
   steps = _TrainSteps(spaces)
-  return {"fully_train": StepKind(steps.run_fully_train, check_recipe,
+  return {"fully_train": StepKind(steps.run_fully_train, _check_recipe,
                                   "the chosen config through the CTR trainer (checkpointed)",
-                                  fully_train_defaults),
+                                  _fully_train_defaults),
           "baseline": StepKind(steps.run_baseline, _check_baseline,
                                "the unsearched default model through the same recipe",
-                               baseline_defaults)}
+                               _baseline_defaults)}
 
 
 def compare_final_to_baseline(results: Sequence[StepResult], workdir: str, num_resamples: int = 1000,

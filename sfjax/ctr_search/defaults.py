@@ -42,7 +42,7 @@ SEARCH_ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def algorithm_block(name: str) -> ml_collections.ConfigDict:
+def _algorithm_block(name: str) -> ml_collections.ConfigDict:
   """The search's default block of algorithm `name`: its spec's fields and defaults (minus
   `SHARED_SPEC_FIELDS`), with `SEARCH_ALGORITHM_DEFAULTS` on top. A None default becomes a
   typed placeholder, so `--config.study.<name>.<field>=...` parses."""
@@ -95,7 +95,7 @@ def study_defaults() -> ml_collections.ConfigDict:
   st.dask_workers = 2
   # ---- one block per algorithm (generated from its spec) ----
   for name in ALGORITHMS:
-    st[name] = algorithm_block(name)
+    st[name] = _algorithm_block(name)
   return st
 
 

@@ -103,7 +103,7 @@ def run_job(runners: GroupRunners, job: CohortJob) -> list[CohortTrialResult]:
 RetryHook = Callable[[CohortJob, str], None]
 
 
-class LocalExecutor:
+class _LocalExecutor:
   """Runs every job in this process, one after the other."""
 
   name = "local"
@@ -121,7 +121,7 @@ class LocalExecutor:
   def close(self) -> None:
     """Nothing to release."""
 
-  def __enter__(self) -> LocalExecutor:
+  def __enter__(self) -> _LocalExecutor:
     return self
 
   def __exit__(self, *exc) -> None:
@@ -144,7 +144,7 @@ def make_executor(kind: str, runner: CohortRunner, *, address: str = "", num_wor
     ValueError: an unknown kind (naming `study.executor`).
   """
   if kind == "local":
-    return LocalExecutor(runner)
+    return _LocalExecutor(runner)
   if kind == "dask":
     from sfjax.ctr_search import executor_dask  # pylint: disable=g-import-not-at-top
     return executor_dask.DaskExecutor(runner.task, runner.cohort_width,

@@ -40,8 +40,8 @@ SETTINGS_FILE = "search.json"
 # Metrics every CTR trial reports that a search may optimise ('test_auc' is never
 # selected on: it is the held-out half that judges the search). `latency_ms` is
 # measured only when an objective or a quota needs it.
-OBJECTIVE_METRICS = ("auc", "logloss", "train_loss", "params", "flops", "latency_ms")
-DEFAULT_OBJECTIVES = "auc:max"
+_OBJECTIVE_METRICS = ("auc", "logloss", "train_loss", "params", "flops", "latency_ms")
+_DEFAULT_OBJECTIVES = "auc:max"
 _DIRECTION_NAMES = {"max": "maximize", "maximize": "maximize", "min": "minimize",
                     "minimize": "minimize"}
 
@@ -55,13 +55,13 @@ def _default_study() -> dict[str, Any]:
   return defaults.study_defaults().to_dict()
 
 
-def shared_study_keys() -> tuple[str, ...]:
+def _shared_study_keys() -> tuple[str, ...]:
   """The `study.*` settings every algorithm shares (the others are algorithm blocks)."""
   return tuple(k for k in _default_study() if k not in ALGORITHMS)
 
 
-def moved_setting_error(key: str, algorithm: Any = None,
-                        field: str = "study") -> SearchConfigError | None:
+def _moved_setting_error(key: str, algorithm: Any = None,
+                         field: str = "study") -> SearchConfigError | None:
   """The error of a flat `study.<key>` that is now an algorithm's setting, else None.
 
   Args:
@@ -82,7 +82,7 @@ def check_flag_overrides(argv: Sequence[str], flag: str = "config") -> None:
   """Refuses a command-line override of a flat algorithm setting, before flags are parsed.
 
   `--config.study.eta=2` (or `--config.steps.hpo.study.eta=2`) would otherwise stop
-  ml_collections with a traceback; this names the new path (`moved_setting_error`).
+  ml_collections with a traceback; this names the new path (`_moved_setting_error`).
 
   Raises:
     SearchConfigError: the first such override, naming its new path.
@@ -95,7 +95,7 @@ def check_flag_overrides(argv: Sequence[str], flag: str = "config") -> None:
     block, _, key = path.rpartition(".")
     if block == "study" or block.endswith(".study"):
       algorithm = algorithms.get(block, _default_study()["algorithm"])
-      error = moved_setting_error(key, algorithm, f"--{flag}.{block}")
+      error = _moved_setting_error(key, algorithm, f"--{flag}.{block}")
       if error is not None:
         raise error
 
@@ -116,7 +116,7 @@ def study_field(config, name: str) -> Any:
   return config.study.get(name, _default_study()[name])
 
 
-def algorithm_settings(config, name: str) -> dict[str, Any]:
+def _algorithm_settings(config, name: str) -> dict[str, Any]:
   """The settings of algorithm `name`: its block `study.<name>` over the library's defaults.
 
   Raises:
@@ -136,27 +136,27 @@ def algorithm_settings(config, name: str) -> dict[str, Any]:
   return settings
 
 
-def check_study_keys(config) -> None:
+def _check_study_keys(config) -> None:
   """Every key of `config.study` is a shared setting or an algorithm's block.
 
   Raises:
     SearchConfigError: a flat algorithm setting (naming its new path) or an unknown
       key (naming the closest known one).
   """
-  known = (*shared_study_keys(), *ALGORITHMS)
+  known = (*_shared_study_keys(), *ALGORITHMS)
   for key in config.study:
     if key in known:
       continue
-    moved = moved_setting_error(key, config.study.get("algorithm"))
+    moved = _moved_setting_error(key, config.study.get("algorithm"))
     if moved is not None:
       raise moved
     raise SearchConfigError(str(unknown_key_error("study", key, known, "study setting"))
                             .removeprefix("config field "))
   for name in ALGORITHMS:
-    algorithm_settings(config, name)
+    _algorithm_settings(config, name)
 
 
-def parse_objectives(value: Any) -> Objective:
+def _parse_objectives(value: Any) -> Objective:
   """`study.objectives`, e.g. 'auc:max,params:min' ('' = 'auc:max', the single default).
 
   Returns:
@@ -167,7 +167,7 @@ def parse_objectives(value: Any) -> Objective:
     SearchConfigError: naming `study.objectives` (bad syntax, unknown metric or
       direction, a metric named twice).
   """
-  text = DEFAULT_OBJECTIVES if value is None or not str(value).strip() else str(value)
+  text = _DEFAULT_OBJECTIVES if value is None or not str(value).strip() else str(value)
   if not isinstance(value, str) and value is not None:
     raise SearchConfigError(f"study.objectives: expected a string like 'auc:max,params:min', "
                             f"got {value!r}")
@@ -177,9 +177,9 @@ def parse_objectives(value: Any) -> Objective:
     if not sep or not metric:
       raise SearchConfigError(f"study.objectives: {part.strip()!r} is not '<metric>:max' or "
                               f"'<metric>:min' (in {text!r})")
-    if metric not in OBJECTIVE_METRICS:
+    if metric not in _OBJECTIVE_METRICS:
       raise SearchConfigError(f"study.objectives: unknown metric {metric!r}; known: "
-                              f"{list(OBJECTIVE_METRICS)}")
+                              f"{list(_OBJECTIVE_METRICS)}")
     if direction not in _DIRECTION_NAMES:
       raise SearchConfigError(f"study.objectives: direction {direction!r} of {metric!r} is not "
                               "'max' or 'min'")
@@ -191,13 +191,13 @@ def parse_objectives(value: Any) -> Objective:
 
 
 def make_objective(config) -> Objective:
-  """The search's objective(s) (`parse_objectives`), checked against the algorithm.
+  """The search's objective(s) (`_parse_objectives`), checked against the algorithm.
 
   Raises:
     SearchConfigError: several objectives for a single-objective algorithm (naming
       `study.objectives` and the algorithms that take several).
   """
-  objective = parse_objectives(study_field(config, "objectives"))
+  objective = _parse_objectives(study_field(config, "objectives"))
   cls = _algorithm_class(config)
   if isinstance(objective, Objectives) and not getattr(cls, "multi_objective", False):
     multi = sorted(n for n, c in ALGORITHMS.items() if getattr(c, "multi_objective", False))
@@ -208,20 +208,29 @@ def make_objective(config) -> Objective:
 
 def make_space(config, search_space: CTRSearchSpace) -> Space:
   """The search space: `search_space.from_config(config.space)`, or for a population-based
-  algorithm (PBT) the hyperparameters of one architecture (`study.pbt_model`)."""
+  algorithm (PBT) the hyperparameters of one architecture (`study.pbt_model`).
+
+  Raises:
+    SearchConfigError: naming the field the space came from.
+    ConfigError: the space holds a key of the old `optim.*` trial vocabulary (naming
+      its trainer path).
+  """
   population = _algorithm_class(config).population_based
   try:
     if population:
-      return search_space.fixed_arch_space(pbt_arch_config(search_space, config.study.pbt_model))
-    return search_space.from_config(config.space)
+      space = search_space.fixed_arch_space(_pbt_arch_config(search_space, config.study.pbt_model))
+    else:
+      space = search_space.from_config(config.space)
   except ValueError as e:
     if isinstance(e, SearchConfigError):
       raise
     field = "study.pbt_model" if population else "space"
     raise SearchConfigError(f"{field}: {e}") from None
+  arch_lib.check_not_renamed(space.keys, "search space")
+  return space
 
 
-def pbt_arch_config(search_space: CTRSearchSpace, model_name: str) -> dict[str, Any]:
+def _pbt_arch_config(search_space: CTRSearchSpace, model_name: str) -> dict[str, Any]:
   """The architecture PBT trains: the default config's, with `model.name` = `model_name`
   when given ('' keeps the default model)."""
   arch = search_space.arch_part(search_space.default_config(None))
@@ -258,7 +267,7 @@ def _algorithm_class(config) -> type[AlgorithmSpec]:
 def make_algorithm(config) -> AlgorithmSpec:
   """The algorithm named by `config.study.algorithm`, seeded by `config.seed`.
 
-  Its settings are its block `study.<algorithm>` (`algorithm_settings`); the spec
+  Its settings are its block `study.<algorithm>` (`_algorithm_settings`); the spec
   fields of `defaults.SHARED_SPEC_FIELDS` come from the config's seed and the shared
   `study.min_budget` / `study.max_budget`.
 
@@ -266,7 +275,7 @@ def make_algorithm(config) -> AlgorithmSpec:
     SearchConfigError: naming `study.algorithm` (or the bad setting).
   """
   cls = _algorithm_class(config)
-  settings = algorithm_settings(config, cls.name)
+  settings = _algorithm_settings(config, cls.name)
   fields = cls.__dataclass_fields__
   shared = {k: config.seed if k == "seed" else config.study[k]
             for k in defaults.SHARED_SPEC_FIELDS if k in fields}
@@ -283,7 +292,7 @@ def check_study_settings(config) -> None:
     SearchConfigError: naming the first bad `study.*` field.
   """
   st = config.study
-  check_study_keys(config)
+  _check_study_keys(config)
   for field, low in (("num_trials", 1), ("leaderboard_size", 0), ("ask_batch", 0),
                      ("max_params", 0), ("dask_workers", 1)):
     value = study_field(config, field)
@@ -326,7 +335,7 @@ def search_settings_record(config) -> dict[str, Any]:
   so a workdir made before the algorithm blocks resumes.
   """
   study = {k: config.study[k] for k in ("algorithm", "max_budget", "pbt_model")}
-  study["pbt_interval"] = algorithm_settings(config, "pbt")["pbt_interval"]
+  study["pbt_interval"] = _algorithm_settings(config, "pbt")["pbt_interval"]
   record = {"task": config.task.to_dict(), "seed": config.seed, "space": config.space.to_dict(),
             "study": study}
   return json.loads(json.dumps(record))

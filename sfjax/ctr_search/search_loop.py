@@ -90,7 +90,7 @@ _DEFAULT_FILE = "default.json"
 _STATES_DIR = "states"
 
 
-def trial_seed(base_seed: int, trial_id: int) -> int:
+def _trial_seed(base_seed: int, trial_id: int) -> int:
   """Init seed of a fresh trial: distinct per trial and per study seed, < 2^31."""
   return (base_seed * 1_000_003 + trial_id + 1) % (2**31 - 1)
 
@@ -173,7 +173,7 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
 
     def run_round(study, batch):  # one vmapped population: every member in one program
       return search_pbt.run_population(
-          study, runner, batch, [trial_seed(config.seed, s.trial_id) for s in batch],
+          study, runner, batch, [_trial_seed(config.seed, s.trial_id) for s in batch],
           pbt.rounds(config.study.max_budget),
           task.steps_for_budget(pbt.pbt_interval), (config.seed, batch[0].trial_id),
           search_pbt.pbt_bounds(space, search_space.zero_allowed), search_space.runner_config,
@@ -258,7 +258,7 @@ def default_metrics(workdir: str, executor, seed: int, steps: int,
   config = search_space.default_config(None)
   arch, hparams = split_config(search_space.runner_config(config))
   logging.info("training the default config (%s) for %d steps", arch.describe(), steps)
-  job = CohortJob(arch, [hparams], [trial_seed(seed, -1)], [0], [steps], [None], [-1])
+  job = CohortJob(arch, [hparams], [_trial_seed(seed, -1)], [0], [steps], [None], [-1])
   result = next(iter(executor.map([job])))[0]
   if result.status != TrialStatus.DONE:
     logging.warning("the default config failed: %s", result.error)
@@ -311,7 +311,7 @@ def _run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Sug
     archs = tuple(arch for _, arch, _ in members)
     jobs.append(CohortJob(archs[0] if len(set(archs)) == 1 else archs,
                           [h for _, _, h in members],
-                          [trial_seed(seed, s.trial_id) for s, _, _ in members], starts, ends,
+                          [_trial_seed(seed, s.trial_id) for s, _, _ in members], starts, ends,
                           init_states, [s.trial_id for s, _, _ in members], runner.ragged))
     members_of.append(members)
 

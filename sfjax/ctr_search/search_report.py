@@ -50,9 +50,9 @@ def _row(rank: int, t: TrialRecord) -> list[str]:
   mlp = f"{c['model.mlp.depth']}x{c['model.mlp.width']}" if "model.mlp.depth" in c else "-"
   return [str(rank), str(t.trial_id), _fmt(t.suggestion.rung, "d"), _fmt(m.get("steps"), ".0f"),
           str(c.get("model.name", "-")), _fmt(c.get("model.embed_dim"), "d"), mlp,
-          str(c.get("optim.embedding_optimizer", "-")),
-          _fmt(_hparam(t, "optim.embedding_lr"), ".4g"),
-          _fmt(_hparam(t, "optim.dense_lr"), ".3g"), _fmt(m.get("auc"), ".5f"), t.status.value]
+          str(c.get("embedding.optimizer", "-")),
+          _fmt(_hparam(t, "embedding.learning_rate"), ".4g"),
+          _fmt(_hparam(t, "optimizer.learning_rate"), ".3g"), _fmt(m.get("auc"), ".5f"), t.status.value]
 
 
 def _metric(value) -> str:

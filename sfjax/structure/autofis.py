@@ -98,21 +98,13 @@ class AutoFISSettings:
   seed: int = 0
 
   def __post_init__(self):
-    if isinstance(self.mlp_dims, list):
-      object.__setattr__(self, "mlp_dims", tuple(self.mlp_dims))
-    owner = "AutoFISSettings"
-    st.check_common_settings(owner, self)
-    st.check_int(owner, "search_steps", self.search_steps, 1)
-    st.check_int(owner, "retrain_steps", self.retrain_steps, 0)
-    st.check_int(owner, "warmup_steps", self.warmup_steps, 0)
+    st.check_structure_settings(
+        self, ints={"search_steps": 1, "retrain_steps": 0, "warmup_steps": 0},
+        floats={"grda_lr": (0.0, False), "grda_c": (0.0, True), "grda_mu": (0.0, True),
+                "gate_init": (-math.inf, True), "bn_momentum": (0.0, True, 1.0)})
     if self.warmup_steps >= self.search_steps:
-      raise ValueError(f"{owner}.warmup_steps must be < search_steps={self.search_steps} (the gates train "
-                       f"after the warm-up), got {self.warmup_steps}")
-    st.check_float(owner, "grda_lr", self.grda_lr, 0.0, False)
-    st.check_float(owner, "grda_c", self.grda_c, 0.0, True)
-    st.check_float(owner, "grda_mu", self.grda_mu, 0.0, True)
-    st.check_float(owner, "gate_init", self.gate_init, -math.inf, True)
-    st.check_float(owner, "bn_momentum", self.bn_momentum, 0.0, True, high=1.0)
+      raise ValueError(f"AutoFISSettings.warmup_steps must be < search_steps={self.search_steps} "
+                       f"(the gates train after the warm-up), got {self.warmup_steps}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -72,21 +72,15 @@ class AutoGroupSettings:
   seed: int = 0
 
   def __post_init__(self):
-    owner = "AutoGroupSettings"
-    for name in ("mlp_dims", "num_groups"):
-      if isinstance(getattr(self, name), list):
-        object.__setattr__(self, name, tuple(getattr(self, name)))
-    st.check_common_settings(owner, self)
-    st.check_int(owner, "max_order", self.max_order, 2)
-    st.check_int(owner, "steps", self.steps, 1)
+    st.check_structure_settings(self, ints={"max_order": 2, "steps": 1},
+                      floats={"structure_lr": (0.0, False), "temperature": (0.0, False)},
+                      tuples=("mlp_dims", "num_groups"))
     groups = self.num_groups if isinstance(self.num_groups, tuple) else (self.num_groups,) * (self.max_order - 1)
     if len(groups) != self.max_order - 1:
-      raise ValueError(f"{owner}.num_groups must have max_order - 1 = {self.max_order - 1} entries "
-                       f"(orders 2..{self.max_order}), got {self.num_groups!r}")
+      raise ValueError(f"AutoGroupSettings.num_groups must have max_order - 1 = {self.max_order - 1} "
+                       f"entries (orders 2..{self.max_order}), got {self.num_groups!r}")
     for g in groups:
-      st.check_int(owner, "num_groups", g, 1)
-    st.check_float(owner, "structure_lr", self.structure_lr, 0.0, False)
-    st.check_float(owner, "temperature", self.temperature, 0.0, False)
+      st.check_int("AutoGroupSettings", "num_groups", g, 1)
 
   @property
   def orders(self) -> tuple[int, ...]:

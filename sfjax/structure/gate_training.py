@@ -62,8 +62,23 @@ def check_float(owner: str, name: str, value: Any, low: float, low_ok: bool,
     raise ValueError(f"{owner}.{name} must be a finite number {bound}, got {value!r}")
 
 
-def check_common_settings(owner: str, settings) -> None:
-  """Validates the fields AutoFIS and AutoGroup settings share; errors name `owner.field`."""
+def check_structure_settings(settings, ints: Mapping[str, int],
+                   floats: Mapping[str, tuple[float, bool] | tuple[float, bool, float]],
+                   tuples: tuple[str, ...] = ("mlp_dims",)) -> None:
+  """Checks a frozen AutoFIS / AutoGroup settings dataclass; errors name `<Class>.<field>`.
+
+  The `tuples` fields given as lists (a JSON round trip) become tuples first; then the
+  fields both settings share (embed_dim, mlp_dims, batch_size, eval_rows, seed, the
+  learning rates, init_stddev, embedding_optimizer), then each of `ints` (field ->
+  lowest value) and `floats` (field -> (low, whether low is allowed[, high])).
+
+  Raises:
+    ValueError: naming the first bad field.
+  """
+  for name in tuples:
+    if isinstance(getattr(settings, name), list):
+      object.__setattr__(settings, name, tuple(getattr(settings, name)))
+  owner = type(settings).__name__
   check_int(owner, "embed_dim", settings.embed_dim, 1)
   if not isinstance(settings.mlp_dims, tuple):
     raise ValueError(f"{owner}.mlp_dims must be a tuple of widths, got {settings.mlp_dims!r}")
@@ -76,6 +91,10 @@ def check_common_settings(owner: str, settings) -> None:
     check_float(owner, name, getattr(settings, name), 0.0, False)
   row_optimizers.make(settings.embedding_optimizer, settings.embedding_lr,
                       defaults_lib.ctr_defaults().embedding, field=f"{owner}.embedding_optimizer")
+  for name, low in ints.items():
+    check_int(owner, name, getattr(settings, name), low)
+  for name, bounds in floats.items():
+    check_float(owner, name, getattr(settings, name), *bounds)
 
 
 def prepare_trial_data(task: CTRTask, settings) -> TrialData:

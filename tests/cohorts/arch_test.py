@@ -5,6 +5,7 @@ import pytest
 from experiments.configs import ctr as ctr_config
 from sfjax.automl import Config
 from sfjax.cohorts import arch as arch_lib
+from sfjax.core.errors import ConfigError
 from sfjax.data import types
 
 CTR = ctr_config.get_config()
@@ -14,20 +15,20 @@ SPEC = types.DatasetSpec(tuple(types.FieldSpec(f"c{i}", n) for i, n in enumerate
 def test_empty_config_takes_ctr_defaults():
   arch, hparams = arch_lib.split_config({})
   assert arch == arch_lib.ArchSpec("deepfm", 16, (("mlp_dims", (400, 400, 400)),), "adagrad", "adam")
-  assert hparams == {"optim.dense_lr": CTR.optimizer.learning_rate, "optim.embedding_l2": CTR.embedding.l2,
-                     "optim.embedding_lr": CTR.embedding.learning_rate,
-                     "optim.init_stddev": CTR.embedding.init_stddev,
-                     "optim.weight_decay": CTR.optimizer.weight_decay}
+  assert hparams == {"optimizer.learning_rate": CTR.optimizer.learning_rate, "embedding.l2": CTR.embedding.l2,
+                     "embedding.learning_rate": CTR.embedding.learning_rate,
+                     "embedding.init_stddev": CTR.embedding.init_stddev,
+                     "optimizer.weight_decay": CTR.optimizer.weight_decay}
 
 
 def test_layer_keys_and_dynamic_values():
   arch, hparams = arch_lib.split_config(Config({
       "model.name": "xdeepfm", "model.embed_dim": 4, "model.mlp.depth": 2, "model.mlp.width": 16,
-      "model.cin.depth": 3, "model.cin.width": 8, "optim.embedding_optimizer": "ftrl",
-      "optim.embedding_lr": 0.2, "optim.weight_decay": 1e-4}))
+      "model.cin.depth": 3, "model.cin.width": 8, "embedding.optimizer": "ftrl",
+      "embedding.learning_rate": 0.2, "optimizer.weight_decay": 1e-4}))
   assert arch.model_name == "xdeepfm" and arch.embed_dim == 4 and arch.embedding_optimizer == "ftrl"
   assert dict(arch.model_hparams) == {"mlp_dims": (16, 16), "cin_dims": (8, 8, 8)}
-  assert hparams["optim.embedding_lr"] == 0.2 and hparams["optim.weight_decay"] == 1e-4
+  assert hparams["embedding.learning_rate"] == 0.2 and hparams["optimizer.weight_decay"] == 1e-4
   # Only the depth given: the width is ctr.py's (mlp_dims[0]).
   arch, _ = arch_lib.split_config({"model.mlp.depth": 1})
   assert dict(arch.model_hparams) == {"mlp_dims": (CTR.model.mlp_dims[0],)}
@@ -38,7 +39,7 @@ def test_layer_keys_and_dynamic_values():
 def test_keys_a_model_ignores_do_not_split_cohorts():
   a, _ = arch_lib.split_config({"model.name": "fm", "model.embed_dim": 8})
   b, _ = arch_lib.split_config({"model.name": "fm", "model.embed_dim": 8, "model.mlp.width": 64,
-                                "model.cross_layers": 1, "optim.dense_lr": 0.1})
+                                "model.cross_layers": 1, "optimizer.learning_rate": 0.1})
   assert a == b and hash(a) == hash(b) and a.model_hparams == ()
   lr4, _ = arch_lib.split_config({"model.name": "lr", "model.embed_dim": 4})
   lr16, _ = arch_lib.split_config({"model.name": "lr", "model.embed_dim": 16})
@@ -52,11 +53,11 @@ def test_keys_a_model_ignores_do_not_split_cohorts():
     ({"model.embed_dim": 0}, "model.embed_dim"),
     ({"model.mlp.width": 2.5}, "model.mlp.width"),
     ({"model.mlp.depth": True}, "model.mlp.depth"),
-    ({"optim.embedding_optimizer": "rmsprop"}, "optim.embedding_optimizer"),
-    ({"optim.dense_optimizer": "lamb"}, "optim.dense_optimizer"),
-    ({"optim.embedding_lr": 0.0}, "optim.embedding_lr"),
-    ({"optim.weight_decay": -1e-3}, "optim.weight_decay"),
-    ({"optim.init_stddev": "big"}, "optim.init_stddev"),
+    ({"embedding.optimizer": "rmsprop"}, "embedding.optimizer"),
+    ({"optimizer.name": "lamb"}, "optimizer.name"),
+    ({"embedding.learning_rate": 0.0}, "embedding.learning_rate"),
+    ({"optimizer.weight_decay": -1e-3}, "optimizer.weight_decay"),
+    ({"embedding.init_stddev": "big"}, "embedding.init_stddev"),
     ({"model.name": "dcnv2", "model.cross_structure": 3}, "model.cross_structure"),
 ])
 def test_errors_name_the_key(config, key):
@@ -64,13 +65,36 @@ def test_errors_name_the_key(config, key):
     arch_lib.split_config(config)
 
 
+@pytest.mark.parametrize("old,new", [
+    ("optim.embedding_lr", "embedding.learning_rate"), ("optim.dense_lr", "optimizer.learning_rate"),
+    ("optim.weight_decay", "optimizer.weight_decay"), ("optim.embedding_l2", "embedding.l2"),
+    ("optim.init_stddev", "embedding.init_stddev"), ("optim.use_embedding_l2", "embedding.use_l2"),
+])
+def test_an_old_trial_key_names_its_trainer_path(old, new):
+  message = rf"^config field {old} \(trial config\): renamed to {new} \(trial keys are"
+  with pytest.raises(ConfigError, match=message):
+    arch_lib.split_config({"model.name": "fm", old: 0.1})
+  with pytest.raises(ConfigError, match=message):
+    arch_lib.resolve_hparams({old: 0.1})
+
+
+def test_old_optimizer_kinds_name_their_trainer_paths():
+  with pytest.raises(ConfigError, match=r"optim\.embedding_optimizer \(trial config\): renamed "
+                     r"to embedding\.optimizer"):
+    arch_lib.split_config({"optim.embedding_optimizer": "sgd"})
+  with pytest.raises(ConfigError, match=r"optim\.dense_optimizer \(search space\): renamed to "
+                     r"optimizer\.name"):
+    arch_lib.check_not_renamed(["model.name", "optim.dense_optimizer"], "search space")
+  arch_lib.check_not_renamed(["optim.lr", "model.name", *arch_lib.DYNAMIC_KEYS], "search space")
+
+
 def test_group_by_arch_is_stable():
   configs = [
-      Config({"model.name": "fm", "optim.embedding_lr": 0.1}),
+      Config({"model.name": "fm", "embedding.learning_rate": 0.1}),
       {"model.name": "deepfm", "model.mlp.depth": 1, "model.mlp.width": 8},
-      {"model.name": "fm", "optim.embedding_lr": 0.3},
+      {"model.name": "fm", "embedding.learning_rate": 0.3},
       {"model.name": "deepfm", "model.mlp.depth": 1, "model.mlp.width": 16},
-      {"model.name": "deepfm", "model.mlp.depth": 1, "model.mlp.width": 8, "optim.dense_lr": 1e-2},
+      {"model.name": "deepfm", "model.mlp.depth": 1, "model.mlp.width": 8, "optimizer.learning_rate": 1e-2},
   ]
   groups = arch_lib.group_by_arch(configs)
   assert list(groups.values()) == [[0, 2], [1, 4], [3]]

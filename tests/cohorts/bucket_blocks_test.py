@@ -55,7 +55,7 @@ def test_parallel_blocks_tower_sizes_and_dense_linear_share_a_bucket():
            _arch([FO, FM], dims=(8,)), _arch([FO, FM], tower=None),
            _arch([FO, FM], tower=()),  # a tower without hidden layers cannot pad
            _arch([FO, FM], combine="stacked"),
-           _arch([FO, FM], **{"optim.embedding_optimizer": "adam"}),
+           _arch([FO, FM], **{"embedding.optimizer": "adam"}),
            _arch([FO, FM, FM])]  # one entry twice: not maskable
   for arch in other:
     assert padded.bucket_key(arch) != padded.bucket_key(base), arch.describe()
@@ -96,8 +96,8 @@ def test_superset_holds_the_union_of_blocks_gated_and_the_largest_sizes():
 
 def test_pad_then_unpad_moves_blocks_to_their_superset_index_and_back(data):
   small = _arch([_cross(1), FO, ATT], tower=(8,), linear=False,
-                **{"optim.dense_optimizer": "adamw"})
-  big = _arch([FO, FM, _cross(2), ATT], tower=(16, 16), **{"optim.dense_optimizer": "adamw"})
+                **{"optimizer.name": "adamw"})
+  big = _arch([FO, FM, _cross(2), ATT], tower=(16, 16), **{"optimizer.name": "adamw"})
   sup = padded.superset([small, big])
   state = jax.device_get(trial_program.init_trial_state(
       small, data.spec, arch_lib.resolve_hparams({}), jax.random.key(3)))
@@ -162,20 +162,20 @@ def _assert_same(got, want):
 
 
 def test_padded_cohort_of_block_subsets_equals_each_trial_alone_fresh_and_resumed(data):
-  adamw = {"optim.dense_optimizer": "adamw"}
+  adamw = {"optimizer.name": "adamw"}
   archs = [_arch([FO, FM], tower=(16, 16), **adamw),
            _arch([FO, _cross(1), GP], tower=(8,), linear=False, **adamw),
            _arch([IP, FO, _cross(2)], tower=(16,), **adamw)]
   assert len({padded.bucket_key(a) for a in archs}) == 1
-  hparams = [{"optim.embedding_lr": 0.01, "optim.dense_lr": 1e-3, "optim.weight_decay": 1e-3},
-             {"optim.embedding_lr": 0.03, "optim.dense_lr": 3e-3},
-             {"optim.embedding_lr": 0.005, "optim.dense_lr": 1e-2, "optim.weight_decay": 1e-2}]
+  hparams = [{"embedding.learning_rate": 0.01, "optimizer.learning_rate": 1e-3, "optimizer.weight_decay": 1e-3},
+             {"embedding.learning_rate": 0.03, "optimizer.learning_rate": 3e-3},
+             {"embedding.learning_rate": 0.005, "optimizer.learning_rate": 1e-2, "optimizer.weight_decay": 1e-2}]
   n = len(archs)
   runner = cohort.CohortRunner(data.task, cohort_width=4, data=data)
   alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
-  traces = cohort_call.num_traces()
+  traces = cohort_call._num_traces()
   half = runner.run(archs, hparams, list(range(n)), [0] * n, STEPS // 2, [None] * n)
-  assert cohort_call.num_traces() - traces == 1  # one padded program for the 3 block sets
+  assert cohort_call._num_traces() - traces == 1  # one padded program for the 3 block sets
   full = runner.run(archs, hparams, list(range(n)), [STEPS // 2] * n, STEPS,
                     [r.state for r in half])
   for i, arch in enumerate(archs):
@@ -203,10 +203,10 @@ def test_block_space_bucket_keys_fix_used_sub_spaces_and_free_the_masked_sizes()
   first = {"model.combine": "parallel", "model.cross.use": True, "model.cin.use": False}
   fixed = set(block_space_lib.bucket_fixed_keys(first, space.keys))
   free = {"model.tower.depth", "model.tower.width", "model.cross.layers", "model.dense.linear",
-          "model.fm.use", "model.outer_product.use", "model.cross.use", "optim.dense_lr"}
+          "model.fm.use", "model.outer_product.use", "model.cross.use", "optimizer.learning_rate"}
   assert not fixed & free
   assert {"model.cross.rank", "model.cin.use", "model.first_order.use", "model.combine",
-          "model.embedding.num_groups", "optim.embedding_optimizer"} <= fixed
+          "model.embedding.num_groups", "embedding.optimizer"} <= fixed
   stacked = set(block_space_lib.bucket_fixed_keys({**first, "model.combine": "stacked"},
                                                   space.keys))
   assert {"model.fm.use", "model.cross.use"} <= stacked and "model.cross.layers" not in stacked

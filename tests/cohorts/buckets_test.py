@@ -19,7 +19,7 @@ STEPS = 12  # the shared `data` fixture's steps per budget unit (conftest.py)
 
 def _arch(**overrides):
   config = {"model.name": "dcnv2", "model.embed_dim": 4, "model.mlp.depth": 1,
-            "model.mlp.width": 16, "model.cross_layers": 1, "optim.dense_optimizer": "adamw"}
+            "model.mlp.width": 16, "model.cross_layers": 1, "optimizer.name": "adamw"}
   return arch_lib.split_config({**config, **overrides})[0]
 
 
@@ -29,8 +29,8 @@ def test_bucket_holds_sizes_but_not_family_or_optimizers():
           _arch(**{"model.cross_layers": 0}), _arch(**{"model.embed_dim": 8})]
   for arch in same:
     assert padded.bucket_key(arch) == padded.bucket_key(base)
-  other = [_arch(**{"optim.embedding_optimizer": "adam"}),
-           _arch(**{"optim.dense_optimizer": "adam"}), _arch(**{"model.cross_rank": 4}),
+  other = [_arch(**{"embedding.optimizer": "adam"}),
+           _arch(**{"optimizer.name": "adam"}), _arch(**{"model.cross_rank": 4}),
            _arch(**{"model.name": "deepfm"}), _arch(**{"model.mlp.depth": 0})]
   for arch in other:
     assert padded.bucket_key(arch) != padded.bucket_key(base), arch.describe()
@@ -38,7 +38,7 @@ def test_bucket_holds_sizes_but_not_family_or_optimizers():
 
 @pytest.mark.parametrize("row_opt", ["sgd", "adagrad", "adam", "ftrl", "rowwise_adagrad"])
 def test_embed_dim_is_masked_only_for_element_wise_row_optimizers(row_opt):
-  small, big = (_arch(**{"model.embed_dim": d, "optim.embedding_optimizer": row_opt}) for d in (4, 8))
+  small, big = (_arch(**{"model.embed_dim": d, "embedding.optimizer": row_opt}) for d in (4, 8))
   maskable = row_opt != "rowwise_adagrad"
   assert (padded.bucket_key(small) == padded.bucket_key(big)) == maskable
   # A model outside padded_layout.EMBED_MASKABLE_MODELS keeps its row width in the key.
@@ -47,15 +47,15 @@ def test_embed_dim_is_masked_only_for_element_wise_row_optimizers(row_opt):
 
 
 def test_fixed_config_keys_free_embed_dim_only_for_maskable_first_configs():
-  keys = ("model.name", "model.embed_dim", "optim.embedding_optimizer", "model.mlp.depth",
+  keys = ("model.name", "model.embed_dim", "embedding.optimizer", "model.mlp.depth",
           "model.mlp.width", "model.cross_layers", "model.cross_rank")
-  free = {"model.name": "deepfm", "optim.embedding_optimizer": "adam"}
+  free = {"model.name": "deepfm", "embedding.optimizer": "adam"}
   assert padded.fixed_config_keys(free, keys) == (
-      "model.name", "optim.embedding_optimizer", "model.cross_rank")
-  for config in ({**free, "optim.embedding_optimizer": "rowwise_adagrad"},
+      "model.name", "embedding.optimizer", "model.cross_rank")
+  for config in ({**free, "embedding.optimizer": "rowwise_adagrad"},
                  {**free, "model.name": "composed"}, {"model.name": "deepfm"}):
     assert padded.fixed_config_keys(config, keys) == (
-        "model.name", "model.embed_dim", "optim.embedding_optimizer", "model.cross_rank")
+        "model.name", "model.embed_dim", "embedding.optimizer", "model.cross_rank")
 
 
 def test_superset_takes_the_largest_sizes_and_refuses_two_buckets():
@@ -66,7 +66,7 @@ def test_superset_takes_the_largest_sizes_and_refuses_two_buckets():
   assert padded.superset([_arch(**{"model.embed_dim": 8}), _arch(**{"model.embed_dim": 2})]
                          ).embed_dim == 8
   with pytest.raises(ValueError, match="2 buckets"):
-    rowwise = {"optim.embedding_optimizer": "rowwise_adagrad"}
+    rowwise = {"embedding.optimizer": "rowwise_adagrad"}
     padded.superset([_arch(**rowwise), _arch(**{**rowwise, "model.embed_dim": 8})])
   with pytest.raises(ValueError, match="no architectures"):
     padded.superset([])
@@ -102,9 +102,9 @@ def test_embed_dim_remap_places_columns_slots_and_flat_inputs(data):
   """deepfm + adam rows: latent columns, the first-order column, both slot blocks and the
   MLP's flattened input move to the superset's layout; unpad inverts it."""
   small = _arch(**{"model.name": "deepfm", "model.embed_dim": 3,
-                   "optim.embedding_optimizer": "adam"})
+                   "embedding.optimizer": "adam"})
   sup = padded.superset([small, _arch(**{"model.name": "deepfm", "model.embed_dim": 5,
-                                         "optim.embedding_optimizer": "adam"})])
+                                         "embedding.optimizer": "adam"})])
   state = jax.device_get(trial_program.init_trial_state(
       small, data.spec, arch_lib.resolve_hparams({}), jax.random.key(4)))
   state = state._replace(table=state.table._replace(opt_slots=np.random.default_rng(0).random(
@@ -164,9 +164,9 @@ ARCHS = [dict(d) for d in (  # dcnv2 + adagrad rows: one bucket
     {"model.mlp.depth": 3, "model.mlp.width": 8, "model.cross_layers": 2, "model.embed_dim": 2},
 )]
 HPARAMS = [
-    {"optim.embedding_lr": 0.01, "optim.dense_lr": 1e-3, "optim.weight_decay": 1e-3},
-    {"optim.embedding_lr": 0.03, "optim.dense_lr": 3e-3},
-    {"optim.embedding_lr": 0.005, "optim.dense_lr": 1e-2, "optim.weight_decay": 1e-2},
+    {"embedding.learning_rate": 0.01, "optimizer.learning_rate": 1e-3, "optimizer.weight_decay": 1e-3},
+    {"embedding.learning_rate": 0.03, "optimizer.learning_rate": 3e-3},
+    {"embedding.learning_rate": 0.005, "optimizer.learning_rate": 1e-2, "optimizer.weight_decay": 1e-2},
 ]
 
 
@@ -183,9 +183,9 @@ def _check_against_alone(data, archs, hparams, num_programs):
   runner = cohort.CohortRunner(data.task, cohort_width=4, data=data)
   alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
   seeds = list(range(n))
-  traces = cohort_call.num_traces()
+  traces = cohort_call._num_traces()
   half = runner.run(archs, hparams, seeds, [0] * n, STEPS // 2, [None] * n)
-  assert cohort_call.num_traces() - traces == num_programs
+  assert cohort_call._num_traces() - traces == num_programs
   full = runner.run(archs, hparams, seeds, [STEPS // 2] * n, STEPS, [r.state for r in half])
   for i, arch in enumerate(archs):
     ref_half = alone.run(arch, [hparams[i]], [seeds[i]], [0], STEPS // 2, [None])[0]
@@ -203,7 +203,7 @@ def test_padded_cohort_equals_each_trial_alone_fresh_and_resumed(data):
 
 def test_padded_cohort_with_adam_rows_and_first_order_columns_equals_each_trial_alone(data):
   """deepfm + lazy Adam rows: trials of embed_dim 2 and 5 in one padded program."""
-  archs = [_arch(**{"model.name": "deepfm", "optim.embedding_optimizer": "adam", **a}) for a in (
+  archs = [_arch(**{"model.name": "deepfm", "embedding.optimizer": "adam", **a}) for a in (
       {"model.embed_dim": 2, "model.mlp.width": 8},
       {"model.embed_dim": 5, "model.mlp.depth": 2})]
   assert len({padded.bucket_key(a) for a in archs}) == 1

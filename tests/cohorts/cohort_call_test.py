@@ -21,16 +21,16 @@ def test_split_eval_mask_halves_are_disjoint_and_cover_real_rows():
 
 
 def test_stack_hparams_fills_defaults_per_trial():
-  stacked = cohort_call.stack_hparams([{"optim.embedding_lr": 0.5}, {}])
+  stacked = cohort_call.stack_hparams([{"embedding.learning_rate": 0.5}, {}])
   assert set(stacked) == set(arch_lib.DYNAMIC_KEYS)
-  default = arch_lib.resolve_hparams({})["optim.embedding_lr"]
-  np.testing.assert_array_equal(stacked["optim.embedding_lr"], np.float32([0.5, default]))
+  default = arch_lib.resolve_hparams({})["embedding.learning_rate"]
+  np.testing.assert_array_equal(stacked["embedding.learning_rate"], np.float32([0.5, default]))
 
 
 def test_a_call_trains_each_lane_and_a_resume_leaves_the_callers_state(data):
   def call(seeds, start, end, states=None):
     return cohort_call.call_cohort(
-        data, None, ARCH, {"optim.embedding_lr": np.float32([0.01, 0.05])}, seeds, start, end,
+        data, None, ARCH, {"embedding.learning_rate": np.float32([0.01, 0.05])}, seeds, start, end,
         states)
 
   first = call([0, 1], 0, 3)
@@ -40,20 +40,20 @@ def test_a_call_trains_each_lane_and_a_resume_leaves_the_callers_state(data):
   host = jax.device_get(first.states)
   kept = jax.tree.map(np.copy, host)
   again = call([0, 1], 3, 6, host)
-  traces = cohort_call.num_traces()
+  traces = cohort_call._num_traces()
   resumed = call([0, 1], 3, 6, host)  # the same host state, not consumed by the first resume
   np.testing.assert_array_equal(again.steps, [6, 6])
   np.testing.assert_array_equal(again.auc, resumed.auc)
   chex.assert_trees_all_equal(host, kept)
   call([2, 3], 0, 3)  # other seeds, same width and step count
-  assert cohort_call.num_traces() == traces  # both programs were compiled already
+  assert cohort_call._num_traces() == traces  # both programs were compiled already
 
 
 def test_bad_calls_are_named(data):
-  with pytest.raises(ValueError, match=r"hparams\['optim.dense_lr'\] has shape \(3,\)"):
-    cohort_call.call_cohort(data, None, ARCH, {"optim.dense_lr": np.ones(3)}, [0, 1], 0, 2)
-  with pytest.raises(ValueError, match="optim.embedding_lr"):
-    cohort_call.call_cohort(data, None, ARCH, {"optim.embedding_lr": [-1.0]}, [0], 0, 2)
+  with pytest.raises(ValueError, match=r"hparams\['optimizer.learning_rate'\] has shape \(3,\)"):
+    cohort_call.call_cohort(data, None, ARCH, {"optimizer.learning_rate": np.ones(3)}, [0, 1], 0, 2)
+  with pytest.raises(ValueError, match="embedding.learning_rate"):
+    cohort_call.call_cohort(data, None, ARCH, {"embedding.learning_rate": [-1.0]}, [0], 0, 2)
   with pytest.raises(ValueError, match="fresh trials start at step 0"):
     cohort_call.call_cohort(data, None, ARCH, {}, [0], 2, 4)
   with pytest.raises(ValueError, match="dense_masks need init_states"):

@@ -14,6 +14,7 @@ from sfjax.cohorts import cohort_runner as cohort
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts import task as trial_data
 from sfjax.cohorts.costs import TrialCosts
+from tests.cohorts.conftest import CallRecorder
 
 STEPS = 12  # the shared `data` fixture's steps per budget unit (conftest.py)
 
@@ -35,10 +36,10 @@ def runner1(data):
 
 
 HPARAMS = [
-    {"optim.embedding_lr": 0.01, "optim.dense_lr": 1e-3},
-    {"optim.embedding_lr": 0.03, "optim.dense_lr": 3e-3, "optim.embedding_l2": 1e-4},
-    {"optim.embedding_lr": 0.005, "optim.weight_decay": 1e-3, "optim.init_stddev": 0.05},
-    {"optim.embedding_lr": 0.02, "optim.dense_lr": 1e-2},
+    {"embedding.learning_rate": 0.01, "optimizer.learning_rate": 1e-3},
+    {"embedding.learning_rate": 0.03, "optimizer.learning_rate": 3e-3, "embedding.l2": 1e-4},
+    {"embedding.learning_rate": 0.005, "optimizer.weight_decay": 1e-3, "embedding.init_stddev": 0.05},
+    {"embedding.learning_rate": 0.02, "optimizer.learning_rate": 1e-2},
 ]
 SEEDS = [0, 1, 2, 3]
 
@@ -71,7 +72,7 @@ def test_cohort_equals_trials_run_one_by_one(data, arch, runner4, runner1):
 
 
 def test_non_finite_trial_is_masked_and_mates_are_untouched(arch, runner4):
-  bad = dict(HPARAMS[2], **{"optim.embedding_lr": 1e30})
+  bad = dict(HPARAMS[2], **{"embedding.learning_rate": 1e30})
   with_bad = _fresh(runner4, arch, HPARAMS[:2] + [bad] + HPARAMS[3:])
   reference = _fresh(runner4, arch)
   failed = with_bad[2]
@@ -88,7 +89,7 @@ def test_resume_continues_exactly(arch, runner4):
   second = runner4.run(arch, HPARAMS, SEEDS, [STEPS] * 4, [2 * STEPS] * 4, [r.state for r in first])
   _assert_results_close(second, straight, keys=("auc", "logloss"))  # train_loss: this run's steps
   assert all(r.metrics["steps"] == 2 * STEPS for r in second)
-  changed = [dict(h, **{"optim.dense_lr": 0.5}) for h in HPARAMS]
+  changed = [dict(h, **{"optimizer.learning_rate": 0.5}) for h in HPARAMS]
   moved = runner4.run(arch, changed, SEEDS, [STEPS] * 4, 2 * STEPS, [r.state for r in first])
   assert float(moved[0].state.opt_state.hyperparams["learning_rate"]) == 0.5
   assert moved[0].metrics["auc"] != second[0].metrics["auc"]
@@ -98,20 +99,20 @@ def test_resume_continues_exactly(arch, runner4):
 def test_repeated_runs_do_not_recompile(arch, runner4):
   # Warm-up: one fresh and one resumed run compile the two programs (fresh init, resume
   # from host states); the test must not depend on other tests having compiled them.
-  before = cohort_call.num_traces()
+  before = cohort_call._num_traces()
   first = _fresh(runner4, arch)
   runner4.run(arch, HPARAMS, SEEDS, [STEPS] * 4, 2 * STEPS, [r.state for r in first])
-  traces = cohort_call.num_traces()
+  traces = cohort_call._num_traces()
   assert traces >= before  # the counter only grows
   _fresh(runner4, arch, seeds=[7, 8, 9, 10])
   _fresh(runner4, arch, hparams=HPARAMS[:3], seeds=[4, 5, 6])  # partial chunk padded to width 4
   later = runner4.run(arch, HPARAMS, SEEDS, [STEPS] * 4, 2 * STEPS, [r.state for r in first])
   runner4.run(arch, HPARAMS, SEEDS, [2 * STEPS] * 4, 3 * STEPS, [r.state for r in later])  # new start
-  assert cohort_call.num_traces() == traces
+  assert cohort_call._num_traces() == traces
 
 
 def test_trial_axis_sharded_over_eight_devices(data, arch, runner4):
-  hparams = HPARAMS + [dict(h, **{"optim.embedding_lr": 0.04}) for h in HPARAMS]
+  hparams = HPARAMS + [dict(h, **{"embedding.learning_rate": 0.04}) for h in HPARAMS]
   sharded = cohort.CohortRunner(data.task, cohort_width=8, mesh=cohort_call.trial_mesh(8),
                                 data=data)
   out = sharded.run_stacked(arch, cohort_call.stack_hparams(hparams), np.arange(8), 0, STEPS)
@@ -138,8 +139,8 @@ def test_bad_arguments_are_named(arch, runner4, data):
     runner4.run(arch, HPARAMS, SEEDS[:3], [0] * 4, STEPS, [None] * 4)
   with pytest.raises(ValueError, match="start_steps=5"):
     runner4.run(arch, HPARAMS[:1], [0], [5], STEPS, [None])
-  with pytest.raises(ValueError, match="optim.embedding_lr"):
-    runner4.run(arch, [{"optim.embedding_lr": -1.0}], [0], [0], STEPS, [None])
+  with pytest.raises(ValueError, match="embedding.learning_rate"):
+    runner4.run(arch, [{"embedding.learning_rate": -1.0}], [0], [0], STEPS, [None])
   with pytest.raises(ValueError, match="cohort_width"):
     cohort.CohortRunner(data.task, cohort_width=0, data=data)
   with pytest.raises(ValueError, match="CTRTask.batch_size"):
@@ -163,29 +164,6 @@ def test_runners_can_share_one_cost_model(data, arch):
   other_spec = dataclasses.replace(data.spec, num_dense=data.spec.num_dense + 1)
   with pytest.raises(ValueError, match="costs was built for a different data set spec"):
     cohort.CohortRunner(data.task, data=data, costs=TrialCosts(other_spec, data))
-
-
-class CallRecorder(cohort.CohortRunner):
-  """The real runner, recording the lanes and scan length of each program call that
-  `run` makes (the calls that measure 'auto' widths are not recorded)."""
-
-  def __init__(self, *args, **kwargs):
-    super().__init__(*args, **kwargs)
-    self.calls, self._measuring = [], False
-
-  def measure_widths(self, *args, **kwargs):
-    self._measuring = True
-    try:
-      return super().measure_widths(*args, **kwargs)
-    finally:
-      self._measuring = False
-
-  def run_stacked(self, arch, hparams, seeds, start, end, init_states=None, dense_masks=None):
-    out = super().run_stacked(arch, hparams, seeds, start, end, init_states, dense_masks)
-    if not self._measuring:
-      lengths = np.broadcast_to(np.asarray(end) - np.asarray(start), (len(seeds),))
-      self.calls.append((len(seeds), int(lengths.max()), [int(s) for s in seeds]))
-    return out
 
 
 def test_auto_width_results_name_the_chunks_that_ran(data, arch):

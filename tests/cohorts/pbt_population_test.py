@@ -37,12 +37,12 @@ def test_pbt_beats_a_fixed_population_with_the_same_budget(runner):
   # FM with SGD rows at a too-small learning rate: PBT's explore finds larger ones,
   # exploit spreads the good members' state. Decisions are seeded: deterministic.
   arch = arch_lib.split_config({"model.name": "fm", "model.embed_dim": 4,
-                                "optim.embedding_optimizer": "sgd"})[0]
-  init = {"optim.embedding_lr": np.full(SIZE, 0.1)}
+                                "embedding.optimizer": "sgd"})[0]
+  init = {"embedding.learning_rate": np.full(SIZE, 0.1)}
   seeds = np.arange(SIZE)
   history = pbt_population.run_pbt(runner, arch, init, seeds, ROUNDS, STEPS,
                                    np.random.default_rng(0), perturb=(0.5, 2.0),
-                                   bounds={"optim.embedding_lr": (1e-3, 10.0)})
+                                   bounds={"embedding.learning_rate": (1e-3, 10.0)})
   # The fixed population: same members, same rounds, no exploit / explore.
   out = first = runner.run_stacked(arch, init, seeds, 0, STEPS)
   for r in range(1, ROUNDS):
@@ -51,7 +51,7 @@ def test_pbt_beats_a_fixed_population_with_the_same_budget(runner):
   np.testing.assert_array_equal(history.steps[-1], ROUNDS * STEPS)
   np.testing.assert_array_equal(history.scores[0], first.auc)  # round 1 is the same program
   assert np.any(history.source_index != np.arange(SIZE))  # somebody was exploited
-  assert len(history.hparams) == ROUNDS and not np.allclose(history.hparams[-1]["optim.embedding_lr"], 0.1)
+  assert len(history.hparams) == ROUNDS and not np.allclose(history.hparams[-1]["embedding.learning_rate"], 0.1)
   assert history.test_scores.shape == (ROUNDS, SIZE)
   # One program call per round over the whole population, the first one fresh.
   assert [(c.lanes, c.starts[0], c.ends[0], c.from_states) for c in history.chunks] == [
@@ -72,6 +72,6 @@ def test_pbt_beats_a_fixed_population_with_the_same_budget(runner):
 
 def test_rejects_mismatched_population(runner):
   arch = arch_lib.split_config({"model.name": "fm", "model.embed_dim": 4})[0]
-  with pytest.raises(ValueError, match="optim.embedding_lr"):
-    pbt_population.run_pbt(runner, arch, {"optim.embedding_lr": np.full(3, 0.1)}, np.arange(4), 2, 5,
+  with pytest.raises(ValueError, match="embedding.learning_rate"):
+    pbt_population.run_pbt(runner, arch, {"embedding.learning_rate": np.full(3, 0.1)}, np.arange(4), 2, 5,
                            np.random.default_rng(0))

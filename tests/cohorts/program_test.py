@@ -29,8 +29,8 @@ ARCH, _ = arch_lib.split_config({"model.name": "deepfm", "model.embed_dim": 4,
 
 def _hparams(**overrides):
   """Every dynamic hyperparameter as a float32 scalar (as one trial of a cohort sees them)."""
-  values = arch_lib.resolve_hparams({"optim.embedding_lr": 0.05, "optim.dense_lr": 1e-2,
-                                     "optim.embedding_l2": 1e-4, "optim.weight_decay": 1e-3,
+  values = arch_lib.resolve_hparams({"embedding.learning_rate": 0.05, "optimizer.learning_rate": 1e-2,
+                                     "embedding.l2": 1e-4, "optimizer.weight_decay": 1e-3,
                                      **overrides})
   return {k: jnp.float32(v) for k, v in values.items()}
 
@@ -59,7 +59,7 @@ def reference_step(graphdef):
   def step(hparams, state, batch):
     tx, row_opt = trial_program._make_optimizers(ARCH, hparams)
     return step_lib.make_train_step(graphdef, tx, row_opt,
-                                    l2=hparams["optim.embedding_l2"])(state, batch)
+                                    l2=hparams["embedding.l2"])(state, batch)
 
   return jax.jit(chex.assert_max_traces(step, n=1))
 
@@ -89,7 +89,7 @@ def test_scan_equals_calls_of_the_trainer_step(data, graphdef, reference_step):
 
 
 def test_resumed_scan_equals_calls_of_the_trainer_step(data, resumed_trial, reference_step):
-  hparams = _hparams(**{"optim.dense_lr": 3e-3})
+  hparams = _hparams(**{"optimizer.learning_rate": 3e-3})
   init = trial_program.init_trial_state(ARCH, data.spec, hparams, jax.random.key(1))
   batches = data.train_steps(0, STEPS)
   out = resumed_trial(hparams, jnp.int32(0), init, batches, data.eval_batches)
@@ -100,7 +100,7 @@ def test_resumed_scan_equals_calls_of_the_trainer_step(data, resumed_trial, refe
 
 def test_diverging_learning_rate_freezes_the_last_finite_state(data, resumed_trial,
                                                                reference_step):
-  hparams = _hparams(**{"optim.embedding_lr": 1e30})
+  hparams = _hparams(**{"embedding.learning_rate": 1e30})
   init = trial_program.init_trial_state(ARCH, data.spec, hparams, jax.random.key(2))
   batches = data.train_steps(0, STEPS)
   out = resumed_trial(hparams, jnp.int32(0), init, batches, data.eval_batches)
@@ -129,7 +129,7 @@ def test_no_step_after_a_non_finite_one_even_if_finite(data, graphdef, resumed_t
   chex.assert_trees_all_close(out.state, after_one, rtol=1e-5, atol=1e-6)
   # Step 3 from that state would have been finite (and applied) in a live trial.
   tx, row_opt = trial_program._make_optimizers(ARCH, hparams)
-  guarded = step_lib.make_train_step(graphdef, tx, row_opt, l2=hparams["optim.embedding_l2"],
+  guarded = step_lib.make_train_step(graphdef, tx, row_opt, l2=hparams["embedding.l2"],
                                      skip_non_finite=True)
   _, metrics = jax.jit(guarded)(after_one, _step(batches, 2))
   assert bool(metrics["applied"]) and np.isfinite(float(metrics["loss"]))
@@ -142,7 +142,7 @@ def test_no_step_after_a_non_finite_one_even_if_finite(data, graphdef, resumed_t
 def test_with_dense_hparams_rewrites_the_injected_values(data):
   state = trial_program.init_trial_state(ARCH, data.spec, _hparams(), jax.random.key(0))
   new = trial_program._with_dense_hparams(
-      state, {"optim.dense_lr": 0.25, "optim.weight_decay": 0.5, "optim.embedding_lr": 9.0})
+      state, {"optimizer.learning_rate": 0.25, "optimizer.weight_decay": 0.5, "embedding.learning_rate": 9.0})
   injected = new.opt_state.hyperparams
   assert float(injected["learning_rate"]) == 0.25 and float(injected["weight_decay"]) == 0.5
   assert injected["learning_rate"].dtype == jnp.float32
@@ -154,7 +154,7 @@ def test_with_dense_hparams_rewrites_the_injected_values(data):
 
 def test_resume_runs_with_the_new_dense_learning_rate(data, resumed_trial, reference_step):
   init = trial_program.init_trial_state(ARCH, data.spec, _hparams(), jax.random.key(4))
-  faster = _hparams(**{"optim.dense_lr": 0.1})
+  faster = _hparams(**{"optimizer.learning_rate": 0.1})
   batches = data.train_steps(0, STEPS)
   out = resumed_trial(faster, jnp.int32(0), init, batches, data.eval_batches)
   assert float(out.state.opt_state.hyperparams["learning_rate"]) == pytest.approx(0.1)

@@ -97,7 +97,7 @@ def test_nas_hands_its_best_config_to_hpo_which_keeps_the_architecture(tmp_path)
 
 def test_tuned_space_starts_at_the_given_point():
   best = SEARCH_SPACE.default_config(None).to_dict()
-  space, start = pipeline_steps.tuned_space(SEARCH_SPACE, best)
+  space, start = pipeline_steps._tuned_space(SEARCH_SPACE, best)
   assert dict(start) == best
   assert space.default_config(None) == start
   assert space.from_config(None).validate(best) == start

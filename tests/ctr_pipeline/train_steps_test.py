@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from search_spaces.ctr import SEARCH_SPACE
+from search_spaces.ctr import GATES, SEARCH_SPACE
 from sfjax import models
 from sfjax.automl import pipeline
 from sfjax.automl.pipeline import StepContext, StepResult, StepSpec
@@ -21,33 +21,50 @@ from sfjax.data.types import DatasetSpec, FieldSpec
 from sfjax.models import generator
 from sfjax.train import defaults
 
+# Layer sizes are the only derived trial keys (`depth` x `width` -> `model.<name>_dims`).
+DERIVED = {f"model.{layers}.{size}" for layers in ("mlp", "cin", "bottom_mlp")
+           for size in ("depth", "width")}
 
-def test_every_dynamic_key_maps_to_the_trainer_field_holding_its_default():
-  assert set(pst.TRAINER_FIELDS) == set(arch_lib.DYNAMIC_KEYS)
+
+def _at(config, path):
+  for part in path.split("."):
+    config = config[part]
+  return config
+
+
+def test_every_trial_key_but_the_layer_sizes_is_a_trainer_config_path():
   base = defaults.ctr_defaults()
-  for key, field in pst.TRAINER_FIELDS.items():
-    section, leaf = field.split(".")
-    assert arch_lib.DYNAMIC_DEFAULTS[key][0] == base[section][leaf], key
+  for key in arch_lib.DYNAMIC_KEYS:  # and holds the trial's default
+    assert arch_lib.DYNAMIC_DEFAULTS[key][0] == _at(base, key), key
+  assert DERIVED <= set(arch_lib.STATIC_KEYS)
+  for key in set(arch_lib.STATIC_KEYS) - DERIVED:
+    _at(base, key)  # KeyError: not a trainer path
+
+
+def test_trainer_config_refuses_a_key_that_is_not_dynamic():
+  arch, _ = arch_lib.split_config({})
+  with pytest.raises(ValueError, match="'embedding.optimizer': is not a dynamic hyperparameter"):
+    pst.trainer_config(defaults.ctr_defaults(), arch, {"embedding.optimizer": 1.0})
 
 
 @pytest.mark.parametrize("point", [
     {"model.name": "dcnv2", "model.embed_dim": 4, "model.mlp.depth": 2, "model.mlp.width": 32,
-     "model.cross_layers": 2, "model.cross_rank": 4, "optim.embedding_optimizer": "adam",
-     "optim.embedding_lr": 0.02, "optim.use_embedding_l2": True, "optim.embedding_l2": 1e-5,
-     "optim.init_stddev": 0.03, "optim.dense_lr": 0.002, "optim.use_weight_decay": False},
-    {"model.name": "fm", "model.embed_dim": 8, "optim.embedding_optimizer": "ftrl",
-     "optim.embedding_lr": 0.1, "optim.use_embedding_l2": False, "optim.init_stddev": 0.01,
-     "optim.dense_lr": 0.001, "optim.use_weight_decay": True, "optim.weight_decay": 1e-4},
+     "model.cross_layers": 2, "model.cross_rank": 4, "embedding.optimizer": "adam",
+     "embedding.learning_rate": 0.02, "embedding.use_l2": True, "embedding.l2": 1e-5,
+     "embedding.init_stddev": 0.03, "optimizer.learning_rate": 0.002, "optimizer.use_weight_decay": False},
+    {"model.name": "fm", "model.embed_dim": 8, "embedding.optimizer": "ftrl",
+     "embedding.learning_rate": 0.1, "embedding.use_l2": False, "embedding.init_stddev": 0.01,
+     "optimizer.learning_rate": 0.001, "optimizer.use_weight_decay": True, "optimizer.weight_decay": 1e-4},
 ])
 def test_trainer_config_builds_the_trial_model_with_its_hyperparameters(point):
   arch, hparams = arch_lib.split_config(SEARCH_SPACE.runner_config(point))
   config = pst.trainer_config(defaults.ctr_defaults(), arch, hparams)
   assert config.model.name == arch.model_name and config.model.embed_dim == arch.embed_dim
-  assert config.embedding.optimizer == point["optim.embedding_optimizer"]
-  assert config.embedding.learning_rate == point["optim.embedding_lr"]
-  assert config.optimizer.learning_rate == point["optim.dense_lr"]
-  assert config.embedding.l2 == point.get("optim.embedding_l2", 0.0)
-  assert config.optimizer.weight_decay == point.get("optim.weight_decay", 0.0)
+  for key, value in point.items():  # a trial key applies by path (gates are search-only)
+    if key not in DERIVED and key not in GATES:
+      assert _at(config, key) == value, key
+  assert config.embedding.l2 == point.get("embedding.l2", 0.0)
+  assert config.optimizer.weight_decay == point.get("optimizer.weight_decay", 0.0)
   from_trainer = models.build_model_from_config(config.model, num_fields=5, num_dense=2,
                                                 rngs=nnx.Rngs(0))
   from_trial = arch.build_model(_spec(5, 2), nnx.Rngs(0))
@@ -127,7 +144,7 @@ def _counted_steps(monkeypatch, crash_at=None):
 def test_fully_train_on_both_backends_scores_the_test_split_alike(tmp_path, monkeypatch):
   kinds = pst.train_step_kinds({"ctr": SEARCH_SPACE})
   chosen = StepResult("nas", "nas", "done", {}, {"search_space": "ctr", "best_config": {
-      "model.name": "fm", "model.embed_dim": 4, "optim.embedding_lr": 0.05}}, 1.0)
+      "model.name": "fm", "model.embed_dim": 4, "embedding.learning_rate": 0.05}}, 1.0)
   out = {}
   steps = _counted_steps(monkeypatch)
   for backend in ("device", "cache"):
@@ -176,15 +193,15 @@ def test_baseline_trains_the_recipe_default_and_needs_a_test_split(tmp_path):
 
 def test_recipe_check_names_the_field():
   block = _shared_config().steps.fully_train
-  pst.check_recipe(block, "steps.fully_train")
+  pst._check_recipe(block, "steps.fully_train")
   block.trainer.checkpoint.every_steps = 0
   with pytest.raises(ConfigError, match="steps.fully_train.trainer.checkpoint.every_steps"):
-    pst.check_recipe(block, "steps.fully_train")
+    pst._check_recipe(block, "steps.fully_train")
   block.trainer.train.steps = -1
   with pytest.raises(ConfigError, match="config field steps.fully_train.trainer.train.steps"):
-    pst.check_recipe(block, "steps.fully_train")
+    pst._check_recipe(block, "steps.fully_train")
   with pytest.raises(ConfigError, match="steps.x.trainer: missing"):
-    pst.check_recipe(ml_collections.ConfigDict({"type": "fully_train"}), "steps.x")
+    pst._check_recipe(ml_collections.ConfigDict({"type": "fully_train"}), "steps.x")
 
 
 def test_compare_final_to_baseline(tmp_path):
@@ -215,9 +232,9 @@ def test_compare_final_to_baseline(tmp_path):
 def test_training_steps_take_overrides_of_the_librarys_recipe():
   kinds = pst.train_step_kinds({"ctr": SEARCH_SPACE})
   recipe = pst.recipe_defaults()
-  pst.check_recipe(pst.fully_train_defaults(), "steps.fully_train")  # the defaults are valid
+  pst._check_recipe(pst._fully_train_defaults(), "steps.fully_train")  # the defaults are valid
   assert recipe.checkpoint.every_steps > 0 and recipe.train.eval_every == recipe.train.steps
-  assert pst.baseline_defaults().recipe_step == "fully_train"
+  assert pst._baseline_defaults().recipe_step == "fully_train"
   config = ml_collections.ConfigDict({"pipeline": {"order": "own,fully_train"}, "steps": {
       "fully_train": {"type": "fully_train", "trainer": {"train": {"steps": 120}}},
       "own": {"type": "baseline", "recipe_step": "own", "trainer": {"model": {"embed_dim": 8}}}}})

@@ -25,7 +25,7 @@ def test_search_defaults_hold_a_block_per_registered_algorithm():
 
 def test_search_departures_name_real_settings():
   for name, settings in defaults.SEARCH_ALGORITHM_DEFAULTS.items():
-    block = defaults.algorithm_block(name)
+    block = defaults._algorithm_block(name)
     for field, value in settings.items():
       assert field in block and block[field] == value, (name, field)
       assert getattr(ALGORITHMS[name](), field) != value, (name, field)  # a real departure

@@ -10,15 +10,15 @@ from sfjax.cohorts import cohort_runner as cohort
 
 HALF = 6  # steps; the `data` fixture has 12 steps per budget unit (conftest.py)
 HPARAMS = [
-    {"optim.embedding_lr": 0.01, "optim.dense_lr": 1e-3, "optim.weight_decay": 1e-3},
-    {"optim.embedding_lr": 0.03, "optim.dense_lr": 3e-3},
-    {"optim.embedding_lr": 0.005, "optim.dense_lr": 1e-2, "optim.weight_decay": 1e-2},
+    {"embedding.learning_rate": 0.01, "optimizer.learning_rate": 1e-3, "optimizer.weight_decay": 1e-3},
+    {"embedding.learning_rate": 0.03, "optimizer.learning_rate": 3e-3},
+    {"embedding.learning_rate": 0.005, "optimizer.learning_rate": 1e-2, "optimizer.weight_decay": 1e-2},
 ]
 
 
 def _arch(**overrides):
   config = {"model.name": "dcnv2", "model.embed_dim": 4, "model.mlp.depth": 1,
-            "model.mlp.width": 16, "model.cross_layers": 1, "optim.dense_optimizer": "adamw"}
+            "model.mlp.width": 16, "model.cross_layers": 1, "optimizer.name": "adamw"}
   return arch_lib.split_config({**config, **overrides})[0]
 
 
@@ -38,9 +38,9 @@ def _check_ragged(data, archs, num_bucket_programs):
   starts, ends = [0, 0, HALF], [2 * HALF, HALF, 3 * HALF]
   inits = [None, None, start2.state]
   runner = cohort.CohortRunner(data.task, cohort_width=4, data=data, ragged=True)
-  traces = cohort_call.num_traces()
+  traces = cohort_call._num_traces()
   got = runner.run(archs, HPARAMS, seeds, starts, ends, inits)
-  assert cohort_call.num_traces() - traces == num_bucket_programs
+  assert cohort_call._num_traces() - traces == num_bucket_programs
   # One ragged call, longest range first, padded to 4 lanes: 30 of its 48 trial-steps train.
   chunk = got[0].chunk
   assert all(r.chunk == chunk for r in got) and chunk.ragged and chunk.from_states

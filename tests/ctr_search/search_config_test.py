@@ -10,7 +10,14 @@ from experiments.configs import search_ctr
 from search_spaces.ctr import SEARCH_SPACE
 from sfjax.automl.algorithms import ALGORITHMS, Objective, Objectives
 from sfjax.automl.pipeline import PipelineConfigError
-from sfjax.automl.space import Fixed, ForbiddenConfigError, SpaceConfigError
+from sfjax.automl.space import (
+  Categorical,
+  Fixed,
+  Float,
+  ForbiddenConfigError,
+  Space,
+  SpaceConfigError,
+)
 from sfjax.cohorts import arch as arch_lib
 from sfjax.core.errors import ConfigError
 from sfjax.ctr_search import search_config, search_defaults
@@ -213,13 +220,21 @@ def test_make_space_of_a_normal_config():
     search_config.make_space(c, SEARCH_SPACE)
 
 
+def test_make_space_refuses_a_space_of_old_trial_keys():
+  old = SEARCH_SPACE._replace(from_config=lambda _: Space(
+      {"model.name": Categorical(("fm",)), "optim.dense_lr": Float(1e-4, 1e-2, log=True)}))
+  with pytest.raises(ConfigError, match=r"^config field optim\.dense_lr \(search space\): "
+                     r"renamed to optimizer\.learning_rate"):
+    search_config.make_space(_config(), old)
+
+
 @pytest.mark.parametrize("pbt_model,name", [("", "deepfm"), ("fm", "fm")])
 def test_make_space_of_a_pbt_config_fixes_one_architecture(pbt_model, name):
   space = search_config.make_space(_config("pbt", pbt_model=pbt_model), SEARCH_SPACE)
   assert space["model.name"] == Fixed(name)
   assert all(isinstance(space[k], Fixed) for k in space.keys if k.startswith("model."))
   assert all(k in space for k in arch_lib.DYNAMIC_KEYS)  # what PBT explores
-  assert not isinstance(space["optim.embedding_lr"], Fixed)
+  assert not isinstance(space["embedding.learning_rate"], Fixed)
 
 
 def test_pbt_model_must_be_a_model():
@@ -228,9 +243,9 @@ def test_pbt_model_must_be_a_model():
 
 
 def test_parse_objectives():
-  auc = search_config.parse_objectives("")
+  auc = search_config._parse_objectives("")
   assert auc == Objective("auc", "maximize") and not isinstance(auc, Objectives)
-  both = search_config.parse_objectives(" auc:max , params:minimize,latency_ms:min")
+  both = search_config._parse_objectives(" auc:max , params:minimize,latency_ms:min")
   assert isinstance(both, Objectives) and [(o.metric, o.direction) for o in both.all] == [
       ("auc", "maximize"), ("params", "minimize"), ("latency_ms", "minimize")]
 
@@ -241,7 +256,7 @@ def test_parse_objectives():
     ("auc:max,", "'' is not"), (3, "expected a string")])
 def test_bad_objectives_name_the_field(value, match):
   with pytest.raises(SearchConfigError, match=f"study.objectives: .*{match}"):
-    search_config.parse_objectives(value)
+    search_config._parse_objectives(value)
 
 
 def test_several_objectives_need_a_multi_objective_algorithm():

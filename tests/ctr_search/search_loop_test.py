@@ -24,6 +24,7 @@ from sfjax.cohorts.arch import split_config
 from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.core import tensorboard
 from sfjax.ctr_search import search_config, search_loop, search_report
+from tests.cohorts.conftest import CallRecorder
 
 SUMMARY_KEYS = {"best_trial_id", "best_config", "best_metrics", "num_trials_done", "num_failed",
                 "default_metrics", "beats_default", "pareto_front", "mean_cohort_width",
@@ -123,8 +124,8 @@ def test_asha_promotions_resume_from_the_parents_saved_state(tmp_path, runner):
   calls = [c for c in runner.calls if c["arch"].model_name != "deepfm"]  # drop the default run
   for t in promoted:
     parent = trials[t["resume_from"]]
-    call = next(c for c in calls if search_loop.trial_seed(0, t["trial_id"]) in c["seeds"])
-    i = call["seeds"].index(search_loop.trial_seed(0, t["trial_id"]))
+    call = next(c for c in calls if search_loop._trial_seed(0, t["trial_id"]) in c["seeds"])
+    i = call["seeds"].index(search_loop._trial_seed(0, t["trial_id"]))
     assert call["start_steps"][i] == parent["metrics"]["steps"] > 0
     assert call["init_steps"][i] == parent["metrics"]["steps"]
     assert t["metrics"]["steps"] == 4 * t["budget"] > parent["metrics"]["steps"]
@@ -145,7 +146,7 @@ def test_pbt_population_explores_one_architecture(tmp_path, runner):
   explored = 0
   for t in trials:
     assert t["status"] == "done" and t["metrics"]["steps"] == 16  # 4 rounds of 4 steps
-    initial, final = t["config"]["optim.dense_lr"], t["metrics"]["final.optim.dense_lr"]
+    initial, final = t["config"]["optimizer.learning_rate"], t["metrics"]["final.optimizer.learning_rate"]
     explored += not np.isclose(initial, final, rtol=1e-5)
   assert explored >= 1  # 3 exploit/explore steps, one member each
   for t in trials:  # the held-out half of a member's last round
@@ -174,7 +175,7 @@ def test_resume_runs_only_new_trials(tmp_path, runner):
                                    runner=runner)
   assert summary["num_trials_done"] == 4
   seeds = [seed for c in runner.calls for seed in c["seeds"]]
-  assert sorted(seeds) == [search_loop.trial_seed(0, i) for i in (2, 3)]  # no default rerun either
+  assert sorted(seeds) == [search_loop._trial_seed(0, i) for i in (2, 3)]  # no default rerun either
   assert [t["trial_id"] for t in read_jsonl(tmp_path / "trials.jsonl")] == [0, 1, 2, 3]
   # TensorBoard: rebuilt from the journal on resume, every done trial once
   done = [t["trial_id"] for t in read_jsonl(tmp_path / "trials.jsonl") if t["status"] == "done"]
@@ -239,7 +240,7 @@ def test_config_errors_name_the_field():
 
 def _record(trial_id, auc, status=TrialStatus.DONE, name="fm", test_auc=None):
   s = Suggestion(trial_id, Config({"model.name": name, "model.embed_dim": 8,
-                                   "optim.embedding_lr": 0.01}), budget=2, rung=1)
+                                   "embedding.learning_rate": 0.01}), budget=2, rung=1)
   metrics = {} if auc is None else {"auc": auc, "steps": 8.0}
   if test_auc is not None:
     metrics["test_auc"] = test_auc
@@ -311,7 +312,7 @@ def test_leaderboard_ranks_by_auc_failed_last():
   assert lines[2].split()[:2] == ["1", "2"] and lines[3].split()[:2] == ["2", "3"]
   assert search_report.leaderboard(trials, 0, None, 10, 1.0).count("\n") == 1
   pbt_member = _record(5, 0.8)
-  pbt_member.metrics["final.optim.embedding_lr"] = 0.0123
+  pbt_member.metrics["final.embedding.learning_rate"] = 0.0123
   assert "0.0123" in search_report.leaderboard([pbt_member], 1, None, 1, 1.0).splitlines()[2]
 
 
@@ -399,38 +400,17 @@ def test_architecture_aware_rounds_fill_cohorts_on_the_joint_space(tmp_path):
   assert len({search_loop.buckets.bucket_key(a) for a in archs}) == 1
 
 
-class LaneCounter(CohortRunner):
-  """The real runner, counting the lanes and scan steps of each program call of its
-  cohorts (not those that measure 'auto' widths)."""
-
-  def __init__(self, *args, **kwargs):
-    super().__init__(*args, **kwargs)
-    self.calls, self._measuring = [], False
-
-  def measure_widths(self, *args, **kwargs):
-    self._measuring = True
-    try:
-      return super().measure_widths(*args, **kwargs)
-    finally:
-      self._measuring = False
-
-  def run_stacked(self, arch, hparams, seeds, start, end, init_states=None, dense_masks=None):
-    if not self._measuring:
-      lengths = np.broadcast_to(np.asarray(end) - np.asarray(start), (len(seeds),))
-      self.calls.append((len(seeds), int(lengths.max())))
-    return super().run_stacked(arch, hparams, seeds, start, end, init_states, dense_masks)
-
-
 def test_auto_width_reports_the_programs_that_ran(tmp_path):
   # A round of 7 in one bucket; 'auto' with one candidate measures 4 and runs a chunk of
   # 4 and one of 3 padded to 4 lanes, each over the full budget's 16 steps. (Treating
   # 'auto' as unbounded once reported one program of 7 at full utilisation.)
   c = tiny_config("random", num_trials=7, cohort_width="auto", ask_batch=7)
-  runner = LaneCounter(search_config.make_task(c), cohort_width="auto", width_candidates=(4,))
+  runner = CallRecorder(search_config.make_task(c), cohort_width="auto", width_candidates=(4,))
   summary = search_loop.run_search(c, str(tmp_path), SPACE, runner=runner)
   assert summary["num_trials_done"] == 7 and summary["num_failed"] == 0
   trials = read_jsonl(tmp_path / "trials.jsonl")
   steps = [t["metrics"]["steps"] for t in trials]
-  assert runner.calls == [(4, 16), (4, 16)]  # the default config ran on the width-1 runner
-  assert summary["mean_cohort_width"] == len(trials) / len(runner.calls) == 3.5
-  assert summary["lane_utilization"] == sum(steps) / sum(w * n for w, n in runner.calls) == 7 / 8
+  calls = [(lanes, num_steps) for lanes, num_steps, _ in runner.calls]
+  assert calls == [(4, 16), (4, 16)]  # the default config ran on the width-1 runner
+  assert summary["mean_cohort_width"] == len(trials) / len(calls) == 3.5
+  assert summary["lane_utilization"] == sum(steps) / sum(w * n for w, n in calls) == 7 / 8

@@ -14,27 +14,27 @@ from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.ctr_search import search_config, search_loop, search_pbt
 
-ARCH = {"model.name": "fm", "model.embed_dim": 4, "optim.embedding_optimizer": "adagrad"}
+ARCH = {"model.name": "fm", "model.embed_dim": 4, "embedding.optimizer": "adagrad"}
 POPULATION, ROUNDS, STEPS_PER_ROUND = 4, 2, 2
 
 
 def test_pbt_bounds_are_the_space_bounds_from_zero_where_allowed():
-  space = Space({"model.name": Fixed("fm"), "optim.embedding_lr": Float(0.01, 0.1, log=True),
-                 "optim.weight_decay": Float(1e-6, 1e-2, log=True)})
-  assert search_pbt.pbt_bounds(space) == {"optim.embedding_lr": (0.01, 0.1),
-                                          "optim.weight_decay": (1e-6, 1e-2)}
-  assert search_pbt.pbt_bounds(space, frozenset({"optim.weight_decay"})) == {
-      "optim.embedding_lr": (0.01, 0.1), "optim.weight_decay": (0.0, 1e-2)}
+  space = Space({"model.name": Fixed("fm"), "embedding.learning_rate": Float(0.01, 0.1, log=True),
+                 "optimizer.weight_decay": Float(1e-6, 1e-2, log=True)})
+  assert search_pbt.pbt_bounds(space) == {"embedding.learning_rate": (0.01, 0.1),
+                                          "optimizer.weight_decay": (1e-6, 1e-2)}
+  assert search_pbt.pbt_bounds(space, frozenset({"optimizer.weight_decay"})) == {
+      "embedding.learning_rate": (0.01, 0.1), "optimizer.weight_decay": (0.0, 1e-2)}
 
 
 def test_pbt_bounds_of_the_ctr_space():
   bounds = search_pbt.pbt_bounds(SEARCH_SPACE.fixed_arch_space(ARCH), SEARCH_SPACE.zero_allowed)
   assert set(bounds) == set(arch_lib.DYNAMIC_KEYS)  # gates (Bool) and Fixed keys are not bounds
-  assert bounds["optim.embedding_lr"] == (1e-3, 0.5)
-  assert bounds["optim.dense_lr"] == (1e-4, 1e-2)
-  assert bounds["optim.init_stddev"] == (1e-3, 0.1)
-  assert bounds["optim.embedding_l2"] == (0.0, 1e-3)  # gated: a member without L2 keeps 0
-  assert bounds["optim.weight_decay"] == (0.0, 1e-2)
+  assert bounds["embedding.learning_rate"] == (1e-3, 0.5)
+  assert bounds["optimizer.learning_rate"] == (1e-4, 1e-2)
+  assert bounds["embedding.init_stddev"] == (1e-3, 0.1)
+  assert bounds["embedding.l2"] == (0.0, 1e-3)  # gated: a member without L2 keeps 0
+  assert bounds["optimizer.weight_decay"] == (0.0, 1e-2)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def _run(path, runner, runner_config=SEARCH_SPACE.runner_config, num_rounds=ROUN
     members = study.ask(POPULATION)
     assert len(members) == POPULATION
     chunks = search_pbt.run_population(
-        study, runner, members, [search_loop.trial_seed(0, m.trial_id) for m in members],
+        study, runner, members, [search_loop._trial_seed(0, m.trial_id) for m in members],
         num_rounds, STEPS_PER_ROUND, (0, members[0].trial_id),
         search_pbt.pbt_bounds(space, SEARCH_SPACE.zero_allowed), runner_config)
     # One program call per round over the whole population, unless the population failed.
@@ -91,7 +91,7 @@ def test_a_single_round_member_that_diverges_is_told_failed(tmp_path, runner):
     """The space's runner keys; the first member (mapped first) gets a diverging learning rate."""
     keys = SEARCH_SPACE.runner_config(config)
     if not calls:
-      keys["optim.embedding_lr"] = 1e30  # outside the space: only to make it diverge
+      keys["embedding.learning_rate"] = 1e30  # outside the space: only to make it diverge
     calls.append(config)
     return keys
 
@@ -103,7 +103,7 @@ def test_a_single_round_member_that_diverges_is_told_failed(tmp_path, runner):
   assert "non-finite" in failed.reason
   assert "auc" not in failed.metrics and "test_auc" not in failed.metrics
   assert failed.metrics["steps"] < STEPS_PER_ROUND  # stopped at the first non-finite step
-  assert failed.metrics["final.optim.embedding_lr"] == pytest.approx(1e30, rel=1e-6)
+  assert failed.metrics["final.embedding.learning_rate"] == pytest.approx(1e30, rel=1e-6)
 
 
 def test_a_runner_failure_fails_every_member(tmp_path, runner):

@@ -10,7 +10,7 @@ from sfjax.ctr_search import search_report
 
 def _record(trial_id, auc, status=TrialStatus.DONE, name="fm", **config):
   s = Suggestion(trial_id, Config({"model.name": name, "model.embed_dim": 8,
-                                   "optim.embedding_lr": 0.01, **config}), budget=2, rung=1)
+                                   "embedding.learning_rate": 0.01, **config}), budget=2, rung=1)
   metrics = {} if auc is None else {"auc": auc, "steps": 8.0}
   return TrialRecord(s, status, metrics, None, 0.0, 0.0, 1.0, 1.0, 1)
 
@@ -64,8 +64,8 @@ def test_leaderboard_without_a_done_trial_has_no_best():
 
 def test_leaderboard_shows_mlp_and_pbt_final_learning_rates():
   member = _record(0, 0.8, name="deepfm", **{"model.mlp.depth": 2, "model.mlp.width": 64,
-                                             "optim.dense_lr": 0.001})
-  member.metrics["final.optim.embedding_lr"] = 0.0123
+                                             "optimizer.learning_rate": 0.001})
+  member.metrics["final.embedding.learning_rate"] = 0.0123
   row = search_report.leaderboard([member], 1, None, 1, 1.0).splitlines()[2].split()
   assert row[4:7] == ["deepfm", "8", "2x64"]
   assert row[8:10] == ["0.0123", "0.001"]  # final embedding lr; the config's dense lr

@@ -132,7 +132,7 @@ def test_config_to_spec_builds_deepfm():
            "model.first_order.use": True, "model.fm.use": True, "model.inner_product.use": False,
            "model.combine": "parallel", "model.tower.use": True, "model.tower.depth": 3,
            "model.tower.width": 400, "model.dense.linear": True, "model.dense.bottom.use": False,
-           "optim.dense_lr": 1e-3}
+           "optimizer.learning_rate": 1e-3}
   assert generator.config_to_spec(point) == generator.named_model_spec("deepfm", 16)
 
 

@@ -23,7 +23,7 @@ def test_each_blocks_sub_space_is_nested_under_its_switch():
       full = f"model.{kind}.{key}"
       assert full in space
       assert not space.is_active(full, {f"model.{kind}.use": False})
-  assert "model.embedding.group2.dim" in space and "optim.dense_lr" in space
+  assert "model.embedding.group2.dim" in space and "optimizer.learning_rate" in space
 
 
 def test_default_config_is_the_trainers_deepfm():
@@ -34,7 +34,7 @@ def test_default_config_is_the_trainers_deepfm():
   arch, hparams = split_config(blocks.runner_config(config))
   assert arch.model_name == "composed" and arch.embed_dim == model.embed_dim + 1
   assert generator.spec_from_json(dict(arch.model_hparams)["blocks"]) == want
-  assert hparams["optim.weight_decay"] == 0.0
+  assert hparams["optimizer.weight_decay"] == 0.0
   with pytest.raises(ConfigError, match="model.tower.width"):
     blocks.default_config(blocks.block_space(tower_widths=(8,)))
 

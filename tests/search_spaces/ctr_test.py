@@ -24,13 +24,13 @@ def _samples(space, n=300, seed=0):
 
 def test_sub_spaces_compose_under_their_prefixes():
   space = ctr.ctr_space()
-  assert set(space.keys) == ({"model.name", "model.embed_dim", "optim.embedding_optimizer",
-                              "optim.embedding_lr", "optim.use_embedding_l2",
-                              "optim.embedding_l2", "optim.init_stddev", "optim.dense_lr",
-                              "optim.use_weight_decay", "optim.weight_decay"}
+  assert set(space.keys) == ({"model.name", "model.embed_dim", "embedding.optimizer",
+                              "embedding.learning_rate", "embedding.use_l2",
+                              "embedding.l2", "embedding.init_stddev", "optimizer.learning_rate",
+                              "optimizer.use_weight_decay", "optimizer.weight_decay"}
                              | MLP_KEYS | ALL_INTERACTION_KEYS)
-  for key in ("optim.embedding_lr", "optim.embedding_l2", "optim.init_stddev",
-              "optim.dense_lr", "optim.weight_decay"):
+  for key in ("embedding.learning_rate", "embedding.l2", "embedding.init_stddev",
+              "optimizer.learning_rate", "optimizer.weight_decay"):
     assert space[key].log, key
   assert max(space["model.mlp.width"].choices) <= 400
   assert space["model.mlp.depth"].high <= 3
@@ -71,15 +71,15 @@ def test_regularizer_gates():
   space = ctr.ctr_space()
   configs = _samples(space, seed=2)
   for config in configs:
-    assert ("optim.weight_decay" in config) == config["optim.use_weight_decay"]
-    assert ("optim.embedding_l2" in config) == config["optim.use_embedding_l2"]
+    assert ("optimizer.weight_decay" in config) == config["optimizer.use_weight_decay"]
+    assert ("embedding.l2" in config) == config["embedding.use_l2"]
     runner = ctr.runner_config(config)
     assert not set(ctr.GATES) & set(runner)
-    if not config["optim.use_weight_decay"]:
-      assert runner["optim.weight_decay"] == 0.0
+    if not config["optimizer.use_weight_decay"]:
+      assert runner["optimizer.weight_decay"] == 0.0
     else:
-      assert runner["optim.weight_decay"] == config["optim.weight_decay"] > 0
-  assert {c["optim.use_weight_decay"] for c in configs} == {False, True}
+      assert runner["optimizer.weight_decay"] == config["optimizer.weight_decay"] > 0
+  assert {c["optimizer.use_weight_decay"] for c in configs} == {False, True}
 
 
 def test_default_config_matches_ctr_py_and_validates():
@@ -91,12 +91,12 @@ def test_default_config_matches_ctr_py_and_validates():
   assert runner["model.name"] == c.model.name == "deepfm"
   assert runner["model.embed_dim"] == c.model.embed_dim
   assert (runner["model.mlp.width"],) * runner["model.mlp.depth"] == tuple(c.model.mlp_dims)
-  assert runner["optim.embedding_optimizer"] == c.embedding.optimizer
-  assert runner["optim.embedding_lr"] == c.embedding.learning_rate
-  assert runner["optim.dense_lr"] == c.optimizer.learning_rate
-  assert runner["optim.init_stddev"] == c.embedding.init_stddev
-  assert runner["optim.weight_decay"] == c.optimizer.weight_decay
-  assert runner["optim.embedding_l2"] == c.embedding.l2
+  assert runner["embedding.optimizer"] == c.embedding.optimizer
+  assert runner["embedding.learning_rate"] == c.embedding.learning_rate
+  assert runner["optimizer.learning_rate"] == c.optimizer.learning_rate
+  assert runner["embedding.init_stddev"] == c.embedding.init_stddev
+  assert runner["optimizer.weight_decay"] == c.optimizer.weight_decay
+  assert runner["embedding.l2"] == c.embedding.l2
 
 
 def test_default_config_outside_a_restricted_space_names_the_key():
@@ -141,5 +141,8 @@ def test_fixed_arch_space_varies_only_hyperparameters():
   assert space.validate(baseline) == baseline
   archs = {arch.split_config(ctr.runner_config(c))[0] for c in _samples(space, 50, seed=5)}
   assert len(archs) == 1
-  with pytest.raises(SpaceError, match="optim.dense_lr"):
-    ctr.fixed_arch_space({"model.name": "fm", "optim.dense_lr": 0.1})
+  with pytest.raises(SpaceError, match="optimizer.learning_rate"):
+    ctr.fixed_arch_space({"model.name": "fm", "optimizer.learning_rate": 0.1})
+  with pytest.raises(ConfigError, match=r"optim\.embedding_optimizer \(fixed architecture\): "
+                     r"renamed to embedding\.optimizer"):
+    ctr.fixed_arch_space({"model.name": "fm", "optim.embedding_optimizer": "sgd"})

@@ -5,6 +5,7 @@ Generic: the step kinds are a registry the application passes in
 """
 
 from sfjax.automl.pipeline.engine import (
+                                          Finalize,
                                           PipelineLockedError,
                                           check_settings,
                                           read_status,
@@ -30,6 +31,7 @@ from sfjax.automl.pipeline.step_specs import (
 )
 
 __all__ = [
+  "Finalize",
   "MissingInputError",
   "PipelineConfigError",
   "PipelineLockedError",

@@ -48,14 +48,15 @@ from sfjax.automl.pipeline.step_specs import (
 )
 from sfjax.core.atomic import atomic_write
 
-STEPS_DIR = "steps"
-STATUS_FILE = "status.json"
-OUTPUT_FILE = "output.json"
+_STEPS_DIR = "steps"
+_STATUS_FILE = "status.json"
+_OUTPUT_FILE = "output.json"
 SETTINGS_FILE = "pipeline.json"
-REPORT_FILE = "report.json"
-SUMMARY_FILE = "summary.txt"
+_REPORT_FILE = "report.json"
+_SUMMARY_FILE = "summary.txt"
 LOCK_FILE = "pipeline.lock"
 
+# finalize(step results, workdir) -> the report's top-level fields (`run_pipeline`).
 Finalize = Callable[[Sequence[StepResult], str], Mapping[str, Any]]
 
 
@@ -70,7 +71,7 @@ def _write_json(path: str, data: Any) -> None:
 
 def read_status(step_dir: str) -> dict[str, Any] | None:
   """The step directory's status.json, or None when the step never started."""
-  path = os.path.join(step_dir, STATUS_FILE)
+  path = os.path.join(step_dir, _STATUS_FILE)
   if not os.path.exists(path):
     return None
   with open(path, encoding="utf-8") as f:
@@ -130,7 +131,7 @@ def check_settings(workdir: str, record: Mapping[str, Any]) -> None:
 
 
 def _done_result(spec: StepSpec, step_dir: str, status: Mapping[str, Any]) -> StepResult:
-  with open(os.path.join(step_dir, OUTPUT_FILE), encoding="utf-8") as f:
+  with open(os.path.join(step_dir, _OUTPUT_FILE), encoding="utf-8") as f:
     output = json.load(f)
   return StepResult(spec.name, spec.kind, "done", status.get("best_metrics", {}), output,
                     status.get("wall_s"))
@@ -143,12 +144,12 @@ def run_step(spec: StepSpec, kind: StepKind, workdir: str, config,
   Exceptions of the step become a 'failed' result; BaseExceptions that are not
   Exceptions (KeyboardInterrupt, SystemExit) propagate with the status left 'running'.
   """
-  step_dir = os.path.join(workdir, STEPS_DIR, spec.dirname)
+  step_dir = os.path.join(workdir, _STEPS_DIR, spec.dirname)
   os.makedirs(step_dir, exist_ok=True)
   before = read_status(step_dir) or {}
   attempt = int(before.get("attempt", 0)) + 1
   base = {"name": spec.name, "type": spec.kind, "attempt": attempt}
-  _write_json(os.path.join(step_dir, STATUS_FILE), {**base, "status": "running",
+  _write_json(os.path.join(step_dir, _STATUS_FILE), {**base, "status": "running",
                                                     "started_at": time.time()})
   logging.info("pipeline step %d %s (%s): %s", spec.index, spec.name, spec.kind,
                "resuming" if before else "starting")
@@ -159,17 +160,17 @@ def run_step(spec: StepSpec, kind: StepKind, workdir: str, config,
     if not isinstance(out, StepOutput):
       raise TypeError(f"step kind {spec.kind!r} returned {type(out).__name__}, not a StepOutput")
     metrics, output = dict(out.best_metrics), dict(out.output)
-    _write_json(os.path.join(step_dir, OUTPUT_FILE), output)
+    _write_json(os.path.join(step_dir, _OUTPUT_FILE), output)
   except Exception as e:  # pylint: disable=broad-except  (recorded; later steps are skipped)
     wall = time.perf_counter() - started
     error = f"{type(e).__name__}: {e}"
     logging.error("pipeline step %s failed: %s", spec.name, error)
-    _write_json(os.path.join(step_dir, STATUS_FILE),
+    _write_json(os.path.join(step_dir, _STATUS_FILE),
                 {**base, "status": "failed", "error": error, "wall_s": wall,
                  "traceback": traceback.format_exc()})
     return StepResult(spec.name, spec.kind, "failed", {}, {}, wall, error)
   wall = time.perf_counter() - started
-  _write_json(os.path.join(step_dir, STATUS_FILE),
+  _write_json(os.path.join(step_dir, _STATUS_FILE),
               {**base, "status": "done", "best_metrics": metrics, "wall_s": wall})
   return StepResult(spec.name, spec.kind, "done", pipeline_report.json_safe(metrics),
                     pipeline_report.json_safe(output), wall)
@@ -218,7 +219,7 @@ def run_pipeline(config, workdir: str, kinds: Mapping[str, StepKind],
       if any(r.status != "done" for r in results):
         results.append(StepResult(spec.name, spec.kind, "skipped", {}, {}, None))
         continue
-      step_dir = os.path.join(workdir, STEPS_DIR, spec.dirname)
+      step_dir = os.path.join(workdir, _STEPS_DIR, spec.dirname)
       status = read_status(step_dir)
       if status is not None and status.get("status") == "done":
         logging.info("pipeline step %d %s: done before, skipped", spec.index, spec.name)
@@ -227,8 +228,8 @@ def run_pipeline(config, workdir: str, kinds: Mapping[str, StepKind],
       results.append(run_step(spec, kinds[spec.kind], workdir, step_config, results))
     extra = dict(finalize(results, workdir)) if finalize is not None else {}
     report = pipeline_report.build_report(results, extra)
-    _write_json(os.path.join(workdir, REPORT_FILE), report)
-    atomic_write(os.path.join(workdir, SUMMARY_FILE), pipeline_report.summary_table(report))
+    _write_json(os.path.join(workdir, _REPORT_FILE), report)
+    atomic_write(os.path.join(workdir, _SUMMARY_FILE), pipeline_report.summary_table(report))
     return report
   finally:
     lock.close()

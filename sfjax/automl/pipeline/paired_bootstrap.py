@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 
-class SortedScores(NamedTuple):
+class _SortedScores(NamedTuple):
   """One model's scores sorted once, for weighted AUCs.
 
   Attributes:
@@ -27,15 +27,15 @@ class SortedScores(NamedTuple):
   group_starts: np.ndarray
 
 
-def sort_scores(scores: np.ndarray) -> SortedScores:
+def _sort_scores(scores: np.ndarray) -> _SortedScores:
   """Sorts [N] scores and finds the runs of ties."""
   order = np.argsort(scores, kind="stable")
   s = np.asarray(scores)[order]
   starts = np.concatenate([[0], np.flatnonzero(s[1:] != s[:-1]) + 1]).astype(np.int64)
-  return SortedScores(order, starts)
+  return _SortedScores(order, starts)
 
 
-def weighted_auc(sorted_scores: SortedScores, labels: np.ndarray, weights: np.ndarray) -> float:
+def _weighted_auc(sorted_scores: _SortedScores, labels: np.ndarray, weights: np.ndarray) -> float:
   """AUC of one model with per-row weights [N] (e.g. bootstrap draw counts).
 
   Returns NaN when the weighted positives or negatives sum to 0.
@@ -83,14 +83,14 @@ def paired_auc_bootstrap(labels: np.ndarray, scores_a: np.ndarray, scores_b: np.
     raise ValueError(f"paired bootstrap: num_resamples must be an integer >= 2, got {num_resamples!r}")
   if not 0 < confidence < 1:
     raise ValueError(f"paired bootstrap: confidence must be in (0, 1), got {confidence!r}")
-  sa, sb = sort_scores(scores_a), sort_scores(scores_b)
+  sa, sb = _sort_scores(scores_a), _sort_scores(scores_b)
   ones = np.ones(n)
-  auc_a, auc_b = weighted_auc(sa, labels, ones), weighted_auc(sb, labels, ones)
+  auc_a, auc_b = _weighted_auc(sa, labels, ones), _weighted_auc(sb, labels, ones)
   rng = np.random.default_rng(seed)
   diffs = np.empty(int(num_resamples))
   for r in range(diffs.size):
     w = np.bincount(rng.integers(0, n, n), minlength=n)
-    diffs[r] = weighted_auc(sa, labels, w) - weighted_auc(sb, labels, w)
+    diffs[r] = _weighted_auc(sa, labels, w) - _weighted_auc(sb, labels, w)
   diffs = diffs[np.isfinite(diffs)]
   tail = 100 * (1 - confidence) / 2
   return {"auc_a": auc_a, "auc_b": auc_b, "diff": auc_a - auc_b,

@@ -8,7 +8,7 @@ from typing import Any
 
 from sfjax.automl.pipeline.step_specs import StepResult
 
-STATUSES = ("done", "failed", "skipped")
+_STATUSES = ("done", "failed", "skipped")
 
 
 def json_safe(value: Any) -> Any:
@@ -38,8 +38,8 @@ def build_report(results: Sequence[StepResult], extra: Mapping[str, Any]) -> dic
     raise ValueError(f"report fields {clash} are reserved by the pipeline")
   steps = []
   for r in results:
-    if r.status not in STATUSES:
-      raise ValueError(f"step {r.name!r}: status {r.status!r} is not one of {STATUSES}")
+    if r.status not in _STATUSES:
+      raise ValueError(f"step {r.name!r}: status {r.status!r} is not one of {_STATUSES}")
     row = {"name": r.name, "type": r.kind, "status": r.status,
            "best_metrics": dict(r.best_metrics), "wall_s": r.wall_s}
     if r.error is not None:

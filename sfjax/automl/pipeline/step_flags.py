@@ -67,7 +67,7 @@ def _literal(text: str) -> Any:
     return text
 
 
-def parse_value(text: str, like: Any, field: str) -> Any:
+def _parse_value(text: str, like: Any, field: str) -> Any:
   """`text` as a value of the type of `like`; a literal (else the text) when `like` is
   absent or None.
 
@@ -120,7 +120,7 @@ def set_step_flags(config, flags: Sequence[tuple[str, str]],
     like = _lookup(kind.defaults(), keys) if kind is not None and kind.defaults else _ABSENT
     if like is _ABSENT:
       like = _lookup(block, keys)
-    value = parse_value(text, like, field)
+    value = _parse_value(text, like, field)
     for key in keys[:-1]:
       if key not in block:
         block[key] = type(block)()

@@ -11,7 +11,7 @@ def test_weighted_auc_with_unit_weights_is_the_exact_auc_ties_included():
   rng = np.random.default_rng(0)
   y = (rng.random(3000) < 0.3).astype(np.float32)
   s = np.round(y + rng.normal(size=3000), 1)  # many ties
-  np.testing.assert_allclose(pb.weighted_auc(pb.sort_scores(s), y, np.ones(3000)),
+  np.testing.assert_allclose(pb._weighted_auc(pb._sort_scores(s), y, np.ones(3000)),
                              metrics.auc(y, s), rtol=1e-12)
 
 
@@ -20,8 +20,8 @@ def test_integer_weights_equal_repeated_rows():
   s = np.array([0.1, 0.4, 0.4, 0.3, 0.9, 0.2])
   w = np.array([2, 1, 0, 3, 1, 1])
   rep = np.repeat(np.arange(6), w)
-  assert pb.weighted_auc(pb.sort_scores(s), y, w) == pytest.approx(metrics.auc(y[rep], s[rep]))
-  assert np.isnan(pb.weighted_auc(pb.sort_scores(s), y, y * 0 + (y == 1)))  # no negatives
+  assert pb._weighted_auc(pb._sort_scores(s), y, w) == pytest.approx(metrics.auc(y[rep], s[rep]))
+  assert np.isnan(pb._weighted_auc(pb._sort_scores(s), y, y * 0 + (y == 1)))  # no negatives
 
 
 def test_interval_covers_the_difference_and_separates_a_real_win():

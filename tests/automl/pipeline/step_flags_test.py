@@ -4,7 +4,7 @@ import ml_collections
 import pytest
 
 from sfjax.automl.pipeline import PipelineConfigError, StepKind, StepOutput, parse_steps
-from sfjax.automl.pipeline.step_flags import parse_value, set_step_flags, take_step_flags
+from sfjax.automl.pipeline.step_flags import _parse_value, set_step_flags, take_step_flags
 
 
 def _defaults():
@@ -37,14 +37,14 @@ def test_take_step_flags_splits_them_out_of_argv():
     ("(8, 4)", (1,), (8, 4)), ("8", (1,), (8,)), ("[1, 2]", None, [1, 2]), ("dask", None, "dask"),
 ])
 def test_parse_value_takes_the_type_of_the_default(text, like, want):
-  got = parse_value(text, like, "steps.s.k")
+  got = _parse_value(text, like, "steps.s.k")
   assert got == want and type(got) is type(want)
 
 
 @pytest.mark.parametrize("text, like", [("x", 1), ("1.5", 2), ("maybe", True), ("(", (1,))])
 def test_a_value_of_the_wrong_type_names_the_field(text, like):
   with pytest.raises(PipelineConfigError, match=r"^config field steps\.s\.k: expected "):
-    parse_value(text, like, "steps.s.k")
+    _parse_value(text, like, "steps.s.k")
 
 
 def test_flags_set_settings_the_block_lacks_typed_like_the_kinds_defaults():
