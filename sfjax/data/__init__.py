@@ -4,15 +4,19 @@
                                                   Criteo, Avazu, MovieLens, preprocessed)
   SyntheticCTR                                    Criteo-like data with planted signal
   preprocess_files(...)                           text files -> memory-mapped shards
+  dataset_digests(DIR)                            spec / mapping / split digests of a
+                                                  preprocessed directory (checked)
   Batch / DatasetSpec / FieldSpec                 what a data set yields and describes
 
 Modules: readers (`criteo`, `avazu`, `movielens`, `text_io`), feature -> row mapping
 (`feature_map`), synthetic data (`synthetic`, `planted`), preprocessed shards
-(`preprocessed`, `shards`), batching (`batching`) and the types (`types`).
+(`preprocessed`, `preprocessed_layout`, `shards`), value checks (`validate`), batching
+(`batching`) and the types (`types`).
 """
 
 from sfjax.data.dataset import KNOWN_FORMATS, CTRDataset, make_dataset
 from sfjax.data.preprocessed import DEFAULT_ROWS_PER_SHARD, preprocess_files
+from sfjax.data.preprocessed_layout import dataset_digests
 from sfjax.data.synthetic import (
   SyntheticConfig,
   SyntheticCTR,
@@ -31,6 +35,7 @@ __all__ = [
   "SyntheticCTR",
   "SyntheticConfig",
   "bounded_power_law_ranks",
+  "dataset_digests",
   "make_batch",
   "make_dataset",
   "make_row_sampler",

@@ -81,6 +81,8 @@ class HashingMapper:
   def __post_init__(self):
     if int(self.num_rows) < 1:
       raise ValueError(f"hash rows must be >= 1, got {self.num_rows}")
+    if int(self.num_rows) > 2**63:  # rows key mod num_rows must fit the int64 ids
+      raise ValueError(f"hash rows must be <= 2**63 (int64 ids), got {self.num_rows}")
 
   def __call__(self, values: np.ndarray) -> np.ndarray:
     """[n, F] bytes -> [n, F] int64 rows in [0, num_rows)."""

@@ -5,8 +5,9 @@ A split directory (e.g. `DIR/train`) holds, for shard k = 0, 1, ...:
   shard_0000k.ids.npy      [n_k, F] int32 per-field row ids (int64 if a field has > 2**31 rows)
   shard_0000k.dense.npy    [n_k, Nd] float32, already transformed
   shard_0000k.labels.npy   [n_k] float32 in {0, 1}
-  split.json               num_examples, F, Nd, ids dtype; per shard its example
-                           count and each file's size in bytes and CRC-32
+  split.json               num_examples, the fields (name, rows), Nd, ids dtype, the
+                           digests of the data set it belongs to (`dataset`); per shard
+                           its example count and each file's size in bytes and CRC-32
 
 Any numpy reads them (`np.load(path, mmap_mode='r')`); no sfjax needed.
 
@@ -17,7 +18,12 @@ Writing (`write_split`): chunks of `Batch`es are rolled into shards of
 Reading (`ShardSplit`): opening checks `split.json` and every file's size and
 `.npy` header, so a truncated or swapped shard fails at once naming its file;
 each shard's CRC-32s are checked the first time it is read (CRC-32 runs at GB/s
-and the pages it touches are the ones about to be read). `chunks` copies
+and the pages it touches are the ones about to be read), and so are its values
+(`validate`: ids inside their field's rows, labels 0 or 1, finite dense
+features; a `ShardValueError` names the file, the row within the shard and the
+field), so a shard written with wrong values and a matching CRC never trains
+(issue #25, Why 4). The maps are read-only, so a shard is checked once, not
+every epoch. `chunks` copies
 contiguous slices of the maps (no per-example Python work), in file order or,
 given a generator, with the shards and the blocks of `chunk_size` examples
 inside each shard in a seeded random order (mix examples further with
@@ -36,12 +42,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sfjax.core import atomic, digest
-from sfjax.data.types import Batch, DatasetSpec
+from sfjax.data import validate
+from sfjax.data.types import Batch, DatasetSpec, FieldSpec
 
 SPLIT_FILE = "split.json"
 _ARRAYS = ("ids", "dense", "labels")  # one .npy file per array per shard
 _KIND = "sfjax.shards"
-_VERSION = 1
+_VERSION = 2  # 2: the fields (for value checks) and the data set's digests
+_CHECK_ROWS = 1 << 16  # examples per value-check block (bounds the temporaries)
 _INT32_ROWS = 2**31  # ids < rows <= 2**31 fit int32
 
 
@@ -52,6 +60,20 @@ class CorruptShardError(ValueError):
     self.path = path
     self.reason = reason
     super().__init__(f"{path}: {reason}")
+
+
+class ShardValueError(CorruptShardError):
+  """A shard holds an invalid value (under a valid CRC); names the file, row and field.
+
+  Attributes:
+    row: 0-based example index within the shard.
+    field: the field's name, `dense[j]` or `label`.
+  """
+
+  def __init__(self, path: str, row: int, field: str, reason: str):
+    self.row = row
+    self.field = field
+    super().__init__(path, f"row {row}, field {field!r}: {reason} (preprocess again)")
 
 
 def _shard_file(index: int, array: str) -> str:
@@ -77,20 +99,27 @@ class SplitInfo:
   """The contents of `split.json`."""
 
   num_examples: int
-  num_fields: int
+  fields: tuple[FieldSpec, ...]
   num_dense: int
   ids_dtype: str
   shards: tuple[_ShardInfo, ...]
+  dataset: dict = dataclasses.field(default_factory=dict)  # e.g. {"spec_crc32": "..."}
+
+  @property
+  def num_fields(self) -> int:
+    """F, the number of categorical fields."""
+    return len(self.fields)
 
   def to_json(self) -> dict:
     """The `split.json` content."""
     return {"kind": _KIND, "version": _VERSION, "num_examples": self.num_examples,
-            "num_fields": self.num_fields, "num_dense": self.num_dense,
-            "ids_dtype": self.ids_dtype,
+            "num_fields": self.num_fields,
+            "fields": [{"name": f.name, "num_rows": f.num_rows} for f in self.fields],
+            "num_dense": self.num_dense, "ids_dtype": self.ids_dtype, "dataset": self.dataset,
             "shards": [{"num_examples": s.num_examples, "files": s.files} for s in self.shards]}
 
 
-def _save_npy(path: str, array: np.ndarray) -> dict:
+def save_npy(path: str, array: np.ndarray) -> dict:
   """Writes `array` as `.npy` atomically; returns {'file', 'bytes', 'crc32'}."""
   array = np.ascontiguousarray(array)
   out: dict[str, Any] = {}
@@ -109,17 +138,25 @@ def _save_npy(path: str, array: np.ndarray) -> dict:
 
 
 def _check_chunk(chunk: Batch, spec: DatasetSpec, rows: np.ndarray) -> None:
+  """ValueError unless `chunk` fits `spec` and holds valid values (what `ShardSplit` checks)."""
   f, nd = spec.num_fields, spec.num_dense
   if chunk.ids.ndim != 2 or chunk.ids.shape[1] != f or chunk.dense.shape[1:] != (nd,):
     raise ValueError(f"chunk ids {chunk.ids.shape} / dense {chunk.dense.shape} do not match the "
                      f"spec ({f} fields, {nd} dense)")
-  if chunk.size and (chunk.ids.min() < 0 or (chunk.ids.max(axis=0) >= rows).any()):
-    bad = int(np.argmax((chunk.ids < 0).any(axis=0) | (chunk.ids.max(axis=0) >= rows)))
-    raise ValueError(f"ids of field {spec.fields[bad].name!r} outside [0, {rows[bad]})")
+  bad = validate.first_bad_id(chunk.ids, rows)
+  if bad is not None:
+    raise ValueError(f"ids of field {spec.fields[bad.column].name!r} outside "
+                     f"[0, {rows[bad.column]}): {bad.value} (chunk row {bad.row})")
+  bad = validate.first_bad_label(chunk.labels)
+  if bad is not None:
+    raise ValueError(f"label {bad.value} of chunk row {bad.row} is not 0 or 1")
+  bad = validate.first_bad_dense(chunk.dense)
+  if bad is not None:
+    raise ValueError(f"dense[{bad.column}] of chunk row {bad.row} is {bad.value}, not finite")
 
 
 def write_split(chunks: Iterable[Batch], directory: str, spec: DatasetSpec,
-                rows_per_shard: int) -> SplitInfo:
+                rows_per_shard: int, dataset: dict | None = None) -> SplitInfo:
   """Writes a stream of examples as shards of `rows_per_shard` examples.
 
   Args:
@@ -129,6 +166,8 @@ def write_split(chunks: Iterable[Batch], directory: str, spec: DatasetSpec,
     spec: fields and dense width of the chunks; the ids must lie in each
       field's rows, and set the ids dtype (`_ids_dtype_for`).
     rows_per_shard: examples per shard (the last one may hold fewer).
+    dataset: JSON-able facts about the data set the split belongs to, recorded
+      in `split.json` (`preprocessed` stores the digests of spec and mapping).
 
   Returns:
     The `SplitInfo` written to `directory/split.json` (written last).
@@ -148,7 +187,7 @@ def write_split(chunks: Iterable[Batch], directory: str, spec: DatasetSpec,
   def flush(parts: list[tuple[np.ndarray, ...]]) -> None:
     merged = [np.concatenate(a) for a in zip(*parts, strict=True)]
     index = len(shards)
-    files = {name: _save_npy(os.path.join(directory, _shard_file(index, name)), a)
+    files = {name: save_npy(os.path.join(directory, _shard_file(index, name)), a)
              for name, a in zip(_ARRAYS, merged, strict=True)}
     shards.append(_ShardInfo(int(merged[2].shape[0]), files))
 
@@ -173,14 +212,14 @@ def write_split(chunks: Iterable[Batch], directory: str, spec: DatasetSpec,
         pending, count = [], 0
   if count:
     flush(pending)
-  info = SplitInfo(sum(s.num_examples for s in shards), spec.num_fields, spec.num_dense,
-                   ids_dtype.name, tuple(shards))
+  info = SplitInfo(sum(s.num_examples for s in shards), spec.fields, spec.num_dense,
+                   ids_dtype.name, tuple(shards), dict(dataset or {}))
   atomic.atomic_write(os.path.join(directory, SPLIT_FILE),
                       json.dumps(info.to_json(), indent=1) + "\n")
   return info
 
 
-def _read_split_info(directory: str) -> SplitInfo:
+def read_split_info(directory: str) -> SplitInfo:
   """Parses `directory/split.json`; CorruptShardError naming it if missing or malformed."""
   path = os.path.join(directory, SPLIT_FILE)
   if not os.path.exists(path):
@@ -188,13 +227,20 @@ def _read_split_info(directory: str) -> SplitInfo:
   try:
     with open(path) as f:
       raw = json.load(f)
+    if raw.get("kind") == _KIND and raw.get("version") == 1:
+      raise CorruptShardError(path, "written by an older sfjax (split format 1: no field rows "
+                                    "to check ids against); preprocess the data again "
+                                    "(python -m experiments.preprocess ... --overwrite)")
     if raw.get("kind") != _KIND or raw.get("version") != _VERSION:
       raise ValueError(f"kind/version {raw.get('kind')!r}/{raw.get('version')!r}, "
                        f"expected {_KIND!r}/{_VERSION}")
     shards = tuple(_ShardInfo(int(s["num_examples"]),
                               {a: dict(s["files"][a]) for a in _ARRAYS}) for s in raw["shards"])
-    info = SplitInfo(int(raw["num_examples"]), int(raw["num_fields"]), int(raw["num_dense"]),
-                     str(np.dtype(raw["ids_dtype"])), shards)
+    fields = tuple(FieldSpec(str(f["name"]), int(f["num_rows"])) for f in raw["fields"])
+    info = SplitInfo(int(raw["num_examples"]), fields, int(raw["num_dense"]),
+                     str(np.dtype(raw["ids_dtype"])), shards, dict(raw["dataset"]))
+    if len(fields) != int(raw["num_fields"]):
+      raise ValueError(f"num_fields {raw['num_fields']} but {len(fields)} fields")
   except (ValueError, KeyError, TypeError) as exc:
     raise CorruptShardError(path, f"malformed split index ({exc})") from exc
   if info.num_examples != sum(s.num_examples for s in shards):
@@ -215,7 +261,8 @@ class ShardSplit:
 
   Args:
     directory: holds `split.json` and the shards.
-    verify_checksums: check each shard's CRC-32s on its first read.
+    verify_checksums: check each shard's CRC-32s on its first read (its values
+      are checked on the first read either way).
 
   Raises:
     CorruptShardError: `split.json` missing or malformed, or a shard file
@@ -224,9 +271,10 @@ class ShardSplit:
 
   def __init__(self, directory: str, verify_checksums: bool = True):
     self.directory = directory
-    self.info = _read_split_info(directory)
+    self.info = read_split_info(directory)
     self.verify_checksums = bool(verify_checksums)
-    self._verified: set[int] = set()
+    self._verified: set[int] = set()  # shards whose CRC-32s matched
+    self._checked: set[int] = set()  # shards whose values passed `_check_values`
     self._lock = threading.Lock()
     for index in range(len(self.info.shards)):
       self._open(index, verify=False)  # sizes and headers of every file, now
@@ -274,22 +322,54 @@ class ShardSplit:
       maps[array] = np.asarray(m)  # a plain ndarray view; keeps the map alive
     return ShardArrays(**maps)
 
+  def _check_values(self, index: int, arrays: ShardArrays) -> None:
+    """ShardValueError naming the file, row and field of shard `index`'s first bad value."""
+    names = [f.name for f in self.info.fields]
+    rows = [f.num_rows for f in self.info.fields]
+    files = self.info.shards[index].files
+    for start in range(0, self.info.shards[index].num_examples, _CHECK_ROWS):
+      block = slice(start, start + _CHECK_ROWS)
+      bad = validate.first_bad_id(arrays.ids[block], rows)
+      if bad is not None:
+        raise ShardValueError(os.path.join(self.directory, files["ids"]["file"]),
+                              start + bad.row, names[bad.column],
+                              f"id {bad.value} outside the field's rows [0, {rows[bad.column]})")
+      bad = validate.first_bad_label(arrays.labels[block])
+      if bad is not None:
+        raise ShardValueError(os.path.join(self.directory, files["labels"]["file"]),
+                              start + bad.row, "label", f"label {bad.value} is not 0 or 1")
+      bad = validate.first_bad_dense(arrays.dense[block])
+      if bad is not None:
+        raise ShardValueError(os.path.join(self.directory, files["dense"]["file"]),
+                              start + bad.row, f"dense[{bad.column}]",
+                              f"dense value {bad.value} is not finite")
+
   def shard(self, index: int) -> ShardArrays:
-    """Memory-mapped (read-only) ids / dense / labels of shard `index`, checksummed once."""
+    """Memory-mapped (read-only) ids / dense / labels of shard `index`, checked once.
+
+    Raises:
+      CorruptShardError: on the first read, a CRC-32 mismatch (`verify_checksums`)
+        or an invalid value (`ShardValueError`, naming file, row and field).
+    """
     with self._lock:
       verify = self.verify_checksums and index not in self._verified
+      check = index not in self._checked
     arrays = self._open(index, verify)
-    if verify:
-      with self._lock:
+    if check:
+      self._check_values(index, arrays)
+    with self._lock:
+      if verify:
         self._verified.add(index)
+      self._checked.add(index)
     return arrays
 
   def verify(self) -> None:
-    """Checks every shard's CRC-32s now (CorruptShardError naming the first bad file)."""
+    """Checks every shard's CRC-32s and values now (CorruptShardError naming the first bad file)."""
     for index in range(self.num_shards):
-      self._open(index, verify=True)
+      self._check_values(index, self._open(index, verify=True))
     with self._lock:
       self._verified.update(range(self.num_shards))
+      self._checked.update(range(self.num_shards))
 
   def chunks(self, chunk_size: int, rng: np.random.Generator | None = None) -> Iterator[Batch]:
     """One pass over the split as chunks of at most `chunk_size` examples.

@@ -2,7 +2,8 @@
 
   HostTable                        the whole table on the host (numpy, or memory-mapped)
   TableState / init_table          a table (and its optimizer slots) on the device
-  prepare_batch                    VSI: a batch's unique rows and virtual ids
+  prepare_batch                    VSI: a batch's unique rows and virtual ids (IdRangeError
+                                   for an id outside its field's rows)
   CachePlanner / CachePipeline     the MixCache: host planner and the overlapped stages
   RowOptimizer / ROW_OPTIMIZERS    optax-style optimizers over touched rows only
 
@@ -23,7 +24,7 @@ from sfjax.embedding.row_optimizers import (
   RowOptimizer,
   row_optimizer_from_config,
 )
-from sfjax.embedding.vsi import dedup_ids, global_row_ids, prepare_batch
+from sfjax.embedding.vsi import IdRangeError, dedup_ids, global_row_ids, prepare_batch
 
 __all__ = [
   "CACHE_POLICIES",
@@ -36,6 +37,7 @@ __all__ = [
   "CacheSwap",
   "HostTable",
   "HostTableSpec",
+  "IdRangeError",
   "RowOptimizer",
   "TableState",
   "bucket_for",

@@ -223,7 +223,7 @@ class CachePipeline(Iterator[StepInputs]):
   # ---- Data-Loader ----------------------------------------------------------
   def _load(self, batch: types.Batch) -> tuple[types.Batch, vsi.VirtualIds]:
     t = time.perf_counter()
-    ids = vsi.global_row_ids(batch.ids, self._offsets)
+    ids = vsi.global_row_ids(batch.ids, self._offsets, self.host_table.num_rows)
     virt = vsi.dedup_ids(ids, self.planner.unique_capacity, pad_id=-1)
     with self._stats_lock:
       self.stats.loader_seconds += time.perf_counter() - t

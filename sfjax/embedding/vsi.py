@@ -8,6 +8,13 @@ rows travel host->device and device<->device:
 `U` varies per batch, so `uniq` is padded up to a fixed `capacity` (the jitted
 step never recompiles). Raw ids stay int64 on the host (DESIGN.md §6.6); only
 int32 `vids` (and int32 rows/slots derived from `uniq`) ever reach the device.
+
+Ids enter here, so here they are checked (issue #25, Why 4): a local id outside
+its field's rows would otherwise read and train another field's row (-7 lands in
+the previous field, `rows_f` in the next) or, past the table, be dropped by the
+device table's out-of-range gathers and scatters. `global_row_ids` raises an
+`IdRangeError` naming the batch row and the field instead; the check is one
+vectorised pass (`data.validate`), cheap beside the sort of `dedup_ids`.
 """
 
 from __future__ import annotations
@@ -17,7 +24,25 @@ from typing import NamedTuple
 import numpy as np
 
 from sfjax.core.types import DeviceBatch
-from sfjax.data import types
+from sfjax.data import types, validate
+
+
+class IdRangeError(ValueError):
+  """A batch holds an id outside its field's rows; names the batch row and the field.
+
+  Attributes:
+    row: the example's index in the batch.
+    field: the field's index (column of `Batch.ids`).
+    value: the bad id.
+    num_rows: the field's rows (the id must lie in [0, num_rows)); None: unbounded
+      (the last field when the table size is not given).
+  """
+
+  def __init__(self, row: int, field: int, value: int, num_rows: int | None):
+    self.row, self.field, self.value, self.num_rows = row, field, value, num_rows
+    bound = f"[0, {num_rows})" if num_rows is not None else ">= 0"
+    super().__init__(f"batch row {row}, field {field}: id {value} outside the field's rows "
+                     f"{bound} (the data set's ids do not fit its spec)")
 
 
 class VirtualIds(NamedTuple):
@@ -34,9 +59,39 @@ class VirtualIds(NamedTuple):
   num_unique: int
 
 
-def global_row_ids(local_ids: np.ndarray, field_offsets: np.ndarray) -> np.ndarray:
-  """[B, F] per-field rows -> [B, F] int64 rows of the concatenated table."""
-  return np.asarray(local_ids, np.int64) + np.asarray(field_offsets, np.int64)[None, :]
+def field_rows(field_offsets: np.ndarray, num_rows: int | None) -> np.ndarray:
+  """[F] rows of each field, from the field starts and the table size V.
+
+  Args:
+    field_offsets: [F] start of each field in the concatenated table.
+    num_rows: V; None leaves the last field unbounded (int64 max).
+  """
+  offsets = np.asarray(field_offsets, np.int64)
+  end = np.iinfo(np.int64).max if num_rows is None else int(num_rows)
+  return np.diff(np.append(offsets, end))
+
+
+def global_row_ids(local_ids: np.ndarray, field_offsets: np.ndarray,
+                   num_rows: int | None = None) -> np.ndarray:
+  """[B, F] per-field rows -> [B, F] int64 rows of the concatenated table.
+
+  Args:
+    local_ids: [B, F] ids local to each field.
+    field_offsets: [F] start of each field in the concatenated table.
+    num_rows: V, the table size, which bounds the last field; None: the last
+      field's ids are only checked to be >= 0.
+
+  Raises:
+    IdRangeError: an id lies outside its field's rows (the first one, in row-major order).
+  """
+  ids = np.asarray(local_ids, np.int64)
+  rows = field_rows(field_offsets, num_rows)
+  bad = validate.first_bad_id(ids, rows)
+  if bad is not None:
+    unbounded = num_rows is None and bad.column == rows.shape[0] - 1
+    raise IdRangeError(bad.row, bad.column, int(bad.value),
+                       None if unbounded else int(rows[bad.column]))
+  return ids + np.asarray(field_offsets, np.int64)[None, :]
 
 
 def dedup_ids(ids: np.ndarray, capacity: int, pad_id: int) -> VirtualIds:
@@ -77,11 +132,14 @@ def prepare_batch(batch: types.Batch, field_offsets: np.ndarray, capacity: int,
 
   Returns:
     (DeviceBatch of numpy arrays, number of unique ids).
+
+  Raises:
+    IdRangeError: an id lies outside its field's rows (never dropped or wrapped).
   """
   if num_rows >= 2**31:
     raise ValueError(f"table of {num_rows} rows does not fit int32 device indices; "
                      "use the cache backend, whose slots are int32")
-  ids = global_row_ids(batch.ids, field_offsets)
+  ids = global_row_ids(batch.ids, field_offsets, num_rows)
   virt = dedup_ids(ids, capacity, pad_id=num_rows)
   return DeviceBatch(virt.uniq.astype(np.int32), virt.vids, batch.dense, batch.labels,
                      batch.mask), virt.num_unique

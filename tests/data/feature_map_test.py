@@ -60,6 +60,20 @@ def test_hashing_rows_in_range_and_spread():
 def test_hashing_mapper_rejects_zero_rows():
   with pytest.raises(ValueError, match="hash rows must be >= 1"):
     feature_map.HashingMapper(0)
+  with pytest.raises(ValueError, match=r"hash rows must be <= 2\*\*63"):
+    feature_map.HashingMapper(2**63 + 1)
+
+
+@pytest.mark.parametrize("num_rows", [1, 2**31, 2**32 + 15, 2**63 - 1, 2**63])
+def test_hashed_ids_lie_in_the_rows_by_construction(num_rows):
+  """Key mod rows: never negative, never num_rows, even where the uint64 keys exceed int64."""
+  rng = np.random.default_rng(num_rows % 1000)
+  values = _values([[f"{x:x}".encode(), b""] for x in rng.integers(0, 2**62, 4000)])
+  keys = feature_map.value_keys(values)
+  assert (keys >= np.uint64(2**63)).any()  # the top bit is set for about half of them
+  ids = feature_map.HashingMapper(num_rows)(values)
+  assert ids.dtype == np.int64 and ids.min() >= 0 and ids.max() < num_rows
+  np.testing.assert_array_equal(ids.astype(np.uint64), keys % np.uint64(num_rows))
 
 
 def test_vocabulary_min_count_and_oov():

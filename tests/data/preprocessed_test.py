@@ -11,7 +11,7 @@ import pytest
 
 from experiments.configs import ctr
 from sfjax.core.errors import ConfigError
-from sfjax.data import dataset, feature_map, preprocessed, shards, synthetic
+from sfjax.data import dataset, feature_map, preprocessed, preprocessed_layout, shards, synthetic
 from sfjax.data.types import concat_batches
 
 
@@ -77,7 +77,7 @@ def test_shards_give_the_text_path_examples_in_its_order(criteo_dir, tmp_path, m
   assert binary.stats == {"bad_lines": 0,
                           "preprocess_bad_lines_by_split": {"train": 0, "eval": 0, "test": 0}}
 
-  mapper = preprocessed._load_mapping(str(tmp_path / "pre"))
+  mapper = preprocessed_layout.load_mapping(str(tmp_path / "pre"))
   if "hash_rows" in mapping:
     assert mapper == feature_map.HashingMapper(500)
   else:
@@ -157,14 +157,18 @@ def test_config_and_directory_errors_name_the_culprit(criteo_dir, pre_dir, tmp_p
   spec = json.loads((pre_dir / "spec.json").read_text())
   spec["num_dense"] = 12
   (broken / "spec.json").write_text(json.dumps(spec))
-  os.symlink(pre_dir / "train", broken / "train")
-  with pytest.raises(shards.CorruptShardError, match="13 dense, spec.json says 26 / 12"):
+  for name in ("train", "eval", "test"):
+    os.symlink(pre_dir / name, broken / name)
+  with pytest.raises(shards.CorruptShardError, match="spec.json: says 26 fields / 12 dense, train/split.json 26 / 13"):
     dataset.make_dataset(_binary_config(broken), seed=0)
   spec["num_dense"] = 13
   (broken / "spec.json").write_text(json.dumps(spec))
+  os.remove(broken / "eval")
+  os.remove(broken / "test")
   with pytest.raises(shards.CorruptShardError, match="eval/split.json: missing"):
     dataset.make_dataset(_binary_config(broken), seed=0)
   del spec["splits"]["eval"], spec["splits"]["test"]
   (broken / "spec.json").write_text(json.dumps(spec))
   with pytest.raises(ValueError, match="eval split is required"):
     dataset.make_dataset(_binary_config(broken), seed=0)
+

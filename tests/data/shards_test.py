@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -109,7 +110,7 @@ def test_a_truncated_shard_fails_at_open_naming_the_file(split_dir):
 def test_a_corrupt_shard_fails_its_checksum_naming_the_file(split_dir):
   path = split_dir / "shard_00002.ids.npy"
   data = bytearray(path.read_bytes())
-  data[-1] ^= 0x01  # same size, same header: only the CRC can tell
+  data[-4] ^= 0x01  # the last id 19 -> 18: same size, header and valid values; only the CRC can tell
   path.write_bytes(bytes(data))
   split = shards.ShardSplit(str(split_dir))  # sizes and headers are fine
   with pytest.raises(shards.CorruptShardError, match="CRC-32") as info:
@@ -168,3 +169,83 @@ def test_write_split_rejects_bad_input(tmp_path):
   shards.write_split(_chunks([3]), str(tmp_path / "d"), SPEC, 4)
   with pytest.raises(ValueError, match="chunk_size"):
     next(shards.ShardSplit(str(tmp_path / "d")).chunks(0))
+
+
+def _rewrite_with_valid_crc(split_dir, index, array, mutate):
+  """Applies `mutate(values)` to shard `index`'s `array` and records the new size and CRC-32."""
+  path = split_dir / shards._shard_file(index, array)
+  values = np.array(np.load(path))
+  mutate(values)
+  os.remove(path)
+  written = shards.save_npy(str(path), values)
+  index_path = split_dir / shards.SPLIT_FILE
+  info = json.loads(index_path.read_text())
+  info["shards"][index]["files"][array] = written
+  index_path.write_text(json.dumps(info))
+  return str(path)
+
+
+@pytest.mark.parametrize("array,row,value,field,message", [
+    ("ids", (5, 1), -7, "b", "id -7 outside the field's rows [0, 1000)"),
+    ("ids", (0, 0), 10, "a", "id 10 outside the field's rows [0, 10)"),
+    ("ids", (7, 1), 2**31 - 1, "b", "id 2147483647 outside the field's rows [0, 1000)"),
+    ("labels", (3,), 7.0, "label", "label 7.0 is not 0 or 1"),
+    ("dense", (6, 1), np.nan, "dense[1]", "dense value nan is not finite"),
+    ("dense", (2, 0), -np.inf, "dense[0]", "dense value -inf is not finite"),
+])
+def test_a_wrong_value_under_a_valid_crc_names_file_row_and_field(split_dir, array, row, value,
+                                                                   field, message):
+  def mutate(values):
+    values[row] = value
+
+  path = _rewrite_with_valid_crc(split_dir, 1, array, mutate)
+  split = shards.ShardSplit(str(split_dir))
+  split.shard(0)  # the other shards are fine
+  with pytest.raises(shards.ShardValueError) as info:
+    list(split.chunks(4))
+  err = info.value
+  assert (err.path, err.row, err.field) == (path, row[0], field)
+  assert str(err) == f"{path}: row {row[0]}, field {field!r}: {message} (preprocess again)"
+  assert isinstance(err, shards.CorruptShardError)
+  with pytest.raises(shards.ShardValueError, match=re.escape(f"row {row[0]}, field {field!r}")):
+    shards.ShardSplit(str(split_dir), verify_checksums=False).verify()
+
+
+def test_values_are_checked_once_per_shard(split_dir, monkeypatch):
+  split = shards.ShardSplit(str(split_dir), verify_checksums=False)
+  calls = []
+  real = shards.validate.first_bad_id
+  monkeypatch.setattr(shards.validate, "first_bad_id", lambda *a: calls.append(1) or real(*a))
+  for _ in range(3):
+    _read_all(split)
+  assert len(calls) == 3  # one block per shard, the first pass only
+
+
+def test_split_index_records_fields_and_refuses_the_old_format(split_dir):
+  info = json.loads((split_dir / shards.SPLIT_FILE).read_text())
+  assert info["fields"] == [{"name": "a", "num_rows": 10}, {"name": "b", "num_rows": 1000}]
+  assert info["version"] == 2 and info["dataset"] == {}
+  assert shards.read_split_info(str(split_dir)).fields == SPEC.fields
+  info["version"] = 1
+  (split_dir / shards.SPLIT_FILE).write_text(json.dumps(info))
+  with pytest.raises(shards.CorruptShardError, match="older sfjax.*preprocess the data again"):
+    shards.ShardSplit(str(split_dir))
+  info["version"], info["num_fields"] = 2, 3
+  (split_dir / shards.SPLIT_FILE).write_text(json.dumps(info))
+  with pytest.raises(shards.CorruptShardError, match="num_fields 3 but 2 fields"):
+    shards.ShardSplit(str(split_dir))
+
+
+def test_write_split_rejects_bad_labels_and_dense(tmp_path):
+  bad = _examples(3)
+  bad.labels[2] = 7
+  with pytest.raises(ValueError, match="label 7.0 of chunk row 2 is not 0 or 1"):
+    shards.write_split([bad], str(tmp_path / "l"), SPEC, 4)
+  bad = _examples(3)
+  bad.dense[1, 1] = np.inf
+  with pytest.raises(ValueError, match=r"dense\[1\] of chunk row 1 is inf"):
+    shards.write_split([bad], str(tmp_path / "d"), SPEC, 4)
+  bad = _examples(3)
+  bad.ids[0, 0] = -1
+  with pytest.raises(ValueError, match=r"field 'a' outside \[0, 10\): -1 \(chunk row 0\)"):
+    shards.write_split([bad], str(tmp_path / "i"), SPEC, 4)

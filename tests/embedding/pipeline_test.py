@@ -13,7 +13,7 @@ from jax.sharding import PartitionSpec as P
 
 from sfjax.data import types
 from sfjax.embedding import cache as cache_lib
-from sfjax.embedding import cache_planner, sharded_cache
+from sfjax.embedding import cache_planner, sharded_cache, vsi
 from sfjax.embedding import host_table as host_table_lib
 from sfjax.embedding import pipeline as pipeline_lib
 from sfjax.embedding.initializers import init_rows
@@ -172,6 +172,22 @@ def test_source_exception_propagates_and_close_stops_threads():
     with pytest.raises(OSError, match="shard 7") as info:
       next(pipe)
     assert "_failing_source" in "".join(traceback.format_tb(info.value.__traceback__))
+  finally:
+    pipe.close()
+  assert not _pipeline_threads()
+
+
+@pytest.mark.parametrize("bad,field,message", [
+    (-1, 1, "batch row 1, field 1: id -1 outside the field's rows [0, 6)"),  # would be row 5
+    (6, 1, "batch row 1, field 1: id 6 outside the field's rows [0, 6)"),  # past the table
+])
+def test_an_id_outside_its_field_stops_the_pipeline_naming_row_and_field(bad, field, message):
+  pipe = _pipeline([_batch([[0, 1], [2, bad]])], lookahead=1, unique_capacity=4)
+  try:
+    with pytest.raises(vsi.IdRangeError) as info:
+      next(pipe)
+    assert str(info.value).startswith(message)
+    assert (info.value.row, info.value.field) == (1, field)
   finally:
     pipe.close()
   assert not _pipeline_threads()

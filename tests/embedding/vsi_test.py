@@ -1,10 +1,13 @@
 """Virtual Sparse Ids."""
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sfjax.data.types import make_batch
 from sfjax.embedding import vsi
 
 
@@ -26,3 +29,36 @@ def test_global_row_ids_and_capacity_error():
   np.testing.assert_array_equal(g, [[0, 11], [2, 11]])
   with pytest.raises(ValueError, match="unique_capacity"):
     vsi.dedup_ids(g, capacity=2, pad_id=99)
+
+
+OFFSETS = np.array([0, 10, 30])  # fields of 10, 20 and (in a table of 35 rows) 5 rows
+
+
+@pytest.mark.parametrize("bad,where,message", [
+    (-7, (1, 1), "batch row 1, field 1: id -7 outside the field's rows [0, 20)"),
+    (20, (0, 1), "batch row 0, field 1: id 20 outside the field's rows [0, 20)"),
+    (10, (2, 0), "batch row 2, field 0: id 10 outside the field's rows [0, 10)"),
+    (5, (1, 2), "batch row 1, field 2: id 5 outside the field's rows [0, 5)"),
+])
+def test_an_id_outside_its_field_is_never_wrapped_or_dropped(bad, where, message):
+  """-7 in field 1 would read field 0's row 3; 20 field 2's row 0; 5 in the last field is
+  past the table, which the device table's gathers fill with zeros and scatters drop."""
+  ids = np.array([[1, 2, 3], [4, 5, 4], [9, 19, 0]])
+  np.testing.assert_array_equal(vsi.global_row_ids(ids, OFFSETS, 35),
+                                [[1, 12, 33], [4, 15, 34], [9, 29, 30]])
+  ids[where] = bad
+  with pytest.raises(vsi.IdRangeError) as info:
+    vsi.global_row_ids(ids, OFFSETS, 35)
+  assert str(info.value).startswith(message)
+  assert (info.value.row, info.value.field, info.value.value) == (*where, bad)
+  batch = make_batch(ids, np.zeros((3, 0)), [0, 1, 0])
+  with pytest.raises(vsi.IdRangeError, match=re.escape(message)):
+    vsi.prepare_batch(batch, OFFSETS, capacity=9, num_rows=35)
+
+
+def test_without_the_table_size_the_last_field_is_only_bounded_below():
+  ids = np.array([[0, 0, 10**12]])
+  assert vsi.global_row_ids(ids, OFFSETS)[0, 2] == 10**12 + 30
+  with pytest.raises(vsi.IdRangeError, match=r"field 2: id -1 outside the field's rows >= 0"):
+    vsi.global_row_ids(np.array([[0, 0, -1]]), OFFSETS)
+  np.testing.assert_array_equal(vsi.field_rows(OFFSETS, 35), [10, 20, 5])
