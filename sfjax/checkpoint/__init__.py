@@ -7,8 +7,9 @@
 
 Modules: the on-disk layout and its checks (`layout`), the table's chunked format and
 how it is written (`table_format`), read (`table_reader`) and sharded per process
-(`table_shards`), what changed since a checkpoint (`change_tracking`), the reader
-(`reader`), the checkpointer (`checkpointer`) and the export (`export`).
+(`table_shards`), what changed since a checkpoint (`change_tracking`), reads that retry a
+transient error (`read_retry`), the reader (`reader`), the checkpointer (`checkpointer`)
+and the export (`export`).
 """
 
 from sfjax.checkpoint.checkpointer import (
@@ -25,9 +26,10 @@ from sfjax.checkpoint.layout import (
   find_resumable,
   verify,
 )
+from sfjax.checkpoint.read_retry import CheckpointReadError
 from sfjax.checkpoint.reader import Checkpoint, CheckpointTable, open_checkpoint
 
-__all__ = ["CHECKPOINT_DIR", "Checkpoint", "CheckpointSaveError", "CheckpointTable",
-           "Checkpointer", "CorruptCheckpointError", "Restored", "checkpoint_settings",
-           "committed_steps", "export_checkpoint", "find_resumable", "open_checkpoint",
-           "read_export", "verify"]
+__all__ = ["CHECKPOINT_DIR", "Checkpoint", "CheckpointReadError", "CheckpointSaveError",
+           "CheckpointTable", "Checkpointer", "CorruptCheckpointError", "Restored",
+           "checkpoint_settings", "committed_steps", "export_checkpoint", "find_resumable",
+           "open_checkpoint", "read_export", "verify"]

@@ -11,11 +11,13 @@
 A checkpoint counts once `step_<N>/meta.json` exists (the directory appears by one
 rename). meta.json holds its own CRC-32 (`META_CRC`) and the size and CRC-32 of every
 dense/ file and every table manifest, whose entries give each chunk's: `verify` checks
-them all without loading anything.
+them all without loading anything. A read that fails with a transient `OSError` is retried
+(`read_retry`); only a missing, truncated or altered file makes a checkpoint corrupt.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -27,6 +29,7 @@ import numpy as np
 from absl import logging
 
 from sfjax.checkpoint import table_format, table_shards
+from sfjax.checkpoint.read_retry import MISSING, CheckpointReadError, read_retrying
 from sfjax.core import digest
 from sfjax.core.atomic import fsync_directory
 from sfjax.parallel import distributed
@@ -76,13 +79,14 @@ def read_meta(path: str) -> dict[str, Any]:
   """A checkpoint's `meta.json`, checked against its own CRC-32.
 
   Raises:
-    CorruptCheckpointError: naming the file, if it does not parse or its CRC differs.
+    CorruptCheckpointError: naming the file, if it is missing, does not parse or its CRC
+      differs.
+    CheckpointReadError: it stayed unreadable through every retry (`read_retry`).
   """
   meta_path = os.path.join(path, META_FILE)
   try:
-    with open(meta_path, encoding="utf-8") as f:
-      meta = json.load(f)
-  except (OSError, ValueError) as err:
+    meta = json.loads(read_retrying(lambda: _read_text(meta_path), meta_path))
+  except (*MISSING, ValueError) as err:
     raise CorruptCheckpointError(f"{meta_path}: unreadable checkpoint metadata: {err}") from err
   if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME \
       or meta.get("version") != FORMAT_VERSION:
@@ -91,6 +95,11 @@ def read_meta(path: str) -> dict[str, Any]:
   if META_CRC in meta and meta[META_CRC] != meta_crc(meta):
     raise CorruptCheckpointError(f"{meta_path}: checkpoint metadata is corrupt (CRC-32 mismatch)")
   return meta
+
+
+def _read_text(path: str) -> str:
+  with open(path, encoding="utf-8") as f:
+    return f.read()
 
 
 def digests(tmp: str, with_table: bool) -> dict[str, dict[str, int]]:
@@ -116,13 +125,15 @@ def verify(path: str) -> dict[str, Any]:
 
   Raises:
     CorruptCheckpointError: naming the first missing, truncated or altered file.
+    CheckpointReadError: a file stayed unreadable through every retry (not corruption:
+      nothing is declared corrupt).
   """
   meta = read_meta(path)
   for rel, want in meta.get("files", {}).items():
     full = os.path.join(path, rel)
     try:
-      got = digest.file_digest(full)
-    except OSError as err:
+      got = read_retrying(functools.partial(digest.file_digest, full), full)
+    except MISSING as err:
       raise CorruptCheckpointError(f"{full}: unreadable checkpoint file: {err}") from err
     why = digest.mismatch(got, want)
     if why:
@@ -132,6 +143,8 @@ def verify(path: str) -> dict[str, Any]:
     try:
       table_shards.verify_shards(table_dir)
       stored = table_shards.stored_count(table_dir)
+    except CheckpointReadError:
+      raise
     except (OSError, ValueError) as err:
       raise CorruptCheckpointError(str(err)) from err
     if stored != meta.get("processes", 1):

@@ -49,6 +49,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sfjax.checkpoint.change_tracking import ChangeTracker, TableSnapshot
+from sfjax.checkpoint.read_retry import CheckpointReadError, read_retrying
 from sfjax.core import digest
 from sfjax.core.atomic import atomic_write
 from sfjax.embedding import host_table as host_table_lib
@@ -100,12 +101,18 @@ def _link(previous: str | None, directory: str, entry: dict[str, Any]) -> dict[s
   return dict(entry)
 
 
+def _read_text(path: str) -> str:
+  with open(path, encoding="utf-8") as f:
+    return f.read()
+
+
 def read_manifest(directory: str) -> dict[str, Any]:
   """Loads `directory/manifest.json`; errors name the file."""
   path = os.path.join(directory, MANIFEST_FILE)
   try:
-    with open(path, encoding="utf-8") as f:
-      manifest = json.load(f)
+    manifest = json.loads(read_retrying(lambda: _read_text(path), path))
+  except CheckpointReadError:
+    raise  # unreadable for now, not corrupt
   except (OSError, ValueError) as err:
     raise ValueError(f"{path}: unreadable table checkpoint manifest: {err}") from err
   if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT_NAME \

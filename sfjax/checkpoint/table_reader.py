@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from sfjax.checkpoint.change_tracking import ChangeTracker
+from sfjax.checkpoint.read_retry import MISSING, read_retrying
 from sfjax.checkpoint.table_format import (
   CHUNK_ROWS,
   MANIFEST_FILE,
@@ -54,18 +55,23 @@ def _read_file(directory: str, entry: dict[str, Any]) -> bytes:
   """A checkpoint file's bytes, checked against its manifest entry (size and CRC-32).
 
   Raises:
-    ValueError: naming the file, when it is unreadable, truncated or altered.
+    ValueError: naming the file, when it is missing, truncated or altered.
+    CheckpointReadError: it stayed unreadable through every retry (`read_retry`).
   """
   path = os.path.join(directory, entry["file"])
   try:
-    with open(path, "rb") as f:
-      data = f.read()
-  except OSError as err:
+    data = read_retrying(lambda: _read_bytes(path), path)
+  except MISSING as err:
     raise ValueError(f"{path}: unreadable table checkpoint file: {err}") from err
   why = digest.mismatch(digest.bytes_digest(data), entry)
   if why:
     raise ValueError(f"{path}: table checkpoint file is corrupt ({why})")
   return data
+
+
+def _read_bytes(path: str) -> bytes:
+  with open(path, "rb") as f:
+    return f.read()
 
 
 def _load_npy(directory: str, entry: dict[str, Any], shape: tuple[int, ...], dtype) -> np.ndarray:

@@ -15,6 +15,17 @@ arguments and results (pickled), places the tasks, and notices dead workers.
     cluster of machines start one `dask worker --nworkers 1 --nthreads 1` per
     accelerator (e.g. with `CUDA_VISIBLE_DEVICES` set) and pass the scheduler's
     address as `study.dask_address`.
+  * Security (issue #25): a `LocalCluster` started here listens on 127.0.0.1 only,
+    speaks TLS with a certificate generated for this study (`Security.temporary()`:
+    the scheduler, the workers and every client must present it, so a foreign
+    `distributed.Client` on the same host is refused), and serves no HTTP at all
+    (Dask's scheduler starts an HTTP server on port 8787 even with
+    `dashboard_address=None`, and each worker one on a random port; both are
+    stopped). `shared_address(directory)` writes the certificate (mode 0600) and
+    returns the address another study passes to use this cluster. An existing
+    cluster's `study.dask_address` is `tls://HOST:PORT?ca=CA.pem&cert=CERT.pem&key=KEY.pem`
+    (`parse_address`), or `tls://HOST:PORT` with Dask's own `distributed.comm.tls`
+    configuration; a plain `tcp://` address is accepted with a warning.
   * A worker that dies mid-task: the scheduler reschedules its task on another
     worker by itself (up to its `allowed-failures`); when it gives up
     (`KilledWorker`) or the future is lost, the job is submitted again, up to
@@ -27,9 +38,11 @@ arguments and results (pickled), places the tasks, and notices dead workers.
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import distributed
 from absl import logging
 
 from sfjax.cohorts.cohort_runner import CohortRunner
@@ -46,6 +59,90 @@ from sfjax.ctr_search.executor import (
 
 # Per worker process: (task, cohort width, measure_latency) -> its runners.
 _WORKER_RUNNERS: dict[tuple[CTRTask, Any, bool], GroupRunners] = {}
+
+# The query keys of a `tls://` `study.dask_address` -> the client's `Security` fields.
+_TLS_KEYS = {"ca": "tls_ca_file", "cert": "tls_client_cert", "key": "tls_client_key"}
+_PEM_FILES = {"ca": "ca.pem", "cert": "cert.pem", "key": "key.pem"}
+
+
+def parse_address(spec: str) -> tuple[str, distributed.Security | None]:
+  """`study.dask_address` -> the scheduler's address and the client's security.
+
+  Args:
+    spec: `tcp://HOST:PORT` or `HOST:PORT` (no security), `tls://HOST:PORT?ca=CA&cert=CERT&key=KEY`
+      (PEM files: the CA that signed the cluster's certificates, this client's
+      certificate and key), or `tls://HOST:PORT` (Dask's `distributed.comm.tls` config).
+
+  Raises:
+    ValueError: one line naming `study.dask_address`: an unknown scheme or query key, a
+      missing or unreadable file, TLS settings on a `tcp://` address, or a `tls://`
+      address with no certificate anywhere.
+  """
+  base, _, query = spec.partition("?")
+  if "://" not in base and base:
+    base = "tcp://" + base  # Dask's default scheme for a bare HOST:PORT
+  scheme = base.split("://", 1)[0] if "://" in base else ""
+  if scheme not in ("tcp", "tls"):
+    raise ValueError(f"study.dask_address: expected tcp://HOST:PORT or tls://HOST:PORT"
+                     f"?ca=...&cert=...&key=..., got {spec!r}")
+  try:
+    fields = dict(urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
+  except ValueError:
+    raise ValueError(f"study.dask_address: malformed query {query!r}") from None
+  unknown = sorted(set(fields) - set(_TLS_KEYS))
+  if unknown:
+    raise ValueError(f"study.dask_address: unknown setting(s) {unknown}; known: {list(_TLS_KEYS)}")
+  if scheme == "tcp":
+    if fields:
+      raise ValueError("study.dask_address: TLS files given for a tcp:// address; use tls://")
+    logging.warning("study.dask_address %s: plain TCP, unauthenticated: anyone who can reach "
+                    "it can run code on the workers; prefer tls://", base)
+    return base, None
+  if not fields:
+    security = distributed.Security()  # Dask's distributed.comm.tls.* configuration
+    client = security.get_tls_config_for_role("client")
+    if not (client["ca_file"] and client["cert"]):
+      raise ValueError(f"study.dask_address: {base} needs ?ca=CA.pem&cert=CERT.pem&key=KEY.pem "
+                       "(or Dask's distributed.comm.tls configuration)")
+    return base, security
+  if set(fields) != set(_TLS_KEYS):
+    raise ValueError(f"study.dask_address: missing {sorted(set(_TLS_KEYS) - set(fields))} "
+                     "(a tls:// address needs ca, cert and key)")
+  for name, path in fields.items():
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):
+      raise ValueError(f"study.dask_address: {name}={path}: no such readable file")
+  return base, distributed.Security(require_encryption=True,
+                                    **{_TLS_KEYS[k]: v for k, v in fields.items()})
+
+
+def _write_private(path: str, text: str) -> None:
+  """Writes `text` to a new file `path` readable by its owner only (mode 0600)."""
+  fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+  with os.fdopen(fd, "w") as f:
+    f.write(text)
+
+
+class _NoHTTPServer(distributed.diagnostics.plugin.WorkerPlugin):
+  """Stops a worker's HTTP server (Prometheus metrics, health) as it joins: no open port
+  but its TLS one. Registered with the scheduler, so a restarted worker gets it too."""
+
+  name = "sfjax-no-http-server"
+
+  def setup(self, worker) -> None:
+    """Called in the worker's event loop when it joins."""
+    _stop_http_server(worker)
+
+
+def _stop_scheduler_http_server(dask_scheduler) -> None:
+  """`Client.run_on_scheduler` function (runs in the scheduler's event loop)."""
+  _stop_http_server(dask_scheduler)
+
+
+def _stop_http_server(server) -> None:
+  """Stops the HTTP server of a Dask scheduler or worker (its close() stops it again: no-op)."""
+  http_server = getattr(server, "http_server", None)
+  if http_server is not None:
+    http_server.stop()
 
 
 def _worker_environment() -> dict[str, str]:
@@ -85,7 +182,6 @@ class DaskExecutor:
   def __init__(self, task: CTRTask, cohort_width: int | str, measure_latency: bool, *,
                address: str = "", num_workers: int = 2, max_attempts: int = 3,
                allowed_failures: int | None = None):
-    import distributed  # pylint: disable=g-import-not-at-top
     if max_attempts < 1:
       raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
     if not address and num_workers < 1:
@@ -96,17 +192,25 @@ class DaskExecutor:
     self.retries = 0  # jobs submitted again after a lost worker, over this executor's life
     self.cluster = None
     if address:
+      scheduler_address, self.security = parse_address(address)
       try:
-        self.client = distributed.Client(address, timeout="30s")
+        self.client = distributed.Client(scheduler_address, timeout="30s",
+                                         security=self.security)
       except OSError as e:
         raise ConnectionError(f"study.dask_address: cannot reach a Dask scheduler at "
-                              f"{address!r}: {e}") from None
+                              f"{scheduler_address!r}: {e}") from None
     else:
-      scheduler_kwargs = {} if allowed_failures is None else {"allowed_failures": allowed_failures}
+      self.security = distributed.Security.temporary()  # this study's certificate
+      scheduler_kwargs: dict[str, Any] = {"dashboard": False, "dashboard_address": "127.0.0.1:0"}
+      if allowed_failures is not None:
+        scheduler_kwargs["allowed_failures"] = allowed_failures
       self.cluster = distributed.LocalCluster(
-          n_workers=num_workers, threads_per_worker=1, processes=True, dashboard_address=None,
+          n_workers=num_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+          protocol="tls://", security=self.security, dashboard_address=None,
           env=_worker_environment(), scheduler_kwargs=scheduler_kwargs)
-      self.client = distributed.Client(self.cluster)
+      self.client = distributed.Client(self.cluster, security=self.security)
+      self.client.run_on_scheduler(_stop_scheduler_http_server)
+      self.client.register_plugin(_NoHTTPServer())
 
   @property
   def address(self) -> str:
@@ -115,6 +219,24 @@ class DaskExecutor:
     if scheduler is None or scheduler.address is None:
       raise RuntimeError("the Dask client has no scheduler address (is it closed?)")
     return scheduler.address
+
+  def shared_address(self, directory: str) -> str:
+    """Writes this study's certificate into `directory` (files of mode 0600); returns the
+    `study.dask_address` with which another study (or `distributed.Client`) joins it.
+
+    Raises:
+      ValueError: this executor joined an existing cluster (its certificate is not ours).
+    """
+    if self.cluster is None or self.security is None:
+      raise ValueError("shared_address: only for a cluster this executor started")
+    os.makedirs(directory, exist_ok=True)
+    client = self.security.get_tls_config_for_role("client")  # PEM texts (in memory)
+    pem = {"ca": client["ca_file"], "cert": client["cert"], "key": client["key"]}
+    paths = {}
+    for name, text in pem.items():
+      paths[name] = os.path.join(os.path.abspath(directory), _PEM_FILES[name])
+      _write_private(paths[name], text)
+    return f"{self.address}?{urllib.parse.urlencode(paths, safe='/')}"
 
   def _submit(self, job: CohortJob):
     return self.client.submit(_remote_run, self.task, self.cohort_width, self.measure_latency,
@@ -128,7 +250,6 @@ class DaskExecutor:
       jobs: the jobs.
       on_retry: called with `(job, reason)` before a job is submitted again.
     """
-    import distributed  # pylint: disable=g-import-not-at-top
     jobs = list(jobs)
     futures = [self._submit(job) for job in jobs]
     try:

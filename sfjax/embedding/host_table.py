@@ -129,17 +129,33 @@ class HostTable:
                   init_stddev: float, initial_slot_row) -> HostTable:
     """A memory-mapped table in directory `path` (created; must be absent or empty).
 
-    The data files are sparse: creating a 1e9-row table writes only headers.
+    The data files are sparse: creating a 1e9-row table writes only headers. A creation
+    that fails (e.g. ENOSPC, EFBIG) removes the files and directories it made, so the
+    next run may create the table again.
+
+    Raises:
+      FileExistsError: `path` is a file or a non-empty directory.
+      OSError: the creation failed (same errno; the message names `path`).
     """
     spec = _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row)
     path = os.fspath(path)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
       raise FileExistsError(f"{path}: refusing to create a host table over an existing "
                             "non-empty path; use HostTable.open_mmap to reopen it")
+    made = files.first_missing_directory(path)
     os.makedirs(path, exist_ok=True)
-    arrays = files.create_arrays(path, spec.num_rows, spec.width, spec.slot_width)
-    table = cls(spec, *arrays, 0, path, True)
-    table._write_meta(clean=True)
+    try:
+      arrays = files.create_arrays(path, spec.num_rows, spec.width, spec.slot_width)
+      table = cls(spec, *arrays, 0, path, True)
+      table._write_meta(clean=True)
+    except BaseException as err:
+      # A half-made table would block every later run (issue #25): remove what was made.
+      files.remove_created(path, made)
+      if isinstance(err, OSError) and not isinstance(err, FileExistsError):
+        raise OSError(err.errno, f"{path}: cannot create the memory-mapped host table "
+                      f"({spec.num_rows} x {spec.width} + {spec.slot_width} slots): "
+                      f"{err.strerror or err}; removed what was created") from err
+      raise
     return table
 
   @classmethod

@@ -78,11 +78,16 @@ def write_meta(path: str, spec, num_materialised: int, clean: bool) -> None:
   }
   final = os.path.join(path, META_FILE)
   tmp = final + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(meta, f, indent=1)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, final)  # Atomic: a crash leaves the old or the new metadata.
+  try:
+    with open(tmp, "w") as f:
+      json.dump(meta, f, indent=1)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, final)  # Atomic: a crash leaves the old or the new metadata.
+  except BaseException:
+    if os.path.exists(tmp):  # e.g. ENOSPC: the old metadata stays, no stray .tmp
+      os.remove(tmp)
+    raise
 
 
 def read_table_meta(meta_path: str) -> dict:
@@ -127,6 +132,38 @@ def _open_npy(path: str, dtype, shape: tuple[int, ...], mode: Literal["r", "r+"]
   if actual != expected:
     raise ValueError(f"{path}: file is {actual} bytes, expected {expected} for shape {tuple(shape)}")
   return np.memmap(path, dtype=dtype, mode=mode, shape=shape, offset=offset)
+
+
+def first_missing_directory(path: str) -> str | None:
+  """The outermost directory of `path` (itself included) that does not exist yet, or None:
+  what `os.makedirs(path)` will create from."""
+  path = os.path.abspath(path)
+  missing = None
+  while not os.path.exists(path):
+    missing, parent = path, os.path.dirname(path)
+    if parent == path:
+      break
+    path = parent
+  return missing
+
+
+def remove_created(path: str, made: str | None) -> None:
+  """Undoes a failed table creation in `path`: deletes the table's files, then the
+  directories from `path` up to `made` (`first_missing_directory` before the creation)
+  that are empty. Other files, and directories that existed before, are kept."""
+  for name in (_VALUES_FILE, _SLOTS_FILE, _FLAGS_FILE, META_FILE, META_FILE + ".tmp"):
+    full = os.path.join(path, name)
+    if os.path.isfile(full):
+      os.remove(full)
+  if made is None:
+    return
+  made, current = os.path.abspath(made), os.path.abspath(path)
+  while (os.path.commonpath([made, current]) == made and os.path.isdir(current)
+         and not os.listdir(current)):
+    os.rmdir(current)
+    if current == made:
+      break
+    current = os.path.dirname(current)
 
 
 def discard_mmap_table(path: str) -> bool:

@@ -2,6 +2,7 @@
 shards included) and the choice of the resume point."""
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.checkpoint import layout as checkpoint_files
 from sfjax.checkpoint import table_format, table_shards
 from sfjax.checkpoint.change_tracking import ChangeTracker
+from sfjax.checkpoint.read_retry import CheckpointReadError
 from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
 from sfjax.train.state import TrainState
 
@@ -97,6 +99,34 @@ def test_find_resumable_sets_a_corrupt_newest_aside(tmp_path):
   (tmp_path / "step_00000001" / "meta.json").write_text("{")
   with pytest.raises(checkpoint_files.CorruptCheckpointError, match="every checkpoint under"):
     checkpoint_files.find_resumable(str(tmp_path))
+
+
+def test_a_read_error_is_retried_and_a_persistent_one_is_not_called_corruption(
+    tmp_path, monkeypatch):
+  with contextlib.closing(checkpoint.Checkpointer(str(tmp_path), keep=3,
+                                                  host_table=_table())) as ckpt:
+    ckpt.save(_state(1), {})
+    newest = ckpt.save(_state(2), {})
+  real_open, failures = open, {}
+
+  def flaky_open(file, mode="r", *args, **kwargs):  # EIO for the first `limit` reads of a file
+    path = str(file)
+    if path.startswith(newest) and "r" in mode and failures.get(path, 0) < limit:
+      failures[path] = failures.get(path, 0) + 1
+      raise OSError(errno.EIO, "Input/output error")
+    return real_open(file, mode, *args, **kwargs)
+
+  monkeypatch.setattr("builtins.open", flaky_open)
+  monkeypatch.setattr("time.sleep", lambda s: None)
+  limit = 2  # transient: retried
+  assert checkpoint_files.find_resumable(str(tmp_path)) == newest
+  assert {os.path.basename(p) for p in failures} >= {"meta.json", "manifest.json"}
+  failures.clear()
+  limit = 10  # persistent: a named error, and nothing set aside
+  with pytest.raises(CheckpointReadError, match=f"^\\[Errno 5\\] {newest}/meta.json: still "
+                     "unreadable after 4 attempts"):
+    checkpoint_files.find_resumable(str(tmp_path))
+  assert sorted(os.listdir(tmp_path)) == ["step_00000001", "step_00000002"]
 
 
 def test_only_own_or_ended_owners_leftovers_are_removable():

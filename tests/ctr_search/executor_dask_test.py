@@ -14,7 +14,7 @@ from search_spaces.ctr import SEARCH_SPACE as SPACE
 from sfjax.cohorts.arch import split_config
 from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.ctr_search import search_config, search_loop
-from sfjax.ctr_search.executor import CohortJob, LocalExecutor
+from sfjax.ctr_search.executor import CohortJob, _LocalExecutor
 from sfjax.ctr_search.executor_dask import DaskExecutor, _worker_environment
 
 TIMING = ("seconds", "latency_ms")  # wall-clock measures: the only metrics allowed to differ
@@ -70,7 +70,7 @@ def test_killed_worker_mid_task_is_resubmitted_with_the_same_results(cluster, ta
   # The default config's architecture and step count: the search test below reuses the
   # programs compiled here (in the driver and in a worker).
   arch, hparams = split_config(SPACE.runner_config(SPACE.default_config(None)))
-  job = CohortJob(arch, [hparams, {**hparams, "optim.dense_lr": 3e-3}], [11, 12], [0, 0], [8, 8],
+  job = CohortJob(arch, [hparams, {**hparams, "optimizer.learning_rate": 3e-3}], [11, 12], [0, 0], [8, 8],
                   [None, None], [0, 1])
   retried, out = [], []
   thread = threading.Thread(
@@ -88,7 +88,7 @@ def test_killed_worker_mid_task_is_resubmitted_with_the_same_results(cluster, ta
   thread.join(timeout=180)
   assert not thread.is_alive()
   assert len(retried) == 1 and "KilledWorker" in retried[0] and cluster.retries == 1
-  local = next(LocalExecutor(CohortRunner(task, cohort_width=1)).map([job]))
+  local = next(_LocalExecutor(CohortRunner(task, cohort_width=1)).map([job]))
   (remote,) = out
   assert [r.status for r in remote] == [r.status for r in local] == ["done", "done"]
   assert [_without_timing(r.metrics) for r in remote] == [_without_timing(r.metrics) for r in local]
@@ -99,7 +99,8 @@ def test_search_on_the_cluster_matches_the_local_executor(cluster, tmp_path):
   # Free asking (no bucket-filled rounds), so a round holds two families: two jobs at once.
   local = search_loop.run_search(tiny_config(fill_cohorts=False), str(tmp_path / "local"), SPACE)
   remote = search_loop.run_search(
-      tiny_config(executor="dask", dask_address=cluster.address, fill_cohorts=False),
+      tiny_config(executor="dask", fill_cohorts=False,
+                  dask_address=cluster.shared_address(str(tmp_path / "tls"))),
       str(tmp_path / "dask"), SPACE)
   assert local["num_trials_done"] == remote["num_trials_done"] == 4
   trials = {}

@@ -1,6 +1,7 @@
 """The mmap host table's directory: files created sparse, checked on open, removed only if a table."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -49,3 +50,44 @@ def test_discard_mmap_table_removes_only_a_host_table(tmp_path):
   with pytest.raises(ValueError, match="not a host table directory"):
     files.discard_mmap_table(str(other))
   assert (other / "notes.txt").exists()
+
+
+def test_first_missing_directory(tmp_path):
+  assert files.first_missing_directory(str(tmp_path)) is None
+  assert files.first_missing_directory(str(tmp_path / "a" / "b")) == str(tmp_path / "a")
+  (tmp_path / "a").mkdir()
+  assert files.first_missing_directory(str(tmp_path / "a" / "b")) == str(tmp_path / "a" / "b")
+
+
+def test_remove_created_keeps_what_existed_before(tmp_path):
+  path = tmp_path / "a" / "b"
+  path.mkdir(parents=True)
+  for name in ("values.npy", "slots.npy", "materialised.npy", "meta.json", "meta.json.tmp"):
+    (path / name).write_bytes(b"x")
+  files.remove_created(str(path), str(tmp_path / "a"))
+  assert os.listdir(tmp_path) == []
+  path.mkdir(parents=True)
+  (path / "values.npy").write_bytes(b"x")
+  (path / "notes.txt").write_text("keep")
+  files.remove_created(str(path), str(tmp_path / "a"))
+  assert os.listdir(path) == ["notes.txt"]  # a foreign file: the directories stay
+  (path / "notes.txt").unlink()
+  files.remove_created(str(path), None)  # the directory existed before: kept, emptied
+  assert path.is_dir()
+
+
+def test_write_meta_failure_leaves_the_old_metadata_and_no_tmp(tmp_path, monkeypatch):
+  path = tmp_path / "host"
+  HostTable.create_mmap(str(path), 10, 2, 1, seed=0, init_stddev=0.1,
+                        initial_slot_row=np.zeros(1, np.float32)).close()
+  before = (path / "meta.json").read_text()
+
+  def no_space(fd):
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr(os, "fsync", no_space)
+  spec = HostTableSpec(10, 2, 1, 0, 0.1, (0.0,))
+  with pytest.raises(OSError, match="No space left on device"):
+    files.write_meta(str(path), spec, 3, False)
+  assert (path / "meta.json").read_text() == before
+  assert not (path / "meta.json.tmp").exists()

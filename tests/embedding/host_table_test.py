@@ -239,6 +239,46 @@ def test_create_mmap_fills_an_existing_empty_directory(tmp_path):
   assert HostTable.open_mmap(str(path)).written_ids().tolist() == [4]
 
 
+@pytest.mark.parametrize("existing", [False, True])
+def test_failed_create_mmap_removes_what_it_made(tmp_path, monkeypatch, existing):
+  # ENOSPC on the second data file (slots.npy): values.npy and the directories it made go.
+  real = np.lib.format.open_memmap
+  parent = tmp_path / "a"
+  path = parent / "b" / "table"
+  if existing:
+    path.mkdir(parents=True)
+
+  def no_space(filename, *args, **kwargs):
+    if os.path.basename(filename) == "slots.npy":
+      open(filename, "wb").close()
+      raise OSError(28, "No space left on device")
+    return real(filename, *args, **kwargs)
+
+  monkeypatch.setattr(np.lib.format, "open_memmap", no_space)
+  with pytest.raises(OSError, match=f"^\\[Errno 28\\] {re.escape(str(path))}: cannot create the "
+                     r"memory-mapped host table \(10 x 2 \+ 1 slots\): No space left on device; "
+                     "removed what was created$"):
+    HostTable.create_mmap(str(path), 10, 2, 1, **_kwargs(1))
+  if existing:
+    assert path.is_dir() and os.listdir(path) == []
+  else:
+    assert os.listdir(tmp_path) == []
+  monkeypatch.setattr(np.lib.format, "open_memmap", real)
+  with HostTable.create_mmap(str(path), 10, 2, 1, **_kwargs(1)) as table:  # not blocked
+    assert table.num_materialised == 0
+  assert parent.is_dir()
+
+
+def test_failed_create_mmap_metadata_write_keeps_no_files(tmp_path, monkeypatch):
+  def no_space(*args):
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr("sfjax.embedding.host_table_files.write_meta", no_space)
+  with pytest.raises(OSError, match="No space left on device; removed what was created$"):
+    HostTable.create_mmap(str(tmp_path / "t"), 10, 2, 1, **_kwargs(1))
+  assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("args, msg", [
     ((10, 2, 3, 0.1, [0.0, 1.0]), "initial_slot_row has 2 values, slot_width is 3"),
     ((0, 2, 0, 0.1, []), "num_rows must be an int >= 1, got 0"),
