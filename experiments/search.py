@@ -9,7 +9,7 @@ algorithm's settings are in its block (`--config.study.tpe.n_startup_trials=4`,
 Multi-objective: `--config.study.algorithm=nsga2 --config.study.objectives=auc:max,params:min`
 (or motpe; best.json then holds the Pareto front per budget). Across processes or
 machines: `--config.study.executor=dask` (a local cluster of `study.dask_workers`
-processes, or an existing scheduler at `--config.study.dask_address=tcp://HOST:8786`).
+processes, or an existing scheduler at `--config.study.dask_address=tls://HOST:8786?ca=..&cert=..&key=..` (README)).
 Rerunning the same command on the same DIR resumes the study; a second run on the same
 DIR while one runs fails at once naming it. Errors print one line `error: ...` (exit 2
 for a bad flag, config or workdir, 1 otherwise); `--verbose` adds the traceback. Prints a live
@@ -27,7 +27,7 @@ from ml_collections import config_flags
 from experiments import cli
 from search_spaces import ctr as ctr_space
 from sfjax.automl.study import JournalLockedError, StudyError
-from sfjax.core import hold_workdir, set_up_console
+from sfjax.core import set_up_console
 from sfjax.ctr_search import SearchConfigError, check_flag_overrides, run_search
 
 
@@ -44,8 +44,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   set_up_console(logging.INFO)  # our progress lines; orbax and jax INFO chatter off
-  with hold_workdir(_WORKDIR.value, "search"):  # one owner per workdir (issue #25)
-    summary = run_search(_CONFIG.value, _WORKDIR.value, ctr_space.SEARCH_SPACE)
+  # run_search holds the workdir's lock itself (one owner per workdir, issue #25).
+  summary = run_search(_CONFIG.value, _WORKDIR.value, ctr_space.SEARCH_SPACE)
   sys.stdout.write(json.dumps(_finite(summary), sort_keys=True, allow_nan=False) + "\n")
   sys.stdout.flush()
 

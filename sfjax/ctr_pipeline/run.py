@@ -14,6 +14,7 @@ from typing import Any
 
 from sfjax.automl import pipeline
 from sfjax.automl.pipeline import StepResult
+from sfjax.core import workdir_lock
 from sfjax.ctr_pipeline import compress_step, steps, train_steps
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 
@@ -47,9 +48,14 @@ def run_ctr_pipeline(config, workdir: str, spaces: Mapping[str, CTRSearchSpace])
       directory skips finished steps and resumes the interrupted one.
     spaces: search spaces by name (`search_spaces.SPACES`).
 
+  The call holds `workdir`'s lock (`sfjax.core.workdir_lock`, issue #25) throughout; the
+  pipeline CLI, which runs the engine itself, takes it there instead.
+
   Raises:
     ConfigError: a bad config field, named.
+    WorkdirLockedError: another run (or handle) holds `workdir`; the message names it.
     pipeline.PipelineLockedError: another process runs a pipeline in `workdir`.
   """
   kinds, finalize = ctr_pipeline_parts(config, spaces)
-  return pipeline.run_pipeline(config, workdir, kinds, finalize=finalize)
+  with workdir_lock.hold_workdir(workdir, "run_ctr_pipeline"):
+    return pipeline.run_pipeline(config, workdir, kinds, finalize=finalize)

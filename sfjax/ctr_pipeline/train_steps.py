@@ -18,6 +18,14 @@ turns them into the report's `final_test_auc`, `baseline_test_auc` and
 Their blocks hold only overrides of the library's defaults (`_fully_train_defaults`,
 `_baseline_defaults`: the `trainer` recipe of `recipe_defaults`); the pipeline
 engine merges them (`StepKind.defaults`).
+
+Resume on either host storage (issue #25): a step that is killed and rerun resumes from
+its own checkpoints. With the cache backend on mmap host storage each step's table lives
+under its own path: its own block's `trainer.embedding.host_path` (a step that borrows
+another step's recipe never borrows its table), by default `<step dir>/host_table`. The
+default table belongs to the step, so a rerun discards what its killed predecessor left
+there; the trainer (built inside `loop.run_training`, after the resume point is known)
+then creates it afresh and a resume loads the checkpoint into it.
 """
 
 from __future__ import annotations
@@ -45,12 +53,14 @@ from sfjax.core.atomic import atomic_write
 from sfjax.core.errors import ConfigError
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 from sfjax.data import dataset as dataset_lib
+from sfjax.embedding import host_table_files
 from sfjax.models import generator
 from sfjax.train import config_check, loop
 from sfjax.train.defaults import ctr_defaults
 
 _TEST_SPLIT = "test"
 SCORES_FILE, LABELS_FILE = "test_scores.npy", "test_labels.npy"
+HOST_TABLE_DIR = "host_table"  # a step's default mmap host table, in its directory
 
 
 def recipe_defaults() -> ml_collections.ConfigDict:
@@ -160,7 +170,7 @@ def _check_recipe(block, field: str) -> None:
   if "trainer" not in block:
     raise ConfigError(f"config field {field}.trainer: missing (the training recipe)")
   try:
-    config_check.validate(block.trainer)
+    config_check.validate(block.trainer, default_host_path=True)  # `_place_host_table`
   except ConfigError as e:
     raise ConfigError(str(e).replace("config field ", f"config field {field}.trainer.", 1)) from None
   if block.trainer.checkpoint.every_steps <= 0:
@@ -186,18 +196,40 @@ def _save_npy(path: str, array: np.ndarray) -> None:
   atomic_write(path, lambda f: np.save(f, array))
 
 
+def step_host_path(ctx: StepContext) -> str:
+  """The mmap host table's directory of the step `ctx` runs: its own block's
+  `trainer.embedding.host_path`, else `<step dir>/host_table` (never another step's)."""
+  own = ctx.block.get("trainer") or {}
+  path = (own.get("embedding") or {}).get("host_path", "")
+  return path or os.path.join(ctx.workdir, HOST_TABLE_DIR)
+
+
+def _place_host_table(ctx: StepContext, config) -> None:
+  """Sets the step's own `embedding.host_path` (`step_host_path`) in `config`, and discards
+  the table a killed run of this step left at the default path (the step's own files; a
+  resume loads its checkpoint into a fresh table, a fresh run starts from one).
+
+  Raises:
+    ValueError: the default path holds something that is not a host table (kept).
+  """
+  e = config.embedding
+  if e.backend != "cache" or e.host_storage != "mmap":
+    return
+  e.host_path = step_host_path(ctx)
+  if e.host_path == os.path.join(ctx.workdir, HOST_TABLE_DIR):
+    host_table_files.discard_mmap_table(e.host_path)
+
+
 def _train_and_score(ctx: StepContext, config) -> StepOutput:
   """Trains `config` in the step directory (resuming from its checkpoints) and scores 'test'."""
-  e = config.embedding
-  if e.backend == "cache" and e.host_storage == "mmap" and not e.host_path:
-    e.host_path = os.path.join(ctx.workdir, "host_table")
+  _place_host_table(ctx, config)
   dataset = dataset_lib.make_dataset(config.data, config.seed)
   if _TEST_SPLIT not in dataset.eval_splits:
     raise ConfigError("config field task.data: the final model is scored on a 'test' split, which "
                       f"this data set lacks (eval splits: {dataset.eval_splits}); set "
                       "data.synthetic.test_rows > 0 or data.test_path")
-  trainer = loop.build_trainer(config, dataset.spec)
-  final, state = loop.train_and_evaluate(config, ctx.workdir, dataset=dataset, trainer=trainer)
+  # The loop builds the trainer: after it knows the resume point (`loop.run_training`).
+  final, state, trainer = loop.run_training(config, ctx.workdir, dataset=dataset)
   scores, labels = _test_split_scores(trainer.backend, state, dataset, config.train.eval_batch_size)
   _save_npy(os.path.join(ctx.workdir, SCORES_FILE), scores)
   _save_npy(os.path.join(ctx.workdir, LABELS_FILE), labels)

@@ -78,6 +78,7 @@ from sfjax.cohorts.arch import ArchSpec, split_config
 from sfjax.cohorts.chunk_plan import Chunk
 from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.cohorts.trial_result import CohortTrialResult
+from sfjax.core import workdir_lock
 from sfjax.ctr_search import search_config, search_events, search_pbt, search_report
 from sfjax.ctr_search.executor import CohortJob, make_executor
 from sfjax.ctr_search.search_config import SearchConfigError
@@ -123,10 +124,21 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
     front at that budget over the objectives (AUC and params for one objective).
     Latency quotas are measured on the driver's device.
 
+  The call holds `workdir`'s lock (`sfjax.core.workdir_lock`, issue #25) throughout, so the
+  caller must not hold it (the search CLI leaves it to this call).
+
   Raises:
     SearchConfigError: a bad config, or a workdir made with a different one.
     ConnectionError: `study.dask_address` names no reachable scheduler.
+    WorkdirLockedError: another run (or handle) holds `workdir`; the message names it.
   """
+  with workdir_lock.hold_workdir(workdir, "run_search"):
+    return _run_search(config, workdir, search_space, runner)
+
+
+def _run_search(config, workdir: str, search_space: CTRSearchSpace,
+                runner: CohortRunner | None) -> dict[str, Any]:
+  """`run_search` once `workdir` is held."""
   search_config.check_study_settings(config)
   width = search_config.parse_cohort_width(config.study.cohort_width)
   space = search_config.make_space(config, search_space)

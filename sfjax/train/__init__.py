@@ -21,8 +21,10 @@ from sfjax.train.config_check import check_paths, validate
 from sfjax.train.defaults import ctr_defaults
 from sfjax.train.loop import (
   Trainer,
+  TrainingRun,
   build_trainer,
   print_final,
+  run_training,
   train_and_evaluate,
   training_result,
 )
@@ -54,6 +56,7 @@ __all__ = [
   "ResumeMismatchError",
   "TrainState",
   "Trainer",
+  "TrainingRun",
   "build_trainer",
   "check_paths",
   "ctr_defaults",
@@ -69,6 +72,7 @@ __all__ = [
   "make_train_step",
   "print_final",
   "run_steps",
+  "run_training",
   "train_and_evaluate",
   "training_result",
   "validate",

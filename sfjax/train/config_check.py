@@ -151,7 +151,7 @@ def _validate_data(config) -> None:
   _integer(config, "data.shuffle_buffer", 0, _MAX_COUNT)
 
 
-def _validate_embedding(config) -> None:
+def _validate_embedding(config, default_host_path: bool) -> None:
   e = config.embedding
   _choice(e.backend, "embedding.backend", tuple(backends.BACKENDS))
   if e.backend == "cache":
@@ -161,8 +161,8 @@ def _validate_embedding(config) -> None:
     _integer(config, "embedding.lookahead", 1, 1024)
     _cache_rows(config)
     _string(config, "embedding.host_path")
-    _require(e.host_storage != "mmap" or bool(e.host_path), "embedding.host_path",
-             "required when embedding.host_storage=mmap")
+    _require(e.host_storage != "mmap" or bool(e.host_path) or default_host_path,
+             "embedding.host_path", "required when embedding.host_storage=mmap")
   _choice(e.optimizer, "embedding.optimizer", row_optimizers.ROW_OPTIMIZER_NAMES)
   _number(config, "embedding.learning_rate", low=0.0, low_ok=False)
   for field in ("embedding.l2", "embedding.init_stddev", "embedding.adagrad_initial_accumulator",
@@ -174,12 +174,18 @@ def _validate_embedding(config) -> None:
   _integer(config, "embedding.unique_capacity", 0, _MAX_COUNT)
 
 
-def validate(config) -> None:
+def validate(config, *, default_host_path: bool = False) -> None:
   """Raises `ConfigError` naming the first invalid field of a CTR config.
 
   Every field of `defaults.ctr_defaults()` with a value to check is checked for its type
   too (an int is not a bool, a number is finite), so a bad value fails here, never later
   with another exception.
+
+  Args:
+    config: a CTR config (`defaults.ctr_defaults()` fields).
+    default_host_path: the caller fills an empty `embedding.host_path` itself (the CTR
+      pipeline's training steps: a table in the step's own directory), so mmap host
+      storage does not require one.
   """
   _integer(config, "seed", 0)
   _validate_data(config)
@@ -193,7 +199,7 @@ def validate(config) -> None:
   for field in ("model.attention_heads", "model.attention_dim"):
     _integer(config, field, 1, _MAX_COUNT)
   _blocks(config)
-  _validate_embedding(config)
+  _validate_embedding(config, default_host_path)
   _choice(config.optimizer.name, "optimizer.name", optimizers.DENSE_OPTIMIZER_NAMES)
   _number(config, "optimizer.learning_rate", low=0.0, low_ok=False)
   _number(config, "optimizer.weight_decay", low=0.0, low_ok=True)

@@ -277,6 +277,31 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
       checkpoint this config may not resume.
     WorkdirLockedError: another run holds `workdir`; the message names it.
   """
+  metrics, state, _ = run_training(config, workdir, dataset, trainer, loss_log)
+  return metrics, state
+
+
+class TrainingRun(NamedTuple):
+  """What `run_training` returns: `train_and_evaluate`'s (metrics, state) and the trainer."""
+
+  metrics: dict[str, Any]
+  state: TrainState
+  trainer: Trainer
+
+
+def run_training(config, workdir: str | None = None, dataset=None, trainer: Trainer | None = None,
+                 loss_log: list | None = None) -> TrainingRun:
+  """`train_and_evaluate`, also returning the trainer that trained (the one it built when
+  `trainer` is None), so a caller can score or read the table with its backend afterwards.
+
+  Let it build the trainer of a cache run on an mmap host table that may be resumed: the
+  loop resets the table at `embedding.host_path` to the checkpoint before building it (a
+  trainer built beforehand has already created its table, so a resume would collide with
+  the crashed run's files).
+
+  Raises:
+    As `train_and_evaluate`.
+  """
   config_check.validate(config)
   distributed.initialize_distributed(config)  # no-op for one process; else joins (before any JAX use)
   if jax.process_count() > 1:
@@ -287,8 +312,8 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
 
 
 def _train_and_evaluate(config, workdir: str | None, dataset, trainer: Trainer | None,
-                        loss_log: list | None) -> tuple[dict[str, Any], TrainState]:
-  """`train_and_evaluate` once the config is valid and the workdir is held."""
+                        loss_log: list | None) -> TrainingRun:
+  """`run_training` once the config is valid and the workdir is held."""
   tcfg = config.train
   ckpt_every, ckpt_keep = checkpoint.checkpoint_settings(config)
   ckpt_root, resume_from = _checkpoint_location(workdir, ckpt_every)
@@ -372,7 +397,8 @@ def _train_and_evaluate(config, workdir: str | None, dataset, trainer: Trainer |
     backend.close()
     if checkpointer is not None:
       checkpointer.close()
-  return _final_metrics(history, windows, dataset, backend, trainer.mesh.size), state
+  return TrainingRun(_final_metrics(history, windows, dataset, backend, trainer.mesh.size), state,
+                     trainer)
 
 
 def _final_json_line(final: dict[str, Any]) -> str:

@@ -1,11 +1,16 @@
 """`run.ctr_finalizer` / `ctr_pipeline_parts`: the CTR report's wiring, once in the library."""
 
+import json
+import os
+
 import ml_collections
 import numpy as np
 import pytest
 
 import search_spaces
+from experiments.configs import pipeline_ctr
 from sfjax.automl.pipeline import StepResult, paired_auc_bootstrap
+from sfjax.core import WorkdirLockedError, workdir_lock
 from sfjax.ctr_pipeline import run, steps
 
 
@@ -48,3 +53,26 @@ def test_the_parts_are_the_ctr_steps_over_the_given_spaces():
   kinds, finalize = run.ctr_pipeline_parts(_config(), search_spaces.SPACES)
   assert set(kinds) == set(steps.ctr_step_kinds(search_spaces.SPACES))
   assert callable(finalize)
+
+
+def _baseline_only():
+  """The smoke pipeline cut to a 12-step baseline (the smallest pipeline that trains)."""
+  c = pipeline_ctr.get_config("smoke")
+  c.pipeline.order = "baseline"
+  c.steps.fully_train.trainer = {"train": {"steps": 12, "batch_size": 128, "eval_every": 12,
+                                           "num_devices": 1},
+                                 "checkpoint": {"every_steps": 6}}
+  return c
+
+
+def test_run_ctr_pipeline_owns_its_workdir(tmp_path):
+  workdir = str(tmp_path / "pipe")
+  with workdir_lock.hold_workdir(workdir, "the test"):  # e.g. the pipeline CLI or another run
+    with pytest.raises(WorkdirLockedError, match=f"^{workdir} is in use by pid {os.getpid()} on "):
+      run.run_ctr_pipeline(_baseline_only(), workdir, search_spaces.SPACES)
+  assert os.listdir(workdir) == [workdir_lock.LOCK_FILE]  # no step ran, nothing was written
+  report = run.run_ctr_pipeline(_baseline_only(), workdir, search_spaces.SPACES)
+  assert report["status"] == "done" and report["baseline_test_auc"] is not None
+  with open(os.path.join(workdir, workdir_lock.LOCK_FILE), encoding="utf-8") as f:
+    assert json.load(f)["what"] == "run_ctr_pipeline"  # the run held it
+  workdir_lock.acquire(workdir, "after the run").release()  # released at the end

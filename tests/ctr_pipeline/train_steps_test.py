@@ -18,6 +18,7 @@ from sfjax.core import metrics
 from sfjax.core.errors import ConfigError
 from sfjax.ctr_pipeline import train_steps as pst
 from sfjax.data.types import DatasetSpec, FieldSpec
+from sfjax.embedding.host_table import HostTable
 from sfjax.models import generator
 from sfjax.train import defaults
 
@@ -121,6 +122,7 @@ def _ctx(tmp_path, config, name="fully_train", kind="fully_train", previous=()):
 def _counted_steps(monkeypatch, crash_at=None):
   """Steps run by each trainer the step builds from now on (its real step, wrapped to
   count); with `crash_at`, a trainer's `crash_at`-th step raises (a node lost mid-run)."""
+  monkeypatch.undo()  # the real builder, not an earlier call's wrapper
   counts = []
   build = pst.loop.build_trainer
 
@@ -175,6 +177,76 @@ def test_fully_train_on_both_backends_scores_the_test_split_alike(tmp_path, monk
   # Rerun on the finished directory: nothing left to train, same result.
   again = kinds["fully_train"].run(_ctx(tmp_path / "device", _shared_config(), previous=[chosen]))
   assert steps == [6, 0] and again.best_metrics == out["device"].best_metrics
+
+
+_CHOSEN = StepResult("nas", "nas", "done", {}, {"search_space": "ctr", "best_config": {
+    "model.name": "fm", "model.embed_dim": 4, "embedding.learning_rate": 0.05}}, 1.0)
+
+
+def _host_config(host_storage):
+  """The cache backend on `host_storage`, and a baseline step borrowing fully_train's recipe."""
+  c = _shared_config("cache")
+  c.steps.fully_train.trainer.embedding.host_storage = host_storage
+  c.steps.base = ml_collections.ConfigDict({"type": "baseline", "recipe_step": "fully_train"})
+  return c
+
+
+def _scores(root, result):
+  return np.load(root / result.output["test_scores"])
+
+
+@pytest.mark.parametrize("host_storage", ["mmap", pytest.param("ram", marks=pytest.mark.slow)])
+def test_training_steps_rerun_after_a_crash_on_either_host_storage(tmp_path, monkeypatch,
+                                                                    host_storage):
+  kinds = pst.train_step_kinds({"ctr": SEARCH_SPACE})
+
+  def run(root, name="fully_train", kind="fully_train"):
+    return kinds[kind].run(_ctx(root, _host_config(host_storage), name, kind, previous=[_CHOSEN]))
+
+  ref, run_dir = tmp_path / "ref", tmp_path / "run"
+  want = {"fully_train": run(ref), "base": run(ref, "base", "baseline")}
+  for name, kind, crashes in (("fully_train", "fully_train", (3, 9)), ("base", "baseline", (9,))):
+    # Killed before its first checkpoint (step 6), then after it: the first rerun starts
+    # afresh, the second resumes at step 6; both over the table the crash left behind.
+    for crash_at in crashes:
+      _counted_steps(monkeypatch, crash_at=crash_at)
+      with pytest.raises(RuntimeError, match="node lost"):
+        run(run_dir, name, kind)
+    steps = _counted_steps(monkeypatch)
+    got = run(run_dir, name, kind)
+    assert steps == [6] and got.best_metrics == want[name].best_metrics, name
+    np.testing.assert_array_equal(_scores(run_dir, got), _scores(ref, want[name]))
+    host_path = got.output["trainer_config"]["embedding"]["host_path"]
+    if host_storage == "mmap":  # each step's table in its own directory, as the reference's
+      assert host_path == str(run_dir / "steps" / f"0_{name}" / pst.HOST_TABLE_DIR)
+      ref_path = want[name].output["trainer_config"]["embedding"]["host_path"]
+      for got_part, want_part in zip(HostTable.open_mmap(host_path, writable=False).read_all(),
+                                     HostTable.open_mmap(ref_path, writable=False).read_all(),
+                                     strict=True):
+        np.testing.assert_array_equal(got_part, want_part)  # values [V, E], slots [V, S]
+    else:
+      assert host_path == ""
+  assert want["base"].best_metrics["model"] == "deepfm"
+
+
+def test_a_step_keeps_its_own_host_path_and_never_borrows_another_steps(tmp_path):
+  config = _host_config("mmap")
+  config.steps.fully_train.trainer.embedding.host_path = str(tmp_path / "given")
+  own = _ctx(tmp_path, config)
+  assert pst.step_host_path(own) == str(tmp_path / "given")
+  base = _ctx(tmp_path, config, "base", "baseline")  # borrows the recipe, not the table
+  assert pst.step_host_path(base) == str(tmp_path / "steps" / "0_base" / pst.HOST_TABLE_DIR)
+  config.steps.base.trainer = {"embedding": {"host_path": str(tmp_path / "b")}}
+  assert pst.step_host_path(_ctx(tmp_path, config, "base", "baseline")) == str(tmp_path / "b")
+  # The check accepts mmap storage without a path (the step's directory is the default).
+  pst._check_recipe(_host_config("mmap").steps.fully_train, "steps.fully_train")
+  # A default path that holds something else is never deleted.
+  (tmp_path / "steps" / "0_fully_train" / pst.HOST_TABLE_DIR).mkdir()
+  (tmp_path / "steps" / "0_fully_train" / pst.HOST_TABLE_DIR / "notes.txt").write_text("mine")
+  with pytest.raises(ValueError, match="not a host table directory"):
+    pst._place_host_table(_ctx(tmp_path, _host_config("mmap")),
+                          _host_config("mmap").steps.fully_train.trainer)
+  assert (tmp_path / "steps" / "0_fully_train" / pst.HOST_TABLE_DIR / "notes.txt").exists()
 
 
 def test_baseline_trains_the_recipe_default_and_needs_a_test_split(tmp_path):

@@ -22,7 +22,7 @@ from sfjax.automl.study import TrialRecord
 from sfjax.cohorts import trial_states
 from sfjax.cohorts.arch import split_config
 from sfjax.cohorts.cohort_runner import CohortRunner
-from sfjax.core import tensorboard
+from sfjax.core import WorkdirLockedError, tensorboard, workdir_lock
 from sfjax.ctr_search import search_config, search_loop, search_report
 from tests.cohorts.conftest import CallRecorder
 
@@ -60,8 +60,11 @@ class RecordingRunner(CohortRunner):
     super().__init__(*args, **kwargs)
     self.calls = []
     self.fail_models = ()
+    self.on_run = None  # called at the start of each run (a test's probe)
 
   def run(self, arch, hparams, seeds, start_steps, end_steps, init_states, ragged=None):
+    if self.on_run is not None:
+      self.on_run()
     self.calls.append(dict(arch=arch, seeds=list(seeds), start_steps=list(start_steps),
                            end_steps=end_steps, init_steps=[
                                None if s is None else int(s.step) for s in init_states]))
@@ -79,6 +82,7 @@ def runner():
 def _reset(runner):
   runner.calls.clear()
   runner.fail_models = ()
+  runner.on_run = None
 
 
 def read_jsonl(path):
@@ -191,6 +195,26 @@ def test_rerun_with_different_settings_is_an_error(tmp_path, runner):
   with pytest.raises(search_loop.SearchConfigError,
                      match="study.algorithm: stored 'random', given 'tpe'"):
     search_loop.run_search(tiny_config("tpe", num_trials=1), str(tmp_path), SPACE, runner=runner)
+
+
+def test_the_search_owns_its_workdir_while_it_runs(tmp_path, runner):
+  workdir = str(tmp_path)
+  with workdir_lock.hold_workdir(workdir, "the test"):  # e.g. another search on the workdir
+    with pytest.raises(WorkdirLockedError,
+                       match=f"^{workdir} is in use by pid {os.getpid()} on "):
+      search_loop.run_search(tiny_config(num_trials=1), workdir, SPACE, runner=runner)
+  assert os.listdir(workdir) == [workdir_lock.LOCK_FILE]  # nothing of a study was written
+  refused = []
+
+  def second_owner():  # while the search trains, nobody else may take the workdir
+    with pytest.raises(WorkdirLockedError, match=f"in use by pid {os.getpid()} on "):
+      workdir_lock.acquire(workdir, "a second owner")
+    refused.append(True)
+
+  runner.on_run = second_owner
+  summary = search_loop.run_search(tiny_config(num_trials=1), workdir, SPACE, runner=runner)
+  assert summary["num_trials_done"] == 1 and refused
+  workdir_lock.acquire(workdir, "after the search").release()  # released at the end
 
 
 def test_failed_cohort_is_told_failed_and_the_search_goes_on(tmp_path, runner):

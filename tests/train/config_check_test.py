@@ -105,6 +105,14 @@ def test_cache_with_mmap_requires_a_host_path():
                                 embedding__host_path="/tmp/x"))
 
 
+def test_a_caller_that_fills_the_host_path_lets_mmap_go_without_one():
+  config = _config(embedding__backend="cache", embedding__host_storage="mmap")
+  config_check.validate(config, default_host_path=True)  # the pipeline's steps: their own dir
+  config.embedding.host_storage = "s3"  # the rest of the block is still checked
+  with pytest.raises(ConfigError, match=r"^config field embedding\.host_storage:"):
+    config_check.validate(config, default_host_path=True)
+
+
 def test_file_format_requires_paths():
   _fails(_config(data__format="criteo"), "data.train_path")
   _fails(_config(data__format="criteo", data__train_path="t.txt"), "data.eval_path")

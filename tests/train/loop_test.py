@@ -102,6 +102,23 @@ def test_a_second_run_on_a_held_workdir_fails_at_once_and_writes_nothing(tmp_pat
   assert final["step"] == 1 and (tmp_path / "metrics.jsonl").exists()
 
 
+def test_run_training_hands_back_the_trainer_it_built_and_reruns_on_an_mmap_table(tmp_path):
+  c = _synthetic_config(steps=4, eval_every=4, batch_size=128)
+  c.embedding.backend, c.embedding.cache_rows = "cache", 0.7
+  c.embedding.host_storage, c.embedding.host_path = "mmap", str(tmp_path / "table")
+  c.checkpoint.every_steps = 2
+  data = dataset_lib.make_dataset(c.data, c.seed)
+  first = loop.run_training(c, str(tmp_path / "run"), dataset=data)
+  assert isinstance(first.trainer, loop.Trainer) and int(first.state.step) == 4
+  assert first.trainer.backend.host_table.path == c.embedding.host_path  # the run's own table
+  values = first.trainer.backend.host_table.read_all()[0].copy()
+  first.trainer.backend.host_table.close()
+  # A rerun resumes the last checkpoint: its table is reset to it, never "already exists".
+  again = loop.run_training(c, str(tmp_path / "run"), dataset=data)
+  assert loop.training_result(again.metrics) == loop.training_result(first.metrics)
+  assert (again.trainer.backend.host_table.read_all()[0] == values).all()
+
+
 def test_training_result_drops_only_the_per_process_metrics():
   record = {"step": 40, "auc": 0.7, "loss": 0.5, "examples_per_sec": 1e4, "train_seconds": 3.0,
             "cache_hit_rate": 0.4, "evictions": 12, "cache_stats": {"hits": 1},
