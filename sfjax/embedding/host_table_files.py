@@ -172,7 +172,8 @@ def discard_mmap_table(path: str) -> bool:
   A run resumed from a checkpoint must not see rows its crashed predecessor wrote after
   that checkpoint, so its mmap table is recreated empty and then loaded. Only a
   directory whose `meta.json` says it is a host table is touched (its files, then the
-  directory if empty). Returns False if `path` does not exist.
+  directory if empty), or one holding nothing but a table's own file names (a creation
+  killed before `meta.json` was written). Returns False if `path` does not exist.
 
   Raises:
     ValueError: `path` exists but is not a host table (nothing is deleted).
@@ -184,10 +185,11 @@ def discard_mmap_table(path: str) -> bool:
       is_table = json.load(f).get("format") == _FORMAT_NAME
   except (OSError, ValueError, AttributeError):
     is_table = False
-  if not is_table:
+  own_names = {_VALUES_FILE, _SLOTS_FILE, _FLAGS_FILE, META_FILE, META_FILE + ".tmp"}
+  if not is_table and not (os.path.isdir(path) and set(os.listdir(path)) <= own_names):
     raise ValueError(f"{path}: not a host table directory (no valid {META_FILE}); "
                      "refusing to delete it")
-  for name in (_VALUES_FILE, _SLOTS_FILE, _FLAGS_FILE, META_FILE, META_FILE + ".tmp"):  # .tmp: killed mid-write
+  for name in sorted(own_names):  # META_FILE.tmp: killed mid-write
     if os.path.exists(os.path.join(path, name)):
       os.remove(os.path.join(path, name))
   if not os.listdir(path):

@@ -50,6 +50,28 @@ def test_discard_mmap_table_removes_only_a_host_table(tmp_path):
   with pytest.raises(ValueError, match="not a host table directory"):
     files.discard_mmap_table(str(other))
   assert (other / "notes.txt").exists()
+  a_file = tmp_path / "a_file"
+  a_file.write_text("keep")
+  with pytest.raises(ValueError, match="not a host table directory"):
+    files.discard_mmap_table(str(a_file))
+  assert a_file.read_text() == "keep"
+
+
+def test_discard_mmap_table_removes_a_creation_killed_before_its_metadata(tmp_path):
+  path = tmp_path / "host"
+  HostTable.create_mmap(str(path), 10, 2, 1, seed=0, init_stddev=0.1,
+                        initial_slot_row=np.zeros(1, np.float32)).close()
+  os.remove(path / "meta.json")  # killed after the data files, before meta.json
+  assert sorted(os.listdir(path))  # the data files are left
+  assert files.discard_mmap_table(str(path)) and not path.exists()
+  mixed = tmp_path / "mixed"
+  HostTable.create_mmap(str(mixed), 10, 2, 1, seed=0, init_stddev=0.1,
+                        initial_slot_row=np.zeros(1, np.float32)).close()
+  os.remove(mixed / "meta.json")
+  (mixed / "notes.txt").write_text("keep")  # not only the table's own files: not ours
+  with pytest.raises(ValueError, match="not a host table directory"):
+    files.discard_mmap_table(str(mixed))
+  assert (mixed / "notes.txt").exists() and len(os.listdir(mixed)) > 1
 
 
 def test_first_missing_directory(tmp_path):
