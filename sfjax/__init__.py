@@ -11,8 +11,8 @@ __version__ = "0.1.0"
 
 # The subpackages, in the order of their layers (DESIGN.md §5).
 SUBPACKAGES = ("core", "data", "embedding", "models", "parallel", "checkpoint", "train",
-               "automl", "cohorts", "structure", "compress", "ctr_search", "ctr_pipeline",
-               "vision", "viz")
+               "serving", "automl", "cohorts", "structure", "compress", "ctr_search",
+               "ctr_pipeline", "vision", "viz")
 
 __all__ = ["SUBPACKAGES", "__version__", *SUBPACKAGES]
 

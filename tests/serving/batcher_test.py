@@ -1,0 +1,191 @@
+"""sfjax/serving/batcher.py: requests merged into batches, each answered with its own scores."""
+
+import asyncio
+import collections
+import threading
+import time
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+
+from sfjax.serving.batcher import (
+  BatcherSettings,
+  DynamicBatcher,
+  QueueFull,
+  _Request,
+  merge,
+  take_batch,
+)
+
+
+class Rows(NamedTuple):
+  """A request of the predictor's shape: ids [n, F] and dense [n, Nd]."""
+
+  ids: np.ndarray
+  dense: np.ndarray
+
+
+def _rows(start: int, n: int) -> Rows:
+  ids = np.arange(start, start + n, dtype=np.int64)[:, None] * np.array([[1, 10]])
+  return Rows(ids, np.full((n, 1), 0.5, np.float32) * ids[:, :1])
+
+
+def _score(rows: Rows) -> np.ndarray:
+  """A real function of every field: ids[:, 0] + ids[:, 1] + dense[:, 0] (= 11.5 x start)."""
+  return (rows.ids.sum(1) + rows.dense[:, 0]).astype(np.float32)
+
+
+class Recorder:
+  """`_score`, recording each call's batch size; `gate` (if set) holds calls until released."""
+
+  def __init__(self, gate: threading.Event | None = None):
+    self.sizes, self.gate = [], gate
+
+  def __call__(self, rows: Rows) -> np.ndarray:
+    if self.gate is not None:
+      self.gate.wait(10)
+    self.sizes.append(len(rows.ids))
+    return _score(rows)
+
+
+def test_merge_concatenates_each_field_and_keeps_the_type():
+  merged = merge([_rows(0, 2), _rows(5, 3)])
+  assert isinstance(merged, Rows)
+  np.testing.assert_array_equal(merged.ids[:, 0], [0, 1, 5, 6, 7])
+  np.testing.assert_array_equal(merged.dense[:, 0], [0, 0.5, 2.5, 3, 3.5])
+
+
+def test_take_batch_stops_before_max_batch_but_takes_one_oversized_request():
+  queue = collections.deque(_Request(None, n, 0.0, None) for n in (3, 4, 2, 9))
+  assert [r.size for r in take_batch(queue, 8)] == [3, 4]  # 3 + 4 + 2 > 8
+  assert [r.size for r in take_batch(queue, 8)] == [2]
+  assert [r.size for r in take_batch(queue, 8)] == [9]  # alone, the predictor splits it
+  assert not queue
+
+
+def test_concurrent_requests_share_batches_and_each_gets_its_own_scores():
+  fn = Recorder()
+  with DynamicBatcher(fn, BatcherSettings(max_batch=64, max_delay_ms=20)) as batcher:
+    results = {}
+
+    def client(k):
+      for j in range(5):
+        start = 100 * k + 10 * j
+        results[start] = (batcher.submit(_rows(start, 1 + (k % 3))).result(10), 1 + (k % 3))
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(16)]
+    for t in threads:
+      t.start()
+    for t in threads:
+      t.join()
+    stats = batcher.stats()
+  for start, (scores, n) in results.items():
+    np.testing.assert_array_equal(scores, _score(_rows(start, n)))
+  assert stats.requests == 80 and stats.examples == sum(n for _, n in results.values())
+  assert stats.batches == len(fn.sizes) < 80  # requests shared predictor calls
+  assert max(fn.sizes) == stats.largest_batch <= 64
+  assert stats.rejected == stats.failed_batches == 0
+
+
+def test_a_batch_closes_at_max_batch_examples():
+  gate = threading.Event()
+  fn = Recorder(gate)
+  with DynamicBatcher(fn, BatcherSettings(max_batch=8, max_delay_ms=10_000)) as batcher:
+    futures = [batcher.submit(_rows(i, 1)) for i in range(20)]
+    gate.set()
+    for i, f in enumerate(futures):
+      np.testing.assert_array_equal(f.result(10), _score(_rows(i, 1)))
+  # The first call may close on its own (8 queued at once or fewer if the worker woke
+  # first), but none exceeds 8 and a 10 s delay never had to pass: full batches closed.
+  assert max(fn.sizes) == 8 and sum(fn.sizes) == 20
+
+
+def test_a_lone_request_waits_for_max_delay_and_no_longer():
+  fn = Recorder()
+  with DynamicBatcher(fn, BatcherSettings(max_batch=64, max_delay_ms=150)) as batcher:
+    t = time.monotonic()
+    batcher.submit(_rows(0, 1)).result(10)
+    waited = time.monotonic() - t
+  assert 0.14 <= waited < 2.0, waited
+  with DynamicBatcher(fn, BatcherSettings(max_batch=1, max_delay_ms=10_000)) as batcher:
+    t = time.monotonic()
+    batcher.submit(_rows(0, 1)).result(10)  # full at one example: no waiting
+    assert time.monotonic() - t < 2.0
+
+
+def test_a_full_queue_refuses_then_accepts_again():
+  gate = threading.Event()
+  with DynamicBatcher(Recorder(gate), BatcherSettings(max_batch=4, max_delay_ms=0,
+                                                      max_queue=6)) as batcher:
+    first = batcher.submit(_rows(0, 4))
+    deadline = time.monotonic() + 10
+    while batcher._queued_examples and time.monotonic() < deadline:  # the worker took it
+      time.sleep(0.001)
+    waiting = batcher.submit(_rows(4, 6))  # 6 queued: the queue is full
+    with pytest.raises(QueueFull, match="queue full: 6 examples waiting.*max_queue=6"):
+      batcher.submit(_rows(10, 1))
+    gate.set()
+    np.testing.assert_array_equal(first.result(10), _score(_rows(0, 4)))
+    np.testing.assert_array_equal(waiting.result(10), _score(_rows(4, 6)))
+    np.testing.assert_array_equal(batcher.submit(_rows(10, 1)).result(10), _score(_rows(10, 1)))
+    assert batcher.stats().rejected == 1
+
+
+def test_a_failing_call_fails_its_requests_and_the_worker_keeps_serving():
+  calls = []
+
+  def flaky(rows):
+    calls.append(len(rows.ids))
+    if len(calls) == 1:
+      raise FloatingPointError("boom")
+    return _score(rows)
+
+  with DynamicBatcher(flaky, BatcherSettings(max_batch=4, max_delay_ms=0)) as batcher:
+    with pytest.raises(FloatingPointError, match="boom"):
+      batcher.submit(_rows(0, 2)).result(10)
+    np.testing.assert_array_equal(batcher.submit(_rows(3, 2)).result(10), _score(_rows(3, 2)))
+    assert batcher.stats().failed_batches == 1
+
+
+def test_scores_of_the_wrong_length_are_an_error_naming_the_shapes():
+  with DynamicBatcher(lambda rows: np.zeros(3), BatcherSettings(max_delay_ms=0)) as batcher:
+    with pytest.raises(ValueError, match=r"returned shape \(3,\) for 2 examples"):
+      batcher.submit(_rows(0, 2)).result(10)
+
+
+def test_predict_async_from_an_event_loop():
+  with DynamicBatcher(Recorder(), BatcherSettings(max_batch=32, max_delay_ms=5)) as batcher:
+
+    async def main():
+      return await asyncio.gather(*(batcher.predict_async(_rows(i, 2)) for i in range(10)))
+
+    results = asyncio.run(main())
+  for i, scores in enumerate(results):
+    np.testing.assert_array_equal(scores, _score(_rows(i, 2)))
+  assert batcher.stats().batches < 10
+
+
+def test_close_answers_the_queued_requests_then_refuses():
+  fn = Recorder()
+  batcher = DynamicBatcher(fn, BatcherSettings(max_batch=64, max_delay_ms=10_000))
+  futures = [batcher.submit(_rows(i, 1)) for i in range(3)]
+  batcher.close()
+  for i, f in enumerate(futures):
+    np.testing.assert_array_equal(f.result(0), _score(_rows(i, 1)))
+  with pytest.raises(RuntimeError, match="closed"):
+    batcher.submit(_rows(0, 1))
+
+
+def test_an_empty_request_is_answered_without_a_call():
+  fn = Recorder()
+  with DynamicBatcher(fn) as batcher:
+    assert batcher.submit(_rows(0, 0)).result(1).shape == (0,)
+  assert fn.sizes == []
+
+
+@pytest.mark.parametrize("field,value", [("max_batch", 0), ("max_queue", 2.5),
+                                         ("max_delay_ms", -1.0)])
+def test_bad_settings_are_named(field, value):
+  with pytest.raises(ValueError, match=f"BatcherSettings.{field}:"):
+    BatcherSettings(**{field: value})

@@ -1,0 +1,135 @@
+"""`Predictor`: a bundle scores as the trainer evaluates, pads and splits batches, refuses
+bad input and a damaged bundle (naming the file)."""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from sfjax.models import MODEL_NAMES
+from sfjax.serving import BundleError, Features, Predictor, RecordError, write_bundle
+from tests.serving import tiny_runs
+
+# fp32 tables: the predictor's forward is the trainer's, compiled for other batch sizes, so
+# logits agree to float32 rounding: |a - b| <= 1e-6 * (1 + |b|) (measured <= 1.5e-6 abs).
+TOL = {"rtol": 1e-6, "atol": 1e-6}
+
+
+@pytest.fixture(scope="module")
+def deepfm(tmp_path_factory):
+  """(run, bundle dir) of a tiny DeepFM on synthetic data, device backend."""
+  root = tmp_path_factory.mktemp("deepfm")
+  run = tiny_runs.train_run(root)
+  bundle = str(root / "bundle")
+  write_bundle(run.workdir, bundle)
+  return run, bundle
+
+
+def _round_trip(run, bundle, **load):
+  logits, ids, dense, _ = tiny_runs.trainer_logits(run)
+  predictor = Predictor.load(bundle, **load)
+  got = predictor.logits_features(Features(ids, dense))
+  np.testing.assert_allclose(got, logits, **TOL)
+  return predictor, logits, ids, dense
+
+
+def test_predictor_logits_equal_the_trainers_eval_logits(deepfm):
+  predictor, logits, ids, dense = _round_trip(*deepfm, batch_sizes=(8, 64, 512))
+  probs = predictor.predict_ids(ids[:100], dense[:100])
+  assert probs.dtype == np.float32 and probs.shape == (100,)
+  np.testing.assert_allclose(probs, 1 / (1 + np.exp(-logits[:100].astype(np.float64))),
+                             rtol=1e-5)
+
+
+@pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.slow)
+                                   for m in (*MODEL_NAMES, "composed") if m != "deepfm"])
+def test_every_model_round_trips(model, tmp_path):
+  run = tiny_runs.train_run(tmp_path, model=model)
+  write_bundle(run.workdir, str(tmp_path / "bundle"))
+  _round_trip(run, str(tmp_path / "bundle"), batch_sizes=(64, 512))
+
+
+@pytest.mark.slow
+def test_cache_backend_round_trips(tmp_path):
+  run = tiny_runs.train_run(tmp_path, backend="cache")
+  write_bundle(run.workdir, str(tmp_path / "bundle"))
+  _round_trip(run, str(tmp_path / "bundle"), batch_sizes=(512,), rows="mmap")
+
+
+@pytest.mark.slow
+def test_row_sharded_run_gives_the_same_predictions(tmp_path):
+  run = tiny_runs.train_run(tmp_path, backend="cache", num_devices=8, sharding="row")
+  write_bundle(run.workdir, str(tmp_path / "bundle"))
+  _round_trip(run, str(tmp_path / "bundle"), batch_sizes=(512,))
+
+
+def test_padding_and_chunking_do_not_change_scores(deepfm):
+  run, bundle = deepfm
+  _, ids, dense, _ = tiny_runs.trainer_logits(run)
+  ids, dense = ids[:37], dense[:37]
+  whole = Predictor.load(bundle, batch_sizes=(64,)).logits_features(Features(ids, dense))
+  small = Predictor.load(bundle, batch_sizes=(1, 8))  # 37 = 4 chunks of 8, the last padded
+  assert small.batch_sizes == (1, 8)
+  np.testing.assert_allclose(small.logits_features(Features(ids, dense)), whole, **TOL)
+  one = small.logits_features(Features(ids[:1], dense[:1]))
+  np.testing.assert_allclose(one, whole[:1], **TOL)
+
+
+def test_bad_ids_and_records_are_refused_by_name(deepfm):
+  run, bundle = deepfm
+  p = Predictor.load(bundle, batch_sizes=(8,))
+  rows = p.manifest["features"][2]["rows"]
+  ids = np.zeros((2, p.num_fields), np.int64)
+  ids[1, 2] = rows
+  with pytest.raises(ValueError, match=rf"ids\[1, 2\] = {rows}: field 'C3'"):
+    p.predict_ids(ids, np.zeros((2, p.num_dense), np.float32))
+  with pytest.raises(ValueError, match="dense: expected"):
+    p.predict_ids(ids[:1], np.zeros((1, 3), np.float32))
+  good = {f["name"]: 0 for f in p.manifest["features"]} | {n: 0.5 for n in
+                                                            p.manifest["dense"]["names"]}
+  assert p.predict([good]).shape == (1,)
+  with pytest.raises(RecordError, match="record 1: missing feature 'C1'"):
+    p.predict([good, {k: v for k, v in good.items() if k != "C1"}])
+  with pytest.raises(RecordError, match="record 0: feature 'C4' has the wrong type str"):
+    p.predict([good | {"C4": "7"}])
+
+
+def _copy(bundle, tmp_path):
+  out = str(tmp_path / "copy")
+  shutil.copytree(bundle, out)
+  return out
+
+
+def test_a_flipped_byte_or_truncated_file_fails_load_naming_it(deepfm, tmp_path):
+  _, bundle = deepfm
+  copy = _copy(bundle, tmp_path)
+  table = os.path.join(copy, "table", sorted(os.listdir(os.path.join(copy, "table")))[0])
+  with open(table, "r+b") as f:
+    f.seek(200)
+    byte = f.read(1)
+    f.seek(200)
+    f.write(bytes([byte[0] ^ 1]))
+  with pytest.raises(BundleError, match=f"{table}: bundle file is corrupt"):
+    Predictor.load(copy)
+  forward = os.path.join(copy, "forward.bin")
+  with open(forward, "r+b") as f:
+    f.truncate(os.path.getsize(forward) - 5)
+  shutil.copyfile(os.path.join(bundle, os.path.relpath(table, copy)), table)
+  with pytest.raises(BundleError, match=f"{forward}: bundle file is corrupt or truncated"):
+    Predictor.load(copy)
+  os.remove(os.path.join(copy, "manifest.json"))
+  with pytest.raises(BundleError, match="manifest.json: no manifest"):
+    Predictor.load(copy)
+
+
+def test_a_device_row_cache_over_the_mmap_table_scores_the_same(deepfm):
+  run, bundle = deepfm
+  _, ids, dense, _ = tiny_runs.trainer_logits(run)
+  ids, dense = ids[:600], dense[:600]
+  want = Predictor.load(bundle, batch_sizes=(64,)).logits_features(Features(ids, dense))
+  cached = Predictor.load(bundle, batch_sizes=(64,), rows="cache", cache_rows=64 * 26)
+  assert cached.rows.capacity < cached.rows.num_rows  # the table does not fit: it evicts
+  np.testing.assert_array_equal(cached.logits_features(Features(ids, dense)), want)
+  stats = cached.rows.stats()
+  assert stats["requests"] == 10 and stats["evictions"] > 0 and stats["hit_rate"] > 0.3
