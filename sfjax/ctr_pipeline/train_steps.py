@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,11 +56,14 @@ from sfjax.ctr_search.space_provider import CTRSearchSpace
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import host_table_files
 from sfjax.models import generator
+from sfjax.serving import bundle as serving_bundle
+from sfjax.serving import manifest as serving_manifest
 from sfjax.train import config_check, loop
 from sfjax.train.defaults import ctr_defaults
 
 _TEST_SPLIT = "test"
 SCORES_FILE, LABELS_FILE = "test_scores.npy", "test_labels.npy"
+BUNDLE_DIR = "bundle"  # fully_train: the final model, served by sfjax.serving.Predictor
 HOST_TABLE_DIR = "host_table"  # a step's default mmap host table, in its directory
 
 
@@ -248,6 +252,20 @@ def _train_and_score(ctx: StepContext, config) -> StepOutput:
   return StepOutput(best_metrics, output)
 
 
+def _write_serving_bundle(ctx: StepContext) -> str:
+  """The final model's serving bundle, `<step dir>/bundle` (`sfjax.serving.write_bundle`).
+
+  A bundle left half-written by a killed run is written again (the manifest comes last, so
+  a directory without one is incomplete).
+  """
+  out = os.path.join(ctx.workdir, BUNDLE_DIR)
+  if os.path.isdir(out) and not os.path.exists(os.path.join(out, serving_manifest.MANIFEST_FILE)):
+    shutil.rmtree(out)
+  if not os.path.isdir(out):
+    serving_bundle.write_bundle(ctx.workdir, out)
+  return ctx.relative(out)
+
+
 class _TrainSteps:
   """fully_train / baseline; configs are mapped with the spaces the application passes in."""
 
@@ -263,7 +281,8 @@ class _TrainSteps:
                             ctx.latest("kept_pairs", None))
     result = _train_and_score(ctx, config)
     return StepOutput(result.best_metrics, {**result.output, "chosen_config": dict(chosen),
-                                            "role": "final"})
+                                            "role": "final",
+                                            "serving_bundle": _write_serving_bundle(ctx)})
 
   def run_baseline(self, ctx: StepContext) -> StepOutput:
     result = _train_and_score(ctx, _recipe(ctx, ctx.block.get("recipe_step", "fully_train")))

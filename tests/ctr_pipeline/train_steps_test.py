@@ -17,9 +17,11 @@ from sfjax.cohorts import arch as arch_lib
 from sfjax.core import metrics
 from sfjax.core.errors import ConfigError
 from sfjax.ctr_pipeline import train_steps as pst
+from sfjax.data import dataset as dataset_lib
 from sfjax.data.types import DatasetSpec, FieldSpec
 from sfjax.embedding.host_table import HostTable
 from sfjax.models import generator
+from sfjax.serving import Features, Predictor
 from sfjax.train import defaults
 
 # Layer sizes are the only derived trial keys (`depth` x `width` -> `model.<name>_dims`).
@@ -163,6 +165,7 @@ def test_fully_train_on_both_backends_scores_the_test_split_alike(tmp_path, monk
         out[backend].best_metrics["test_auc"], abs=1e-6)
     assert out[backend].output["checkpoint"].endswith("step_00000012")
     assert out[backend].best_metrics["model"] == "fm"
+    _assert_bundle_scores_the_test_split(tmp_path / backend, out[backend], scores)
   assert out["cache"].best_metrics["test_auc"] == pytest.approx(
       out["device"].best_metrics["test_auc"], abs=1e-5)
   # Killed after the checkpoint of step 6: the rerun resumes there, trains steps 7..12
@@ -177,6 +180,16 @@ def test_fully_train_on_both_backends_scores_the_test_split_alike(tmp_path, monk
   # Rerun on the finished directory: nothing left to train, same result.
   again = kinds["fully_train"].run(_ctx(tmp_path / "device", _shared_config(), previous=[chosen]))
   assert steps == [6, 0] and again.best_metrics == out["device"].best_metrics
+
+
+def _assert_bundle_scores_the_test_split(root, out, scores):
+  """fully_train's serving bundle gives the step's saved test logits (the final model)."""
+  predictor = Predictor.load(str(root / out.output["serving_bundle"]), batch_sizes=(512,))
+  trained = ml_collections.ConfigDict(out.output["trainer_config"])
+  data = dataset_lib.make_dataset(trained.data, trained.seed)
+  logits = [predictor.logits_features(Features(b.ids[b.mask > 0], b.dense[b.mask > 0]))
+            for b in data.eval_batches("test", 512)]
+  np.testing.assert_allclose(np.concatenate(logits), scores, rtol=1e-5, atol=1e-6)
 
 
 _CHOSEN = StepResult("nas", "nas", "done", {}, {"search_space": "ctr", "best_config": {

@@ -26,7 +26,7 @@ ALLOWED = {
     "ctr_search": {"core", "data", "embedding", "models", "parallel", "train", "automl",
                    "cohorts"},
     "ctr_pipeline": {"core", "data", "embedding", "models", "train", "checkpoint", "automl",
-                     "cohorts", "structure", "compress", "ctr_search"},
+                     "cohorts", "structure", "compress", "ctr_search", "serving"},
     # a trained model as a self-contained bundle and what serves it (its predictor imports
     # only core: a bundle is served without the model classes or the training code)
     "serving": {"core", "data", "embedding", "parallel", "models", "train", "checkpoint"},
