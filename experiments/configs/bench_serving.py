@@ -1,0 +1,65 @@
+"""Config of `python -m experiments.bench_serving`: the HTTP endpoint under load, and in-process.
+
+Run:
+  python -m experiments.bench_serving --config=experiments/configs/bench_serving.py
+  python -m experiments.bench_serving --config.mode=inprocess
+  python -m experiments.bench_serving --config.bundle=BUNDLE --config.mode=http
+  python -m experiments.bench_serving --config=experiments/configs/bench_serving.py:smoke
+
+Variants (the text after ':'): '' (issue #23's workload: DeepFM, 26 fields x 100k hashed
+rows, dim 16, MLP 400-400-400, trained a few steps on synthetic Criteo lines; HTTP at
+concurrency 1, 4, 8, 16 and 32 with 1 and 64 examples per request, 10 s per level, then
+60 s at concurrency 16; in-process at batch 1, 64, 4096 beside the training step), 'smoke'
+(seconds: 26 fields x 100 rows, dim 4, MLP 16, levels of 1 s, a long run of 2 s, no
+training step).
+"""
+
+import ml_collections
+
+
+def get_config(arg: str = "") -> ml_collections.ConfigDict:
+  """Returns the benchmark's config; `arg` selects a variant ('' or 'smoke')."""
+  c = ml_collections.ConfigDict()
+  c.mode = "both"  # http | inprocess | both
+  c.bundle = ""  # serve this bundle; '' = train the workload below and export it
+  # ---- the model behind the bundle (trained `train_steps` steps on Criteo-format lines)
+  c.model = "deepfm"
+  c.rows_per_field = 100_000  # hashed rows per field
+  c.embed_dim = 16
+  c.mlp_dims = (400, 400, 400)
+  c.train_steps = 4  # steps trained before export (the figures need a bundle, not a model)
+  c.train_batch_size = 4096
+  c.train_lines = 32_768  # synthetic Criteo lines written for training
+  c.request_lines = 8_192  # distinct lines the requests draw from (held-out split)
+  # ---- HTTP load (the server runs in a subprocess on 127.0.0.1, a free port)
+  c.concurrency = (1, 4, 8, 16, 32)  # concurrent clients per level
+  c.peak_concurrency = 16  # ... and of the long run (peak_duration_s)
+  c.request_sizes = (1, 64)  # examples per request
+  c.duration_s = 10.0  # seconds per level (bounded by max_requests too)
+  c.peak_duration_s = 60.0  # seconds of the long run (no errors, no lost requests)
+  c.max_requests = 1_000_000  # requests per level, at most
+  c.warmup_s = 1.0  # untimed load before each level
+  c.request_timeout_s = 10.0  # a request unanswered this long is lost
+  c.startup_timeout_s = 300.0  # the server loads the bundle and compiles every batch size
+  c.max_batch = 256  # the server's batcher: examples per predictor call
+  c.max_delay_ms = 0.0  # ... and the longest wait for a batch to fill (0: none)
+  c.server_batch_sizes = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 4096)  # compiled at start-up
+  # ---- in-process (no HTTP): Predictor.predict_features, and the training step
+  c.inprocess_batch_sizes = (1, 64, 4096)
+  c.inprocess_seconds = 3.0  # per batch size (bounded by inprocess_reps too)
+  c.inprocess_reps = 2_000
+  c.train_step = True  # also time the training step (experiments/bench_train.py) for the ratio
+  c.train_step_steps = 20  # its timed steps
+  c.out = ""  # also write the JSON result here
+  if arg == "smoke":
+    c.rows_per_field, c.embed_dim, c.mlp_dims = 100, 4, (16,)
+    c.train_steps, c.train_batch_size, c.train_lines, c.request_lines = 2, 64, 512, 256
+    c.concurrency, c.peak_concurrency = (1, 4), 4
+    c.duration_s, c.peak_duration_s, c.warmup_s = 1.0, 2.0, 0.2
+    c.max_requests = 2_000
+    c.server_batch_sizes = (1, 8, 64, 256)
+    c.inprocess_batch_sizes, c.inprocess_seconds, c.inprocess_reps = (1, 64), 0.5, 50
+    c.train_step = False
+  elif arg:
+    raise ValueError(f"unknown config variant {arg!r} (known: '', 'smoke')")
+  return c

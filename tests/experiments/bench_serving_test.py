@@ -1,0 +1,96 @@
+"""experiments/bench_serving.py: the smoke run in-process (a server subprocess), config checks."""
+
+import json
+import math
+
+import pytest
+
+from experiments import bench_serving
+from experiments.configs import bench_serving as bench_config
+from sfjax.core import ConfigError
+
+
+def _config(**overrides):
+  config = bench_config.get_config("smoke")
+  config.update(overrides)
+  return config
+
+
+@pytest.mark.slow  # trains a tiny model, then serves it from a subprocess
+def test_bench_serving_smoke():
+  final = bench_serving.run(_config())
+  json.dumps(final)  # one JSON line
+  assert final["benchmark"] == "bench_serving" and final["mode"] == "both"
+  http = final["http"]
+  assert http["server_alive_after"]
+  levels = http["levels"]
+  assert [(lv["request_size"], lv["concurrency"]) for lv in levels] == [
+      (1, 1), (1, 4), (64, 1), (64, 4)]
+  assert set(http["peak"]) == {"1", "64"}
+  for lv in levels + list(http["peak"].values()):
+    assert lv["errors"] == 0 and lv["lost"] == 0, lv
+    assert lv["requests"] == lv["sent"] > 0
+    assert math.isclose(lv["qps"], lv["requests"] / lv["seconds"])
+    assert math.isclose(lv["examples_per_sec"], lv["qps"] * lv["request_size"])
+    assert 0 < lv["p50_ms"] <= lv["p95_ms"] <= lv["p99_ms"]
+    # Bounded in time (1 s or 2 s, plus the last requests in flight) and in count.
+    assert lv["seconds"] < 2.0 + 10.0 and lv["sent"] <= 2_000
+    assert lv["mean_batch"] >= lv["request_size"]  # the server's batches hold whole requests
+  assert http["peak"]["64"]["concurrency"] == 4 and http["peak"]["64"]["seconds"] >= 2.0
+  inproc = final["inprocess"]
+  assert set(inproc["batches"]) == {"1", "64"}
+  for b, figures in inproc["batches"].items():
+    assert math.isclose(figures["examples_per_sec"], int(b) / (figures["ms"] * 1e-3))
+  assert inproc["parse_records_per_sec"] > 0
+  assert "train_examples_per_sec" not in inproc  # smoke skips the training step
+
+
+def test_request_bodies_cycle_through_the_lines():
+  bodies = bench_serving.request_bodies(["a", "b", "c"], 2)
+  assert [json.loads(b)["records"] for b in bodies] == [["a", "b"]]
+  bodies = bench_serving.request_bodies(["a", "b", "c"], 1)
+  assert [json.loads(b)["records"] for b in bodies] == [["a"], ["b"], ["c"]]
+  assert [json.loads(b)["records"] for b in bench_serving.request_bodies(["a"], 3)] == [
+      ["a", "a", "a"]]
+
+
+def test_time_calls_is_bounded_in_count():
+  calls = []
+  median = bench_serving.time_calls(lambda: calls.append(1), seconds=60.0, reps=7)
+  assert len(calls) == 8 and median >= 0  # one untimed call, then 7 timed
+
+
+def test_server_env_drops_only_the_fake_device_flag(monkeypatch):
+  monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_cpu_foo=1")
+  env = bench_serving.server_env()
+  assert env["XLA_FLAGS"] == "--xla_cpu_foo=1" and env["JAX_PLATFORMS"] == "cpu"
+
+
+def test_training_config_is_the_issues_workload():
+  c = bench_serving.training_config(bench_config.get_config(), "/data")
+  assert (c.model.name, c.model.embed_dim, tuple(c.model.mlp_dims)) == (
+      "deepfm", 16, (400, 400, 400))
+  assert (c.data.format, c.data.hash_rows) == ("criteo", 100_000)  # 26 fields x 100k rows
+  assert c.data.train_path == "/data/train.tsv" and c.train.steps == 4
+
+
+def test_smoke_variant_and_unknown_variant():
+  smoke = bench_config.get_config("smoke")
+  assert smoke.peak_duration_s <= 5 and not smoke.train_step
+  assert bench_config.get_config().peak_duration_s == 60.0  # the issue's 60 s run
+  with pytest.raises(ValueError, match="unknown config variant 'big'"):
+    bench_config.get_config("big")
+
+
+@pytest.mark.parametrize("field,value", [("mode", "grpc"), ("concurrency", (0, 4)),
+                                         ("request_sizes", ()), ("duration_s", 0.0),
+                                         ("max_requests", 0)])
+def test_bad_fields_are_named(field, value):
+  with pytest.raises(ConfigError, match=f"config field {field}:"):
+    bench_serving.run(_config(**{field: value}))
+
+
+def test_the_training_step_ratio_needs_the_same_mlp():
+  with pytest.raises(ConfigError, match="config field train_step: .* not \\(16,\\)"):
+    bench_serving.run(_config(train_step=True))
+
