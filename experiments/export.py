@@ -12,6 +12,7 @@ summary as one JSON line.
 """
 
 import json
+import os
 
 from absl import app, flags, logging
 
@@ -34,6 +35,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.INFO)
+  if not os.path.isdir(_WORKDIR.value):
+    raise FileNotFoundError(f"--workdir={_WORKDIR.value}: no such run directory")
   # The run's owner: an export never reads a checkpoint that a live run is still writing.
   with hold_workdir(_WORKDIR.value, "experiments.export"):
     summary = _export()

@@ -10,6 +10,7 @@ import json
 
 from absl import app, flags
 
+from experiments import cli
 from sfjax.viz import write_plots
 
 
@@ -28,4 +29,4 @@ if __name__ == "__main__":
   # imports into one process (a test, a notebook) without a DuplicateFlagError.
   _WORKDIR = flags.DEFINE_string("workdir", None, "A run's, search's or pipeline's workdir.")
   flags.mark_flags_as_required(["workdir"])
-  app.run(main)
+  cli.run_main(main, usage=(ValueError,))

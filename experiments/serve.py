@@ -19,6 +19,7 @@ import sys
 import uvicorn
 from absl import app, flags
 
+from experiments import cli
 from sfjax.serving import Predictor, ServerSettings, make_app
 
 # A merged batch has any size up to max_batch; it runs padded to the next compiled size,
@@ -83,4 +84,4 @@ if __name__ == "__main__":
   _BATCH_SIZES = flags.DEFINE_string("batch_sizes", DEFAULT_BATCH_SIZES,
                                      "Batch sizes compiled at start-up.")
   flags.mark_flags_as_required(["bundle"])
-  app.run(main)
+  cli.run_main(main, usage=(ValueError,))

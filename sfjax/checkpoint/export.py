@@ -52,11 +52,28 @@ def _load_config(workdir: str) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(json.load(f))
 
 
-def _mapping(config, out_dir: str) -> dict[str, Any]:
+def _check_trained_mapping(meta: dict[str, Any], mapping_file: str) -> None:
+  """Refuses a `mapping.json` that is not the one the run trained on (the checkpoint's data
+  fingerprint, `sfjax.train.resume_check`, records its size and CRC-32; older checkpoints
+  record none and pass)."""
+  files = meta.get("fingerprint", {}).get("data", {}).get("data.train_path files", {})
+  recorded = files.get(mapping_file)
+  if recorded is None:
+    return
+  with open(mapping_file, "rb") as f:
+    data = f.read()
+  if (len(data), digest.crc32(data)) != (recorded.get("bytes"), recorded.get("crc32")):
+    raise ValueError(f"{mapping_file}: not the mapping this run trained on (size/CRC-32 differ "
+                     "from the checkpoint's record); the export would map values to the wrong "
+                     "rows")
+
+
+def _mapping(config, out_dir: str, meta: dict[str, Any]) -> dict[str, Any]:
   """The mapping settings of `config.data` (copying a preprocessed directory's files)."""
   d = config.data
   if d.format == "preprocessed":
     src = d.train_path
+    _check_trained_mapping(meta, os.path.join(src, "mapping.json"))
     os.makedirs(os.path.join(out_dir, "mapping"))
     shutil.copyfile(os.path.join(src, "mapping.json"), os.path.join(out_dir, "mapping",
                                                                      "mapping.json"))
@@ -136,7 +153,7 @@ def export_checkpoint(workdir: str, out_dir: str, checkpoint_path: str | None = 
       "embedding_layout": "models with first-order terms: row[:-1] is the field vector, "
                           "row[-1] the first-order weight",
       "field_names": names, "field_rows": rows, "field_offsets": offsets,
-      "mapping": _mapping(config, tmp), "values": value_files, "slots": slot_files,
+      "mapping": _mapping(config, tmp, meta), "values": value_files, "slots": slot_files,
   }
   atomic_write(os.path.join(tmp, _MANIFEST_FILE), json.dumps(manifest, indent=1))
   if os.path.isdir(out_dir):

@@ -96,3 +96,15 @@ def test_export_skips_a_corrupt_latest_and_records_the_mapping(tmp_path):
   np.testing.assert_array_equal(
       np.load(tmp_path / "export3" / "mapping" / "vocabulary" / "C1.keys.npy"), np.arange(3))
   assert checkpoint.committed_steps(root) == [6, 12]  # an export renames nothing
+
+
+def test_export_refuses_a_mapping_other_than_the_one_trained_on(tmp_path):
+  mapping = tmp_path / "mapping.json"
+  mapping.write_bytes(b'{"kind": "vocabulary"}')
+  meta = {"fingerprint": {"data": {"data.train_path files": {
+      str(mapping): {"bytes": len(mapping.read_bytes()), "crc32": zlib.crc32(mapping.read_bytes())}}}}}
+  export._check_trained_mapping(meta, str(mapping))  # the same file: passes
+  export._check_trained_mapping({}, str(mapping))  # a checkpoint without the record: passes
+  mapping.write_bytes(b'{"kind": "hashing!!!"}')  # same size, other bytes (a swapped mapping)
+  with pytest.raises(ValueError, match=f"{mapping}: not the mapping this run trained on"):
+    export._check_trained_mapping(meta, str(mapping))
