@@ -34,12 +34,14 @@ def _field_salts(num_fields: int) -> np.ndarray:
   return splitmix64(np.arange(num_fields, dtype=np.uint64) ^ _FIELD_SALT)
 
 
-def value_keys(values: np.ndarray) -> np.ndarray:
+def value_keys(values: np.ndarray, salts: np.ndarray | None = None) -> np.ndarray:
   """Stable per-field 64-bit keys of raw values.
 
   Args:
     values: [n, F] bytes (numpy 'S' dtype). Values must not contain NUL bytes
       (text fields never do); b'' is the missing value.
+    salts: [F] uint64 per-field salts; None: the fields' own (`splitmix64(f ^ SALT)`).
+      A serving bundle records them and passes them back.
 
   Returns:
     [n, F] uint64.
@@ -53,7 +55,8 @@ def value_keys(values: np.ndarray) -> np.ndarray:
   padded = np.zeros((n, num_fields, words * 8), dtype=np.uint8)
   padded[..., :width] = values.view(np.uint8).reshape(n, num_fields, width)
   packed = padded.view("<u8")  # [n, F, words]
-  h = np.broadcast_to(_field_salts(num_fields), (n, num_fields)).copy()
+  salts = _field_salts(num_fields) if salts is None else np.asarray(salts, np.uint64)
+  h = np.broadcast_to(salts, (n, num_fields)).copy()
   for k in range(words):
     word = packed[..., k]
     # Trailing all-zero words are padding (values have no NUL bytes): skipping

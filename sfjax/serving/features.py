@@ -26,8 +26,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sfjax.core.errors import DataFormatError
-from sfjax.core.hashing import splitmix64
-from sfjax.data import avazu, criteo, text_io
+from sfjax.data import avazu, criteo, feature_map, text_io
 
 _AVAZU_HEADER = b"id,click,hour," + b",".join(c.encode() for c in avazu.CATEGORICAL_COLUMNS)
 
@@ -53,26 +52,6 @@ def concat_features(parts: Sequence[Features]) -> Features:
   return Features(*(np.concatenate(p, axis=0) for p in zip(*parts, strict=True)))
 
 
-def salted_keys(values: np.ndarray, salts: np.ndarray) -> np.ndarray:
-  """[n, F] uint64 keys of raw values [n, F] bytes with per-field `salts` [F] uint64.
-
-  h = salt[f]; for each nonzero 8-byte little-endian word w of the zero-padded value:
-  h = splitmix64(h ^ w); key = splitmix64(h) (`sfjax.data.feature_map.value_keys`).
-  """
-  values = np.ascontiguousarray(values)
-  n, num_fields = values.shape
-  width = values.dtype.itemsize
-  words = max(1, -(-width // 8))
-  padded = np.zeros((n, num_fields, words * 8), dtype=np.uint8)
-  padded[..., :width] = values.view(np.uint8).reshape(n, num_fields, width)
-  packed = padded.view("<u8")  # [n, F, words]
-  h = np.broadcast_to(np.asarray(salts, np.uint64), (n, num_fields)).copy()
-  for k in range(words):
-    word = packed[..., k]
-    h = np.where(word != 0, splitmix64(h ^ word), h)
-  return splitmix64(h)
-
-
 class FeatureMapping:
   """The bundle's raw value -> local row rule (manifest `mapping`).
 
@@ -92,7 +71,7 @@ class FeatureMapping:
 
   def __call__(self, values: np.ndarray) -> np.ndarray:
     """[n, F] raw bytes -> [n, F] int64 local rows."""
-    keys = salted_keys(values, self.salts)
+    keys = feature_map.value_keys(values, self.salts)
     if self.kind == "hashing":
       return (keys % self.hash_rows).astype(np.int64)
     ids = np.zeros(keys.shape, np.int64)

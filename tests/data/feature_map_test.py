@@ -118,3 +118,13 @@ def test_make_mapper_selects_and_validates():
 def test_value_keys_rejects_non_bytes():
   with pytest.raises(TypeError, match="bytes"):
     feature_map.value_keys(np.array([["a"]]))
+
+
+def test_value_keys_take_recorded_salts():
+  rng = np.random.default_rng(0)
+  words = [b"", b"a", b"68fd1e64", b"0123456789abcdef", b"x" * 23, "é€".encode()]
+  values = np.asarray(rng.choice(np.asarray(words, dtype=object), size=(50, 7)).astype(bytes))
+  own = feature_map._field_salts(7)
+  np.testing.assert_array_equal(feature_map.value_keys(values, own), feature_map.value_keys(values))
+  other = feature_map.value_keys(values, np.roll(own, 1))  # another field's salt: other keys
+  assert (other != feature_map.value_keys(values)).all()

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import ctr
-from sfjax.data import SyntheticCTR, avazu, feature_map
+from sfjax.data import SyntheticCTR, avazu
 from sfjax.data import dataset as dataset_lib
 from sfjax.serving.bundle import feature_mapping
 from sfjax.serving.features import (
@@ -13,16 +13,7 @@ from sfjax.serving.features import (
   RecordError,
   RecordParser,
   concat_features,
-  salted_keys,
 )
-
-
-def test_salted_keys_are_the_training_key_rule():
-  rng = np.random.default_rng(0)
-  words = [b"", b"a", b"68fd1e64", b"0123456789abcdef", b"x" * 23, "é€".encode()]
-  values = np.asarray(rng.choice(np.asarray(words, dtype=object), size=(50, 7)).astype(bytes))
-  np.testing.assert_array_equal(salted_keys(values, feature_map._field_salts(7)),  # noqa: SLF001
-                                feature_map.value_keys(values))
 
 
 def _parser(data, config, tmp_path):
