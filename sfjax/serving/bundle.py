@@ -123,7 +123,8 @@ def _write_table(chunks, out: str, dtype: str, num_rows: int, width: int) -> dic
   os.makedirs(os.path.join(out, "table"))
   entries = []
   for lo, values, scales in chunks:
-    entry = {"rows": [lo, lo + int(values.shape[0])], "values": f"table/rows_{lo:012d}.npy"}
+    entry: dict[str, Any] = {"rows": [lo, lo + int(values.shape[0])],
+                             "values": f"table/rows_{lo:012d}.npy"}
     if dtype == "int8" and scales is None:
       values, scales = quantize_int8(values)
     if scales is not None:

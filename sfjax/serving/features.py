@@ -118,6 +118,7 @@ class RecordParser:
                           f"{self.record_format} line, got {type(record).__name__}")
       values[i], dense[i] = self._dict_record(i, record)
     as_bytes = values.astype(bytes) if n else np.zeros((0, len(self.field_names)), "S1")
+    assert self.mapping is not None  # record_format 'ids' returned above
     return Features(self.mapping(as_bytes.reshape(n, -1)), dense)
 
   def _parse_lines(self, lines: list, indices: list[int]) -> text_io.RawChunk:
@@ -125,7 +126,7 @@ class RecordParser:
     data = [(x if isinstance(x, bytes) else x.encode("utf-8")).rstrip(b"\r\n") + b"\n"
             for x in lines]
     if self.record_format == "criteo":
-      parse, _ = criteo.CriteoFormat().start_file(None, "request")
+      parse, _ = criteo.CriteoFormat().start_file(io.BytesIO(b""), "request")
     else:
       parse, _ = avazu.AvazuFormat().start_file(io.BytesIO(_AVAZU_HEADER + b"\n"), "request")
     try:

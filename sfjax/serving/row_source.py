@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+import jax
 import numpy as np
 
 
@@ -25,8 +26,9 @@ class RowSource(Protocol):
   num_rows: int
   width: int
 
-  def gather(self, rows: np.ndarray) -> np.ndarray:
-    """rows [n] int64 global table rows in [0, V) -> float32 [n, E]."""
+  def gather(self, rows: np.ndarray) -> np.ndarray | jax.Array:
+    """rows [n] int64 global table rows in [0, V) -> float32 [n, E] (on the host, or on the
+    device for the row cache)."""
 
 
 def decode_rows(values: np.ndarray, scales: np.ndarray | None) -> np.ndarray:
@@ -49,7 +51,7 @@ def quantize_int8(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _load_chunks(path: str, table: Mapping[str, Any], mmap: bool):
   """[(lo, values, scales or None)] of a manifest table, each file memory-mapped or read."""
-  mode = "r" if mmap else None
+  mode: Literal["r"] | None = "r" if mmap else None
   out = []
   for chunk in table["chunks"]:
     values = np.load(os.path.join(path, chunk["values"]), mmap_mode=mode)

@@ -19,7 +19,8 @@ from sfjax.data import avazu, criteo, shards, text_io
 from sfjax.serving.features import Features
 from sfjax.serving.predictor import Predictor
 
-_TEXT_FORMATS = {"criteo": criteo.CriteoFormat, "avazu": avazu.AvazuFormat}
+_TEXT_FORMATS: dict[str, Callable[[], text_io.LineFormat]] = {
+    "criteo": criteo.CriteoFormat, "avazu": avazu.AvazuFormat}
 SCORING_FORMATS = (*_TEXT_FORMATS, "preprocessed")
 
 
