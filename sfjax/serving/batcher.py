@@ -213,14 +213,19 @@ class DynamicBatcher:
         raise ValueError(f"DynamicBatcher: predict_fn returned shape {scores.shape} for "
                          f"{total} examples")
     except Exception as err:  # every request of the batch gets the error, the worker lives
+      self._count(batch, total, failed=1)
       for r in batch:
         r.future.set_exception(err)
-      failed = 1
     else:
+      # Counted before any answer goes out: a caller that reads stats() after its answer
+      # sees its own batch.
+      self._count(batch, total, failed=0)
       ends = np.cumsum(sizes)
       for r, end, size in zip(batch, ends, sizes, strict=True):
         r.future.set_result(scores[end - size:end])
-      failed = 0
+
+  def _count(self, batch: list[_Request], total: int, failed: int) -> None:
+    """Adds one executed batch to the counters."""
     with self._cond:
       c = self._counts
       c["requests"] += len(batch)
