@@ -30,6 +30,7 @@ import search_spaces
 from experiments import cli
 from sfjax.automl.pipeline import (
   PipelineLockedError,
+  parse_steps,
   run_pipeline,
   set_step_flags,
   summary_table,
@@ -63,6 +64,7 @@ def main(argv):
   kinds, finalize = application(config)
   with config.unlocked():  # a step flag may set a key its block lacks
     set_step_flags(config, _STEP_FLAGS, kinds)
+  parse_steps(config, kinds)  # a bad config is named before the workdir is made or locked
   with hold_workdir(_WORKDIR.value, "pipeline"):  # one owner per workdir (issue #25)
     report = run_pipeline(config, _WORKDIR.value, kinds, finalize=finalize)
   sys.stdout.write(summary_table(report))
