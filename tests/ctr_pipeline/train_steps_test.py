@@ -208,7 +208,10 @@ def _scores(root, result):
   return np.load(root / result.output["test_scores"])
 
 
-@pytest.mark.parametrize("host_storage", ["mmap", pytest.param("ram", marks=pytest.mark.slow)])
+# Both storages are slow (about 19 s each); the fast tier keeps resume-identical through
+# tests/train (DESIGN §6), and tests/faults/pipeline_faults_test.py kills the pipeline CLI.
+@pytest.mark.parametrize("host_storage", [pytest.param("mmap", marks=pytest.mark.slow),
+                                          pytest.param("ram", marks=pytest.mark.slow)])
 def test_training_steps_rerun_after_a_crash_on_either_host_storage(tmp_path, monkeypatch,
                                                                     host_storage):
   kinds = pst.train_step_kinds({"ctr": SEARCH_SPACE})

@@ -89,16 +89,14 @@ def test_concurrent_requests_share_batches_and_each_gets_its_own_scores():
 
 
 def test_a_batch_closes_at_max_batch_examples():
-  gate = threading.Event()
-  fn = Recorder(gate)
+  fn = Recorder()
+  start = time.monotonic()
   with DynamicBatcher(fn, BatcherSettings(max_batch=8, max_delay_ms=10_000)) as batcher:
-    futures = [batcher.submit(_rows(i, 1)) for i in range(20)]
-    gate.set()
+    futures = [batcher.submit(_rows(i, 1)) for i in range(16)]
     for i, f in enumerate(futures):
-      np.testing.assert_array_equal(f.result(10), _score(_rows(i, 1)))
-  # The first call may close on its own (8 queued at once or fewer if the worker woke
-  # first), but none exceeds 8 and a 10 s delay never had to pass: full batches closed.
-  assert max(fn.sizes) == 8 and sum(fn.sizes) == 20
+      np.testing.assert_array_equal(f.result(5), _score(_rows(i, 1)))
+  # Two full batches closed at 8 examples each, long before the 10 s delay.
+  assert fn.sizes == [8, 8] and time.monotonic() - start < 5.0
 
 
 def test_a_lone_request_waits_for_max_delay_and_no_longer():
