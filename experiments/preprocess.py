@@ -1,10 +1,12 @@
-"""Preprocess text CTR logs once into binary shards: `python -m experiments.preprocess`.
+"""Preprocess text or Parquet CTR logs once into binary shards: `python -m experiments.preprocess`.
 
   python -m experiments.preprocess --config=experiments/configs/ctr.py \\
       --config.data.format=criteo --config.data.train_path='/d/day_*.gz' \\
       --config.data.eval_path=/d/eval.gz [--config.data.test_path=...] \\
       --config.data.hash_rows=1000000 | --config.data.min_count=10   --out=DIR [--overwrite]
 
+Parquet: --config.data.format=parquet with the columns of `data.parquet` (scalar columns
+only: list columns are not preprocessed yet; train from the Parquet files).
 Then train from DIR with `--config.data.format=preprocessed --config.data.train_path=DIR`.
 The mapping is the one training from the text files builds (hashing, or the
 one-pass vocabulary); DIR's layout is described in `sfjax/data/preprocessed.py`.

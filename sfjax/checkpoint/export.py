@@ -153,6 +153,9 @@ def export_checkpoint(workdir: str, out_dir: str, checkpoint_path: str | None = 
       "embedding_layout": "models with first-order terms: row[:-1] is the field vector, "
                           "row[-1] the first-order weight",
       "field_names": names, "field_rows": rows, "field_offsets": offsets,
+      # A feature layout (bags, sequences, shared tables): the field_* entries above are
+      # then its tables' row ranges, and `features` says which feature reads which table.
+      **({"features": meta["features"]} if "features" in meta else {}),
       "mapping": _mapping(config, tmp, meta), "values": value_files, "slots": slot_files,
   }
   atomic_write(os.path.join(tmp, _MANIFEST_FILE), json.dumps(manifest, indent=1))

@@ -101,7 +101,8 @@ class CTRTask:
 
 def _stack_batches(batches: list[state_lib.DeviceBatch]) -> state_lib.DeviceBatch:
   """[N] host DeviceBatches -> one DeviceBatch of numpy arrays with a leading [N] axis."""
-  return state_lib.DeviceBatch(*(np.stack(parts) for parts in zip(*batches, strict=True)))
+  return state_lib.DeviceBatch(*(None if parts[0] is None else np.stack(parts)
+                                 for parts in zip(*batches, strict=True)))
 
 
 @functools.partial(jax.jit, static_argnums=2)

@@ -19,6 +19,9 @@ class DeviceBatch(NamedTuple):
     dense: [B, Nd] float32.
     labels: [B] float32.
     mask: [B] float32, 0 for padding examples.
+    weights: None (one id per field, weight 1), or [B, S] float32 per-id weights of a
+      feature layout's S id columns (0 in padding columns; `vids` is then [B, S]),
+      pooled into fields by the model's input wrapper (`sfjax.models.pooling`).
   """
 
   rows: Any
@@ -26,3 +29,4 @@ class DeviceBatch(NamedTuple):
   dense: Any
   labels: Any
   mask: Any
+  weights: Any = None

@@ -3,18 +3,22 @@
   make_dataset(config.data, seed) -> CTRDataset   one entry for every format (synthetic,
                                                   Criteo, Avazu, MovieLens, preprocessed)
   SyntheticCTR                                    Criteo-like data with planted signal
+  MultihotCTR                                     bags, long bags and a history sequence
+                                                  with a planted model (format multihot)
   preprocess_files(...)                           text files -> memory-mapped shards
   dataset_digests(DIR)                            spec / mapping / split digests of a
                                                   preprocessed directory (checked)
   Batch / DatasetSpec / FieldSpec                 what a data set yields and describes
 
 Modules: readers (`criteo`, `avazu`, `movielens`, `text_io`), feature -> row mapping
-(`feature_map`), synthetic data (`synthetic`, `planted`), preprocessed shards
+(`feature_map`), synthetic data (`synthetic`, `planted`,
+`multihot`, `multihot_model`), preprocessed shards
 (`preprocessed`, `preprocessed_layout`, `shards`), value checks (`validate`), batching
 (`batching`) and the types (`types`).
 """
 
 from sfjax.data.dataset import KNOWN_FORMATS, CTRDataset, make_dataset
+from sfjax.data.multihot import MultihotConfig, MultihotCTR
 from sfjax.data.preprocessed import DEFAULT_ROWS_PER_SHARD, preprocess_files
 from sfjax.data.preprocessed_layout import dataset_digests
 from sfjax.data.synthetic import (
@@ -32,6 +36,8 @@ __all__ = [
   "CTRDataset",
   "DatasetSpec",
   "FieldSpec",
+  "MultihotCTR",
+  "MultihotConfig",
   "SyntheticCTR",
   "SyntheticConfig",
   "bounded_power_law_ranks",

@@ -17,15 +17,15 @@ from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
-from sfjax.data.types import Batch, concat_batches
+from sfjax.data.types import Batch, concat_batches, map_arrays
 
 
 def take(batch: Batch, index: np.ndarray | slice) -> Batch:
   """The examples `index` (a slice, positions or a boolean mask) of `batch`."""
   if isinstance(index, np.ndarray) and index.dtype != bool:
     # np.take gathers rows ~3x faster than fancy indexing (the shuffle buffer's hot path).
-    return Batch(*(np.take(a, index, axis=0) for a in batch))
-  return Batch(*(a[index] for a in batch))
+    return map_arrays(lambda a: np.take(a, index, axis=0), batch)
+  return map_arrays(lambda a: a[index], batch)
 
 
 def _pad_batch(batch: Batch, batch_size: int) -> Batch:
@@ -33,7 +33,8 @@ def _pad_batch(batch: Batch, batch_size: int) -> Batch:
   extra = batch_size - batch.size
   if extra < 0:
     raise ValueError(f"batch of {batch.size} examples exceeds batch_size {batch_size}")
-  return Batch(*(np.concatenate([a, np.zeros((extra,) + a.shape[1:], a.dtype)]) for a in batch))
+  return map_arrays(lambda a: np.concatenate([a, np.zeros((extra,) + a.shape[1:], a.dtype)]),
+                    batch)
 
 
 def rebatch(chunks: Iterable[Batch], batch_size: int, pad_last: bool) -> Iterator[Batch]:
@@ -114,7 +115,8 @@ def _shuffle_stream(chunks: Iterable[Batch], buffer_size: int,
     slots = rng.choice(buffer_size, size=chunk.size, replace=False)
     out = take(buffer, slots)  # Fancy indexing copies: safe to hand out.
     for dst, src in zip(buffer, chunk, strict=True):
-      dst[slots] = src
+      if dst is not None:  # weights are absent (None) without a feature layout
+        dst[slots] = src
     yield out
   leftover = pending + ([buffer] if buffer is not None else [])
   if leftover:

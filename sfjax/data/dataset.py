@@ -1,7 +1,8 @@
 """Dataset factory: `make_dataset(data_cfg, seed) -> CTRDataset`.
 
 `data_cfg` is the `data` block of a CTR config (`sfjax/train/defaults.py`):
-  * format: 'synthetic' | 'criteo' | 'avazu' | 'movielens' | 'preprocessed'.
+  * format: 'synthetic' | 'multihot' | 'criteo' | 'avazu' | 'parquet' | 'movielens' |
+    'preprocessed' ('parquet': `sfjax.data.parquet`, columns from `data.parquet`).
   * train_path / eval_path / test_path: comma-separated globs (file formats);
     eval splits are 'eval' (if eval_path) and 'test' (if test_path).
     'preprocessed' reads one directory, train_path, written by
@@ -164,6 +165,17 @@ def _synthetic(data_cfg, seed: int) -> CTRDataset:
   return SyntheticCTR(data_cfg.synthetic, seed)
 
 
+def _multihot(data_cfg, seed: int) -> CTRDataset:
+  from sfjax.data.multihot import MultihotCTR  # pylint: disable=import-outside-toplevel
+  return MultihotCTR(data_cfg.multihot, seed)
+
+
+def _parquet(data_cfg, seed: int) -> CTRDataset:
+  from sfjax.data.parquet import ParquetDataset  # pylint: disable=import-outside-toplevel
+  del seed  # the shuffle seed comes with `train_batches`
+  return ParquetDataset(data_cfg)
+
+
 def _preprocessed(data_cfg, seed: int) -> CTRDataset:
   # preprocessed.py builds text data sets through this module: imported on use, no cycle.
   from sfjax.data.preprocessed import PreprocessedDataset  # pylint: disable=import-outside-toplevel
@@ -178,11 +190,14 @@ _DIRECTORY_FORMATS = {"preprocessed": _preprocessed}
 # a new format registers its builder here.
 DATA_FORMATS: dict[str, Callable[[ml_collections.ConfigDict, int], CTRDataset]] = {
     "synthetic": _synthetic,
+    "multihot": _multihot,
     "criteo": lambda data_cfg, seed: FileCTRDataset(_LINE_FORMATS["criteo"](), data_cfg),
     "avazu": lambda data_cfg, seed: FileCTRDataset(_LINE_FORMATS["avazu"](), data_cfg),
+    "parquet": _parquet,
     "movielens": lambda data_cfg, seed: movielens.MovieLensDataset(data_cfg),
     **_DIRECTORY_FORMATS,
 }
 KNOWN_FORMATS: tuple[str, ...] = tuple(DATA_FORMATS)
-FILE_FORMATS: tuple[str, ...] = tuple(_LINE_FORMATS)  # read from train_path / eval_path files
+# read from train_path / eval_path files
+FILE_FORMATS: tuple[str, ...] = tuple(_LINE_FORMATS) + ("parquet",)
 DIRECTORY_FORMATS: tuple[str, ...] = tuple(_DIRECTORY_FORMATS)  # read from the train_path directory

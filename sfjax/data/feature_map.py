@@ -29,9 +29,13 @@ from sfjax.data.types import DatasetSpec, FieldSpec
 _FIELD_SALT = np.uint64(0xC7F0E1D2A3B4C5D6)
 
 
-def _field_salts(num_fields: int) -> np.ndarray:
-  """[F] uint64 per-field hash salts."""
+def field_salts(num_fields: int) -> np.ndarray:
+  """[F] uint64 per-field hash salts: `value_keys(column[:, None], field_salts(F)[f:f + 1])`
+  equals column f of `value_keys(values)` (a reader of ragged columns keys them one by one)."""
   return splitmix64(np.arange(num_fields, dtype=np.uint64) ^ _FIELD_SALT)
+
+
+_field_salts = field_salts  # the name sfjax.serving.bundle reads
 
 
 def value_keys(values: np.ndarray, salts: np.ndarray | None = None) -> np.ndarray:
@@ -55,7 +59,7 @@ def value_keys(values: np.ndarray, salts: np.ndarray | None = None) -> np.ndarra
   padded = np.zeros((n, num_fields, words * 8), dtype=np.uint8)
   padded[..., :width] = values.view(np.uint8).reshape(n, num_fields, width)
   packed = padded.view("<u8")  # [n, F, words]
-  salts = _field_salts(num_fields) if salts is None else np.asarray(salts, np.uint64)
+  salts = field_salts(num_fields) if salts is None else np.asarray(salts, np.uint64)
   h = np.broadcast_to(salts, (n, num_fields)).copy()
   for k in range(words):
     word = packed[..., k]
@@ -70,6 +74,9 @@ class FeatureMapper(Protocol):
 
   def __call__(self, values: np.ndarray) -> np.ndarray:
     """[n, F] bytes -> [n, F] int64 with 0 <= ids[:, f] < rows of field f."""
+
+  def rows_of_keys(self, keys: np.ndarray, field: int) -> np.ndarray:
+    """[n] uint64 value keys of field `field` -> [n] int64 rows."""
 
   def dataset_spec(self, field_names: Sequence[str], num_dense: int) -> DatasetSpec:
     """The `DatasetSpec` of batches whose ids this mapper produced."""
@@ -89,7 +96,12 @@ class HashingMapper:
 
   def __call__(self, values: np.ndarray) -> np.ndarray:
     """[n, F] bytes -> [n, F] int64 rows in [0, num_rows)."""
-    return (value_keys(values) % np.uint64(self.num_rows)).astype(np.int64)
+    return self.rows_of_keys(value_keys(values), 0)
+
+  def rows_of_keys(self, keys: np.ndarray, field: int) -> np.ndarray:
+    """Value keys (any shape, any field) -> int64 rows in [0, num_rows)."""
+    del field  # every field hashes alike
+    return (keys % np.uint64(self.num_rows)).astype(np.int64)
 
   def dataset_spec(self, field_names: Sequence[str], num_dense: int) -> DatasetSpec:
     """Every field gets `num_rows` rows."""
@@ -122,13 +134,18 @@ class Vocabulary:
     if keys.shape[1] != len(self.keys):
       raise ValueError(f"vocabulary has {len(self.keys)} fields, values have {keys.shape[1]}")
     ids = np.zeros(keys.shape, dtype=np.int64)
-    for f, vocab in enumerate(self.keys):
-      if vocab.shape[0] == 0:
-        continue
-      pos = np.searchsorted(vocab, keys[:, f])
-      found = vocab[np.minimum(pos, vocab.shape[0] - 1)] == keys[:, f]
-      ids[:, f] = np.where(found, pos + 1, 0)
+    for f in range(len(self.keys)):
+      ids[:, f] = self.rows_of_keys(keys[:, f], f)
     return ids
+
+  def rows_of_keys(self, keys: np.ndarray, field: int) -> np.ndarray:
+    """[n] uint64 value keys of field `field` -> [n] int64 rows; unseen or rare -> 0."""
+    vocab = self.keys[field]
+    if vocab.shape[0] == 0:
+      return np.zeros(keys.shape, dtype=np.int64)
+    pos = np.searchsorted(vocab, keys)
+    found = vocab[np.minimum(pos, vocab.shape[0] - 1)] == keys
+    return np.where(found, pos + 1, 0).astype(np.int64)
 
   def dataset_spec(self, field_names: Sequence[str], num_dense: int) -> DatasetSpec:
     """Field f gets `field_rows[f]` rows."""
@@ -179,15 +196,31 @@ def build_vocabulary(value_chunks: Iterable[np.ndarray], num_fields: int,
   Returns:
     The vocabulary; values below `min_count` map to the OOV row 0.
   """
+  def key_chunks():
+    for values in value_chunks:
+      if values.ndim != 2 or values.shape[1] != num_fields:
+        raise ValueError(f"expected [n, {num_fields}] values, got shape {values.shape}")
+      keys = value_keys(values)
+      yield [keys[:, f] for f in range(num_fields)]
+
+  return build_vocabulary_from_keys(key_chunks(), num_fields, min_count)
+
+
+def build_vocabulary_from_keys(key_chunks: Iterable[Sequence[np.ndarray]], num_fields: int,
+                               min_count: int = 1) -> Vocabulary:
+  """`build_vocabulary` from value keys: each chunk holds F arrays [n_f] uint64 of any lengths.
+
+  Ragged inputs (the ids of list columns, `sfjax.data.parquet`) key their values field by
+  field (`value_keys` with `field_salts`) and count them here.
+  """
   if int(min_count) < 1:
     raise ValueError(f"min_count must be >= 1, got {min_count}")
   counters = [_KeyCounter() for _ in range(num_fields)]
-  for values in value_chunks:
-    if values.ndim != 2 or values.shape[1] != num_fields:
-      raise ValueError(f"expected [n, {num_fields}] values, got shape {values.shape}")
-    keys = value_keys(values)
-    for f, counter in enumerate(counters):
-      counter.add(keys[:, f])
+  for keys in key_chunks:
+    if len(keys) != num_fields:
+      raise ValueError(f"expected {num_fields} key arrays, got {len(keys)}")
+    for counter, field_keys in zip(counters, keys, strict=True):
+      counter.add(np.asarray(field_keys, np.uint64))
   kept, distinct = [], []
   for counter in counters:
     counter.merge()
@@ -197,7 +230,8 @@ def build_vocabulary(value_chunks: Iterable[np.ndarray], num_fields: int,
 
 
 def make_mapper(hash_rows: int, min_count: int,
-                value_chunks: Callable[[], Iterable[np.ndarray]], num_fields: int) -> FeatureMapper:
+                value_chunks: Callable[[], Iterable[np.ndarray]], num_fields: int,
+                chunks_are_keys: bool = False) -> FeatureMapper:
   """The mapper a data config asks for.
 
   Args:
@@ -206,6 +240,8 @@ def make_mapper(hash_rows: int, min_count: int,
     value_chunks: returns the training values ([n_i, F] bytes chunks); only
       called (once) to build a vocabulary.
     num_fields: F.
+    chunks_are_keys: `value_chunks` returns key chunks instead
+      (`build_vocabulary_from_keys`).
 
   Returns:
     A `HashingMapper` or a `Vocabulary`.
@@ -216,4 +252,5 @@ def make_mapper(hash_rows: int, min_count: int,
     return HashingMapper(int(hash_rows))
   if int(min_count) < 1:
     raise ValueError(f"data.min_count must be >= 1 when data.hash_rows == 0, got {min_count}")
-  return build_vocabulary(value_chunks(), num_fields, int(min_count))
+  build = build_vocabulary_from_keys if chunks_are_keys else build_vocabulary
+  return build(value_chunks(), num_fields, int(min_count))

@@ -26,7 +26,7 @@ import numpy as np
 
 from sfjax.core import atomic, background
 from sfjax.core.errors import ConfigError
-from sfjax.data import batching, dataset, shards
+from sfjax.data import batching, dataset, parquet_columns, shards
 from sfjax.data import preprocessed_layout as layout
 from sfjax.data.types import Batch, DatasetSpec
 
@@ -111,7 +111,8 @@ def preprocess_files(data_cfg: ml_collections.ConfigDict, out_dir: str,
   from the text files builds.
 
   Raises:
-    ConfigError: `data.format` is not a text format, or `data.eval_path` is empty.
+    ConfigError: `data.format` is not a file format (text or Parquet), `data.eval_path` is
+      empty, or Parquet with list columns (not supported yet).
     FileExistsError: `out_dir` is not empty (and not `overwrite`).
   """
   if str(data_cfg.format) not in dataset.FILE_FORMATS:
@@ -119,6 +120,12 @@ def preprocess_files(data_cfg: ml_collections.ConfigDict, out_dir: str,
                       f"({', '.join(dataset.FILE_FORMATS)}), got {data_cfg.format!r}")
   if not str(data_cfg.eval_path).strip():
     raise ConfigError("config field data.eval_path: required to preprocess (it becomes DIR/eval)")
+  if str(data_cfg.format) == "parquet":
+    if parquet_columns.parse_columns(data_cfg.parquet).has_layout:
+      # Multi-hot shards (values + offsets per list column) are not written yet (issue #22).
+      raise ConfigError("config field data.parquet.bags: preprocessing list columns or shared "
+                        "tables is not supported yet; train from the Parquet files "
+                        "(data.format=parquet)")
   _check_out_dir(out_dir, overwrite)  # fail before a long vocabulary pass
   source = dataset.make_dataset(data_cfg, seed=0)
   return _preprocess_splits(source, out_dir, rows_per_shard, overwrite)

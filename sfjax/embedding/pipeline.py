@@ -175,6 +175,7 @@ class CachePipeline(Iterator[StepInputs]):
   """
 
   def __init__(self, batches: Iterable[types.Batch], *, field_offsets: np.ndarray,
+               column_rows: np.ndarray | None = None,
                host_table: host_table_lib.HostTable, planner: cache_planner.CachePlanner,
                put_batch: Callable[[Any], Any], put_swap: Callable[[Any], Any],
                loader_depth: int = 4, layout: sharded_cache.SlotLayout | None = None,
@@ -197,6 +198,7 @@ class CachePipeline(Iterator[StepInputs]):
                                                      self.layout.num_shards)
     self.host_table, self.planner = host_table, planner
     self._offsets = np.asarray(field_offsets, np.int64)
+    self._column_rows = column_rows
     self._put_batch, self._put_swap = put_batch, put_swap
     self.buckets = (sharded_cache.owner_buckets(planner.fill_capacity, self.layout.num_shards)
                     if sharded_swap else swap_buckets(planner.fill_capacity))
@@ -223,7 +225,9 @@ class CachePipeline(Iterator[StepInputs]):
   # ---- Data-Loader ----------------------------------------------------------
   def _load(self, batch: types.Batch) -> tuple[types.Batch, vsi.VirtualIds]:
     t = time.perf_counter()
-    ids = vsi.global_row_ids(batch.ids, self._offsets, self.host_table.num_rows)
+    ids = vsi.global_row_ids(batch.ids, self._offsets, self.host_table.num_rows,
+                             column_rows=self._column_rows,
+                             allow_padding=batch.weights is not None)
     virt = vsi.dedup_ids(ids, self.planner.unique_capacity, pad_id=-1)
     with self._stats_lock:
       self.stats.loader_seconds += time.perf_counter() - t
@@ -241,16 +245,19 @@ class CachePipeline(Iterator[StepInputs]):
     with self._stats_lock:
       self.stats.manager_wait_seconds += time.perf_counter() - t
 
-  def _device_rows(self, plan: cache_planner.CachePlan, vids: np.ndarray):
+  def _device_rows(self, plan: cache_planner.CachePlan, virt: vsi.VirtualIds):
     """(rows, vids) of the step's unique ids for the device: physical slots padded to a
-    unique bucket, or per-owner blocks of local slots (`owner_blocks`)."""
+    unique bucket, or per-owner blocks of local slots (`owner_blocks`). Padding ids
+    (bags, sequences) point at the padding entry U, which the bucket then includes."""
+    vids = virt.vids
     if not self._owner_blocks:
-      unique = bucket_for(plan.num_unique, self.unique_buckets)
+      unique = bucket_for(plan.num_unique + int(virt.has_padding), self.unique_buckets)
       return self.layout.physical(plan.slots[:unique]), vids
     shards = self.layout.num_shards
     min_rows = 0 if self._bucket_unique else -(-self.planner.unique_capacity // shards)
     return sharded_cache.block_by_owner(self.layout.physical(plan.slots[:plan.num_unique]), vids,
-                                        self.layout, self.block_buckets, min_rows=min_rows)
+                                        self.layout, self.block_buckets, min_rows=min_rows,
+                                        has_padding=virt.has_padding)
 
   def _manage(self) -> Iterator[StepInputs]:
     for step, (batch, virt) in enumerate(self._loader):
@@ -265,9 +272,9 @@ class CachePipeline(Iterator[StepInputs]):
       if not self._sharded_swap:
         swap = cache_lib.CacheSwap(*(x[0] for x in swap))
       size = staged.swap.fill_slots.shape[1]
-      rows, vids = self._device_rows(plan, virt.vids)
+      rows, vids = self._device_rows(plan, virt)
       unique = rows.shape[0]
-      db = DeviceBatch(rows, vids, batch.dense, batch.labels, batch.mask)
+      db = DeviceBatch(rows, vids, batch.dense, batch.labels, batch.mask, batch.weights)
       db, swap = self._put_batch(db), self._put_swap(swap)
       put_bytes = device_bytes((db, swap))
       inputs = StepInputs(step, db, swap, plan, staged.evict_ids)

@@ -151,7 +151,8 @@ def stage_swap(plan: cache_planner.CachePlan, fill_values: np.ndarray,
 
 
 def block_by_owner(slots: np.ndarray, vids: np.ndarray, layout: SlotLayout,
-                   buckets: tuple[int, ...], min_rows: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                   buckets: tuple[int, ...], min_rows: int = 0,
+                   has_padding: bool = False) -> tuple[np.ndarray, np.ndarray]:
   """Lays a step's unique rows out in per-owner blocks (host side of the row exchange).
 
   Args:
@@ -160,6 +161,8 @@ def block_by_owner(slots: np.ndarray, vids: np.ndarray, layout: SlotLayout,
     layout: the slot layout.
     buckets: ascending block lengths; the smallest holding the busiest owner's rows is used.
     min_rows: rows per block at least (e.g. ceil(B*F / D): a no-VSI benchmark's volume).
+    has_padding: vids equal to U (padding ids of bags and sequences) point at a padding
+      entry of the least busy block (blocks grow by one row if every block is full).
 
   Returns:
     rows [D * Ud] int32: block d holds device d's LOCAL slots (padding = C);
@@ -168,10 +171,17 @@ def block_by_owner(slots: np.ndarray, vids: np.ndarray, layout: SlotLayout,
   d, c = layout.num_shards, layout.rows_per_shard
   owner, local, pos, counts = _by_owner(np.asarray(slots), layout)
   busiest = max(int(counts.max(initial=0)), min_rows)
+  if has_padding:  # some block must keep a padding row for the padding ids
+    busiest = max(busiest, int(counts.min()) + 1)
   size = buckets[min(int(np.searchsorted(buckets, busiest)), len(buckets) - 1)]
+  if size < busiest:
+    raise ValueError(f"per-owner blocks of {size} rows cannot hold {busiest}")
   rows = np.full((d, size), c, np.int32)
   rows[owner, pos] = local
   position = (owner * size + pos).astype(np.int32)  # unique i -> its place in the blocks
+  if has_padding:
+    spare = int(np.argmin(counts))
+    position = np.append(position, np.int32(spare * size + counts[spare]))
   return rows.reshape(-1), np.take(position, vids)
 
 

@@ -50,13 +50,15 @@ class VirtualIds(NamedTuple):
 
   Attributes:
     uniq: [capacity] int64 unique global row ids; entries >= num_unique hold `pad_id`.
-    vids: [B, F] int32 virtual ids into `uniq`.
+    vids: [B, S] int32 virtual ids into `uniq`; padding ids point at entry num_unique.
     num_unique: U, the number of real entries of `uniq`.
+    has_padding: some vids point at the padding entry num_unique (which must exist).
   """
 
   uniq: np.ndarray
   vids: np.ndarray
   num_unique: int
+  has_padding: bool = False
 
 
 def field_rows(field_offsets: np.ndarray, num_rows: int | None) -> np.ndarray:
@@ -72,33 +74,46 @@ def field_rows(field_offsets: np.ndarray, num_rows: int | None) -> np.ndarray:
 
 
 def global_row_ids(local_ids: np.ndarray, field_offsets: np.ndarray,
-                   num_rows: int | None = None) -> np.ndarray:
-  """[B, F] per-field rows -> [B, F] int64 rows of the concatenated table.
+                   num_rows: int | None = None, *, column_rows: np.ndarray | None = None,
+                   allow_padding: bool = False) -> np.ndarray:
+  """[B, S] per-column rows -> [B, S] int64 rows of the concatenated table.
 
   Args:
-    local_ids: [B, F] ids local to each field.
-    field_offsets: [F] start of each field in the concatenated table.
+    local_ids: [B, S] ids local to each column's table.
+    field_offsets: [S] start of each column's table in the concatenated table.
     num_rows: V, the table size, which bounds the last field; None: the last
       field's ids are only checked to be >= 0.
+    column_rows: [S] rows of each column's table; None: from the offsets (ascending,
+      one table per column). A feature layout passes `DatasetSpec.column_rows`
+      (shared tables repeat an offset).
+    allow_padding: the padding id -1 may appear (bags, sequences); it stays -1.
 
   Raises:
     IdRangeError: an id lies outside its field's rows (the first one, in row-major order).
   """
   ids = np.asarray(local_ids, np.int64)
-  rows = field_rows(field_offsets, num_rows)
-  bad = validate.first_bad_id(ids, rows)
+  rows = field_rows(field_offsets, num_rows) if column_rows is None else np.asarray(
+      column_rows, np.int64)
+  pad = (ids == -1) if allow_padding else None
+  checked = ids if pad is None else np.where(pad, 0, ids)
+  bad = validate.first_bad_id(checked, rows)
   if bad is not None:
-    unbounded = num_rows is None and bad.column == rows.shape[0] - 1
+    unbounded = column_rows is None and num_rows is None and bad.column == rows.shape[0] - 1
     raise IdRangeError(bad.row, bad.column, int(bad.value),
                        None if unbounded else int(rows[bad.column]))
-  return ids + np.asarray(field_offsets, np.int64)[None, :]
+  out = ids + np.asarray(field_offsets, np.int64)[None, :]
+  return out if pad is None else np.where(pad, -1, out)
 
 
 def dedup_ids(ids: np.ndarray, capacity: int, pad_id: int) -> VirtualIds:
   """Deduplicates `ids` and pads the unique set to `capacity`.
 
+  Padding ids (-1, the unused columns of bags and sequences) get no unique entry:
+  their virtual id is U, the first padding entry of `uniq` (which holds `pad_id`:
+  gathers read zeros, scatters drop it), so they need one spare entry.
+
   Args:
-    ids: [B, F] int64 global row ids.
+    ids: [B, S] int64 global row ids; -1 = padding.
     capacity: fixed length of `uniq` (static shape of the device step).
     pad_id: value written into the padding entries of `uniq` (e.g. the table size,
       an out-of-range row that device gathers fill and scatters drop).
@@ -107,28 +122,46 @@ def dedup_ids(ids: np.ndarray, capacity: int, pad_id: int) -> VirtualIds:
     VirtualIds.
 
   Raises:
-    ValueError: if the batch has more unique ids than `capacity`.
+    ValueError: if the batch has more unique ids than `capacity` (less the spare entry).
   """
-  uniq, inverse = np.unique(ids, return_inverse=True)
+  real = ids >= 0
+  has_padding = not bool(real.all())
+  if has_padding:
+    uniq, inverse = np.unique(ids[real], return_inverse=True)
+  else:
+    uniq, inverse = np.unique(ids, return_inverse=True)
   n = int(uniq.shape[0])
-  if n > capacity:
+  if n + has_padding > capacity:
     raise ValueError(
-        f"batch has {n} unique ids but embedding.unique_capacity is {capacity}; "
-        "raise embedding.unique_capacity (0 means batch_size * num_fields)")
+        f"batch has {n} unique ids{' + 1 padding entry' if has_padding else ''} but "
+        f"embedding.unique_capacity is {capacity}; raise embedding.unique_capacity "
+        "(0 means batch_size * id columns, + 1 with bags)")
   padded = np.full((capacity,), pad_id, dtype=np.int64)
   padded[:n] = uniq
-  return VirtualIds(padded, inverse.reshape(ids.shape).astype(np.int32), n)
+  if has_padding:
+    vids = np.full(ids.shape, n, np.int32)
+    vids[real] = inverse
+  else:
+    vids = inverse.reshape(ids.shape).astype(np.int32)
+  return VirtualIds(padded, vids, n, has_padding)
+
+
+def unique_capacity(batch_size: int, num_columns: int, has_padding: bool) -> int:
+  """The default padded unique-set size: every id distinct (+ the padding entry)."""
+  return batch_size * num_columns + int(has_padding)
 
 
 def prepare_batch(batch: types.Batch, field_offsets: np.ndarray, capacity: int,
-                  num_rows: int) -> tuple[DeviceBatch, int]:
+                  num_rows: int, column_rows: np.ndarray | None = None
+                  ) -> tuple[DeviceBatch, int]:
   """Host side of an on-device-table step: VSI over the batch, ids -> int32 rows (numpy).
 
   Args:
-    batch: host batch with per-field local ids.
-    field_offsets: [F] start of each field in the concatenated table.
+    batch: host batch with per-column local ids (-1 padding allowed when it has weights).
+    field_offsets: [S] start of each column's table in the concatenated table.
     capacity: padded size of the unique set.
     num_rows: V, the table size; also the padding row.
+    column_rows: [S] rows of each column's table (a feature layout), else None.
 
   Returns:
     (DeviceBatch of numpy arrays, number of unique ids).
@@ -139,7 +172,8 @@ def prepare_batch(batch: types.Batch, field_offsets: np.ndarray, capacity: int,
   if num_rows >= 2**31:
     raise ValueError(f"table of {num_rows} rows does not fit int32 device indices; "
                      "use the cache backend, whose slots are int32")
-  ids = global_row_ids(batch.ids, field_offsets, num_rows)
+  ids = global_row_ids(batch.ids, field_offsets, num_rows, column_rows=column_rows,
+                       allow_padding=batch.weights is not None)
   virt = dedup_ids(ids, capacity, pad_id=num_rows)
   return DeviceBatch(virt.uniq.astype(np.int32), virt.vids, batch.dense, batch.labels,
-                     batch.mask), virt.num_unique
+                     batch.mask, batch.weights), virt.num_unique

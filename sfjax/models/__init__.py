@@ -5,6 +5,7 @@ from sfjax.models.composed import ComposedModel
 from sfjax.models.dcnv2 import CROSS_STRUCTURES, CrossLayer, DCNv2
 from sfjax.models.deep_blocks import bottom_space, tower_space
 from sfjax.models.deepfm import DeepFM
+from sfjax.models.din import DIN
 from sfjax.models.dlrm import DLRM, num_interactions, pairwise_dot_interactions
 from sfjax.models.field_layout import EMBEDDING_DIMS, embedding_space
 from sfjax.models.fm import FM, fm_pairwise
@@ -26,6 +27,8 @@ from sfjax.models.registry import (
     ALL_MODEL_NAMES,
     HPARAM_KEYS,
     MODEL_NAMES,
+    SEQUENCE_MODEL_NAMES,
+    TRAIN_MODEL_NAMES,
     build_model,
     build_model_from_config,
     embedding_width,
@@ -48,6 +51,7 @@ __all__ = [
   "ComposedModel",
   "CrossLayer",
   "DCNv2",
+  "DIN",
   "DLRM",
   "DeepFM",
   "DenseLinear",
@@ -57,6 +61,8 @@ __all__ = [
   "LR",
   "MLP",
   "MODEL_NAMES",
+  "SEQUENCE_MODEL_NAMES",
+  "TRAIN_MODEL_NAMES",
   "WideDeep",
   "XDeepFM",
   "bottom_space",

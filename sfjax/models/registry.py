@@ -2,10 +2,13 @@
 
     model = build_model_from_config(cfg.model, num_fields=F, num_dense=Nd, rngs=nnx.Rngs(0))
     width = embedding_width(cfg.model.name, cfg.model.embed_dim)  # embedding row width E
+    model = build_model_from_config(cfg.model, ..., layout=spec.layout)  # bags, sequences
 
 Each model takes the keyword hyperparameters it uses (`mlp_dims`, `cross_layers`,
 ...) and the builder drops those it does not, so one `model` config serves all
 models. A key that no model knows is an error (a typo must not pass silently).
+A sequence model (DIN) also takes the fields it reads from the data set's feature
+layout (`cls.layout_args(layout)`), like the sizes: no config key names them.
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ from typing import Any, Protocol
 from flax import nnx
 
 from sfjax.core import names
+from sfjax.core.feature_layout import FeatureLayout
+from sfjax.models import pooling
 from sfjax.models.autoint import AutoInt
 from sfjax.models.composed import ComposedModel
 from sfjax.models.dcnv2 import DCNv2
 from sfjax.models.deepfm import DeepFM
+from sfjax.models.din import DIN
 from sfjax.models.dlrm import DLRM
 from sfjax.models.fm import FM
 from sfjax.models.gated_fm import GatedFM
@@ -57,15 +63,27 @@ _MODELS: dict[str, ModelClass] = {
     # `model.name` names them.
     "gated_fm": GatedFM,
     "group_interactions": GroupInteractions,
+    # Sequence models (issue #22): they read a behaviour sequence unpooled, so they need a
+    # data set whose feature layout has a `sequence` feature (`cls.layout_args`).
+    "din": DIN,
 }
 STRUCTURE_MODEL_NAMES: tuple[str, ...] = ("gated_fm", "group_interactions")
+SEQUENCE_MODEL_NAMES: tuple[str, ...] = ("din",)
 # The named models (each also one spec of the generator: `generator.named_model_spec`).
-MODEL_NAMES: tuple[str, ...] = tuple(n for n in _MODELS
-                                     if n != "composed" and n not in STRUCTURE_MODEL_NAMES)
-# What `model.name` accepts: the named models and `composed`.
-ALL_MODEL_NAMES: tuple[str, ...] = tuple(n for n in _MODELS if n not in STRUCTURE_MODEL_NAMES)
+MODEL_NAMES: tuple[str, ...] = tuple(
+    n for n in _MODELS
+    if n != "composed" and n not in STRUCTURE_MODEL_NAMES and n not in SEQUENCE_MODEL_NAMES)
+# The models any data set trains, built without a feature layout: the named models and
+# `composed`. What a cohort trial's `model.name` accepts (`sfjax.cohorts.arch`: trials
+# build their models without a layout, so no sequence model).
+ALL_MODEL_NAMES: tuple[str, ...] = (*MODEL_NAMES, "composed")
+# What the trainer's `model.name` accepts (`train.config_check`): those and the sequence
+# models (the trainer passes the data set's layout).
+TRAIN_MODEL_NAMES: tuple[str, ...] = (*ALL_MODEL_NAMES, *SEQUENCE_MODEL_NAMES)
 
 _SIZE_ARGS = frozenset({"num_fields", "embed_dim", "num_dense", "rngs"})
+# Constructor arguments a sequence model takes from the layout (`layout_args`), not a config.
+_LAYOUT_ARGS = frozenset({"target_field", "sequence_field"})
 
 
 def model_class(name: str) -> ModelClass:
@@ -85,7 +103,8 @@ def model_parameters(name: str) -> Mapping[str, inspect.Parameter]:
 def model_hparams(name: str) -> tuple[str, ...]:
   """The hyperparameter keys model `name` uses (its keyword arguments besides sizes)."""
   params = model_parameters(name)
-  return tuple(p for p in params if p != "self" and p not in _SIZE_ARGS)
+  return tuple(p for p in params
+               if p != "self" and p not in _SIZE_ARGS and p not in _LAYOUT_ARGS)
 
 
 HPARAM_KEYS: tuple[str, ...] = tuple(sorted({k for n in _MODELS for k in model_hparams(n)}))
@@ -104,24 +123,28 @@ def embedding_width(name: str, embed_dim: int) -> int:
 
 
 def build_model(name: str, *, num_fields: int, embed_dim: int, num_dense: int, rngs: nnx.Rngs,
-                **hparams: Any) -> nnx.Module:
+                layout: FeatureLayout | None = None, **hparams: Any) -> nnx.Module:
   """Builds model `name`; hyperparameters it does not use are ignored.
 
   Args:
-    name: one of ALL_MODEL_NAMES.
+    name: one of TRAIN_MODEL_NAMES (or a structure-search model).
     num_fields: F, the number of categorical fields.
     embed_dim: D (`model.embed_dim`); see `embedding_width` for the row width.
     num_dense: Nd, the number of dense features (may be 0).
     rngs: initialisation keys.
+    layout: the data set's feature layout, which a sequence model reads the fields it
+      attends over from (`layout_args`); required by SEQUENCE_MODEL_NAMES, unused by the
+      others. The model is not wrapped (`build_model_from_config` pools).
     **hparams: `model.*` keys (`mlp_dims`, `cross_layers`, `cross_rank`,
       `cross_structure`, `bottom_mlp_dims`, `attention_layers`, `attention_heads`,
-      `attention_dim`, `cin_dims`, `blocks`).
+      `attention_dim`, `cin_dims`, `blocks`, `din_attention_dims`).
 
   Returns:
     The NNX module, called as `model(emb [B, F, E], dense [B, Nd]) -> logits [B]`.
 
   Raises:
-    ValueError: unknown name, a key no model uses, or a bad value.
+    ValueError: unknown name, a key no model uses, or a bad value (a ConfigError
+      naming `model.name` for a sequence model without a sequence in `layout`).
   """
   cls = model_class(name)
   unknown = sorted(set(hparams) - set(HPARAM_KEYS))
@@ -129,11 +152,12 @@ def build_model(name: str, *, num_fields: int, embed_dim: int, num_dense: int, r
     raise ValueError(f"unknown model hyperparameter(s) {', '.join('model.' + k for k in unknown)} "
                      f"(known: {', '.join(HPARAM_KEYS)})")
   used = {k: v for k, v in hparams.items() if k in model_hparams(name)}
-  return cls(num_fields=num_fields, embed_dim=embed_dim, num_dense=num_dense, rngs=rngs, **used)
+  return cls(num_fields=num_fields, embed_dim=embed_dim, num_dense=num_dense, rngs=rngs,
+             **used, **sequence_args(name, layout))
 
 
 def build_model_from_config(model_cfg: Mapping[str, Any], *, num_fields: int, num_dense: int,
-                            rngs: nnx.Rngs) -> nnx.Module:
+                            rngs: nnx.Rngs, layout: FeatureLayout | None = None) -> nnx.Module:
   """Builds the model described by the `model` ConfigDict (or a plain mapping).
 
   Args:
@@ -141,6 +165,9 @@ def build_model_from_config(model_cfg: Mapping[str, Any], *, num_fields: int, nu
     num_fields: F.
     num_dense: Nd (may be 0).
     rngs: initialisation keys.
+    layout: None, or the data set's feature layout (bags, sequences): the model is
+      then wrapped in `pooling.PooledInput` and called as
+      `model(emb [B, S, E], dense, weights [B, S])`.
 
   Returns:
     The NNX module.
@@ -150,5 +177,18 @@ def build_model_from_config(model_cfg: Mapping[str, Any], *, num_fields: int, nu
     if key not in cfg:
       raise ValueError(f"model config lacks model.{key} (got keys: {', '.join(sorted(cfg))})")
   name, embed_dim = cfg.pop("name"), cfg.pop("embed_dim")
-  return build_model(name, num_fields=num_fields, embed_dim=embed_dim, num_dense=num_dense,
-                     rngs=rngs, **cfg)
+  if layout is not None and num_fields != layout.num_features:
+    raise ValueError(f"model of {num_fields} fields for a layout of {layout.num_features} features")
+  model = build_model(name, num_fields=num_fields, embed_dim=embed_dim, num_dense=num_dense,
+                      rngs=rngs, layout=layout, **cfg)
+  return model if layout is None else pooling.PooledInput(model, layout)
+
+
+def sequence_args(name: str, layout: FeatureLayout | None) -> dict[str, Any]:
+  """Layout-derived constructor arguments of a sequence model (none for the others).
+
+  A model class with a `layout_args(layout)` static method gets its result (it raises a
+  ConfigError naming `model.name` when `layout` is None or lacks what it reads).
+  """
+  maker = getattr(model_class(name), "layout_args", None)
+  return {} if maker is None else dict(maker(layout))

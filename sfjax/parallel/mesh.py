@@ -58,4 +58,4 @@ def batch_shardings(mesh, rows_on_owners: bool = False) -> DeviceBatch:
   """Per-field shardings of a DeviceBatch: examples on 'data'; unique rows replicated, or
   (`rows_on_owners`, a row-sharded cache) in per-device blocks on 'data'."""
   rep, data = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-  return DeviceBatch(data if rows_on_owners else rep, data, data, data, data)
+  return DeviceBatch(data if rows_on_owners else rep, data, data, data, data, data)

@@ -138,7 +138,8 @@ class DeviceBackend:
                build_step: BuildStep, row_opt: row_optimizers.RowOptimizer, mesh):
     self.spec, self.width, self.num_rows = spec, width, spec.total_rows
     self.capacity_rows = self.num_rows
-    self.capacity = config.embedding.unique_capacity or config.train.batch_size * spec.num_fields
+    self.capacity = config.embedding.unique_capacity or vsi.unique_capacity(
+        config.train.batch_size, spec.num_columns, spec.has_padding)
     self.batch_sharding = mesh_lib.batch_shardings(mesh)
     self.initial_table = device_table.init_table(
         self.num_rows, width, row_opt, seed=config.seed, stddev=config.embedding.init_stddev,
@@ -160,20 +161,21 @@ class DeviceBackend:
 
   def train_inputs(self, batches: Iterable[types.Batch]) -> TrainInputs:
     """Background VSI + device_put of the training batches."""
-    offsets = self.spec.field_offsets
+    offsets, column_rows = self.spec.column_offsets, self.spec.column_rows
 
     def prep(b):
       # VSI over the global batch (the same on every process); each process puts only
       # its own examples (`distributed.put_global`).
-      db, n = vsi.prepare_batch(b, offsets, self.capacity, self.num_rows)
+      db, n = vsi.prepare_batch(b, offsets, self.capacity, self.num_rows, column_rows)
       return distributed.put_global(db, self.batch_sharding), n
 
     return background.map_in_background(prep, batches, maxsize=self._prefetch, name="sfjax-data")
 
   def prepare_eval(self, batch: types.Batch) -> DeviceBatch:
     """VSI of an eval batch: rows of the device table."""
-    capacity = batch.size * self.spec.num_fields
-    return vsi.prepare_batch(batch, self.spec.field_offsets, capacity, self.num_rows)[0]
+    capacity = vsi.unique_capacity(batch.size, self.spec.num_columns, self.spec.has_padding)
+    return vsi.prepare_batch(batch, self.spec.column_offsets, capacity, self.num_rows,
+                             self.spec.column_rows)[0]
 
   def eval_logits(self, state, prepared) -> jax.Array:
     """Logits [B] of a prepared eval batch (several processes: each scores its own
@@ -219,7 +221,8 @@ class CacheBackend:
                build_step: BuildStep, row_opt: row_optimizers.RowOptimizer, mesh):
     e = config.embedding
     self.spec, self.width, self.num_rows = spec, width, spec.total_rows
-    self.capacity = e.unique_capacity or config.train.batch_size * spec.num_fields
+    self.capacity = e.unique_capacity or vsi.unique_capacity(
+        config.train.batch_size, spec.num_columns, spec.has_padding)
     self.sharding_name = names.lookup({k: k for k in CACHE_SHARDINGS}, e.cache_sharding,
                                       "embedding.cache_sharding", "cache sharding")
     row = self.sharding_name == "row"
@@ -304,7 +307,8 @@ class CacheBackend:
       raise RuntimeError("the cache backend runs one training pipeline at a time")
     row = self.sharding_name == "row"
     self._pipeline = pipeline_lib.CachePipeline(
-        batches, field_offsets=self.spec.field_offsets, host_table=self.host_table,
+        batches, field_offsets=self.spec.column_offsets, column_rows=self.spec.column_rows,
+        host_table=self.host_table,
         planner=self.planner,
         put_batch=lambda db: distributed.put_global(db, self.batch_sharding),
         put_swap=self._put_swap, owns=self._owns,
@@ -318,14 +322,18 @@ class CacheBackend:
     Returns `(values [Ucap, E], batch)` with `batch.rows = 0..Ucap-1` indexing
     `values` (rows past the unique count are zeros and unused).
     """
-    ids = vsi.global_row_ids(batch.ids, self.spec.field_offsets)
-    virt = vsi.dedup_ids(ids, batch.size * self.spec.num_fields, pad_id=-1)
+    ids = vsi.global_row_ids(batch.ids, self.spec.column_offsets,
+                             column_rows=self.spec.column_rows,
+                             allow_padding=batch.weights is not None)
+    virt = vsi.dedup_ids(ids, vsi.unique_capacity(batch.size, self.spec.num_columns,
+                                                  self.spec.has_padding), pad_id=-1)
     uniq = virt.uniq[:virt.num_unique]
     mine = self._owns(uniq) if self._owns is not None else np.ones(uniq.shape, bool)
     padded = np.zeros((virt.uniq.shape[0], self.width), np.float32)
     padded[:virt.num_unique][mine] = self.host_table.gather(uniq[mine])[0]  # own rows only
     rows = np.arange(virt.uniq.shape[0], dtype=np.int32)
-    return padded, DeviceBatch(rows, virt.vids, batch.dense, batch.labels, batch.mask)
+    return padded, DeviceBatch(rows, virt.vids, batch.dense, batch.labels, batch.mask,
+                               batch.weights)
 
   def eval_logits(self, state, prepared) -> jax.Array:
     """Logits [B] of a prepared eval batch."""

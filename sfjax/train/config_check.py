@@ -20,7 +20,7 @@ from sfjax import models
 from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.core import names
 from sfjax.core.errors import ConfigError
-from sfjax.data import dataset, synthetic
+from sfjax.data import dataset, multihot, parquet_columns, synthetic
 from sfjax.embedding import cache_planner, row_optimizers
 from sfjax.models import generator
 from sfjax.parallel import distributed
@@ -145,6 +145,10 @@ def _validate_data(config) -> None:
                "data.train_path); leave it empty")
   if d.format == "synthetic":
     synthetic.SyntheticConfig.from_any(d.synthetic)  # ConfigError naming data.synthetic.<field>
+  if d.format == "multihot":
+    multihot.MultihotConfig.from_any(d.multihot)  # ConfigError naming data.multihot.<field>
+  if d.format == "parquet":
+    parquet_columns.parse_columns(d.parquet)  # ConfigError naming data.parquet.<field>
   if d.format == "movielens":
     _integer(config, "data.movielens.split_seed", 0)
   _boolean(config, "data.skip_bad_lines")
@@ -189,10 +193,10 @@ def validate(config, *, default_host_path: bool = False) -> None:
   """
   _integer(config, "seed", 0)
   _validate_data(config)
-  if config.model.name != generator.COMPOSED_NAME:  # composed: the generator (model.blocks)
-    _choice(config.model.name, "model.name", models.MODEL_NAMES)
+  _choice(config.model.name, "model.name", models.TRAIN_MODEL_NAMES)
   _positive_int(config, "model.embed_dim")
-  for field in ("model.mlp_dims", "model.bottom_mlp_dims", "model.cin_dims"):
+  for field in ("model.mlp_dims", "model.bottom_mlp_dims", "model.cin_dims",
+                "model.din_attention_dims"):
     _dims(config, field)
   for field in ("model.cross_layers", "model.cross_rank", "model.attention_layers"):
     _integer(config, field, 0, _MAX_COUNT)

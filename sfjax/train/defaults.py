@@ -15,7 +15,7 @@ def ctr_defaults() -> ml_collections.ConfigDict:
 
   # ---- data -------------------------------------------------------------
   c.data = d = ml_collections.ConfigDict()
-  d.format = "synthetic"  # synthetic | criteo | avazu | movielens | preprocessed (shards of DIR)
+  d.format = "synthetic"  # synthetic|multihot|criteo|avazu|parquet|movielens|preprocessed (DIR)
   d.train_path = ""  # glob(s), comma separated; .gz read transparently; preprocessed: the DIR
   d.eval_path = ""
   d.test_path = ""  # optional second held-out split
@@ -32,13 +32,50 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   s.zipf_exponent = 1.1
   s.planted_dim = 8
   s.num_dense = 13
+  d.multihot = mh = ml_collections.ConfigDict()  # format multihot (sfjax/data/multihot.py)
+  mh.num_train = 200_000  # rows, repeated as epochs
+  mh.num_eval = 20_000
+  mh.test_rows = 0  # > 0: a 'test' split of this many rows beside 'eval'
+  mh.user_rows = 10_000  # one-hot user table
+  mh.item_rows = 20_000  # item table: the target item and the history sequence share it
+  mh.num_context = 2  # one-hot context fields ctx0.. (site, device, ...)
+  mh.context_rows = 100  # rows of each context table
+  mh.num_short_bags = 4  # short multi-hot bags bag0.. (bag0 weighted)
+  mh.short_bag_capacity = 3  # ids per short bag at most
+  mh.short_bag_rows = 1000  # rows of each short bag's table
+  mh.short_bag_mean_len = 1.6  # short bag length min(Geometric(1 / this), capacity)
+  mh.num_long_bags = 2  # long bags long0.. (DLRMv2-like: 100+ ids possible)
+  mh.long_bag_capacity = 128  # ids per long bag at most
+  mh.long_bag_rows = 5000  # rows of each long bag's table
+  mh.long_bag_median_len = 30.0  # long bag length clip(round(LogNormal(log median, sigma)), 1, cap)
+  mh.long_bag_sigma = 0.8
+  mh.history_capacity = 20  # sequence 'history' over the item table; length uniform in [1, cap]
+  mh.zipf_exponent = 1.1  # id popularity in every table
+  mh.planted_dim = 8  # K of the planted vectors
+  mh.num_dense = 4  # N(0, 1) dense features
+  mh.shares = (0.3, 0.25, 0.35, 0.1)  # logit variance shares: first order, bags, history, dense
+  mh.logit_scale = 2.0  # logit std when the shares sum to 1
+  mh.target_ctr = 0.25  # mean click probability
+  d.parquet = pq = ml_collections.ConfigDict()  # format parquet (sfjax/data/parquet_columns.py)
+  pq.label = "label"  # label column: int, float or bool, values 0 or 1
+  pq.dense = ""  # dense columns, comma separated (floats taken as given)
+  pq.dense_transform = "none"  # none | log1p (sign(x) * log(1 + |x|), as the criteo reader)
+  pq.categorical = ""  # scalar int/string columns, comma separated; '' = every other column
+  pq.bags = ""  # list columns 'name:kind:capacity[:pooling][:weight column]', comma separated,
+  #               kind multi_hot|sequence, e.g. 'genres:multi_hot:8:mean,history:sequence:20'
+  pq.shared_tables = ""  # 'feature=owner,...': feature reads owner's table (history=item_id)
   d.movielens = m = ml_collections.ConfigDict()
   m.path = ""  # folder with ml-100k.{inter,user,item}; '' = the copy inside the recbole wheel
   m.split_seed = 2024
+  m.genres = "first"  # first: the movie's first genre, one-hot | all: every genre, a mean-pooled
+  #                    multi_hot bag (issue #22)
+  m.history = 0  # N > 0: a 'history' sequence of the user's N most recent ratings with an
+  #               earlier timestamp (ties excluded), sharing item_id's table; 0 = none
 
   # ---- model ------------------------------------------------------------
   c.model = mo = ml_collections.ConfigDict()
   mo.name = "deepfm"  # lr | fm | deepfm | wide_deep | dcnv2 | dlrm | autoint | xdeepfm | composed
+  #                    | din (needs a data set with a sequence feature: format multihot, ...)
   mo.embed_dim = 16
   mo.mlp_dims = (400, 400, 400)
   mo.cross_layers = 3  # dcnv2
@@ -49,6 +86,8 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   mo.attention_heads = 2  # autoint
   mo.attention_dim = 16  # autoint (per head)
   mo.cin_dims = (64, 64)  # xdeepfm
+  mo.din_attention_dims = (80, 40)  # din: hidden widths of the activation unit (PReLU), as
+  #                                   in the paper's and DeepCTR's DIN; mlp_dims is its top MLP
   mo.blocks = ""  # composed: block spec JSON (sfjax/models/generator.py); embed_dim = its row width
 
   # ---- embeddings (rows updated by a row-wise optimizer) ----------------

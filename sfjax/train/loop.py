@@ -27,7 +27,7 @@ from flax import nnx
 
 from sfjax import models
 from sfjax.checkpoint import checkpointer as checkpoint
-from sfjax.core import workdir_lock
+from sfjax.core import feature_layout, workdir_lock
 from sfjax.data import dataset as dataset_lib
 from sfjax.data import types
 from sfjax.embedding import host_table_files, row_optimizers
@@ -88,7 +88,7 @@ def build_trainer(config, spec: types.DatasetSpec) -> Trainer:
   width = models.embedding_width(mcfg.name, mcfg.embed_dim)
   model = models.build_model_from_config(
       mcfg, num_fields=spec.num_fields, num_dense=spec.num_dense,
-      rngs=nnx.Rngs(config.seed))
+      rngs=nnx.Rngs(config.seed), layout=spec.layout)
   graphdef, params = nnx.split(model)
   tx = optimizers.dense_optimizer_from_config(config.optimizer)
   row_opt = row_optimizers.row_optimizer_from_config(ecfg)
@@ -334,7 +334,11 @@ def _train_and_evaluate(config, workdir: str | None, dataset, trainer: Trainer |
                spec.num_fields, spec.num_dense, trainer.mesh.size, backend.capacity)
   state, history, windows, pending, start = trainer.state, [], [], [], 0
   checkpointer = None
-  fields = [{"name": f.name, "rows": int(f.num_rows)} for f in spec.fields]  # for exports
+  # For exports: the table's row ranges (one per field, or per table of a feature layout).
+  fields = ([{"name": f.name, "rows": int(f.num_rows)} for f in spec.fields]
+            if spec.layout is None else feature_layout.table_ranges(spec.layout))
+  layout_meta = ({} if spec.layout is None
+                 else {"features": feature_layout.layout_to_json(spec.layout)})
   if ckpt_root:
     checkpointer = checkpoint.Checkpointer(ckpt_root, ckpt_keep, backend.host_table)
     if resume_from:  # found under ckpt_root (`_checkpoint_location`)
@@ -380,7 +384,7 @@ def _train_and_evaluate(config, workdir: str | None, dataset, trainer: Trainer |
         if last in ckpt_steps and checkpointer is not None:  # ckpt_steps: only with ckpt_root
           backend.sync(state)  # the cache's rows reach the host table before it is saved
           path = checkpointer.save(state, {"history": history, "pending_unique_counts": pending,
-                                           "fields": fields,
+                                           "fields": fields, **layout_meta,
                                            resume_check.FINGERPRINT_KEY: fingerprint})
           logging.info("checkpoint %s", path)
         first = last + 1

@@ -42,6 +42,7 @@ from typing import Any
 
 from absl import logging
 
+from sfjax.core import feature_layout
 from sfjax.core.atomic import atomic_write
 from sfjax.core.errors import ConfigError
 
@@ -146,9 +147,13 @@ def data_fingerprint(data_cfg) -> dict[str, Any]:
 
 
 def spec_fingerprint(spec) -> dict[str, Any]:
-  """The data set's layout: `{"fields": [[name, rows], ...], "num_dense": D}`."""
-  return {"fields": [[f.name, int(f.num_rows)] for f in spec.fields],
-          "num_dense": int(spec.num_dense)}
+  """The data set's layout: `{"fields": [[name, rows], ...], "num_dense": D}` (+ its
+  feature layout's tables and features when it has bags or sequences)."""
+  out = {"fields": [[f.name, int(f.num_rows)] for f in spec.fields],
+         "num_dense": int(spec.num_dense)}
+  if getattr(spec, "layout", None) is not None:
+    out["features"] = feature_layout.layout_to_json(spec.layout)
+  return out
 
 
 def fingerprint(config, spec) -> dict[str, Any]:

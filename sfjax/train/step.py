@@ -44,9 +44,19 @@ DenseLossFn = Callable[[Any, Any, Any], tuple[jax.Array, Any]]
 def forward_logits(graphdef: nnx.GraphDef, params: Any, uniq_values: jax.Array,
                    batch: DeviceBatch) -> jax.Array:
   """Model logits `[B]` from the batch's unique rows `[U, E]` and virtual ids."""
-  model = nnx.merge(graphdef, params)
-  emb = jnp.take(uniq_values, batch.vids, axis=0)  # [B, F, E]
-  return model(emb, batch.dense)
+  return call_model(nnx.merge(graphdef, params), uniq_values, batch)
+
+
+def call_model(model: nnx.Module, uniq_values: jax.Array, batch: DeviceBatch) -> jax.Array:
+  """`model(rows[vids], dense)`, or with the per-id weights of a feature layout.
+
+  `rows[vids]` is `[B, F, E]`, or `[B, S, E]` id columns that the model's input wrapper
+  pools by `batch.weights [B, S]` (`sfjax.models.pooling`).
+  """
+  emb = jnp.take(uniq_values, batch.vids, axis=0)
+  if batch.weights is None:
+    return model(emb, batch.dense)
+  return model(emb, batch.dense, batch.weights)
 
 
 def eval_logits(graphdef: nnx.GraphDef, params: Any, values: jax.Array,
@@ -93,7 +103,7 @@ def _loss_and_grads(graphdef, params, variables, uniq_values, batch, l2):
     else:
       # A copy made under this trace: NNX refuses to update variables of an outer trace.
       model = nnx.merge(graphdef, p, jax.tree.map(lambda x: x, variables))
-      logits = model(jnp.take(values, batch.vids, axis=0), batch.dense)
+      logits = call_model(model, values, batch)
       new_variables = nnx.state(model, nnx.Not(nnx.Param))
     loss = _masked_loss(logits, batch.labels, batch.mask)
     if no_l2:

@@ -106,3 +106,19 @@ def test_empty_training_data_raises():
 def test_rebatch_rejects_bad_batch_size():
   with pytest.raises(ValueError, match="batch_size must be >= 1"):
     list(batching.rebatch(_chunks([3]), 0, pad_last=True))
+
+
+def test_weights_stay_with_their_examples_through_shuffle_and_padding():
+  def chunk(start, stop):
+    ids = np.arange(start, stop)[:, None] * np.array([[1, -1]])
+    return make_batch(ids, np.zeros((stop - start, 0)), np.zeros(stop - start),
+                      weights=(ids >= 0) * (ids + 0.5))
+
+  chunks = [chunk(0, 5), chunk(5, 7), chunk(7, 20)]
+  out = list(batching._shuffle_stream(chunks, 4, np.random.default_rng(0)))
+  ids = np.concatenate([b.ids for b in out])
+  weights = np.concatenate([b.weights for b in out])
+  assert sorted(ids[:, 0].tolist()) == list(range(20))
+  np.testing.assert_array_equal(weights, (ids >= 0) * (ids + 0.5))
+  padded = list(batching.eval_batches([chunk(0, 3)], 4))[0]
+  np.testing.assert_array_equal(padded.weights[3], [0, 0])  # a padding example weighs 0

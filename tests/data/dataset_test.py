@@ -102,9 +102,9 @@ def test_avazu_dataset(tmp_path):
 
 
 def test_config_errors_name_the_key(tmp_path, write_file):
-  known = r"\(known: synthetic, criteo, avazu, movielens, preprocessed\)"
-  with pytest.raises(ValueError, match=rf"data.format: unknown format 'parquet' {known}"):
-    dataset.make_dataset(_config(format="parquet"), 0)
+  known = r"\(known: synthetic, multihot, criteo, avazu, parquet, movielens, preprocessed\)"
+  with pytest.raises(ValueError, match=rf"data.format: unknown format 'orc' {known}"):
+    dataset.make_dataset(_config(format="orc"), 0)
   with pytest.raises(ValueError, match="data.train_path is empty"):
     dataset.make_dataset(_config(format="criteo"), 0)
   with pytest.raises(ValueError, match="data.eval_path: .* matches no file"):

@@ -3,6 +3,7 @@
 import chex
 import jax
 import numpy as np
+import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -86,6 +87,25 @@ def test_block_by_owner_puts_each_unique_row_in_its_owners_block():
   np.testing.assert_array_equal(global_rows[blocked], slots[vids])
   rows, _ = sharded_cache.block_by_owner(slots, vids, layout, buckets=(1, 2, 4), min_rows=3)
   assert rows.shape == (16,)  # blocks of at least 3 rows -> bucket 4
+
+
+def test_block_by_owner_points_padding_ids_at_a_padding_row():
+  layout = sharded_cache.SlotLayout(2, 5)
+  slots = np.array([7, 0, 8, 3], np.int32)  # owners 1, 0, 1, 0: both blocks full at 2
+  vids = np.array([[0, 4, 1], [4, 2, 3]], np.int32)  # 4 = U: padding
+  rows, blocked = sharded_cache.block_by_owner(slots, vids, layout, buckets=(2, 4),
+                                               has_padding=True)
+  assert rows.shape == (8,)  # every block was full: the next bucket keeps a padding row
+  assert (rows[blocked[vids == 4]] == 5).all()  # a padding entry (local slot C)
+  global_rows = np.repeat(np.arange(2) * 5, 4) + rows
+  real = vids != 4
+  np.testing.assert_array_equal(global_rows[blocked[real]], slots[vids[real]])
+  # Room in a block already: the blocks keep their size.
+  rows, blocked = sharded_cache.block_by_owner(slots[:3], np.array([[0, 3, 2]], np.int32),
+                                               layout, buckets=(2, 4), has_padding=True)
+  assert rows.shape == (4,) and rows[blocked[0, 1]] == 5
+  with pytest.raises(ValueError, match="cannot hold"):
+    sharded_cache.block_by_owner(slots, vids, layout, buckets=(2,), has_padding=True)
 
 
 def test_sharded_swap_reads_out_then_fills_on_each_owner():

@@ -62,3 +62,35 @@ def test_without_the_table_size_the_last_field_is_only_bounded_below():
   with pytest.raises(vsi.IdRangeError, match=r"field 2: id -1 outside the field's rows >= 0"):
     vsi.global_row_ids(np.array([[0, 0, -1]]), OFFSETS)
   np.testing.assert_array_equal(vsi.field_rows(OFFSETS, 35), [10, 20, 5])
+
+
+def test_padding_ids_get_the_spare_entry_and_no_unique_row():
+  ids = np.array([[3, -1, 3], [-1, -1, 7]], np.int64)
+  out = vsi.dedup_ids(ids, capacity=3, pad_id=99)
+  assert out.num_unique == 2 and out.has_padding
+  np.testing.assert_array_equal(out.uniq, [3, 7, 99])
+  np.testing.assert_array_equal(out.vids, [[0, 2, 0], [2, 2, 1]])
+  with pytest.raises(ValueError, match=r"2 unique ids \+ 1 padding entry"):
+    vsi.dedup_ids(ids, capacity=2, pad_id=99)  # no spare entry for the padding
+  assert not vsi.dedup_ids(np.array([[3, 7]]), capacity=2, pad_id=99).has_padding
+
+
+def test_global_row_ids_with_shared_tables_and_padding():
+  offsets, rows = np.array([0, 4, 4]), np.array([4, 6, 6])  # columns 1, 2 share a table
+  g = vsi.global_row_ids(np.array([[3, 5, -1]]), offsets, column_rows=rows, allow_padding=True)
+  np.testing.assert_array_equal(g, [[3, 9, -1]])
+  with pytest.raises(vsi.IdRangeError, match="field 2: id 6 outside the field's rows"):
+    vsi.global_row_ids(np.array([[3, 5, 6]]), offsets, column_rows=rows, allow_padding=True)
+  with pytest.raises(vsi.IdRangeError, match="id -1"):  # padding only where allowed
+    vsi.global_row_ids(np.array([[3, 5, -1]]), offsets, column_rows=rows)
+  with pytest.raises(vsi.IdRangeError, match="id -2"):
+    vsi.global_row_ids(np.array([[3, -2, -1]]), offsets, column_rows=rows, allow_padding=True)
+
+
+def test_prepare_batch_carries_weights_and_allows_padding_only_with_them():
+  b = make_batch(np.array([[1, -1]]), np.zeros((1, 0)), [1.0], weights=np.array([[1.0, 0.0]]))
+  db, n = vsi.prepare_batch(b, np.array([0, 0]), 3, 5, np.array([5, 5]))
+  np.testing.assert_array_equal(db.weights, [[1.0, 0.0]])
+  assert n == 1 and db.vids[0, 1] == 1 and db.rows[1] == 5
+  with pytest.raises(vsi.IdRangeError):
+    vsi.prepare_batch(b._replace(weights=None), np.array([0, 0]), 3, 5, np.array([5, 5]))

@@ -77,10 +77,10 @@ def test_cli_rejects_unknown_key(tmp_path):
 
 def test_cli_rejects_bad_value_naming_field(tmp_path):
   r = _run("--config=experiments/configs/ctr.py:smoke", f"--workdir={tmp_path}",
-           "--config.data.format=parquet")
-  assert "error: config field data.format: unknown value 'parquet'" in _one_error_line(r, 2)
+           "--config.data.format=orc")
+  assert "error: config field data.format: unknown value 'orc'" in _one_error_line(r, 2)
   verbose = _run("--config=experiments/configs/ctr.py:smoke", f"--workdir={tmp_path}",
-                 "--config.data.format=parquet", "--verbose")
+                 "--config.data.format=orc", "--verbose")
   assert verbose.returncode == 2 and "Traceback (most recent call last)" in verbose.stderr
   assert verbose.stderr.strip().splitlines()[-1] == _one_error_line(r, 2)
 

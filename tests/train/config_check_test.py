@@ -76,8 +76,8 @@ def test_zero_is_allowed_where_the_bound_is_inclusive(field):
 
 
 @pytest.mark.parametrize("field,value,known,fields", [
-    ("data.format", "parquet", dataset.KNOWN_FORMATS, {}),
-    ("model.name", "nope", models.MODEL_NAMES, {}),
+    ("data.format", "orc", dataset.KNOWN_FORMATS, {}),
+    ("model.name", "nope", models.TRAIN_MODEL_NAMES, {}),
     ("embedding.backend", "ps", tuple(backends.BACKENDS), {}),
     ("embedding.optimizer", "lamb", row_optimizers.ROW_OPTIMIZER_NAMES, {}),
     ("optimizer.name", "lamb", optimizers.DENSE_OPTIMIZER_NAMES, {}),
@@ -154,7 +154,7 @@ _COMMON_FIELDS = {
     # Names: no hostile value below is long enough to switch format or backend, which would
     # change the fields checked.
     "data.format": _name_in(dataset.KNOWN_FORMATS),
-    "model.name": _name_in(models.MODEL_NAMES),
+    "model.name": _name_in(models.TRAIN_MODEL_NAMES),
     "embedding.backend": _name_in(backends.BACKENDS),
     "embedding.optimizer": _name_in(row_optimizers.ROW_OPTIMIZER_NAMES),
     "embedding.cache_policy": _name_in(cache_planner.CACHE_POLICIES),

@@ -1,0 +1,443 @@
+"""The `parquet` format: Parquet files read with pyarrow, streamed by row group.
+
+`data.format=parquet` reads `data.train_path` / `eval_path` / `test_path` (comma-separated
+globs) and the columns `data.parquet` names (`parquet_columns`): a label, dense float
+columns, scalar int/string categorical columns (one id each) and `list<int|string>`
+columns read as bags or sequences. Every file is read one row group at a time, in
+record batches of at most `chunk_rows` rows; nothing holds a whole file.
+
+Values map to rows exactly as in the text formats (`feature_map`): the value's bytes (an
+integer's decimal digits, a string's UTF-8 bytes) keyed per TABLE with the table's salt,
+then hashed (`data.hash_rows`) or looked up in a vocabulary built in one pass over the
+train files (`data.min_count`). Without list columns or shared tables table t is field t,
+so Parquet and text files holding the same rows give the same ids, batches and metrics.
+Dense values are taken as given floats (`data.parquet.dense_transform='log1p'` applies the
+Criteo reader's sign(x) * log(1 + |x|)).
+
+With bags the data set has a `FeatureLayout` and every batch carries `weights`
+(`sfjax.data.types.Batch`): a bag keeps its first `capacity` ids, a sequence its last
+(most recent) ones, left-aligned; the ids dropped are counted in `stats['truncated_ids']`.
+
+Bad input: a missing column or a column of the wrong type is a `DataFormatError` naming
+the file, row group and column, always. A null (a null scalar, list or list element), a
+label other than 0/1, a non-finite dense value or weight, or a weight list whose length
+differs from its bag's names file, row group, column and the 1-based row of the file (the
+error's `line`); with `data.skip_bad_lines` such rows are dropped and counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import ml_collections
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from sfjax.core import feature_layout as fl
+from sfjax.core.errors import DataFormatError
+from sfjax.data import batching, feature_map, text_io
+from sfjax.data import parquet_columns as pcols
+from sfjax.data.types import Batch, DatasetSpec, FieldSpec, make_batch
+
+
+class ParquetChunk(NamedTuple):
+  """Rows of one record batch before the key -> row mapping.
+
+  Attributes:
+    keys: per feature, [n_f] uint64 value keys (`feature_map.value_keys` with the salt of
+      the feature's table), all of the feature's ids in row order.
+    lengths: per feature, [n] int64 ids of each row (1 for a scalar column).
+    weights: per feature, [n_f] float32 per-id weights, or None (every id weighs 1).
+    dense: [n, Nd] float32, transformed.
+    labels: [n] float32 in {0, 1}.
+  """
+
+  keys: tuple[np.ndarray, ...]
+  lengths: tuple[np.ndarray, ...]
+  weights: tuple[np.ndarray | None, ...]
+  dense: np.ndarray
+  labels: np.ndarray
+
+  @property
+  def size(self) -> int:
+    """n, rows in the chunk."""
+    return int(self.labels.shape[0])
+
+
+def _is_id_type(t: pa.DataType) -> bool:
+  if pa.types.is_dictionary(t):
+    t = t.value_type
+  return (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+          or pa.types.is_binary(t) or pa.types.is_large_binary(t))
+
+
+def _is_list(t: pa.DataType) -> bool:
+  return pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
+def _is_number(t: pa.DataType) -> bool:
+  return pa.types.is_integer(t) or pa.types.is_floating(t)
+
+
+# role -> (type test, what the role wants, for errors)
+_ROLE_TYPES = {
+    "label": (lambda t: _is_number(t) or pa.types.is_boolean(t), "an int, float or bool"),
+    "dense": (_is_number, "an int or float"),
+    "categorical": (_is_id_type, "a scalar int or string"),
+    "bag": (lambda t: _is_list(t) and _is_id_type(t.value_type), "a list<int|string>"),
+    "weight": (lambda t: _is_list(t) and _is_number(t.value_type), "a list<float>"),
+}
+
+
+def _id_bytes(arr: pa.Array) -> np.ndarray:
+  """[n] ids (no nulls) -> [n] bytes: an integer's decimal digits, a string's UTF-8 bytes."""
+  if pa.types.is_dictionary(arr.type):
+    arr = arr.dictionary_decode()
+  if pa.types.is_integer(arr.type):
+    return np.asarray(arr.to_numpy(zero_copy_only=False)).astype("S")
+  if len(arr) == 0:
+    return np.zeros((0,), "S1")
+  return np.asarray(arr.cast(pa.large_binary()).to_numpy(zero_copy_only=False)).astype("S")
+
+
+def _floats(arr: pa.Array) -> np.ndarray:
+  return np.asarray(arr.cast(pa.float64()).to_numpy(zero_copy_only=False), np.float64)
+
+
+def _first_rows(mask: np.ndarray, problems: dict[int, str], reason: str) -> None:
+  for i in np.flatnonzero(mask):
+    problems.setdefault(int(i), reason)
+
+
+def _null_rows(arr: pa.Array) -> np.ndarray:
+  return np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool)
+
+
+def _list_problems(arr: pa.Array) -> np.ndarray:
+  """[n] bool rows whose list is null or holds a null."""
+  bad = _null_rows(arr)
+  flat = arr.flatten()
+  if flat.null_count:
+    parents = np.asarray(pc.list_parent_indices(arr).to_numpy(zero_copy_only=False))
+    bad[parents[_null_rows(flat)]] = True
+  return bad
+
+
+class _RowGroupParser:
+  """Checks and converts the record batches of one file's row group."""
+
+  def __init__(self, columns: pcols.ParquetColumns, feature_tables: tuple[int, ...],
+               num_tables: int):
+    self.columns = columns
+    self.features = pcols.feature_specs(columns)
+    self.feature_tables = feature_tables
+    self.salts = feature_map.field_salts(num_tables)
+    self.weight_of = {b.name: b.weight_column for b in columns.bags}
+
+  def roles(self) -> list[tuple[str, str]]:
+    """(column, role) of every column read, in reading order."""
+    c = self.columns
+    return ([(c.label, "label")] + [(n, "dense") for n in c.dense]
+            + [(n, "categorical") for n in c.categorical] + [(b.name, "bag") for b in c.bags]
+            + [(n, "weight") for n in c.weight_columns])
+
+  def check_schema(self, schema: pa.Schema, path: str) -> None:
+    """Raises DataFormatError for a missing column or one of the wrong type."""
+    for name, role in self.roles():
+      if name not in schema.names:
+        raise DataFormatError(path, 1, f"row group 0, column {name!r}: missing (data.parquet "
+                              f"{role}; the file has {', '.join(schema.names)})")
+      test, want = _ROLE_TYPES[role]
+      t = schema.field(name).type
+      if not test(t):
+        raise DataFormatError(path, 1, f"row group 0, column {name!r}: type {t}, want {want} "
+                              f"(data.parquet {role})")
+
+  def problems(self, rb: pa.RecordBatch) -> dict[int, tuple[str, str]]:
+    """Row in `rb` -> (column, reason) of its first problem, in column order."""
+    found: dict[int, tuple[str, str]] = {}
+
+    def flag(mask, name, reason):
+      _first_rows(mask, found, (name, reason))  # type: ignore[arg-type]
+
+    c = self.columns
+    label = rb.column(c.label)
+    flag(_null_rows(label), c.label, "null value")
+    values = _floats(pc.fill_null(label, 0) if label.type != pa.bool_() else label.fill_null(False))
+    flag((values != 0) & (values != 1), c.label, "label must be 0 or 1")
+    for name in c.dense:
+      arr = rb.column(name)
+      flag(_null_rows(arr), name, "null value")
+      flag(~np.isfinite(_floats(arr.fill_null(0))), name, "dense value is not finite")
+    for name in c.categorical:
+      flag(_null_rows(rb.column(name)), name, "null value")
+    for bag in c.bags:
+      flag(_list_problems(rb.column(bag.name)), bag.name, "null list or null id in the list")
+    for bag in c.bags:
+      if not bag.weight_column:
+        continue
+      w = rb.column(bag.weight_column)
+      flag(_list_problems(w), bag.weight_column, "null list or null weight in the list")
+      lengths = pc.list_value_length(w).fill_null(0).to_numpy(zero_copy_only=False)
+      ids = pc.list_value_length(rb.column(bag.name)).fill_null(0).to_numpy(zero_copy_only=False)
+      flag(lengths != ids, bag.weight_column, f"number of weights differs from the ids of "
+           f"{bag.name!r}")
+      flat = _floats(w.flatten().fill_null(0.0))
+      if flat.size and not np.isfinite(flat).all():
+        parents = pc.list_parent_indices(w).to_numpy(zero_copy_only=False)
+        flag(np.isin(np.arange(rb.num_rows), parents[~np.isfinite(flat)]), bag.weight_column,
+             "weight is not finite")
+    return found
+
+  def convert(self, rb: pa.RecordBatch) -> tuple[ParquetChunk, int]:
+    """A problem-free record batch -> (chunk, ids dropped by truncation)."""
+    c = self.columns
+    n = rb.num_rows
+    keys, lengths, weights, truncated = [], [], [], 0
+    for f, spec in enumerate(self.features):
+      arr = rb.column(spec.name)
+      t = self.feature_tables[f]
+      if spec.kind == "one_hot":
+        flat, length = arr, np.ones((n,), np.int64)
+      else:
+        flat = arr.flatten()
+        length = np.asarray(pc.list_value_length(arr).to_numpy(zero_copy_only=False), np.int64)
+        truncated += int(np.maximum(length - spec.capacity, 0).sum())
+      keys.append(feature_map.value_keys(_id_bytes(flat)[:, None], self.salts[t:t + 1])[:, 0])
+      lengths.append(length)
+      wcol = self.weight_of.get(spec.name, "")
+      weights.append(_floats(rb.column(wcol).flatten()).astype(np.float32) if wcol else None)
+    dense = (np.stack([_floats(rb.column(d)) for d in c.dense], axis=1) if c.dense
+             else np.zeros((n, 0), np.float64))
+    dense = text_io.signed_log1p(dense) if c.dense_transform == "log1p" else dense.astype(np.float32)
+    label = rb.column(c.label)
+    labels = _floats(label.cast(pa.int8()) if label.type == pa.bool_() else label).astype(np.float32)
+    return ParquetChunk(tuple(keys), tuple(lengths), tuple(weights), dense, labels), truncated
+
+
+class ParquetReader:
+  """Re-iterable stream of `ParquetChunk`s over Parquet files, one row group at a time.
+
+  `bad_rows_by_file` / `truncated_by_file` hold the rows dropped and the ids truncated per
+  file in one pass (repeated epochs do not double count).
+  """
+
+  def __init__(self, paths, parser: _RowGroupParser, skip_bad_lines: bool = False,
+               chunk_rows: int = 8192):
+    if chunk_rows < 1:
+      raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    self.paths = tuple(paths)
+    self.parser = parser
+    self.skip_bad_lines = bool(skip_bad_lines)
+    self.chunk_rows = int(chunk_rows)
+    self.bad_rows_by_file: dict[str, int] = {}
+    self.truncated_by_file: dict[str, int] = {}
+
+  @property
+  def bad_rows(self) -> int:
+    """Rows dropped, summed over files (latest full pass of each)."""
+    return sum(self.bad_rows_by_file.values())
+
+  @property
+  def truncated_ids(self) -> int:
+    """Ids dropped by truncation, summed over files."""
+    return sum(self.truncated_by_file.values())
+
+  def num_rows(self) -> int:
+    """Rows in the files' metadata (before dropping bad ones)."""
+    return sum(_open(p).metadata.num_rows for p in self.paths)
+
+  def __iter__(self) -> Iterator[ParquetChunk]:
+    names = [name for name, _ in self.parser.roles()]
+    for path in self.paths:
+      pf = _open(path)
+      self.parser.check_schema(pf.schema_arrow, path)
+      bad = truncated = 0
+      row = 0  # rows of the file before the record batch
+      for group in range(pf.num_row_groups):
+        try:
+          for rb in pf.iter_batches(self.chunk_rows, row_groups=[group], columns=names):
+            chunk, num_bad, num_truncated = self._parse(rb, path, group, row)
+            row += rb.num_rows
+            bad, truncated = bad + num_bad, truncated + num_truncated
+            self._record(path, bad, truncated)
+            if chunk.size:
+              yield chunk
+        except (OSError, pa.ArrowException) as e:
+          raise DataFormatError(path, row + 1, f"row group {group}: cannot read it "
+                                f"({type(e).__name__}: {e})") from e
+      self._record(path, bad, truncated)
+
+  def _parse(self, rb: pa.RecordBatch, path: str, group: int,
+             row: int) -> tuple[ParquetChunk, int, int]:
+    problems = self.parser.problems(rb)
+    if problems and not self.skip_bad_lines:
+      first = min(problems)
+      name, reason = problems[first]
+      raise DataFormatError(path, row + first + 1, f"row group {group}, column {name!r}: {reason}")
+    if problems:
+      keep = np.ones((rb.num_rows,), bool)
+      keep[list(problems)] = False
+      rb = rb.filter(pa.array(keep))
+    chunk, truncated = self.parser.convert(rb)
+    return chunk, len(problems), truncated
+
+  def _record(self, path: str, bad: int, truncated: int) -> None:
+    # Every pass drops the same rows: the max is a full pass's count.
+    self.bad_rows_by_file[path] = max(bad, self.bad_rows_by_file.get(path, 0))
+    self.truncated_by_file[path] = max(truncated, self.truncated_by_file.get(path, 0))
+
+
+def _open(path: str) -> pq.ParquetFile:
+  try:
+    return pq.ParquetFile(path)
+  except (OSError, pa.ArrowException) as e:
+    raise DataFormatError(path, 1, f"not a readable Parquet file ({type(e).__name__}: {e})") from e
+
+
+def chunk_batch(chunk: ParquetChunk, mapper: feature_map.FeatureMapper,
+                layout: fl.FeatureLayout, feature_tables: tuple[int, ...],
+                with_layout: bool) -> Batch:
+  """Maps a chunk's keys to rows and lays them out as a `Batch`.
+
+  Args:
+    chunk: the parsed rows.
+    mapper: keys -> rows, one mapper field per table.
+    layout: the features (capacities, kinds).
+    feature_tables: [F] the table (mapper field) of each feature.
+    with_layout: False: one id per feature, ids [n, F] and weights None (the text
+      formats' batch); True: ids [n, S] with -1 padding and weights [n, S].
+  """
+  n = chunk.size
+  rows = [mapper.rows_of_keys(k, t) for k, t in zip(chunk.keys, feature_tables, strict=True)]
+  if not with_layout:
+    ids = np.stack(rows, axis=1) if rows else np.zeros((n, 0), np.int64)
+    return make_batch(ids, chunk.dense, chunk.labels)
+  ids = np.full((n, layout.num_columns), fl.PADDING_ID, np.int64)
+  weights = np.zeros((n, layout.num_columns), np.float32)
+  for f, spec in enumerate(layout.features):
+    length = chunk.lengths[f]
+    row_of = np.repeat(np.arange(n), length)
+    position = np.arange(row_of.shape[0]) - np.repeat(np.cumsum(length) - length, length)
+    if spec.kind == "sequence":  # keep the most recent (last) ids, left-aligned
+      position = position - np.repeat(np.maximum(length - spec.capacity, 0), length)
+    keep = (position >= 0) & (position < spec.capacity)
+    column = layout.feature_starts[f] + position[keep]
+    ids[row_of[keep], column] = rows[f][keep]
+    w = chunk.weights[f]
+    weights[row_of[keep], column] = 1.0 if w is None else w[keep]
+  return make_batch(ids, chunk.dense, chunk.labels, weights=weights)
+
+
+def _table_keys(chunk: ParquetChunk, feature_tables: tuple[int, ...], num_tables: int):
+  """Per table, the keys of every feature reading it (a vocabulary key chunk)."""
+  return [np.concatenate([np.zeros((0,), np.uint64)] +
+                         [k for k, t in zip(chunk.keys, feature_tables, strict=True) if t == table])
+          for table in range(num_tables)]
+
+
+class ParquetDataset:
+  """`CTRDataset` over Parquet files (`data.format=parquet`; see the module docstring).
+
+  Args:
+    data_cfg: the `data` block: train/eval/test paths, hash_rows / min_count,
+      skip_bad_lines, shuffle_buffer and the `parquet` block.
+    chunk_rows: rows per record batch read.
+
+  Raises:
+    ConfigError: a bad `data.parquet` field.
+    ValueError: an empty path setting or a split without rows.
+    DataFormatError: a missing column or a wrong type (and, unless skip_bad_lines, a bad
+      row) met while reading.
+  """
+
+  def __init__(self, data_cfg: ml_collections.ConfigDict, chunk_rows: int = 8192):
+    if not str(data_cfg.train_path).strip():
+      raise ValueError("data.train_path is empty: data.format='parquet' reads files "
+                       "(comma-separated globs)")
+    if int(data_cfg.shuffle_buffer) < 0:
+      raise ValueError(f"data.shuffle_buffer must be >= 0, got {data_cfg.shuffle_buffer}")
+    self.format_name = "parquet"
+    self.shuffle_buffer = int(data_cfg.shuffle_buffer)
+    split_paths = {"train": ("data.train_path", data_cfg.train_path),
+                   "eval": ("data.eval_path", data_cfg.eval_path),
+                   "test": ("data.test_path", data_cfg.test_path)}
+    self._keys = {name: key for name, (key, spec) in split_paths.items() if str(spec).strip()}
+    paths = {name: text_io.expand_paths(str(split_paths[name][1]), key)
+             for name, key in self._keys.items()}
+    columns = pcols.parse_columns(data_cfg.get("parquet", ml_collections.ConfigDict()))
+    columns = columns.with_categorical(_open(paths["train"][0]).schema_arrow.names)
+    pcols.check_features(columns)
+    self.columns = columns
+    self.table_names = pcols.table_names(columns)
+    features = pcols.feature_specs(columns)
+    self.feature_tables = tuple(self.table_names.index(f.table) for f in features)
+    parser = _RowGroupParser(columns, self.feature_tables, len(self.table_names))
+    skip = bool(data_cfg.skip_bad_lines)
+    self._readers = {name: ParquetReader(p, parser, skip, chunk_rows) for name, p in paths.items()}
+    for name, reader in self._readers.items():
+      if not reader.num_rows():  # fail now, not at the first evaluation
+        raise ValueError(f"{self._keys[name]}: split {name!r} has no examples: no row in "
+                         f"{', '.join(reader.paths)}")
+    self.eval_splits = tuple(name for name in ("eval", "test") if name in self._readers)
+    train, num_tables = self._readers["train"], len(self.table_names)
+    self.mapper = feature_map.make_mapper(
+        data_cfg.hash_rows, data_cfg.min_count,
+        lambda: (_table_keys(c, self.feature_tables, num_tables) for c in train), num_tables,
+        chunks_are_keys=True)
+    self.has_layout = columns.has_layout
+    table_rows = _table_rows(self.mapper, num_tables)
+    self.layout = fl.FeatureLayout(
+        tuple(fl.TableSpec(n, r) for n, r in zip(self.table_names, table_rows, strict=True)), features)
+    fields = tuple(FieldSpec(f.name, table_rows[t]) for f, t in zip(features, self.feature_tables,
+                                                                     strict=True))
+    self.spec = DatasetSpec(fields, len(columns.dense), self.layout if self.has_layout else None)
+    self.oracle = None
+
+  @property
+  def stats(self) -> dict:
+    """'bad_lines' (rows dropped, all splits), 'truncated_ids', and both per split."""
+    bad = {name: r.bad_rows for name, r in self._readers.items()}
+    truncated = {name: r.truncated_ids for name, r in self._readers.items()}
+    return {"bad_lines": sum(bad.values()), "bad_lines_by_split": bad,
+            "truncated_ids": sum(truncated.values()), "truncated_ids_by_split": truncated}
+
+  @property
+  def paths(self) -> dict[str, tuple[str, ...]]:
+    """Per split, the files read (globs expanded, in reading order)."""
+    return {name: r.paths for name, r in self._readers.items()}
+
+  def chunks(self, split: str) -> Iterator[Batch]:
+    """One pass over a split as mapped, variable-size batches (file and row order)."""
+    if split not in self._readers:
+      raise ValueError(f"unknown split {split!r} (known: {', '.join(self._readers)})")
+    reader = self._readers[split]
+    examples = 0
+    for chunk in reader:
+      examples += chunk.size
+      yield chunk_batch(chunk, self.mapper, self.layout, self.feature_tables, self.has_layout)
+    if not examples:  # every row was bad and skipped (data.skip_bad_lines)
+      raise ValueError(f"{self._keys[split]}: split {split!r} has no examples: all "
+                       f"{reader.bad_rows} rows of {', '.join(reader.paths)} were bad and skipped")
+
+  def train_batches(self, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Infinite full batches: epochs through a seeded streaming shuffle buffer."""
+    return batching.train_batches(lambda: self.chunks("train"), batch_size, self.shuffle_buffer,
+                                  seed)
+
+  def eval_batches(self, split: str, batch_size: int) -> Iterator[Batch]:
+    """Finite batches in file order, the last one padded with mask 0."""
+    if split not in self.eval_splits:
+      known = ", ".join(self.eval_splits) or "none: set data.eval_path / data.test_path"
+      raise ValueError(f"unknown eval split {split!r} (known: {known})")
+    return batching.eval_batches(self.chunks(split), batch_size)
+
+
+def _table_rows(mapper: feature_map.FeatureMapper, num_tables: int) -> tuple[int, ...]:
+  """Rows of each table (mapper field)."""
+  if isinstance(mapper, feature_map.HashingMapper):
+    return (int(mapper.num_rows),) * num_tables
+  return tuple(mapper.field_rows)

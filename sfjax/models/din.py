@@ -1,0 +1,198 @@
+"""DIN (Zhou et al., KDD 2018, "Deep Interest Network"): target attention over a history.
+
+A user's behaviour sequence (the items they clicked, most recent last) is pooled with
+weights that depend on the candidate item, so the interest vector changes with the ad:
+
+  a_i      = ActivationUnit([h_i, t, h_i - t, h_i * t])   (a scalar per history item)
+  interest = sum_i m_i a_i h_i                            (m_i: 1 for a real item, 0 for padding)
+  logit    = MLP([v_1..v_F with v_seq := interest, dense])
+
+`t` is the target item's vector (a one-hot feature reading the same table as the
+history, so `h_i` and `t` live in one space and `h_i * t` compares them), `h_i` the
+history's vectors. As in the paper the weights are NOT softmax-normalised: the paper
+keeps `sum_i a_i` free so the interest's norm carries how strongly the history
+matches the target (Section 4.3). The paper's base model sum-pools the history; DIN
+replaces that pooled vector by the interest (the paper's Fig. 2, FuxiCTR's and
+DeepCTR's DIN), so field `sequence_field` of the pooled fields (its mean, from
+`sfjax.models.pooling`) is swapped for the interest before the MLP.
+
+Activation: PReLU (He et al., 2015; the paper's Table 4 reports it beside Dice). Dice
+normalises by the batch's statistics, so an example's logit would depend on the other
+examples of its batch, padding rows included, and on train vs eval mode: the house
+models keep every variable an `nnx.Param` that `__call__` only reads. The top MLP is
+the shared `layers.MLP` (ReLU). Rows have width D (no first-order column).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from sfjax.core.errors import ConfigError
+from sfjax.core.feature_layout import FeatureLayout
+from sfjax.models.layers import MLP
+from sfjax.models.validation import as_count, as_layer_dims, check_inputs, check_sizes
+
+_PRELU_INIT = 0.25  # He et al. (2015)'s initial negative slope
+
+
+class PReLU(nnx.Module):
+  """`max(0, x) + alpha * min(0, x)` with one learned slope per unit."""
+
+  def __init__(self, width: int):
+    """Slopes `alpha: [W]`, initialised to 0.25."""
+    self.alpha = nnx.Param(jnp.full((width,), _PRELU_INIT, jnp.float32))
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """Maps `x: [..., W]` to `[..., W]`."""
+    return jnp.where(x >= 0, x, self.alpha[...] * x)
+
+
+class ActivationUnit(nnx.Module):
+  """DIN's local activation unit: `[h, t, h - t, h * t]` -> PReLU MLP -> one weight."""
+
+  def __init__(self, embed_dim: int, hidden_dims: Sequence[int], *, rngs: nnx.Rngs):
+    """Builds Linear+PReLU layers of widths `hidden_dims` from 4*D, then a Linear to 1.
+
+    Args:
+      embed_dim: D, the width of the history and target vectors.
+      hidden_dims: hidden widths (`model.din_attention_dims`).
+      rngs: initialisation keys.
+    """
+    dims = (4 * embed_dim, *hidden_dims)
+    self.hidden = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in itertools.pairwise(dims)])
+    self.act = nnx.List([PReLU(b) for b in dims[1:]])
+    self.out = nnx.Linear(dims[-1], 1, rngs=rngs)
+
+  def __call__(self, history: jax.Array, target: jax.Array) -> jax.Array:
+    """Maps `history: [B, L, D]`, `target: [B, D]` to unnormalised weights `[B, L]`."""
+    t = jnp.broadcast_to(target[:, None, :], history.shape)  # [B, L, D]
+    x = jnp.concatenate([history, t, history - t, history * t], axis=-1)  # [B, L, 4D]
+    for layer, act in zip(self.hidden, self.act, strict=True):
+      x = act(layer(x))
+    return self.out(x)[..., 0]
+
+
+def target_attention(unit: ActivationUnit, history: jax.Array, mask: jax.Array,
+                     target: jax.Array) -> jax.Array:
+  """The interest `sum_i m_i a_i h_i`: `history [B, L, D]`, `mask [B, L]`, `target [B, D]` -> `[B, D]`.
+
+  Padding items are zeroed BEFORE the unit and their weights after it (`jnp.where`,
+  not a product), so a padded item changes neither the value nor any gradient, even
+  if its row holds inf or NaN.
+  """
+  real = mask > 0  # [B, L]
+  history = jnp.where(real[..., None], history, 0.0)
+  weights = jnp.where(real, unit(history, target), 0.0)  # [B, L]
+  return jnp.einsum("bl,bld->bd", weights, history)
+
+
+def _layout_error(message: str) -> ConfigError:
+  return ConfigError(f"config field model.name: model.name=din {message}")
+
+
+class DIN(nnx.Module):
+  """`logit = MLP([v_1..v_F with v_seq := interest(history, v_target), dense])`.
+
+  Called by `pooling.PooledInput` (it sets `reads_sequences`) with the pooled fields
+  and each sequence feature unpooled; the history read is `sequences[0]`, the first
+  sequence feature of the layout (`layout_args`). Rows have width D.
+  """
+
+  reads_sequences = True
+
+  @staticmethod
+  def embedding_width(embed_dim: int) -> int:
+    """No first-order weights: rows are the D-dim vectors."""
+    return embed_dim
+
+  @staticmethod
+  def layout_args(layout: FeatureLayout | None) -> dict[str, int]:
+    """The fields DIN reads: `{'target_field': f_t, 'sequence_field': f_s}`.
+
+    `f_s` is the layout's first sequence feature, `f_t` the first one-hot feature
+    reading the same table (the candidate item of the history's item table).
+
+    Raises:
+      ConfigError: no layout, no sequence feature, or no such target.
+    """
+    if layout is None:
+      raise _layout_error("needs a data set with a feature layout holding a 'sequence' feature "
+                          "(this data set has one one-hot id per field)")
+    sequences = layout.sequence_features()
+    if not sequences:
+      raise _layout_error("needs a 'sequence' feature; the layout has "
+                          f"{[f'{f.name}:{f.kind}' for f in layout.features]}")
+    seq = sequences[0]
+    table = layout.features[seq].table
+    for f, spec in enumerate(layout.features):
+      if spec.kind == "one_hot" and spec.table == table:
+        return {"target_field": f, "sequence_field": seq}
+    raise _layout_error(f"needs a one_hot target feature reading table {table!r} of the "
+                        f"sequence {layout.features[seq].name!r}; none does")
+
+  def __init__(self, *, num_fields: int, embed_dim: int, num_dense: int, rngs: nnx.Rngs,
+               target_field: int, sequence_field: int,
+               mlp_dims: Sequence[int] = (400, 400, 400),
+               din_attention_dims: Sequence[int] = (80, 40)):
+    """Builds the activation unit and the top MLP.
+
+    Args:
+      num_fields: F, pooled fields (features of the layout).
+      embed_dim: D.
+      num_dense: Nd (may be 0).
+      rngs: initialisation keys.
+      target_field: the candidate item's field (from `layout_args`).
+      sequence_field: the history's field (from `layout_args`); its pooled slot is
+        replaced by the interest.
+      mlp_dims: hidden widths of the top MLP (`model.mlp_dims`); a Linear to 1 follows.
+      din_attention_dims: hidden widths of the activation unit (`model.din_attention_dims`).
+    """
+    num_fields, embed_dim, num_dense = check_sizes(
+        "din", num_fields=num_fields, embed_dim=embed_dim, num_dense=num_dense)
+    mlp_dims = as_layer_dims("din", "model.mlp_dims", mlp_dims)
+    din_attention_dims = as_layer_dims("din", "model.din_attention_dims", din_attention_dims)
+    target_field = as_count("din", "target_field", target_field, low=0)
+    sequence_field = as_count("din", "sequence_field", sequence_field, low=0)
+    if max(target_field, sequence_field) >= num_fields or target_field == sequence_field:
+      raise ValueError(f"din: target_field={target_field} and sequence_field={sequence_field} "
+                       f"must be two different fields of {num_fields}")
+    self.num_fields, self.embed_dim, self.num_dense = num_fields, embed_dim, num_dense
+    self.target_field, self.sequence_field = target_field, sequence_field
+    self.attention = ActivationUnit(embed_dim, din_attention_dims, rngs=rngs)
+    self.mlp = MLP(num_fields * embed_dim + num_dense, mlp_dims, 1, rngs=rngs)
+
+  def __call__(self, emb: jax.Array, dense: jax.Array,
+               sequences: tuple[tuple[jax.Array, jax.Array], ...] | None = None) -> jax.Array:
+    """Maps `emb: [B, F, D]`, `dense: [B, Nd]` and `sequences` to logits `[B]`.
+
+    Args:
+      emb: the pooled fields.
+      dense: the dense features.
+      sequences: `((values [B, L, D], mask [B, L]), ...)`, one pair per sequence
+        feature in layout order; the history is the first.
+
+    Raises:
+      ValueError: without sequences, or a history of another shape.
+    """
+    check_inputs("din", emb, dense, num_fields=self.num_fields, width=self.embed_dim,
+                 num_dense=self.num_dense)
+    if not sequences:
+      raise ValueError("din: needs the unpooled history (sequences=((values, mask), ...)); "
+                       "build it with a feature layout holding a 'sequence' feature")
+    history, mask = sequences[0]
+    if history.ndim != 3 or history.shape[0] != emb.shape[0] or history.shape[2] != self.embed_dim:
+      raise ValueError(f"din: history values must be [{emb.shape[0]}, L, {self.embed_dim}], got "
+                       f"shape {tuple(history.shape)}")
+    if tuple(mask.shape) != tuple(history.shape[:2]):
+      raise ValueError(f"din: history mask must be {tuple(history.shape[:2])}, got "
+                       f"{tuple(mask.shape)}")
+    interest = target_attention(self.attention, history, mask, emb[:, self.target_field])
+    s = self.sequence_field
+    fields = jnp.concatenate([emb[:, :s], interest[:, None], emb[:, s + 1:]], axis=1)  # [B, F, D]
+    deep_in = jnp.concatenate([fields.reshape(emb.shape[0], -1), dense], axis=1)  # [B, F*D+Nd]
+    return self.mlp(deep_in)[:, 0]

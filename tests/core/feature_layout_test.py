@@ -1,0 +1,55 @@
+"""Feature layout: columns, offsets and shared tables; every bad field named."""
+
+import numpy as np
+import pytest
+
+from sfjax.core import feature_layout as fl
+from sfjax.core.errors import ConfigError
+
+LAYOUT = fl.FeatureLayout(
+    (fl.TableSpec("user", 5), fl.TableSpec("item", 10), fl.TableSpec("tag", 3)),
+    (fl.FeatureSpec("user", "user"), fl.FeatureSpec("item", "item"),
+     fl.FeatureSpec("tags", "tag", "multi_hot", 2, "mean", weighted=True),
+     fl.FeatureSpec("history", "item", "sequence", 4)))
+
+
+def test_columns_offsets_and_shared_tables():
+  assert (LAYOUT.num_features, LAYOUT.num_columns, LAYOUT.total_rows) == (4, 8, 18)
+  np.testing.assert_array_equal(LAYOUT.table_offsets, [0, 5, 15])
+  # history shares item's rows: the same offset, the same table size.
+  np.testing.assert_array_equal(LAYOUT.column_offsets, [0, 5, 15, 15, 5, 5, 5, 5])
+  np.testing.assert_array_equal(LAYOUT.column_rows, [5, 10, 3, 3, 10, 10, 10, 10])
+  np.testing.assert_array_equal(LAYOUT.column_features, [0, 1, 2, 2, 3, 3, 3, 3])
+  assert LAYOUT.columns(2) == slice(2, 4) and LAYOUT.columns(3) == slice(4, 8)
+  assert LAYOUT.feature_tables == (0, 1, 2, 1)
+  assert LAYOUT.sequence_features() == (3,) and LAYOUT.has_padding
+  assert hash(LAYOUT) == hash(fl.FeatureLayout(LAYOUT.tables, LAYOUT.features))  # static
+
+
+def test_one_hot_layout_is_one_table_per_field():
+  layout = fl.one_hot_layout(["a", "b"], [3, 4])
+  np.testing.assert_array_equal(layout.column_offsets, [0, 3])
+  assert layout.num_columns == 2 and not layout.has_padding
+
+
+@pytest.mark.parametrize("tables,features,field", [
+    ((fl.TableSpec("t", 3), fl.TableSpec("t", 4)), (fl.FeatureSpec("a", "t"),),
+     "features.tables.t: declared twice"),
+    ((fl.TableSpec("t", 0),), (fl.FeatureSpec("a", "t"),), "features.tables.t.num_rows"),
+    ((fl.TableSpec("t", 3),), (), "config field features: declares no feature"),
+    ((fl.TableSpec("t", 3),), (fl.FeatureSpec("a", "u"),), "features.inputs.a.table: unknown"),
+    ((fl.TableSpec("t", 3),), (fl.FeatureSpec("a", "t", "bag"),), "features.inputs.a.kind"),
+    ((fl.TableSpec("t", 3),), (fl.FeatureSpec("a", "t", capacity=2),),
+     "features.inputs.a.capacity: a one_hot feature holds 1 id"),
+    ((fl.TableSpec("t", 3),), (fl.FeatureSpec("a", "t", "multi_hot", 0),),
+     "features.inputs.a.capacity: must be >= 1"),
+    ((fl.TableSpec("t", 3),), (fl.FeatureSpec("a", "t", "multi_hot", 2, "max"),),
+     "features.inputs.a.pooling"),
+    ((fl.TableSpec("t", 3),), (fl.FeatureSpec("a", "t", "sequence", 2, weighted=True),),
+     "features.inputs.a.weighted"),
+    ((fl.TableSpec("t", 3),), (fl.FeatureSpec("a", "t"), fl.FeatureSpec("a", "t")),
+     "features.inputs.a: declared twice"),
+])
+def test_bad_layouts_name_the_field(tables, features, field):
+  with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+    fl.FeatureLayout(tables, features)

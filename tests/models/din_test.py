@@ -1,0 +1,205 @@
+"""Tests for sfjax.models.din: the activation unit, the mask, the layout and the registry."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from experiments.configs import ctr
+from sfjax import models
+from sfjax.core import feature_layout as fl
+from sfjax.core.errors import ConfigError
+from sfjax.models import pooling, registry
+from sfjax.models.din import DIN, ActivationUnit, PReLU, target_attention
+from sfjax.train import config_check
+
+B, F, D, ND, L = 4, 3, 4, 2, 5
+TARGET, SEQ = 1, 2
+MASK = np.array([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]], np.float32)
+
+# user, the candidate item, genres (a bag) and the item history (a sequence of the item table).
+LAYOUT = fl.FeatureLayout(
+    (fl.TableSpec("user", 10), fl.TableSpec("item", 20), fl.TableSpec("genre", 6)),
+    (fl.FeatureSpec("user_id", "user"),
+     fl.FeatureSpec("item_id", "item"),
+     fl.FeatureSpec("genres", "genre", "multi_hot", 3, "mean"),
+     fl.FeatureSpec("history", "item", "sequence", 4)))
+
+
+def _model(num_dense=ND, seed=0):
+  return DIN(num_fields=F, embed_dim=D, num_dense=num_dense, rngs=nnx.Rngs(seed),
+             target_field=TARGET, sequence_field=SEQ, mlp_dims=(8,), din_attention_dims=(6, 5))
+
+
+def _inputs(seed=0):
+  rng = np.random.default_rng(seed)
+  return (rng.standard_normal((B, F, D)).astype(np.float32),
+          rng.standard_normal((B, ND)).astype(np.float32),
+          rng.standard_normal((B, L, D)).astype(np.float32))
+
+
+def test_shapes_with_and_without_dense():
+  emb, dense, hist = _inputs()
+  out = _model()(emb, dense, sequences=((hist, MASK),))
+  chex.assert_shape(out, (B,))
+  chex.assert_tree_all_finite(out)
+  out0 = _model(num_dense=0)(emb, np.zeros((B, 0), np.float32), sequences=((hist, MASK),))
+  chex.assert_shape(out0, (B,))
+  assert DIN.embedding_width(D) == D and registry.embedding_width("din", D) == D
+
+
+def test_prelu_slopes_negative_inputs_only():
+  act = PReLU(2)
+  np.testing.assert_allclose(act(jnp.array([[-2.0, 3.0]])), [[-0.5, 3.0]])
+
+
+def test_padded_history_items_change_nothing():
+  model = _model()
+  emb, dense, hist = _inputs()
+  out = model(emb, dense, sequences=((hist, MASK),))
+  garbage = hist.copy()
+  garbage[MASK == 0] = np.array([1e30, -np.inf, np.nan, 7.0], np.float32)
+  np.testing.assert_array_equal(model(emb, dense, sequences=((garbage, MASK),)), out)
+  # ... while a real item does change the logit of its example (and only that one).
+  moved = hist.copy()
+  moved[0, 0] += 1.0
+  diff = np.asarray(model(emb, dense, sequences=((moved, MASK),))) != np.asarray(out)
+  np.testing.assert_array_equal(diff, [True, False, False, False])
+
+
+def test_gradient_to_padded_items_is_exactly_zero():
+  model = _model()
+  emb, dense, hist = _inputs()
+  hist[MASK == 0] = np.nan  # a NaN row must not leak into the gradient either
+  grad = jax.grad(lambda h: model(emb, dense, sequences=((h, MASK),)).sum())(jnp.asarray(hist))
+  grad = np.asarray(grad)
+  np.testing.assert_array_equal(grad[MASK == 0], 0.0)
+  assert np.all(np.abs(grad[MASK == 1]).sum(-1) > 0)
+
+
+def test_attention_weight_depends_on_the_target():
+  unit = ActivationUnit(D, (6,), rngs=nnx.Rngs(1))
+  _, _, hist = _inputs()
+  t1, t2 = np.ones((B, D), np.float32), -np.ones((B, D), np.float32)
+  w1, w2 = np.asarray(unit(hist, t1)), np.asarray(unit(hist, t2))
+  chex.assert_shape(w1, (B, L))
+  assert np.all(w1 != w2)
+  # The interest is sum_i m_i a_i h_i (by hand, with the unit's weights).
+  interest = np.asarray(target_attention(unit, hist, MASK, t1))
+  np.testing.assert_allclose(interest, np.einsum("bl,bld->bd", w1 * MASK, hist),
+                             rtol=1e-5, atol=1e-6)
+  np.testing.assert_array_equal(interest[3], 0.0)  # an empty history: no interest
+
+
+def test_weights_are_not_normalised():
+  # As in the paper: no softmax, so the same item twice counts twice.
+  unit = ActivationUnit(D, (6,), rngs=nnx.Rngs(2))
+  _, _, hist = _inputs()
+  twice = np.repeat(hist[:, :1], 2, axis=1)  # [B, 2, D]
+  target = hist[:, 1]
+  once = target_attention(unit, twice, np.array([[1, 0]] * B, np.float32), target)
+  both = target_attention(unit, twice, np.ones((B, 2), np.float32), target)
+  np.testing.assert_allclose(both, 2 * np.asarray(once), rtol=1e-6)
+
+
+def test_interest_replaces_the_pooled_history_field_and_the_target_matters():
+  model = _model()
+  emb, dense, hist = _inputs()
+  out = np.asarray(model(emb, dense, sequences=((hist, MASK),)))
+  pooled = emb.copy()
+  pooled[:, SEQ] += 5.0  # the mean-pooled history: replaced by the interest
+  np.testing.assert_array_equal(model(pooled, dense, sequences=((hist, MASK),)), out)
+  target = emb.copy()
+  target[:, TARGET] += 1.0
+  assert np.all(np.asarray(model(target, dense, sequences=((hist, MASK),))) != out)
+
+
+def test_without_sequences_it_says_what_it_needs():
+  emb, dense, _ = _inputs()
+  with pytest.raises(ValueError, match=r"din: needs the unpooled history"):
+    _model()(emb, dense)
+  with pytest.raises(ValueError, match=r"din: history values must be"):
+    _model()(emb, dense, sequences=((np.zeros((B, L, D + 1), np.float32), MASK),))
+
+
+def test_bad_fields_are_refused():
+  with pytest.raises(ValueError, match=r"din: target_field=2 and sequence_field=2"):
+    DIN(num_fields=F, embed_dim=D, num_dense=0, rngs=nnx.Rngs(0), target_field=2,
+        sequence_field=2)
+  with pytest.raises(ValueError, match=r"din: model\.din_attention_dims"):
+    DIN(num_fields=F, embed_dim=D, num_dense=0, rngs=nnx.Rngs(0), target_field=0,
+        sequence_field=1, din_attention_dims=(4, 0))
+
+
+def test_jit_traces_once():
+  graphdef, state = nnx.split(_model())
+
+  @jax.jit
+  @chex.assert_max_traces(n=1)
+  def forward(state, emb, dense, hist, mask):
+    return nnx.merge(graphdef, state)(emb, dense, sequences=((hist, mask),))
+
+  emb, dense, hist = _inputs()
+  a = forward(state, emb, dense, hist, MASK)
+  emb2, dense2, hist2 = _inputs(seed=1)
+  b = forward(state, emb2, dense2, hist2, MASK[::-1].copy())
+  assert not np.allclose(a, b)
+
+
+def test_layout_args_pick_the_first_sequence_and_its_tables_one_hot():
+  assert DIN.layout_args(LAYOUT) == {"target_field": 1, "sequence_field": 3}
+
+
+@pytest.mark.parametrize("layout,what", [
+    (None, "feature layout"),
+    (fl.one_hot_layout(["user_id", "item_id"], [10, 20]), "needs a 'sequence' feature"),
+    (fl.FeatureLayout((fl.TableSpec("user", 10), fl.TableSpec("item", 20)),
+                      (fl.FeatureSpec("user_id", "user"),
+                       fl.FeatureSpec("history", "item", "sequence", 4))),
+     "one_hot target feature reading table 'item'"),
+])
+def test_a_layout_without_what_din_reads_names_model_name(layout, what):
+  with pytest.raises(ConfigError, match=rf"^config field model\.name: model\.name=din .*{what}"):
+    registry.build_model_from_config({"name": "din", "embed_dim": D}, num_fields=2,
+                                     num_dense=0, rngs=nnx.Rngs(0), layout=layout)
+
+
+def test_build_from_config_wraps_din_in_pooled_input():
+  model = registry.build_model_from_config(
+      {"name": "din", "embed_dim": 8, "mlp_dims": (6,), "din_attention_dims": (5,)},
+      num_fields=LAYOUT.num_features, num_dense=ND, rngs=nnx.Rngs(0), layout=LAYOUT)
+  assert isinstance(model, pooling.PooledInput) and isinstance(model.inner, DIN)
+  assert (model.inner.target_field, model.inner.sequence_field) == (1, 3)
+  s = LAYOUT.num_columns  # 1 + 1 + 3 + 4
+  rng = np.random.default_rng(0)
+  emb = rng.standard_normal((B, s, 8)).astype(np.float32)  # [B, S, E]
+  dense = rng.standard_normal((B, ND)).astype(np.float32)
+  weights = np.ones((B, s), np.float32)  # [B, S]
+  weights[:, 4] = 0  # genres: 2 of 3
+  weights[0, 7:] = 0  # example 0: a history of 2 items
+  weights[1, 5:] = 0  # example 1: no genre, no history
+  out = np.asarray(model(emb, dense, weights))
+  chex.assert_shape(out, (B,))
+  chex.assert_tree_all_finite(out)
+  padded = emb.copy()
+  padded[weights == 0] = 100.0  # what a padding column's row holds never matters
+  np.testing.assert_array_equal(model(padded, dense, weights), out)
+
+
+def test_registry_names_and_hparams():
+  assert "din" in models.SEQUENCE_MODEL_NAMES and "din" in models.TRAIN_MODEL_NAMES
+  # Not a generator spec, and no cohort trial (trials build models without a layout).
+  assert "din" not in models.MODEL_NAMES and "din" not in models.ALL_MODEL_NAMES
+  assert models.model_hparams("din") == ("mlp_dims", "din_attention_dims")
+  assert "din_attention_dims" in models.HPARAM_KEYS and "target_field" not in models.HPARAM_KEYS
+
+
+def test_config_check_accepts_din_and_checks_its_widths():
+  c = ctr.get_config()
+  c.model.name = "din"
+  config_check.validate(c)
+  c.model.din_attention_dims = (8, -1)
+  with pytest.raises(ConfigError, match=r"^config field model\.din_attention_dims:"):
+    config_check.validate(c)
