@@ -33,6 +33,7 @@ A checkpoint written before fingerprints existed resumes with a warning. Issue #
 from __future__ import annotations
 
 import datetime
+import functools
 import glob
 import json
 import os
@@ -45,6 +46,7 @@ from absl import logging
 from sfjax.core import feature_layout
 from sfjax.core.atomic import atomic_write
 from sfjax.core.errors import ConfigError
+from sfjax.train import defaults
 
 FINGERPRINT_KEY = "fingerprint"  # the field of a checkpoint's meta.json
 CONFIG_FILE, HISTORY_FILE = "config.json", "config_history.jsonl"
@@ -182,13 +184,25 @@ def _file_changes(field: str, old: Mapping[str, Any], new: Mapping[str, Any]) ->
   return f"{field}: {', '.join(parts)}"
 
 
+@functools.cache
+def _default_values() -> dict[str, Any]:
+  """`flat_config` of today's defaults (`defaults.ctr_defaults`)."""
+  return flat_config(defaults.ctr_defaults())
+
+
 def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, list]:
   """`{field: [old, new]}` of two fingerprints, config fields by their dotted names, the
-  data layout as 'data spec' and each data file list as 'data.<split>_path files'."""
+  data layout as 'data spec' and each data file list as 'data.<split>_path files'.
+
+  A field the old fingerprint lacks that holds its default now is no change: a newer
+  sfjax added it (e.g. `model.din_attention_dims`), the older run behaved as the default.
+  """
   out: dict[str, list] = {}
   old_cfg, new_cfg = old.get("config", {}), new.get("config", {})
   for field in sorted(set(old_cfg) | set(new_cfg)):
     a, b = old_cfg.get(field, _ABSENT), new_cfg.get(field, _ABSENT)
+    if a is _ABSENT and b == _default_values().get(field, _ABSENT):
+      continue  # a field added to the defaults since the checkpoint, at its default
     if a != b:
       out[field] = [a, b]
   if old.get("spec") != new.get("spec"):

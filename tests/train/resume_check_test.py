@@ -174,3 +174,16 @@ def test_trainer_names_a_shape_change_in_one_line_before_loading(tmp_path):
   with pytest.raises(resume_check.ResumeMismatchError) as info:
     _resume_twice(tmp_path, change, "allow_changes")
   assert "\n" not in str(info.value) and "model.embed_dim 16 -> 8" in str(info.value)
+
+
+def test_a_field_added_since_the_checkpoint_at_its_default_is_no_change():
+  c = _config()
+  old = _fp(c)
+  del old["config"]["model.din_attention_dims"]  # a checkpoint from before the field existed
+  assert resume_check.differences(old, _fp(c)) == {}
+  other = _config()
+  other.model.din_attention_dims = (8,)  # not the default: a change, shape refused
+  changes = resume_check.differences(old, _fp(other))
+  assert list(changes) == ["model.din_attention_dims"]
+  with pytest.raises(resume_check.ResumeMismatchError, match="din_attention_dims"):
+    resume_check.check_resume(old, _fp(other), "allow_changes", "p")
