@@ -11,6 +11,11 @@ zip code), release_year and genre (the first token of the item's `class`;
 b'' when it has none). No dense features. A seeded random 80/10/10 split
 gives 'train' / 'valid' / 'test'. The data is small (100k rows), so it is held
 in memory; a vocabulary (or hashing) is fitted on the train split only.
+
+`data.movielens.genres = 'all'` (all genres as a multi-hot bag) and/or
+`data.movielens.history = N` (the user's N previous ratings as a sequence) give the
+data set a feature layout (`sfjax.data.movielens_features`, issue #22); the split,
+the example order and the one-hot fields stay the same.
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import ml_collections
 import numpy as np
 
 from sfjax.core.errors import DataFormatError
-from sfjax.data import batching, feature_map, text_io
+from sfjax.core.feature_layout import PADDING_ID
+from sfjax.data import batching, feature_map
+from sfjax.data import movielens_features as features
 from sfjax.data.types import Batch, DatasetSpec, make_batch
 
 _FIELD_NAMES = ("user_id", "item_id", "age", "gender", "occupation", "zip3", "release_year", "genre")
@@ -119,27 +127,67 @@ def _check_rating(text: bytes, uid: bytes, iid: bytes, users: dict, items: dict,
   return rating, None
 
 
-def _load_movielens(folder: str, skip_bad_lines: bool = False) -> tuple[text_io.RawChunk, int]:
-  """All ratings as one raw chunk.
+class Ratings(NamedTuple):
+  """All usable ratings of the inter file, in file order (a `text_io.RawChunk` and more).
+
+  Attributes:
+    values: [N, 8] bytes in `_FIELD_NAMES` order (genre = the item's first genre).
+    dense: [N, 0] float32.
+    labels: [N] float32, rating >= 4.
+    classes: [N] bytes, the item's whole `class` field (all its genres).
+    times: [N] float64 timestamps, or None when they were not read.
+    genre_capacity: the most genres any movie of the item file has.
+  """
+
+  values: np.ndarray
+  dense: np.ndarray
+  labels: np.ndarray
+  classes: np.ndarray
+  times: np.ndarray | None
+  genre_capacity: int
+
+
+def _check_time(text: bytes) -> tuple[float, str | None]:
+  """(timestamp, None) for a finite number, else (nan, the reason)."""
+  try:
+    value = float(text)
+  except ValueError:
+    value = float("nan")
+  if not np.isfinite(value):
+    return value, f"timestamp is not a finite number: {text.decode(errors='replace')!r}"
+  return value, None
+
+
+def _load_movielens(folder: str, skip_bad_lines: bool = False, with_times: bool = False,
+                    ) -> tuple[Ratings, int]:
+  """All ratings.
+
+  Args:
+    folder: holds `ml-100k.{inter,user,item}`.
+    skip_bad_lines: drop bad lines (counted) instead of raising.
+    with_times: read (and require) the inter file's `timestamp` column.
 
   Returns:
-    (raw, num_bad): raw.values [N, 8] bytes in `_FIELD_NAMES` order,
-    raw.dense [N, 0], raw.labels [N] (rating >= 4); num_bad lines dropped.
+    (ratings, num_bad): the ratings; num_bad lines dropped.
 
   Raises:
-    DataFormatError: a malformed line, a non-numeric rating or an unknown
-      user/item, naming file and line (unless `skip_bad_lines`).
+    DataFormatError: a malformed line, a non-numeric rating (or timestamp) or an
+      unknown user/item, naming file and line (unless `skip_bad_lines`).
   """
   inter, user, item = (os.path.join(folder, f) for f in _FILES)
   users, bad_u = _table(
       user, "user_id", ("age", "gender", "occupation", "zip_code"), skip_bad_lines)
   items, bad_i = _table(item, "item_id", ("release_year", "class"), skip_bad_lines)
-  columns, rows, bad = _read_atomic_file(inter, ("user_id", "item_id", "rating"), skip_bad_lines)
+  required = ("user_id", "item_id", "rating") + (("timestamp",) if with_times else ())
+  columns, rows, bad = _read_atomic_file(inter, required, skip_bad_lines)
   bad += bad_u + bad_i
-  values, labels = [], []
+  values, labels, classes, times = [], [], [], []
   for number, fields in rows:
     uid, iid = fields[columns["user_id"]], fields[columns["item_id"]]
     rating, problem = _check_rating(fields[columns["rating"]], uid, iid, users, items)
+    time = 0.0
+    if problem is None and with_times:
+      time, problem = _check_time(fields[columns["timestamp"]])
     if problem is not None:
       if not skip_bad_lines:
         raise DataFormatError(inter, number, problem)
@@ -150,11 +198,16 @@ def _load_movielens(folder: str, skip_bad_lines: bool = False) -> tuple[text_io.
     genre = genres.split()[0] if genres.split() else b""
     values.append((uid, iid, age, gender, occupation, zip_code[:3], year, genre))
     labels.append(rating >= 4.0)
+    classes.append(genres)
+    times.append(time)
   n = len(values)
-  raw = text_io.RawChunk(
+  ratings = Ratings(
       np.array(values, dtype=bytes).reshape(n, len(_FIELD_NAMES)),
-      np.zeros((n, 0), np.float32), np.asarray(labels, dtype=np.float32))
-  return raw, bad
+      np.zeros((n, 0), np.float32), np.asarray(labels, dtype=np.float32),
+      np.array(classes, dtype=bytes).reshape(n),
+      np.asarray(times, np.float64) if with_times else None,
+      max([0] + [len(genres.split()) for _, genres in items.values()]))
+  return ratings, bad
 
 
 def _split_indices(n: int, seed: int) -> dict[str, np.ndarray]:
@@ -171,8 +224,9 @@ class MovieLensDataset:
 
   def __init__(self, data_cfg: ml_collections.ConfigDict):
     ml = data_cfg.movielens
+    options = features.feature_options(ml)
     self.folder = find_movielens_dir(str(ml.path))
-    raw, bad = _load_movielens(self.folder, bool(data_cfg.skip_bad_lines))
+    raw, bad = _load_movielens(self.folder, bool(data_cfg.skip_bad_lines), options.history > 0)
     split = _split_indices(raw.labels.shape[0], int(ml.split_seed))
     for name, idx in split.items():  # Fail now, not with a NaN metric at the first evaluation.
       if idx.shape[0] == 0:
@@ -183,17 +237,54 @@ class MovieLensDataset:
     mapper = feature_map.make_mapper(
         data_cfg.hash_rows, data_cfg.min_count, lambda: [raw.values[split["train"]]],
         len(_FIELD_NAMES))
-    self.spec: DatasetSpec = mapper.dataset_spec(_FIELD_NAMES, 0)
     self.eval_splits = _SPLITS[1:]
     self.oracle = None
-    self._batches = {
-        name: make_batch(mapper(raw.values[idx]), raw.dense[idx], raw.labels[idx])
-        for name, idx in split.items()}
-    self.stats = {
-        "bad_lines": bad,
-        "examples": {name: b.size for name, b in self._batches.items()},
-        "click_rate": {name: float(b.labels.mean()) for name, b in self._batches.items()},
-    }
+    self.split_rows = split  # split name -> its ratings (indices in file order, bad dropped)
+    self.stats = {"bad_lines": bad}
+    if options.uses_layout:
+      self.spec, ids, weights = self._layout_columns(raw, mapper, split["train"], options, data_cfg)
+      self._batches = {
+          name: make_batch(ids[idx], raw.dense[idx], raw.labels[idx], weights=weights[idx])
+          for name, idx in split.items()}
+    else:  # today's 8 one-hot fields, no layout
+      self.spec: DatasetSpec = mapper.dataset_spec(_FIELD_NAMES, 0)
+      self._batches = {
+          name: make_batch(mapper(raw.values[idx]), raw.dense[idx], raw.labels[idx])
+          for name, idx in split.items()}
+    self.stats["examples"] = {name: b.size for name, b in self._batches.items()}
+    self.stats["click_rate"] = {name: float(b.labels.mean()) for name, b in self._batches.items()}
+
+  def _layout_columns(self, raw: Ratings, mapper: feature_map.FeatureMapper,
+                      train_rows: np.ndarray, options: features.FeatureOptions,
+                      data_cfg: ml_collections.ConfigDict,
+                      ) -> tuple[DatasetSpec, np.ndarray, np.ndarray]:
+    """The layout's spec, ids [N, S] and weights [N, S] of every rating (file order).
+
+    The one-hot fields map exactly as without a layout (the same mapper); the genres
+    bag and the history are added by `movielens_features`; stats gain their counts.
+    """
+    one_hot_ids = mapper(raw.values)  # [N, 8]
+    rows = mapper.dataset_spec(_FIELD_NAMES, 0).field_rows
+    keep = [i for i, name in enumerate(_FIELD_NAMES) if name != "genre" or options.genres == "first"]
+    columns = {_FIELD_NAMES[i]: one_hot_ids[:, i] for i in keep}
+    capacity = max(1, raw.genre_capacity)
+    genre_rows = 1
+    if options.genres == "all":
+      bags = features.genre_bags(raw.classes, capacity)
+      columns["genres"], genre_rows = features.map_bag(
+          bags, train_rows, int(data_cfg.hash_rows), int(data_cfg.min_count))
+      self.stats["genres_per_example"] = float((columns["genres"] >= 0).sum(1).mean())
+    if options.history:
+      previous, earlier = features.previous_ratings(raw.values[:, 0], raw.times, options.history)
+      item = _FIELD_NAMES.index("item_id")
+      columns["history"] = np.where(
+          previous >= 0, one_hot_ids[np.maximum(previous, 0), item], PADDING_ID)
+      self.stats["history_mean_length"] = float(np.minimum(earlier, options.history).mean())
+      self.stats["history_truncated"] = int((earlier > options.history).sum())
+    layout = features.movielens_layout(
+        {_FIELD_NAMES[i]: rows[i] for i in keep}, options, genre_rows, capacity)
+    ids, weights = features.stack_columns(layout, columns)
+    return features.layout_spec(layout), ids, weights
 
   def train_batches(self, batch_size: int, seed: int) -> Iterator[Batch]:
     """Infinite full batches; each epoch is a fresh seeded permutation."""

@@ -1,4 +1,8 @@
-"""Tests for sfjax.data.movielens: MovieLens-100k as an 8-field click log."""
+"""Tests for sfjax.data.movielens: MovieLens-100k as a click log (one-hot, bags, history)."""
+
+import bisect
+import collections
+import os
 
 import numpy as np
 import pytest
@@ -6,6 +10,7 @@ import pytest
 from experiments.configs import ctr
 from sfjax.core.errors import DataFormatError
 from sfjax.data import movielens
+from sfjax.train import ctr_defaults, loop
 
 USER = "user_id:token\tage:token\tgender:token\toccupation:token\tzip_code:token\n"
 ITEM = "item_id:token\tmovie_title:token_seq\trelease_year:token\tclass:token_seq\n"
@@ -29,9 +34,10 @@ def _mini(tmp_path, inter_rows=None):
   return str(tmp_path)
 
 
-def _config(path="", **overrides):
-  cfg = ctr.get_config("movielens").data
+def _config(path="", genres="first", history=0, **overrides):
+  cfg = ctr.get_config("movielens_onehot").data
   cfg.movielens.path = path
+  cfg.movielens.genres, cfg.movielens.history = genres, history
   for k, v in overrides.items():
     cfg[k] = v
   return cfg
@@ -129,3 +135,148 @@ def test_an_empty_split_fails_at_construction_naming_it(tmp_path):
   with pytest.raises(ValueError, match=r"split 'train' has no examples: 0 usable ratings .* "
                      r"\(2 bad lines dropped\)"):
     movielens.MovieLensDataset(_config(bad, skip_bad_lines=True))
+
+
+def test_defaults_are_todays_one_hot_fields(tmp_path):
+  assert (ctr_defaults().data.movielens.genres, ctr_defaults().data.movielens.history) == ("first", 0)
+  assert ctr.get_config("movielens_onehot").data.movielens.to_dict() == ctr_defaults().data.movielens.to_dict()
+  rows = [f"{1 + i % 2}\t{10 + i % 2}\t{i % 6}\t{i}" for i in range(40)]
+  ds = movielens.MovieLensDataset(_config(_mini(tmp_path, rows)))
+  assert ds.spec.layout is None and not ds.spec.has_padding
+  assert [f.name for f in ds.spec.fields] == list(movielens._FIELD_NAMES)
+  assert next(ds.train_batches(8, seed=0)).weights is None
+  assert next(ds.eval_batches("test", 8)).weights is None
+
+
+def _item_ids(ds, split, raw):
+  """raw item bytes -> mapped item_id, from the data set's own item_id column."""
+  batch = ds._batches[split]
+  return dict(zip(raw.values[ds.split_rows[split], 1].tolist(), batch.ids[:, 1].tolist(), strict=True))
+
+
+def test_mini_copy_with_all_genres_and_history(tmp_path):
+  # Users 1/2 alternate; each user's items alternate 10, 10, 11, 11, ...; time = row.
+  rows = [f"{1 + i % 2}\t{10 + (i // 2) % 2}\t{i % 6}\t{i}" for i in range(40)]
+  folder = _mini(tmp_path, rows)
+  ds = movielens.MovieLensDataset(_config(folder, genres="all", history=3))
+  raw, _ = movielens._load_movielens(folder, with_times=True)
+  layout = ds.spec.layout
+  assert [f.name for f in layout.features] == [
+      "user_id", "item_id", "age", "gender", "occupation", "zip3", "release_year", "genres",
+      "history"]
+  g, h = layout.columns(7), layout.columns(8)
+  assert (g.stop - g.start, h.stop - h.start) == (3, 3)  # Toy Story's 3 genres; history 3
+  offsets = ds.spec.column_offsets
+  assert (offsets[h] == offsets[1]).all() and ds.spec.field_rows[8] == ds.spec.field_rows[1]
+  item_ids = {}
+  for split in movielens._SPLITS:
+    item_ids.update(_item_ids(ds, split, raw))
+  for split in movielens._SPLITS:
+    batch = ds._batches[split]
+    assert batch.weights.shape == batch.ids.shape == (batch.size, 1 + 1 + 5 + 3 + 3)
+    np.testing.assert_array_equal(batch.weights, batch.ids != -1)
+    for k, r in enumerate(ds.split_rows[split].tolist()):
+      earlier = [r - d for d in (6, 4, 2) if r - d >= 0]  # the same user: every other row
+      expected = [item_ids[f"{10 + (j // 2) % 2}".encode()] for j in earlier]
+      assert batch.ids[k, h].tolist() == expected + [-1] * (3 - len(expected))
+      toy_story = (r // 2) % 2 == 0
+      assert (batch.ids[k, g] >= 1).sum() == (3 if toy_story else 0)  # item 11 has no genre
+      assert (batch.ids[k, g] == -1).sum() == (0 if toy_story else 3)
+  assert ds.stats["history_truncated"] == 40 - 8  # rows >= 8 had more than 3 earlier ones
+
+
+def test_a_bad_timestamp_is_named_only_when_history_reads_it(tmp_path):
+  folder = _mini(tmp_path, ["1\t10\t5\t1", "2\t11\t3\tsoon"])
+  with pytest.raises(DataFormatError, match=r"ml-100k.inter:3: timestamp is not a finite number: 'soon'"):
+    movielens._load_movielens(folder, with_times=True)
+  ratings, bad = movielens._load_movielens(folder, skip_bad_lines=True, with_times=True)
+  assert (ratings.labels.shape[0], bad) == (1, 1)
+  assert movielens._load_movielens(folder)[0].labels.shape[0] == 2  # history off: not read
+
+
+def _raw_inter(folder):
+  """(user, item, timestamp) of every line of ml-100k.inter, read here independently."""
+  with open(os.path.join(folder, "ml-100k.inter")) as f:
+    header = f.readline().rstrip("\n").split("\t")
+    cols = [header.index(f"{c}:{t}") for c, t in
+            (("user_id", "token"), ("item_id", "token"), ("timestamp", "float"))]
+    return [tuple(line.rstrip("\n").split("\t")[c] for c in cols) for line in f]
+
+
+def test_recbole_history_never_holds_its_own_or_a_later_rating():
+  folder = _recbole_dir()
+  length = 30
+  ds = movielens.MovieLensDataset(_config(genres="all", history=length))
+  inter = _raw_inter(folder)
+  raw, _ = movielens._load_movielens(folder, with_times=True)
+  assert len(inter) == raw.labels.shape[0] == 100_000  # no bad line: row r is line r + 2
+  by_user = collections.defaultdict(list)  # user -> [(time, row, item)] in time order
+  for r, (user, item, time) in enumerate(inter):
+    by_user[user].append((float(time), r, item))
+  user_times = {}
+  for user, ratings in by_user.items():
+    ratings.sort()
+    user_times[user] = [t for t, _, _ in ratings]
+  item_ids = {}
+  for split in movielens._SPLITS:
+    item_ids.update(_item_ids(ds, split, raw))
+  users = np.array([u for u, _, _ in inter])
+  rows = movielens.features.previous_ratings(users, raw.times, length)[0].tolist()
+  h = ds.spec.layout.columns(8)
+  checked = 0
+  for split in movielens._SPLITS:
+    batch = ds._batches[split]
+    history, weights = batch.ids[:, h].tolist(), batch.weights[:, h].tolist()
+    for k, r in enumerate(ds.split_rows[split].tolist()):
+      user, item, time = inter[r]
+      start = bisect.bisect_left(user_times[user], float(time))  # ties at `time` excluded
+      earlier = by_user[user][max(0, start - length):start]  # the definition, in time order
+      # The rows the history came from, by (user, item, timestamp) of the raw file.
+      taken = [inter[j] for j in rows[r] if j >= 0]
+      assert [(u, i, float(t)) for u, i, t in taken] == [(user, i, t) for t, _, i in earlier]
+      assert r not in rows[r] and inter[r] not in taken  # never its own rating
+      assert not taken or float(taken[-1][2]) < float(time)  # the newest is strictly earlier
+      expected = [item_ids[i.encode()] for _, _, i in earlier]
+      pad = length - len(expected)
+      assert history[k] == expected + [-1] * pad, (split, r)
+      assert weights[k] == [1.0] * len(expected) + [0.0] * pad
+      checked += 1
+  assert checked == 100_000
+
+
+def test_recbole_genre_bags_hold_every_genre_of_a_movie():
+  _recbole_dir()
+  ds = movielens.MovieLensDataset(_config(genres="all"))
+  layout = ds.spec.layout
+  assert [f.name for f in layout.features][-1] == "genres" and ds.spec.num_fields == 8
+  g = layout.columns(7)
+  assert g.stop - g.start == 6  # Empire Strikes Back, Transformers, Kid in King Arthur's Court
+  raw, _ = movielens._load_movielens(movielens.find_movielens_dir(""))
+  test = ds._batches["test"]
+  items = raw.values[ds.split_rows["test"], 1]
+  # item -> its genres: 1 Toy Story (Animation Children's Comedy), 242 Kolya (Comedy),
+  # 50 Star Wars (Action Adventure Romance Sci-Fi War), 172 Empire Strikes Back (+ Drama).
+  bags = {}
+  for item, count in ((b"1", 3), (b"242", 1), (b"50", 5), (b"172", 6)):
+    rows = np.flatnonzero(items == item)
+    assert rows.size > 0, item
+    bag = test.ids[rows[0], g]
+    assert (bag >= 1).sum() == count and len(set(bag[bag >= 1].tolist())) == count
+    assert (bag[count:] == -1).all() and (test.weights[rows, g][:, count:] == 0).all()
+    assert (test.ids[rows, g] == bag).all()  # every rating of the movie has the same bag
+    bags[item] = set(bag[bag >= 1].tolist())
+  assert bags[b"242"] < bags[b"1"]  # Comedy is one of Toy Story's genres
+  assert bags[b"50"] < bags[b"172"] and not bags[b"1"] & bags[b"50"]
+  one_hot = movielens.MovieLensDataset(_config())
+  np.testing.assert_array_equal(one_hot._batches["test"].ids[:, :7], test.ids[:, :7])
+
+
+def test_all_genres_and_history_train_end_to_end(tmp_path):
+  rows = [f"{1 + i % 2}\t{10 + (i // 3) % 2}\t{(i * 7) % 6}\t{i // 4}" for i in range(60)]
+  c = ctr.get_config("movielens")
+  assert (c.data.movielens.genres, c.data.movielens.history) == ("all", 20)
+  c.data.movielens.path = _mini(tmp_path, rows)
+  c.model.mlp_dims, c.model.embed_dim = (8,), 4
+  c.train.steps, c.train.batch_size, c.train.eval_every, c.train.log_every = 4, 16, 4, 4
+  final, _ = loop.train_and_evaluate(c)
+  assert np.isfinite(final["test_auc"]) and np.isfinite(final["valid_logloss"])

@@ -18,7 +18,7 @@ def test_deepfm_beats_fuxictr_on_movielens():
     movielens.find_movielens_dir("")
   except FileNotFoundError as e:
     pytest.skip(f"MovieLens-100k not installed: {e}")
-  c = ctr.get_config("movielens")
+  c = ctr.get_config("movielens_onehot")  # the one-genre one-hot fields of issue #2
   c.train.steps, c.train.eval_every, c.train.num_devices = 800, 100, 1
   final, _ = loop.train_and_evaluate(c)
   assert final["test_auc"] > FUXICTR_DEEPFM_TEST_AUC, final["best"]

@@ -95,3 +95,22 @@ def test_padding_gets_no_unique_row_and_no_update():
   assert n == len(np.unique(gids[real]))  # padding adds no unique id
   assert (db.vids[~real] == n).all() and (db.rows[n:] == layout.total_rows).all()
   np.testing.assert_array_equal(db.rows[db.vids[real]], gids[real])
+
+
+@pytest.mark.parametrize("name", models.MODEL_NAMES)
+def test_every_named_model_takes_pooled_bags_as_fields(name):
+  layout = bag_data.LAYOUT
+  model = models.build_model_from_config(
+      {"name": name, "embed_dim": 4, "mlp_dims": (8,), "bottom_mlp_dims": (8, 4),
+       "cin_dims": (4,), "attention_dim": 4}, num_fields=layout.num_features,
+      num_dense=bag_data.NUM_DENSE, rngs=nnx.Rngs(0), layout=layout)
+  width = models.embedding_width(name, 4)
+  batch = bag_data.make_rows(B, seed=2)
+  emb = jax.random.normal(jax.random.key(0), (B, layout.num_columns, width))
+  logits = model(emb, jnp.asarray(batch.dense), jnp.asarray(batch.weights))
+  chex.assert_shape(logits, (B,))
+  chex.assert_tree_all_finite(logits)
+  # Padding columns are never read: other values there change nothing.
+  noisy = jnp.where(jnp.asarray(batch.weights)[..., None] == 0, 1e3, emb)
+  chex.assert_trees_all_close(model(noisy, jnp.asarray(batch.dense), jnp.asarray(batch.weights)),
+                              logits)

@@ -1,0 +1,100 @@
+"""Tests for sfjax.data.movielens_features: genre bags, earlier-rating histories, the layout."""
+
+import ml_collections
+import numpy as np
+import pytest
+
+from sfjax.core.errors import ConfigError
+from sfjax.data import movielens_features as features
+
+
+def _brute_force_history(users, times, length):
+  """rows [N, L] by the definition: same user, time strictly less, the L most recent."""
+  n = len(users)
+  out = np.full((n, length), -1, np.int64)
+  for r in range(n):
+    earlier = sorted((times[j], j) for j in range(n) if users[j] == users[r] and times[j] < times[r])
+    kept = [j for _, j in earlier][-length:]
+    out[r, :len(kept)] = kept
+  return out
+
+
+def test_history_excludes_ties_keeps_the_most_recent_last():
+  users = np.array([b"a", b"a", b"b", b"a", b"a", b"b"])
+  times = np.array([5.0, 3.0, 1.0, 5.0, 9.0, 1.0])
+  rows, earlier = features.previous_ratings(users, times, 2)
+  np.testing.assert_array_equal(rows, [
+      [1, -1],   # a@5: a@3 only (a@5 of row 3 ties)
+      [-1, -1],  # a@3: the user's first rating
+      [-1, -1],  # b@1
+      [1, -1],   # a@5 (row 3): row 0 ties at 5, excluded
+      [0, 3],    # a@9: a@3, a@5, a@5 -> the 2 most recent, ties in row order, newest last
+      [-1, -1],  # b@1 ties with row 2
+  ])
+  np.testing.assert_array_equal(earlier, [1, 0, 0, 1, 3, 0])
+
+
+def test_history_matches_the_definition_on_random_logs():
+  rng = np.random.default_rng(0)
+  for length in (1, 3, 8):
+    users = rng.integers(0, 5, size=60)
+    times = rng.integers(0, 12, size=60).astype(np.float64)  # many ties
+    rows, earlier = features.previous_ratings(users, times, length)
+    np.testing.assert_array_equal(rows, _brute_force_history(users, times, length))
+    expected = [(users == users[r]).astype(int) @ (times < times[r]) for r in range(60)]
+    np.testing.assert_array_equal(earlier, expected)
+
+
+def test_genre_bags_hold_every_token_left_aligned():
+  classes = np.array([b"Animation Children's Comedy", b"", b"Drama", b"Animation Children's Comedy"])
+  bags = features.genre_bags(classes, 3)
+  assert bags.tolist() == [[b"Animation", b"Children's", b"Comedy"], [b"", b"", b""],
+                           [b"Drama", b"", b""], [b"Animation", b"Children's", b"Comedy"]]
+
+
+def test_bag_vocabulary_is_fitted_on_train_and_padding_is_minus_one():
+  bags = np.array([[b"x", b"y"], [b"y", b""], [b"z", b""], [b"", b""]])
+  ids, rows = features.map_bag(bags, np.array([0, 1]), hash_rows=0, min_count=1)
+  assert rows == 3  # x, y + the OOV row 0
+  assert ids[0, 0] != ids[0, 1] and min(ids[0]) >= 1 and ids[1, 0] == ids[0, 1]
+  assert ids[2].tolist() == [0, -1] and ids[3].tolist() == [-1, -1]  # z unseen in train: OOV
+  hashed, rows = features.map_bag(bags, np.array([0, 1]), hash_rows=7, min_count=1)
+  assert rows == 7 and (hashed[bags != b""] < 7).all() and (hashed[bags == b""] == -1).all()
+
+
+def test_layout_shares_the_item_table_and_stacks_columns():
+  options = features.FeatureOptions("all", 3)
+  layout = features.movielens_layout({"user_id": 5, "item_id": 9, "age": 4}, options, 6, 2)
+  assert [t.name for t in layout.tables] == ["user_id", "item", "age", "genres"]
+  assert [(f.name, f.table, f.kind, f.capacity) for f in layout.features] == [
+      ("user_id", "user_id", "one_hot", 1), ("item_id", "item", "one_hot", 1),
+      ("age", "age", "one_hot", 1), ("genres", "genres", "multi_hot", 2),
+      ("history", "item", "sequence", 3)]
+  assert layout.features[3].pooling == "mean"
+  np.testing.assert_array_equal(layout.column_offsets, [0, 5, 14, 18, 18, 5, 5, 5])
+  spec = features.layout_spec(layout)
+  assert spec.field_rows == (5, 9, 4, 6, 9) and spec.total_rows == 24 and spec.has_padding
+  ids, weights = features.stack_columns(layout, {
+      "user_id": np.array([1, 2]), "item_id": np.array([3, 4]), "age": np.array([0, 1]),
+      "genres": np.array([[2, -1], [1, 5]]), "history": np.array([[7, 8, -1], [-1, -1, -1]])})
+  np.testing.assert_array_equal(ids, [[1, 3, 0, 2, -1, 7, 8, -1], [2, 4, 1, 1, 5, -1, -1, -1]])
+  np.testing.assert_array_equal(weights, [[1, 1, 1, 1, 0, 1, 1, 0], [1, 1, 1, 1, 1, 0, 0, 0]])
+  assert weights.dtype == np.float32
+
+
+def test_no_bag_and_no_history_means_no_layout():
+  assert not features.FeatureOptions("first", 0).uses_layout
+  assert features.FeatureOptions("first", 1).uses_layout
+  assert features.FeatureOptions("all", 0).uses_layout
+
+
+@pytest.mark.parametrize("genres, history, field", [
+    ("some", 0, "data.movielens.genres"),
+    ("all", -1, "data.movielens.history"),
+    ("all", True, "data.movielens.history"),
+    ("all", 2.5, "data.movielens.history"),
+])
+def test_bad_options_name_the_field(genres, history, field):
+  cfg = ml_collections.ConfigDict({"genres": genres, "history": history})
+  with pytest.raises(ConfigError, match=rf"^config field {field}: "):
+    features.feature_options(cfg)
