@@ -5,8 +5,10 @@
       --config.data.eval_path=/d/eval.gz [--config.data.test_path=...] \\
       --config.data.hash_rows=1000000 | --config.data.min_count=10   --out=DIR [--overwrite]
 
-Parquet: --config.data.format=parquet with the columns of `data.parquet` (scalar columns
-only: list columns are not preprocessed yet; train from the Parquet files).
+Parquet: --config.data.format=parquet with the columns of `data.parquet`; list columns
+(`data.parquet.bags`: bags and sequences) and shared tables are written as one-hot ids
+plus each bag's values + offsets (`sfjax/data/bag_shards.py`), and read back as the very
+batches the Parquet files give (ids padded with -1, per-id weights).
 Then train from DIR with `--config.data.format=preprocessed --config.data.train_path=DIR`.
 The mapping is the one training from the text files builds (hashing, or the
 one-pass vocabulary); DIR's layout is described in `sfjax/data/preprocessed.py`.

@@ -1,4 +1,4 @@
-"""The `preprocessed` format: text splits parsed and mapped once, then read as binary shards.
+"""The `preprocessed` format: text or Parquet splits parsed and mapped once, read as binary shards.
 
 Text parsing + hashing runs at ~1.4e5 lines/s per core; the shards are read at
 millions of examples/s (`experiments/bench_input.py`). A preprocessed directory
@@ -9,7 +9,10 @@ mapping.json, vocabulary/ and the train/ eval/ [test/] `shards` split directorie
 `_preprocess_splits` writes spec.json last, so a directory without it is
 unfinished. Writing goes through `FileCTRDataset.chunks`, i.e. the very mapping
 the text path trains with, in file order: with `data.shuffle_buffer=0` the
-shards yield the same examples in the same order as the text files. Opening
+shards yield the same examples in the same order as the text files. Parquet with
+list columns or shared tables (a feature layout, issue #22) is written as one-hot
+ids plus each bag's values + offsets (`bag_shards`) and read back as the very
+batches (ids padded with -1, weights) `data.format=parquet` yields. Opening
 checks spec.json and mapping.json against every split's recorded digests;
 reading checks each shard's CRC-32s and values on its first read (`shards`).
 """
@@ -25,8 +28,9 @@ import ml_collections
 import numpy as np
 
 from sfjax.core import atomic, background
+from sfjax.core import feature_layout as fl
 from sfjax.core.errors import ConfigError
-from sfjax.data import batching, dataset, parquet_columns, shards
+from sfjax.data import batching, dataset, shards
 from sfjax.data import preprocessed_layout as layout
 from sfjax.data.types import Batch, DatasetSpec
 
@@ -83,7 +87,9 @@ def _preprocess_splits(source, out_dir: str, rows_per_shard: int = DEFAULT_ROWS_
   """
   _prepare_out_dir(out_dir, overwrite)
   spec: DatasetSpec = source.spec
-  mapping_crc32 = layout.save_mapping(source.mapper, [f.name for f in spec.fields], out_dir)
+  # The mapper's fields: one per field, or one per table (shared by features) with a layout.
+  mapped = spec.fields if spec.layout is None else spec.layout.tables
+  mapping_crc32 = layout.save_mapping(source.mapper, [f.name for f in mapped], out_dir)
   meta = {"kind": layout.KIND, "version": layout.VERSION,
           "fields": [{"name": f.name, "num_rows": f.num_rows} for f in spec.fields],
           "num_dense": spec.num_dense,
@@ -91,13 +97,18 @@ def _preprocess_splits(source, out_dir: str, rows_per_shard: int = DEFAULT_ROWS_
                      "paths": {k: list(v) for k, v in source.paths.items()}},
           "mapping": layout.mapping_settings(source.mapper), "mapping_crc32": mapping_crc32,
           "rows_per_shard": int(rows_per_shard)}
+  if spec.layout is not None:  # absent otherwise: one-hot directories stay as they were
+    meta["layout"] = fl.layout_to_json(spec.layout)
   digests = {"spec_crc32": layout.spec_crc32(meta), "mapping_crc32": mapping_crc32}
   splits = {}
   for split in ("train",) + tuple(source.eval_splits):
     info = shards.write_split(source.chunks(split), os.path.join(out_dir, split), spec,
                               rows_per_shard, dataset=digests)
+    stats = source.stats
     splits[split] = {"num_examples": info.num_examples, "num_shards": len(info.shards),
-                     "bad_lines": int(source.stats["bad_lines_by_split"].get(split, 0))}
+                     "bad_lines": int(stats["bad_lines_by_split"].get(split, 0))}
+    if spec.layout is not None:
+      splits[split]["truncated_ids"] = int(stats.get("truncated_ids_by_split", {}).get(split, 0))
   meta["splits"] = splits
   atomic.atomic_write(os.path.join(out_dir, layout.SPEC_FILE), json.dumps(meta, indent=1) + "\n")
   return meta
@@ -110,9 +121,12 @@ def preprocess_files(data_cfg: ml_collections.ConfigDict, out_dir: str,
   The mapping (hashing, or the one-pass vocabulary) is exactly the one training
   from the text files builds.
 
+  Parquet with list columns or shared tables is stored with its feature layout (the
+  bags as values + offsets); the shards then yield `data.format=parquet`'s batches.
+
   Raises:
-    ConfigError: `data.format` is not a file format (text or Parquet), `data.eval_path` is
-      empty, or Parquet with list columns (not supported yet).
+    ConfigError: `data.format` is not a file format (text or Parquet), or
+      `data.eval_path` is empty.
     FileExistsError: `out_dir` is not empty (and not `overwrite`).
   """
   if str(data_cfg.format) not in dataset.FILE_FORMATS:
@@ -120,12 +134,6 @@ def preprocess_files(data_cfg: ml_collections.ConfigDict, out_dir: str,
                       f"({', '.join(dataset.FILE_FORMATS)}), got {data_cfg.format!r}")
   if not str(data_cfg.eval_path).strip():
     raise ConfigError("config field data.eval_path: required to preprocess (it becomes DIR/eval)")
-  if str(data_cfg.format) == "parquet":
-    if parquet_columns.parse_columns(data_cfg.parquet).has_layout:
-      # Multi-hot shards (values + offsets per list column) are not written yet (issue #22).
-      raise ConfigError("config field data.parquet.bags: preprocessing list columns or shared "
-                        "tables is not supported yet; train from the Parquet files "
-                        "(data.format=parquet)")
   _check_out_dir(out_dir, overwrite)  # fail before a long vocabulary pass
   source = dataset.make_dataset(data_cfg, seed=0)
   return _preprocess_splits(source, out_dir, rows_per_shard, overwrite)
@@ -186,11 +194,17 @@ class PreprocessedDataset:
     self.prefetch = int(prefetch)
     self.oracle = None
     self._bad_lines = {n: int(meta["splits"][n].get("bad_lines", 0)) for n in self._splits}
+    self._truncated = {n: int(meta["splits"][n]["truncated_ids"]) for n in self._splits
+                       if "truncated_ids" in meta["splits"][n]}
 
   @property
   def stats(self) -> dict:
-    """'bad_lines' is 0 (shards have none); lines dropped while preprocessing, per split."""
-    return {"bad_lines": 0, "preprocess_bad_lines_by_split": dict(self._bad_lines)}
+    """'bad_lines' is 0 (shards have none); lines dropped (and, with a feature layout, bag
+    ids truncated) while preprocessing, per split."""
+    out = {"bad_lines": 0, "preprocess_bad_lines_by_split": dict(self._bad_lines)}
+    if self._truncated:
+      out["preprocess_truncated_ids_by_split"] = dict(self._truncated)
+    return out
 
   def split(self, name: str) -> shards.ShardSplit:
     """The opened shards of split `name`."""

@@ -4,9 +4,12 @@ A preprocessed directory DIR (`preprocessed.preprocess_files` writes it) holds:
 
   spec.json        fields (name, rows), num_dense, the source format and files,
                    the mapping settings and mapping.json's CRC-32, examples and
-                   dropped bad lines per split
+                   dropped bad lines per split; with bags, sequences or shared
+                   tables also the feature layout (`layout`: tables and features,
+                   `feature_layout.layout_to_json`) and the ids truncated per split
   mapping.json     how raw values became ids: hashing (rows per field), or a
-                   vocabulary and its key files (each with its size and CRC-32)
+                   vocabulary and its key files (each with its size and CRC-32);
+                   with a layout its fields are the TABLES (shared by features)
   vocabulary/<field>.keys.npy   (vocabulary only) [V_f] uint64 sorted value keys
                    (`feature_map.value_keys`): key i is row i + 1, row 0 is OOV
   train/ eval/ [test/]          `shards` split directories
@@ -28,6 +31,7 @@ import os
 import numpy as np
 
 from sfjax.core import atomic, digest
+from sfjax.core import feature_layout as fl
 from sfjax.data import feature_map, shards
 from sfjax.data.types import DatasetSpec, FieldSpec
 
@@ -124,9 +128,10 @@ def read_spec(root: str) -> dict:
       raise ValueError(f"kind/version {meta.get('kind')!r}/{meta.get('version')!r}")
     meta["spec_crc32"] = spec_crc32(meta)
     str(meta["mapping_crc32"])  # a KeyError here is a malformed spec.json
+    layout = fl.layout_from_json(meta["layout"]) if "layout" in meta else None
     meta["dataset_spec"] = DatasetSpec(
         tuple(FieldSpec(str(f["name"]), int(f["num_rows"])) for f in meta["fields"]),
-        int(meta["num_dense"]))
+        int(meta["num_dense"]), layout)
     meta["splits"] = dict(meta["splits"])
   except shards.CorruptShardError:
     raise
@@ -178,7 +183,8 @@ def checked_digests(root: str, meta: dict, infos: dict[str, shards.SplitInfo]) -
           spec_path, f"says {spec.num_fields} fields / {spec.num_dense} dense, {split_json} "
                      f"{info.num_fields} / {info.num_dense}: replaced or edited")
     recorded = info.dataset.get("spec_crc32")
-    if info.fields != spec.fields or recorded != meta["spec_crc32"]:
+    same = (info.fields, info.layout) == (spec.fields, spec.layout)
+    if not same or recorded != meta["spec_crc32"]:
       raise shards.CorruptShardError(
           spec_path, f"does not belong to the shards in {name}/ (spec CRC-32 "
                      f"{meta['spec_crc32']}, {split_json} records {recorded}): replaced or "

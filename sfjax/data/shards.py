@@ -9,6 +9,12 @@ A split directory (e.g. `DIR/train`) holds, for shard k = 0, 1, ...:
                            digests of the data set it belongs to (`dataset`); per shard
                            its example count and each file's size in bytes and CRC-32
 
+A split of a data set with a feature layout (bags, sequences, shared tables; issue #22)
+keeps the one-hot features' ids in `ids.npy` [n_k, F1] and stores each multi_hot or
+sequence feature f as `shard_0000k.f<f>.values.npy` / `.offsets.npy` [/ `.weights.npy`]
+(`bag_shards`: no padding stored); its `split.json` (version 3) also records the layout.
+A split without one is written exactly as before (version 2).
+
 Any numpy reads them (`np.load(path, mmap_mode='r')`); no sfjax needed.
 
 Writing (`write_split`): chunks of `Batch`es are rolled into shards of
@@ -37,18 +43,20 @@ import json
 import os
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from sfjax.core import atomic, digest
-from sfjax.data import validate
+from sfjax.core import feature_layout as fl
+from sfjax.data import bag_shards, batching, validate
 from sfjax.data.types import Batch, DatasetSpec, FieldSpec
 
 SPLIT_FILE = "split.json"
 _ARRAYS = ("ids", "dense", "labels")  # one .npy file per array per shard
 _KIND = "sfjax.shards"
 _VERSION = 2  # 2: the fields (for value checks) and the data set's digests
+_LAYOUT_VERSION = 3  # 3: a feature layout, its bags stored as values + offsets (issue #22)
 _CHECK_ROWS = 1 << 16  # examples per value-check block (bounds the temporaries)
 _INT32_ROWS = 2**31  # ids < rows <= 2**31 fit int32
 
@@ -104,19 +112,28 @@ class SplitInfo:
   ids_dtype: str
   shards: tuple[_ShardInfo, ...]
   dataset: dict = dataclasses.field(default_factory=dict)  # e.g. {"spec_crc32": "..."}
+  layout: fl.FeatureLayout | None = None
 
   @property
   def num_fields(self) -> int:
     """F, the number of categorical fields."""
     return len(self.fields)
 
+  @property
+  def arrays(self) -> tuple[str, ...]:
+    """The arrays (one .npy file each) of every shard."""
+    return _ARRAYS + (() if self.layout is None else bag_shards.array_names(self.layout))
+
   def to_json(self) -> dict:
     """The `split.json` content."""
-    return {"kind": _KIND, "version": _VERSION, "num_examples": self.num_examples,
-            "num_fields": self.num_fields,
-            "fields": [{"name": f.name, "num_rows": f.num_rows} for f in self.fields],
-            "num_dense": self.num_dense, "ids_dtype": self.ids_dtype, "dataset": self.dataset,
-            "shards": [{"num_examples": s.num_examples, "files": s.files} for s in self.shards]}
+    out = {"kind": _KIND, "version": _VERSION if self.layout is None else _LAYOUT_VERSION,
+           "num_examples": self.num_examples, "num_fields": self.num_fields,
+           "fields": [{"name": f.name, "num_rows": f.num_rows} for f in self.fields],
+           "num_dense": self.num_dense, "ids_dtype": self.ids_dtype, "dataset": self.dataset}
+    if self.layout is not None:
+      out["layout"] = fl.layout_to_json(self.layout)
+    out["shards"] = [{"num_examples": s.num_examples, "files": s.files} for s in self.shards]
+    return out
 
 
 def save_npy(path: str, array: np.ndarray) -> dict:
@@ -138,15 +155,22 @@ def save_npy(path: str, array: np.ndarray) -> dict:
 
 
 def _check_chunk(chunk: Batch, spec: DatasetSpec, rows: np.ndarray) -> None:
-  """ValueError unless `chunk` fits `spec` and holds valid values (what `ShardSplit` checks)."""
-  f, nd = spec.num_fields, spec.num_dense
+  """ValueError unless `chunk` fits `spec` and holds valid values (what `ShardSplit` checks).
+
+  With a layout only the one-hot columns are checked here (`rows` holds theirs); the
+  bags' ids and the weights are checked as they are stored (`bag_shards.stored`).
+  """
+  f, nd = spec.num_columns, spec.num_dense
   if chunk.ids.ndim != 2 or chunk.ids.shape[1] != f or chunk.dense.shape[1:] != (nd,):
+    what = f"{f} fields" if spec.layout is None else f"{f} id columns"
     raise ValueError(f"chunk ids {chunk.ids.shape} / dense {chunk.dense.shape} do not match the "
-                     f"spec ({f} fields, {nd} dense)")
-  bad = validate.first_bad_id(chunk.ids, rows)
+                     f"spec ({what}, {nd} dense)")
+  ids = chunk.ids if spec.layout is None else chunk.ids[:, bag_shards.one_hot_columns(spec.layout)]
+  bad = validate.first_bad_id(ids, rows)
   if bad is not None:
-    raise ValueError(f"ids of field {spec.fields[bad.column].name!r} outside "
-                     f"[0, {rows[bad.column]}): {bad.value} (chunk row {bad.row})")
+    name = bag_shards.id_fields(spec.fields, spec.layout)[bad.column].name
+    raise ValueError(f"ids of field {name!r} outside [0, {rows[bad.column]}): {bad.value} "
+                     f"(chunk row {bad.row})")
   bad = validate.first_bad_label(chunk.labels)
   if bad is not None:
     raise ValueError(f"label {bad.value} of chunk row {bad.row} is not 0 or 1")
@@ -163,8 +187,9 @@ def write_split(chunks: Iterable[Batch], directory: str, spec: DatasetSpec,
     chunks: batches of any sizes, in the order to keep; examples with mask 0
       (padding) are dropped.
     directory: the split directory; created, and must be empty or missing.
-    spec: fields and dense width of the chunks; the ids must lie in each
-      field's rows, and set the ids dtype (`_ids_dtype_for`).
+    spec: fields, dense width and layout of the chunks; the ids must lie in each
+      field's rows, and set the ids dtype (`_ids_dtype_for`). With a layout the
+      chunks carry weights, and each bag is stored as values + offsets.
     rows_per_shard: examples per shard (the last one may hold fewer).
     dataset: JSON-able facts about the data set the split belongs to, recorded
       in `split.json` (`preprocessed` stores the digests of spec and mapping).
@@ -179,32 +204,31 @@ def write_split(chunks: Iterable[Batch], directory: str, spec: DatasetSpec,
     raise FileExistsError(f"{directory}: split directory is not empty")
   os.makedirs(directory, exist_ok=True)
   ids_dtype = _ids_dtype_for(spec)
-  rows = np.asarray(spec.field_rows, np.int64)
+  rows = np.asarray([f.num_rows for f in bag_shards.id_fields(spec.fields, spec.layout)], np.int64)
   shards: list[_ShardInfo] = []
-  pending: list[tuple[np.ndarray, ...]] = []  # (ids, dense, labels) pieces of the next shard
+  pending: list[bag_shards.StoredExamples] = []  # pieces of the next shard
   count = 0
 
-  def flush(parts: list[tuple[np.ndarray, ...]]) -> None:
-    merged = [np.concatenate(a) for a in zip(*parts, strict=True)]
+  def flush(parts: list[bag_shards.StoredExamples]) -> None:
+    merged = bag_shards.merged_files(parts, spec.layout)
     index = len(shards)
     files = {name: save_npy(os.path.join(directory, _shard_file(index, name)), a)
-             for name, a in zip(_ARRAYS, merged, strict=True)}
-    shards.append(_ShardInfo(int(merged[2].shape[0]), files))
+             for name, a in merged.items()}
+    shards.append(_ShardInfo(int(merged["labels"].shape[0]), files))
 
   for chunk in chunks:
     _check_chunk(chunk, spec, rows)
     keep = chunk.mask > 0
-    parts: tuple[np.ndarray, ...] = (chunk.ids, chunk.dense, chunk.labels)
     if not keep.all():
-      parts = tuple(a[keep] for a in parts)
-    # Storage dtypes at once: a pending shard costs 4F + 4Nd + 4 bytes per example (int32 ids).
-    parts = (parts[0].astype(ids_dtype), parts[1].astype(np.float32),
-             parts[2].astype(np.float32))
+      chunk = batching.take(chunk, keep)
+    # Storage form at once: a pending shard costs 4F + 4Nd + 4 bytes per example (int32 ids),
+    # plus 4 (8 with weights) per bag id and 8 per bag and example with a layout.
+    piece = bag_shards.stored(chunk, spec.layout, ids_dtype)
     start = 0
-    n = parts[2].shape[0]
+    n = piece.labels.shape[0]
     while start < n:
       take = min(n - start, rows_per_shard - count)
-      pending.append(tuple(a[start:start + take] for a in parts))
+      pending.append(piece.rows(start, start + take))
       count += take
       start += take
       if count == rows_per_shard:
@@ -213,7 +237,7 @@ def write_split(chunks: Iterable[Batch], directory: str, spec: DatasetSpec,
   if count:
     flush(pending)
   info = SplitInfo(sum(s.num_examples for s in shards), spec.fields, spec.num_dense,
-                   ids_dtype.name, tuple(shards), dict(dataset or {}))
+                   ids_dtype.name, tuple(shards), dict(dataset or {}), spec.layout)
   atomic.atomic_write(os.path.join(directory, SPLIT_FILE),
                       json.dumps(info.to_json(), indent=1) + "\n")
   return info
@@ -231,16 +255,21 @@ def read_split_info(directory: str) -> SplitInfo:
       raise CorruptShardError(path, "written by an older sfjax (split format 1: no field rows "
                                     "to check ids against); preprocess the data again "
                                     "(python -m experiments.preprocess ... --overwrite)")
-    if raw.get("kind") != _KIND or raw.get("version") != _VERSION:
+    if raw.get("kind") != _KIND or raw.get("version") not in (_VERSION, _LAYOUT_VERSION):
       raise ValueError(f"kind/version {raw.get('kind')!r}/{raw.get('version')!r}, "
-                       f"expected {_KIND!r}/{_VERSION}")
+                       f"expected {_KIND!r}/{_VERSION} or {_LAYOUT_VERSION}")
+    # Version 3 has a layout (and only it): layout_from_json checks it (a ConfigError).
+    layout = (fl.layout_from_json(raw["layout"]) if raw["version"] == _LAYOUT_VERSION else None)
+    arrays = _ARRAYS + (() if layout is None else bag_shards.array_names(layout))
     shards = tuple(_ShardInfo(int(s["num_examples"]),
-                              {a: dict(s["files"][a]) for a in _ARRAYS}) for s in raw["shards"])
+                              {a: dict(s["files"][a]) for a in arrays}) for s in raw["shards"])
     fields = tuple(FieldSpec(str(f["name"]), int(f["num_rows"])) for f in raw["fields"])
     info = SplitInfo(int(raw["num_examples"]), fields, int(raw["num_dense"]),
-                     str(np.dtype(raw["ids_dtype"])), shards, dict(raw["dataset"]))
+                     str(np.dtype(raw["ids_dtype"])), shards, dict(raw["dataset"]), layout)
     if len(fields) != int(raw["num_fields"]):
       raise ValueError(f"num_fields {raw['num_fields']} but {len(fields)} fields")
+    if layout is not None and len(fields) != layout.num_features:
+      raise ValueError(f"{len(fields)} fields but the layout has {layout.num_features} features")
   except (ValueError, KeyError, TypeError) as exc:
     raise CorruptShardError(path, f"malformed split index ({exc})") from exc
   if info.num_examples != sum(s.num_examples for s in shards):
@@ -248,12 +277,7 @@ def read_split_info(directory: str) -> SplitInfo:
   return info
 
 
-class ShardArrays(NamedTuple):
-  """One shard's arrays: read-only ndarray views of its memory maps."""
-
-  ids: np.ndarray  # [n, F] int32 | int64
-  dense: np.ndarray  # [n, Nd] float32
-  labels: np.ndarray  # [n] float32
+ShardArrays = bag_shards.StoredExamples  # one shard's read-only views of its memory maps
 
 
 class ShardSplit:
@@ -289,15 +313,20 @@ class ShardSplit:
     """Shard files (each a set of .npy columns)."""
     return len(self.info.shards)
 
-  def _expected_shape(self, index: int, array: str) -> tuple[int, ...]:
+  def _expected(self, index: int, array: str, maps: dict) -> tuple[np.dtype, tuple]:
+    """(dtype, shape) of `array` in shard `index`; None in a shape: any length (bag values)."""
     n = self.info.shards[index].num_examples
-    return {"ids": (n, self.info.num_fields), "dense": (n, self.info.num_dense),
-            "labels": (n,)}[array]
+    ids_dtype = np.dtype(self.info.ids_dtype)
+    if array in _ARRAYS:
+      columns = len(bag_shards.id_fields(self.info.fields, self.info.layout))
+      shape = {"ids": (n, columns), "dense": (n, self.info.num_dense), "labels": (n,)}[array]
+      return (ids_dtype if array == "ids" else np.dtype(np.float32)), shape
+    return bag_shards.expected_array(array, n, ids_dtype, maps)
 
   def _open(self, index: int, verify: bool) -> ShardArrays:
     shard = self.info.shards[index]
     maps = {}
-    for array in _ARRAYS:
+    for array in self.info.arrays:
       meta = shard.files[array]
       path = os.path.join(self.directory, meta["file"])
       if not os.path.exists(path):
@@ -311,21 +340,25 @@ class ShardSplit:
         if crc != meta["crc32"]:
           raise CorruptShardError(path, f"CRC-32 {crc}, {SPLIT_FILE} says {meta['crc32']} "
                                         "(corrupt: preprocess again)")
-      dtype = np.dtype(self.info.ids_dtype if array == "ids" else np.float32)
+      dtype, shape = self._expected(index, array, maps)
       try:
         m = np.load(path, mmap_mode="r", allow_pickle=False)
       except ValueError as exc:
         raise CorruptShardError(path, f"unreadable .npy file ({exc})") from exc
-      if m.shape != self._expected_shape(index, array) or m.dtype != dtype:
-        raise CorruptShardError(path, f"holds {m.dtype}{list(m.shape)}, expected "
-                                      f"{dtype}{list(self._expected_shape(index, array))}")
+      if (m.ndim != len(shape) or m.dtype != dtype
+          or any(e is not None and e != g for e, g in zip(shape, m.shape, strict=True))):
+        want = ", ".join("T" if e is None else str(e) for e in shape)
+        raise CorruptShardError(path, f"holds {m.dtype}{list(m.shape)}, expected {dtype}[{want}]")
       maps[array] = np.asarray(m)  # a plain ndarray view; keeps the map alive
-    return ShardArrays(**maps)
+    layout = self.info.layout
+    bags = () if layout is None else bag_shards.from_files(maps, layout)
+    return ShardArrays(maps["ids"], maps["dense"], maps["labels"], bags)
 
   def _check_values(self, index: int, arrays: ShardArrays) -> None:
     """ShardValueError naming the file, row and field of shard `index`'s first bad value."""
-    names = [f.name for f in self.info.fields]
-    rows = [f.num_rows for f in self.info.fields]
+    id_fields = bag_shards.id_fields(self.info.fields, self.info.layout)
+    names = [f.name for f in id_fields]
+    rows = [f.num_rows for f in id_fields]
     files = self.info.shards[index].files
     for start in range(0, self.info.shards[index].num_examples, _CHECK_ROWS):
       block = slice(start, start + _CHECK_ROWS)
@@ -343,6 +376,12 @@ class ShardSplit:
         raise ShardValueError(os.path.join(self.directory, files["dense"]["file"]),
                               start + bad.row, f"dense[{bad.column}]",
                               f"dense value {bad.value} is not finite")
+    layout = self.info.layout
+    for f, bag in zip(bag_shards.bag_features(layout) if layout else (), arrays.bags, strict=True):
+      found = bag_shards.first_bad_bag(bag, f, layout)
+      if found is not None:
+        raise ShardValueError(os.path.join(self.directory, files[found.array]["file"]),
+                              found.row, layout.features[f].name, found.reason)
 
   def shard(self, index: int) -> ShardArrays:
     """Memory-mapped (read-only) ids / dense / labels of shard `index`, checked once.
@@ -398,7 +437,4 @@ class ShardSplit:
         starts = rng.permutation(starts)
       for start in starts.tolist():
         stop = min(start + chunk_size, n)
-        yield Batch(arrays.ids[start:stop].astype(np.int64),
-                    np.array(arrays.dense[start:stop]),
-                    np.array(arrays.labels[start:stop]),
-                    np.ones((stop - start,), np.float32))
+        yield bag_shards.to_batch(arrays.rows(start, stop), self.info.layout)

@@ -235,7 +235,7 @@ def test_parquet_and_text_inputs_of_the_same_rows_give_identical_metrics(tmp_pat
   assert finals["parquet"]["step"] == 30
 
 
-def test_preprocess_of_scalar_parquet_round_trips_and_lists_are_refused(tmp_path):
+def test_preprocess_of_scalar_parquet_round_trips_and_lists_are_accepted(tmp_path):
   path = _write(tmp_path, _table(), row_group_size=3)
   c = _config(path, categorical="user,item_id")
   c.hash_rows, c.min_count, c.shuffle_buffer = 0, 1, 0
@@ -246,5 +246,6 @@ def test_preprocess_of_scalar_parquet_round_trips_and_lists_are_refused(tmp_path
   from_shards = next(dataset.make_dataset(c, 0).eval_batches("eval", 4))
   for a, b in zip(from_files, from_shards, strict=True):
     np.testing.assert_array_equal(a, b)
-  with pytest.raises(ConfigError, match="data.parquet.bags: preprocessing list columns"):
-    preprocessed.preprocess_files(_config(path, **_BAGS), str(tmp_path / "lists"))
+  # List columns are preprocessed too (values + offsets; tests/data/preprocessed_test.py).
+  meta = preprocessed.preprocess_files(_config(path, **_BAGS), str(tmp_path / "lists"))
+  assert meta["layout"]["features"][2]["kind"] == "sequence"

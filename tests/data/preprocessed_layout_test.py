@@ -5,9 +5,12 @@ import json
 import shutil
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from experiments.configs import ctr
+from sfjax.core import feature_layout as fl
 from sfjax.data import dataset, preprocessed, preprocessed_layout, shards, synthetic
 
 
@@ -148,4 +151,59 @@ def test_a_missing_or_malformed_mapping_is_named(pre_dir, tmp_path):
   assert info.value.path == str(broken / "mapping.json")
   (broken / "mapping.json").write_text("{not json")
   with pytest.raises(shards.CorruptShardError, match="mapping.json: malformed"):
+    dataset.make_dataset(_binary_config(broken), seed=0)
+
+
+def test_spec_records_no_layout_for_one_hot_data(pre_dir):
+  spec = json.loads((pre_dir / "spec.json").read_text())
+  assert "layout" not in spec and "truncated_ids" not in spec["splits"]["train"]
+  assert json.loads((pre_dir / "train" / "split.json").read_text())["version"] == 2
+
+
+@pytest.fixture(scope="module")
+def bag_dir(tmp_path_factory):
+  """Parquet with a sequence sharing the item table and a weighted bag, preprocessed."""
+  root = tmp_path_factory.mktemp("bags")
+  table = pa.table({"label": pa.array([0, 1, 1, 0, 1]), "item": pa.array([1, 2, 3, 2, 1]),
+                    "history": pa.array([[1, 2, 3], [], [3, 2], [9], [1]]),
+                    "tags": pa.array([["x"], ["y", "z"], [], ["x", "x"], ["z"]]),
+                    "tw": pa.array([[0.5], [1.0, 2.0], [], [1.0, 3.0], [0.0]])})
+  pq.write_table(table, root / "a.parquet", row_group_size=2)
+  d = ctr.get_config().data
+  d.format, d.train_path, d.eval_path = "parquet", str(root / "a.parquet"), str(root / "a.parquet")
+  d.hash_rows, d.shuffle_buffer = 20, 0
+  d.parquet.bags, d.parquet.shared_tables = "history:sequence:2,tags:multi_hot:2:sum:tw", "history=item"
+  preprocessed.preprocess_files(d, str(root / "dir"), rows_per_shard=3)
+  return root / "dir"
+
+
+def test_the_layout_is_recorded_and_an_edited_one_is_refused(bag_dir, tmp_path):
+  spec = json.loads((bag_dir / "spec.json").read_text())
+  layout = fl.layout_from_json(spec["layout"])
+  assert [f.table for f in layout.features] == ["item", "item", "tags"]
+  assert spec["splits"]["train"]["truncated_ids"] == 1  # history [1, 2, 3] keeps [2, 3]
+  ds = dataset.make_dataset(_binary_config(bag_dir), seed=0)
+  assert ds.spec.layout == layout and ds.spec.num_columns == 5
+  assert preprocessed_layout.dataset_digests(str(bag_dir)) == ds.digests
+  broken = tmp_path / "broken"
+  shutil.copytree(bag_dir, broken)
+  spec["layout"]["features"][1]["capacity"] = 3  # same fields, another layout
+  (broken / "spec.json").write_text(json.dumps(spec))
+  with pytest.raises(shards.CorruptShardError, match="spec.json: does not belong") as info:
+    dataset.make_dataset(_binary_config(broken), seed=0)
+  assert info.value.path == str(broken / "spec.json")
+  spec["layout"]["features"][1]["kind"] = "tree"
+  (broken / "spec.json").write_text(json.dumps(spec))
+  with pytest.raises(shards.CorruptShardError, match="spec.json: malformed.*features.inputs.history"):
+    dataset.make_dataset(_binary_config(broken), seed=0)
+  shutil.copyfile(bag_dir / "spec.json", broken / "spec.json")
+  split = json.loads((broken / "train" / "split.json").read_text())
+  split["layout"]["features"][2]["pooling"] = "mean"  # the shards' layout, edited
+  (broken / "train" / "split.json").write_text(json.dumps(split))
+  with pytest.raises(shards.CorruptShardError, match="does not belong to the shards in train/"):
+    dataset.make_dataset(_binary_config(broken), seed=0)
+  split["version"] = 2  # a layout split claiming the one-hot format: its bag files unlisted
+  (broken / "train" / "split.json").write_text(json.dumps(split))
+  with pytest.raises(shards.CorruptShardError, match=r"shard_00000.ids.npy: holds int32\[3, 1\], "
+                     r"expected int32\[3, 3\]"):
     dataset.make_dataset(_binary_config(broken), seed=0)

@@ -7,12 +7,15 @@ import threading
 import time
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from experiments.configs import ctr
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset, feature_map, preprocessed, preprocessed_layout, shards, synthetic
 from sfjax.data.types import concat_batches
+from sfjax.train import loop
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +178,95 @@ def test_config_and_directory_errors_name_the_culprit(criteo_dir, pre_dir, tmp_p
   with pytest.raises(ValueError, match="eval split is required"):
     dataset.make_dataset(_binary_config(broken), seed=0)
 
+
+
+def _parquet_table(n, seed):
+  """n rows: a user, an item, a price, a history of items (a sequence sharing the item
+  table, often longer than its capacity), weighted tags and unweighted genres (bags)."""
+  r = np.random.default_rng(seed)
+  tags = [[f"t{v}" for v in r.integers(0, 20, k)] for k in r.integers(0, 5, n)]
+  return pa.table({
+      "label": pa.array(r.integers(0, 2, n)), "user": pa.array([f"u{v}" for v in r.integers(0, 30, n)]),
+      "item_id": pa.array(r.integers(0, 60, n)), "price": pa.array(r.random(n)),
+      "history": pa.array([list(r.integers(0, 60, k)) for k in r.integers(0, 7, n)],
+                          pa.list_(pa.int64())),
+      "tags": pa.array(tags, pa.list_(pa.string())),
+      "tw": pa.array([list(r.random(len(t))) for t in tags], pa.list_(pa.float64())),
+      "genres": pa.array([list(r.integers(0, 9, k)) for k in r.integers(0, 4, n)],
+                         pa.list_(pa.int64()))})
+
+
+@pytest.fixture(scope="module")
+def parquet_dir(tmp_path_factory):
+  root = tmp_path_factory.mktemp("parquet")
+  pq.write_table(_parquet_table(700, 0), root / "train.parquet", row_group_size=128)
+  pq.write_table(_parquet_table(200, 1), root / "eval.parquet", row_group_size=128)
+  return root
+
+
+def _parquet_config(root, **data):
+  c = ctr.get_config("smoke")
+  d = c.data
+  d.format, d.train_path, d.eval_path = "parquet", f"{root}/train.parquet", f"{root}/eval.parquet"
+  d.parquet.dense = "price"
+  d.parquet.bags = "history:sequence:4,tags:multi_hot:3:sqrtn:tw,genres:multi_hot:2:mean"
+  d.parquet.shared_tables = "history=item_id"
+  d.shuffle_buffer = 0  # file order on both paths
+  for k, v in data.items():
+    d[k] = v
+  c.train.steps, c.train.eval_every, c.train.num_devices = 20, 20, 1
+  c.train.batch_size, c.model.name, c.model.embed_dim = 128, "fm", 8  # compiles in seconds
+  return c
+
+
+def _from_dir(config, out):
+  c = config.copy_and_resolve_references()
+  c.data.format, c.data.train_path, c.data.eval_path = "preprocessed", str(out), ""
+  return c
+
+
+@pytest.mark.parametrize("mapping", [{"hash_rows": 40}, {"hash_rows": 0, "min_count": 2}])
+def test_parquet_bags_preprocess_to_the_same_batches(parquet_dir, tmp_path, mapping):
+  c = _parquet_config(parquet_dir, **mapping)
+  meta = preprocessed.preprocess_files(c.data, str(tmp_path / "pre"), rows_per_shard=300)
+  assert meta["splits"]["train"]["num_shards"] == 3 and meta["splits"]["train"]["truncated_ids"] > 0
+  parquet = dataset.make_dataset(c.data, seed=0)
+  binary = dataset.make_dataset(_from_dir(c, tmp_path / "pre").data, seed=0)
+  layout = parquet.spec.layout
+  assert binary.spec == parquet.spec and binary.spec.layout == layout
+  assert layout.features[2].table == "item_id" and layout.features[3].weighted
+  # 700 train rows in batches of 96: the batches straddle shards, record batches and epochs.
+  n = _assert_same_batches(itertools.islice(parquet.train_batches(96, seed=1), 9),
+                           itertools.islice(binary.train_batches(96, seed=1), 9))
+  assert n == 9
+  assert _assert_same_batches(parquet.eval_batches("eval", 64), binary.eval_batches("eval", 64)) == 4
+  assert (next(binary.eval_batches("eval", 64)).ids == -1).any()  # padding survives the trip
+  # The ids dropped by truncation (counted by the Parquet reader's full passes) are recorded.
+  assert binary.stats["preprocess_truncated_ids_by_split"] == parquet.stats["truncated_ids_by_split"]
+  if "min_count" in mapping:  # the vocabulary is stored per TABLE: item_id and history share one
+    settings = json.loads((tmp_path / "pre" / "mapping.json").read_text())
+    assert [f["name"] for f in settings["fields"]] == ["user", "item_id", "tags", "genres"]
+
+
+def test_training_from_preprocessed_bags_equals_training_from_parquet(parquet_dir, tmp_path):
+  c = _parquet_config(parquet_dir, hash_rows=50)
+  preprocessed.preprocess_files(c.data, str(tmp_path / "pre"), rows_per_shard=256)
+  from_parquet, _ = loop.train_and_evaluate(c, dataset=dataset.make_dataset(c.data, c.seed))
+  b = _from_dir(c, tmp_path / "pre")
+  from_shards, _ = loop.train_and_evaluate(b, dataset=dataset.make_dataset(b.data, b.seed))
+  assert from_shards["step"] == from_parquet["step"] == 20
+  for key in ("loss", "auc", "logloss", "unique_per_batch"):
+    assert from_shards[key] == from_parquet[key], key
+
+
+def test_a_corrupt_bag_values_file_is_named(parquet_dir, tmp_path):
+  c = _parquet_config(parquet_dir, hash_rows=50)
+  preprocessed.preprocess_files(c.data, str(tmp_path / "pre"), rows_per_shard=300)
+  path = tmp_path / "pre" / "eval" / "shard_00000.f2.values.npy"  # the history's ids
+  data = bytearray(path.read_bytes())
+  data[-3] ^= 0x10
+  path.write_bytes(bytes(data))
+  binary = dataset.make_dataset(_from_dir(c, tmp_path / "pre").data, seed=0)
+  with pytest.raises(shards.CorruptShardError, match="CRC-32") as info:
+    list(binary.eval_batches("eval", 64))
+  assert info.value.path == str(path)

@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 
+from sfjax.core import feature_layout as fl
 from sfjax.data import shards
 from sfjax.data.types import DatasetSpec, FieldSpec, concat_batches, make_batch, map_arrays
 
@@ -249,3 +250,124 @@ def test_write_split_rejects_bad_labels_and_dense(tmp_path):
   bad.ids[0, 0] = -1
   with pytest.raises(ValueError, match=r"field 'a' outside \[0, 10\): -1 \(chunk row 0\)"):
     shards.write_split([bad], str(tmp_path / "i"), SPEC, 4)
+
+
+# A feature layout (issue #22): a one-hot user, a sequence of items and a weighted bag of tags.
+LAYOUT = fl.FeatureLayout(
+    (fl.TableSpec("user", 7), fl.TableSpec("item", 50), fl.TableSpec("tags", 6)),
+    (fl.FeatureSpec("user", "user"), fl.FeatureSpec("history", "item", "sequence", 3, "mean"),
+     fl.FeatureSpec("tags", "tags", "multi_hot", 2, "sqrtn", weighted=True)))
+BAG_SPEC = DatasetSpec((FieldSpec("user", 7), FieldSpec("history", 50), FieldSpec("tags", 6)),
+                       num_dense=1, layout=LAYOUT)
+
+
+def _bag_examples(n, start=0):
+  """n examples: history of i % 4 items (i, i+1, ...), i % 3 tags weighing i / 10."""
+  i = np.arange(start, start + n)
+  ids = np.full((n, 6), -1, np.int64)
+  weights = np.zeros((n, 6), np.float32)
+  ids[:, 0], weights[:, 0] = i % 7, 1
+  for k in range(3):
+    used = i % 4 > k
+    ids[used, 1 + k], weights[used, 1 + k] = (i[used] + k) % 50, 1
+  for k in range(2):
+    used = i % 3 > k
+    ids[used, 4 + k], weights[used, 4 + k] = (i[used] + k) % 6, i[used] / 10
+  return make_batch(ids, i[:, None], i % 2, weights=weights)
+
+
+@pytest.fixture
+def bag_split(tmp_path):
+  chunks = [_bag_examples(9), _bag_examples(0, 9), _bag_examples(11, 9)]
+  chunks[2] = chunks[2]._replace(mask=np.array([1] * 10 + [0], np.float32))  # dropped
+  shards.write_split(chunks, str(tmp_path / "s"), BAG_SPEC, rows_per_shard=8)
+  return tmp_path / "s"
+
+
+def test_a_layout_split_stores_bags_as_values_and_offsets_and_reads_them_back(bag_split):
+  info = json.loads((bag_split / shards.SPLIT_FILE).read_text())
+  assert info["version"] == 3 and fl.layout_from_json(info["layout"]) == LAYOUT
+  assert list(info["shards"][0]["files"]) == ["ids", "dense", "labels", "f1.values", "f1.offsets",
+                                              "f2.values", "f2.offsets", "f2.weights"]
+  assert len(os.listdir(bag_split)) == 1 + 3 * 8  # 19 examples in shards of 8, 8, 3
+  # Plain numpy reads the ragged form: shard 0 holds examples 0..7.
+  offsets = np.load(bag_split / "shard_00000.f1.offsets.npy")
+  np.testing.assert_array_equal(offsets, np.cumsum([0] + [i % 4 for i in range(8)]))
+  assert np.load(bag_split / "shard_00000.ids.npy").shape == (8, 1)
+  np.testing.assert_array_equal(np.load(bag_split / "shard_00001.f2.weights.npy")[:2],
+                                np.float32([0.8, 0.8]))  # example 8: two tags weighing 0.8
+  split = shards.ShardSplit(str(bag_split))
+  assert split.info.layout == LAYOUT
+  want = _bag_examples(19)
+  for chunk_size in (3, 8):  # chunks inside a shard, and whole shards
+    got = _read_all(split, chunk_size)
+    for a, b in zip(got, want, strict=True):
+      assert a.dtype == b.dtype
+      np.testing.assert_array_equal(a, b)
+  shuffled = _read_all(split, 3, np.random.default_rng(0))
+  order = shuffled.dense[:, 0].astype(int)
+  assert sorted(order) == list(range(19)) and not np.array_equal(order, np.arange(19))
+  np.testing.assert_array_equal(shuffled.ids, want.ids[order])
+  np.testing.assert_array_equal(shuffled.weights, want.weights[order])
+
+
+def test_a_corrupt_bag_file_is_named(bag_split):
+  path = bag_split / "shard_00001.f1.values.npy"
+  data = bytearray(path.read_bytes())
+  data[-4] ^= 0x01  # a valid id under a wrong CRC
+  path.write_bytes(bytes(data))
+  with pytest.raises(shards.CorruptShardError, match="CRC-32") as info:
+    list(shards.ShardSplit(str(bag_split)).chunks(4))
+  assert info.value.path == str(path)
+  weights = bag_split / "shard_00002.f2.weights.npy"
+  weights.write_bytes(weights.read_bytes()[:-4])
+  with pytest.raises(shards.CorruptShardError, match="truncated") as info:
+    shards.ShardSplit(str(bag_split))
+  assert info.value.path == str(weights)
+
+
+@pytest.mark.parametrize("array,index,value,row,field,message", [
+    ("f1.values", 0, 50, 1, "history", "id 50 outside the table's rows [0, 50)"),
+    ("f1.offsets", 3, 9, 2, "history", "8 ids, not in [0, capacity 3]"),
+    ("f2.weights", 1, np.inf, 2, "tags", "weight inf is not finite"),
+])
+def test_a_wrong_bag_value_under_a_valid_crc_names_file_row_and_feature(bag_split, array, index,
+                                                                       value, row, field, message):
+  def mutate(values):
+    values[index] = value
+
+  path = _rewrite_with_valid_crc(bag_split, 0, array, mutate)
+  with pytest.raises(shards.ShardValueError) as info:
+    shards.ShardSplit(str(bag_split), verify_checksums=False).verify()
+  assert (info.value.path, info.value.row, info.value.field) == (path, row, field)
+  assert message in str(info.value)
+
+
+def test_a_layout_split_refuses_chunks_it_could_not_rebuild(tmp_path):
+  bad = _bag_examples(4)
+  with pytest.raises(ValueError, match="yields weights"):
+    shards.write_split([bad._replace(weights=None)], str(tmp_path / "a"), BAG_SPEC, 4)
+  bad.ids[3, 2] = -1  # example 3's history (3 ids) gets a hole
+  with pytest.raises(ValueError, match=r"feature 'history' \(chunk row 3\)"):
+    shards.write_split([bad], str(tmp_path / "b"), BAG_SPEC, 4)
+  bad = _bag_examples(4)
+  bad.ids[2, 0] = 7
+  with pytest.raises(ValueError, match=r"field 'user' outside \[0, 7\): 7 \(chunk row 2\)"):
+    shards.write_split([bad], str(tmp_path / "c"), BAG_SPEC, 4)
+  with pytest.raises(ValueError, match=r"do not match the spec \(6 id columns, 1 dense\)"):
+    shards.write_split([_examples(3)], str(tmp_path / "d"), BAG_SPEC, 4)
+
+
+def test_a_bag_file_with_a_wrong_header_is_named(bag_split):
+  offsets = bag_split / "shard_00000.f1.offsets.npy"
+  original = offsets.read_bytes()
+  np.save(offsets, np.zeros((18,), np.int32))  # the same size as int64[9]
+  with pytest.raises(shards.CorruptShardError, match=r"int32\[18\], expected int64\[9\]") as info:
+    shards.ShardSplit(str(bag_split), verify_checksums=False)
+  assert info.value.path == str(offsets)
+  offsets.write_bytes(original)
+  values = bag_split / "shard_00001.f2.values.npy"
+  np.save(values, np.load(values).view(np.int64))  # 8 tags of examples 8..15 as 4 int64
+  with pytest.raises(shards.CorruptShardError, match=r"int64\[4\], expected int32\[T\]") as info:
+    shards.ShardSplit(str(bag_split), verify_checksums=False)
+  assert info.value.path == str(values)
