@@ -1,8 +1,10 @@
 """Batch scoring with a serving bundle: `python -m experiments.predict --bundle=B --input=GLOB
---out=FILE.npy [--format=criteo|avazu|preprocessed]`.
+--out=FILE.npy [--format=criteo|avazu|preprocessed|jsonl]`.
 
 Streams the input in order (Criteo / Avazu text, .gz allowed, through the training readers
-`sfjax.data.text_io`; or preprocessed split directories, `sfjax.data.shards`), scores it
+`sfjax.data.text_io`; preprocessed split directories, `sfjax.data.shards`; or JSON lines,
+one record per line with an optional `label`, the default for a bundle whose records are
+ids: synthetic or multi-hot data, lists of ids for bags and sequences), scores it
 with `sfjax.serving.Predictor` and writes the probabilities, float32 [n] in input order, as
 `.npy`. Prints progress lines, then one JSON line: `examples`, `seconds`,
 `examples_per_sec` and, the input having labels, `auc` and `logloss`.

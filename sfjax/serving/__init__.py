@@ -11,7 +11,9 @@ describes the format); `Predictor.load(path)` scores it with jax and numpy only
 `RecordError`) and reading rows from RAM or mmap (`row_source`), or through a device
 row cache over the mmap files for tables bigger than RAM (`row_cache`).
 `score_files(bundle, input_glob, out)` scores whole input files in order (`scoring`;
-`python -m experiments.predict`).
+`python -m experiments.predict`). A run on a feature layout (bags, weighted bags,
+sequences, shared tables; DIN) serves the same way: records give lists of ids for its
+bags and sequences (`layout_records`), rows go through VSI with padding.
 """
 
 import importlib

@@ -89,10 +89,12 @@ def num_examples(features: Any) -> int:
 
 
 def merge(parts: Sequence[Any]) -> Any:
-  """One request of the same type from `parts`, each field concatenated along examples."""
+  """One request of the same type from `parts`, each field concatenated along examples (an
+  absent field, None in every part, stays None)."""
   if len(parts) == 1:
     return parts[0]
-  fields = [np.concatenate(column) for column in zip(*parts, strict=True)]
+  fields = [None if column[0] is None else np.concatenate(column)
+            for column in zip(*parts, strict=True)]
   kind = type(parts[0])
   return kind(*fields) if hasattr(kind, "_fields") else kind(fields)
 

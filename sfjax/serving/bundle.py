@@ -9,6 +9,13 @@ writes the directory `sfjax.serving.manifest` describes: the forward function
 flax and no config), the dense leaves as `.npy`, the table as chunked `.npy` files
 (float32, float16, or int8 with per-row scales), the feature mapping and specs.
 
+A run on a feature layout (bags, weighted bags, sequences, shared tables; issue #22; its
+checkpoint records `meta["features"]`) exports the layout model's forward
+`(dense leaves, emb [B, S, E], dense [B, Nd], weights [B, S]) -> logits [B]` (the
+`sfjax.models.pooling.PooledInput` wrapper pools the S id columns; DIN reads its
+sequence unpooled) and records the layout in the manifest (`layout`, and per feature
+its table, capacity, columns, pooling and weighting).
+
 The forward is the trainer's (`sfjax.train.step.forward_logits`: `nnx.merge(graphdef,
 params)(emb, dense)`), so the predictor's logits equal the trainer's eval logits. It is
 lowered for CPU and CUDA (`SERVING_PLATFORMS`), so one bundle serves on either host.
@@ -33,6 +40,7 @@ from flax import nnx
 import sfjax
 from sfjax import models
 from sfjax.checkpoint import open_checkpoint
+from sfjax.core import feature_layout as fl
 from sfjax.core.atomic import atomic_write
 from sfjax.data import avazu, criteo, dataset, feature_map
 from sfjax.embedding.host_table import CHUNK_ROWS
@@ -61,16 +69,21 @@ def _dense_names(config, data_set) -> list[str]:
     return []
   if fmt == "synthetic":
     num_dense = int(config.data.synthetic.num_dense)
+  elif fmt == "multihot":
+    num_dense = int(config.data.multihot.num_dense)
   else:
     num_dense = data_set().spec.num_dense
   return [f"d{i}" for i in range(num_dense)]
 
 
-def feature_mapping(config, field_rows: list[int], out: str,
-                    data_set) -> tuple[str, dict[str, Any]]:
+def feature_mapping(config, field_rows: list[int], out: str, data_set,
+                    layout: fl.FeatureLayout | None = None) -> tuple[str, dict[str, Any]]:
   """(record format, mapping entry) of the run's data; vocabulary keys saved under out/mapping."""
   d, num_fields = config.data, len(field_rows)
   fmt = str(d.format)
+  if layout is not None:
+    return "ids", {"kind": "ids", "note": f"data.format={fmt!r} with a feature layout: records "
+                   "give local row ids, lists of them for bags and sequences"}
   if fmt not in _TEXT_FORMATS:
     return "ids", {"kind": "ids", "note": f"data.format={fmt!r}: records give local row ids"}
   salts = [f"{int(s):016x}" for s in feature_map._field_salts(num_fields)]  # noqa: SLF001
@@ -94,16 +107,21 @@ def feature_mapping(config, field_rows: list[int], out: str,
 
 
 def _export_forward(graphdef, leaves, treedef, num_fields: int, width: int,
-                    num_dense: int) -> tuple[bytes, list[str]]:
-  """(serialized `jax.export` of the forward with batch symbolic, its platforms)."""
+                    num_dense: int, weighted: bool = False) -> tuple[bytes, list[str]]:
+  """(serialized `jax.export` of the forward with batch symbolic, its platforms).
 
-  def forward(leaves, emb, dense):  # [B, F, E], [B, Nd] -> [B]
-    return nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves))(emb, dense)
+  `weighted`: a feature layout model, `(leaves, emb [B, S, E], dense, weights [B, S])`
+  with S = `num_fields` id columns; else `(leaves, emb [B, F, E], dense)`.
+  """
+
+  def forward(leaves, emb, dense, *weights):  # [B, F|S, E], [B, Nd] (, [B, S]) -> [B]
+    return nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves))(emb, dense, *weights)
 
   (b,) = jax.export.symbolic_shape("b")
   args = ([jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves],
           jax.ShapeDtypeStruct((b, num_fields, width), np.float32),
-          jax.ShapeDtypeStruct((b, num_dense), np.float32))
+          jax.ShapeDtypeStruct((b, num_dense), np.float32),
+          *([jax.ShapeDtypeStruct((b, num_fields), np.float32)] if weighted else []))
   try:  # one bundle for CPU and GPU hosts; a model CUDA cannot lower: this host's platform
     exported = jax.export.export(jax.jit(forward), platforms=SERVING_PLATFORMS)(*args)
   except Exception as err:  # noqa: BLE001 (jax raises several kinds; the fallback is logged)
@@ -174,7 +192,19 @@ def write_bundle(workdir: str, out_dir: str, *, dtype: str = "float32",
   table = ckpt.table
   return _write(out_dir, config, config.model, ckpt.params, ckpt.meta["fields"],
                 ((lo, v, None) for lo, v, _ in table.chunks()), table.num_rows, table.width,
-                dtype, source)
+                dtype, source, _checkpoint_layout(ckpt))
+
+
+def _checkpoint_layout(ckpt) -> fl.FeatureLayout | None:
+  """The feature layout the checkpoint's run trained on (meta["features"]), or None."""
+  data = ckpt.meta.get("features")
+  if not data:
+    return None
+  try:
+    return fl.layout_from_json(data)
+  except (TypeError, KeyError, ValueError) as err:
+    raise ValueError(f"{ckpt.path}: meta.json field 'features' is not a feature layout: "
+                     f"{err}") from err
 
 
 def write_pruned_bundle(pruned_file: str, model_cfg: dict[str, Any], trainer_config: dict[str, Any],
@@ -216,13 +246,15 @@ def write_pruned_bundle(pruned_file: str, model_cfg: dict[str, Any], trainer_con
   source = {"step": ckpt.step, "checkpoint": os.path.abspath(ckpt.path),
             "pruned_model": os.path.abspath(pruned_file), "metrics": {}}
   return _write(out_dir, config, model_cfg, params, ckpt.meta["fields"], chunks, num_rows, width,
-                "int8" if quantized else "float32", source)
+                "int8" if quantized else "float32", source, _checkpoint_layout(ckpt))
 
 
 def _write(out_dir: str, config, model_cfg, params: dict, fields: list[dict], chunks,
-           num_rows: int, width: int, dtype: str, source: dict[str, Any]) -> dict[str, Any]:
+           num_rows: int, width: int, dtype: str, source: dict[str, Any],
+           layout: fl.FeatureLayout | None = None) -> dict[str, Any]:
   """The bundle of model `model_cfg` with pure-dict `params` and table `chunks` (see
-  `_write_table`) over `fields` ({name, rows}); `config` gives the data mapping."""
+  `_write_table`) over `fields` ({name, rows}: the fields, or a layout's tables);
+  `config` gives the data mapping."""
   cached: list = []
 
   def data_set():  # built only when needed (a vocabulary, an unknown dense count)
@@ -233,9 +265,14 @@ def _write(out_dir: str, config, model_cfg, params: dict, fields: list[dict], ch
   field_names = [f["name"] for f in fields]
   field_rows = [int(f["rows"]) for f in fields]
   offsets = np.concatenate([[0], np.cumsum(field_rows)[:-1]]).astype(np.int64).tolist()
+  if layout is not None and fl.table_ranges(layout) != [
+      {"name": n, "rows": r} for n, r in zip(field_names, field_rows, strict=True)]:
+    raise ValueError(f"{source['checkpoint']}: meta.json 'fields' are not the row ranges of "
+                     "the tables its 'features' layout declares")
   dense_names = _dense_names(config, data_set)
-  model = models.build_model_from_config(model_cfg, num_fields=len(field_names),
-                                         num_dense=len(dense_names), rngs=nnx.Rngs(0))
+  model = models.build_model_from_config(
+      model_cfg, num_fields=len(field_names) if layout is None else layout.num_features,
+      num_dense=len(dense_names), rngs=nnx.Rngs(0), layout=layout)
   graphdef, state = nnx.split(model)
   nnx.replace_by_pure_dict(state, params)
   leaves, treedef = jax.tree.flatten(state)
@@ -244,8 +281,9 @@ def _write(out_dir: str, config, model_cfg, params: dict, fields: list[dict], ch
   tmp = out_dir.rstrip("/") + ".tmp"
   shutil.rmtree(tmp, ignore_errors=True)
   os.makedirs(os.path.join(tmp, "dense"))
-  forward, platforms = _export_forward(graphdef, leaves, treedef, len(field_names), width,
-                                       len(dense_names))
+  columns = len(field_names) if layout is None else layout.num_columns
+  forward, platforms = _export_forward(graphdef, leaves, treedef, columns, width,
+                                       len(dense_names), weighted=layout is not None)
   with open(os.path.join(tmp, "forward.bin"), "wb") as f:
     f.write(forward)
   leaf_files = []
@@ -253,21 +291,25 @@ def _write(out_dir: str, config, model_cfg, params: dict, fields: list[dict], ch
     leaf_files.append(f"dense/leaf_{i:04d}.npy")
     np.save(os.path.join(tmp, leaf_files[-1]), leaf)
   table = _write_table(chunks, tmp, dtype, num_rows, width)
-  record_format, mapping = feature_mapping(config, field_rows, tmp, data_set)
+  record_format, mapping = feature_mapping(config, field_rows, tmp, data_set, layout)
+  inputs = {"emb": ["B", columns, width], "dense": ["B", len(dense_names)]}
+  if layout is not None:
+    inputs["weights"] = ["B", columns]
   paths = [str(p) for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]]
   manifest = {
       "format": manifest_lib.FORMAT_NAME, "version": manifest_lib.FORMAT_VERSION,
       "sfjax_version": getattr(sfjax, "__version__", "unknown"), "jax_version": jax.__version__,
       "model": str(model_cfg["name"]), "model_config": _jsonable(model_cfg), **source,
       "record_format": record_format,
-      "features": [{"name": n, "kind": "one_hot", "table": "table", "rows": r, "offset": o}
-                   for n, r, o in zip(field_names, field_rows, offsets, strict=True)],
+      "features": (_layout_features(layout) if layout is not None else
+                   [{"name": n, "kind": "one_hot", "table": "table", "rows": r, "offset": o}
+                    for n, r, o in zip(field_names, field_rows, offsets, strict=True)]),
+      **({"layout": fl.layout_to_json(layout)} if layout is not None else {}),
       "dense": {"names": dense_names,
                 "transform": "signed_log1p" if record_format == "criteo" else "none"},
       "mapping": mapping, "tables": [table],
-      "forward": {"file": "forward.bin", "platforms": platforms,
-                  "inputs": {"emb": ["B", len(field_names), width],
-                             "dense": ["B", len(dense_names)]}, "output": ["B"],
+      "forward": {"file": "forward.bin", "platforms": platforms, "inputs": inputs,
+                  "output": ["B"],
                   "params": [{"file": f, "path": p, "shape": list(x.shape), "dtype": str(x.dtype)}
                              for f, p, x in zip(leaf_files, paths, leaves, strict=True)]},
   }
@@ -280,6 +322,20 @@ def _write(out_dir: str, config, model_cfg, params: dict, fields: list[dict], ch
     os.rmdir(out_dir)
   os.rename(tmp, out_dir)
   return manifest
+
+
+def _layout_features(layout: fl.FeatureLayout) -> list[dict[str, Any]]:
+  """Manifest entries of a layout's features: the table each reads (its rows and start
+  in the stored table), its id columns [start, stop), kind, pooling and weighting."""
+  offsets = layout.table_offsets
+  out = []
+  for f, spec in enumerate(layout.features):
+    t, cols = layout.feature_tables[f], layout.columns(f)
+    out.append({"name": spec.name, "kind": spec.kind, "table": spec.table,
+                "rows": int(layout.tables[t].num_rows), "offset": int(offsets[t]),
+                "capacity": int(spec.capacity), "columns": [cols.start, cols.stop],
+                "pooling": spec.pooling, "weighted": bool(spec.weighted)})
+  return out
 
 
 def _jsonable(model_cfg) -> dict[str, Any]:

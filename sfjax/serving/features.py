@@ -6,14 +6,17 @@ raw value:
   criteo  I1..I13 (int, or its decimal text; "" = missing) and C1..C26 (str; "" = missing)
   avazu   the 21 categorical columns (str) and `hour` (YYMMDDHH), split as in training
   ids     (a synthetic-data run: no raw values) each field name -> its local row (int),
-          and the dense names d0..d{Nd-1} -> float
+          and the dense names d0..d{Nd-1} -> float; a run on a feature layout (bags,
+          sequences, shared tables; issue #22) takes lists of local ids for its bags and
+          sequences (`sfjax.serving.layout_records`)
 Categorical values become per-field local rows with the bundle's mapping: hashing (the
 per-field salts and `hash_rows` recorded in the manifest; the key rule of
 `sfjax.data.feature_map.value_keys`) or the vocabulary keys saved in the bundle.
 
 `Features.ids` are LOCAL per-field rows ([n, F], 0 <= ids[:, f] < rows of field f, as in
-`sfjax.data.Batch.ids`); the predictor adds the field offsets. Features concatenate along
-n (`concat_features`), so a batcher can merge requests.
+`sfjax.data.Batch.ids`); the predictor adds the field offsets. With a feature layout they
+are id columns [n, S] (-1 padding) with per-id `weights` [n, S]. Features concatenate
+along n (`concat_features`), so a batcher can merge requests.
 """
 
 from __future__ import annotations
@@ -25,8 +28,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from sfjax.core import feature_layout as fl
 from sfjax.core.errors import DataFormatError
 from sfjax.data import avazu, criteo, feature_map, text_io
+from sfjax.serving.layout_records import RecordError as RecordError
+from sfjax.serving.layout_records import parse_layout_records
 
 _AVAZU_HEADER = b"id,click,hour," + b",".join(c.encode() for c in avazu.CATEGORICAL_COLUMNS)
 
@@ -35,21 +41,22 @@ class Features(NamedTuple):
   """Mapped model inputs of n examples.
 
   Attributes:
-    ids: [n, F] int64 local row of each field (0 <= ids[:, f] < rows of field f).
+    ids: [n, F] int64 local row of each field (0 <= ids[:, f] < rows of field f); with a
+      feature layout [n, S] id columns local to each column's table, -1 = padding.
     dense: [n, Nd] float32 dense features, already transformed (Nd may be 0).
+    weights: None (one-hot bundles), or with a feature layout [n, S] float32 per-id
+      weights (0 in padding columns, 1 for unweighted ids).
   """
 
   ids: np.ndarray
   dense: np.ndarray
-
-
-class RecordError(ValueError):
-  """A record that cannot be mapped; the message names the record index and the field."""
+  weights: np.ndarray | None = None
 
 
 def concat_features(parts: Sequence[Features]) -> Features:
   """The examples of `parts`, in order, as one `Features`."""
-  return Features(*(np.concatenate(p, axis=0) for p in zip(*parts, strict=True)))
+  return Features(*(None if p[0] is None else np.concatenate(p, axis=0)
+                    for p in zip(*parts, strict=True)))
 
 
 class FeatureMapping:
@@ -97,10 +104,14 @@ class RecordParser:
     self.dense_names = list(manifest["dense"]["names"])
     self.mapping = (None if self.record_format == "ids"
                     else FeatureMapping(manifest["mapping"], path))
+    self.layout = (fl.layout_from_json(manifest["layout"]) if manifest.get("layout")
+                   else None)
 
   def __call__(self, records: Sequence[Mapping[str, Any] | str]) -> Features:
     """[n] records -> Features [n, F], [n, Nd]; RecordError naming the record and field."""
     n = len(records)
+    if self.layout is not None:  # bags, sequences, shared tables: records of local ids
+      return Features(*parse_layout_records(records, self.layout, self.dense_names))
     if self.record_format == "ids":
       return self._ids_records(records)
     values = np.full((n, len(self.field_names)), b"", dtype=object)

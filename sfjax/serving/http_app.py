@@ -2,8 +2,10 @@
 
 Routes:
   POST /v1/predict   body `{"records": [record, ...]}`, each record a dict of feature
-                     name -> value or a raw Criteo/Avazu line; answers `{"scores": [p, ...]}`
-                     (probabilities, in request order).
+                     name -> value (a JSON array of ids for a bag or sequence of a
+                     feature-layout bundle, `sfjax.serving.layout_records`) or a raw
+                     Criteo/Avazu line; answers `{"scores": [p, ...]}` (probabilities, in
+                     request order).
   GET  /healthz      `{"status": "ok"}` once the predictor is loaded (it compiled every batch
                      size at load, so the first request compiles nothing).
   GET  /v1/metadata  the bundle's manifest.

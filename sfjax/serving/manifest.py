@@ -4,7 +4,9 @@ A bundle is one directory (written by `sfjax.serving.bundle.write_bundle`):
 
   manifest.json          this module's format; written last, atomically
   forward.bin            `jax.export` of `(dense leaves, emb [B, F, E], dense [B, Nd])
-                         -> logits [B]` (serialized StableHLO, B symbolic)
+                         -> logits [B]` (serialized StableHLO, B symbolic); a run on a
+                         feature layout (manifest `layout`: bags, sequences, shared
+                         tables): `(dense leaves, emb [B, S, E], dense, weights [B, S])`
   dense/leaf_<i>.npy     the model's dense parameters, in the exported function's leaf order
   table/rows_<lo>.npy    table rows [lo, lo + n): float32, float16 or int8 [n, E]
   table/scales_<lo>.npy  int8 only: float32 [n] per-row symmetric scales (row = q * scale)

@@ -3,12 +3,20 @@
   p = Predictor.load(BUNDLE)                     # every file verified, each batch size compiled
   p.predict([line_or_dict, ...]) -> [n] float32  # probabilities
   p.predict_ids(ids [n, F], dense [n, Nd])       # already mapped (local per-field rows)
+  p.predict_ids(ids [n, S], dense, weights [n, S])  # a feature-layout bundle (-1 padding)
 
 No model class, no flax and no training config is imported: the forward is the bundle's
 `jax.export` (deserialized and compiled once per batch size at load, never per request),
 the rows come from a `row_source.RowSource`. A request of n examples is padded to the
 smallest compiled size >= n; n above the largest is split into chunks of that size.
 Logits equal the trainer's eval logits on the same examples (fp32 tables: <= 1e-6).
+
+A bundle of a feature-layout run (bags, sequences, shared tables; manifest `layout`)
+takes id columns [n, S] local to each column's table, -1 in unused columns, and per-id
+weights [n, S]. Its rows go through VSI as in training (`sfjax.embedding.vsi`): the
+local ids become global rows (`global_row_ids`, padding kept at -1), are deduplicated
+(`dedup_ids`: padding points at the spare entry U), the unique rows are read once from
+the row source (padding entries read zeros, in every row mode) and `emb = uniq[vids]`.
 """
 
 from __future__ import annotations
@@ -20,11 +28,18 @@ from typing import Any
 import jax
 import numpy as np
 
+from sfjax.core import feature_layout as fl
+from sfjax.embedding import vsi
 from sfjax.serving import manifest as manifest_lib
 from sfjax.serving import row_source
 from sfjax.serving.features import Features, RecordParser
 
 DEFAULT_BATCH_SIZES = (1, 8, 64, 512, 4096)
+
+
+def _manifest_layout(manifest: Mapping[str, Any]) -> fl.FeatureLayout | None:
+  """The feature layout a bundle records (`layout`), or None (one one-hot id per field)."""
+  return fl.layout_from_json(manifest["layout"]) if manifest.get("layout") else None
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -48,8 +63,13 @@ class Predictor:
     features = manifest["features"]
     self.num_fields, self.num_dense = len(features), len(manifest["dense"]["names"])
     self.width = int(manifest["tables"][0]["dim"])
-    self.field_rows = np.asarray([f["rows"] for f in features], np.int64)  # [F]
-    self.offsets = np.asarray([f["offset"] for f in features], np.int64)  # [F]
+    self.layout = _manifest_layout(manifest)
+    if self.layout is None:
+      self.field_rows = np.asarray([f["rows"] for f in features], np.int64)  # [F]
+      self.offsets = np.asarray([f["offset"] for f in features], np.int64)  # [F]
+    else:  # per id column [S]: its table's rows and start
+      self.field_rows, self.offsets = self.layout.column_rows, self.layout.column_offsets
+    self.num_columns = self.field_rows.shape[0]  # F, or S with a layout
     self._parser = RecordParser(manifest, path)
     self._params = [jax.device_put(p) for p in params]
     self._compiled = {b: self._compile(forward, b) for b in self.batch_sizes}
@@ -78,16 +98,20 @@ class Predictor:
     with open(os.path.join(path, manifest["forward"]["file"]), "rb") as f:
       forward = jax.export.deserialize(bytearray(f.read()))
     params = [np.load(os.path.join(path, p["file"])) for p in manifest["forward"]["params"]]
-    table = row_source.open_rows(path, manifest["tables"][0], rows, cache_rows=cache_rows,
-                                 unique_capacity=max(batch_sizes) * len(manifest["features"]),
-                                 policy=cache_policy)
+    layout = _manifest_layout(manifest)
+    per_example = len(manifest["features"]) if layout is None else layout.num_columns
+    table = row_source.open_rows(  # a layout's gathers add the spare padding entry
+        path, manifest["tables"][0], rows, cache_rows=cache_rows, policy=cache_policy,
+        unique_capacity=max(batch_sizes) * per_example + (layout is not None))
     return cls(path, manifest, forward, params, table, batch_sizes)
 
   def _compile(self, forward, batch: int):
     """The forward compiled for `batch` examples."""
-    emb = jax.ShapeDtypeStruct((batch, self.num_fields, self.width), np.float32)
+    emb = jax.ShapeDtypeStruct((batch, self.num_columns, self.width), np.float32)
     dense = jax.ShapeDtypeStruct((batch, self.num_dense), np.float32)
-    return jax.jit(forward.call).lower(self._params, emb, dense).compile()
+    weights = ([] if self.layout is None
+               else [jax.ShapeDtypeStruct((batch, self.num_columns), np.float32)])
+    return jax.jit(forward.call).lower(self._params, emb, dense, *weights).compile()
 
   def parse_records(self, records: Sequence[Mapping[str, Any] | str]) -> Features:
     """Records (dicts of raw feature values, or raw Criteo / Avazu lines) -> Features.
@@ -108,50 +132,100 @@ class Predictor:
     return Features(self._parser.mapping(values), np.asarray(dense, np.float32))
 
   def logits_features(self, features: Features) -> np.ndarray:
-    """[n] float32 logits of mapped features (ids [n, F] local rows, dense [n, Nd])."""
-    ids, dense = self._check(features)
+    """[n] float32 logits of mapped features (ids [n, F] local rows, dense [n, Nd]; with
+    a feature layout ids [n, S] with -1 padding and weights [n, S])."""
+    ids, dense, weights = self._check(features)
     n, top = ids.shape[0], self.batch_sizes[-1]
     out = np.empty((n,), np.float32)
     for lo in range(0, n, top):
       hi = min(n, lo + top)
-      out[lo:hi] = self._run(ids[lo:hi], dense[lo:hi])
+      out[lo:hi] = self._run(ids[lo:hi], dense[lo:hi],
+                             None if weights is None else weights[lo:hi])
     return out
 
-  def _run(self, ids: np.ndarray, dense: np.ndarray) -> np.ndarray:
+  def _run(self, ids: np.ndarray, dense: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
     """Logits of m <= max batch examples, padded to the smallest compiled size >= m."""
     m = ids.shape[0]
     size = next(b for b in self.batch_sizes if b >= m)
-    rows = np.zeros((size, self.num_fields), np.int64)
-    rows[:m] = ids + self.offsets[None, :]
     padded = np.zeros((size, self.num_dense), np.float32)
     padded[:m] = dense
-    emb = self.rows.gather(rows.reshape(-1)).reshape(size, self.num_fields, self.width)
-    return np.asarray(self._compiled[size](self._params, emb, padded))[:m]
+    if weights is None:
+      rows = np.zeros((size, self.num_fields), np.int64)
+      rows[:m] = ids + self.offsets[None, :]
+      emb = self.rows.gather(rows.reshape(-1)).reshape(size, self.num_fields, self.width)
+      return np.asarray(self._compiled[size](self._params, emb, padded))[:m]
+    local = np.full((size, self.num_columns), fl.PADDING_ID, np.int64)  # padding examples
+    local[:m] = ids
+    padded_weights = np.zeros((size, self.num_columns), np.float32)
+    padded_weights[:m] = weights
+    emb = self._layout_rows(local)
+    return np.asarray(self._compiled[size](self._params, emb, padded, padded_weights))[:m]
 
-  def _check(self, features: Features) -> tuple[np.ndarray, np.ndarray]:
-    """(ids int64 [n, F], dense float32 [n, Nd]) of `features`, shapes and ranges checked."""
+  def _layout_rows(self, local: np.ndarray):
+    """emb [b, S, E] of local id columns [b, S] (-1 padding) through VSI; zeros at padding."""
+    rows = vsi.global_row_ids(local, self.offsets, column_rows=self.field_rows,
+                              allow_padding=True)
+    virt = vsi.dedup_ids(rows, rows.size + 1, pad_id=fl.PADDING_ID)  # + the spare entry U
+    uniq_values = self.rows.gather(virt.uniq)  # [U_cap, E]; entries U.. (padding) are zeros
+    return uniq_values[virt.vids]
+
+  def _check(self, features: Features) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(ids int64 [n, F|S], dense float32 [n, Nd], weights [n, S] or None) of `features`,
+    shapes and ranges checked."""
     ids, dense = np.asarray(features.ids), np.asarray(features.dense, np.float32)
-    if ids.ndim != 2 or ids.shape[1] != self.num_fields or ids.dtype.kind not in "iu":
-      raise ValueError(f"ids: expected integer [n, {self.num_fields}], got {ids.dtype} "
+    width = self.num_columns
+    if ids.ndim != 2 or ids.shape[1] != width or ids.dtype.kind not in "iu":
+      what = "id columns" if self.layout is not None else "fields"
+      raise ValueError(f"ids: expected integer [n, {width}] ({what}), got {ids.dtype} "
                        f"{ids.shape}")
     if dense.shape != (ids.shape[0], self.num_dense):
       raise ValueError(f"dense: expected [{ids.shape[0]}, {self.num_dense}], got {dense.shape}")
     ids = ids.astype(np.int64)
-    bad = (ids < 0) | (ids >= self.field_rows[None, :])
+    if self.layout is None:
+      if features.weights is not None:
+        raise ValueError(f"weights: this bundle's model takes no per-id weights ({self.path} "
+                         "has no feature layout)")
+      low, weights = 0, None
+    else:
+      low, weights = fl.PADDING_ID, self._check_weights(ids, features.weights)
+    bad = (ids < low) | (ids >= self.field_rows[None, :])
     if bad.any():
-      i, f = map(int, np.argwhere(bad)[0])
-      raise ValueError(f"ids[{i}, {f}] = {ids[i, f]}: field "
-                       f"{self.manifest['features'][f]['name']!r} has rows "
-                       f"[0, {self.field_rows[f]})")
-    return ids, dense
+      i, c = map(int, np.argwhere(bad)[0])
+      raise ValueError(f"ids[{i}, {c}] = {ids[i, c]}: {self._column_name(c)} has rows "
+                       f"[0, {self.field_rows[c]})")
+    return ids, dense, weights
+
+  def _check_weights(self, ids: np.ndarray, weights) -> np.ndarray:
+    """float32 [n, S] weights of a layout bundle's ids: given, finite, 0 at padding."""
+    if weights is None:
+      raise ValueError(f"weights: this bundle ({self.path}) has a feature layout: give per-id "
+                       "weights [n, S] (0 in padding columns, 1 for unweighted ids)")
+    weights = np.asarray(weights, np.float32)
+    if weights.shape != ids.shape:
+      raise ValueError(f"weights: expected {list(ids.shape)} like ids, got {list(weights.shape)}")
+    bad = ~np.isfinite(weights) | ((ids == fl.PADDING_ID) & (weights != 0))
+    if bad.any():
+      i, c = map(int, np.argwhere(bad)[0])
+      raise ValueError(f"weights[{i}, {c}] = {weights[i, c]}: {self._column_name(c)}: weights "
+                       "must be finite, and 0 in padding columns (id -1)")
+    return weights
+
+  def _column_name(self, column: int) -> str:
+    """'field <name>', or 'feature <name> (column c)' of a layout bundle."""
+    if self.layout is None:
+      return f"field {self.manifest['features'][column]['name']!r}"
+    feature = self.layout.features[int(self.layout.column_features[column])]
+    return f"feature {feature.name!r} (id column {column}, table {feature.table!r})"
 
   def predict_features(self, features: Features) -> np.ndarray:
     """[n] float32 click probabilities of mapped features."""
     return _sigmoid(self.logits_features(features))
 
-  def predict_ids(self, ids, dense) -> np.ndarray:
-    """[n] float32 probabilities of local rows `ids` [n, F] and dense features [n, Nd]."""
-    return self.predict_features(Features(np.asarray(ids), np.asarray(dense, np.float32)))
+  def predict_ids(self, ids, dense, weights=None) -> np.ndarray:
+    """[n] float32 probabilities of local rows `ids` [n, F] and dense features [n, Nd]
+    (a feature-layout bundle: ids [n, S] with -1 padding and `weights` [n, S])."""
+    return self.predict_features(Features(np.asarray(ids), np.asarray(dense, np.float32),
+                                          None if weights is None else np.asarray(weights)))
 
   def predict(self, records: Sequence[Mapping[str, Any] | str]) -> np.ndarray:
     """[n] float32 probabilities of raw records (`parse_records`, then `predict_features`)."""

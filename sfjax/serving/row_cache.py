@@ -53,7 +53,12 @@ class CachedRows:
     self.bytes_to_device = 0
 
   def gather(self, rows: np.ndarray) -> jax.Array:
-    """rows [n] int64 (n <= unique_capacity) -> float32 [n, E] on the device."""
+    """rows [n] int64 (n <= unique_capacity; -1: padding) -> float32 [n, E] on the device.
+
+    Padding rows (the unused columns of bags and sequences) get no unique entry and no
+    cache slot: their virtual id is the spare entry U, whose slot is the planner's
+    padding slot C, which the gather reads as zeros.
+    """
     rows = np.asarray(rows, np.int64)
     n = rows.shape[0]  # buffers of n entries: one compiled shape per batch size, not U_cap
     if n > self.unique_capacity:

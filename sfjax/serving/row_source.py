@@ -27,8 +27,8 @@ class RowSource(Protocol):
   width: int
 
   def gather(self, rows: np.ndarray) -> np.ndarray | jax.Array:
-    """rows [n] int64 global table rows in [0, V) -> float32 [n, E] (on the host, or on the
-    device for the row cache)."""
+    """rows [n] int64 global table rows in [0, V), or -1 (padding: a zero row) -> float32
+    [n, E] (on the host, or on the device for the row cache)."""
 
 
 def decode_rows(values: np.ndarray, scales: np.ndarray | None) -> np.ndarray:
@@ -76,8 +76,14 @@ class MemoryRows:
                    else np.zeros((0, self.width), np.float32))  # [V, E]
 
   def gather(self, rows: np.ndarray) -> np.ndarray:
-    """rows [n] -> float32 [n, E]."""
-    return self.values[rows]
+    """rows [n] (-1: padding, a zero row) -> float32 [n, E]."""
+    rows = np.asarray(rows, np.int64)
+    real = rows >= 0
+    if real.all():
+      return self.values[rows]
+    out = np.zeros((rows.shape[0], self.width), np.float32)
+    out[real] = self.values[rows[real]]
+    return out
 
 
 class MmapRows:
@@ -94,11 +100,11 @@ class MmapRows:
     self.chunks = _load_chunks(path, table, mmap=True)
 
   def gather(self, rows: np.ndarray) -> np.ndarray:
-    """rows [n] -> float32 [n, E], reading each touched chunk once."""
+    """rows [n] (-1: padding, a zero row) -> float32 [n, E], reading each touched chunk once."""
     rows = np.asarray(rows, np.int64)
-    out = np.empty((rows.shape[0], self.width), np.float32)
-    chunk_of = rows // self.chunk_rows
-    for k in np.unique(chunk_of).tolist():
+    out = np.zeros((rows.shape[0], self.width), np.float32)
+    chunk_of = rows // self.chunk_rows  # padding: chunk -1, never read
+    for k in np.unique(chunk_of[rows >= 0]).tolist():
       sel = np.flatnonzero(chunk_of == k)
       lo, values, scales = self.chunks[k]
       local = rows[sel] - lo

@@ -9,6 +9,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
+from sfjax.serving import Features
 from sfjax.serving.batcher import (
   BatcherSettings,
   DynamicBatcher,
@@ -54,6 +55,15 @@ def test_merge_concatenates_each_field_and_keeps_the_type():
   assert isinstance(merged, Rows)
   np.testing.assert_array_equal(merged.ids[:, 0], [0, 1, 5, 6, 7])
   np.testing.assert_array_equal(merged.dense[:, 0], [0, 0.5, 2.5, 3, 3.5])
+
+
+def test_merge_keeps_an_absent_field_absent_and_concatenates_a_present_one():
+  a, b = _rows(0, 2), _rows(5, 3)
+  merged = merge([Features(a.ids, a.dense), Features(b.ids, b.dense)])
+  assert merged.weights is None and merged.ids.shape == (5, 2)
+  merged = merge([Features(a.ids, a.dense, np.ones((2, 2), np.float32)),
+                  Features(b.ids, b.dense, np.zeros((3, 2), np.float32))])
+  np.testing.assert_array_equal(merged.weights[:, 0], [1, 1, 0, 0, 0])
 
 
 def test_take_batch_stops_before_max_batch_but_takes_one_oversized_request():

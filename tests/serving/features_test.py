@@ -54,6 +54,7 @@ def test_criteo_lines_and_dicts_map_as_training(hash_rows, tmp_path):
   np.testing.assert_array_equal(mixed.dense, want.dense[:20])
   merged = concat_features([mixed, Features(want.ids[:3], want.dense[:3])])
   assert merged.ids.shape == (23, 26) and merged.dense.shape == (23, 13)
+  assert merged.weights is None  # one-hot features carry no weights
   with pytest.raises(RecordError, match=r"record 1: bad criteo line: expected 40 tab"):
     parser([lines[0], "1\t2\t3"])
   with pytest.raises(RecordError, match="record 0: feature 'I3' has the wrong type float"):

@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 from starlette.requests import Request
 
+from sfjax.core import metrics as metrics_lib
 from sfjax.serving import Predictor
 from sfjax.serving.http_app import BadRequest, ServerSettings, make_app, parse_body, read_body
+from tests.serving import tiny_runs
 from tests.serving.served_bundle import line_to_dict, make_served_bundle
 
 
@@ -270,3 +272,20 @@ def test_bad_settings_are_named():
     ServerSettings(max_records=0)
   with pytest.raises(ValueError, match="BatcherSettings.max_batch:"):
     ServerSettings(max_batch=0)
+
+
+def test_a_layout_models_list_features_score_as_the_trainer_evaluated_them(layout_deepfm):
+  predictor = Predictor.load(layout_deepfm.bundle, batch_sizes=(8, 64))
+  n = 12
+  records = tiny_runs.layout_records(layout_deepfm.ids[:n], layout_deepfm.dense[:n],
+                                     layout_deepfm.weights[:n], predictor.layout)
+  assert any(isinstance(v, list) and len(v) > 1 for v in records[0].values())
+  with _client(predictor) as client:
+    r = _post(client, json.dumps({"records": records}))
+    assert r.status_code == 200, r.text
+    scores = np.asarray(r.json()["scores"], np.float32)
+    np.testing.assert_allclose(scores, metrics_lib.sigmoid(layout_deepfm.logits[:n]),
+                               rtol=1e-5, atol=1e-7)
+    bad = dict(records[0], history=[1, "x"])
+    message = _check_refused(_post(client, json.dumps({"records": [records[0], bad]})), 422)
+    assert "record 1" in message and "'history'" in message

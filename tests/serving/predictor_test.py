@@ -86,6 +86,8 @@ def test_bad_ids_and_records_are_refused_by_name(deepfm):
     p.predict_ids(ids, np.zeros((2, p.num_dense), np.float32))
   with pytest.raises(ValueError, match="dense: expected"):
     p.predict_ids(ids[:1], np.zeros((1, 3), np.float32))
+  with pytest.raises(ValueError, match="takes no per-id weights"):
+    p.predict_ids(ids[:1] * 0, np.zeros((1, p.num_dense), np.float32), np.ones((1, p.num_fields)))
   good = {f["name"]: 0 for f in p.manifest["features"]} | {n: 0.5 for n in
                                                             p.manifest["dense"]["names"]}
   assert p.predict([good]).shape == (1,)
@@ -133,3 +135,46 @@ def test_a_device_row_cache_over_the_mmap_table_scores_the_same(deepfm):
   np.testing.assert_array_equal(cached.logits_features(Features(ids, dense)), want)
   stats = cached.rows.stats()
   assert stats["requests"] == 10 and stats["evictions"] > 0 and stats["hit_rate"] > 0.3
+
+
+# A feature layout (issue #22): bags, a weighted bag, a history sequence sharing the item
+# table. Padding columns read zeros through VSI in every row mode, as in training.
+@pytest.mark.parametrize("model", ["deepfm", pytest.param("din", marks=pytest.mark.slow)])
+def test_layout_model_logits_equal_the_trainers_in_every_row_mode(model, request):
+  served = request.getfixturevalue(f"layout_{model}")
+  assert (served.ids < 0).any() and (served.weights[served.ids >= 0] != 1).any()  # real bags
+  features = Features(served.ids, served.dense, served.weights)
+  for rows in ("memory", "mmap", "cache"):
+    predictor = Predictor.load(served.bundle, batch_sizes=(512,), rows=rows)
+    np.testing.assert_allclose(predictor.logits_features(features), served.logits,
+                               rtol=1e-5, atol=1e-6, err_msg=rows)
+  records = tiny_runs.layout_records(served.ids[:70], served.dense[:70], served.weights[:70],
+                                     predictor.layout)
+  np.testing.assert_allclose(predictor.predict(records), predictor.predict_features(
+      Features(served.ids[:70], served.dense[:70], served.weights[:70])), rtol=1e-6)
+  if rows == "cache":
+    assert predictor.rows.stats()["requests"] > 0
+
+
+def test_layout_bundle_records_its_layout_and_refuses_bad_columns(layout_deepfm):
+  predictor = Predictor.load(layout_deepfm.bundle, batch_sizes=(8,))
+  manifest, layout = predictor.manifest, predictor.layout
+  assert manifest["forward"]["inputs"]["weights"] == ["B", layout.num_columns]
+  by_name = {f["name"]: f for f in manifest["features"]}
+  assert by_name["history"]["table"] == by_name["item"]["table"] == "item"
+  assert by_name["history"]["offset"] == by_name["item"]["offset"]
+  assert by_name["bag0"]["weighted"] and by_name["history"]["kind"] == "sequence"
+  ids, dense, weights = (x[:4].copy() for x in (layout_deepfm.ids, layout_deepfm.dense,
+                                                 layout_deepfm.weights))
+  with pytest.raises(ValueError, match="give per-id weights"):
+    predictor.logits_features(Features(ids, dense))
+  start = layout.columns(layout.features.index(
+      next(f for f in layout.features if f.name == "history"))).start
+  bad = ids.copy()
+  bad[1, start] = 800  # the item table has 800 rows
+  with pytest.raises(ValueError, match=r"ids\[1, .*feature 'history'.*table 'item'"):
+    predictor.logits_features(Features(bad, dense, weights))
+  pad = np.argwhere(ids == -1)[0]
+  weights[pad[0], pad[1]] = 0.5
+  with pytest.raises(ValueError, match="0 in padding columns"):
+    predictor.logits_features(Features(ids, dense, weights))

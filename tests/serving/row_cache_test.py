@@ -35,6 +35,18 @@ def test_cached_rows_equal_the_source_rows(policy):
   assert source.read < 30 * 20  # only misses are read
 
 
+def test_padding_rows_read_zeros_and_take_no_slot():
+  values = np.random.default_rng(1).normal(size=(50, 3)).astype(np.float32) + 5.0
+  source = _Counting(values)
+  cache = CachedRows(source, capacity=8, unique_capacity=8)
+  rows = np.asarray([4, -1, 4, 7, -1, -1, 0, -1], np.int64)
+  got = np.asarray(cache.gather(rows))
+  np.testing.assert_array_equal(got[rows >= 0], values[rows[rows >= 0]])
+  assert not got[rows < 0].any() and source.read == 3  # three unique real rows
+  got = np.asarray(cache.gather(np.full((8,), -1, np.int64)))
+  assert not got.any() and source.read == 3
+
+
 def test_a_cache_smaller_than_one_request_is_refused(tmp_path):
   values = np.zeros((10, 2), np.float32)
   np.save(tmp_path / "r.npy", values)

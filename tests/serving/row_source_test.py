@@ -34,6 +34,11 @@ def test_memory_and_mmap_sources_gather_the_stored_rows(dtype, tol, tmp_path):
   peak = np.abs(values[rows]).max(axis=1, keepdims=True)
   assert np.all(np.abs(memory - values[rows]) <= tol * np.maximum(peak, 1e-30) + 1e-7)
   assert not memory[2].any()
+  padded = np.asarray([9, -1, 3, -1], np.int64)  # -1: padding (bags, sequences) reads zeros
+  for kind in ("memory", "mmap"):
+    got = row_source.open_rows(str(tmp_path), table, kind).gather(padded)
+    np.testing.assert_array_equal(got[[0, 2]], memory[[0, 2]])
+    assert not got[[1, 3]].any()
   with pytest.raises(ValueError, match="rows must be 'memory', 'mmap' or 'cache'"):
     row_source.open_rows(str(tmp_path), table, "disk")
 

@@ -72,3 +72,24 @@ def test_the_command_line_prints_one_json_line_and_one_line_errors(criteo_bundle
   assert r.returncode == 2 and "Traceback" not in r.stderr
   assert r.stderr.strip().splitlines()[-1].startswith("error: ") and "none" in r.stderr
   assert not (tmp_path / "x.npy").exists()
+
+
+def test_json_lines_of_a_layout_model_score_with_the_trainers_auc(layout_deepfm, tmp_path):
+  served = layout_deepfm
+  layout = Predictor.load(served.bundle, batch_sizes=(8,)).layout
+  records = tiny_runs.layout_records(served.ids, served.dense, served.weights, layout)
+  lines = [json.dumps({**r, "label": int(y)})
+           for r, y in zip(records, served.labels, strict=True)]
+  (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+  summary = score_files(served.bundle, str(tmp_path / "in.jsonl"), str(tmp_path / "s.npy"),
+                        chunk=300, batch_sizes=(512,))  # records of ids: JSON lines
+  np.testing.assert_allclose(np.load(tmp_path / "s.npy"), metrics_lib.sigmoid(served.logits),
+                             rtol=1e-5, atol=1e-7)
+  assert summary["examples"] == len(records)
+  assert summary["auc"] == pytest.approx(metrics_lib.auc(served.labels, metrics_lib.sigmoid(
+      served.logits)), abs=1e-6)
+  bad = json.dumps(dict(records[400], history=["x"]))
+  (tmp_path / "bad.jsonl").write_text("\n".join([*lines[:400], bad]) + "\n")
+  with pytest.raises(ValueError, match=r"--input records 300\.\.400: record 100: feature 'history'"):
+    score_files(served.bundle, str(tmp_path / "bad.jsonl"), str(tmp_path / "x.npy"), chunk=300,
+                batch_sizes=(512,))
