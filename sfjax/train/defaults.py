@@ -23,6 +23,7 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   d.min_count = 1  # hash_rows == 0: vocabulary of values seen >= min_count times (+1 OOV row)
   d.skip_bad_lines = False  # False: a malformed line raises, naming file and line
   d.shuffle_buffer = 65536  # examples; streaming shuffle for file formats
+  d.use_features = ""  # comma-separated feature names to train on ('' = all; ablations)
   d.synthetic = s = ml_collections.ConfigDict()
   s.num_train = 2_000_000  # rows, repeated as epochs
   s.num_eval = 200_000
@@ -33,7 +34,7 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   s.planted_dim = 8
   s.num_dense = 13
   d.multihot = mh = ml_collections.ConfigDict()  # format multihot (sfjax/data/multihot.py)
-  mh.num_train = 200_000  # rows, repeated as epochs
+  mh.num_train = 2_000_000  # rows, repeated as epochs (2000 steps x 1024: one pass, no memorising)
   mh.num_eval = 20_000
   mh.test_rows = 0  # > 0: a 'test' split of this many rows beside 'eval'
   mh.user_rows = 10_000  # one-hot user table
