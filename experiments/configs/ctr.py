@@ -45,8 +45,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     t.steps, t.batch_size, t.eval_every, t.log_every = 1000, 1024, 50, 200
     if arg != "movielens_onehot":  # issue #22: all genres (a bag) and a 20-rating history
       d.movielens.genres, d.movielens.history = "all", 20
-    if arg == "movielens_din":
-      mo.name = "din"
+    if arg == "movielens_din":  # unit widths by validation AUC (seed 0): (32,) 0.7848, (80, 40) 0.7837
+      mo.name, mo.din_attention_dims = "din", (32,)
   elif arg in ("multihot", "multihot_smoke"):
     # Synthetic multi-hot bags, long bags and a history sequence sharing the item table,
     # with a planted label model (sfjax/data/multihot.py); oracle AUC in the summary.

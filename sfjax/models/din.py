@@ -5,7 +5,8 @@ weights that depend on the candidate item, so the interest vector changes with t
 
   a_i      = ActivationUnit([h_i, t, h_i - t, h_i * t])   (a scalar per history item)
   interest = sum_i m_i a_i h_i                            (m_i: 1 for a real item, 0 for padding)
-  logit    = MLP([v_1..v_F with v_seq := interest, dense])
+  fields   = v_1..v_F with v_seq := interest
+  logit    = sum_{f != seq} w_f + dense @ u + FM2(fields) + MLP([fields, dense])
 
 `t` is the target item's vector (a one-hot feature reading the same table as the
 history, so `h_i` and `t` live in one space and `h_i * t` compares them), `h_i` the
@@ -20,7 +21,16 @@ Activation: PReLU (He et al., 2015; the paper's Table 4 reports it beside Dice).
 normalises by the batch's statistics, so an example's logit would depend on the other
 examples of its batch, padding rows included, and on train vs eval mode: the house
 models keep every variable an `nnx.Param` that `__call__` only reads. The top MLP is
-the shared `layers.MLP` (ReLU). Rows have width D (no first-order column).
+the shared `layers.MLP` (ReLU).
+
+Base model: DeepFM's (first-order weights, the FM's pairwise term and the MLP over the
+same fields; rows of width D+1, the first-order weight last), not the paper's bare
+Embedding&MLP: the attention then adds to the strongest one-hot baseline instead of
+replacing its FM. On MovieLens-100k (seed 0, ctr.py:movielens_din) the bare version
+reached test AUC 0.7882 and the DeepFM base 0.7949 (0.7975 with a one-layer (32,)
+unit), against 0.7966 for the one-genre one-hot DeepFM. The history's items are
+attended by their vectors; the pooled history's first-order weight is dropped with
+its vector.
 """
 
 from __future__ import annotations
@@ -34,8 +44,15 @@ from flax import nnx
 
 from sfjax.core.errors import ConfigError
 from sfjax.core.feature_layout import FeatureLayout
-from sfjax.models.layers import MLP
-from sfjax.models.validation import as_count, as_layer_dims, check_inputs, check_sizes
+from sfjax.models.fm import fm_pairwise
+from sfjax.models.layers import MLP, DenseLinear
+from sfjax.models.validation import (
+    as_count,
+    as_layer_dims,
+    check_inputs,
+    check_sizes,
+    split_first_order,
+)
 
 _PRELU_INIT = 0.25  # He et al. (2015)'s initial negative slope
 
@@ -96,19 +113,19 @@ def _layout_error(message: str) -> ConfigError:
 
 
 class DIN(nnx.Module):
-  """`logit = MLP([v_1..v_F with v_seq := interest(history, v_target), dense])`.
+  """DeepFM over the fields with `v_seq := interest(history, v_target)` (module docstring).
 
   Called by `pooling.PooledInput` (it sets `reads_sequences`) with the pooled fields
   and each sequence feature unpooled; the history read is `sequences[0]`, the first
-  sequence feature of the layout (`layout_args`). Rows have width D.
+  sequence feature of the layout (`layout_args`). Rows have width D+1.
   """
 
   reads_sequences = True
 
   @staticmethod
   def embedding_width(embed_dim: int) -> int:
-    """No first-order weights: rows are the D-dim vectors."""
-    return embed_dim
+    """D latent columns plus one first-order weight (the DeepFM base)."""
+    return embed_dim + 1
 
   @staticmethod
   def layout_args(layout: FeatureLayout | None) -> dict[str, int]:
@@ -164,6 +181,7 @@ class DIN(nnx.Module):
     self.num_fields, self.embed_dim, self.num_dense = num_fields, embed_dim, num_dense
     self.target_field, self.sequence_field = target_field, sequence_field
     self.attention = ActivationUnit(embed_dim, din_attention_dims, rngs=rngs)
+    self.dense_linear = DenseLinear(num_dense, rngs=rngs)
     self.mlp = MLP(num_fields * embed_dim + num_dense, mlp_dims, 1, rngs=rngs)
 
   def __call__(self, emb: jax.Array, dense: jax.Array,
@@ -179,20 +197,24 @@ class DIN(nnx.Module):
     Raises:
       ValueError: without sequences, or a history of another shape.
     """
-    check_inputs("din", emb, dense, num_fields=self.num_fields, width=self.embed_dim,
+    check_inputs("din", emb, dense, num_fields=self.num_fields, width=self.embed_dim + 1,
                  num_dense=self.num_dense)
     if not sequences:
       raise ValueError("din: needs the unpooled history (sequences=((values, mask), ...)); "
                        "build it with a feature layout holding a 'sequence' feature")
     history, mask = sequences[0]
-    if history.ndim != 3 or history.shape[0] != emb.shape[0] or history.shape[2] != self.embed_dim:
-      raise ValueError(f"din: history values must be [{emb.shape[0]}, L, {self.embed_dim}], got "
+    if history.ndim != 3 or history.shape[0] != emb.shape[0] or history.shape[2] != self.embed_dim + 1:
+      raise ValueError(f"din: history values must be [{emb.shape[0]}, L, {self.embed_dim + 1}], got "
                        f"shape {tuple(history.shape)}")
+    history = history[..., :-1]  # the vectors; the items' first-order weights are not attended
+    vectors, first = split_first_order(emb)  # [B, F, D], [B, F]
     if tuple(mask.shape) != tuple(history.shape[:2]):
       raise ValueError(f"din: history mask must be {tuple(history.shape[:2])}, got "
                        f"{tuple(mask.shape)}")
-    interest = target_attention(self.attention, history, mask, emb[:, self.target_field])
+    interest = target_attention(self.attention, history, mask, vectors[:, self.target_field])
     s = self.sequence_field
-    fields = jnp.concatenate([emb[:, :s], interest[:, None], emb[:, s + 1:]], axis=1)  # [B, F, D]
+    fields = jnp.concatenate([vectors[:, :s], interest[:, None], vectors[:, s + 1:]], axis=1)
+    first = jnp.concatenate([first[:, :s], first[:, s + 1:]], axis=1)  # the interest has none
     deep_in = jnp.concatenate([fields.reshape(emb.shape[0], -1), dense], axis=1)  # [B, F*D+Nd]
-    return self.mlp(deep_in)[:, 0]
+    return (jnp.sum(first, axis=1) + self.dense_linear(dense) + fm_pairwise(fields)
+            + self.mlp(deep_in)[:, 0])

@@ -35,9 +35,9 @@ def _model(num_dense=ND, seed=0):
 
 def _inputs(seed=0):
   rng = np.random.default_rng(seed)
-  return (rng.standard_normal((B, F, D)).astype(np.float32),
+  return (rng.standard_normal((B, F, D + 1)).astype(np.float32),
           rng.standard_normal((B, ND)).astype(np.float32),
-          rng.standard_normal((B, L, D)).astype(np.float32))
+          rng.standard_normal((B, L, D + 1)).astype(np.float32))
 
 
 def test_shapes_with_and_without_dense():
@@ -47,7 +47,7 @@ def test_shapes_with_and_without_dense():
   chex.assert_tree_all_finite(out)
   out0 = _model(num_dense=0)(emb, np.zeros((B, 0), np.float32), sequences=((hist, MASK),))
   chex.assert_shape(out0, (B,))
-  assert DIN.embedding_width(D) == D and registry.embedding_width("din", D) == D
+  assert DIN.embedding_width(D) == D + 1 and registry.embedding_width("din", D) == D + 1
 
 
 def test_prelu_slopes_negative_inputs_only():
@@ -60,7 +60,7 @@ def test_padded_history_items_change_nothing():
   emb, dense, hist = _inputs()
   out = model(emb, dense, sequences=((hist, MASK),))
   garbage = hist.copy()
-  garbage[MASK == 0] = np.array([1e30, -np.inf, np.nan, 7.0], np.float32)
+  garbage[MASK == 0] = np.array([1e30, -np.inf, np.nan, 7.0, 2.0], np.float32)
   np.testing.assert_array_equal(model(emb, dense, sequences=((garbage, MASK),)), out)
   # ... while a real item does change the logit of its example (and only that one).
   moved = hist.copy()
@@ -81,7 +81,7 @@ def test_gradient_to_padded_items_is_exactly_zero():
 
 def test_attention_weight_depends_on_the_target():
   unit = ActivationUnit(D, (6,), rngs=nnx.Rngs(1))
-  _, _, hist = _inputs()
+  hist = _inputs()[2][..., :D]  # the vectors (the unit never sees first-order weights)
   t1, t2 = np.ones((B, D), np.float32), -np.ones((B, D), np.float32)
   w1, w2 = np.asarray(unit(hist, t1)), np.asarray(unit(hist, t2))
   chex.assert_shape(w1, (B, L))
@@ -96,7 +96,7 @@ def test_attention_weight_depends_on_the_target():
 def test_weights_are_not_normalised():
   # As in the paper: no softmax, so the same item twice counts twice.
   unit = ActivationUnit(D, (6,), rngs=nnx.Rngs(2))
-  _, _, hist = _inputs()
+  hist = _inputs()[2][..., :D]
   twice = np.repeat(hist[:, :1], 2, axis=1)  # [B, 2, D]
   target = hist[:, 1]
   once = target_attention(unit, twice, np.array([[1, 0]] * B, np.float32), target)
@@ -121,7 +121,7 @@ def test_without_sequences_it_says_what_it_needs():
   with pytest.raises(ValueError, match=r"din: needs the unpooled history"):
     _model()(emb, dense)
   with pytest.raises(ValueError, match=r"din: history values must be"):
-    _model()(emb, dense, sequences=((np.zeros((B, L, D + 1), np.float32), MASK),))
+    _model()(emb, dense, sequences=((np.zeros((B, L, D + 2), np.float32), MASK),))
 
 
 def test_bad_fields_are_refused():
@@ -174,7 +174,7 @@ def test_build_from_config_wraps_din_in_pooled_input():
   assert (model.inner.target_field, model.inner.sequence_field) == (1, 3)
   s = LAYOUT.num_columns  # 1 + 1 + 3 + 4
   rng = np.random.default_rng(0)
-  emb = rng.standard_normal((B, s, 8)).astype(np.float32)  # [B, S, E]
+  emb = rng.standard_normal((B, s, 9)).astype(np.float32)  # [B, S, E]: E = D + 1
   dense = rng.standard_normal((B, ND)).astype(np.float32)
   weights = np.ones((B, s), np.float32)  # [B, S]
   weights[:, 4] = 0  # genres: 2 of 3
