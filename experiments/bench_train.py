@@ -29,6 +29,14 @@ The cache JSON carries hit rate, bytes per example each way, swap rows per step 
 per-stage busy and wait seconds. `run(config)` returns the figures; the command ends
 stdout with them as one JSON line (also written to `config.out`).
 
+`workload='multihot'` (issue #22): the synthetic multi-hot data of `data.format=multihot`
+(`sfjax.data.multihot`: one-hot user / item / context fields, short bags, two long
+DLRMv2-like bags of up to 128 ids, a 20-id history sharing the item table) at the
+config's `multihot.*` table sizes, fresh rows every step; the JSON adds ids per example,
+unique rows per batch and the host->device bytes per example of the step's inputs
+(rows, vids, weights, dense, labels) beside the cache's row traffic. No floor for it
+(the plain-JAX floor is one-hot only).
+
 Old flag -> config field: each `--X` is `--config.X` (steps, warmup, batch_size,
 rows_per_field, num_fields, embed_dim, zipf, model, distinct_batches, profile, backend,
 cache_rows, lookahead, unique_capacity, embedding_optimizer, repeats, out), except
@@ -53,6 +61,7 @@ from experiments.configs import ctr as ctr_config
 from sfjax.core import ConfigError
 from sfjax.data import (
   Batch,
+  MultihotCTR,
   DatasetSpec,
   FieldSpec,
   bounded_power_law_ranks,
@@ -78,6 +87,7 @@ from sfjax.train import (
 )
 
 FLOOR_BATCHES = 64  # distinct batches the floor cycles through (on device)
+WORKLOADS = ("onehot", "multihot")
 
 
 def workload_config(config: ml_collections.ConfigDict, backend: str,
@@ -148,13 +158,43 @@ def profile_phases(trainer: Trainer, tx, row_opt, state, db) -> dict[str, float]
   return {k: v * 1e3 for k, v in ms.items()}
 
 
+def multihot_batches(config: ml_collections.ConfigDict, count: int,
+                     seed: int = 0) -> tuple[DatasetSpec, list[Batch]]:
+  """The multi-hot workload: `count` fresh batches of `data.format=multihot` rows."""
+  data_cfg = ctr_config.get_config("multihot").data.multihot
+  data_cfg.update(dict(config.multihot))
+  data = MultihotCTR(data_cfg, seed)
+  size = config.batch_size
+  return data.spec, [data.generate_rows("train", i * size, size).to_batch() for i in range(count)]
+
+
+def _unique_rows(spec: DatasetSpec, batch: Batch) -> int:
+  """Distinct table rows a batch touches (padding excluded)."""
+  ids = batch.ids + spec.column_offsets[None, :]
+  return int(np.unique(ids[batch.ids >= 0]).size)
+
+
 def unique_capacity(config: ml_collections.ConfigDict, spec: DatasetSpec,
                     batches: list[Batch]) -> int:
-  """`config.unique_capacity`, or the batches' largest unique-id count rounded up to 256."""
+  """`config.unique_capacity`, or the batches' largest unique-id count (+ the padding
+  entry of bags) rounded up to 256."""
   if config.unique_capacity:
     return config.unique_capacity
-  most = max(np.unique(b.ids + spec.field_offsets[None, :]).size for b in batches)
+  most = max(_unique_rows(spec, b) for b in batches) + int(spec.has_padding)
   return -(-most // 256) * 256
+
+
+def input_figures(spec: DatasetSpec, batches: list[Batch], capacity: int) -> dict:
+  """Ids per example, unique rows per batch, and the step inputs' host->device bytes per
+  example (the device backend's padded rows, vids, weights, dense, labels and mask)."""
+  batch = batches[0]
+  db, _ = prepare_batch(batch, spec.column_offsets, capacity, spec.total_rows, spec.column_rows)
+  real = batch.ids >= 0
+  return {"ids_per_example": float(np.mean([(b.ids >= 0).sum() / b.size for b in batches])),
+          "id_columns": spec.num_columns,
+          "unique_rows_per_batch": float(np.mean([_unique_rows(spec, b) for b in batches])),
+          "padding_share": float(1.0 - real.mean()),
+          "input_bytes_per_example": sum(x.nbytes for x in db if x is not None) / batch.size}
 
 
 def run_backend(bench: ml_collections.ConfigDict, backend: str, spec: DatasetSpec,
@@ -315,6 +355,12 @@ def validate(config: ml_collections.ConfigDict) -> list[str]:
   for field in ("steps", "repeats", "batch_size", "num_fields", "rows_per_field"):
     if config[field] < 1:
       raise ConfigError(f"config field {field}: must be >= 1, got {config[field]}")
+  if config.workload not in WORKLOADS:
+    raise ConfigError(f"config field workload: unknown {config.workload!r} "
+                      f"(known: {', '.join(WORKLOADS)})")
+  if config.workload == "multihot" and config.floor:
+    raise ConfigError("config field floor: the plain-JAX floor is one-hot only; "
+                      "run workload=multihot without it")
   return list(BACKENDS) if config.backend == "both" else [config.backend]
 
 
@@ -325,13 +371,16 @@ def run(config: ml_collections.ConfigDict) -> dict:
     ConfigError: see `validate`.
   """
   names = validate(config)
-  spec = DatasetSpec(
-      tuple(FieldSpec(f"C{i + 1}", config.rows_per_field) for i in range(config.num_fields)),
-      13)
   total_steps = 1 + config.warmup + 2 * config.steps
   pool = config.distinct_batches or total_steps
   t = time.perf_counter()
-  batches = power_law_batches(spec, config.batch_size, pool, config.zipf)
+  if config.workload == "multihot":
+    spec, batches = multihot_batches(config, pool)
+  else:
+    spec = DatasetSpec(
+        tuple(FieldSpec(f"C{i + 1}", config.rows_per_field) for i in range(config.num_fields)),
+        13)
+    batches = power_law_batches(spec, config.batch_size, pool, config.zipf)
   gen_seconds = time.perf_counter() - t
   capacity = unique_capacity(config, spec, batches)
   # Rounds interleave the floor and the backends, so each ratio compares runs of one
@@ -351,12 +400,16 @@ def run(config: ml_collections.ConfigDict) -> dict:
     rounds.append(entry)
   result = {
       "benchmark": "bench_train", "backend": config.backend, "model": config.model,
-      "batch_size": config.batch_size, "num_fields": config.num_fields,
-      "rows_per_field": config.rows_per_field, "embed_dim": config.embed_dim, "zipf": config.zipf,
+      "batch_size": config.batch_size, "embed_dim": config.embed_dim,
+      **({"num_fields": config.num_fields, "rows_per_field": config.rows_per_field,
+          "zipf": config.zipf} if config.workload == "onehot" else
+         {"multihot": dict(config.multihot), "num_fields": spec.num_fields}),
       "embedding_optimizer": config.embedding_optimizer, "timed_steps": config.steps,
       "distinct_batches": pool, "fresh_batches": pool >= total_steps,
       "data_generation_s": gen_seconds, "devices": jax.device_count(),
       "platform": jax.devices()[0].platform, "repeats": len(rounds), "unique_capacity": capacity,
+      "workload": config.workload, "table_rows": spec.total_rows,
+      **input_figures(spec, batches, capacity),
   }
   result.update(round_medians(rounds, names, config.batch_size))
   return result

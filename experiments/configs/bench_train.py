@@ -7,7 +7,8 @@ Run:
 
 Variants (the text after ':'): '' (DeepFM, batch 4096, 26 fields x 100k rows, dim 16, on
 the device backend), 'smoke' (seconds: batch 16, 4 fields x 100 rows, dim 4, both backends
-with a 130-row cache).
+with a 130-row cache), 'multihot' (issue #22: the multi-hot workload, batch 1024, a 5.4M-row
+table, device and cache at 5%), 'multihot_smoke' (seconds).
 """
 
 import ml_collections
@@ -35,12 +36,25 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.repeats = 1  # rounds of (floor, backends), interleaved; figures are medians over rounds
   c.floor = False  # also run the plain-JAX floor (experiments/floor_deepfm.py) in each round
   c.out = ""  # also write the JSON result here
-  if arg == "smoke":
+  c.workload = "onehot"  # onehot (the fields above) | multihot (data.format=multihot rows)
+  # workload=multihot: data.multihot fields (sfjax/train/defaults.py) over ctr.py:multihot's
+  c.multihot = mh = ml_collections.ConfigDict()
+  mh.user_rows, mh.item_rows = 1_000_000, 2_000_000  # a 5% cache holds 270k of 5.4M rows
+  mh.short_bag_rows, mh.long_bag_rows, mh.context_rows = 100_000, 1_000_000, 1000
+  if arg in ("multihot", "multihot_smoke"):
+    c.workload, c.batch_size, c.backend = "multihot", 1024, "both"
+  if arg == "multihot_smoke":
+    c.batch_size, c.embed_dim, c.steps, c.warmup = 16, 4, 4, 2
+    c.cache_rows = 2560.0  # >= lookahead 2 x the 1024-row unique capacity, of ~11k rows
+    mh.user_rows, mh.item_rows = 2000, 4000
+    mh.short_bag_rows, mh.long_bag_rows, mh.context_rows = 200, 2000, 50
+  elif arg == "smoke":
     c.batch_size, c.rows_per_field, c.num_fields, c.embed_dim = 16, 100, 4, 4
     c.steps, c.warmup, c.unique_capacity = 4, 2, 64
     # 4 fields x 16 examples: at most 64 unique ids per batch, so a cache of 130 rows passes
     # the lookahead 2 x 64 = 128 start-up check.
     c.backend, c.cache_rows = "both", 130.0
-  elif arg:
-    raise ValueError(f"unknown config variant {arg!r} (known: '', 'smoke')")
+  elif arg and arg != "multihot":
+    raise ValueError(f"unknown config variant {arg!r} (known: '', 'smoke', 'multihot', "
+                     "'multihot_smoke')")
   return c

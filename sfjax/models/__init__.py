@@ -23,6 +23,7 @@ from sfjax.models.generator import (
 )
 from sfjax.models.layers import MLP, DenseLinear
 from sfjax.models.lr import LR
+from sfjax.models.pooling import PooledInput, pool_features
 from sfjax.models.registry import (
     ALL_MODEL_NAMES,
     HPARAM_KEYS,
@@ -39,6 +40,8 @@ from sfjax.models.wide_deep import WideDeep
 from sfjax.models.xdeepfm import CIN, XDeepFM
 
 __all__ = [
+  "PooledInput",
+  "pool_features",
   "ALL_MODEL_NAMES",
   "BLOCK_TYPES",
   "BLOCK_USE_KEY",

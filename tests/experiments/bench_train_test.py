@@ -122,3 +122,35 @@ def test_every_round_reruns_the_floor_beside_the_device_step():
 def test_bad_fields_are_named(field, value):
   with pytest.raises(ConfigError, match=f"config field {field}:"):
     bench_train.run(_config(**{field: value}))
+
+
+@pytest.mark.slow  # ~12 s: the planted model's calibration and two backends
+def test_multihot_workload_reports_ids_unique_rows_bytes_and_both_backends():
+  config = bench_config.get_config("multihot_smoke")
+  final = bench_train.run(config)
+  assert final["workload"] == "multihot" and final["fresh_batches"]
+  assert final["id_columns"] == 292  # ctr.py:multihot's layout: 2 + 2 + 4x3 + 2x128 + 20
+  # Long bags: ~100 real ids per example of 292 columns; padding is most columns.
+  assert 20 < final["ids_per_example"] < 292 and 0 < final["padding_share"] < 1
+  assert 0 < final["unique_rows_per_batch"] <= 16 * final["ids_per_example"] + 1
+  assert final["unique_capacity"] >= final["unique_rows_per_batch"]
+  # Padded unique rows [Ucap] int32 + vids and weights [B, S] + dense / labels / mask.
+  expected = (4 * final["unique_capacity"] + 16 * 292 * 8 + 16 * (4 + 2) * 4) / 16
+  assert final["input_bytes_per_example"] == expected
+  assert set(final["runs"]) == {"device", "cache"}
+  assert abs(final["runs"]["cache"]["final_loss"] - final["runs"]["device"]["final_loss"]) < 1e-4
+  cache = final["runs"]["cache"]["cache"]
+  assert 0 < cache["cache_hit_rate"] < 1 and cache["h2d_bytes_per_example"] > 0
+  assert final["cache_to_device_ratio"] > 0
+
+
+def test_multihot_refuses_the_one_hot_floor_and_unknown_workloads():
+  with pytest.raises(ConfigError, match="config field floor: the plain-JAX floor is one-hot"):
+    bench_train.run(_with(bench_config.get_config("multihot_smoke"), floor=True))
+  with pytest.raises(ConfigError, match="config field workload: unknown 'bags'"):
+    bench_train.run(_config(workload="bags"))
+
+
+def _with(config, **overrides):
+  config.update(overrides)
+  return config
