@@ -38,10 +38,10 @@ from typing import NamedTuple
 import numpy as np
 
 from sfjax.core import feature_layout as fl
-from sfjax.core import metrics
 from sfjax.core.errors import ConfigError
 from sfjax.data import batching
 from sfjax.data import multihot_model as mm
+from sfjax.data.chunked_rows import ChunkedRows
 from sfjax.data.synthetic import bounded_power_law_ranks, make_row_sampler
 from sfjax.data.types import Batch, DatasetSpec, FieldSpec, make_batch
 
@@ -216,7 +216,7 @@ def _feature_lengths(cfg: MultihotConfig, layout: fl.FeatureLayout, rng: np.rand
   return lengths
 
 
-class MultihotCTR:
+class MultihotCTR(ChunkedRows):
   """Synthetic multi-hot data set with a planted model (see the module docstring).
 
   Implements the trainer's data-set protocol (`spec` with a feature layout,
@@ -229,6 +229,7 @@ class MultihotCTR:
   """
 
   eval_splits: tuple[str, ...] = ("eval",)
+  chunk_rows, shuffle_stream = _CHUNK_ROWS, _SHUFFLE_STREAM
 
   def __init__(self, cfg, seed: int):
     """Builds the layout, the id samplers and the calibrated planted model.
@@ -308,12 +309,6 @@ class MultihotCTR:
     labels = (rng.random(_CHUNK_ROWS) < probs).astype(np.float32)
     return MultihotRows(ids, weights, lengths, dense, labels, probs)
 
-  def _row_pieces(self, split: str, start: int, stop: int) -> Iterator[MultihotRows]:
-    for index in range(start // _CHUNK_ROWS, -(-stop // _CHUNK_ROWS)):
-      base = index * _CHUNK_ROWS
-      lo, hi = max(start, base) - base, min(stop, base + _CHUNK_ROWS) - base
-      yield MultihotRows(*(a[lo:hi] for a in self.chunk(split, index)))
-
   def generate_rows(self, split: str, start: int, num_rows: int) -> MultihotRows:
     """Rows [start, start + num_rows) of a split (num_rows >= 1)."""
     if int(start) < 0 or int(num_rows) < 1:
@@ -329,32 +324,9 @@ class MultihotCTR:
     """
     if int(batch_size) < 1:
       raise ValueError(f"batch_size must be positive, got {batch_size}")
-    num_train = self.config.num_train
-
-    def epochs():
-      epoch = 0
-      while True:
-        rng = np.random.default_rng([int(seed), _SHUFFLE_STREAM, epoch])
-        for index in rng.permutation(-(-num_train // _CHUNK_ROWS)):
-          order = rng.permutation(min(_CHUNK_ROWS, num_train - int(index) * _CHUNK_ROWS))
-          yield batching.take(self.chunk("train", int(index)).to_batch(), order)
-        epoch += 1
-
-    yield from batching.rebatch(epochs(), int(batch_size), pad_last=False)
+    yield from batching.rebatch(self._train_epochs(int(seed), self.config.num_train),
+                                int(batch_size), pad_last=False)
 
   def eval_batches(self, split: str, batch_size: int) -> Iterator[Batch]:
     """Finite stream over the split; the last batch is padded (mask 0), never dropped."""
-    pieces = self._row_pieces(split, 0, self.split_size(split))
-    yield from batching.eval_batches((rows.to_batch() for rows in pieces), int(batch_size))
-
-  @property
-  def oracle(self) -> dict[str, dict[str, float]]:
-    """{split: {'auc', 'logloss'}} of the true probabilities per eval split (computed once)."""
-    if self._oracle is None:
-      oracle = {}
-      for split in self.eval_splits:
-        rows = self.generate_rows(split, 0, self.split_size(split))
-        oracle[split] = {"auc": metrics.auc(rows.labels, rows.probs),
-                         "logloss": metrics.logloss(rows.labels, rows.probs)}
-      self._oracle = oracle
-    return self._oracle
+    yield from self._eval_pass(split, int(batch_size))

@@ -26,9 +26,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sfjax.core import metrics
 from sfjax.core.errors import ConfigError
 from sfjax.data import batching, planted
+from sfjax.data.chunked_rows import ChunkedRows
 from sfjax.data.types import Batch, DatasetSpec, FieldSpec, make_batch
 
 # Criteo Kaggle Display Advertising Challenge, fields C1..C26: distinct values per
@@ -237,7 +237,7 @@ def _check_non_negative_int(name: str, value) -> int:
   return int(value)
 
 
-class SyntheticCTR:
+class SyntheticCTR(ChunkedRows):
   """Criteo-like synthetic data set with a planted FM (see the module docstring).
 
   Implements the trainer's data-set protocol (`spec`, `eval_splits`,
@@ -249,6 +249,7 @@ class SyntheticCTR:
   """
 
   eval_splits: tuple[str, ...] = ("eval",)
+  chunk_rows, shuffle_stream = _CHUNK_ROWS, _SHUFFLE_STREAM
 
   def __init__(self, cfg, seed: int):
     """Builds the sampler and the calibrated planted model.
@@ -286,12 +287,6 @@ class SyntheticCTR:
     rng = np.random.default_rng([self.seed, self._split_id(split), _check_non_negative_int("chunk index", index)])
     return _sample_rows(self.sampler, self.planted, rng, _CHUNK_ROWS)
 
-  def _row_pieces(self, split: str, start: int, stop: int) -> Iterator[SyntheticRows]:
-    for index in range(start // _CHUNK_ROWS, -(-stop // _CHUNK_ROWS)):
-      base = index * _CHUNK_ROWS
-      lo, hi = max(start, base) - base, min(stop, base + _CHUNK_ROWS) - base
-      yield SyntheticRows(*(a[lo:hi] for a in self.chunk(split, index)))
-
   def generate_rows(self, split: str, start: int, num_rows: int) -> SyntheticRows:
     """Raw rows [start, start + num_rows) of a split (dense as integer counts)."""
     self._split_id(split)
@@ -317,34 +312,11 @@ class SyntheticCTR:
     batch_size = _check_positive_batch(batch_size)
     seed, num_train = _check_non_negative_int("seed", seed), self.config.num_train
 
-    def epochs():
-      epoch = 0
-      while True:
-        rng = np.random.default_rng([seed, _SHUFFLE_STREAM, epoch])
-        for index in rng.permutation(-(-num_train // _CHUNK_ROWS)):
-          order = rng.permutation(min(_CHUNK_ROWS, num_train - int(index) * _CHUNK_ROWS))
-          yield batching.take(self.chunk("train", int(index)).to_batch(), order)
-        epoch += 1
-
-    yield from batching.rebatch(epochs(), batch_size, pad_last=False)
+    yield from batching.rebatch(self._train_epochs(seed, num_train), batch_size, pad_last=False)
 
   def eval_batches(self, split: str, batch_size: int) -> Iterator[Batch]:
     """Finite stream over the split; the last batch is padded (mask 0), never dropped."""
-    batch_size = _check_positive_batch(batch_size)
-    pieces = self._row_pieces(split, 0, self.split_size(split))
-    yield from batching.eval_batches((rows.to_batch() for rows in pieces), batch_size)
-
-  @property
-  def oracle(self) -> dict[str, dict[str, float]]:
-    """{split: {'auc', 'logloss'}} of the true probabilities per eval split (computed once)."""
-    if self._oracle is None:
-      oracle = {}
-      for split in self.eval_splits:
-        rows = self.generate_rows(split, 0, self.split_size(split))
-        oracle[split] = {"auc": metrics.auc(rows.labels, rows.probs),
-                         "logloss": metrics.logloss(rows.labels, rows.probs)}
-      self._oracle = oracle
-    return self._oracle
+    yield from self._eval_pass(split, _check_positive_batch(batch_size))
 
   def write_criteo(self, path: str, split: str, num_rows: int) -> None:
     """Writes rows [0, num_rows) of a split as Criteo TSV (gzip if `path` ends in .gz).

@@ -1,0 +1,79 @@
+"""Generated data sets drawn in fixed chunks: epochs, eval passes and the oracle, once.
+
+`SyntheticCTR` (`synthetic.py`) and `MultihotCTR` (`multihot.py`) draw chunk c of split
+s from its own seeded stream, so any row range is reproducible without the rest. What
+they share lives here: slicing a row range out of chunks, the training epochs (every
+epoch the same rows; the chunk order and the rows inside each chunk permuted by
+`default_rng([seed, shuffle_stream, epoch])`), the eval pass, and the oracle (the AUC
+and logloss of the true click probabilities per eval split, computed once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from sfjax.core import metrics
+from sfjax.data import batching
+from sfjax.data.types import Batch
+
+
+class ChunkedRows:
+  """Mixin of a generated data set; subclasses set `chunk_rows`, `shuffle_stream`,
+  `eval_splits`, `_oracle = None` and define `chunk(split, index)` (rows with `to_batch`,
+  `labels`, `probs`, sliceable field by field) and `split_size(split)`."""
+
+  chunk_rows: int
+  shuffle_stream: int
+  eval_splits: tuple[str, ...]
+  _oracle: dict[str, dict[str, float]] | None
+
+  def chunk(self, split: str, index: int) -> Any:
+    """Rows [index * chunk_rows, (index + 1) * chunk_rows) of a split."""
+    raise NotImplementedError
+
+  def split_size(self, split: str) -> int:
+    """Rows of one epoch of 'train', or of an eval split."""
+    raise NotImplementedError
+
+  def _row_pieces(self, split: str, start: int, stop: int) -> Iterator[Any]:
+    """Rows [start, stop) of a split, chunk by chunk."""
+    size = self.chunk_rows
+    for index in range(start // size, -(-stop // size)):
+      base = index * size
+      lo, hi = max(start, base) - base, min(stop, base + size) - base
+      rows = self.chunk(split, index)
+      yield type(rows)(*(a[lo:hi] for a in rows))
+
+  def _train_epochs(self, seed: int, num_train: int) -> Iterator[Batch]:
+    """Shuffled chunks of epochs of `num_train` rows, forever."""
+    epoch = 0
+    while True:
+      rng = np.random.default_rng([int(seed), self.shuffle_stream, epoch])
+      for index in rng.permutation(-(-num_train // self.chunk_rows)):
+        order = rng.permutation(min(self.chunk_rows, num_train - int(index) * self.chunk_rows))
+        yield batching.take(self.chunk("train", int(index)).to_batch(), order)
+      epoch += 1
+
+  def _eval_pass(self, split: str, batch_size: int) -> Iterator[Batch]:
+    """The split's rows in order; the last batch padded (mask 0), never dropped."""
+    pieces = self._row_pieces(split, 0, self.split_size(split))
+    return batching.eval_batches((rows.to_batch() for rows in pieces), int(batch_size))
+
+  @property
+  def oracle(self) -> dict[str, dict[str, float]]:
+    """{split: {'auc', 'logloss'}} of the true probabilities per eval split (computed once)."""
+    if self._oracle is None:
+      oracle = {}
+      for split in self.eval_splits:
+        rows = self.generate_rows(split, 0, self.split_size(split))
+        oracle[split] = {"auc": metrics.auc(rows.labels, rows.probs),
+                         "logloss": metrics.logloss(rows.labels, rows.probs)}
+      self._oracle = oracle
+    return self._oracle
+
+  def generate_rows(self, split: str, start: int, num_rows: int) -> Any:
+    """Rows [start, start + num_rows) of a split (defined by the subclass)."""
+    raise NotImplementedError
