@@ -32,9 +32,9 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from sfjax.checkpoint import layout, table_shards
-from sfjax.embedding import row_optimizers
+from sfjax.embedding import host_table_files, row_optimizers
 from sfjax.embedding.host_table import CHUNK_ROWS
-from sfjax.embedding.initializers import init_rows
+from sfjax.embedding.initializers import init_rows, init_table_rows
 
 DENSE_DIR = "dense"  # orbax: {step, params, opt_state} (+ table: the device backend's)
 TABLE_DIR = "table"  # the cache backend's host table (`table_format`, `table_shards`)
@@ -175,14 +175,18 @@ def _host_table(path: str) -> CheckpointTable:
   m = reader.manifest
   width, slot_width, num_rows = m["width"], m["slot_width"], m["num_rows"]
   initial_slots = _initial_slot_row(m, path)
+  tables = host_table_files.meta_tables(m)  # per-table initial rows, when recorded
   stored = set(reader.chunks)
 
   def read_chunk(k: int) -> Rows:
     lo = k * CHUNK_ROWS
     n = min(CHUNK_ROWS, num_rows - lo)
-    values = init_rows(m["seed"], 0, np.arange(lo, lo + n, dtype=np.int64), width,
-                       m["init_stddev"])
-    slots = np.broadcast_to(initial_slots, (n, slot_width)).copy()
+    ids = np.arange(lo, lo + n, dtype=np.int64)
+    if tables is not None:
+      values, slots = init_table_rows(m["seed"], ids, width, tables)
+    else:
+      values = init_rows(m["seed"], 0, ids, width, m["init_stddev"])
+      slots = np.broadcast_to(initial_slots, (n, slot_width)).copy()
     if k in stored:
       stored_values, stored_slots, written = reader.read(k)
       values[written], slots[written] = stored_values[written], stored_slots[written]

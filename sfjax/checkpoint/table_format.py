@@ -4,7 +4,8 @@ A checkpoint of the host table is a directory
 
   manifest.json        {"format", "version", "chunk_rows", "num_rows", "width", "slot_width",
                         "seed", "init_stddev", "initial_slot_row" (absent before it was
-                        recorded), "chunks": {"<k>": {"file", "bytes", "crc32"}},
+                        recorded), "tables" (per-table initial rows, only when a
+                        layout's tables set their own), "chunks": {"<k>": {"file", "bytes", "crc32"}},
                         "deltas": [{"ids": {...}, "rows": {...}, "count"}], "delta_seq"}
   chunk_<k>.npy        float32 [m, E + S + 1]: the chunk's m written rows: values | optimizer
                        slots | the row's index in the chunk (version 1: all n rows, last
@@ -53,6 +54,7 @@ from sfjax.checkpoint.read_retry import CheckpointReadError, read_retrying
 from sfjax.core import digest
 from sfjax.core.atomic import atomic_write
 from sfjax.embedding import host_table as host_table_lib
+from sfjax.embedding import host_table_files
 
 _FORMAT_NAME = "sfjax.table_checkpoint"
 _FORMAT_VERSION = 2
@@ -66,8 +68,11 @@ _SPEC_KEYS = ("num_rows", "width", "slot_width", "seed", "init_stddev")
 
 def _spec_dict(table: host_table_lib.HostTable) -> dict[str, Any]:
   s = table.spec
-  return {"num_rows": s.num_rows, "width": s.width, "slot_width": s.slot_width, "seed": s.seed,
-          "init_stddev": s.init_stddev, "initial_slot_row": list(s.initial_slot_row)}
+  out = {"num_rows": s.num_rows, "width": s.width, "slot_width": s.slot_width, "seed": s.seed,
+         "init_stddev": s.init_stddev, "initial_slot_row": list(s.initial_slot_row)}
+  if s.tables is not None:  # a layout's tables with their own initializer / optimizer
+    out["tables"] = host_table_files.tables_json(s)
+  return out
 
 
 def _chunk_file(chunk: int) -> str:
@@ -128,8 +133,9 @@ def check_compatible(manifest: dict[str, Any], table: host_table_lib.HostTable,
   """Raises ValueError naming `where` unless the manifest's table spec and chunk size are
   `table`'s (rows, width, slot width, seed, init scale; initial slots where recorded)."""
   expected = _spec_dict(table)
-  for key in _SPEC_KEYS + (("initial_slot_row",) if "initial_slot_row" in manifest else ()):
-    if manifest.get(key) != expected[key]:
+  keys = _SPEC_KEYS + (("initial_slot_row",) if "initial_slot_row" in manifest else ())
+  for key in keys + ("tables",):
+    if manifest.get(key) != expected.get(key):
       raise ValueError(f"{where}: table checkpoint has {key}={manifest.get(key)!r}, the table "
                        f"has {expected[key]!r}")
   if manifest.get("chunk_rows") != CHUNK_ROWS:

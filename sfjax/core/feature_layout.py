@@ -20,6 +20,10 @@ All tables live in one concatenated table of V rows (each table a row range), so
 VSI deduplicates across features and tables before anything moves and both
 embedding backends stay unchanged. Every table has the model's row width E
 (per-feature widths are the composed model's field groups, `models.field_layout`).
+A table may set its own row optimizer, learning rate and initializer (issue #22
+Deliver 1; ""/0 = the `embedding` block's): the step then learns each unique row's
+table (`DeviceBatch.row_tables`, from `row_tables`) and applies
+`row_optimizers.per_table`; initial rows take their table's stddev and slots.
 
 The layout is static (frozen, hashable): the data set describes it
 (`DatasetSpec.layout`), the model wrapper pools with it (`sfjax.models.pooling`).
@@ -29,6 +33,7 @@ None everywhere means today's layout: one one-hot feature per field, each its ow
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -46,10 +51,22 @@ class TableSpec:
   Attributes:
     name: the table's name (features refer to it).
     num_rows: rows of the table.
+    optimizer: the table's row optimizer (a `row_optimizers.ROW_OPTIMIZER_NAMES` name);
+      "" = `embedding.optimizer`.
+    learning_rate: its row learning rate (> 0); 0 = `embedding.learning_rate`.
+    init_stddev: standard deviation of its initial rows (> 0); 0 = `embedding.init_stddev`.
   """
 
   name: str
   num_rows: int
+  optimizer: str = ""
+  learning_rate: float = 0.0
+  init_stddev: float = 0.0
+
+  @property
+  def overrides(self) -> bool:
+    """True when the table sets its own optimizer, learning rate or initializer."""
+    return bool(self.optimizer) or self.learning_rate != 0 or self.init_stddev != 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,9 +175,27 @@ class FeatureLayout:
     rows = np.asarray([self.tables[t].num_rows for t in self.feature_tables], np.int64)
     return np.repeat(rows, [f.capacity for f in self.features])
 
+  @property
+  def has_table_settings(self) -> bool:
+    """True when some table overrides the `embedding` optimizer, rate or initializer."""
+    return any(t.overrides for t in self.tables)
+
   def sequence_features(self) -> tuple[int, ...]:
     """Indices of the sequence features."""
     return tuple(i for i, f in enumerate(self.features) if f.kind == "sequence")
+
+
+def row_tables(table_starts: np.ndarray, rows: np.ndarray) -> np.ndarray:
+  """[N] int32 table index of each row `rows [N]` of the concatenated table.
+
+  Args:
+    table_starts: [T] ascending first row of each table (`FeatureLayout.table_offsets`).
+    rows: [N] rows; a negative (padding) row reads as table 0, a row past the end as the
+      last table (padding entries are never written, so any table will do).
+  """
+  index = np.searchsorted(np.asarray(table_starts, np.int64), np.asarray(rows, np.int64),
+                          side="right") - 1
+  return np.maximum(index, 0).astype(np.int32)
 
 
 def one_hot_layout(field_names, field_rows) -> FeatureLayout:
@@ -191,6 +226,26 @@ def _bad(field: str, message: str) -> ConfigError:
   return ConfigError(f"config field {field}: {message}")
 
 
+def _check_table(t: TableSpec) -> None:
+  """Raises ConfigError naming the table's first bad field.
+
+  An unknown optimizer name is refused where the optimizer is built
+  (`row_optimizers.make(..., field="features.tables.<name>.optimizer")`): the name
+  registry lives in `embedding`, above `core`.
+  """
+  where = f"features.tables.{t.name}"
+  if int(t.num_rows) < 1:
+    raise _bad(f"{where}.num_rows", f"must be >= 1, got {t.num_rows}")
+  if not isinstance(t.optimizer, str):
+    raise _bad(f"{where}.optimizer", f"must be a row optimizer name, got {t.optimizer!r}")
+  for name in ("learning_rate", "init_stddev"):
+    value = getattr(t, name)
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+        or not math.isfinite(value) or value < 0):
+      raise _bad(f"{where}.{name}", f"must be a finite number >= 0 (0: embedding.{name}), "
+                 f"got {value!r}")
+
+
 def check_layout(layout: FeatureLayout) -> None:
   """Raises ConfigError naming the first bad table or feature field."""
   seen = set()
@@ -198,8 +253,7 @@ def check_layout(layout: FeatureLayout) -> None:
     if t.name in seen:
       raise _bad(f"features.tables.{t.name}", "declared twice")
     seen.add(t.name)
-    if int(t.num_rows) < 1:
-      raise _bad(f"features.tables.{t.name}.num_rows", f"must be >= 1, got {t.num_rows}")
+    _check_table(t)
   if not layout.features:
     raise _bad("features", "declares no feature")
   names = set()

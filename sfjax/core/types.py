@@ -22,6 +22,9 @@ class DeviceBatch(NamedTuple):
     weights: None (one id per field, weight 1), or [B, S] float32 per-id weights of a
       feature layout's S id columns (0 in padding columns; `vids` is then [B, S]),
       pooled into fields by the model's input wrapper (`sfjax.models.pooling`).
+    row_tables: None (every row updated alike), or [U] int32 table index of each entry
+      of `rows`, in the same order (padding entries: any table), for a row optimizer
+      whose tables differ (`row_optimizers.per_table`).
   """
 
   rows: Any
@@ -30,3 +33,4 @@ class DeviceBatch(NamedTuple):
   labels: Any
   mask: Any
   weights: Any = None
+  row_tables: Any = None

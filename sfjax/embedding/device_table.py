@@ -30,12 +30,15 @@ class TableState(NamedTuple):
 
 
 def _init_table_host(num_rows: int, width: int, row_opt: row_optimizers.RowOptimizer, *,
-                     seed: int, stddev: float) -> tuple[np.ndarray, np.ndarray]:
+                     seed: int, stddev: float, tables: initializers.TableInits | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
   """Host (numpy) initial table: `init_rows` values and the optimizer's initial slots.
 
   Returns:
     values [V, E] float32 and opt_slots [V, S] float32.
   """
+  if tables is not None:  # each table its own stddev and initial slots
+    return initializers.init_table_rows(seed, np.arange(num_rows, dtype=np.int64), width, tables)
   values = initializers.init_rows(seed, 0, np.arange(num_rows, dtype=np.int64), width, stddev)
   slot_row = row_opt.initial_slot_row(width)
   opt_slots = np.broadcast_to(slot_row, (num_rows, slot_row.shape[0])).astype(np.float32)
@@ -43,13 +46,35 @@ def _init_table_host(num_rows: int, width: int, row_opt: row_optimizers.RowOptim
 
 
 def init_table(num_rows: int, width: int, row_opt: row_optimizers.RowOptimizer, *,
-               seed: int, stddev: float, sharding=None) -> TableState:
-  """Device table initialised exactly like the lazily initialised host table."""
-  values, opt_slots = _init_table_host(num_rows, width, row_opt, seed=seed, stddev=stddev)
+               seed: int, stddev: float, sharding=None,
+               tables: initializers.TableInits | None = None) -> TableState:
+  """Device table initialised exactly like the lazily initialised host table.
+
+  `tables` (None: every row alike) gives each table of a feature layout its own
+  stddev and initial slots (`initializers.init_table_rows`).
+  """
+  values, opt_slots = _init_table_host(num_rows, width, row_opt, seed=seed, stddev=stddev,
+                                       tables=tables)
   # jnp.array copies: the host buffers are never aliased by the device arrays (DESIGN §7).
   if sharding is None:
     return TableState(jnp.array(values), jnp.array(opt_slots))
   return TableState(jax.device_put(values.copy(), sharding), jax.device_put(opt_slots.copy(), sharding))
+
+
+def table_inits(layout, width: int, row_opt: row_optimizers.RowOptimizer,
+                stddev: float) -> initializers.TableInits | None:
+  """Per-table initial rows of a feature layout whose tables set their own initializer or
+  optimizer (`TableSpec.init_stddev`, 0 = `stddev`; the initial slots of each table's
+  optimizer, `row_opt.tables`); None when every row is alike (no layout, or no override).
+  """
+  if layout is None or not layout.has_table_settings:
+    return None
+  stddevs = np.asarray([t.init_stddev or stddev for t in layout.tables], np.float64)
+  if row_opt.tables:
+    slot_rows = row_optimizers.initial_slot_rows(row_opt.tables, width)
+  else:
+    slot_rows = np.tile(row_opt.initial_slot_row(width), (len(layout.tables), 1))
+  return initializers.TableInits(layout.table_offsets, stddevs, slot_rows.astype(np.float32))
 
 
 def gather_rows(table: TableState, rows: jax.Array) -> TableState:

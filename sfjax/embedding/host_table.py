@@ -14,7 +14,9 @@ directory (`create_mmap` / `open_mmap`) for tables larger than RAM.
 Rows initialise lazily and deterministically: a row that was never written reads
 as `init_rows(seed, 0, ids, E, init_stddev)` (table id 0, the trainer's single
 concatenated table) with slots `initial_slot_row`, exactly what the on-device
-reference table holds, so nothing proportional to V is ever written. Both
+reference table holds, so nothing proportional to V is ever written. A feature
+layout whose tables set their own initializer or optimizer gives each table's rows
+its own stddev and initial slots (`HostTableSpec.tables`, `initializers.init_table_rows`). Both
 backends allocate zero pages lazily (calloc for RAM, sparse files for mmap): a
 1e9-row table costs almost nothing until rows are touched.
 
@@ -41,7 +43,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sfjax.embedding import host_table_files as files
-from sfjax.embedding.initializers import init_rows
+from sfjax.embedding.initializers import TableInits, init_rows, init_table_rows
 
 # Rows per chunk: the block of `read_chunk`; checkpoints (`sfjax.checkpoint`) save chunks this size.
 CHUNK_ROWS = 1 << 16
@@ -61,6 +63,8 @@ class HostTableSpec:
     seed: seed of the deterministic row initialiser.
     init_stddev: standard deviation of `init_rows`.
     initial_slot_row: the S slot values of a never-written row.
+    tables: None (every row alike), or per-table `(starts [T], stddevs [T], slot rows
+      [T][S])` of a never-written row, which then override the two above.
   """
 
   num_rows: int
@@ -69,6 +73,15 @@ class HostTableSpec:
   seed: int
   init_stddev: float
   initial_slot_row: tuple[float, ...]
+  tables: tuple[tuple[int, ...], tuple[float, ...], tuple[tuple[float, ...], ...]] | None = None
+
+  def table_inits(self) -> TableInits | None:
+    """`tables` as the initializer's arrays (None when every row is alike)."""
+    if self.tables is None:
+      return None
+    starts, stddevs, slot_rows = self.tables
+    return TableInits(np.asarray(starts, np.int64), np.asarray(stddevs, np.float64),
+                      np.asarray(slot_rows, np.float32).reshape(len(starts), self.slot_width))
 
   def __post_init__(self):
     for name, low in (("num_rows", 1), ("width", 1), ("slot_width", 0)):
@@ -82,11 +95,27 @@ class HostTableSpec:
                        f"slot_width is {self.slot_width}")
     if not all(math.isfinite(v) for v in self.initial_slot_row):
       raise ValueError(f"HostTableSpec.initial_slot_row must be finite, got {self.initial_slot_row}")
+    if self.tables is not None:
+      starts, stddevs, slot_rows = self.tables
+      ok = (len(starts) == len(stddevs) == len(slot_rows) > 0 and starts[0] == 0
+            and all(len(r) == self.slot_width for r in slot_rows)
+            and all(math.isfinite(v) and v >= 0 for v in stddevs))
+      if not ok:
+        raise ValueError(f"HostTableSpec.tables must be T starts (from 0), T finite stddevs "
+                         f">= 0 and T slot rows of {self.slot_width}, got {self.tables}")
 
 
-def _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row) -> HostTableSpec:
+def _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row,
+               tables: TableInits | None = None) -> HostTableSpec:
   row = tuple(float(v) for v in np.asarray(initial_slot_row, np.float32).reshape(-1))
-  return HostTableSpec(int(num_rows), int(width), int(slot_width), int(seed), float(init_stddev), row)
+  per_table = None
+  if tables is not None:
+    slot_rows = np.asarray(tables.slot_rows, np.float32).reshape(len(tables.starts), -1)
+    per_table = (tuple(int(x) for x in tables.starts),
+                 tuple(float(x) for x in tables.stddevs),
+                 tuple(tuple(float(v) for v in r) for r in slot_rows))
+  return HostTableSpec(int(num_rows), int(width), int(slot_width), int(seed), float(init_stddev),
+                       row, per_table)
 
 
 class HostTable:
@@ -110,6 +139,7 @@ class HostTable:
     self._writable = writable
     self._clean = True
     self._initial_slot_row = np.asarray(spec.initial_slot_row, np.float32).reshape(spec.slot_width)
+    self._table_inits = spec.table_inits()
     self._lock = threading.RLock()
     self._observers: list[WriteObserver] = []
 
@@ -117,17 +147,24 @@ class HostTable:
 
   @classmethod
   def create_ram(cls, num_rows: int, width: int, slot_width: int, *, seed: int,
-                 init_stddev: float, initial_slot_row) -> HostTable:
-    """An in-RAM table; zero pages are allocated lazily by the OS (calloc)."""
-    spec = _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row)
+                 init_stddev: float, initial_slot_row, tables: TableInits | None = None
+                 ) -> HostTable:
+    """An in-RAM table; zero pages are allocated lazily by the OS (calloc).
+
+    `tables`: per-table initial rows (None: every row `init_stddev`, `initial_slot_row`).
+    """
+    spec = _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row, tables)
     v, e, s = spec.num_rows, spec.width, spec.slot_width
     return cls(spec, np.zeros((v, e), np.float32), np.zeros((v, s), np.float32),
                np.zeros((v,), np.bool_), 0, None, True)
 
   @classmethod
   def create_mmap(cls, path: str, num_rows: int, width: int, slot_width: int, *, seed: int,
-                  init_stddev: float, initial_slot_row) -> HostTable:
+                  init_stddev: float, initial_slot_row, tables: TableInits | None = None
+                  ) -> HostTable:
     """A memory-mapped table in directory `path` (created; must be absent or empty).
+
+    `tables` as in `create_ram` (recorded in meta.json).
 
     The data files are sparse: creating a 1e9-row table writes only headers. A creation
     that fails (e.g. ENOSPC, EFBIG) removes the files and directories it made, so the
@@ -137,7 +174,7 @@ class HostTable:
       FileExistsError: `path` is a file or a non-empty directory.
       OSError: the creation failed (same errno; the message names `path`).
     """
-    spec = _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row)
+    spec = _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row, tables)
     path = os.fspath(path)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
       raise FileExistsError(f"{path}: refusing to create a host table over an existing "
@@ -174,7 +211,7 @@ class HostTable:
     meta = files.read_table_meta(meta_path)
     try:
       spec = _make_spec(meta["num_rows"], meta["width"], meta["slot_width"], meta["seed"],
-                        meta["init_stddev"], meta["initial_slot_row"])
+                        meta["init_stddev"], meta["initial_slot_row"], files.meta_tables(meta))
     except (TypeError, ValueError) as err:
       raise ValueError(f"{meta_path}: corrupt host table metadata: {err}") from err
     values, slots, flags = files.open_arrays(path, spec.num_rows, spec.width, spec.slot_width,
@@ -236,7 +273,10 @@ class HostTable:
         values[stored] = np.take(self._values, rows, axis=0)
         slots[stored] = np.take(self._slots, rows, axis=0)
     fresh = ~stored
-    if fresh.any():
+    if fresh.any() and self._table_inits is not None:
+      values[fresh], slots[fresh] = init_table_rows(self.spec.seed, ids[fresh], self.spec.width,
+                                                    self._table_inits)
+    elif fresh.any():
       values[fresh] = init_rows(self.spec.seed, 0, ids[fresh], self.spec.width, self.spec.init_stddev)
       slots[fresh] = self._initial_slot_row
     return values, slots

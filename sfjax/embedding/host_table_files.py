@@ -1,7 +1,9 @@
 """The memory-mapped host table's directory: its files, checked on open, and their removal.
 
   meta.json          {"format", "version", "num_rows", "width", "slot_width", "seed",
-                      "init_stddev", "initial_slot_row", "num_materialised", "clean"}
+                      "init_stddev", "initial_slot_row", "num_materialised", "clean",
+                      "tables" (optional: {"starts", "stddevs", "slot_rows"} of a layout
+                      whose tables set their own initializer or optimizer)}
   values.npy         [V, E] float32
   slots.npy          [V, S] float32 (absent when S == 0)
   materialised.npy   [V] bool
@@ -18,6 +20,8 @@ import os
 from typing import Literal
 
 import numpy as np
+
+from sfjax.embedding.initializers import TableInits
 
 _FORMAT_NAME = "sfjax.host_table"
 _FORMAT_VERSION = 1
@@ -76,6 +80,8 @@ def write_meta(path: str, spec, num_materialised: int, clean: bool) -> None:
       "init_stddev": spec.init_stddev, "initial_slot_row": list(spec.initial_slot_row),
       "num_materialised": num_materialised, "clean": clean,
   }
+  if spec.tables is not None:
+    meta["tables"] = tables_json(spec)
   final = os.path.join(path, META_FILE)
   tmp = final + ".tmp"
   try:
@@ -88,6 +94,28 @@ def write_meta(path: str, spec, num_materialised: int, clean: bool) -> None:
     if os.path.exists(tmp):  # e.g. ENOSPC: the old metadata stays, no stray .tmp
       os.remove(tmp)
     raise
+
+
+def tables_json(spec) -> dict | None:
+  """The JSON record of a `HostTableSpec`'s per-table initial rows (None: rows alike)."""
+  if spec.tables is None:
+    return None
+  starts, stddevs, slot_rows = spec.tables
+  return {"starts": list(starts), "stddevs": list(stddevs),
+          "slot_rows": [list(r) for r in slot_rows]}
+
+
+def meta_tables(meta: dict) -> TableInits | None:
+  """The per-table initial rows meta.json records (`initializers.TableInits`), or None."""
+  tables = meta.get("tables")
+  if tables is None:
+    return None
+  try:
+    return TableInits(np.asarray(tables["starts"], np.int64),
+                      np.asarray(tables["stddevs"], np.float64),
+                      np.asarray(tables["slot_rows"], np.float32))
+  except (KeyError, TypeError, ValueError) as err:
+    raise ValueError(f"corrupt host table metadata: key 'tables': {err}") from err
 
 
 def read_table_meta(meta_path: str) -> dict:

@@ -8,8 +8,11 @@ is first touched after a billion others still equals the reference.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
+from sfjax.core import feature_layout
 from sfjax.core.hashing import GOLDEN as _GOLDEN
 from sfjax.core.hashing import splitmix64
 
@@ -34,7 +37,7 @@ def _hash_uniform(seed: int, stream: int, keys: np.ndarray, width: int) -> np.nd
   return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
 
 
-def init_rows(seed: int, table: int, rows: np.ndarray, width: int, stddev: float) -> np.ndarray:
+def init_rows(seed: int, table: int, rows: np.ndarray, width: int, stddev) -> np.ndarray:
   """Initial embedding rows: uniform with standard deviation `stddev`.
 
   Args:
@@ -42,10 +45,44 @@ def init_rows(seed: int, table: int, rows: np.ndarray, width: int, stddev: float
     table: table id (0 for the single concatenated table of the trainer).
     rows: [N] int64 row ids.
     width: embedding row width E.
-    stddev: standard deviation of the uniform distribution (half-width = stddev*sqrt(3)).
+    stddev: standard deviation of the uniform distribution (half-width = stddev*sqrt(3)),
+      one float, or [N] floats, one per row (the tables of a feature layout).
 
   Returns:
     [N, width] float32.
   """
   u = _hash_uniform(seed, 0x5EED0000 + int(table), rows, width)
-  return ((2.0 * u - 1.0) * (stddev * np.sqrt(3.0))).astype(np.float32)
+  half = np.asarray(stddev, np.float64) * np.sqrt(3.0)
+  if half.ndim:
+    half = half[:, None]
+  return ((2.0 * u - 1.0) * half).astype(np.float32)
+
+
+class TableInits(NamedTuple):
+  """Per-table initial rows of the concatenated table (tables with their own settings).
+
+  Attributes:
+    starts: [T] int64 first row of each table (`FeatureLayout.table_offsets`).
+    stddevs: [T] float64 `init_rows` standard deviation of each table.
+    slot_rows: [T, S] float32 initial optimizer slots of each table's rows.
+  """
+
+  starts: np.ndarray
+  stddevs: np.ndarray
+  slot_rows: np.ndarray
+
+
+def init_table_rows(seed: int, rows: np.ndarray, width: int,
+                    tables: TableInits) -> tuple[np.ndarray, np.ndarray]:
+  """Initial values and slots of rows `rows [N]` of the concatenated table, each by its table.
+
+  Row r of table t gets `init_rows(seed, 0, [r], E, stddevs[t])` (the values any
+  one-table run would give it, scaled) and slots `slot_rows[t]`.
+
+  Returns:
+    values [N, E] float32, slots [N, S] float32.
+  """
+  rows = np.asarray(rows, np.int64)
+  index = feature_layout.row_tables(tables.starts, rows)
+  values = init_rows(seed, 0, rows, width, np.asarray(tables.stddevs, np.float64)[index])
+  return values, np.asarray(tables.slot_rows, np.float32)[index]

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from sfjax.core import background
+from sfjax.core import background, feature_layout
 from sfjax.core.types import DeviceBatch
 from sfjax.data import types
 from sfjax.embedding import cache as cache_lib
@@ -168,6 +168,9 @@ class CachePipeline(Iterator[StepInputs]):
       processes: each holds a shard of the host table by id). Only owned rows are
       gathered for fills (the others are staged as zeros, so the fills of all processes
       sum to the whole fill), written back and flushed. None: every id (one process).
+    table_starts: [T] first row of each table when the row optimizer differs per table:
+      each DeviceBatch then carries the `row_tables` of its rows (same order, same
+      blocks); None: it does not.
 
   Each step's unique rows are padded to the smallest bucket of `swap_buckets(unique
   capacity)` that holds them, so gathers and the row-gradient all-reduce run over
@@ -181,7 +184,8 @@ class CachePipeline(Iterator[StepInputs]):
                loader_depth: int = 4, layout: sharded_cache.SlotLayout | None = None,
                sharded_swap: bool = False, owner_blocks: bool = False,
                bucket_unique: bool = True,
-               owns: Callable[[np.ndarray], np.ndarray] | None = None):
+               owns: Callable[[np.ndarray], np.ndarray] | None = None,
+               table_starts: np.ndarray | None = None):
     self.layout = layout or sharded_cache.SlotLayout(1, planner.num_slots)
     if self.layout.num_slots != planner.num_slots:
       raise ValueError(f"CachePipeline: layout holds {self.layout.num_slots} slots, the planner "
@@ -199,6 +203,7 @@ class CachePipeline(Iterator[StepInputs]):
     self.host_table, self.planner = host_table, planner
     self._offsets = np.asarray(field_offsets, np.int64)
     self._column_rows = column_rows
+    self._table_starts = table_starts
     self._put_batch, self._put_swap = put_batch, put_swap
     self.buckets = (sharded_cache.owner_buckets(planner.fill_capacity, self.layout.num_shards)
                     if sharded_swap else swap_buckets(planner.fill_capacity))
@@ -246,18 +251,26 @@ class CachePipeline(Iterator[StepInputs]):
       self.stats.manager_wait_seconds += time.perf_counter() - t
 
   def _device_rows(self, plan: cache_planner.CachePlan, virt: vsi.VirtualIds):
-    """(rows, vids) of the step's unique ids for the device: physical slots padded to a
-    unique bucket, or per-owner blocks of local slots (`owner_blocks`). Padding ids
-    (bags, sequences) point at the padding entry U, which the bucket then includes."""
+    """(rows, vids, row_tables) of the step's unique ids for the device: physical slots
+    padded to a unique bucket, or per-owner blocks of local slots (`owner_blocks`).
+    Padding ids (bags, sequences) point at the padding entry U, which the bucket then
+    includes. `row_tables` (None without `table_starts`) follows the rows' order."""
     vids = virt.vids
+    starts = self._table_starts
     if not self._owner_blocks:
       unique = bucket_for(plan.num_unique + int(virt.has_padding), self.unique_buckets)
-      return self.layout.physical(plan.slots[:unique]), vids
+      tables = None if starts is None else feature_layout.row_tables(starts, virt.uniq[:unique])
+      return self.layout.physical(plan.slots[:unique]), vids, tables
     shards = self.layout.num_shards
     min_rows = 0 if self._bucket_unique else -(-self.planner.unique_capacity // shards)
-    return sharded_cache.block_by_owner(self.layout.physical(plan.slots[:plan.num_unique]), vids,
-                                        self.layout, self.block_buckets, min_rows=min_rows,
-                                        has_padding=virt.has_padding)
+    slots = self.layout.physical(plan.slots[:plan.num_unique])
+    rows, vids = sharded_cache.block_by_owner(slots, vids, self.layout, self.block_buckets,
+                                              min_rows=min_rows, has_padding=virt.has_padding)
+    if starts is None:
+      return rows, vids, None
+    tables = feature_layout.row_tables(starts, virt.uniq[:plan.num_unique])
+    return rows, vids, sharded_cache.blocked_like(slots, tables, self.layout,
+                                                  rows.shape[0] // shards)
 
   def _manage(self) -> Iterator[StepInputs]:
     for step, (batch, virt) in enumerate(self._loader):
@@ -272,9 +285,10 @@ class CachePipeline(Iterator[StepInputs]):
       if not self._sharded_swap:
         swap = cache_lib.CacheSwap(*(x[0] for x in swap))
       size = staged.swap.fill_slots.shape[1]
-      rows, vids = self._device_rows(plan, virt)
+      rows, vids, row_tables = self._device_rows(plan, virt)
       unique = rows.shape[0]
-      db = DeviceBatch(rows, vids, batch.dense, batch.labels, batch.mask, batch.weights)
+      db = DeviceBatch(rows, vids, batch.dense, batch.labels, batch.mask, batch.weights,
+                       row_tables)
       db, swap = self._put_batch(db), self._put_swap(swap)
       put_bytes = device_bytes((db, swap))
       inputs = StepInputs(step, db, swap, plan, staged.evict_ids)

@@ -21,6 +21,11 @@ Formulas (per element, g = gradient, t = `count`, 1-based global step):
            mhat = m / (1-b1^t), vhat = v / (1-b2^t)       bias correction uses the global step)
   ftrl:    n' = n + g^2; sigma = (sqrt(n') - sqrt(n)) / lr; z += g - sigma w   (McMahan et al. 2013,
            w = 0 if |z| <= l1 else -(z - sign(z) l1) / ((beta + sqrt(n')) / lr + l2)  FTRL-Proximal)
+
+Per-table settings (issue #22: tables of one concatenated table, each with its own
+optimizer and rate): `per_table(optimizers)` is one RowOptimizer whose update takes
+`row_tables [U]` (each row's table index) and gives every row exactly its table's
+update; its slots are max_t S_t columns, table t's optimizer using the first S_t.
 """
 
 from __future__ import annotations
@@ -41,13 +46,17 @@ class RowOptimizer(NamedTuple):
     name: optimizer name.
     slot_width: E -> S, slot columns stored per row.
     initial_slot_row: E -> [S] float32 numpy; the slot values of a never-touched row.
-    update: (rows [U,E], slots [U,S], grads [U,E], count int32 scalar) -> (rows, slots).
+    update: (rows [U,E], slots [U,S], grads [U,E], count int32 scalar) -> (rows, slots);
+      a `per_table` optimizer also takes `row_tables [U]` int32 (keyword).
+    tables: the per-table optimizers of a `per_table` optimizer (table order); () for a
+      plain one, which treats every row alike.
   """
 
   name: str
   slot_width: Callable[[int], int]
   initial_slot_row: Callable[[int], np.ndarray]
   update: Callable[..., tuple[Any, Any]]
+  tables: tuple[RowOptimizer, ...] = ()
 
 
 def sgd(learning_rate) -> RowOptimizer:
@@ -136,6 +145,66 @@ def ftrl(learning_rate, l1=0.0, l2=0.0, beta=0.0, initial_accumulator: float = 0
   return RowOptimizer("ftrl", lambda e: 2 * e, initial_slot_row, update)
 
 
+def per_table(optimizers: tuple[RowOptimizer, ...], keys: tuple | None = None) -> RowOptimizer:
+  """One optimizer over the rows of several tables, each row updated by its table's.
+
+  Every distinct update runs on all U rows and `jnp.where` keeps, per row, the one of
+  the row's table; equal `keys` (e.g. `(name, learning_rate)`) share one update. Slots
+  are `max_t S_t` columns: table t's optimizer reads and writes its first `S_t`, the
+  others stay as they are. A padding row (any table index) is dropped by the scatter.
+
+  Args:
+    optimizers: [T] the optimizer of each table, in table order.
+    keys: [T] hashable identities of the optimizers (tables with equal keys share one
+      update); None: every table its own update.
+
+  Returns:
+    RowOptimizer whose `update(rows, slots, grads, count, row_tables=[U] int32)`
+    and whose `tables` are `optimizers`; `initial_slot_row` is table 0's, padded
+    (`initial_slot_rows` gives every table's).
+  """
+  optimizers = tuple(optimizers)
+  if not optimizers:
+    raise ValueError("per_table needs at least one optimizer")
+  keys = tuple(range(len(optimizers))) if keys is None else tuple(keys)
+  if len(keys) != len(optimizers):
+    raise ValueError(f"per_table: {len(keys)} keys for {len(optimizers)} optimizers")
+  groups: dict[Any, list[int]] = {}
+  for t, key in enumerate(keys):
+    groups.setdefault(key, []).append(t)
+  distinct = [(optimizers[ts[0]], np.asarray(ts, np.int32)) for ts in groups.values()]
+
+  def slot_width(e):
+    return max(opt.slot_width(e) for opt in optimizers)
+
+  def update(rows, slots, grads, count, row_tables=None):
+    if row_tables is None:
+      raise ValueError("a per_table row optimizer needs row_tables (DeviceBatch.row_tables)")
+    new_rows, new_slots = rows, slots
+    for opt, tables in distinct:
+      width = opt.slot_width(rows.shape[-1])
+      moved, moved_slots = opt.update(rows, slots[:, :width], grads, count)
+      mine = jnp.isin(row_tables, jnp.asarray(tables))[:, None]  # [U, 1]
+      new_rows = jnp.where(mine, moved, new_rows)
+      if width:
+        kept = jnp.where(mine, moved_slots, new_slots[:, :width])
+        new_slots = jnp.concatenate([kept, new_slots[:, width:]], axis=1)
+    return new_rows, new_slots
+
+  name = "per_table(" + ",".join(opt.name for opt in optimizers) + ")"
+  return RowOptimizer(name, slot_width, lambda e: initial_slot_rows(optimizers, e)[0], update,
+                      optimizers)
+
+
+def initial_slot_rows(optimizers: tuple[RowOptimizer, ...], width: int) -> np.ndarray:
+  """[T, S] float32 initial slots of each table's rows (S = max slot width, zero-padded)."""
+  rows = [opt.initial_slot_row(width) for opt in optimizers]
+  out = np.zeros((len(rows), max(r.shape[0] for r in rows)), np.float32)
+  for t, r in enumerate(rows):
+    out[t, :r.shape[0]] = r
+  return out
+
+
 # name -> factory(learning_rate, settings) reading its own settings from an `embedding`
 # config block. The registry every row-optimizer name list derives from.
 ROW_OPTIMIZERS: dict[str, Callable[[Any, Any], RowOptimizer]] = {
@@ -164,6 +233,18 @@ def make(name: str, learning_rate, settings, field: str = "embedding.optimizer")
   return names.lookup(ROW_OPTIMIZERS, name, field, "row optimizer")(learning_rate, settings)
 
 
-def row_optimizer_from_config(cfg) -> RowOptimizer:
-  """The row optimizer of an `embedding` config block (`optimizer`, `learning_rate`, ...)."""
-  return make(cfg.optimizer, cfg.learning_rate, cfg)
+def row_optimizer_from_config(cfg, tables=None) -> RowOptimizer:
+  """The row optimizer of an `embedding` config block (`optimizer`, `learning_rate`, ...).
+
+  Args:
+    cfg: the `embedding` config block.
+    tables: None, or a feature layout's `TableSpec`s: when one sets its own `optimizer`
+      or `learning_rate` ("" / 0 mean the block's), a `per_table` optimizer over them.
+  """
+  if tables is None or not any(t.optimizer or t.learning_rate for t in tables):
+    return make(cfg.optimizer, cfg.learning_rate, cfg)
+  settings = [(t.optimizer or cfg.optimizer, t.learning_rate or cfg.learning_rate)
+              for t in tables]
+  opts = tuple(make(name, lr, cfg, field=f"features.tables.{t.name}.optimizer")
+               for (name, lr), t in zip(settings, tables, strict=True))
+  return per_table(opts, keys=tuple(settings))

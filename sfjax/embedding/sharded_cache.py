@@ -185,6 +185,26 @@ def block_by_owner(slots: np.ndarray, vids: np.ndarray, layout: SlotLayout,
   return rows.reshape(-1), np.take(position, vids)
 
 
+def blocked_like(slots: np.ndarray, entries: np.ndarray, layout: SlotLayout,
+                 block_rows: int, fill=0) -> np.ndarray:
+  """`entries [U]` (one per unique row) laid out like `block_by_owner`'s rows.
+
+  Args:
+    slots: [U] physical slots, as given to `block_by_owner`.
+    entries: [U] a value per unique row (e.g. its table index, `DeviceBatch.row_tables`).
+    layout: the slot layout.
+    block_rows: Ud, the block length `block_by_owner` chose (its rows are [D * Ud]).
+    fill: the value of padding entries.
+
+  Returns:
+    [D * Ud] entries: block d holds those of device d's rows, in the rows' order.
+  """
+  owner, _, pos, _ = _by_owner(np.asarray(slots), layout)
+  out = np.full((layout.num_shards, block_rows), fill, np.asarray(entries).dtype)
+  out[owner, pos] = entries
+  return out.reshape(-1)
+
+
 def swap_rows_local(cache: device_table.TableState, swap: cache_lib.CacheSwap
                     ) -> tuple[device_table.TableState, device_table.TableState]:
   """One device's swap inside `jax.shard_map`: its `[1, Fd]` share of a staged swap

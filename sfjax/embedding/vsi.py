@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from sfjax.core import feature_layout
 from sfjax.core.types import DeviceBatch
 from sfjax.data import types, validate
 
@@ -152,8 +153,8 @@ def unique_capacity(batch_size: int, num_columns: int, has_padding: bool) -> int
 
 
 def prepare_batch(batch: types.Batch, field_offsets: np.ndarray, capacity: int,
-                  num_rows: int, column_rows: np.ndarray | None = None
-                  ) -> tuple[DeviceBatch, int]:
+                  num_rows: int, column_rows: np.ndarray | None = None,
+                  table_starts: np.ndarray | None = None) -> tuple[DeviceBatch, int]:
   """Host side of an on-device-table step: VSI over the batch, ids -> int32 rows (numpy).
 
   Args:
@@ -162,6 +163,8 @@ def prepare_batch(batch: types.Batch, field_offsets: np.ndarray, capacity: int,
     capacity: padded size of the unique set.
     num_rows: V, the table size; also the padding row.
     column_rows: [S] rows of each column's table (a feature layout), else None.
+    table_starts: [T] first row of each table when the row optimizer differs per table:
+      the DeviceBatch then carries `row_tables`; None: it does not.
 
   Returns:
     (DeviceBatch of numpy arrays, number of unique ids).
@@ -175,5 +178,7 @@ def prepare_batch(batch: types.Batch, field_offsets: np.ndarray, capacity: int,
   ids = global_row_ids(batch.ids, field_offsets, num_rows, column_rows=column_rows,
                        allow_padding=batch.weights is not None)
   virt = dedup_ids(ids, capacity, pad_id=num_rows)
+  row_tables = (None if table_starts is None
+                else feature_layout.row_tables(table_starts, virt.uniq))
   return DeviceBatch(virt.uniq.astype(np.int32), virt.vids, batch.dense, batch.labels,
-                     batch.mask, batch.weights), virt.num_unique
+                     batch.mask, batch.weights, row_tables), virt.num_unique

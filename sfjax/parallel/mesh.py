@@ -54,8 +54,10 @@ def rows_on_devices(mesh) -> NamedSharding:
   return NamedSharding(mesh, P("data"))
 
 
-def batch_shardings(mesh, rows_on_owners: bool = False) -> DeviceBatch:
+def batch_shardings(mesh, rows_on_owners: bool = False, row_tables: bool = False) -> DeviceBatch:
   """Per-field shardings of a DeviceBatch: examples on 'data'; unique rows replicated, or
-  (`rows_on_owners`, a row-sharded cache) in per-device blocks on 'data'."""
+  (`rows_on_owners`, a row-sharded cache) in per-device blocks on 'data'. `row_tables`:
+  the batch carries its rows' table indices, sharded like the rows (else that field is None)."""
   rep, data = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-  return DeviceBatch(data if rows_on_owners else rep, data, data, data, data, data)
+  rows = data if rows_on_owners else rep
+  return DeviceBatch(rows, data, data, data, data, data, rows if row_tables else None)

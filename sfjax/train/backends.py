@@ -140,10 +140,12 @@ class DeviceBackend:
     self.capacity_rows = self.num_rows
     self.capacity = config.embedding.unique_capacity or vsi.unique_capacity(
         config.train.batch_size, spec.num_columns, spec.has_padding)
-    self.batch_sharding = mesh_lib.batch_shardings(mesh)
+    self._table_starts = spec.layout.table_offsets if row_opt.tables else None
+    self.batch_sharding = mesh_lib.batch_shardings(mesh, row_tables=bool(row_opt.tables))
+    rep, stddev = mesh_lib.replicated(mesh), config.embedding.init_stddev
     self.initial_table = device_table.init_table(
-        self.num_rows, width, row_opt, seed=config.seed, stddev=config.embedding.init_stddev,
-        sharding=mesh_lib.replicated(mesh))
+        self.num_rows, width, row_opt, seed=config.seed, stddev=stddev, sharding=rep,
+        tables=device_table.table_inits(spec.layout, width, row_opt, stddev))
     self._train_step = build_step()
     self._eval_step = step_lib.make_eval_step(graphdef)
     self._prefetch = max(1, config.train.prefetch)
@@ -166,7 +168,8 @@ class DeviceBackend:
     def prep(b):
       # VSI over the global batch (the same on every process); each process puts only
       # its own examples (`distributed.put_global`).
-      db, n = vsi.prepare_batch(b, offsets, self.capacity, self.num_rows, column_rows)
+      db, n = vsi.prepare_batch(b, offsets, self.capacity, self.num_rows, column_rows,
+                                self._table_starts)
       return distributed.put_global(db, self.batch_sharding), n
 
     return background.map_in_background(prep, batches, maxsize=self._prefetch, name="sfjax-data")
@@ -180,8 +183,8 @@ class DeviceBackend:
   def eval_logits(self, state, prepared) -> jax.Array:
     """Logits [B] of a prepared eval batch (several processes: each scores its own
     examples, `distributed.process_rows`, and gets back a global array of all logits)."""
-    if jax.process_count() > 1:
-      prepared = distributed.put_global(prepared, self.batch_sharding)
+    if jax.process_count() > 1:  # (an eval batch has no row_tables)
+      prepared = distributed.put_global(prepared, self.batch_sharding._replace(row_tables=None))
     return self._eval_step(state.params, state.table.values, prepared)
 
   def sync(self, state) -> None:
@@ -245,11 +248,13 @@ class CacheBackend:
     slot_width = row_opt.slot_width(width)
     self.host_table = HOST_STORAGES[e.host_storage](
         e, self.num_rows, width, slot_width, seed=config.seed, init_stddev=e.init_stddev,
-        initial_slot_row=row_opt.initial_slot_row(width))
+        initial_slot_row=row_opt.initial_slot_row(width),
+        tables=device_table.table_inits(spec.layout, width, row_opt, e.init_stddev))
+    self._table_starts = spec.layout.table_offsets if row_opt.tables else None
     self.planner = cache_planner.CachePlanner(self.num_slots, self.capacity, policy=e.cache_policy,
                                               lookahead=e.lookahead)
     rep = mesh_lib.replicated(mesh)
-    self.batch_sharding = mesh_lib.batch_shardings(mesh, rows_on_owners=row)
+    self.batch_sharding = mesh_lib.batch_shardings(mesh, row, row_tables=bool(row_opt.tables))
     # Row-sharded: the cache rows, each step's per-device swap buffers and row blocks on 'data'.
     # Sharding trees are built with `_make`: the state classes type their fields as arrays.
     cache_sharding = mesh_lib.rows_on_devices(mesh) if row else rep
@@ -313,7 +318,8 @@ class CacheBackend:
         put_batch=lambda db: distributed.put_global(db, self.batch_sharding),
         put_swap=self._put_swap, owns=self._owns,
         loader_depth=self._loader_depth, layout=self.layout,
-        sharded_swap=row, owner_blocks=row, bucket_unique=self.bucket_unique)
+        sharded_swap=row, owner_blocks=row, bucket_unique=self.bucket_unique,
+        table_starts=self._table_starts)
     return self._pipeline
 
   def prepare_eval(self, batch: types.Batch) -> tuple[np.ndarray, DeviceBatch]:
@@ -339,7 +345,7 @@ class CacheBackend:
     """Logits [B] of a prepared eval batch."""
     values, db = prepared
     if self._processes > 1:  # every process's own rows, summed on device
-      db = distributed.put_global(db, self.batch_sharding)
+      db = distributed.put_global(db, self.batch_sharding._replace(row_tables=None))
       return self._eval_step(state.params, distributed.put_process_blocks(values, self._blocks),
                              db)
     return self._eval_step(state.params, jnp.asarray(values), db)

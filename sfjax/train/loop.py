@@ -91,7 +91,9 @@ def build_trainer(config, spec: types.DatasetSpec) -> Trainer:
       rngs=nnx.Rngs(config.seed), layout=spec.layout)
   graphdef, params = nnx.split(model)
   tx = optimizers.dense_optimizer_from_config(config.optimizer)
-  row_opt = row_optimizers.row_optimizer_from_config(ecfg)
+  # A layout's tables may set their own optimizer and rate: then one `per_table` optimizer.
+  row_opt = row_optimizers.row_optimizer_from_config(
+      ecfg, None if spec.layout is None else spec.layout.tables)
   mesh = mesh_lib.make_mesh(config.train.num_devices)
   if config.train.batch_size % mesh.size:
     raise config_check.ConfigError(

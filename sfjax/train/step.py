@@ -172,7 +172,8 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
     (loss, _, variables), (param_grads, row_grads) = _loss_and_grads(
         graphdef, params, variables, uniq.values, batch, l2)
     count = state.step + 1
-    new_values, new_slots = row_opt.update(uniq.values, uniq.opt_slots, row_grads, count)
+    new_values, new_slots = update_rows(row_opt, uniq.values, uniq.opt_slots, row_grads, count,
+                                        batch.row_tables)
     params, opt_state = dense_update(tx, param_grads, state.opt_state, params, dense_mask)
     if model_variables:
       params = nnx.merge_state(params, variables)
@@ -223,7 +224,8 @@ def _owner_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
     if not no_l2:  # d/dv of l2 * sum(v^2), added once, by the owner
       row_grads = row_grads + 2.0 * l2 * own.values
     count = state.step + 1
-    new_values, new_slots = row_opt.update(own.values, own.opt_slots, row_grads, count)
+    new_values, new_slots = update_rows(row_opt, own.values, own.opt_slots, row_grads, count,
+                                        batch.row_tables)
     table = device_table.scatter_rows(state.table, batch.rows,
                                       device_table.TableState(new_values, new_slots))
     updates, opt_state = tx.update(param_grads, state.opt_state, state.params)
@@ -231,6 +233,21 @@ def _owner_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
     return TrainState(count, params, opt_state, table), {"loss": loss}
 
   return owner_step
+
+
+def update_rows(row_opt: row_optimizers.RowOptimizer, rows: jax.Array, slots: jax.Array,
+                grads: jax.Array, count: jax.Array, row_tables: Any = None):
+  """`row_opt.update` of the batch's rows `[U, E]`; with `row_tables [U]` (a `per_table`
+  optimizer), each row by its table's optimizer.
+
+  Returns:
+    (new rows [U, E], new slots [U, S]).
+  """
+  if not row_opt.tables:  # one optimizer: row_tables, if any, changes nothing
+    return row_opt.update(rows, slots, grads, count)
+  if row_tables is None:
+    raise ValueError("a per_table row optimizer needs DeviceBatch.row_tables")
+  return row_opt.update(rows, slots, grads, count, row_tables=row_tables)
 
 
 def dense_update(tx: optax.GradientTransformation, grads: Any, opt_state: Any, params: Any,

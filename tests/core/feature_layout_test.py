@@ -53,3 +53,30 @@ def test_one_hot_layout_is_one_table_per_field():
 def test_bad_layouts_name_the_field(tables, features, field):
   with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
     fl.FeatureLayout(tables, features)
+
+
+def test_tables_may_set_their_own_optimizer_rate_and_initializer():
+  assert not LAYOUT.has_table_settings and not fl.TableSpec("t", 3).overrides
+  tables = (fl.TableSpec("user", 5, "sgd", 0.5), fl.TableSpec("item", 10),
+            fl.TableSpec("tag", 3, init_stddev=0.1))
+  layout = fl.FeatureLayout(tables, LAYOUT.features)
+  assert layout.has_table_settings and [t.overrides for t in tables] == [True, False, True]
+  assert fl.layout_from_json(fl.layout_to_json(layout)) == layout  # recorded in checkpoints
+  assert fl.layout_from_json(fl.layout_to_json(layout)) != LAYOUT
+
+
+def test_row_tables_maps_rows_to_their_table():
+  starts = LAYOUT.table_offsets  # [0, 5, 15], 18 rows
+  got = fl.row_tables(starts, np.array([0, 4, 5, 14, 15, 17, 18, -1]))
+  np.testing.assert_array_equal(got, [0, 0, 1, 1, 2, 2, 2, 0])  # 18 / -1: padding
+  assert got.dtype == np.int32
+
+
+@pytest.mark.parametrize("table, field", [
+    (fl.TableSpec("user", 5, learning_rate=-0.1), "features.tables.user.learning_rate"),
+    (fl.TableSpec("user", 5, init_stddev=float("nan")), "features.tables.user.init_stddev"),
+    (fl.TableSpec("user", 5, optimizer=3), "features.tables.user.optimizer"),
+])
+def test_bad_table_settings_name_the_field(table, field):
+  with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+    fl.FeatureLayout((table,), (fl.FeatureSpec("u", "user"),))

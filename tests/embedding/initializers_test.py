@@ -3,7 +3,7 @@
 import chex
 import numpy as np
 
-from sfjax.embedding import initializers
+from sfjax.embedding import host_table, initializers
 
 
 def test_init_rows_are_independent_of_order_and_batching():
@@ -48,3 +48,36 @@ def test_hash_uniform_in_unit_interval():
   chex.assert_trees_all_equal(initializers._hash_uniform(1, 2, np.arange(5000, dtype=np.int64), 4), u)
   chex.assert_trees_all_equal(initializers._hash_uniform(-1, 2, np.arange(3), 1),
                               initializers._hash_uniform(2**64 - 1, 2, np.arange(3), 1))
+
+
+def test_init_table_rows_gives_each_table_its_stddev_and_slots():
+  tables = initializers.TableInits(np.array([0, 10, 30]), np.array([0.1, 0.5, 0.02]),
+                                   np.array([[0.1, 0.1], [0.3, 0.0], [0.0, 0.0]], np.float32))
+  rows = np.array([29, 0, 10, 35, 9, 30], np.int64)
+  values, slots = initializers.init_table_rows(7, rows, 4, tables)
+  table = np.array([1, 0, 1, 2, 0, 2])
+  for i, t in enumerate(table):
+    want = initializers.init_rows(7, 0, rows[i:i + 1], 4, float(tables.stddevs[t]))
+    chex.assert_trees_all_equal(values[i:i + 1], want)  # a one-table run's row, its stddev
+    np.testing.assert_array_equal(slots[i], tables.slot_rows[t])
+  # Spread follows each table's stddev (uniform: |x| <= stddev * sqrt(3)).
+  big = initializers.init_table_rows(1, np.arange(40), 64, tables)[0]
+  for (lo, hi), sd in zip([(0, 10), (10, 30), (30, 40)], tables.stddevs, strict=True):
+    assert np.abs(big[lo:hi]).max() <= sd * np.sqrt(3) + 1e-7
+    assert abs(big[lo:hi].std() - sd) < 0.1 * sd
+
+
+def test_host_table_initialises_each_table_lazily_and_records_it(tmp_path):
+  tables = initializers.TableInits(np.array([0, 4]), np.array([0.2, 0.05]),
+                                   np.array([[0.0], [0.3]], np.float32))
+  want = initializers.init_table_rows(5, np.arange(9), 3, tables)
+  ram = host_table.HostTable.create_ram(9, 3, 1, seed=5, init_stddev=1.0,
+                                        initial_slot_row=[0.0], tables=tables)
+  chex.assert_trees_all_equal(ram.gather(np.arange(9)), want)
+  mm = host_table.HostTable.create_mmap(str(tmp_path / "t"), 9, 3, 1, seed=5, init_stddev=1.0,
+                                        initial_slot_row=[0.0], tables=tables)
+  mm.close()
+  reopened = host_table.HostTable.open_mmap(str(tmp_path / "t"))  # meta.json keeps the tables
+  chex.assert_trees_all_equal(reopened.gather(np.array([8, 0, 3, 4])),
+                              tuple(x[[8, 0, 3, 4]] for x in want))
+  reopened.close()

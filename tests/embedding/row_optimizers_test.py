@@ -1,11 +1,15 @@
 """Row optimizers against hand-computed numbers, under jit."""
 
+import types
+
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from sfjax.core import feature_layout as fl
+from sfjax.core.errors import ConfigError
 from sfjax.embedding import device_table
 from sfjax.embedding import row_optimizers as ro
 
@@ -156,3 +160,61 @@ def test_bad_config_names_field():
     ro.adagrad(0.1, initial_accumulator=0.0)
   with pytest.raises(ValueError, match="rowwise_adagrad initial_accumulator"):
     ro.rowwise_adagrad(0.1, initial_accumulator=0.0)
+
+
+def _per_table_case():
+  opts = (ro.sgd(0.5), ro.adagrad(0.1), ro.rowwise_adagrad(0.05), ro.adam(0.01))
+  rng = np.random.default_rng(0)
+  u, e = 12, 3
+  row_tables = np.array([0, 1, 2, 3, 2, 1, 0, 3, 3, 1, 2, 0], np.int32)
+  rows = rng.normal(size=(u, e)).astype(np.float32)
+  grads = rng.normal(size=(u, e)).astype(np.float32)
+  slots = rng.uniform(0.1, 1.0, size=(u, 2 * e)).astype(np.float32)  # S = max = adam's 2E
+  return opts, row_tables, rows, grads, slots
+
+
+def test_per_table_moves_each_row_exactly_as_its_tables_optimizer_alone():
+  opts, row_tables, rows, grads, slots = _per_table_case()
+  opt = ro.per_table(opts)
+  assert opt.slot_width(3) == 6 and opt.tables == opts
+  update = jax.jit(lambda r, s, g, c, t: opt.update(r, s, g, c, row_tables=t))
+  new_rows, new_slots = update(rows, slots, grads, jnp.int32(4), row_tables)
+  for t, alone in enumerate(opts):
+    mine = row_tables == t
+    width = alone.slot_width(3)
+    want_rows, want_slots = jax.jit(alone.update)(rows[mine], slots[mine, :width], grads[mine],
+                                                  jnp.int32(4))
+    np.testing.assert_array_equal(np.asarray(new_rows)[mine], np.asarray(want_rows))
+    np.testing.assert_array_equal(np.asarray(new_slots)[mine, :width], np.asarray(want_slots))
+    # The columns this table's optimizer does not use stay as they were.
+    np.testing.assert_array_equal(np.asarray(new_slots)[mine, width:], slots[mine, width:])
+  assert not np.array_equal(np.asarray(new_rows), rows)
+
+
+def test_per_table_equal_keys_share_one_update_with_the_same_result():
+  opts, row_tables, rows, grads, slots = _per_table_case()
+  keys = [("sgd", 0.5), ("adagrad", 0.1), ("rowwise_adagrad", 0.05), ("adam", 0.01)]
+  shared = ro.per_table(opts + (ro.sgd(0.5),), keys=keys + [("sgd", 0.5)])
+  row_tables = np.where(row_tables == 0, 4, row_tables).astype(np.int32)  # table 4 = table 0
+  got = shared.update(rows, slots, grads, jnp.int32(2), row_tables=row_tables)
+  want = ro.per_table(opts).update(rows, slots, grads, jnp.int32(2),
+                                   row_tables=np.where(row_tables == 4, 0, row_tables))
+  chex.assert_trees_all_equal(got, want)
+  with pytest.raises(ValueError, match="row_tables"):
+    shared.update(rows, slots, grads, jnp.int32(2))
+
+
+def test_initial_slot_rows_pad_each_tables_row():
+  got = ro.initial_slot_rows((ro.sgd(1.0), ro.rowwise_adagrad(1.0, 0.3), ro.ftrl(1.0)), 2)
+  np.testing.assert_allclose(got, [[0, 0, 0, 0], [0.3, 0, 0, 0], [0, 0, 0.1, 0.1]])
+
+
+def test_optimizer_from_config_with_table_settings():
+  cfg = types.SimpleNamespace(optimizer="adagrad", learning_rate=0.2,
+                              adagrad_initial_accumulator=0.1)
+  plain = (fl.TableSpec("a", 3), fl.TableSpec("b", 4, init_stddev=0.5))
+  assert ro.row_optimizer_from_config(cfg, plain).tables == ()  # init only: one optimizer
+  opt = ro.row_optimizer_from_config(cfg, (fl.TableSpec("a", 3), fl.TableSpec("b", 4, "sgd")))
+  assert [o.name for o in opt.tables] == ["adagrad", "sgd"] and opt.slot_width(2) == 2
+  with pytest.raises(ConfigError, match=r"features\.tables\.b\.optimizer"):
+    ro.row_optimizer_from_config(cfg, (fl.TableSpec("a", 3), fl.TableSpec("b", 4, "adamw")))

@@ -43,7 +43,8 @@ def test_batch_shardings_put_rows_replicated_and_examples_on_data():
   shardings = mesh_lib.batch_shardings(mesh)
   assert isinstance(shardings, DeviceBatch)
   assert shardings.rows.spec == P()
-  assert all(s.spec == P("data") for s in shardings[1:])
+  assert all(s.spec == P("data") for s in shardings[1:6]) and shardings.row_tables is None
+  assert mesh_lib.batch_shardings(mesh, row_tables=True).row_tables.spec == P()  # like rows
   b, f = 16, 3  # 2 examples per device
   batch = DeviceBatch(rows=np.arange(5, dtype=np.int32), vids=np.zeros((b, f), np.int32),
                       dense=np.zeros((b, 2), np.float32), labels=np.zeros((b,), np.float32),

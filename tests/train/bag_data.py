@@ -21,6 +21,13 @@ LAYOUT = fl.FeatureLayout(
      fl.FeatureSpec("tags_sum", "tag", "multi_hot", 4, "sum"),
      fl.FeatureSpec("tags_sqrtn", "tag", "multi_hot", 3, "sqrtn"),
      fl.FeatureSpec("history", "item", "sequence", 6)))
+# LAYOUT's features over tables that set their own row optimizer, rate and initializer
+# (issue #22 Deliver 1); "" / 0 would mean the `embedding` block's settings.
+TABLES_LAYOUT = fl.FeatureLayout(
+    (fl.TableSpec("user", 300, "sgd", 0.5),
+     fl.TableSpec("item", 500, "adagrad", 0.1, init_stddev=0.02),
+     fl.TableSpec("tag", 40, "rowwise_adagrad", 0.05, init_stddev=0.1)),
+    LAYOUT.features)
 NUM_DENSE = 2
 
 

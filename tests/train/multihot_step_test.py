@@ -7,6 +7,8 @@ written densely: the whole table indexed by the batch's global ids, padding mask
 pooled by an independent formula.
 """
 
+import types
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -114,3 +116,41 @@ def test_every_named_model_takes_pooled_bags_as_fields(name):
   noisy = jnp.where(jnp.asarray(batch.weights)[..., None] == 0, 1e3, emb)
   chex.assert_trees_all_close(model(noisy, jnp.asarray(batch.dense), jnp.asarray(batch.weights)),
                               logits)
+
+
+def test_each_tables_rows_move_as_that_tables_optimizer_alone():
+  """Per-table row optimizers (issue #22 Deliver 1): user sgd 0.5, item adagrad 0.1, tag
+  rowwise_adagrad 0.05, in one step over a batch touching all three tables."""
+  layout = bag_data.TABLES_LAYOUT
+  graphdef, params = _model(layout)
+  width = models.embedding_width("deepfm", 4)
+  cfg = types.SimpleNamespace(optimizer="adam", learning_rate=9.0, adagrad_initial_accumulator=0.1)
+  row_opt = ro.row_optimizer_from_config(cfg, layout.tables)
+  inits = dt.table_inits(layout, width, row_opt, 0.3)
+  table = dt.init_table(layout.total_rows, width, row_opt, seed=3, stddev=0.3, tables=inits)
+  batch = bag_data.make_rows(B, seed=5, layout=layout)
+  db, n = vsi.prepare_batch(batch, layout.column_offsets, B * layout.num_columns + 1,
+                            layout.total_rows, layout.column_rows, layout.table_offsets)
+  np.testing.assert_array_equal(db.row_tables[:n], fl.row_tables(layout.table_offsets, db.rows[:n]))
+  tx = optax.sgd(0.0)
+  state = state_lib.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), table)
+  before = jax.tree.map(lambda x: np.asarray(x).copy(), table)
+  new, _ = jax.jit(step_lib.make_train_step(graphdef, tx, row_opt))(state, db)
+  uniq = dt.gather_rows(table, jnp.asarray(db.rows))
+  _, (_, row_grads) = jax.jit(lambda v: step_lib.loss_and_grads(graphdef, params, v, db, 0.0))(
+      uniq.values)
+  values, slots = np.asarray(new.table.values), np.asarray(new.table.opt_slots)
+  for t, spec in enumerate(layout.tables):
+    alone = ro.make(spec.optimizer, spec.learning_rate, cfg)
+    rows = db.rows[:n][db.row_tables[:n] == t]
+    picked = np.isin(db.rows, rows)
+    s = alone.slot_width(width)
+    want_values, want_slots = alone.update(
+        before.values[rows], before.opt_slots[rows, :s], np.asarray(row_grads)[picked], 1)
+    assert rows.size > 3
+    np.testing.assert_allclose(values[rows], np.asarray(want_values), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(slots[rows, :s], np.asarray(want_slots), rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(slots[rows, s:], before.opt_slots[rows, s:])
+    assert not np.allclose(values[rows], before.values[rows])
+  untouched = np.setdiff1d(np.arange(layout.total_rows), db.rows[:n])
+  np.testing.assert_array_equal(values[untouched], before.values[untouched])
