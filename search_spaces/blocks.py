@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from search_spaces import ctr
-from sfjax.automl.space import Bool, Categorical, Config, Space
+from sfjax.automl.space import Bool, Categorical, Config, Space, SpaceError
 from sfjax.cohorts import STATIC_KEYS
 from sfjax.ctr_search import CTRSearchSpace
 from sfjax.models import (
@@ -45,6 +45,7 @@ from sfjax.models import (
   spec_to_json,
   tower_space,
 )
+from sfjax.models.field_layout import MAX_FIELD_GROUPS
 from sfjax.train import ctr_defaults
 
 BLOCK_KINDS = tuple(BLOCK_TYPES)
@@ -56,16 +57,20 @@ def _use(prefix: str) -> str:
 
 
 def architecture_space(tower_widths: Sequence[int] = TOWER_WIDTHS,
-                       embed_dims: Sequence[int] = EMBEDDING_DIMS) -> Space:
+                       embed_dims: Sequence[int] = EMBEDDING_DIMS,
+                       max_groups: int = MAX_FIELD_GROUPS) -> Space:
   """The generated models: embeddings, which blocks, their settings, combination, tower, dense.
 
   Args:
     tower_widths: the tower widths searched.
     embed_dims: the per-group embedding dimensions searched.
+    max_groups: the most field groups (contiguous runs of fields, each its own dim); the
+      number of fields F gives every field its own dim. With a feature layout (issue
+      #22) the fields are the pooled features, in layout order (a bag is one field).
   """
   space = Space({"model.combine": Categorical(COMBINES),
                  "model.dense.linear": Bool()})
-  space = space.nest("model.embedding", embedding_space(tuple(embed_dims)))
+  space = space.nest("model.embedding", embedding_space(tuple(embed_dims), max_groups))
   for kind, cls in BLOCK_TYPES.items():
     prefix = f"model.{kind}"
     space = Space.compose(space, Space({_use(prefix): Bool()}))
@@ -80,12 +85,14 @@ def architecture_space(tower_widths: Sequence[int] = TOWER_WIDTHS,
 
 
 def block_space(tower_widths: Sequence[int] = TOWER_WIDTHS,
-                embed_dims: Sequence[int] = EMBEDDING_DIMS) -> Space:
-  """`architecture_space` plus the row optimizer and the hyperparameters of `ctr.py`."""
+                embed_dims: Sequence[int] = EMBEDDING_DIMS, max_groups: int = MAX_FIELD_GROUPS,
+                poolings: Mapping[str, str] | None = None) -> Space:
+  """`architecture_space` plus the row optimizer, the hyperparameters of `ctr.py` and the
+  bags' poolings (`ctr.pooling_space`; none by default)."""
   return Space.compose(
-      architecture_space(tower_widths, embed_dims),
+      architecture_space(tower_widths, embed_dims, max_groups),
       Space({"embedding.optimizer": Categorical(ctr.EMBEDDING_OPTIMIZERS)}),
-      ctr.hparam_space())
+      ctr.hparam_space(), *([ctr.pooling_space(poolings)] if poolings else []))
 
 
 def default_config(space: Space | None = None) -> Config:
@@ -104,6 +111,7 @@ def default_config(space: Space | None = None) -> Config:
       "model.embedding.group0.dim": model.embed_dim, _use("model.tower"): True,
       "model.tower.depth": len(dims), "model.tower.width": dims[0]})
   values.update({k: v for k, v in ctr.default_config().items() if not k.startswith("model.")})
+  values.update(ctr.baseline_poolings(space))
   active: dict[str, Any] = {}
   changed = True
   while changed:  # add keys once their parents are in (conditions form a DAG)
@@ -158,9 +166,14 @@ def bucket_fixed_keys(first: Mapping[str, Any], keys: Sequence[str]) -> tuple[st
 
 
 def space_from_config(space_cfg) -> Space:
-  """`block_space` of a search config's `space` block (`mlp_widths`: the tower widths)."""
+  """`block_space` of a search config's `space` block (`mlp_widths`: the tower widths;
+  `max_field_groups`: the most field groups; `poolings`: the bags searched, `ctr.py`)."""
   widths = ctr._int_list("space.mlp_widths", space_cfg.mlp_widths)  # pylint: disable=protected-access
-  return block_space(tower_widths=widths)
+  groups = space_cfg.get("max_field_groups", MAX_FIELD_GROUPS)
+  if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+    raise SpaceError(f"space.max_field_groups: expected an integer >= 1, got {groups!r}")
+  return block_space(tower_widths=widths, max_groups=groups,
+                     poolings=ctr.poolings_from_config(space_cfg))
 
 
 # What `sfjax.ctr_search.search_loop.run_search` is given for a search over generated models.

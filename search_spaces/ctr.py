@@ -19,6 +19,12 @@ Bools, not trainer fields) switch on a log-uniform strength, so "no regulariser"
 trainer's default, 0.0, which no log-scale parameter contains) is part of the space.
 `runner_config` turns the gates into explicit zeros and drops them.
 
+Bags (issue #22): `ctr_space(poolings={"tags": "mean"})` adds `features.tags.pooling`
+in {sum, mean, sqrtn} (a dynamic hyperparameter: trials that differ only in it share a
+cohort, `sfjax.cohorts.bag_pooling`); the baseline keeps the data set's pooling, given
+beside each name. The per-field embedding dims of the `composed` model's field groups
+over a layout's pooled fields are `search_spaces.blocks`.
+
 Ranges are sized for CPU trials (widths <= 256 plus the baseline's 400, depth <= 3,
 embed_dim in {4, 8, 16}).
 """
@@ -40,7 +46,11 @@ from sfjax.automl.space import (
   SpaceError,
 )
 from sfjax.cohorts import check_not_renamed
+from sfjax.cohorts.bag_pooling import pooled_feature, pooling_key
+from sfjax.core.errors import ConfigError
+from sfjax.core.feature_layout import POOLINGS
 from sfjax.ctr_search import CTRSearchSpace
+from sfjax.data.feature_pooling import parse_poolings
 from sfjax.embedding import ROW_OPTIMIZER_NAMES
 from sfjax.models import MODEL_NAMES, model_hparams
 from sfjax.train import ctr_defaults
@@ -142,12 +152,47 @@ def arch_part(config: Mapping[str, Any]) -> dict[str, Any]:
   return {k: v for k, v in config.items() if k not in dynamic}
 
 
+def pooling_space(poolings: Mapping[str, str]) -> Space:
+  """`features.<bag>.pooling` in {sum, mean, sqrtn} for each named bag (issue #22), its
+  baseline pooling (the data set's) the first choice.
+
+  Raises:
+    SpaceError: a baseline pooling that is not one of them.
+  """
+  for name, pooling in poolings.items():
+    if pooling not in POOLINGS:
+      raise SpaceError(f"space.poolings: {name}: baseline pooling must be one of "
+                       f"{', '.join(POOLINGS)}, got {pooling!r}")
+  # The baseline's pooling first: `default_config` reads it there.
+  return Space({pooling_key(name): Categorical((pooling,) + tuple(p for p in POOLINGS
+                                                                  if p != pooling))
+                for name, pooling in poolings.items()})
+
+
+def baseline_poolings(space: Space) -> dict[str, str]:
+  """Pooling key -> the baseline's pooling (the first choice) of each bag `space` searches."""
+  return {k: space[k].choices[0] for k in space.keys if pooled_feature(k) is not None}
+
+
+def poolings_from_config(space_cfg) -> dict[str, str]:
+  """`space.poolings` (`bag:baseline` entries, the trainer's `data.pooling` syntax) as a dict.
+
+  Raises:
+    SpaceError: naming `space.poolings`, for a bad entry.
+  """
+  try:
+    return parse_poolings(space_cfg.get("poolings", ""))
+  except ConfigError as e:
+    raise SpaceError(str(e).replace("data.pooling", "space.poolings")) from None
+
+
 def _gate(gate: str) -> Condition:
   return Condition(GATES[gate], gate, "eq", True)
 
 
 def ctr_space(families: Sequence[str] | str = FAMILIES,
-              mlp_widths: Sequence[int] = MLP_WIDTHS) -> Space:
+              mlp_widths: Sequence[int] = MLP_WIDTHS,
+              poolings: Mapping[str, str] | None = None) -> Space:
   """The joint architecture + hyperparameter space over `families`.
 
   Args:
@@ -155,6 +200,8 @@ def ctr_space(families: Sequence[str] | str = FAMILIES,
       the choices of `model.name`.
     mlp_widths: the MLP widths searched (smaller on CPU; the default includes the
       baseline's 400).
+    poolings: bag name -> its baseline pooling, for the bags whose pooling is searched
+      (`pooling_space`); none by default.
 
   Returns:
     `model.name`, the embedding and optimizer sub-spaces, the MLP sub-space under
@@ -167,7 +214,7 @@ def ctr_space(families: Sequence[str] | str = FAMILIES,
   """
   families = _check_families(families)
   space = Space.compose(Space({"model.name": Categorical(families)}), embedding_space(),
-                        optim_space())
+                        optim_space(), *([pooling_space(poolings)] if poolings else []))
   if "lr" in families:
     space = space.with_conditions(Condition("model.embed_dim", "model.name", "ne", "lr"))
   with_mlp = tuple(f for f in families if f in MLP_FAMILIES)
@@ -229,6 +276,7 @@ def default_config(space: Space | None = None) -> Config:
       "optimizer.use_weight_decay": c.optimizer.weight_decay > 0,
       "optimizer.weight_decay": c.optimizer.weight_decay,
   }
+  values.update(baseline_poolings(space))
   active = {}
   for key in _parents_first(space):
     if key in values and space.is_active(key, active):
@@ -278,8 +326,10 @@ def _int_list(field: str, text: Any) -> tuple[int, ...]:
 
 
 def space_from_config(space_cfg) -> Space:
-  """`ctr_space` of a search config's `space` block (`families`, `mlp_widths`: comma lists)."""
-  return ctr_space(space_cfg.families, _int_list("space.mlp_widths", space_cfg.mlp_widths))
+  """`ctr_space` of a search config's `space` block (`families`, `mlp_widths`: comma lists;
+  `poolings`: `bag:baseline` entries, the trainer's `data.pooling` syntax)."""
+  return ctr_space(space_cfg.families, _int_list("space.mlp_widths", space_cfg.mlp_widths),
+                   poolings_from_config(space_cfg))
 
 
 # What `sfjax.ctr_search.search_loop.run_search` is given (experiments/search.py passes it).

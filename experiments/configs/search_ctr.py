@@ -13,7 +13,10 @@ Every field and its default (with a comment) is in `sfjax/ctr_search/defaults.py
 Variants (the text after ':'): '' (the library's default search: ASHA over 64 trials
 of the CTR space on synthetic Criteo-like data, every family but AutoInt and xDeepFM,
 MLP widths up to 256; about five minutes on 2 CPU cores), 'smoke' (about a minute:
-16 trials of lr / fm / deepfm / wide_deep with narrow MLPs, short budgets).
+16 trials of lr / fm / deepfm / wide_deep with narrow MLPs, short budgets), 'multihot_smoke'
+(the smoke search on the planted multi-hot smoke data of `ctr.py:multihot_smoke`, issue #22:
+bags, a long bag and a history; the poolings of `bag1` and `long0` searched, as
+`space.poolings`; the trainer reproduces a trial's choice with `data.pooling`).
 
 Rerunning the same command on the same workdir resumes the study; a different
 `task`, `seed` or `space` (or algorithm settings) on an existing workdir is an error.
@@ -21,13 +24,14 @@ Rerunning the same command on the same workdir resumes the study; a different
 
 import ml_collections
 
+from experiments.configs import ctr as ctr_config
 from sfjax.ctr_search import search_defaults
 
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
-  """Returns the search config; `arg` selects a variant ('' or 'smoke')."""
+  """Returns the search config; `arg` selects a variant ('', 'smoke' or 'multihot_smoke')."""
   c = search_defaults()
-  if arg == "smoke":
+  if arg in ("smoke", "multihot_smoke"):
     t, s, st = c.task, c.space, c.study
     t.data.synthetic.num_train, t.data.synthetic.num_eval = 50_000, 10_000
     t.eval_rows, t.eval_batch_size = 4096, 2048
@@ -41,6 +45,10 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     st.evolution.population_size = st.pbt.population_size = st.nsga2.population_size = 6
     st.tpe.n_startup_trials = st.gp.n_startup_trials = 4
     st.motpe.n_startup_trials = st.bohb.n_startup_trials = 4
+    if arg == "multihot_smoke":
+      t.data = ctr_config.get_config("multihot_smoke").data
+      t.batch_size, t.eval_rows, t.eval_batch_size = 256, 1024, 1024
+      s.poolings = "bag1:mean,long0:sqrtn"  # each with the data set's own pooling first
   elif arg:
-    raise ValueError(f"unknown config variant {arg!r} (known: '', 'smoke')")
+    raise ValueError(f"unknown config variant {arg!r} (known: '', 'smoke', 'multihot_smoke')")
   return c

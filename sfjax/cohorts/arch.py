@@ -18,7 +18,9 @@ path; only the layer sizes are derived (`depth` x `width` -> a tuple of widths):
            model.attention_dim, model.blocks (the `composed` model's block spec JSON),
            embedding.optimizer, optimizer.name
   dynamic  embedding.learning_rate, embedding.l2, embedding.init_stddev,
-           optimizer.learning_rate, optimizer.weight_decay
+           optimizer.learning_rate, optimizer.weight_decay, and
+           features.<bag>.pooling (sum | mean | sqrtn, kept as its code) for a multi_hot
+           feature of the data set's layout (`sfjax.cohorts.bag_pooling`, issue #22)
 
 A key of the old trial vocabulary (`optim.embedding_lr`, ...) is a ConfigError naming
 its trainer path. Absent keys take the trainer's defaults. Only the model
@@ -41,6 +43,7 @@ import numpy as np
 from flax import nnx
 
 from sfjax import models
+from sfjax.cohorts import bag_pooling
 from sfjax.core.errors import ConfigError
 from sfjax.data.types import DatasetSpec
 from sfjax.embedding import row_optimizers
@@ -142,9 +145,15 @@ class ArchSpec:
     return models.embedding_width(self.model_name, self.embed_dim)
 
   def build_model(self, spec: DatasetSpec, rngs: nnx.Rngs) -> nnx.Module:
-    """The NNX model for data set `spec` (keys drawn from `rngs`)."""
-    return models.build_model(self.model_name, num_fields=spec.num_fields, embed_dim=self.embed_dim,
-                              num_dense=spec.num_dense, rngs=rngs, **dict(self.model_hparams))
+    """The NNX model for data set `spec` (keys drawn from `rngs`).
+
+    With a feature layout (`spec.layout`, issue #22) the model is the trainer's: the
+    named model over the F pooled fields behind `models.pooling.PooledInput`, called
+    as `model(emb [B, S, E], dense, weights [B, S])`.
+    """
+    return models.build_model_from_config(
+        {"name": self.model_name, "embed_dim": self.embed_dim, **dict(self.model_hparams)},
+        num_fields=spec.num_fields, num_dense=spec.num_dense, rngs=rngs, layout=spec.layout)
 
   def describe(self) -> str:
     """A short human-readable name, e.g. `deepfm/d4/mlp_dims=(16,)/adagrad+adam`."""
@@ -177,6 +186,8 @@ def dynamic_value(key: str, value: Any) -> float:
   Raises:
     ValueError: naming `key`, for an unknown key, a non-number or a value out of range.
   """
+  if bag_pooling.pooled_feature(key) is not None:
+    return bag_pooling.pooling_code(key, value)
   if key not in DYNAMIC_DEFAULTS:
     check_not_renamed([key], "trial config")
     _fail(key, f"is not a dynamic hyperparameter (known: {', '.join(DYNAMIC_KEYS)})")
@@ -190,7 +201,8 @@ def dynamic_value(key: str, value: Any) -> float:
 
 
 def resolve_hparams(hparams: Mapping[str, Any]) -> dict[str, float]:
-  """Dynamic hyperparameters with every `DYNAMIC_KEYS` entry present (defaults filled)."""
+  """Dynamic hyperparameters with every `DYNAMIC_KEYS` entry present (defaults filled); a
+  bag's pooling key is kept only when given (its default is the data set's)."""
   out = {k: d for k, (d, _, _) in DYNAMIC_DEFAULTS.items()}
   for key, value in hparams.items():
     out[key] = dynamic_value(key, value)
@@ -236,8 +248,9 @@ def split_config(config: Mapping[str, Any]) -> tuple[ArchSpec, dict[str, float]]
   """
   check_not_renamed(config, "trial config")
   for key in config:
-    if key not in STATIC_KEYS and key not in DYNAMIC_DEFAULTS:
-      _fail(key, f"unknown key (static: {', '.join(STATIC_KEYS)}; dynamic: {', '.join(DYNAMIC_KEYS)})")
+    if key not in STATIC_KEYS and not _is_dynamic(key):
+      _fail(key, f"unknown key (static: {', '.join(STATIC_KEYS)}; dynamic: "
+                 f"{', '.join(DYNAMIC_KEYS)}, features.<bag>.pooling)")
   name = _as_choice("model.name", config.get("model.name", _CTR.model.name),
                     models.ALL_MODEL_NAMES)
   embed_dim = _as_int("model.embed_dim", config.get("model.embed_dim", _CTR.model.embed_dim), 1)
@@ -268,7 +281,11 @@ def split_config(config: Mapping[str, Any]) -> tuple[ArchSpec, dict[str, float]]
           _EMBEDDING_OPTIMIZER_KEY, _CTR.embedding.optimizer), _EMBEDDING_OPTIMIZERS),
       dense_optimizer=_as_choice(_DENSE_OPTIMIZER_KEY, config.get(
           _DENSE_OPTIMIZER_KEY, _CTR.optimizer.name), DENSE_OPTIMIZERS))
-  return arch, resolve_hparams({k: v for k, v in config.items() if k in DYNAMIC_DEFAULTS})
+  return arch, resolve_hparams({k: v for k, v in config.items() if _is_dynamic(k)})
+
+
+def _is_dynamic(key: str) -> bool:
+  return key in DYNAMIC_DEFAULTS or bag_pooling.pooled_feature(key) is not None
 
 
 def group_by_arch(configs: Sequence[Mapping[str, Any]]) -> dict[ArchSpec, list[int]]:

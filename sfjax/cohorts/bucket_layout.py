@@ -107,8 +107,12 @@ class EmbedLayout(NamedTuple):
 
 
 def _module_names(paths) -> set[str]:
-  """The top-level parameter modules named in `paths` (`['mlp']...` -> 'mlp')."""
-  return {m.group(1) for p in paths if (m := re.match(r"\['([^']+)'\]", p))}
+  """The top-level parameter modules named in `paths` (`['mlp']...` -> 'mlp').
+
+  A model behind a feature layout (`models.pooling.PooledInput`) holds them under
+  `['inner']`: its modules are the inner model's.
+  """
+  return {m.group(1) for p in paths if (m := re.match(r"(?:\['inner'\])?\['([^']+)'\]", p))}
 
 
 def _has(paths, fragment: str) -> bool:

@@ -81,14 +81,32 @@ def trial_mesh(num_devices: int = 0) -> jax.sharding.Mesh:
                            axis_types=(jax.sharding.AxisType.Auto,))
 
 
-def stack_hparams(hparams: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
-  """Per-trial dicts (defaults filled, checked) -> `arch.DYNAMIC_KEYS` -> [W] float32."""
+def stack_hparams(hparams: Sequence[Mapping[str, Any]],
+                  pooling_defaults: Mapping[str, float] | None = None) -> dict[str, np.ndarray]:
+  """Per-trial dicts (defaults filled, checked) -> `arch.DYNAMIC_KEYS` -> [W] float32.
+
+  A bag's pooling key (`bag_pooling`) that some trial sets is stacked too, as codes; a
+  trial without it takes `pooling_defaults[key]` (the data set's pooling).
+
+  Raises:
+    ValueError: a pooling key without a default (not a bag of the data set).
+  """
   resolved = [arch_lib.resolve_hparams(h) for h in hparams]
-  return {k: np.asarray([h[k] for h in resolved], np.float32) for k in arch_lib.DYNAMIC_KEYS}
+  defaults = dict(pooling_defaults or {})
+  pooling = sorted({k for h in resolved for k in h if k not in arch_lib.DYNAMIC_DEFAULTS})
+  for key in pooling:
+    if key not in defaults:
+      raise ValueError(f"config key {key!r}: not a multi_hot feature of the data set (its "
+                       f"bags: {', '.join(sorted(defaults)) or 'none'})")
+  stacked = {k: np.asarray([h[k] for h in resolved], np.float32) for k in arch_lib.DYNAMIC_KEYS}
+  stacked.update({k: np.asarray([h.get(k, defaults[k]) for h in resolved], np.float32)
+                  for k in pooling})
+  return stacked
 
 
 def _full_hparams(hparams: Mapping[str, Any], width: int) -> dict[str, np.ndarray]:
-  """`arch.DYNAMIC_KEYS` -> [W] float32: the given values (checked), defaults elsewhere."""
+  """`arch.DYNAMIC_KEYS` -> [W] float32: the given values (checked), defaults elsewhere;
+  bags' pooling codes only when given (the program pools the others the data set's way)."""
   defaults = arch_lib.resolve_hparams({})
   stacked = {}
   for key, value in {**{k: None for k in arch_lib.DYNAMIC_KEYS}, **dict(hparams)}.items():
@@ -124,7 +142,7 @@ def cohort_program(arch: ArchSpec, spec, resume: bool, masked: bool = False,
   `num_rows`: rows of a fresh trial's table (`TrialData.num_rows`). `ragged`: each
   trial takes its own step range (`trial_program.make_trial_fn`).
   """
-  graphdef = trial_program.abstract_graphdef(arch, spec)
+  graphdef = trial_program.program_graphdef(arch, spec)
   fn = trial_program.make_cohort_fn(
       arch, spec, graphdef, resume=resume, masked=masked, num_rows=num_rows, ragged=ragged,
       on_trace=lambda: _TRACES.update([(arch, resume, masked, ragged)]))
@@ -163,7 +181,8 @@ def call_cohort(data: TrialData, mesh, arch: ArchSpec, hparams: Mapping[str, Any
     data: the task's TrialData (batches, eval set, table rows).
     mesh: None, or a ('trial',) mesh to shard the trial axis over.
     arch: their architecture.
-    hparams: `arch.DYNAMIC_KEYS` -> [W] values (missing keys take defaults).
+    hparams: `arch.DYNAMIC_KEYS` -> [W] values (missing keys take defaults), and
+      optionally bags' pooling keys -> [W] codes (`bag_pooling`).
     seeds: [W] ints; a fresh trial's parameters and table are drawn from its seed.
     start, end: the global step range: ints (all trials), or [W] ints, one range
       per trial (a ragged program: `init_states` required; the scan runs the

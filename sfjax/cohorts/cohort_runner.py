@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sfjax.cohorts import buckets, chunk_plan, cohort_call, trial_states
+from sfjax.cohorts import bag_pooling, buckets, chunk_plan, cohort_call, trial_states
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts.arch import ArchSpec
 from sfjax.cohorts.chunk_plan import Chunk
@@ -178,7 +178,8 @@ class CohortRunner:
         (`sfjax.cohorts.buckets`); trials of other buckets run apart. Trials of
         one bucket with different step ranges share a program only when the
         run is `ragged` (`chunk_plan._group_trials`).
-      hparams: per trial, dynamic hyperparameters (`arch.DYNAMIC_KEYS`; missing -> defaults).
+      hparams: per trial, dynamic hyperparameters (`arch.DYNAMIC_KEYS`; missing -> defaults;
+        a bag's `features.<name>.pooling`, missing -> the data set's, `bag_pooling`).
       seeds: per trial, its initialisation seed.
       start_steps: per trial, the global step it starts at (0 for a fresh trial).
       end_steps: per trial (or one int for all), the global step it stops at.
@@ -209,7 +210,7 @@ class CohortRunner:
         raise ValueError(f"trial {i}: init_state is at step {int(np.asarray(state.step))}, "
                          f"not at start_steps={start}")
     plan = self.plan(archs, start_steps, end_steps, [s is not None for s in init_states], ragged)
-    stacked = cohort_call.stack_hparams(hparams)
+    stacked = cohort_call.stack_hparams(hparams, bag_pooling.default_codes(self.spec))
     results: dict[int, CohortTrialResult] = {}
     for chunk in plan:
       for i, result in zip(chunk.trials, self._run_planned(chunk, archs, stacked, seeds,

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax import lax
 
+from sfjax.cohorts import bag_pooling
 from sfjax.cohorts.arch import ArchSpec
 from sfjax.core.types import DeviceBatch
 from sfjax.data.types import DatasetSpec
@@ -74,6 +75,22 @@ def abstract_graphdef(arch: ArchSpec, spec: DatasetSpec) -> nnx.GraphDef:
   return nnx.split(nnx.eval_shape(lambda: arch.build_model(spec, nnx.Rngs(0))))[0]
 
 
+def program_graphdef(arch: ArchSpec, spec: DatasetSpec) -> nnx.GraphDef:
+  """The graph of a trial program's model: `spec`'s bags pool by 'sum' over weights the
+  program renormalises per trial (`bag_pooling`); the parameters are the model's."""
+  return abstract_graphdef(arch, bag_pooling.summed_spec(spec))
+
+
+def _repooler(spec: DatasetSpec, hparams: Hparams) -> Callable[[DeviceBatch], DeviceBatch]:
+  """`batch -> batch` with each bag's weights normalised by the trial's pooling code
+  (`bag_pooling.repool_weights`); the identity for a data set without bags."""
+  if not bag_pooling.bag_features(spec):
+    return lambda batch: batch
+  codes = {k: v for k, v in hparams.items() if bag_pooling.pooled_feature(k) is not None}
+  return lambda batch: batch._replace(
+      weights=bag_pooling.repool_weights(spec, batch.weights, codes))
+
+
 def init_trial_state(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams,
                      key: jax.Array, num_rows: int | None = None) -> TrainState:
   """A fresh trial: model parameters and table drawn from `key`.
@@ -104,10 +121,13 @@ def _with_dense_hparams(state: TrainState, hparams: Hparams) -> TrainState:
   return state._replace(opt_state=state.opt_state._replace(hyperparams=injected))
 
 
-def stacked_eval_logits(graphdef: nnx.GraphDef, state: TrainState, eval_batches: DeviceBatch) -> jax.Array:
-  """Logits `[Te, Be]` of every stacked eval batch (the trainer's `step.eval_logits`)."""
-  return lax.map(lambda b: step_lib.eval_logits(graphdef, state.params, state.table.values, b),
-                 eval_batches)
+def stacked_eval_logits(graphdef: nnx.GraphDef, state: TrainState, eval_batches: DeviceBatch,
+                        prepare: Callable[[DeviceBatch], DeviceBatch] | None = None) -> jax.Array:
+  """Logits `[Te, Be]` of every stacked eval batch (the trainer's `step.eval_logits`), each
+  batch first through `prepare` when given (a trial's bag pooling)."""
+  prepare = prepare or (lambda b: b)
+  return lax.map(lambda b: step_lib.eval_logits(graphdef, state.params, state.table.values,
+                                                prepare(b)), eval_batches)
 
 
 def _make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
@@ -117,7 +137,8 @@ def _make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
 
   Args:
     arch, spec, graphdef: the (padded program's superset) architecture, data set
-      and the model's graph definition.
+      and the model's graph definition (`program_graphdef`: bags pool by 'sum' over
+      the weights this function normalises by the trial's pooling codes).
     resume: start from `init_state` instead of drawing one from the seed.
     masked: a padded trial of a shape bucket (`sfjax.cohorts.buckets`): it
       resumes from its padded `init_state` and `dense_mask` freezes the padding.
@@ -150,9 +171,13 @@ def _make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
     else:
       state = init_trial_state(arch, spec, hparams, jax.random.key(seed), num_rows)
 
-    train_step = step_lib.make_train_step(graphdef, tx, row_opt, l2=hparams["embedding.l2"],
-                                          skip_non_finite=True,
-                                          dense_mask=dense_mask if masked else None)
+    repool = _repooler(spec, hparams)
+    shared_step = step_lib.make_train_step(graphdef, tx, row_opt, l2=hparams["embedding.l2"],
+                                           skip_non_finite=True,
+                                           dense_mask=dense_mask if masked else None)
+
+    def train_step(state, batch, alive):
+      return shared_step(state, repool(batch), alive)
 
     def body(carry, batch):
       state, alive = carry
@@ -174,7 +199,8 @@ def _make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
       (state, alive), (losses, applied) = lax.scan(ragged_body, (state, jnp.bool_(True)), clock)
     else:
       (state, alive), (losses, applied) = lax.scan(body, (state, jnp.bool_(True)), batches)
-    return TrialOutput(state, alive, losses, applied, stacked_eval_logits(graphdef, state, eval_batches))
+    return TrialOutput(state, alive, losses, applied,
+                       stacked_eval_logits(graphdef, state, eval_batches, repool))
 
   return trial
 

@@ -59,7 +59,8 @@ class CTRTask:
     steps_per_budget_unit: a budget `b` means `round(b * steps_per_budget_unit)` steps.
     eval_batch_size: examples per stacked eval batch (memory of one eval step).
     max_steps: train steps precomputed up front (0: grown on demand).
-    unique_capacity: padded unique rows per step (0: batch_size * num_fields).
+    unique_capacity: padded unique rows per step (0: batch_size * S id columns, + 1
+      padding entry for a layout with bags or sequences; `vsi.unique_capacity`).
     compact_rows: trial tables hold only the rows the task's batches touch (see the
       module docstring); needs `max_steps` > 0 (the steps are fixed up front).
   """
@@ -123,7 +124,8 @@ class TrialData:
     full_rows: V.
     row_ids: [U] int64 global id of each compact row (None without compact_rows).
     capacity: padded unique rows per train step.
-    eval_batches: DeviceBatch with leading [Te] axis, rows [Te, Be*F], vids [Te, Be, F], ...
+    eval_batches: DeviceBatch with leading [Te] axis, rows [Te, Be*S (+1)], vids [Te, Be, S],
+      weights [Te, Be, S] with a feature layout (else None), ...
     eval_labels: [Te*Be] float32 host labels; eval_mask: [Te*Be] float32 (0 = padding).
     max_unique: the largest unique-id count of any precomputed train step.
   """
@@ -135,7 +137,8 @@ class TrialData:
     self.spec = self.dataset.spec
     self.num_rows = self.full_rows = self.spec.total_rows
     self.row_ids: np.ndarray | None = None
-    self.capacity = task.unique_capacity or task.batch_size * self.spec.num_fields
+    self.capacity = task.unique_capacity or vsi.unique_capacity(
+        task.batch_size, self.spec.num_columns, self.spec.has_padding)
     self.max_unique = 0
     self._source = self.dataset.train_batches(task.batch_size, task.seed)
     self._train: state_lib.DeviceBatch | None = None
@@ -164,8 +167,8 @@ class TrialData:
     self._train = train._replace(rows=renumber(train_rows))
 
   def _prepare(self, batch: Batch, capacity: int) -> state_lib.DeviceBatch:
-    device_batch, num_unique = vsi.prepare_batch(batch, self.spec.field_offsets, capacity,
-                                                       self.num_rows)
+    device_batch, num_unique = vsi.prepare_batch(batch, self.spec.column_offsets, capacity,
+                                                 self.num_rows, self.spec.column_rows)
     self.max_unique = max(self.max_unique, num_unique)
     return device_batch
 
@@ -177,7 +180,8 @@ class TrialData:
       keep = np.clip(wanted - seen - np.arange(size), 0, 1).astype(np.float32)  # rows past eval_rows
       batch = batch._replace(mask=batch.mask * keep)
       seen += int(batch.mask.sum())
-      prepared.append(self._prepare(batch, size * self.spec.num_fields))
+      prepared.append(self._prepare(batch, vsi.unique_capacity(
+          size, self.spec.num_columns, self.spec.has_padding)))
       labels.append(batch.labels)
       masks.append(batch.mask)
       if seen >= wanted:

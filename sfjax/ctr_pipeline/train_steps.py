@@ -48,12 +48,14 @@ from sfjax.automl.pipeline import (
 )
 from sfjax.checkpoint import checkpointer as checkpoint_lib
 from sfjax.cohorts import arch as arch_lib
+from sfjax.cohorts import bag_pooling
 from sfjax.core import metrics as metrics_lib
 from sfjax.core import names
 from sfjax.core.atomic import atomic_write
 from sfjax.core.errors import ConfigError
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 from sfjax.data import dataset as dataset_lib
+from sfjax.data import feature_pooling
 from sfjax.embedding import host_table_files
 from sfjax.models import generator
 from sfjax.serving import bundle as serving_bundle
@@ -112,7 +114,8 @@ def trainer_config(recipe, arch: arch_lib.ArchSpec, hparams: Mapping[str, float]
     recipe: a CTR trainer ConfigDict (`sfjax/train/defaults.py` fields); copied.
     arch: the static part of a trial config (`arch.split_config`).
     hparams: its dynamic part (`arch.DYNAMIC_KEYS`, trainer paths such as
-      `embedding.learning_rate`; absent keys keep the recipe's).
+      `embedding.learning_rate`; absent keys keep the recipe's); a bag's
+      `features.<name>.pooling` becomes an entry of `data.pooling`.
     kept_pairs: field pairs (i, j) to restrict the model's pairwise interactions to
       (AutoFIS): the model becomes `composed` with `_restricted_spec`.
 
@@ -130,7 +133,13 @@ def trainer_config(recipe, arch: arch_lib.ArchSpec, hparams: Mapping[str, float]
   config.embedding.optimizer = arch.embedding_optimizer
   config.optimizer.name = arch.dense_optimizer
   for key, value in hparams.items():
-    _set(config, key, arch_lib.dynamic_value(key, value))
+    if bag_pooling.pooled_feature(key) is None:
+      _set(config, key, arch_lib.dynamic_value(key, value))
+  chosen = bag_pooling.trainer_pooling(hparams)  # a bag's pooling -> data.pooling (issue #22)
+  if chosen:
+    merged = {**feature_pooling.parse_poolings(config.data.get("pooling", "")),
+              **feature_pooling.parse_poolings(chosen)}
+    config.data.pooling = ",".join(f"{k}:{v}" for k, v in merged.items())
   if kept_pairs is not None:
     spec = _restricted_spec(arch, kept_pairs)
     config.model.name = generator.COMPOSED_NAME

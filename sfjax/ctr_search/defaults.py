@@ -127,6 +127,9 @@ def search_defaults() -> ml_collections.ConfigDict:
   c.space = s = ml_collections.ConfigDict()
   s.families = "lr,fm,deepfm,wide_deep,dcnv2,dlrm"  # model.name choices
   s.mlp_widths = "32,64,128,256"  # model.mlp.width choices
+  # Bags whose pooling is searched, each with the baseline's (the data set's) pooling:
+  # "bag1:mean,long0:sqrtn" -> features.<bag>.pooling in {sum, mean, sqrtn} (issue #22).
+  s.poolings = ""
 
   # ---- the study (sfjax.ctr_search.search_loop) -----------------------------
   c.study = study_defaults()

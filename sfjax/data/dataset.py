@@ -26,7 +26,16 @@ from typing import Protocol
 import ml_collections
 
 from sfjax.core import names
-from sfjax.data import avazu, batching, criteo, feature_map, feature_select, movielens, text_io
+from sfjax.data import (
+  avazu,
+  batching,
+  criteo,
+  feature_map,
+  feature_pooling,
+  feature_select,
+  movielens,
+  text_io,
+)
 from sfjax.data.types import Batch, DatasetSpec, make_batch
 
 _LINE_FORMATS: dict[str, Callable[[], text_io.LineFormat]] = {"criteo": criteo.CriteoFormat, "avazu": avazu.AvazuFormat}
@@ -158,7 +167,8 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, seed: int) -> CTRDataset:
   """
   data = names.lookup(DATA_FORMATS, str(data_cfg.format), "data.format", "format")(
       data_cfg, seed)
-  return feature_select.with_features(data, str(data_cfg.get("use_features", "")))
+  data = feature_select.with_features(data, str(data_cfg.get("use_features", "")))
+  return feature_pooling.with_pooling(data, str(data_cfg.get("pooling", "")))
 
 
 def _synthetic(data_cfg, seed: int) -> CTRDataset:

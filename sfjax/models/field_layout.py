@@ -29,7 +29,7 @@ import numpy as np
 from sfjax.automl.space import Categorical, Condition, Int, Param, Space
 
 EMBEDDING_DIMS = (4, 8, 16)  # per-group dimensions searched (16: the trainer default's)
-_MAX_GROUPS = 3
+MAX_FIELD_GROUPS = 3  # field groups searched by default (F: one dim per field)
 
 
 def field_dims(group_dims: Sequence[int], num_fields: int) -> tuple[int, ...]:
@@ -115,7 +115,7 @@ class BlockInputs(NamedTuple):
   weights: jax.Array | None
 
 
-def embedding_space(dims: Sequence[int] = EMBEDDING_DIMS, max_groups: int = _MAX_GROUPS) -> Space:
+def embedding_space(dims: Sequence[int] = EMBEDDING_DIMS, max_groups: int = MAX_FIELD_GROUPS) -> Space:
   """The embedding block's sub-space: number of field groups and each group's dimension.
 
   Keys (relative): `num_groups` in [1, max_groups]; `group0.dim` .. always active,

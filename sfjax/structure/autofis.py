@@ -185,11 +185,11 @@ def _train_model(data: TrialData, settings: AutoFISSettings, pairs: tuple, gate_
   """
   seed = settings.seed * 7919 + seed_offset
   warmup = min(settings.warmup_steps, steps) if search else 0
-  model = GatedFM(  # the registry's "gated_fm"
+  model = st.with_layout(GatedFM(  # the registry's "gated_fm", over the pooled fields
       num_fields=data.spec.num_fields, embed_dim=settings.embed_dim,
       num_dense=data.spec.num_dense, rngs=nnx.Rngs(seed), mlp_dims=settings.mlp_dims,
       pairs=pairs, pair_norm=search, bn_momentum=settings.bn_momentum,
-      gate_init=0.0 if warmup else gate_value)
+      gate_init=0.0 if warmup else gate_value), data.spec)
   graphdef = nnx.graphdef(model)
   key = dataclasses.replace(settings, seed=0, search_steps=1, retrain_steps=0, warmup_steps=0,
                             batch_size=0, eval_rows=0, gate_init=0.0)
@@ -198,7 +198,8 @@ def _train_model(data: TrialData, settings: AutoFISSettings, pairs: tuple, gate_
   if warmup:
     state, _ = st.train(state, data, _runner(graphdef, key, False), 0, warmup)
     model = nnx.merge(graphdef, state.params)
-    model.gates[...] = jnp.full(model.gates.shape, gate_value, jnp.float32)
+    gates = st.unwrap(model).gates
+    gates[...] = jnp.full(gates.shape, gate_value, jnp.float32)
     search_tx = _optimizer(settings, True)
     opt_state = st.keep_group_states(search_tx.init(nnx.state(model, nnx.Param)), state.opt_state,
                                      ("net",))
@@ -239,7 +240,8 @@ def _search_gates(data: TrialData, settings: AutoFISSettings) -> tuple[np.ndarra
   state, graphdef = _train_model(data, settings, all_field_pairs(data.spec.num_fields),
                                  settings.gate_init, search=True, steps=settings.search_steps,
                                  seed_offset=1)
-  return np.asarray(state.params["gates"][...]), _metrics(data, state, graphdef)
+  gates = st.unwrap(nnx.merge(graphdef, state.params)).gates
+  return np.asarray(gates[...]), _metrics(data, state, graphdef)
 
 
 def run_autofis(task: CTRTask, settings: AutoFISSettings, data: TrialData | None = None) -> AutoFISResult:

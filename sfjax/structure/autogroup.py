@@ -181,7 +181,9 @@ def _model(data: TrialData, settings: AutoGroupSettings) -> GroupInteractions:
 
 def _train(data: TrialData, settings: AutoGroupSettings, model: GroupInteractions,
            train_structure: bool):
-  """`settings.steps` steps of `model` (its graph as it is: sampling or fixed groups)."""
+  """`settings.steps` steps of `model` (its graph as it is: sampling or fixed groups), behind
+  the data set's feature layout if it has one (`gate_training.with_layout`)."""
+  model = st.with_layout(model, data.spec)
   graphdef = nnx.graphdef(model)
   key = dataclasses.replace(settings, seed=0, steps=1, batch_size=0, eval_rows=0)
   state = st.init_state(model, _optimizer(settings, train_structure), st.row_optimizer(settings),
@@ -207,7 +209,7 @@ def run_autogroup(task: CTRTask, settings: AutoGroupSettings,
   state, graphdef = _train(data, settings, _model(data, settings), train_structure=True)
   eval_graphdef = st.eval_graphdef(graphdef, state.params)
   metrics = st.split_metrics(data, st.host_eval_logits(eval_graphdef, state, data))
-  found = nnx.merge(eval_graphdef, state.params).memberships()
+  found = st.unwrap(nnx.merge(eval_graphdef, state.params)).memberships()
   return AutoGroupResult(orders=settings.orders,
                          memberships=tuple(np.asarray(m) > 0 for m in found),
                          field_names=tuple(f.name for f in data.spec.fields), **metrics,

@@ -39,6 +39,7 @@ from sfjax.core import metrics as metrics_lib
 from sfjax.embedding import device_table, row_optimizers
 from sfjax.models.gated_fm import GatedFM
 from sfjax.models.group_interactions import GroupInteractions
+from sfjax.models.pooling import PooledInput
 from sfjax.train import defaults as defaults_lib
 from sfjax.train import step as step_lib
 from sfjax.train.state import TrainState
@@ -103,6 +104,17 @@ def prepare_trial_data(task: CTRTask, settings) -> TrialData:
   return TrialData(dataclasses.replace(task, **overrides) if overrides else task)
 
 
+def with_layout(model: nnx.Module, spec) -> nnx.Module:
+  """`model` behind the data set's feature layout (`PooledInput`: bags and sequences pool
+  into the F fields the structure model reads, issue #22); `model` itself without one."""
+  return model if spec.layout is None else PooledInput(model, spec.layout)
+
+
+def unwrap(model: nnx.Module) -> nnx.Module:
+  """The structure model itself: the inner model of a `with_layout` wrapper."""
+  return model.inner if isinstance(model, PooledInput) else model
+
+
 def row_optimizer(settings) -> row_optimizers.RowOptimizer:
   """The row optimizer `settings.embedding_optimizer` at `settings.embedding_lr`."""
   return row_optimizers.make(settings.embedding_optimizer, settings.embedding_lr,
@@ -114,7 +126,9 @@ def group_optimizer(groups: Mapping[str, optax.GradientTransformation | None],
   """One optax transformation over a model's parameter groups (`optax.multi_transform`).
 
   A parameter's group is its top-level attribute name when `groups` has it, else
-  `default`. A group mapped to None is `_FROZEN`: its updates are 0.
+  `default`; behind a feature layout's `PooledInput` (`with_layout`) the top level is
+  the inner model's (`['inner']['gates']` is in group 'gates'). A group mapped to None
+  is `_FROZEN`: its updates are 0.
 
   Args:
     groups: group name -> transformation (or None).
@@ -124,8 +138,11 @@ def group_optimizer(groups: Mapping[str, optax.GradientTransformation | None],
     raise ValueError(f"group_optimizer: default group {default!r} is not one of {sorted(groups)}")
   transforms = {name: optax.set_to_zero() if tx is None else tx for name, tx in groups.items()}
 
+  def name(entry):
+    return getattr(entry, "key", getattr(entry, "name", None))
+
   def label(path, _):
-    top = getattr(path[0], "key", getattr(path[0], "name", None))
+    top = name(path[1]) if name(path[0]) == "inner" and len(path) > 1 else name(path[0])
     return top if top in transforms else default
 
   def labels(params):
@@ -145,15 +162,17 @@ def keep_group_states(new_state: optax.MultiTransformState, old_state: optax.Mul
                                     **{g: old_state.inner_states[g] for g in groups}})
 
 
-def init_state(model: GatedFM | GroupInteractions, tx: optax.GradientTransformation,
+def init_state(model: GatedFM | GroupInteractions | PooledInput, tx: optax.GradientTransformation,
                row_opt: row_optimizers.RowOptimizer, num_rows: int, *, seed: int,
                init_stddev: float) -> TrainState:
   """A fresh `TrainState` of `model`: params a copy of its whole state, `tx` over its Params.
 
   The table is `device_table.init_table` (counter-based rows of `seed`) with the
-  model's row width. The copy leaves `model` usable after the runner donates the state.
+  model's row width (the inner model's, behind a `with_layout` wrapper). The copy
+  leaves `model` usable after the runner donates the state.
   """
-  width = model.embedding_width(model.embed_dim)
+  inner = unwrap(model)
+  width = inner.embedding_width(inner.embed_dim)
   table = device_table.init_table(num_rows, width, row_opt, seed=seed, stddev=init_stddev)
   params = jax.tree.map(jnp.copy, nnx.state(model))
   return TrainState(jnp.zeros((), jnp.int32), params, tx.init(nnx.state(params, nnx.Param)),

@@ -24,6 +24,7 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   d.skip_bad_lines = False  # False: a malformed line raises, naming file and line
   d.shuffle_buffer = 65536  # examples; streaming shuffle for file formats
   d.use_features = ""  # comma-separated feature names to train on ('' = all; ablations)
+  d.pooling = ""  # bags' poolings overridden, e.g. "tags:mean,long0:sqrtn" (a search's choice)
   d.synthetic = s = ml_collections.ConfigDict()
   s.num_train = 2_000_000  # rows, repeated as epochs
   s.num_eval = 200_000

@@ -1,12 +1,16 @@
 """ArchSpec / dynamic split of CTR trial configs, grouping, parameter counts."""
 
+import jax.numpy as jnp
 import pytest
+from flax import nnx
 
 from experiments.configs import ctr as ctr_config
 from sfjax.automl import Config
 from sfjax.cohorts import arch as arch_lib
+from sfjax.core import feature_layout as fl
 from sfjax.core.errors import ConfigError
 from sfjax.data import types
+from sfjax.models.pooling import PooledInput
 
 CTR = ctr_config.get_config()
 SPEC = types.DatasetSpec(tuple(types.FieldSpec(f"c{i}", n) for i, n in enumerate([7, 11, 5])), 2)
@@ -109,3 +113,35 @@ def test_count_params_by_hand():
                                      "model.mlp.depth": 1, "model.mlp.width": 8})
   mlp = (3 * 4 + 2) * 8 + 8 + 8 * 1 + 1
   assert arch_lib.count_params(deepfm, SPEC) == rows * 5 + 2 + mlp
+
+
+def test_a_layout_trial_is_the_trainers_pooled_model():
+  """With a feature layout (issue #22) the trial's model pools bags into F fields, as the
+  trainer's `build_model_from_config` does, and its table holds every table's rows."""
+  layout = fl.FeatureLayout(
+      (fl.TableSpec("user", 7), fl.TableSpec("item", 11), fl.TableSpec("tag", 5)),
+      (fl.FeatureSpec("user", "user"), fl.FeatureSpec("item", "item"),
+       fl.FeatureSpec("tags", "tag", "multi_hot", 3, "mean"),
+       fl.FeatureSpec("history", "item", "sequence", 4)))
+  spec = types.DatasetSpec(tuple(types.FieldSpec(f.name, r) for f, r in
+                                 zip(layout.features, (7, 11, 5, 11), strict=True)), 2, layout)
+  deepfm, _ = arch_lib.split_config({"model.name": "deepfm", "model.embed_dim": 4,
+                                     "model.mlp.depth": 1, "model.mlp.width": 8})
+  model = deepfm.build_model(spec, nnx.Rngs(0))
+  assert isinstance(model, PooledInput) and model.layout == layout
+  mlp = (4 * 4 + 2) * 8 + 8 + 8 * 1 + 1  # F = 4 pooled fields, not S = 9 columns
+  assert arch_lib.count_params(deepfm, spec) == 23 * 5 + 2 + mlp  # 7 + 11 + 5 rows, shared item
+  logits = model(jnp.ones((2, 9, 5)), jnp.zeros((2, 2)), jnp.ones((2, 9)))
+  assert logits.shape == (2,)
+
+
+def test_a_bag_pooling_is_a_dynamic_code():
+  """Issue #22: `features.<bag>.pooling` does not split cohorts; it travels as a code."""
+  a, ha = arch_lib.split_config({"model.name": "fm", "features.tags.pooling": "sqrtn"})
+  b, hb = arch_lib.split_config({"model.name": "fm", "features.tags.pooling": "sum"})
+  assert a == b and ha["features.tags.pooling"] == 2.0 and hb["features.tags.pooling"] == 0.0
+  assert "features.tags.pooling" not in arch_lib.split_config({"model.name": "fm"})[1]
+  with pytest.raises(ValueError, match="'features.tags.pooling': must be one of sum, mean, sqrtn"):
+    arch_lib.split_config({"features.tags.pooling": "max"})
+  with pytest.raises(ValueError, match="'features.tags.weight': unknown key"):
+    arch_lib.split_config({"features.tags.weight": 1.0})

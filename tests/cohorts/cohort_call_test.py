@@ -27,6 +27,15 @@ def test_stack_hparams_fills_defaults_per_trial():
   np.testing.assert_array_equal(stacked["embedding.learning_rate"], np.float32([0.5, default]))
 
 
+def test_stack_hparams_stacks_bag_poolings_with_the_data_sets_defaults():
+  defaults = {"features.tags.pooling": 1.0, "features.long.pooling": 2.0}
+  stacked = cohort_call.stack_hparams([{"features.tags.pooling": "sqrtn"}, {}], defaults)
+  np.testing.assert_array_equal(stacked["features.tags.pooling"], [2.0, 1.0])
+  assert "features.long.pooling" not in stacked  # no trial sets it: the program's default
+  with pytest.raises(ValueError, match="'features.nope.pooling': not a multi_hot feature"):
+    cohort_call.stack_hparams([{"features.nope.pooling": "sum"}], defaults)
+
+
 def test_a_call_trains_each_lane_and_a_resume_leaves_the_callers_state(data):
   def call(seeds, start, end, states=None):
     return cohort_call.call_cohort(

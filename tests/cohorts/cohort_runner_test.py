@@ -209,3 +209,21 @@ def test_compact_rows_train_the_same_trial_as_the_full_table(data, arch):
   chex.assert_trees_all_close(b.state.params, a.state.params, atol=1e-6)
   untouched = np.setdiff1d(np.arange(full.num_rows), ids)
   np.testing.assert_array_equal(a.state.table.values[untouched], init.table.values[untouched])
+
+
+@pytest.mark.slow  # ~15 s: three compilations
+def test_layout_trials_of_one_bucket_equal_their_solo_runs(layout_data):
+  """Bags and sequences (issue #22): fm trials of two embedding dims share one padded
+  program (the superset's layout rules see the pooled fields, the model sits behind
+  `PooledInput`) and each equals its own run at width 1."""
+  configs = [{"model.name": "fm", "model.embed_dim": 4}, {"model.name": "fm", "model.embed_dim": 8}]
+  archs = [arch_lib.split_config(c)[0] for c in configs]
+  hparams = [{"embedding.learning_rate": 0.1}, {"embedding.learning_rate": 0.05}]
+  together = CallRecorder(layout_data.task, cohort_width=2, data=layout_data)
+  solo = CallRecorder(layout_data.task, cohort_width=1, data=layout_data)
+  got = together.run(archs, hparams, [0, 1], [0] * 2, 6, [None] * 2)
+  want = solo.run(archs, hparams, [0, 1], [0] * 2, 6, [None] * 2)
+  assert [c[0] for c in together.calls] == [2] and got[0].chunk.masked
+  assert [c[0] for c in solo.calls] == [1, 1]
+  _assert_results_close(got, want)
+  assert got[0].metrics["params"] < got[1].metrics["params"]

@@ -21,6 +21,17 @@ def data():
   return trial_data.TrialData(task)
 
 
+@pytest.fixture(scope="module")
+def layout_data():
+  """TrialData of the planted multi-hot smoke data (`ctr.py:multihot_smoke`, issue #22): 4
+  one-hot fields, a weighted bag, a mean bag, a long sqrtn bag and a history sharing the
+  item table; batch 64, 512 eval rows."""
+  d = ctr_config.get_config("multihot_smoke").data
+  task = trial_data.CTRTask(d, batch_size=64, eval_rows=512, steps_per_budget_unit=4,
+                            eval_batch_size=256)
+  return trial_data.TrialData(task)
+
+
 class CallRecorder(CohortRunner):
   """The real runner, recording `(lanes, scan steps, seeds)` of each program call that
   `run` makes (the calls that measure 'auto' widths are not recorded)."""

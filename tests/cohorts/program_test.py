@@ -10,6 +10,7 @@ from experiments.configs import ctr as ctr_config
 from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts import task as trial_data
+from sfjax.data import feature_pooling
 from sfjax.train import step as step_lib
 
 STEPS = 4
@@ -171,3 +172,39 @@ def test_eval_logits_equals_the_trainer_eval_per_batch(data, graphdef):
   for i in range(2):
     want = trainer_eval(state.params, state.table.values, _step(data.eval_batches, i))
     chex.assert_trees_all_close(got[i], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow  # ~20 s: four compilations
+def test_traced_bag_poolings_equal_the_trainer_with_those_poolings(layout_data):
+  """Issue #22: a bag's pooling as a per-trial code (`features.<bag>.pooling`) trains as the
+  trainer's step does on a layout whose bags pool that way: trials of three poolings of the
+  mean bag `bag1` and the sqrtn bag `long0`, vmapped as one cohort, each equal to its own
+  static-pooling reference."""
+  spec = layout_data.spec
+  choices = [("sum", "sqrtn"), ("sqrtn", "mean"), ("mean", "sum")]
+  batches = layout_data.train_steps(0, STEPS)
+  graphdef = trial_program.program_graphdef(ARCH, spec)
+  cohort = jax.jit(trial_program.make_cohort_fn(ARCH, spec, graphdef, resume=True))
+  stacked = {k: jnp.stack([v] * 3) for k, v in _hparams().items()}
+  stacked["features.bag1.pooling"] = jnp.asarray([arch_lib.dynamic_value(
+      "features.bag1.pooling", b) for b, _ in choices], jnp.float32)
+  stacked["features.long0.pooling"] = jnp.asarray([arch_lib.dynamic_value(
+      "features.long0.pooling", c) for _, c in choices], jnp.float32)
+  init = trial_program.init_trial_state(ARCH, spec, _hparams(), jax.random.key(3))
+  inits = jax.tree.map(lambda x: jnp.stack([x] * 3), init)
+  out = cohort(stacked, jnp.zeros(3, jnp.int32), inits, batches, layout_data.eval_batches)
+  for i, (bag1, long0) in enumerate(choices):
+    static = feature_pooling.with_poolings(spec, {"bag1": bag1, "long0": long0})
+    ref_graph = trial_program.abstract_graphdef(ARCH, static)
+    tx, row_opt = trial_program._make_optimizers(ARCH, _hparams())
+    step = jax.jit(step_lib.make_train_step(ref_graph, tx, row_opt, l2=_hparams()["embedding.l2"]))
+    state, losses = init, []
+    for t in range(STEPS):
+      state, metrics = step(state, _step(batches, t))
+      losses.append(metrics["loss"])
+    got = jax.tree.map(lambda x, i=i: x[i], out.state)
+    chex.assert_trees_all_close(out.losses[i], jnp.stack(losses), rtol=1e-5, atol=1e-6)
+    chex.assert_trees_all_close(got, state, rtol=1e-4, atol=1e-6)
+    logits = trial_program.stacked_eval_logits(ref_graph, state, layout_data.eval_batches)
+    chex.assert_trees_all_close(out.logits[i], logits, rtol=1e-4, atol=1e-5)
+  assert not np.allclose(out.losses[0], out.losses[1])  # the poolings differ for real

@@ -148,3 +148,27 @@ def test_compact_rows_need_fixed_steps_and_refuse_more(dataset):
   compact = trial_data.TrialData(_task(max_steps=2, compact_rows=True), dataset)
   with pytest.raises(ValueError, match="max_steps=2"):
     compact.train_steps(0, 3)
+
+
+def test_layout_steps_carry_weights_and_skip_padding(layout_data):
+  """Bags and sequences (issue #22): S id columns, per-id weights, padding -> the pad entry."""
+  spec = layout_data.spec
+  s, b = spec.num_columns, layout_data.task.batch_size
+  assert spec.has_padding and s > spec.num_fields
+  assert layout_data.capacity == vsi.unique_capacity(b, s, True) == b * s + 1
+  steps = layout_data.train_steps(0, 2)
+  chex.assert_shape(steps.vids, (2, b, s))
+  chex.assert_shape(steps.weights, (2, b, s))
+  chex.assert_shape(layout_data.eval_batches.weights, (2, 256, s))
+  weights, vids, rows = (np.asarray(a) for a in (steps.weights, steps.vids, steps.rows))
+  # A padding column (weight 0) points at the padding entry, which holds the padding row V.
+  pads = np.take_along_axis(rows, vids.reshape(2, -1), axis=1).reshape(vids.shape)
+  assert (weights == 0).any()
+  np.testing.assert_array_equal(pads[weights == 0], spec.total_rows)
+  assert (pads[weights != 0] < spec.total_rows).all()
+  # The rows are the trainer's: the same host batch through the trainer's VSI.
+  batch = next(layout_data.dataset.train_batches(b, layout_data.task.seed))
+  want, _ = vsi.prepare_batch(batch, spec.column_offsets, layout_data.capacity, spec.total_rows,
+                              spec.column_rows)
+  np.testing.assert_array_equal(rows[0], want.rows)
+  np.testing.assert_array_equal(weights[0], want.weights)

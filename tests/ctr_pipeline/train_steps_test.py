@@ -44,6 +44,17 @@ def test_every_trial_key_but_the_layer_sizes_is_a_trainer_config_path():
     _at(base, key)  # KeyError: not a trainer path
 
 
+def test_a_bags_pooling_becomes_an_entry_of_data_pooling():
+  """Issue #22: a trial's `features.<bag>.pooling` (a code) reaches the trainer as data.pooling."""
+  arch, _ = arch_lib.split_config({"model.name": "fm"})
+  recipe = defaults.ctr_defaults()
+  recipe.data.pooling = "long0:sum,bag1:mean"
+  config = pst.trainer_config(recipe, arch, {"features.bag1.pooling": 2.0,
+                                             "features.bag0.pooling": 1.0})
+  assert config.data.pooling == "long0:sum,bag1:sqrtn,bag0:mean"
+  assert recipe.data.pooling == "long0:sum,bag1:mean"  # copied, not changed
+
+
 def test_trainer_config_refuses_a_key_that_is_not_dynamic():
   arch, _ = arch_lib.split_config({})
   with pytest.raises(ValueError, match="'embedding.optimizer': is not a dynamic hyperparameter"):

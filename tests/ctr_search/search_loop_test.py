@@ -13,6 +13,7 @@ import jax
 import numpy as np
 import pytest
 
+from experiments.configs import ctr as ctr_config
 from experiments.configs import search_ctr
 from search_spaces.ctr import SEARCH_SPACE as SPACE
 from sfjax.automl.algorithms import Suggestion, TrialStatus
@@ -438,3 +439,22 @@ def test_auto_width_reports_the_programs_that_ran(tmp_path):
   assert calls == [(4, 16), (4, 16)]  # the default config ran on the width-1 runner
   assert summary["mean_cohort_width"] == len(trials) / len(calls) == 3.5
   assert summary["lane_utilization"] == sum(steps) / sum(w * n for w, n in calls) == 7 / 8
+
+
+@pytest.mark.slow  # ~30 s
+def test_search_on_bags_and_sequences_runs_cohorts(tmp_path):
+  """A search on the planted multi-hot smoke data (issue #22: bags, a long sqrtn bag and a
+  history sharing the item table), the poolings of two bags searched, trains cohorts of two
+  trials end to end."""
+  c = tiny_config("random", num_trials=4)
+  c.task.data = ctr_config.get_config("multihot_smoke").data
+  c.task.batch_size, c.task.eval_rows, c.task.eval_batch_size = 128, 1024, 1024
+  c.space.families, c.space.mlp_widths = "fm,deepfm", "16,400"
+  c.space.poolings = "bag1:mean,long0:sqrtn"  # each bag's pooling searched (traced per trial)
+  c.study.cohort_width, c.study.max_budget = "2", 2.0
+  summary = search_loop.run_search(c, str(tmp_path), SPACE)
+  assert summary["num_trials_done"] == 4 and summary["num_failed"] == 0
+  assert summary["mean_cohort_width"] > 1
+  assert math.isfinite(summary["best_metrics"]["auc"])
+  assert summary["best_config"]["features.long0.pooling"] in ("sum", "mean", "sqrtn")
+  assert 0.5 < summary["default_metrics"]["test_auc"] < 1  # the default deepfm learns the bags

@@ -2,16 +2,20 @@
 
 import chex
 import jax
+import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
 
+from experiments.configs import ctr as ctr_config
 from experiments.configs import search_ctr
 from search_spaces import blocks
 from search_spaces.blocks import BLOCK_SEARCH_SPACE
-from sfjax.automl.space import ConfigError
+from sfjax.automl.space import ConfigError, SpaceError
 from sfjax.cohorts.arch import split_config
+from sfjax.core import feature_layout as fl
 from sfjax.ctr_search import search_loop
+from sfjax.data import types
 from sfjax.models import generator
 from sfjax.train.defaults import ctr_defaults
 
@@ -66,6 +70,62 @@ def test_sampled_points_build_and_run_under_jit():
                  rng.normal(size=(batch, num_dense)).astype(np.float32))
     chex.assert_shape(out, (batch,))
     chex.assert_tree_all_finite(out)
+
+
+def test_every_pooled_feature_can_take_its_own_dim():
+  """Issue #22: with `max_field_groups` = F the field groups are the F pooled features of a
+  layout (a bag, a sequence: one field each); a feature of dim d reads only the first d
+  columns of its pooled vector, and its bag's pooling is searched beside."""
+  layout = fl.FeatureLayout(
+      (fl.TableSpec("user", 5), fl.TableSpec("tag", 7), fl.TableSpec("item", 9)),
+      (fl.FeatureSpec("user", "user"), fl.FeatureSpec("tags", "tag", "multi_hot", 3, "mean"),
+       fl.FeatureSpec("item", "item"), fl.FeatureSpec("history", "item", "sequence", 2)))
+  data = types.DatasetSpec(tuple(types.FieldSpec(f.name, r) for f, r in
+                                 zip(layout.features, (5, 7, 9, 9), strict=True)), 1, layout)
+  space = blocks.space_from_config(ml_collections.ConfigDict(dict(
+      mlp_widths="8,400", max_field_groups=4, poolings="tags:mean")))
+  assert "model.embedding.group3.dim" in space and "features.tags.pooling" in space
+  assert blocks.default_config(space)["features.tags.pooling"] == "mean"
+  point = dict(_point({"first_order", "fm"}, tower=True), **{
+      "model.embedding.num_groups": 4, "model.embedding.group0.dim": 4,
+      "model.embedding.group1.dim": 8, "model.embedding.group2.dim": 16,
+      "model.embedding.group3.dim": 4, "model.tower.depth": 1, "model.tower.width": 8})
+  arch, hparams = split_config(blocks.runner_config(dict(
+      point, **{"features.tags.pooling": "sqrtn", "embedding.optimizer": "adagrad"})))
+  assert hparams["features.tags.pooling"] == 2.0 and arch.embedding_width == 17
+  model = arch.build_model(data, nnx.Rngs(0))
+  rng = np.random.default_rng(0)
+  emb = rng.normal(size=(3, layout.num_columns, 17)).astype(np.float32)
+  weights = np.ones((3, layout.num_columns), np.float32)
+  dense = np.zeros((3, 1), np.float32)
+  base = model(emb, dense, weights)
+  # The columns past each feature's own dim (before the first-order one) are never read.
+  noisy = emb.copy()
+  for f, dim in enumerate((4, 8, 16, 4)):
+    noisy[:, layout.columns(f), dim:16] += 10.0
+  chex.assert_trees_all_close(model(noisy, dense, weights), base, rtol=1e-5, atol=1e-5)
+  noisy[:, layout.columns(1), 7] += 1.0  # the bag's 8th column is its own
+  assert not np.allclose(np.asarray(model(noisy, dense, weights)), np.asarray(base))
+  with pytest.raises(SpaceError, match="space.max_field_groups"):
+    blocks.space_from_config(ml_collections.ConfigDict(dict(mlp_widths="8", max_field_groups=0)))
+
+
+@pytest.mark.slow  # a whole search in-process (its search loop: tests/ctr_search)
+def test_a_search_of_per_feature_dims_on_bags_completes(tmp_path):
+  """Issue #22: generated models with one dim per pooled feature (8 features: one-hots,
+  bags and a history) and the bags' poolings, on the planted multi-hot smoke data."""
+  c = search_ctr.get_config("smoke")
+  c.task.data = ctr_config.get_config("multihot_smoke").data
+  c.task.batch_size, c.task.eval_rows, c.task.eval_batch_size = 128, 512, 512
+  c.task.steps_per_budget_unit = 2
+  c.space.mlp_widths, c.space.max_field_groups = "8,400", 8
+  c.space.poolings = "bag1:mean,long0:sqrtn"
+  c.study.algorithm, c.study.num_trials, c.study.cohort_width = "random", 2, "1"
+  c.study.min_budget = c.study.max_budget = 1.0
+  summary = search_loop.run_search(c, str(tmp_path), BLOCK_SEARCH_SPACE)
+  assert summary["num_trials_done"] == 2 and summary["num_failed"] == 0
+  assert "features.bag1.pooling" in summary["best_config"]
+  assert np.isfinite(summary["default_metrics"]["auc"])
 
 
 @pytest.mark.slow  # a whole search in-process (its search loop: tests/ctr_search)

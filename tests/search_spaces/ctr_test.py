@@ -1,5 +1,6 @@
 """Tests for the concrete CTR search space (search_spaces/ctr.py)."""
 
+import ml_collections
 import numpy as np
 import pytest
 
@@ -146,3 +147,25 @@ def test_fixed_arch_space_varies_only_hyperparameters():
   with pytest.raises(ConfigError, match=r"optim\.embedding_optimizer \(fixed architecture\): "
                      r"renamed to embedding\.optimizer"):
     ctr.fixed_arch_space({"model.name": "fm", "optim.embedding_optimizer": "sgd"})
+
+
+def test_bag_poolings_are_searched_with_the_baseline_first():
+  """Issue #22: `space.poolings` adds `features.<bag>.pooling`; the baseline keeps the data
+  set's pooling; trials differing only there share an architecture (one cohort)."""
+  space_cfg = ml_collections.ConfigDict(dict(families="fm,deepfm", mlp_widths="16,400",
+                                             poolings="bag1:mean, long0:sqrtn"))
+  space = ctr.space_from_config(space_cfg)
+  assert space["features.bag1.pooling"].choices == ("mean", "sum", "sqrtn")
+  assert space["features.long0.pooling"].choices == ("sqrtn", "sum", "mean")
+  base = ctr.default_config(space)
+  assert base["features.bag1.pooling"] == "mean" and base["features.long0.pooling"] == "sqrtn"
+  other = dict(base, **{"features.bag1.pooling": "sum"})
+  a, ha = arch.split_config(ctr.runner_config(base))
+  b, hb = arch.split_config(ctr.runner_config(other))
+  assert a == b and ha["features.bag1.pooling"] == 1.0 and hb["features.bag1.pooling"] == 0.0
+  assert "features.bag1.pooling" not in ctr.space_from_config(
+      ml_collections.ConfigDict(dict(families="fm", mlp_widths="16"))).keys
+  for text, match in (("bag1", "space.poolings: entry 'bag1'"), ("bag1:max", "bag1: pooling")):
+    with pytest.raises(SpaceError, match=match):
+      ctr.space_from_config(ml_collections.ConfigDict(dict(families="fm", mlp_widths="16",
+                                                           poolings=text)))

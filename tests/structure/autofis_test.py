@@ -6,6 +6,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from experiments.configs import ctr as ctr_config
 from sfjax.cohorts import task as trial_data
 from sfjax.structure import autofis
 
@@ -107,3 +108,20 @@ def test_deterministic_for_a_seed(searched):
   np.testing.assert_array_equal(again.gates, result.gates)
   assert (again.kept_pairs, again.test_auc, again.search_auc) == (result.kept_pairs, result.test_auc,
                                                                   result.search_auc)
+
+
+@pytest.mark.slow  # ~10 s
+def test_searches_the_pooled_fields_of_bags_and_sequences():
+  """Issue #22: on the planted multi-hot smoke data the gates are over the F pooled features
+  (bags and the history are one field each), gRDA moves them, and the retrain runs."""
+  task = trial_data.CTRTask(ctr_config.get_config("multihot_smoke").data, batch_size=128,
+                            eval_rows=1024, eval_batch_size=1024)
+  settings = autofis.AutoFISSettings(embed_dim=4, mlp_dims=(8,), search_steps=12, warmup_steps=4,
+                                     retrain_steps=6, grda_c=0.02)
+  data = autofis.st.prepare_trial_data(task, settings)
+  result = autofis.run_autofis(task, settings, data=data)
+  names = tuple(f.name for f in data.spec.layout.features)
+  assert result.field_names == names and len(names) == 8
+  assert result.all_pairs == autofis.all_field_pairs(8) and result.gates.shape == (28,)
+  assert not np.allclose(result.gates, settings.gate_init)  # trained by gRDA, not frozen
+  assert np.isfinite([result.valid_auc, result.test_auc, result.search_auc]).all()

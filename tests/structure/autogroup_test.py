@@ -10,6 +10,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from experiments.configs import ctr as ctr_config
 from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts import cohort_runner
 from sfjax.cohorts import task as task_lib
@@ -103,3 +104,20 @@ def test_deterministic_for_a_seed(searched):
   for x, y in zip(again.memberships, result.memberships, strict=True):
     np.testing.assert_array_equal(x, y)
   assert (again.test_auc, again.valid_logloss) == (result.test_auc, result.valid_logloss)
+
+
+@pytest.mark.slow  # ~10 s
+def test_groups_the_pooled_fields_of_bags_and_sequences():
+  """Issue #22: on the planted multi-hot smoke data the memberships are over the F pooled
+  features, the structure logits train, and a fixed grouping retrains."""
+  task = task_lib.CTRTask(ctr_config.get_config("multihot_smoke").data, batch_size=128,
+                          eval_rows=1024, eval_batch_size=1024)
+  settings = autogroup.AutoGroupSettings(embed_dim=4, max_order=3, num_groups=(2, 1), mlp_dims=(8,),
+                                         steps=12, structure_lr=0.05)
+  data = st.prepare_trial_data(task, settings)
+  result = autogroup.run_autogroup(task, settings, data=data)
+  assert result.field_names == tuple(f.name for f in data.spec.layout.features)
+  assert [m.shape for m in result.memberships] == [(8, 2), (8, 1)]
+  assert np.isfinite([result.valid_auc, result.test_auc]).all()
+  metrics = autogroup.retrain_with_groups(data, settings, result.memberships)
+  assert np.isfinite(metrics["valid_auc"])

@@ -11,7 +11,9 @@ from flax import nnx
 
 from experiments.configs import ctr as ctr_config
 from sfjax.cohorts import task as task_lib
+from sfjax.core import feature_layout as fl
 from sfjax.core import metrics as metrics_lib
+from sfjax.data import types
 from sfjax.embedding import row_optimizers
 from sfjax.models import registry
 from sfjax.structure import gate_training as st
@@ -72,6 +74,25 @@ def test_groups_take_their_own_optimizer(data):
   chex.assert_trees_all_equal(updates["bias"][...], jnp.zeros(()))
   with pytest.raises(ValueError, match="default group 'other' is not one of"):
     st.group_optimizer({"net": optax.sgd(0.1)}, default="other")
+
+
+def test_groups_behind_a_feature_layout_are_the_inner_models():
+  """With a layout (issue #22) the model sits in `PooledInput`: `['inner']['gates']` is in
+  group 'gates', and the table width is the inner model's."""
+  layout = fl.FeatureLayout((fl.TableSpec("a", 5), fl.TableSpec("b", 4)),
+                            (fl.FeatureSpec("a", "a"), fl.FeatureSpec("tags", "b", "multi_hot", 3)))
+  spec = types.DatasetSpec((types.FieldSpec("a", 5), types.FieldSpec("tags", 4)), 0, layout)
+  inner = registry.build_model("gated_fm", num_fields=2, embed_dim=2, num_dense=0,
+                               rngs=nnx.Rngs(0), pairs=((0, 1),), pair_norm=False)
+  model = st.with_layout(inner, spec)
+  assert st.unwrap(model) is inner and st.with_layout(inner, types.DatasetSpec((), 0)) is inner
+  params = nnx.state(model, nnx.Param)
+  tx = st.group_optimizer({"net": optax.sgd(0.0), "gates": optax.sgd(1.0)}, default="net")
+  updates, _ = tx.update(jax.tree.map(jnp.ones_like, params), tx.init(params), params)
+  chex.assert_trees_all_equal(updates["inner"]["gates"][...], -jnp.ones(1))
+  chex.assert_trees_all_equal(updates["inner"]["bias"][...], jnp.zeros(()))
+  state = st.init_state(model, tx, row_optimizers.sgd(0.1), 9, seed=0, init_stddev=0.1)
+  assert state.table.values.shape == (9, inner.embedding_width(2))
 
 
 def test_keep_group_states_carries_one_group_over():

@@ -1,0 +1,102 @@
+"""Overriding the pooling of a data set's bags (`data.pooling`, issue #22).
+
+A search may choose each multi_hot feature's pooling (`features.<name>.pooling` of a
+trial config, `sfjax.cohorts.bag_pooling`); the trainer reproduces the choice with
+`data.pooling = "tags:mean,long0:sqrtn"`. `RepooledFeatures` wraps any data set and
+replaces those features' poolings in its layout; ids, weights, labels, dense features
+and the oracle are the wrapped data set's (pooling is the model's, `models.pooling`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sfjax.core import feature_layout as fl
+from sfjax.core.errors import ConfigError
+from sfjax.data.types import DatasetSpec
+
+_FIELD = "data.pooling"
+
+
+def parse_poolings(text: str) -> dict[str, str]:
+  """`'tags:mean, long0:sqrtn'` -> {'tags': 'mean', 'long0': 'sqrtn'}; '' -> {}.
+
+  Raises:
+    ConfigError: naming `data.pooling`, for an entry that is not `name:pooling`, an unknown
+      pooling or a feature named twice.
+  """
+  out: dict[str, str] = {}
+  for entry in (e.strip() for e in str(text).split(",")):
+    if not entry:
+      continue
+    name, sep, pooling = (p.strip() for p in entry.partition(":"))
+    if not sep or not name:
+      raise ConfigError(f"config field {_FIELD}: entry {entry!r} is not 'feature:pooling'")
+    if pooling not in fl.POOLINGS:
+      raise ConfigError(f"config field {_FIELD}: {name}: pooling must be one of "
+                        f"{', '.join(fl.POOLINGS)}, got {pooling!r}")
+    if name in out:
+      raise ConfigError(f"config field {_FIELD}: feature {name!r} is named twice")
+    out[name] = pooling
+  return out
+
+
+def with_poolings(spec: DatasetSpec, poolings: dict[str, str]) -> DatasetSpec:
+  """`spec` whose named multi_hot features pool as `poolings` says.
+
+  Raises:
+    ConfigError: naming `data.pooling`, for a name that is not a multi_hot feature.
+  """
+  if not poolings:
+    return spec
+  bags = [] if spec.layout is None else [f.name for f in spec.layout.features
+                                          if f.kind == "multi_hot"]
+  for name in poolings:
+    if name not in bags:
+      raise ConfigError(f"config field {_FIELD}: {name!r} is not a multi_hot feature of the "
+                        f"data set (its bags: {', '.join(bags) or 'none'})")
+  features = tuple(dataclasses.replace(f, pooling=poolings.get(f.name, f.pooling))
+                   for f in spec.layout.features)
+  return dataclasses.replace(spec, layout=dataclasses.replace(spec.layout, features=features))
+
+
+class RepooledFeatures:
+  """A data set whose bags pool as `poolings` says (see the module docstring).
+
+  Args:
+    dataset: any `CTRDataset` with a feature layout.
+    poolings: feature name -> 'sum' | 'mean' | 'sqrtn'.
+  """
+
+  def __init__(self, dataset, poolings: dict[str, str]):
+    self.dataset = dataset
+    self.spec = with_poolings(dataset.spec, poolings)
+
+  @property
+  def eval_splits(self) -> tuple[str, ...]:
+    """The wrapped data set's eval splits."""
+    return self.dataset.eval_splits
+
+  @property
+  def oracle(self):
+    """The wrapped data set's oracle (labels are unchanged)."""
+    return self.dataset.oracle
+
+  @property
+  def stats(self) -> dict:
+    """The wrapped data set's stats."""
+    return self.dataset.stats
+
+  def train_batches(self, batch_size: int, seed: int):
+    """The wrapped training batches."""
+    return self.dataset.train_batches(batch_size, seed)
+
+  def eval_batches(self, split: str, batch_size: int):
+    """The wrapped eval batches."""
+    return self.dataset.eval_batches(split, batch_size)
+
+
+def with_pooling(dataset, pooling: str):
+  """`dataset` itself when `pooling` is '', else `RepooledFeatures` of its entries."""
+  poolings = parse_poolings(pooling)
+  return dataset if not poolings else RepooledFeatures(dataset, poolings)
