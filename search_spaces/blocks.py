@@ -38,6 +38,7 @@ from sfjax.models import (
   COMBINES,
   COMPOSED_NAME,
   EMBEDDING_DIMS,
+  MAX_FIELD_GROUPS,
   bottom_space,
   config_to_spec,
   embedding_space,
@@ -45,7 +46,6 @@ from sfjax.models import (
   spec_to_json,
   tower_space,
 )
-from sfjax.models.field_layout import MAX_FIELD_GROUPS
 from sfjax.train import ctr_defaults
 
 BLOCK_KINDS = tuple(BLOCK_TYPES)

@@ -45,12 +45,10 @@ from sfjax.automl.space import (
   Space,
   SpaceError,
 )
-from sfjax.cohorts import check_not_renamed
-from sfjax.cohorts.bag_pooling import pooled_feature, pooling_key
-from sfjax.core.errors import ConfigError
-from sfjax.core.feature_layout import POOLINGS
+from sfjax.cohorts import check_not_renamed, pooled_feature, pooling_key
+from sfjax.core import POOLINGS, ConfigError
 from sfjax.ctr_search import CTRSearchSpace
-from sfjax.data.feature_pooling import parse_poolings
+from sfjax.data import parse_poolings
 from sfjax.embedding import ROW_OPTIMIZER_NAMES
 from sfjax.models import MODEL_NAMES, model_hparams
 from sfjax.train import ctr_defaults

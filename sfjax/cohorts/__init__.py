@@ -18,6 +18,7 @@ from sfjax.cohorts.arch import (
   group_by_arch,
   split_config,
 )
+from sfjax.cohorts.bag_pooling import pooled_feature, pooling_key
 from sfjax.cohorts.buckets import bucket_key, fixed_config_keys
 from sfjax.cohorts.chunk_plan import Chunk, plan_chunks
 from sfjax.cohorts.cohort_call import cohort_program, trial_mesh
@@ -28,5 +29,6 @@ from sfjax.cohorts.trial_result import CohortTrialResult
 
 __all__ = ["DYNAMIC_KEYS", "STATIC_KEYS", "ArchSpec", "CTRTask", "Chunk", "CohortRunner",
            "CohortTrialResult", "TrialData", "bucket_key", "check_not_renamed", "cohort_program",
-           "count_params", "fixed_config_keys", "group_by_arch", "plan_chunks", "run_pbt",
+           "count_params", "fixed_config_keys", "group_by_arch", "plan_chunks", "pooled_feature",
+           "pooling_key", "run_pbt",
            "split_config", "trial_mesh"]

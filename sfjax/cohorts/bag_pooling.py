@@ -71,7 +71,7 @@ def pooling_name(code: float) -> str:
   return fl.POOLINGS[int(code)]
 
 
-def bag_features(spec: DatasetSpec) -> tuple[int, ...]:
+def multi_hot_features(spec: DatasetSpec) -> tuple[int, ...]:
   """Indices of the multi_hot features of `spec`'s layout (none without a layout)."""
   if spec.layout is None:
     return ()
@@ -81,7 +81,7 @@ def bag_features(spec: DatasetSpec) -> tuple[int, ...]:
 def default_codes(spec: DatasetSpec) -> dict[str, float]:
   """Pooling key -> the data set's own code, for every bag of `spec`."""
   return {pooling_key(spec.layout.features[i].name): POOLING_CODES[spec.layout.features[i].pooling]
-          for i in bag_features(spec)}
+          for i in multi_hot_features(spec)}
 
 
 def check_pooling_keys(spec: DatasetSpec, keys) -> None:
@@ -96,7 +96,7 @@ def check_pooling_keys(spec: DatasetSpec, keys) -> None:
 
 def summed_spec(spec: DatasetSpec) -> DatasetSpec:
   """`spec` with every bag pooled by 'sum' (the program's model; `repool_weights` norms)."""
-  if not bag_features(spec):
+  if not multi_hot_features(spec):
     return spec
   features = tuple(dataclasses.replace(f, pooling="sum") if f.kind == "multi_hot" else f
                    for f in spec.layout.features)
@@ -119,7 +119,7 @@ def repool_weights(spec: DatasetSpec, weights: jax.Array, codes: Mapping[str, An
   if not defaults:
     return weights
   parts, start = [], 0
-  for i in bag_features(spec):
+  for i in multi_hot_features(spec):
     cols = spec.layout.columns(i)
     key = pooling_key(spec.layout.features[i].name)
     if cols.start > start:

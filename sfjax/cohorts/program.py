@@ -84,7 +84,7 @@ def program_graphdef(arch: ArchSpec, spec: DatasetSpec) -> nnx.GraphDef:
 def _repooler(spec: DatasetSpec, hparams: Hparams) -> Callable[[DeviceBatch], DeviceBatch]:
   """`batch -> batch` with each bag's weights normalised by the trial's pooling code
   (`bag_pooling.repool_weights`); the identity for a data set without bags."""
-  if not bag_pooling.bag_features(spec):
+  if not bag_pooling.multi_hot_features(spec):
     return lambda batch: batch
   codes = {k: v for k, v in hparams.items() if bag_pooling.pooled_feature(k) is not None}
   return lambda batch: batch._replace(

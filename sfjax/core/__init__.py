@@ -10,6 +10,7 @@ from sfjax.core.atomic import atomic_write, fsync_directory
 from sfjax.core.background import BackgroundIterator, map_in_background
 from sfjax.core.console import set_up_console
 from sfjax.core.errors import ConfigError, DataFormatError, closest_name, unknown_key_error
+from sfjax.core.feature_layout import POOLINGS
 from sfjax.core.hashing import splitmix64
 from sfjax.core.jsonl import read_jsonl
 from sfjax.core.metrics import auc, logloss, sigmoid
@@ -18,6 +19,7 @@ from sfjax.core.types import DeviceBatch
 from sfjax.core.workdir_lock import WorkdirLock, WorkdirLockedError, hold_workdir
 
 __all__ = [
+  "POOLINGS",
   "BackgroundIterator",
   "ConfigError",
   "DataFormatError",

@@ -18,6 +18,7 @@ Modules: readers (`criteo`, `avazu`, `movielens`, `text_io`), feature -> row map
 """
 
 from sfjax.data.dataset import KNOWN_FORMATS, CTRDataset, make_dataset
+from sfjax.data.feature_pooling import parse_poolings
 from sfjax.data.multihot import MultihotConfig, MultihotCTR
 from sfjax.data.preprocessed import DEFAULT_ROWS_PER_SHARD, preprocess_files
 from sfjax.data.preprocessed_layout import dataset_digests
@@ -30,6 +31,7 @@ from sfjax.data.synthetic import (
 from sfjax.data.types import Batch, DatasetSpec, FieldSpec, make_batch
 
 __all__ = [
+  "parse_poolings",
   "DEFAULT_ROWS_PER_SHARD",
   "KNOWN_FORMATS",
   "Batch",

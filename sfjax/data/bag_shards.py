@@ -49,7 +49,7 @@ class StoredExamples(NamedTuple):
     ids: [n, F] ids ([n, F1], the one-hot features' only, with a layout).
     dense: [n, Nd] float32.
     labels: [n] float32.
-    bags: one `BagArrays` per bag feature (`bag_features`); () without a layout.
+    bags: one `BagArrays` per bag feature (`ragged_features`); () without a layout.
   """
 
   ids: np.ndarray
@@ -63,7 +63,7 @@ class StoredExamples(NamedTuple):
                           tuple(take_rows(b, start, stop) for b in self.bags))
 
 
-def bag_features(layout: fl.FeatureLayout) -> tuple[int, ...]:
+def ragged_features(layout: fl.FeatureLayout) -> tuple[int, ...]:
   """Indices of the features stored as values + offsets (multi_hot and sequence)."""
   return tuple(i for i, f in enumerate(layout.features) if f.kind != "one_hot")
 
@@ -85,7 +85,7 @@ def id_fields(fields: tuple[FieldSpec, ...],
 def array_names(layout: fl.FeatureLayout) -> tuple[str, ...]:
   """The per-shard arrays of the bags, e.g. ('f2.values', 'f2.offsets', 'f3.values', ...)."""
   names = []
-  for f in bag_features(layout):
+  for f in ragged_features(layout):
     names += [f"f{f}.values", f"f{f}.offsets"]
     if layout.features[f].weighted:
       names.append(f"f{f}.weights")
@@ -95,7 +95,7 @@ def array_names(layout: fl.FeatureLayout) -> tuple[str, ...]:
 def bag_files(bags: tuple[BagArrays, ...], layout: fl.FeatureLayout) -> dict[str, np.ndarray]:
   """{array name: array} of a shard's bags, in `array_names` order."""
   out = {}
-  for f, bag in zip(bag_features(layout), bags, strict=True):
+  for f, bag in zip(ragged_features(layout), bags, strict=True):
     out[f"f{f}.values"], out[f"f{f}.offsets"] = bag.values, bag.offsets
     if bag.weights is not None:
       out[f"f{f}.weights"] = bag.weights
@@ -105,7 +105,7 @@ def bag_files(bags: tuple[BagArrays, ...], layout: fl.FeatureLayout) -> dict[str
 def from_files(arrays: dict[str, np.ndarray], layout: fl.FeatureLayout) -> tuple[BagArrays, ...]:
   """The bags of a shard from its {array name: array} (`bag_files`' inverse)."""
   return tuple(BagArrays(arrays[f"f{f}.values"], arrays[f"f{f}.offsets"],
-                         arrays.get(f"f{f}.weights")) for f in bag_features(layout))
+                         arrays.get(f"f{f}.weights")) for f in ragged_features(layout))
 
 
 def expected_array(array: str, n: int, ids_dtype: np.dtype,
@@ -192,7 +192,7 @@ def unpad(ids: np.ndarray, weights: np.ndarray, layout: fl.FeatureLayout,
                      f"{layout.features[layout.column_features[one_hot[col]]].name!r} "
                      f"(chunk row {row}) is not 1")
   bags = []
-  for f in bag_features(layout):
+  for f in ragged_features(layout):
     spec = layout.features[f]
     cols = layout.columns(f)
     used = ids[:, cols] != fl.PADDING_ID  # [n, C]
@@ -253,7 +253,7 @@ def pad(one_hot_ids: np.ndarray, bags: tuple[BagArrays, ...],
   one_hot = one_hot_columns(layout)
   ids[:, one_hot] = one_hot_ids
   weights[:, one_hot] = 1.0
-  for f, bag in zip(bag_features(layout), bags, strict=True):
+  for f, bag in zip(ragged_features(layout), bags, strict=True):
     lengths = np.diff(bag.offsets)
     row_of = np.repeat(np.arange(n), lengths)  # [T] the example of each id
     column = layout.feature_starts[f] + np.arange(row_of.shape[0]) - np.repeat(bag.offsets[:-1],

@@ -377,7 +377,7 @@ class ShardSplit:
                               start + bad.row, f"dense[{bad.column}]",
                               f"dense value {bad.value} is not finite")
     layout = self.info.layout
-    for f, bag in zip(bag_shards.bag_features(layout) if layout else (), arrays.bags, strict=True):
+    for f, bag in zip(bag_shards.ragged_features(layout) if layout else (), arrays.bags, strict=True):
       found = bag_shards.first_bad_bag(bag, f, layout)
       if found is not None:
         raise ShardValueError(os.path.join(self.directory, files[found.array]["file"]),

@@ -7,7 +7,7 @@ from sfjax.models.deep_blocks import bottom_space, tower_space
 from sfjax.models.deepfm import DeepFM
 from sfjax.models.din import DIN
 from sfjax.models.dlrm import DLRM, num_interactions, pairwise_dot_interactions
-from sfjax.models.field_layout import EMBEDDING_DIMS, embedding_space
+from sfjax.models.field_layout import EMBEDDING_DIMS, MAX_FIELD_GROUPS, embedding_space
 from sfjax.models.fm import FM, fm_pairwise
 from sfjax.models.generator import (
     BLOCK_TYPES,
@@ -40,6 +40,7 @@ from sfjax.models.wide_deep import WideDeep
 from sfjax.models.xdeepfm import CIN, XDeepFM
 
 __all__ = [
+  "MAX_FIELD_GROUPS",
   "PooledInput",
   "pool_features",
   "ALL_MODEL_NAMES",

@@ -115,6 +115,7 @@ def test_count_params_by_hand():
   assert arch_lib.count_params(deepfm, SPEC) == rows * 5 + 2 + mlp
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_a_layout_trial_is_the_trainers_pooled_model():
   """With a feature layout (issue #22) the trial's model pools bags into F fields, as the
   trainer's `build_model_from_config` does, and its table holds every table's rows."""

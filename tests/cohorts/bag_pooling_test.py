@@ -36,7 +36,7 @@ def test_keys_codes_and_names():
 
 
 def test_defaults_are_the_layouts_bags():
-  assert bag_pooling.bag_features(SPEC) == (1, 3)
+  assert bag_pooling.multi_hot_features(SPEC) == (1, 3)
   assert bag_pooling.default_codes(SPEC) == {"features.tags.pooling": 1.0,
                                              "features.genres.pooling": 2.0}
   assert bag_pooling.default_codes(types.DatasetSpec((types.FieldSpec("a", 3),), 0)) == {}

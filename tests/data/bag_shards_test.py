@@ -24,7 +24,7 @@ WEIGHTS = np.array([[1, 1, 1, 1, 1, 0.5, 0.0],  # a weighted id may weigh 0: it 
 
 def test_unpad_stores_ids_without_padding_and_pad_rebuilds_them():
   one_hot, bags = bag_shards.unpad(IDS, WEIGHTS, LAYOUT, np.dtype(np.int32))
-  assert bag_shards.bag_features(LAYOUT) == (1, 3)
+  assert bag_shards.ragged_features(LAYOUT) == (1, 3)
   np.testing.assert_array_equal(bag_shards.one_hot_columns(LAYOUT), [0, 4])
   assert one_hot.dtype == np.int32
   np.testing.assert_array_equal(one_hot, [[0, 4], [4, 8], [2, 0]])

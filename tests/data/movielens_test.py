@@ -203,6 +203,7 @@ def _raw_inter(folder):
     return [tuple(line.rstrip("\n").split("\t")[c] for c in cols) for line in f]
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_recbole_history_never_holds_its_own_or_a_later_rating():
   folder = _recbole_dir()
   length = 30
@@ -244,6 +245,7 @@ def test_recbole_history_never_holds_its_own_or_a_later_rating():
   assert checked == 100_000
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_recbole_genre_bags_hold_every_genre_of_a_movie():
   _recbole_dir()
   ds = movielens.MovieLensDataset(_config(genres="all"))
@@ -271,6 +273,7 @@ def test_recbole_genre_bags_hold_every_genre_of_a_movie():
   np.testing.assert_array_equal(one_hot._batches["test"].ids[:, :7], test.ids[:, :7])
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_all_genres_and_history_train_end_to_end(tmp_path):
   rows = [f"{1 + i % 2}\t{10 + (i // 3) % 2}\t{(i * 7) % 6}\t{i // 4}" for i in range(60)]
   c = ctr.get_config("movielens")

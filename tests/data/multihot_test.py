@@ -151,6 +151,7 @@ def test_bad_config_names_field(field, value, match):
     dataset.make_dataset(c.data, 0)
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_trains_end_to_end_on_device_backend():
   c = ctr.get_config("multihot_smoke")
   c.train.num_devices = 1

@@ -212,6 +212,7 @@ def _criteo_as_parquet(tsv: str, out: str) -> None:
   pq.write_table(pa.table(cols), out, row_group_size=700)
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_parquet_and_text_inputs_of_the_same_rows_give_identical_metrics(tmp_path):
   gen = synthetic.SyntheticCTR(ctr.get_config("smoke").data.synthetic, seed=0)
   gen.write_criteo(str(tmp_path / "train.tsv"), "train", 3000)

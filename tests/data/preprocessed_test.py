@@ -248,6 +248,7 @@ def test_parquet_bags_preprocess_to_the_same_batches(parquet_dir, tmp_path, mapp
     assert [f["name"] for f in settings["fields"]] == ["user", "item_id", "tags", "genres"]
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_training_from_preprocessed_bags_equals_training_from_parquet(parquet_dir, tmp_path):
   c = _parquet_config(parquet_dir, hash_rows=50)
   preprocessed.preprocess_files(c.data, str(tmp_path / "pre"), rows_per_shard=256)

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from experiments import bench_bag_layout
 from experiments.configs import bench_bag_layout as bench_config
@@ -23,6 +24,7 @@ def test_ragged_pooling_equals_the_padded_pooling():
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_smoke_reports_both_layouts():
   result = bench_bag_layout.run(bench_config.get_config("smoke"))
   assert result["same_loss"] and result["padded_ms"] > 0 and result["ragged_ms"] > 0

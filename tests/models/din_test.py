@@ -166,6 +166,7 @@ def test_a_layout_without_what_din_reads_names_model_name(layout, what):
                                      num_dense=0, rngs=nnx.Rngs(0), layout=layout)
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_build_from_config_wraps_din_in_pooled_input():
   model = registry.build_model_from_config(
       {"name": "din", "embed_dim": 8, "mlp_dims": (6,), "din_attention_dims": (5,)},

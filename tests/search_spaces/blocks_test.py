@@ -72,6 +72,7 @@ def test_sampled_points_build_and_run_under_jit():
     chex.assert_tree_all_finite(out)
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_every_pooled_feature_can_take_its_own_dim():
   """Issue #22: with `max_field_groups` = F the field groups are the F pooled features of a
   layout (a bag, a sequence: one field each); a feature of dim d reads only the first d

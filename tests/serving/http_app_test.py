@@ -274,6 +274,7 @@ def test_bad_settings_are_named():
     ServerSettings(max_batch=0)
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_a_layout_models_list_features_score_as_the_trainer_evaluated_them(layout_deepfm):
   predictor = Predictor.load(layout_deepfm.bundle, batch_sizes=(8, 64))
   n = 12

@@ -74,6 +74,7 @@ def test_the_command_line_prints_one_json_line_and_one_line_errors(criteo_bundle
   assert not (tmp_path / "x.npy").exists()
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_json_lines_of_a_layout_model_score_with_the_trainers_auc(layout_deepfm, tmp_path):
   served = layout_deepfm
   layout = Predictor.load(served.bundle, batch_sizes=(8,)).layout

@@ -59,6 +59,7 @@ def _assert_same(got: Run, ref: Run):
   assert abs(got.final["auc"] - ref.final["auc"]) < 1e-5
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_device_backend_trains_bags_and_padding_never_reaches_the_table():
   run = _train(_config("device"))
   assert np.isfinite(run.losses).all() and run.final["auc"] > 0.5
@@ -72,6 +73,7 @@ def test_device_backend_trains_bags_and_padding_never_reaches_the_table():
     assert changed[start:stop].mean() > 0.5
 
 
+@pytest.mark.slow  # the fast tier keeps multihot_step_test's exactness test
 def test_cache_equals_device_with_bags_weights_and_a_shared_table():
   ref = _train(_config("device"))
   got = _train(_config("cache", cache_rows=0.0))
@@ -141,6 +143,7 @@ def _assert_tables_trained(run: Run):
   np.testing.assert_array_equal(slots[tag, 1:], 0.0)  # rowwise_adagrad uses one column
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_cache_equals_device_with_per_table_optimizers():
   ref = _train(_config("device"), TABLES)
   got = _train(_config("cache", cache_rows=0.0), TABLES)

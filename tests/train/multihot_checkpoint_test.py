@@ -71,6 +71,7 @@ def test_resume_elsewhere_and_export_carry_the_layout(tmp_path, first, second):
   np.testing.assert_allclose(values, np.asarray(table[0]), **tol)
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_a_changed_layout_is_refused_on_resume(tmp_path):
   data = bag_data.BagDataset()
   c = _ckpt_config("device", 1)

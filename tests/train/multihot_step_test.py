@@ -64,9 +64,10 @@ def _dense_loss(graphdef, params, table, batch, layout):
 
 @pytest.mark.parametrize("layout", [
     bag_data.LAYOUT,
-    # Every bag at full capacity of one repeated id: duplicates and no padding.
-    fl.FeatureLayout((fl.TableSpec("t", 9),), (fl.FeatureSpec("a", "t"),
-                                                fl.FeatureSpec("b", "t", "multi_hot", 3, "sqrtn"))),
+    # A small shared table: many duplicates inside bags and across features.
+    pytest.param(fl.FeatureLayout((fl.TableSpec("t", 9),), (
+        fl.FeatureSpec("a", "t"), fl.FeatureSpec("b", "t", "multi_hot", 3, "sqrtn"))),
+        marks=pytest.mark.slow),
 ], ids=["mixed", "shared-small"])
 def test_sparse_step_equals_dense_grad(layout):
   graphdef, params = _model(layout)
@@ -99,7 +100,8 @@ def test_padding_gets_no_unique_row_and_no_update():
   np.testing.assert_array_equal(db.rows[db.vids[real]], gids[real])
 
 
-@pytest.mark.parametrize("name", models.MODEL_NAMES)
+@pytest.mark.parametrize("name", [n if n == "deepfm" else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in models.MODEL_NAMES])
 def test_every_named_model_takes_pooled_bags_as_fields(name):
   layout = bag_data.LAYOUT
   model = models.build_model_from_config(

@@ -26,6 +26,7 @@ def _check_accuracies(report):
   assert 0.5 < report["baseline_test_accuracy"] <= 1.0
 
 
+@pytest.mark.slow  # ~24 s; the fast tier stays under 5 minutes (make test-all runs it)
 def test_digits_pipeline_smoke(tmp_path):
   config = pipeline_digits.get_config("smoke")
   assert config.application == "vision"
