@@ -68,7 +68,6 @@ OPTIMIZERS = [pytest.param(name, marks=() if name == "adagrad" else pytest.mark.
               for name in row_optimizers.ROW_OPTIMIZER_NAMES]
 
 
-@pytest.mark.slow  # ~13 s; cache_backend_test keeps an 8-device case in the fast tier
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_eight_devices_replicated_and_row_sharded_equal_one_device(optimizer):
   ref = _train(_config(optimizer, backend="device", devices=1))
