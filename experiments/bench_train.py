@@ -61,9 +61,9 @@ from experiments.configs import ctr as ctr_config
 from sfjax.core import ConfigError
 from sfjax.data import (
   Batch,
-  MultihotCTR,
   DatasetSpec,
   FieldSpec,
+  MultihotCTR,
   bounded_power_law_ranks,
   make_batch,
   make_row_sampler,

@@ -80,7 +80,10 @@ def multi_hot_features(spec: DatasetSpec) -> tuple[int, ...]:
 
 def default_codes(spec: DatasetSpec) -> dict[str, float]:
   """Pooling key -> the data set's own code, for every bag of `spec`."""
-  return {pooling_key(spec.layout.features[i].name): POOLING_CODES[spec.layout.features[i].pooling]
+  if spec.layout is None:
+    return {}
+  features = spec.layout.features
+  return {pooling_key(features[i].name): POOLING_CODES[features[i].pooling]
           for i in multi_hot_features(spec)}
 
 
@@ -89,18 +92,19 @@ def check_pooling_keys(spec: DatasetSpec, keys) -> None:
   bags = default_codes(spec)
   for key in keys:
     if pooled_feature(key) is not None and key not in bags:
-      names = ", ".join(pooled_feature(k) for k in bags) or "none"
+      names = ", ".join(str(pooled_feature(k)) for k in bags) or "none"
       raise ConfigError(f"config field {key}: {pooled_feature(key)!r} is not a multi_hot "
                         f"feature of the data set (its bags: {names})")
 
 
 def summed_spec(spec: DatasetSpec) -> DatasetSpec:
   """`spec` with every bag pooled by 'sum' (the program's model; `repool_weights` norms)."""
-  if not multi_hot_features(spec):
+  layout = spec.layout
+  if layout is None or not multi_hot_features(spec):
     return spec
   features = tuple(dataclasses.replace(f, pooling="sum") if f.kind == "multi_hot" else f
-                   for f in spec.layout.features)
-  return dataclasses.replace(spec, layout=dataclasses.replace(spec.layout, features=features))
+                   for f in layout.features)
+  return dataclasses.replace(spec, layout=dataclasses.replace(layout, features=features))
 
 
 def repool_weights(spec: DatasetSpec, weights: jax.Array, codes: Mapping[str, Any]) -> jax.Array:
@@ -116,12 +120,13 @@ def repool_weights(spec: DatasetSpec, weights: jax.Array, codes: Mapping[str, An
     `[..., S]` weights whose 'sum' pooling is each bag's chosen pooling.
   """
   defaults = default_codes(spec)
-  if not defaults:
+  layout = spec.layout
+  if not defaults or layout is None:
     return weights
   parts, start = [], 0
   for i in multi_hot_features(spec):
-    cols = spec.layout.columns(i)
-    key = pooling_key(spec.layout.features[i].name)
+    cols = layout.columns(i)
+    key = pooling_key(layout.features[i].name)
     if cols.start > start:
       parts.append(weights[..., start:cols.start])
     bag = weights[..., cols]  # [..., L]

@@ -252,5 +252,6 @@ def make_mapper(hash_rows: int, min_count: int,
     return HashingMapper(int(hash_rows))
   if int(min_count) < 1:
     raise ValueError(f"data.min_count must be >= 1 when data.hash_rows == 0, got {min_count}")
-  build = build_vocabulary_from_keys if chunks_are_keys else build_vocabulary
-  return build(value_chunks(), num_fields, int(min_count))
+  if chunks_are_keys:
+    return build_vocabulary_from_keys(value_chunks(), num_fields, int(min_count))  # type: ignore[arg-type]
+  return build_vocabulary(value_chunks(), num_fields, int(min_count))

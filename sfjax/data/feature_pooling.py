@@ -55,9 +55,11 @@ def with_poolings(spec: DatasetSpec, poolings: dict[str, str]) -> DatasetSpec:
     if name not in bags:
       raise ConfigError(f"config field {_FIELD}: {name!r} is not a multi_hot feature of the "
                         f"data set (its bags: {', '.join(bags) or 'none'})")
+  layout = spec.layout
+  assert layout is not None  # bags exist only in a layout (checked above)
   features = tuple(dataclasses.replace(f, pooling=poolings.get(f.name, f.pooling))
-                   for f in spec.layout.features)
-  return dataclasses.replace(spec, layout=dataclasses.replace(spec.layout, features=features))
+                   for f in layout.features)
+  return dataclasses.replace(spec, layout=dataclasses.replace(layout, features=features))
 
 
 class RepooledFeatures:

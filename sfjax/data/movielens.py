@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import ml_collections
 import numpy as np
@@ -240,14 +240,15 @@ class MovieLensDataset:
     self.eval_splits = _SPLITS[1:]
     self.oracle = None
     self.split_rows = split  # split name -> its ratings (indices in file order, bad dropped)
-    self.stats = {"bad_lines": bad}
+    self.stats: dict[str, Any] = {"bad_lines": bad}
+    self.spec: DatasetSpec
     if options.uses_layout:
       self.spec, ids, weights = self._layout_columns(raw, mapper, split["train"], options, data_cfg)
       self._batches = {
           name: make_batch(ids[idx], raw.dense[idx], raw.labels[idx], weights=weights[idx])
           for name, idx in split.items()}
     else:  # today's 8 one-hot fields, no layout
-      self.spec: DatasetSpec = mapper.dataset_spec(_FIELD_NAMES, 0)
+      self.spec = mapper.dataset_spec(_FIELD_NAMES, 0)
       self._batches = {
           name: make_batch(mapper(raw.values[idx]), raw.dense[idx], raw.labels[idx])
           for name, idx in split.items()}
@@ -275,6 +276,7 @@ class MovieLensDataset:
           bags, train_rows, int(data_cfg.hash_rows), int(data_cfg.min_count))
       self.stats["genres_per_example"] = float((columns["genres"] >= 0).sum(1).mean())
     if options.history:
+      assert raw.times is not None  # read whenever a history is asked for
       previous, earlier = features.previous_ratings(raw.values[:, 0], raw.times, options.history)
       item = _FIELD_NAMES.index("item_id")
       columns["history"] = np.where(

@@ -440,4 +440,5 @@ def _table_rows(mapper: feature_map.FeatureMapper, num_tables: int) -> tuple[int
   """Rows of each table (mapper field)."""
   if isinstance(mapper, feature_map.HashingMapper):
     return (int(mapper.num_rows),) * num_tables
+  assert isinstance(mapper, feature_map.Vocabulary)
   return tuple(mapper.field_rows)

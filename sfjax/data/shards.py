@@ -325,7 +325,7 @@ class ShardSplit:
 
   def _open(self, index: int, verify: bool) -> ShardArrays:
     shard = self.info.shards[index]
-    maps = {}
+    maps: dict[str, Any] = {}
     for array in self.info.arrays:
       meta = shard.files[array]
       path = os.path.join(self.directory, meta["file"])
@@ -377,7 +377,9 @@ class ShardSplit:
                               start + bad.row, f"dense[{bad.column}]",
                               f"dense value {bad.value} is not finite")
     layout = self.info.layout
-    for f, bag in zip(bag_shards.ragged_features(layout) if layout else (), arrays.bags, strict=True):
+    bags = bag_shards.ragged_features(layout) if layout is not None else ()
+    for f, bag in zip(bags, arrays.bags, strict=True):
+      assert layout is not None  # bags exist only in a layout
       found = bag_shards.first_bad_bag(bag, f, layout)
       if found is not None:
         raise ShardValueError(os.path.join(self.directory, files[found.array]["file"]),

@@ -8,7 +8,7 @@ iterators over `Batch` chunks.
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -130,10 +130,12 @@ def make_batch(ids, dense, labels, mask=None, weights=None) -> Batch:
 
 def map_arrays(fn, batch: Batch) -> Batch:
   """`Batch(*(fn(a) for a in batch))`, leaving an absent (None) `weights` absent."""
-  return Batch(*(None if a is None else fn(a) for a in batch))
+  arrays: list[Any] = [None if a is None else fn(a) for a in batch]
+  return Batch(*arrays)
 
 
 def concat_batches(batches: list[Batch]) -> Batch:
   """Concatenates batches along the example axis."""
-  return Batch(*(None if parts[0] is None else np.concatenate(parts, axis=0)
-                 for parts in zip(*batches, strict=True)))
+  arrays: list[Any] = [None if parts[0] is None else np.concatenate(parts, axis=0)
+                        for parts in zip(*batches, strict=True)]
+  return Batch(*arrays)

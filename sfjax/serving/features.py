@@ -55,8 +55,9 @@ class Features(NamedTuple):
 
 def concat_features(parts: Sequence[Features]) -> Features:
   """The examples of `parts`, in order, as one `Features`."""
-  return Features(*(None if p[0] is None else np.concatenate(p, axis=0)
-                    for p in zip(*parts, strict=True)))
+  arrays: list[Any] = [None if p[0] is None else np.concatenate(p, axis=0)
+                        for p in zip(*parts, strict=True)]
+  return Features(*arrays)
 
 
 class FeatureMapping:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ SCORING_FORMATS = (*_TEXT_FORMATS, "preprocessed", "jsonl")
 LABEL_KEY = "label"  # a JSON-lines record's optional label (0 or 1)
 
 
-def json_records(paths: list[str], chunk: int) -> Iterator[tuple[list, np.ndarray]]:
+def json_records(paths: Sequence[str], chunk: int) -> Iterator[tuple[list, np.ndarray]]:
   """(records, labels [n]; NaN where a record has none) of JSON-lines files, `chunk` at a time.
 
   Raises:

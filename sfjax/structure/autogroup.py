@@ -179,7 +179,7 @@ def _model(data: TrialData, settings: AutoGroupSettings) -> GroupInteractions:
       temperature=settings.temperature)
 
 
-def _train(data: TrialData, settings: AutoGroupSettings, model: GroupInteractions,
+def _train(data: TrialData, settings: AutoGroupSettings, model: nnx.Module,
            train_structure: bool):
   """`settings.steps` steps of `model` (its graph as it is: sampling or fixed groups), behind
   the data set's feature layout if it has one (`gate_training.with_layout`)."""

@@ -37,8 +37,6 @@ from sfjax.cohorts.cohort_call import split_eval_mask
 from sfjax.cohorts.task import CTRTask, TrialData
 from sfjax.core import metrics as metrics_lib
 from sfjax.embedding import device_table, row_optimizers
-from sfjax.models.gated_fm import GatedFM
-from sfjax.models.group_interactions import GroupInteractions
 from sfjax.models.pooling import PooledInput
 from sfjax.train import defaults as defaults_lib
 from sfjax.train import step as step_lib
@@ -110,7 +108,7 @@ def with_layout(model: nnx.Module, spec) -> nnx.Module:
   return model if spec.layout is None else PooledInput(model, spec.layout)
 
 
-def unwrap(model: nnx.Module) -> nnx.Module:
+def unwrap(model: nnx.Module) -> Any:
   """The structure model itself: the inner model of a `with_layout` wrapper."""
   return model.inner if isinstance(model, PooledInput) else model
 
@@ -162,7 +160,7 @@ def keep_group_states(new_state: optax.MultiTransformState, old_state: optax.Mul
                                     **{g: old_state.inner_states[g] for g in groups}})
 
 
-def init_state(model: GatedFM | GroupInteractions | PooledInput, tx: optax.GradientTransformation,
+def init_state(model: nnx.Module, tx: optax.GradientTransformation,
                row_opt: row_optimizers.RowOptimizer, num_rows: int, *, seed: int,
                init_stddev: float) -> TrainState:
   """A fresh `TrainState` of `model`: params a copy of its whole state, `tx` over its Params.

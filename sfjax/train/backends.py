@@ -104,8 +104,7 @@ class Backend(Protocol):
     """Compiles the train step for a state of `state_sharding` and returns it.
 
     The cache backend replaces `state_sharding.table` by its cache's sharding (split on
-    'data' when row-sharded). The returned `RunStep` carries the `jax.jit` object as
-    `.jitted`.
+    'data' when row-sharded). The `RunStep` carries the `jax.jit` object as `.jitted`.
     """
 
   def train_inputs(self, batches: Iterable[types.Batch]) -> TrainInputs:
@@ -140,7 +139,8 @@ class DeviceBackend:
     self.capacity_rows = self.num_rows
     self.capacity = config.embedding.unique_capacity or vsi.unique_capacity(
         config.train.batch_size, spec.num_columns, spec.has_padding)
-    self._table_starts = spec.layout.table_offsets if row_opt.tables else None
+    self._table_starts = (spec.layout.table_offsets
+                          if row_opt.tables and spec.layout is not None else None)
     self.batch_sharding = mesh_lib.batch_shardings(mesh, row_tables=bool(row_opt.tables))
     rep, stddev = mesh_lib.replicated(mesh), config.embedding.init_stddev
     self.initial_table = device_table.init_table(
@@ -250,7 +250,8 @@ class CacheBackend:
         e, self.num_rows, width, slot_width, seed=config.seed, init_stddev=e.init_stddev,
         initial_slot_row=row_opt.initial_slot_row(width),
         tables=device_table.table_inits(spec.layout, width, row_opt, e.init_stddev))
-    self._table_starts = spec.layout.table_offsets if row_opt.tables else None
+    self._table_starts = (spec.layout.table_offsets
+                          if row_opt.tables and spec.layout is not None else None)
     self.planner = cache_planner.CachePlanner(self.num_slots, self.capacity, policy=e.cache_policy,
                                               lookahead=e.lookahead)
     rep = mesh_lib.replicated(mesh)
