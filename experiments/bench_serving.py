@@ -278,7 +278,7 @@ def run_inprocess(config: ml_collections.ConfigDict, bundle: str, lines: list[st
   features = predictor.parse_records(records)
   batches = {}
   for b in sizes:
-    part = type(features)(*(np.ascontiguousarray(x[:b]) for x in features))
+    part = type(features)(*(None if x is None else np.ascontiguousarray(x[:b]) for x in features))
     median = time_calls(lambda part=part: predictor.predict_features(part),
                         config.inprocess_seconds, config.inprocess_reps)
     batches[str(b)] = {"ms": median * 1e3, "examples_per_sec": b / median}

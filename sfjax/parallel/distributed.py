@@ -173,12 +173,14 @@ def put_global(tree: Any, shardings: Any) -> Any:
     return jax.device_put(tree, shardings)
 
   def put(x, sharding):
+    if x is None:  # an absent optional field (a DeviceBatch's weights without a layout)
+      return None
     x = np.asarray(x)
     if sharding.is_fully_replicated:
       return jax.make_array_from_process_local_data(sharding, x, x.shape)
     return jax.make_array_from_process_local_data(sharding, x[process_rows(x.shape[0])], x.shape)
 
-  return jax.tree.map(put, tree, shardings)
+  return jax.tree.map(put, tree, shardings, is_leaf=lambda x: x is None)
 
 
 def local_rows(x: jax.Array) -> np.ndarray:
