@@ -74,6 +74,7 @@ def test_a_misspelt_override_names_the_step_and_the_closest_key(edit, message):
     pipeline.parse_steps(config, _kinds())
 
 
+@pytest.mark.slow  # ~13 s; the fast tier stays under 5 minutes (make test-all runs it)
 def test_nas_hands_its_best_config_to_hpo_which_keeps_the_architecture(tmp_path):
   report = pipeline.run_pipeline(_config(), str(tmp_path), _kinds())
   assert report["status"] == "done", report

@@ -6,6 +6,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -14,6 +15,7 @@ from sfjax.vision import cnn, image_data, training
 from sfjax.vision import conv_layers as layers
 
 
+@pytest.mark.slow  # ~10 s; the fast tier stays under 5 minutes (make test-all runs it)
 def test_fit_learns_and_vmaps_over_learning_rates():
   splits = image_data.load_splits("digits", max_train=600)
   params = cnn.init_cnn(jax.random.key(0), (8, 16, 16))
