@@ -13,6 +13,7 @@ import dataclasses
 
 from sfjax.core import feature_layout as fl
 from sfjax.core.errors import ConfigError
+from sfjax.data import feature_select
 from sfjax.data.types import DatasetSpec
 
 _FIELD = "data.pooling"
@@ -62,8 +63,9 @@ def with_poolings(spec: DatasetSpec, poolings: dict[str, str]) -> DatasetSpec:
   return dataclasses.replace(spec, layout=dataclasses.replace(layout, features=features))
 
 
-class RepooledFeatures:
-  """A data set whose bags pool as `poolings` says (see the module docstring).
+class RepooledFeatures(feature_select.DatasetView):
+  """A data set whose bags pool as `poolings` says (see the module docstring); its
+  batches are the wrapped set's.
 
   Args:
     dataset: any `CTRDataset` with a feature layout.
@@ -71,31 +73,8 @@ class RepooledFeatures:
   """
 
   def __init__(self, dataset, poolings: dict[str, str]):
-    self.dataset = dataset
+    super().__init__(dataset)
     self.spec = with_poolings(dataset.spec, poolings)
-
-  @property
-  def eval_splits(self) -> tuple[str, ...]:
-    """The wrapped data set's eval splits."""
-    return self.dataset.eval_splits
-
-  @property
-  def oracle(self):
-    """The wrapped data set's oracle (labels are unchanged)."""
-    return self.dataset.oracle
-
-  @property
-  def stats(self) -> dict:
-    """The wrapped data set's stats."""
-    return self.dataset.stats
-
-  def train_batches(self, batch_size: int, seed: int):
-    """The wrapped training batches."""
-    return self.dataset.train_batches(batch_size, seed)
-
-  def eval_batches(self, split: str, batch_size: int):
-    """The wrapped eval batches."""
-    return self.dataset.eval_batches(split, batch_size)
 
 
 def with_pooling(dataset, pooling: str):

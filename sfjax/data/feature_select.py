@@ -49,19 +49,12 @@ def select_layout(spec: DatasetSpec, keep: tuple[str, ...]) -> tuple[DatasetSpec
   return DatasetSpec(fields, spec.num_dense, None if one_hot else new), columns
 
 
-class SelectedFeatures:
-  """A data set reduced to some of its features (see the module docstring).
+class DatasetView:
+  """A data set seen through a wrapper: its eval splits, oracle and stats are the wrapped
+  set's (labels never change); subclasses set `spec` and may map the batches."""
 
-  Args:
-    dataset: any `CTRDataset`.
-    keep: feature names, at least one.
-  """
-
-  def __init__(self, dataset, keep: tuple[str, ...]):
-    if not keep:
-      raise ConfigError("config field data.use_features: names no feature")
+  def __init__(self, dataset):
     self.dataset = dataset
-    self.spec, self._columns = select_layout(dataset.spec, tuple(keep))
 
   @property
   def eval_splits(self) -> tuple[str, ...]:
@@ -75,24 +68,48 @@ class SelectedFeatures:
 
   @property
   def stats(self) -> dict:
+    """The wrapped data set's stats."""
+    return self.dataset.stats
+
+  def _map(self, batch: Batch) -> Batch:
+    """A wrapped batch as this view yields it (unchanged by default)."""
+    return batch
+
+  def train_batches(self, batch_size: int, seed: int):
+    """The wrapped training batches, through `_map`."""
+    return map(self._map, self.dataset.train_batches(batch_size, seed))
+
+  def eval_batches(self, split: str, batch_size: int):
+    """The wrapped eval batches, through `_map`."""
+    return map(self._map, self.dataset.eval_batches(split, batch_size))
+
+
+class SelectedFeatures(DatasetView):
+  """A data set reduced to some of its features (see the module docstring).
+
+  Args:
+    dataset: any `CTRDataset`.
+    keep: feature names, at least one.
+  """
+
+  def __init__(self, dataset, keep: tuple[str, ...]):
+    if not keep:
+      raise ConfigError("config field data.use_features: names no feature")
+    super().__init__(dataset)
+    self.spec, self._columns = select_layout(dataset.spec, tuple(keep))
+
+  @property
+  def stats(self) -> dict:
     """The wrapped data set's stats plus the kept features."""
     return dict(self.dataset.stats, features=[f.name for f in self.spec.fields])
 
-  def _select(self, batch: Batch) -> Batch:
+  def _map(self, batch: Batch) -> Batch:
     ids = np.ascontiguousarray(batch.ids[:, self._columns])
     weights = None
     if self.spec.layout is not None:
       weights = (np.ones(ids.shape, np.float32) if batch.weights is None
                  else np.ascontiguousarray(batch.weights[:, self._columns]))
     return batch._replace(ids=ids, weights=weights)
-
-  def train_batches(self, batch_size: int, seed: int):
-    """The wrapped training batches, reduced."""
-    return map(self._select, self.dataset.train_batches(batch_size, seed))
-
-  def eval_batches(self, split: str, batch_size: int):
-    """The wrapped eval batches, reduced."""
-    return map(self._select, self.dataset.eval_batches(split, batch_size))
 
 
 def with_features(dataset, use_features: str):
