@@ -79,6 +79,7 @@ def test_finetune_batches_index_the_touched_rows():
                                 [[0, batches.rows.size]])  # an untouched id: not in the table
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_vmapped_finetune_equals_a_lone_finetune_then_physical_prune():
   _, spec, graphdef, params, values, data, evaluate = _setup()
   g1 = ctr_prune.full_genome(spec)

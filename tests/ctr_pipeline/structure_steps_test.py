@@ -31,6 +31,7 @@ def test_bad_blocks_name_the_field(fields, match):
     kind.check(_block(**fields), "steps.a")
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_autofis_step_hands_on_kept_pairs_scored_against_the_planted_ones(tmp_path):
   c = ml_collections.ConfigDict({"seed": 0})
   c.task = t = search_ctr.get_config("smoke").task
@@ -51,6 +52,7 @@ def test_autofis_step_hands_on_kept_pairs_scored_against_the_planted_ones(tmp_pa
       autofis.pair_precision_recall(result.kept_pairs, truth)
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_autogroup_step_hands_on_field_groups(tmp_path):
   c = ml_collections.ConfigDict({"seed": 0})
   c.task = t = search_ctr.get_config("smoke").task

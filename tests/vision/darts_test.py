@@ -18,6 +18,7 @@ def _batch(seed):
   return jax.random.uniform(k1, (4, 6, 6, 1)), jax.random.randint(k2, (4,), 0, 10)
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_alpha_gets_gradients_only_from_the_valid_loss():
   state, w_tx, a_tx = darts._init_search(jax.random.key(0), SPEC, 1e-2, 1e-1)
   step = jax.jit(chex.assert_max_traces(darts._make_search_step(SPEC, w_tx, a_tx), n=1))

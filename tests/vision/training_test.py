@@ -105,6 +105,7 @@ def _bn_apply(p, stats, x, train):
   return h @ p["head"]["w"] + p["head"]["b"], stats
 
 
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_batch_norm_statistics_travel_as_model_state_not_parameters():
   images = jax.random.uniform(jax.random.key(0), (32, 4, 4, 1)) + 2.0
   labels = (images.mean(axis=(1, 2, 3)) > 2.5).astype(jnp.int32)
