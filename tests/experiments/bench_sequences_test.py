@@ -28,11 +28,12 @@ def test_smoke_compares_one_hot_only_full_deepfm_and_din_to_the_oracle():
   result = bench_sequences.run(bench_config.get_config("smoke"))
   mh = result["multihot"]
   assert mh["one_hot_features"] == "user,item,ctx0,ctx1"
-  assert 0.5 < mh["oracle_test_auc"] <= 1
+  oracle = mh["oracle_test_auc"]["mean"]
+  assert 0.5 < oracle <= 1
   for name in ("onehot_only", "deepfm", "din"):
-    assert 0.5 < mh[name]["mean"] < mh["oracle_test_auc"], (name, mh[name])
-  for name in ("deepfm", "din"):
+    assert 0.5 < mh[name]["mean"] < oracle, (name, mh[name])
+  for name in ("deepfm", "din"):  # one seed: the per-seed gap is the gap of the means
     base = mh["onehot_only"]["mean"]
-    assert math.isclose(mh[name]["gap_recovered"],
-                        (mh[name]["mean"] - base) / (mh["oracle_test_auc"] - base))
+    assert math.isclose(mh[name]["gap_recovered"], (mh[name]["mean"] - base) / (oracle - base))
+    assert mh[name]["gap_recovered_by_seed"] == [mh[name]["gap_recovered"]]
   assert "movielens" not in result
