@@ -10,7 +10,7 @@ and logloss of the true click probabilities per eval split, computed once).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -29,14 +29,11 @@ class ChunkedRows:
   shuffle_stream: int
   eval_splits: tuple[str, ...]
   _oracle: dict[str, dict[str, float]] | None
-
-  def chunk(self, split: str, index: int) -> Any:
-    """Rows [index * chunk_rows, (index + 1) * chunk_rows) of a split."""
-    raise NotImplementedError
-
-  def split_size(self, split: str) -> int:
-    """Rows of one epoch of 'train', or of an eval split."""
-    raise NotImplementedError
+  # Defined by the subclass: chunk(split, index) -> rows [index * chunk_rows, +chunk_rows),
+  # split_size(split) -> rows of an epoch / eval split, generate_rows(split, start, n).
+  chunk: Callable[[str, int], Any]
+  split_size: Callable[[str], int]
+  generate_rows: Callable[[str, int, int], Any]
 
   def _row_pieces(self, split: str, start: int, stop: int) -> Iterator[Any]:
     """Rows [start, stop) of a split, chunk by chunk."""
@@ -73,7 +70,3 @@ class ChunkedRows:
                          "logloss": metrics.logloss(rows.labels, rows.probs)}
       self._oracle = oracle
     return self._oracle
-
-  def generate_rows(self, split: str, start: int, num_rows: int) -> Any:
-    """Rows [start, start + num_rows) of a split (defined by the subclass)."""
-    raise NotImplementedError
