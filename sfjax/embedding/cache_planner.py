@@ -51,6 +51,10 @@ import numpy as np
 from sfjax.embedding import slot_index
 
 CACHE_POLICIES = ("lru", "lfu")
+# Tables of at most this many rows (given as `num_rows`) are indexed densely: an int32
+# slot and an int32 eviction step per row (8 bytes a row, 134 MB at the limit) instead
+# of the hash map and sorted eviction lists; the plans are identical.
+DENSE_INDEX_MAX_ROWS = 1 << 24
 _MAX_KEY = np.iinfo(np.int64).max
 _FREQ_CAP = (1 << 22) - 1
 
@@ -107,10 +111,13 @@ class CachePlanner:
     lookahead: maximum planned-but-unretired steps, the one being planned included.
     fill_capacity: F_cap, padded length of the fill/evict buffers; default U_cap
       (always enough: a step never fills more than its unique ids).
+    num_rows: V, the table size, when known (every id < V): a table of at most
+      `DENSE_INDEX_MAX_ROWS` rows is then indexed densely (the same plans, faster).
   """
 
   def __init__(self, num_slots: int, unique_capacity: int, *, policy: str = "lru",
-               lookahead: int = 1, fill_capacity: int | None = None):
+               lookahead: int = 1, fill_capacity: int | None = None,
+               num_rows: int | None = None):
     if policy not in CACHE_POLICIES:
       raise ValueError(f"CachePlanner: unknown policy {policy!r} (known: {', '.join(CACHE_POLICIES)})")
     fill_capacity = unique_capacity if fill_capacity is None else fill_capacity
@@ -127,7 +134,12 @@ class CachePlanner:
     self._last_used = np.full((c,), -1, np.int64)  # [C] last step that used the slot
     self._freq = np.zeros((c,), np.int64)  # [C] steps using the id since admission
     self._num_occupied = 0  # Occupied slots are exactly [0, num_occupied).
-    self._index = slot_index.IdIndex(c)
+    self.num_rows = None if num_rows is None else int(num_rows)
+    dense = self.num_rows is not None and self.num_rows <= DENSE_INDEX_MAX_ROWS
+    self._index = slot_index.DenseIdIndex(c, self.num_rows) if dense else slot_index.IdIndex(c)
+    # Dense: [V] int32 last step that evicted each id (-1 never), in place of `_pending`.
+    self._evicted_at = np.full((self.num_rows,), -1, np.int32) if dense else None
+    self._slot_marks = np.zeros((c,), bool)  # Scratch: `_ascending`'s marks, all False between calls.
     self._lru = slot_index.LruQueue(2 * (c + self.unique_capacity)) if policy == "lru" else None
     self._hit_mask = np.zeros((c,), bool)  # Scratch: slots hit by the batch being planned.
     self._next_step = 0
@@ -193,7 +205,10 @@ class CachePlanner:
     evict_ids = self._slot_ids[victims]
     if victims.size:
       self._index.remove_slots(victims)
-      self._pending[step] = np.sort(evict_ids)
+      if self._evicted_at is None:
+        self._pending[step] = np.sort(evict_ids)
+      else:
+        self._evicted_at[evict_ids] = step
     fill_slots = np.concatenate([np.arange(occ, occ + n_new), victims]).astype(np.int32)
     self._slot_ids[fill_slots] = miss_ids
     self._last_used[fill_slots] = step
@@ -204,7 +219,7 @@ class CachePlanner:
     if self._lru is not None:
       if lru_head is not None:
         self._lru.advance(lru_head)
-      self._lru.push(np.sort(np.concatenate([hit_slots, fill_slots])), step, self._last_used)
+      self._lru.push(self._ascending(hit_slots, fill_slots), step, self._last_used)
     self._num_occupied = occ + n_new
     self._next_step = step + 1
     self.total_hits += int(hit_slots.size)
@@ -251,6 +266,9 @@ class CachePlanner:
     ids = ids.astype(np.int64)
     if ids.size and ids.min() < 0:
       raise ValueError(f"plan: row id {int(ids[ids < 0][0])} is negative")
+    if ids.size and self.num_rows is not None and ids.max() >= self.num_rows:
+      raise ValueError(f"plan: row id {int(ids[ids >= self.num_rows][0])} is outside the "
+                       f"table's {self.num_rows} rows")
     if ids.size > 1 and not (ids[1:] > ids[:-1]).all():  # Fast path: np.unique output is sorted.
       ordered = np.sort(ids)
       dup = ordered[1:] == ordered[:-1]
@@ -292,8 +310,22 @@ class CachePlanner:
         f"must be >= {needed} (a safe bound: {self.lookahead} x the unique capacity "
         f"{self.unique_capacity})")
 
+  def _ascending(self, *slots: np.ndarray) -> np.ndarray:
+    """The distinct slots of `slots` in ascending order (int64): marks over C, no sort."""
+    marks = self._slot_marks
+    for s in slots:
+      marks[s] = True
+    out = np.flatnonzero(marks).astype(np.int64, copy=False)
+    marks[out] = False
+    return out
+
   def _fill_after_step(self, miss_ids: np.ndarray) -> int:
     """The latest unretired step that evicted one of `miss_ids`, or -1."""
+    if self._evicted_at is not None:  # an id's latest eviction is its latest unretired one
+      if not miss_ids.size:
+        return -1
+      after = int(self._evicted_at[miss_ids].max())
+      return after if after >= self._oldest_unretired else -1
     after = -1
     for evict_step, evicted in self._pending.items():
       pos = np.minimum(np.searchsorted(evicted, miss_ids), evicted.size - 1)

@@ -233,7 +233,8 @@ class CachePipeline(Iterator[StepInputs]):
     ids = vsi.global_row_ids(batch.ids, self._offsets, self.host_table.num_rows,
                              column_rows=self._column_rows,
                              allow_padding=batch.weights is not None)
-    virt = vsi.dedup_ids(ids, self.planner.unique_capacity, pad_id=-1)
+    virt = vsi.dedup_ids(ids, self.planner.unique_capacity, pad_id=-1,
+                         num_rows=self.host_table.num_rows)
     with self._stats_lock:
       self.stats.loader_seconds += time.perf_counter() - t
     return batch, virt

@@ -1,8 +1,10 @@
 """Host-side index structures of the cache planner (numpy, vectorised).
 
 `IdIndex` maps row ids to cache slots (an open-addressing hash map, far faster than a
-Python dict for batches of ~50k ids); `LruQueue` keeps occupied slots in
-(last use, slot) order so LRU victims are found in O(U) amortised time.
+Python dict for batches of ~50k ids); `DenseIdIndex` does the same with one int32 entry
+per table row, for tables small enough to afford it (plain gathers and scatters, ~10x
+faster again); `LruQueue` keeps occupied slots in (last use, slot) order so LRU
+victims are found in O(U) amortised time.
 """
 
 from __future__ import annotations
@@ -87,6 +89,32 @@ class IdIndex:
       rest = np.ones(idx.size, bool)
       rest[free[won]] = False
       idx, pos = idx[rest], (pos[rest] + 1) & self._mask
+
+
+class DenseIdIndex:
+  """`IdIndex`'s interface over a dense `[V] int32` map (id -> slot, -1 absent).
+
+  4 bytes per table row: meant for tables of at most a few tens of millions of rows
+  (`cache_planner.DENSE_INDEX_MAX_ROWS`), where it replaces every probe by one gather.
+  Ids must lie in [0, V).
+  """
+
+  def __init__(self, num_slots: int, num_rows: int):
+    self._slot_of = np.full((int(num_rows),), -1, np.int32)  # [V] slot of each id, or -1
+    self._id_of = np.zeros((int(num_slots),), np.int64)  # [C] id held by each slot
+
+  def lookup(self, ids: np.ndarray) -> np.ndarray:
+    """[N] int64 slot of each id, -1 where absent."""
+    return self._slot_of[ids].astype(np.int64)
+
+  def remove_slots(self, slots: np.ndarray) -> None:
+    """Removes the ids held by `slots` (which must be occupied)."""
+    self._slot_of[self._id_of[slots]] = -1
+
+  def insert(self, ids: np.ndarray, slots: np.ndarray) -> None:
+    """Inserts distinct ids that are absent, held by `slots`."""
+    self._slot_of[ids] = slots
+    self._id_of[slots] = ids
 
 
 class LruQueue:

@@ -19,6 +19,7 @@ vectorised pass (`data.validate`), cheap beside the sort of `dedup_ids`.
 
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -106,7 +107,60 @@ def global_row_ids(local_ids: np.ndarray, field_offsets: np.ndarray,
   return out if pad is None else np.where(pad, -1, out)
 
 
-def dedup_ids(ids: np.ndarray, capacity: int, pad_id: int) -> VirtualIds:
+# The marker pass (`unique_inverse`) applies up to this table size (an 84 MB scratch per
+# thread) and while the table has at most this many rows per id of the batch (beyond it,
+# scanning the flags costs more than sorting the ids).
+DENSE_MAX_ROWS = 1 << 24
+DENSE_ROWS_PER_ID = 64
+
+
+class _Scratch(threading.local):
+  """Per-thread marker flags `[V] bool` (all False between calls) and positions `[V] int32`."""
+  seen: np.ndarray | None = None
+  pos: np.ndarray | None = None
+
+
+_SCRATCH = _Scratch()
+
+
+def _scratch(num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+  if _SCRATCH.seen is None or _SCRATCH.seen.shape[0] != num_rows:
+    _SCRATCH.seen, _SCRATCH.pos = np.zeros(num_rows, bool), np.empty(num_rows, np.int32)
+  return _SCRATCH.seen, _SCRATCH.pos  # type: ignore[return-value]
+
+
+def unique_inverse(ids: np.ndarray, num_rows: int | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+  """`np.unique(ids, return_inverse=True)` for `[N]` ids in `[0, num_rows)`, faster.
+
+  With `num_rows` (V) given and small beside N (`DENSE_MAX_ROWS`, `DENSE_ROWS_PER_ID`),
+  a marker pass over a per-thread scratch replaces the sort; the result is identical
+  (the sorted unique ids, and each id's index into them).
+
+  Returns:
+    (uniq [U] int64 sorted, inverse [N] integer indices with uniq[inverse] == ids).
+
+  Raises:
+    IndexError: (marker pass) an id >= num_rows; ids must be >= 0.
+  """
+  flat = np.asarray(ids, np.int64).reshape(-1)
+  if (num_rows is None or num_rows > DENSE_MAX_ROWS or flat.size == 0
+      or num_rows > DENSE_ROWS_PER_ID * flat.size):
+    return np.unique(flat, return_inverse=True)
+  seen, pos = _scratch(int(num_rows))
+  try:
+    seen[flat] = True
+  except IndexError:
+    seen[:] = False  # an id past the table may have left flags behind
+    raise
+  uniq = np.flatnonzero(seen).astype(np.int64, copy=False)
+  seen[uniq] = False  # the flags are all False again for the next call
+  pos[uniq] = np.arange(uniq.shape[0], dtype=np.int32)
+  return uniq, pos[flat]
+
+
+def dedup_ids(ids: np.ndarray, capacity: int, pad_id: int,
+              num_rows: int | None = None) -> VirtualIds:
   """Deduplicates `ids` and pads the unique set to `capacity`.
 
   Padding ids (-1, the unused columns of bags and sequences) get no unique entry:
@@ -118,6 +172,8 @@ def dedup_ids(ids: np.ndarray, capacity: int, pad_id: int) -> VirtualIds:
     capacity: fixed length of `uniq` (static shape of the device step).
     pad_id: value written into the padding entries of `uniq` (e.g. the table size,
       an out-of-range row that device gathers fill and scatters drop).
+    num_rows: V, the table size, when known: every id is < V, which lets a small
+      table use the marker pass (`unique_inverse`; the same result).
 
   Returns:
     VirtualIds.
@@ -127,10 +183,7 @@ def dedup_ids(ids: np.ndarray, capacity: int, pad_id: int) -> VirtualIds:
   """
   real = ids >= 0
   has_padding = not bool(real.all())
-  if has_padding:
-    uniq, inverse = np.unique(ids[real], return_inverse=True)
-  else:
-    uniq, inverse = np.unique(ids, return_inverse=True)
+  uniq, inverse = unique_inverse(ids[real] if has_padding else ids.reshape(-1), num_rows)
   n = int(uniq.shape[0])
   if n + has_padding > capacity:
     raise ValueError(
@@ -177,7 +230,7 @@ def prepare_batch(batch: types.Batch, field_offsets: np.ndarray, capacity: int,
                      "use the cache backend, whose slots are int32")
   ids = global_row_ids(batch.ids, field_offsets, num_rows, column_rows=column_rows,
                        allow_padding=batch.weights is not None)
-  virt = dedup_ids(ids, capacity, pad_id=num_rows)
+  virt = dedup_ids(ids, capacity, pad_id=num_rows, num_rows=num_rows)
   row_tables = (None if table_starts is None
                 else feature_layout.row_tables(table_starts, virt.uniq))
   return DeviceBatch(virt.uniq.astype(np.int32), virt.vids, batch.dense, batch.labels,

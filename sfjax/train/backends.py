@@ -253,7 +253,7 @@ class CacheBackend:
     self._table_starts = (spec.layout.table_offsets
                           if row_opt.tables and spec.layout is not None else None)
     self.planner = cache_planner.CachePlanner(self.num_slots, self.capacity, policy=e.cache_policy,
-                                              lookahead=e.lookahead)
+                                              lookahead=e.lookahead, num_rows=self.num_rows)
     rep = mesh_lib.replicated(mesh)
     self.batch_sharding = mesh_lib.batch_shardings(mesh, row, row_tables=bool(row_opt.tables))
     # Row-sharded: the cache rows, each step's per-device swap buffers and row blocks on 'data'.

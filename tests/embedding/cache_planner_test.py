@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sfjax.embedding import cache_planner
+from sfjax.embedding import cache_planner, slot_index
 from sfjax.embedding.cache_planner import CacheCapacityError, CachePlanner
 
 U_CAP = 6
@@ -99,7 +99,8 @@ batches_st = st.lists(
     st.lists(st.integers(0, 25), max_size=U_CAP, unique=True).map(sorted), min_size=1, max_size=25)
 
 
-def _simulate(batches, capacity, lookahead, policy, retire_draws, obey_fill_after_step=True):
+def _simulate(batches, capacity, lookahead, policy, retire_draws, obey_fill_after_step=True,
+              num_rows=None):
   """Simulates host table + device cache following the plans, checking every plan.
 
   Each use of a row adds 1 on the device, so a row's final host value must equal
@@ -112,7 +113,7 @@ def _simulate(batches, capacity, lookahead, policy, retire_draws, obey_fill_afte
     (host, truth, counters) or None when the planner (correctly) ran out of capacity.
   """
   c = capacity
-  planner = CachePlanner(c, U_CAP, policy=policy, lookahead=lookahead)
+  planner = CachePlanner(c, U_CAP, policy=policy, lookahead=lookahead, num_rows=num_rows)
   host = {}  # id -> value (absent = initial value 0)
   device = {}  # slot -> [id, value]
   model = {}  # slot -> id, as the plans say
@@ -236,8 +237,8 @@ def random_streams(draw):
   return batches, capacity, lookahead, rng.integers(0, 2, steps).tolist()
 
 
-def _check_simulation(batches, capacity, lookahead, policy, retire_draws):
-  result = _simulate(batches, capacity, lookahead, policy, retire_draws)
+def _check_simulation(batches, capacity, lookahead, policy, retire_draws, num_rows=None):
+  result = _simulate(batches, capacity, lookahead, policy, retire_draws, num_rows=num_rows)
   if result is not None:
     host, truth, counters = result
     assert host == truth
@@ -267,3 +268,56 @@ def test_ignoring_fill_after_step_reads_stale_rows(policy):
   assert host == truth and counters["flagged"] > 0 and counters["evictions"] > 0
   naive_host, _, _ = _simulate(batches, 9, 2, policy, [0] * 60, obey_fill_after_step=False)
   assert naive_host != truth  # Gathering flagged fills early loses updates.
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=random_streams(), policy=st.sampled_from(cache_planner.CACHE_POLICIES))
+def test_dense_index_plans_keep_the_cache_consistent(case, policy):
+  batches, capacity, lookahead, retire_draws = case
+  num_rows = max(max(b) for b in batches) + 1
+  _check_simulation(batches, capacity, lookahead, policy, retire_draws, num_rows=num_rows)
+
+
+def _plan_stream(batches, capacity, lookahead, policy, retire_draws, num_rows):
+  """Every plan (or the capacity error) of one planner, retiring as `retire_draws` says."""
+  planner = CachePlanner(capacity, U_CAP, policy=policy, lookahead=lookahead, num_rows=num_rows)
+  out, retired = [], 0
+  for step, ids in enumerate(batches):
+    while retired < step and (step - retired + 1 > lookahead or retire_draws[step] > 0):
+      planner.retire(retired)
+      retired += 1
+    try:
+      out.append(planner.plan(step, np.array(ids, np.int64)))
+    except CacheCapacityError as e:
+      out.append(str(e))
+      break
+  return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(case=random_streams(), policy=st.sampled_from(cache_planner.CACHE_POLICIES))
+def test_dense_and_hashed_indexes_make_identical_plans(case, policy):
+  batches, capacity, lookahead, retire_draws = case
+  num_rows = max(max(b) for b in batches) + 1
+  hashed = _plan_stream(batches, capacity, lookahead, policy, retire_draws, None)
+  dense = _plan_stream(batches, capacity, lookahead, policy, retire_draws, num_rows)
+  assert len(hashed) == len(dense)
+  for a, b in zip(hashed, dense, strict=True):
+    if isinstance(a, str):
+      assert a == b
+      continue
+    for name, x, y in zip(a._fields, a, b, strict=True):
+      np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+def test_dense_index_only_for_known_small_tables_and_ids_inside_them():
+  assert isinstance(CachePlanner(4, 4, num_rows=100)._index, slot_index.DenseIdIndex)
+  assert isinstance(CachePlanner(4, 4)._index, slot_index.IdIndex)
+  big = cache_planner.DENSE_INDEX_MAX_ROWS + 1
+  assert isinstance(CachePlanner(4, 4, num_rows=big)._index, slot_index.IdIndex)
+  planner = CachePlanner(4, 4, num_rows=10)
+  with pytest.raises(ValueError, match="row id 10 is outside the table's 10 rows"):
+    planner.plan(0, np.array([3, 10]))
+  assert planner.next_step == 0  # nothing changed
+  plan = planner.plan(0, np.array([3, 9]))
+  assert plan.misses == 2 and planner.next_step == 1

@@ -25,3 +25,31 @@ def test_id_index_survives_rebuilds_and_tombstones():
     held.update(zip(new_slots.tolist(), new_ids.tolist(), strict=True))
     probe = np.array(list(held.values()) + [10**15 + 1], np.int64)
     assert index.lookup(probe).tolist() == list(held) + [-1]
+
+
+def test_dense_index_answers_like_the_hash_map():
+  rng = np.random.default_rng(3)
+  num_slots, num_rows = 64, 500
+  dense, hashed = slot_index.DenseIdIndex(num_slots, num_rows), slot_index.IdIndex(num_slots)
+  held = {}  # slot -> id
+  for _ in range(40):
+    free = [s for s in range(num_slots) if s not in held]
+    out = rng.choice(sorted(held), size=min(len(held), int(rng.integers(0, 10))), replace=False) \
+        if held else np.zeros(0, np.int64)
+    for index in (dense, hashed):
+      index.remove_slots(np.asarray(out, np.int64))
+    for s in out:
+      del held[int(s)]
+    free = [s for s in range(num_slots) if s not in held]
+    absent = np.setdiff1d(np.arange(num_rows), list(held.values()))
+    k = min(len(free), int(rng.integers(0, 12)))
+    ids = rng.choice(absent, size=k, replace=False).astype(np.int64)
+    slots = np.asarray(free[:k], np.int32)
+    for index in (dense, hashed):
+      index.insert(ids, slots)
+    held.update(zip(slots.tolist(), ids.tolist(), strict=True))
+    probe = rng.integers(0, num_rows, 50).astype(np.int64)
+    want = np.array([{v: k for k, v in held.items()}.get(int(i), -1) for i in probe])
+    np.testing.assert_array_equal(dense.lookup(probe), want)
+    np.testing.assert_array_equal(hashed.lookup(probe), want)
+    assert dense.lookup(probe).dtype == np.int64

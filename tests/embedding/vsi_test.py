@@ -94,3 +94,68 @@ def test_prepare_batch_carries_weights_and_allows_padding_only_with_them():
   assert n == 1 and db.vids[0, 1] == 1 and db.rows[1] == 5
   with pytest.raises(vsi.IdRangeError):
     vsi.prepare_batch(b._replace(weights=None), np.array([0, 0]), 3, 5, np.array([5, 5]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 199), min_size=1, max_size=80),
+       st.sampled_from([200, 257, 5000, 1 << 20]))
+def test_unique_inverse_equals_a_sort_on_either_path(values, num_rows):
+  ids = np.array(values, np.int64)
+  want_u, want_i = np.unique(ids, return_inverse=True)
+  uniq, inverse = vsi.unique_inverse(ids, num_rows)
+  assert uniq.dtype == np.int64
+  np.testing.assert_array_equal(uniq, want_u)
+  np.testing.assert_array_equal(inverse, want_i)
+
+
+def test_the_marker_pass_is_taken_for_small_tables_and_leaves_no_flags(monkeypatch):
+  calls = []
+  real_unique = np.unique
+  monkeypatch.setattr(np, "unique", lambda *a, **k: calls.append(1) or real_unique(*a, **k))
+  ids = np.array([[7, 3, 7], [0, 3, 9]], np.int64)
+  out = vsi.dedup_ids(ids, capacity=6, pad_id=10, num_rows=10)
+  assert not calls  # 10 rows <= 64 per id: no sort
+  np.testing.assert_array_equal(out.uniq, [0, 3, 7, 9, 10, 10])
+  np.testing.assert_array_equal(out.vids, [[2, 1, 2], [0, 1, 3]])
+  again = vsi.dedup_ids(np.array([[1, 1]], np.int64), capacity=2, pad_id=10, num_rows=10)
+  np.testing.assert_array_equal(again.uniq, [1, 10])  # no flag of the first call left behind
+  vsi.dedup_ids(ids, capacity=6, pad_id=10)  # no table size: the sort
+  big = vsi.dedup_ids(ids, capacity=6, pad_id=-1, num_rows=64 * ids.size + 1)  # too sparse
+  assert len(calls) == 2
+  np.testing.assert_array_equal(big.uniq[:4], out.uniq[:4])
+
+
+def test_the_marker_pass_with_padding_and_an_id_past_the_table():
+  ids = np.array([[4, -1, 2], [-1, 4, -1]], np.int64)
+  out = vsi.dedup_ids(ids, capacity=3, pad_id=8, num_rows=8)
+  np.testing.assert_array_equal(out.uniq, [2, 4, 8])
+  np.testing.assert_array_equal(out.vids, [[1, 2, 0], [2, 1, 2]])
+  assert out.has_padding
+  with pytest.raises(IndexError):
+    vsi.unique_inverse(np.array([1, 8, 3]), 8)
+  uniq, _ = vsi.unique_inverse(np.array([5, 5]), 8)  # the failed call left no flags
+  np.testing.assert_array_equal(uniq, [5])
+
+
+def test_the_marker_scratch_is_per_thread():
+  import threading
+  results, errors = {}, []
+
+  def work(k):
+    try:
+      rng = np.random.default_rng(k)
+      for _ in range(50):
+        n = 100 + 50 * k
+        ids = rng.integers(0, n, 300)
+        results.setdefault(k, []).append(
+            all(np.array_equal(a, b) for a, b in zip(vsi.unique_inverse(ids, n),
+                                                     np.unique(ids, return_inverse=True), strict=True)))
+    except Exception as e:  # noqa: BLE001
+      errors.append(e)
+
+  threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert not errors and all(all(v) for v in results.values()) and len(results) == 4
