@@ -135,10 +135,12 @@ class CachePlanner:
     self._freq = np.zeros((c,), np.int64)  # [C] steps using the id since admission
     self._num_occupied = 0  # Occupied slots are exactly [0, num_occupied).
     self.num_rows = None if num_rows is None else int(num_rows)
-    dense = self.num_rows is not None and self.num_rows <= DENSE_INDEX_MAX_ROWS
-    self._index = slot_index.DenseIdIndex(c, self.num_rows) if dense else slot_index.IdIndex(c)
+    dense_rows = (self.num_rows if self.num_rows is not None
+                  and self.num_rows <= DENSE_INDEX_MAX_ROWS else None)
+    self._index: slot_index.IdIndex | slot_index.DenseIdIndex = (
+        slot_index.IdIndex(c) if dense_rows is None else slot_index.DenseIdIndex(c, dense_rows))
     # Dense: [V] int32 last step that evicted each id (-1 never), in place of `_pending`.
-    self._evicted_at = np.full((self.num_rows,), -1, np.int32) if dense else None
+    self._evicted_at = None if dense_rows is None else np.full((dense_rows,), -1, np.int32)
     self._slot_marks = np.zeros((c,), bool)  # Scratch: `_ascending`'s marks, all False between calls.
     self._lru = slot_index.LruQueue(2 * (c + self.unique_capacity)) if policy == "lru" else None
     self._hit_mask = np.zeros((c,), bool)  # Scratch: slots hit by the batch being planned.
