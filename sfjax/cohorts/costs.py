@@ -2,43 +2,46 @@
 
 DESIGN.md §4. `params` (`arch.count_params`), `flops` (XLA's cost analysis of one
 trial's eval forward, lowered but not compiled, per example) and, when
-`measure_latency`, `latency_ms` (median wall time of that forward over one eval
-batch, compiled apart, on this process's default device). All are cached per arch.
-A `CohortRunner` holds one on its task's data (`runner.costs`), which runners of
-one task may share.
+`measure_latency`, `latency_ms`: the serving forward the bundle exports, timed on this
+process's default device at `latency.batch_size` examples (median of
+`latency.repeats` calls), or its roofline estimate (`latency.source='model'`;
+`sfjax.cohorts.latency`, issue #26). All are cached per arch (latency also per
+exported program). A `CohortRunner` holds one on its task's data (`runner.costs`),
+which runners of one task may share.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts.arch import ArchSpec
+from sfjax.cohorts.latency import ForwardLatency, LatencySettings
 from sfjax.train import step as step_lib
-
-_LATENCY_REPEATS = 5  # timed calls of the eval forward per arch (after one warm-up call)
 
 
 class TrialCosts:
   """Cached cost metrics of architectures on one data set (see the module docstring).
 
   Attributes:
-    spec: the DatasetSpec; data: the TrialData whose eval batches are timed;
-    measure_latency: whether `cost_metrics` adds `latency_ms` (a public attribute).
+    spec: the DatasetSpec; data: the TrialData whose eval batch sizes the FLOPs;
+    measure_latency: whether `cost_metrics` adds `latency_ms` (a public attribute);
+    latency: the `LatencySettings` (change with `set_latency_settings`).
   """
 
-  def __init__(self, spec, data: Any, measure_latency: bool = False):
-    """Args: spec (DatasetSpec), data (TrialData: `num_rows`, `eval_batches`), measure_latency."""
+  def __init__(self, spec, data: Any, measure_latency: bool = False,
+               latency: LatencySettings | None = None):
+    """Args: spec (DatasetSpec), data (TrialData: `num_rows`, `eval_batches`),
+    measure_latency, latency (how `latency_ms` is obtained; default `LatencySettings()`)."""
     self.spec, self.data = spec, data
     self.measure_latency = bool(measure_latency)
     self._params: dict[ArchSpec, int] = {}
     self._flops: dict[ArchSpec, float] = {}
+    self._forward_latency = ForwardLatency(latency or LatencySettings())
     self._latency: dict[ArchSpec, float] = {}
 
   def count_params(self, arch: ArchSpec) -> int:
@@ -60,27 +63,36 @@ class TrialCosts:
     if arch not in self._flops:
       forward, params, table, batch = self._eval_forward(arch)
       abstract_batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), batch)
-      cost = forward.lower(params, table, abstract_batch).cost_analysis()
-      cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+      lowered = forward.lower(params, table, abstract_batch)
+      # The lowered program's analysis is None on some backends (GPU): the compiled one's then.
+      cost = _cost_dict(lowered.cost_analysis()) or _cost_dict(lowered.compile().cost_analysis())
       self._flops[arch] = float(cost.get("flops", 0.0)) / batch.labels.shape[0]
     return self._flops[arch]
 
-  def latency_ms(self, arch: ArchSpec) -> float:
-    """Median milliseconds of one trial's eval forward over one eval batch [Be] (cached).
+  @property
+  def latency(self) -> LatencySettings:
+    """How `latency_ms` is obtained (source, batch size, repeats)."""
+    return self._forward_latency.settings
 
-    Measured on zero parameters and table (the cost does not depend on the values)
-    after a warm-up call, so compilation is excluded.
+  def set_latency_settings(self, settings: LatencySettings) -> None:
+    """Uses `settings` from now on; latencies obtained under other settings are dropped."""
+    if settings != self.latency:
+      self._forward_latency = ForwardLatency(settings)
+      self._latency = {}
+
+  def latency_ms(self, arch: ArchSpec) -> float:
+    """Milliseconds of `arch`'s serving forward at `latency.batch_size` examples (cached).
+
+    The forward a serving bundle exports (`sfjax.cohorts.latency`), on the model's
+    initial parameters (the cost does not depend on their values), timed after a
+    warm-up call (compilation excluded), or its roofline estimate (source 'model').
     """
     if arch not in self._latency:
-      forward, params, table, batch = self._eval_forward(arch)
-      params, table = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (params, table))
-      forward(params, table, batch).block_until_ready()
-      times = []
-      for _ in range(_LATENCY_REPEATS):
-        t0 = time.perf_counter()
-        forward(params, table, batch).block_until_ready()
-        times.append(time.perf_counter() - t0)
-      self._latency[arch] = float(np.median(times) * 1e3)
+      spec = self.spec
+      model = arch.build_model(spec, nnx.Rngs(0))
+      columns = len(spec.fields) if spec.layout is None else spec.layout.num_columns
+      self._latency[arch] = self._forward_latency(
+          model, columns, arch.embedding_width, spec.num_dense, weighted=spec.layout is not None)
     return self._latency[arch]
 
   def cost_metrics(self, arch: ArchSpec) -> dict[str, float]:
@@ -89,3 +101,9 @@ class TrialCosts:
     if self.measure_latency:
       out["latency_ms"] = self.latency_ms(arch)
     return out
+
+
+def _cost_dict(cost) -> dict:
+  """XLA's cost analysis as one dict (it may come as a one-element list, or None)."""
+  cost = cost[0] if isinstance(cost, (list, tuple)) and cost else cost
+  return dict(cost) if isinstance(cost, dict) else {}

@@ -64,7 +64,8 @@ def study_defaults() -> ml_collections.ConfigDict:
   st.algorithm = "asha"
   # What the search optimises: '<metric>:max|min', comma-separated; more than one needs a
   # multi-objective algorithm (nsga2 | motpe). Metrics: auc, logloss, train_loss, params,
-  # flops (per example of the eval forward), latency_ms (measured eval forward of one batch).
+  # flops (per example of the eval forward), latency_ms (the serving forward's latency at
+  # study.latency_batch_size examples: see study.latency_source below).
   # '' = 'auc:max'. The first objective picks the best trial; best.json holds the Pareto
   # front per budget.
   st.objectives = ""
@@ -82,11 +83,24 @@ def study_defaults() -> ml_collections.ConfigDict:
   st.ragged_cohorts = True
   st.max_params = 0  # quota: reject configs with more parameters (0: no quota)
   st.max_flops = 0.0  # quota: reject configs whose eval forward costs more FLOPs/example (0: none)
-  st.max_latency_ms = 0.0  # quota: reject configs whose measured eval forward is slower (0: none)
+  st.max_latency_ms = 0.0  # quota: reject configs whose serving forward is slower (0: none)
+  # latency_ms (objective, quota): the forward a serving bundle exports (jax.export),
+  # compiled on the driver's device at latency_batch_size examples (sfjax.cohorts.latency).
+  # 'measured': median wall time of latency_repeats calls (cached per architecture; wall
+  # times vary, so such a search is not bit-reproducible); 'model': a deterministic
+  # roofline estimate from XLA's cost analysis of that program (nominal device).
+  st.latency_source = "measured"
+  st.latency_batch_size = 512
+  st.latency_repeats = 20
   st.min_budget = 1.0  # budget units; multi-fidelity algorithms start here
   st.max_budget = 9.0  # budget of a full trial (and of the default config's baseline run)
   st.pbt_model = ""  # pbt: model.name of the trained architecture ('' = the default config's)
   st.leaderboard_size = 10  # rows of the live leaderboard printed to stderr
+  # Mirror the study to an Optuna storage, live, for `optuna-dashboard <storage>`
+  # (sfjax.ctr_search.search_events): '' (off), a journal file path ending .log / .jsonl,
+  # or an SQLite URL 'sqlite:///path.db'. optuna_study_name: '' = the workdir's base name.
+  st.optuna_storage = ""
+  st.optuna_study_name = ""
   # Where cohorts run: 'local' (this process) or 'dask' (Dask distributed tasks; the driver
   # keeps the journal). dask_address: an existing scheduler ('' = start a LocalCluster of
   # dask_workers processes, one thread each).

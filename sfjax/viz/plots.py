@@ -23,8 +23,8 @@ from matplotlib.figure import Figure
 from sfjax.core.jsonl import read_jsonl  # re-exported: plots.read_jsonl(path) for notebooks
 
 __all__ = [
-  "CACHE_KEYS", "pareto_mask", "plot_cache", "plot_leaderboard", "plot_pareto", "plot_pipeline",
-  "plot_training", "read_jsonl", "save_figure",
+  "CACHE_KEYS", "pareto_mask", "plot_cache", "plot_latency_front", "plot_leaderboard",
+  "plot_pareto", "plot_pipeline", "plot_training", "read_jsonl", "save_figure",
 ]
 
 CACHE_KEYS = ("cache_hit_rate", "h2d_bytes_per_example", "d2h_bytes_per_example")
@@ -150,6 +150,47 @@ def plot_pareto(trials: Sequence[Mapping[str, Any]], x: str, y: str,
     ax.plot([p[0] for p in front], [p[1] for p in front], "-", color=sc.get_facecolor()[0])
   ax.set(xlabel=f"{x} ({directions[0]})", ylabel=f"{y} ({directions[1]})", title="Pareto fronts")
   if budgets:
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  return fig
+
+
+def plot_latency_front(trials: Sequence[Mapping[str, Any]], chosen: int | None = None,
+                       delta: float | None = None, auc: str = "auc",
+                       latency: str = "latency_ms") -> Figure:
+  """A hardware-aware search's AUC-latency trade-off (issue #26): finished trials of the
+  largest budget reached, their front joined, and the chosen model.
+
+  Args:
+    trials: `trials.jsonl` records.
+    chosen: trial id of the selected model (e.g. `tradeoff.select_within_auc`'s), ringed.
+    delta: the ΔAUC it was selected within: the band [best - delta, best] is shaded.
+    auc, latency: the metrics on the y (maximised) and x (minimised, log scale) axes.
+  """
+  done = [t for t in trials if t.get("status") == "done"
+          and _finite((t.get("metrics") or {}).get(auc)) and _finite(t["metrics"].get(latency))]
+  budgets = [t["budget"] for t in done if _finite(t.get("budget"))]
+  if budgets:  # low-fidelity results never compete with full ones
+    done = [t for t in done if t.get("budget") == max(budgets)]
+  pts = [(t["metrics"][latency], t["metrics"][auc]) for t in done]
+  mask = pareto_mask(pts, ("minimize", "maximize"))
+  fig, ax = plt.subplots(figsize=(6, 4.5))
+  ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, alpha=0.5, color="tab:gray",
+             label="trials")
+  front = sorted(p for p, m in zip(pts, mask, strict=True) if m)
+  ax.plot([p[0] for p in front], [p[1] for p in front], "o-", color="tab:blue", label="front")
+  if front and delta is not None and _finite(delta):
+    top = max(p[1] for p in front)
+    ax.axhspan(top - delta, top, color="tab:green", alpha=0.12, label=f"within ΔAUC {delta:g}")
+  picked = [p for t, p in zip(done, pts, strict=True) if t.get("trial_id") == chosen]
+  if picked:
+    ax.scatter([picked[0][0]], [picked[0][1]], s=120, facecolors="none", edgecolors="tab:red",
+               linewidths=2, label=f"chosen #{chosen}")
+  if pts and min(p[0] for p in pts) > 0:
+    ax.set_xscale("log")
+  ax.set(xlabel=f"{latency} (minimize)", ylabel=f"{auc} (maximize)",
+         title=f"{auc} vs {latency}: {sum(mask)} on the front of {len(pts)}")
+  if pts:
     ax.legend(fontsize=7)
   fig.tight_layout()
   return fig

@@ -71,3 +71,27 @@ def test_pipeline_figure_and_save(tmp_path):
   path = plots.save_figure(fig, str(tmp_path / "sub" / "p.png"))
   with open(path, "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_latency_front_marks_the_chosen_model_and_its_delta_band():
+  def trial(i, budget, auc, ms, status="done"):
+    return {"trial_id": i, "budget": budget, "status": status,
+            "metrics": {"auc": auc, "latency_ms": ms}}
+
+  trials = [trial(0, 3, 0.80, 9.0), trial(1, 3, 0.797, 4.0), trial(2, 3, 0.79, 2.0),
+            trial(3, 3, 0.78, 3.0), trial(4, 1, 0.99, 0.1), trial(5, 3, 0.9, 0.1, "failed")]
+  fig = plots.plot_latency_front(trials, chosen=2, delta=0.01)
+  ax = fig.axes[0]
+  front = [(float(x), float(y)) for x, y in zip(ax.lines[0].get_xdata(), ax.lines[0].get_ydata(),
+                                                strict=True)]
+  assert front == [(2.0, 0.79), (4.0, 0.797), (9.0, 0.80)]  # budget 1 and the failed trial: out
+  assert ax.get_title() == "auc vs latency_ms: 3 on the front of 4"
+  assert ax.get_xscale() == "log"
+  labels = ax.get_legend_handles_labels()[1]
+  assert labels == ["trials", "front", "within ΔAUC 0.01", "chosen #2"]
+  band = [p for p in ax.patches + ax.collections if p.get_label() == "within ΔAUC 0.01"][0]
+  np.testing.assert_allclose([band.get_y(), band.get_y() + band.get_height()], [0.79, 0.80])
+  chosen = [c for c in ax.collections if c.get_label() == "chosen #2"][0]
+  np.testing.assert_allclose(chosen.get_offsets(), [[2.0, 0.79]])
+  bare = plots.plot_latency_front(trials).axes[0]  # no selection: nothing marked
+  assert bare.get_legend_handles_labels()[1] == ["trials", "front"]
