@@ -7,6 +7,7 @@ functions draw one each from records read with `sfjax.core.read_jsonl`.
 from sfjax.viz.plots import (
   pareto_mask,
   plot_cache,
+  plot_latency_front,
   plot_leaderboard,
   plot_pareto,
   plot_pipeline,
@@ -15,5 +16,5 @@ from sfjax.viz.plots import (
 )
 from sfjax.viz.workdir_plots import write_plots
 
-__all__ = ["pareto_mask", "plot_cache", "plot_leaderboard", "plot_pareto", "plot_pipeline",
+__all__ = ["pareto_mask", "plot_cache", "plot_latency_front", "plot_leaderboard", "plot_pareto", "plot_pipeline",
            "plot_training", "save_figure", "write_plots"]
