@@ -4,7 +4,8 @@ One checkpoint is one directory, made visible by a single rename:
 
   step_00000040/
     dense/        orbax `StandardCheckpointer`: {step, params, opt_state} and, for the
-                  device backend, the whole embedding table (rows + optimizer slots)
+                  device backend, the whole embedding table (rows + optimizer slots; a
+                  row-sharded one as its shards hold it: `reader.table_move`)
     table/        cache backend: the host table in chunks and row deltas
                   (`sfjax.checkpoint.table_format`): only what was written since the
                   previous checkpoint is new files
@@ -55,11 +56,15 @@ file system every process sees):
     meta.json               `processes`: P, the digests of dense/ and every shard's manifest
 
 A save is a protocol every process runs in step: process 0 makes `tmp.step_<N>.of<P>/`;
-all write the dense state and their own shard; an allgather of success flags
+all write the dense state and their own shard; an exchange of success flags
 (`distributed.failed_processes`, also the barrier) confirms every shard is durable
 (fsynced); only then process 0 writes meta.json and renames (the commit), and a second
-flag exchange tells every process the outcome. A failure anywhere abandons the
-temporary directory on every process (their rows stay dirty) and raises
+flag exchange tells every process the outcome. Each exchange is a timed barrier
+(`sfjax.parallel.barriers`: a process that does not arrive within `distributed.timeout_s`
+is named in a `PeerFailureError`), and the save runs in the watchdog's phase
+'checkpoint step_<N>' (a peer dying meanwhile ends this process, naming both). A
+failure anywhere abandons the temporary directory on every process (their rows stay
+dirty) and raises
 `CheckpointSaveError` everywhere; earlier checkpoints are never touched. These saves
 are synchronous (`async_table` is ignored): a background thread's collectives could
 interleave with the training step's on the other processes.
@@ -102,7 +107,7 @@ from sfjax.checkpoint.layout import verify as verify
 from sfjax.core.atomic import atomic_write, fsync_directory
 from sfjax.core.errors import ConfigError
 from sfjax.embedding import host_table as host_table_lib
-from sfjax.parallel import distributed
+from sfjax.parallel import distributed, watchdog
 
 # The state is the train package's TrainState (step, params, opt_state, table): a
 # NamedTuple this layer reads by field and rebuilds with `_replace`, so it sits below train/.
@@ -212,10 +217,15 @@ class Checkpointer:
     self.wait()
     # A copy now: the background writer must not see the caller's lists grow afterwards.
     meta = json.loads(json.dumps(meta))
+    if self.host_table is None and state.table is not None:  # saved as its shards hold it
+      meta[reader.TABLE_LAYOUT_KEY] = reader.table_layout_entry(state.table)
     step = int(state.step)
     final = os.path.join(self.root, step_dir_name(step))
     if self.process_count > 1:
-      return self._save_everywhere(state, meta, step, final)
+      with watchdog.phase(f"checkpoint {step_dir_name(step)}"):
+        path = self._save_everywhere(state, meta, step, final)
+      watchdog.set_base_phase(f"training after checkpoint {step_dir_name(step)}")
+      return path
     os.makedirs(self.root, exist_ok=True)
     tmp = os.path.join(self.root, f"tmp.{step_dir_name(step)}.{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -304,7 +314,7 @@ class Checkpointer:
   def _agree(self, what: str, step: int, error: BaseException | None) -> None:
     """Every process's outcome of a save phase (a barrier); raises CheckpointSaveError on
     every process if any failed, naming the processes and the last good checkpoint."""
-    failed = distributed.failed_processes(error is None)
+    failed = distributed.failed_processes(error is None, f"checkpoint {step_dir_name(step)}: {what}")
     if failed:
       good = latest(self.root)
       mine = f" (here: {type(error).__name__}: {error})" if error is not None else ""
@@ -406,11 +416,18 @@ class Checkpointer:
     ckpt = reader.open_checkpoint(path, verify=False)  # `find_resumable` verified it
     ckpt.require_table_kind(reader.HOST_TABLE_KINDS if self.host_table is not None
                             else ("dense",))
+    tree, moved = self._dense(target), None
+    if self.host_table is None and target.table is not None:  # another layout: via the host
+      moved = reader.table_move(ckpt, self._orbax, target.table)
+      if moved is not None:
+        tree["table"] = moved[0]
     try:
-      dense = ckpt.restore_dense(self._dense(target), self._orbax)
+      dense = ckpt.restore_dense(tree, self._orbax)
     except ValueError as err:
       raise ValueError(f"{path}: does not fit this run's state (saved by a different model or "
                        f"config?): {err}") from err
+    if moved is not None:
+      dense["table"] = moved[1](dense["table"])
     if self.host_table is not None:  # the rows this process owns, from every stored shard
       same_layout = table_shards.load_owned(self.host_table, os.path.join(path, reader.TABLE_DIR),
                                             self.process_index, self.process_count, self.tracker)

@@ -55,13 +55,13 @@ def test_explicit_fields():
 
 def test_environment_variables(monkeypatch):
   monkeypatch.setenv(distributed.ENV_COORDINATOR, "host0:999")
-  monkeypatch.setenv(distributed._ENV_NUM_PROCESSES, "4")
-  monkeypatch.setenv(distributed._ENV_PROCESS_ID, "3")
+  monkeypatch.setenv(distributed.ENV_NUM_PROCESSES, "4")
+  monkeypatch.setenv(distributed.ENV_PROCESS_ID, "3")
   assert distributed.distributed_settings(_config()) == distributed.Settings("host0:999", 4, 3, False)
-  monkeypatch.setenv(distributed._ENV_PROCESS_ID, "x")
+  monkeypatch.setenv(distributed.ENV_PROCESS_ID, "x")
   with pytest.raises(ConfigError, match="JAX_PROCESS_ID"):
     distributed.distributed_settings(_config())
-  monkeypatch.delenv(distributed._ENV_PROCESS_ID)
+  monkeypatch.delenv(distributed.ENV_PROCESS_ID)
   with pytest.raises(ConfigError, match="JAX_PROCESS_ID"):
     distributed.distributed_settings(_config())
 
@@ -73,6 +73,9 @@ def test_environment_variables(monkeypatch):
     ("process_id", 2, r"distributed\.process_id: must be in \[0, 2\)"),
     ("num_processes", 1.5, r"distributed\.num_processes: must be an integer"),
     ("auto_detect", "yes", r"distributed\.auto_detect"),
+    ("timeout_s", 0, r"distributed\.timeout_s: must be a number > 0"),
+    ("timeout_s", "30", r"distributed\.timeout_s"),
+    ("bind_address", "everywhere", r"distributed\.bind_address: expected HOST:PORT"),
 ])
 def test_bad_fields_name_the_field(field, value, match, monkeypatch):
   monkeypatch.delenv(distributed.ENV_COORDINATOR, raising=False)
@@ -80,6 +83,21 @@ def test_bad_fields_name_the_field(field, value, match, monkeypatch):
   c["distributed"][field] = value  # a plain dict: any type reaches the check
   with pytest.raises(ConfigError, match=match):
     distributed.distributed_settings(c)
+
+
+def test_the_coordinator_binds_the_address_it_was_given_unless_told_otherwise(monkeypatch):
+  monkeypatch.delenv(distributed.ENV_COORDINATOR, raising=False)
+  monkeypatch.delenv(distributed.ENV_BIND_ADDRESS, raising=False)
+  c = _config()
+  c.distributed.coordinator, c.distributed.num_processes, c.distributed.process_id = (
+      "127.0.0.1:1234", 2, 0)
+  s = distributed.distributed_settings(c)
+  assert s.timeout_s == 300.0 and distributed.bind_address(s) == "127.0.0.1:1234"  # not [::]
+  monkeypatch.setenv(distributed.ENV_BIND_ADDRESS, "10.0.0.5:1234")
+  assert distributed.bind_address(s) == "10.0.0.5:1234"
+  c.distributed.bind_address, c.distributed.timeout_s = "[::]:1234", 30.0  # asked for
+  s = distributed.distributed_settings(c)
+  assert distributed.bind_address(s) == "[::]:1234" and s.timeout_s == 30.0
 
 
 def test_processes_without_a_coordinator_name_the_field(monkeypatch):
@@ -101,6 +119,7 @@ def test_one_process_helpers_are_identities():
   distributed.check_agreement("x", x)
   assert distributed.failed_processes(True) == [] and distributed.failed_processes(False) == [0]
   assert distributed.is_main_process()
+  assert distributed.process_path("/data/table") == "/data/table"  # several: .../process-<i>
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",))
   sharded = distributed.put_global(x, jax.sharding.NamedSharding(mesh, jax.P("data")))
   np.testing.assert_array_equal(distributed.local_rows(sharded), x)

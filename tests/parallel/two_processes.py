@@ -4,6 +4,9 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
+import time
+from typing import NamedTuple
 
 from sfjax.parallel import distributed
 
@@ -36,26 +39,57 @@ def flat_config(config) -> dict:
   return out
 
 
-def launch(worker: str, payload: str, out_dir, timeout: int) -> list[str]:
+class Ended(NamedTuple):
+  """How one launched process ended: exit status, its log (stdout and stderr) and the
+  wall-clock time (`time.time()`) it was seen to end."""
+
+  returncode: int
+  log: str
+  ended_at: float
+
+
+def run_processes(worker: str, payload: str, out_dir, timeout: int,
+                  devices: int = 4) -> list[Ended]:
   """Runs `python -c worker payload port pid out_dir` as processes 0 and 1 of a 2-process
-  `jax.distributed` job on loopback (CPU, 4 fake devices each, gloo), bounded by `timeout`
-  seconds; asserts both exit 0 (with the tail of the failing one's log). Returns the logs."""
+  `jax.distributed` job on loopback (CPU, `devices` fake devices each, gloo), bounded by
+  `timeout` seconds (then both are killed and the test fails, naming the one still running)."""
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
-             XLA_FLAGS="--xla_force_host_platform_device_count=4")
+             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
   env.pop(distributed.ENV_COORDINATOR, None)
   port = str(free_port())
-  procs = [subprocess.Popen([sys.executable, "-c", worker, payload, port, str(pid), str(out_dir)],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True) for pid in (0, 1)]
-  logs = []
-  try:
-    for p in procs:
-      logs.append(p.communicate(timeout=timeout)[0])
-  finally:
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-        p.wait()
-  for pid, p in enumerate(procs):
-    assert p.returncode == 0, f"process {pid} failed:\n{logs[pid][-6000:]}"
-  return logs
+  with tempfile.TemporaryDirectory() as logs_dir:
+    logs = [open(os.path.join(logs_dir, f"p{pid}.log"), "w+") for pid in (0, 1)]
+    procs = [subprocess.Popen([sys.executable, "-c", worker, payload, port, str(pid),
+                               str(out_dir)], cwd=ROOT, env=env, stdout=logs[pid],
+                              stderr=subprocess.STDOUT, text=True) for pid in (0, 1)]
+    ended: dict[int, float] = {}
+    deadline = time.time() + timeout
+    try:
+      while len(ended) < 2 and time.time() < deadline:
+        for pid, p in enumerate(procs):
+          if pid not in ended and p.poll() is not None:
+            ended[pid] = time.time()
+        time.sleep(0.05)
+    finally:
+      for p in procs:
+        if p.poll() is None:
+          p.kill()
+          p.wait()
+    texts = []
+    for f in logs:
+      f.seek(0)
+      texts.append(f.read())
+      f.close()
+  hung = [pid for pid in (0, 1) if pid not in ended]
+  assert not hung, (f"processes {hung} still ran after {timeout} s:\n" +
+                    "\n".join(texts[pid][-3000:] for pid in hung))
+  return [Ended(procs[pid].returncode, texts[pid], ended[pid]) for pid in (0, 1)]
+
+
+def launch(worker: str, payload: str, out_dir, timeout: int) -> list[str]:
+  """`run_processes`, asserting both exit 0 (with the tail of the failing one's log).
+  Returns the logs."""
+  ended = run_processes(worker, payload, out_dir, timeout)
+  for pid, e in enumerate(ended):
+    assert e.returncode == 0, f"process {pid} failed:\n{e.log[-6000:]}"
+  return [e.log for e in ended]
