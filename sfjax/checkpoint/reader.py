@@ -8,7 +8,8 @@
   for lo, values, slots in ckpt.table.chunks(): ...  # every row, CHUNK_ROWS at a time
 
 Both embedding backends read alike. The device backend's table is part of the dense
-state (orbax: `{"values", "opt_slots"}`); the cache backend's is the host table's chunks
+state (orbax: `{"values", "opt_slots"}`; a row-sharded table's round-robin layout is in
+meta.json's `table_layout`, and is read back in row order); the cache backend's is the host table's chunks
 and row deltas, in one directory or per-process shards (`table_shards`), where a row
 never written reads as its deterministic initial value (`init_rows`, and the row
 optimizer's initial slots), as the `HostTable` returned it.
@@ -32,13 +33,16 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from sfjax.checkpoint import layout, table_shards
-from sfjax.embedding import host_table_files, row_optimizers
+from sfjax.embedding import host_table_files, row_optimizers, row_sharded_table, sharded_cache
 from sfjax.embedding.host_table import CHUNK_ROWS
 from sfjax.embedding.initializers import init_rows, init_table_rows
 
 DENSE_DIR = "dense"  # orbax: {step, params, opt_state} (+ table: the device backend's)
 TABLE_DIR = "table"  # the cache backend's host table (`table_format`, `table_shards`)
 HOST_TABLE_KINDS = ("host_chunks", "host_shards")  # meta["table"] of a cache-backend checkpoint
+# meta.json of a device-backend checkpoint: {"row_shards": D, "rows_per_shard": C}, the
+# round-robin layout of a row-sharded table's saved `[D*C, E]` arrays (D = 1: row order).
+TABLE_LAYOUT_KEY = "table_layout"
 
 Rows = tuple[np.ndarray, np.ndarray]  # values [n, E], slots [n, S]
 
@@ -57,8 +61,38 @@ def _with_empty(restored, target):
 
 
 def _abstract(tree):
-  """Shapes, dtypes and shardings of `tree` (a restore target; no data)."""
-  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
+  """Shapes, dtypes and shardings of `tree` (a restore target; no data); numpy leaves stay
+  (restored as numpy on the host)."""
+  return jax.tree.map(lambda x: x if isinstance(x, np.ndarray) else jax.ShapeDtypeStruct(
+      x.shape, x.dtype, sharding=x.sharding), tree)
+
+
+def table_layout_of(values) -> sharded_cache.SlotLayout:
+  """The layout of a device table `values [D*C, E]`: D = the shards its rows are split in
+  (a row-sharded table, `row_sharded_table`), 1 when whole on every device."""
+  rows = int(values.shape[0])
+  per = int(values.sharding.shard_shape(values.shape)[0]) if hasattr(values, "sharding") else rows
+  return sharded_cache.SlotLayout(rows // max(per, 1), per)
+
+
+def _values(table):
+  """A device table's `values` (a TableState, or orbax's `{"values", "opt_slots"}`)."""
+  return table["values"] if isinstance(table, dict) else table.values
+
+
+def table_layout_entry(table) -> dict[str, int]:
+  """meta.json's `TABLE_LAYOUT_KEY` entry for a device table (`table_layout_of`)."""
+  layout = table_layout_of(_values(table))
+  return {"row_shards": layout.num_shards, "rows_per_shard": layout.rows_per_shard}
+
+
+def saved_table_layout(meta: dict[str, Any], saved_rows: int) -> sharded_cache.SlotLayout:
+  """The layout a dense checkpoint's table was saved in (`TABLE_LAYOUT_KEY`; a checkpoint
+  without it holds the whole `[saved_rows, E]` table in row order)."""
+  entry = meta.get(TABLE_LAYOUT_KEY)
+  if entry is None:
+    return sharded_cache.SlotLayout(1, saved_rows)
+  return sharded_cache.SlotLayout(int(entry["row_shards"]), int(entry["rows_per_shard"]))
 
 
 def pure_params(tree):
@@ -139,11 +173,16 @@ class CheckpointTable:
     return values, slots
 
 
-def _device_table(dense: dict[str, Any], where: str) -> CheckpointTable:
-  """The device backend's table, held whole in the dense state."""
+def _device_table(dense: dict[str, Any], where: str, meta: dict[str, Any]) -> CheckpointTable:
+  """The device backend's table, held whole in the dense state (a row-sharded table's rows
+  put back in row order, its padding rows past the `fields`' rows dropped)."""
   values = np.asarray(dense["table"]["values"], np.float32)
   slots = dense["table"]["opt_slots"]  # None: SGD's [V, 0] slots (orbax saves no empty array)
   slots = np.zeros((values.shape[0], 0), np.float32) if slots is None else np.asarray(slots)
+  saved = saved_table_layout(meta, values.shape[0])
+  if saved.num_shards > 1:
+    rows = sum(int(f["rows"]) for f in meta["fields"]) if "fields" in meta else None
+    values, slots = (row_sharded_table.to_logical(x, saved, rows) for x in (values, slots))
 
   def read_chunk(k: int) -> Rows:
     rows = slice(k * CHUNK_ROWS, (k + 1) * CHUNK_ROWS)
@@ -249,7 +288,7 @@ class Checkpoint:
       if self.table_kind in HOST_TABLE_KINDS:
         self._table = _host_table(self.path)
       else:
-        self._table = _device_table(self.dense(), self.path)
+        self._table = _device_table(self.dense(), self.path, self.meta)
     return self._table
 
   def restore_dense(self, target: dict[str, Any],
@@ -273,6 +312,30 @@ class Checkpoint:
       if own:
         orbax.close()
     return _with_empty(restored, target)
+
+
+def table_move(ckpt: Checkpoint, orbax: ocp.StandardCheckpointer, table):
+  """None when the checkpoint's device table has `table`'s layout (restored in place), else
+  (numpy restore target of the saved arrays, saved table -> `table`'s layout and shardings):
+  a row-sharded table restored on another device count or as the replicated one, and back.
+  """
+  saved_rows = orbax.metadata(os.path.join(ckpt.path, DENSE_DIR)).item_metadata.tree
+  saved_rows = int(saved_rows["table"]["values"].shape[0])
+  saved = saved_table_layout(ckpt.meta, saved_rows)
+  mine = table_layout_of(_values(table))
+  if saved == mine:
+    return None
+
+  def place(saved_table):
+    def move(x, like):
+      rows = row_sharded_table.relayout(np.asarray(x), saved, mine)
+      return jax.make_array_from_callback(rows.shape, like.sharding, lambda index: rows[index])
+
+    return jax.tree.map(move, saved_table, table)
+
+  logging.info("%s: table saved as %d x %d rows, restored as %d x %d", ckpt.path,
+               saved.num_shards, saved.rows_per_shard, mine.num_shards, mine.rows_per_shard)
+  return jax.tree.map(lambda x: np.zeros((saved.num_slots, *x.shape[1:]), x.dtype), table), place
 
 
 def _checkpoint_root(path: str) -> str | None:

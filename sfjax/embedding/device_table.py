@@ -29,7 +29,7 @@ class TableState(NamedTuple):
   opt_slots: jax.Array
 
 
-def _init_table_host(num_rows: int, width: int, row_opt: row_optimizers.RowOptimizer, *,
+def init_table_host(num_rows: int, width: int, row_opt: row_optimizers.RowOptimizer, *,
                      seed: int, stddev: float, tables: initializers.TableInits | None = None
                      ) -> tuple[np.ndarray, np.ndarray]:
   """Host (numpy) initial table: `init_rows` values and the optimizer's initial slots.
@@ -53,7 +53,7 @@ def init_table(num_rows: int, width: int, row_opt: row_optimizers.RowOptimizer, 
   `tables` (None: every row alike) gives each table of a feature layout its own
   stddev and initial slots (`initializers.init_table_rows`).
   """
-  values, opt_slots = _init_table_host(num_rows, width, row_opt, seed=seed, stddev=stddev,
+  values, opt_slots = init_table_host(num_rows, width, row_opt, seed=seed, stddev=stddev,
                                        tables=tables)
   # jnp.array copies: the host buffers are never aliased by the device arrays (DESIGN §7).
   if sharding is None:

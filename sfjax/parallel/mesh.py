@@ -3,7 +3,9 @@
 Mesh axis 'data' (DESIGN.md §3). The batch's examples are sharded on 'data'; the
 unique-row indices, the embedding table and the dense parameters are replicated,
 so the `[U, E]` row gradient is combined by one all-reduce inside the jitted step.
-A row-sharded cache splits its rows on 'data' (`rows_on_devices`).
+A row-sharded cache, and the row-sharded device table (`embedding.sharding=row`), split
+their rows on 'data' (`rows_on_devices`) and take the batch's unique rows in per-owner
+blocks (`batch_shardings(rows_on_owners=True)`).
 Axes are `Auto` so `jax.jit` shardings (GSPMD) place the collectives.
 """
 
@@ -49,8 +51,8 @@ def replicated(mesh) -> NamedSharding:
 
 
 def rows_on_devices(mesh) -> NamedSharding:
-  """Sharding of an array split on its leading axis over 'data' (a row-sharded cache,
-  per-device swap buffers): device d holds block d."""
+  """Sharding of an array split on its leading axis over 'data' (a row-sharded cache or
+  device table, per-device swap buffers): device d holds block d."""
   return NamedSharding(mesh, P("data"))
 
 

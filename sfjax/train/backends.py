@@ -1,7 +1,8 @@
 """Embedding backends of the trainer: where the rows live and how a step reaches them.
 
-  device  the whole table `values[V, E]` + `opt_slots[V, S]` on the accelerator (the
-          reference); host work per step is VSI only.
+  device  the whole table `values[V, E]` + `opt_slots[V, S]` on the accelerators (the
+          reference; `sfjax.train.device_backend`), replicated or row-sharded
+          (`embedding.sharding`); host work per step is VSI only.
   cache   MixCache: the table lives on the host (RAM or mmap, lazily initialised), a
           `C`-row device cache holds the working rows, a threaded pipeline plans slots,
           gathers fills and writes evicted rows back (`sfjax.embedding.pipeline`).
@@ -19,7 +20,7 @@ later call to find.
 
 from __future__ import annotations
 
-import dataclasses
+import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
@@ -30,24 +31,31 @@ from absl import logging
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from sfjax.core import background, names
+from sfjax.core import names
 from sfjax.core.errors import ConfigError
 from sfjax.core.types import DeviceBatch
 from sfjax.data import types
 from sfjax.embedding import cache as cache_lib
-from sfjax.embedding import cache_planner, device_table, row_optimizers, sharded_cache, vsi
+from sfjax.embedding import (
+  cache_planner,
+  device_table,
+  placement,
+  row_optimizers,
+  sharded_cache,
+  vsi,
+)
 from sfjax.embedding import host_table as host_table_lib
 from sfjax.embedding import pipeline as pipeline_lib
 from sfjax.parallel import distributed
 from sfjax.parallel import mesh as mesh_lib
 from sfjax.train import process_cache
 from sfjax.train import step as step_lib
+from sfjax.train.device_backend import BuildStep as BuildStep
+from sfjax.train.device_backend import DeviceBackend as DeviceBackend
+from sfjax.train.device_backend import RunStep as RunStep
+from sfjax.train.device_backend import StepFn as StepFn
 from sfjax.train.state import TrainState
 
-# (state, inputs from `train_inputs`) -> (state, metrics, number of unique ids of the batch)
-StepFn = Callable[[TrainState, Any], tuple[TrainState, dict[str, jax.Array], int]]
-# `make_train_step` with graphdef, optimizers and l2 bound: (**kw) -> train step.
-BuildStep = Callable[..., step_lib.TrainStep]
 # embedding.cache_sharding values: one copy per device, or rows partitioned over the devices.
 CACHE_SHARDINGS = ("replicated", "row")
 
@@ -57,24 +65,6 @@ class TrainInputs(Iterator[Any], Protocol):
 
   def close(self) -> None:
     """Stops the background work."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RunStep:
-  """A backend's compiled step: `run_step(state, inputs from train_inputs) -> (state,
-  metrics, number of unique ids of the batch)`.
-
-  Attributes:
-    jitted: the `jax.jit` object it calls (for no-recompile checks and lowering).
-    run: the step itself.
-  """
-
-  jitted: Any
-  run: StepFn
-
-  def __call__(self, state: TrainState, inputs: Any
-               ) -> tuple[TrainState, dict[str, jax.Array], int]:
-    return self.run(state, inputs)
 
 
 class Backend(Protocol):
@@ -126,78 +116,6 @@ class Backend(Protocol):
     """Stops background work."""
 
 
-class DeviceBackend:
-  """The whole table on device; the reference every other backend must reproduce."""
-
-  name = "device"
-  host_table = None  # the TrainState's table is the table of record
-  sharding_name = "replicated"
-
-  def __init__(self, config, spec: types.DatasetSpec, width: int, graphdef: nnx.GraphDef,
-               build_step: BuildStep, row_opt: row_optimizers.RowOptimizer, mesh):
-    self.spec, self.width, self.num_rows = spec, width, spec.total_rows
-    self.capacity_rows = self.num_rows
-    self.capacity = config.embedding.unique_capacity or vsi.unique_capacity(
-        config.train.batch_size, spec.num_columns, spec.has_padding)
-    self._table_starts = (spec.layout.table_offsets
-                          if row_opt.tables and spec.layout is not None else None)
-    self.batch_sharding = mesh_lib.batch_shardings(mesh, row_tables=bool(row_opt.tables))
-    rep, stddev = mesh_lib.replicated(mesh), config.embedding.init_stddev
-    self.initial_table = device_table.init_table(
-        self.num_rows, width, row_opt, seed=config.seed, stddev=stddev, sharding=rep,
-        tables=device_table.table_inits(spec.layout, width, row_opt, stddev))
-    self._train_step = build_step()
-    self._eval_step = step_lib.make_eval_step(graphdef)
-    self._prefetch = max(1, config.train.prefetch)
-
-  def make_step(self, state_sharding) -> RunStep:
-    """The jitted donated step; returns (state, metrics, number of unique ids)."""
-    jitted = step_lib.jit_train_step(self._train_step, state_sharding, self.batch_sharding)
-
-    def run_step(state, inputs):
-      db, n = inputs
-      state, metrics = jitted(state, db)
-      return state, metrics, n
-
-    return RunStep(jitted, run_step)
-
-  def train_inputs(self, batches: Iterable[types.Batch]) -> TrainInputs:
-    """Background VSI + device_put of the training batches."""
-    offsets, column_rows = self.spec.column_offsets, self.spec.column_rows
-
-    def prep(b):
-      # VSI over the global batch (the same on every process); each process puts only
-      # its own examples (`distributed.put_global`).
-      db, n = vsi.prepare_batch(b, offsets, self.capacity, self.num_rows, column_rows,
-                                self._table_starts)
-      return distributed.put_global(db, self.batch_sharding), n
-
-    return background.map_in_background(prep, batches, maxsize=self._prefetch, name="sfjax-data")
-
-  def prepare_eval(self, batch: types.Batch) -> DeviceBatch:
-    """VSI of an eval batch: rows of the device table."""
-    capacity = vsi.unique_capacity(batch.size, self.spec.num_columns, self.spec.has_padding)
-    return vsi.prepare_batch(batch, self.spec.column_offsets, capacity, self.num_rows,
-                             self.spec.column_rows)[0]
-
-  def eval_logits(self, state, prepared) -> jax.Array:
-    """Logits [B] of a prepared eval batch (several processes: each scores its own
-    examples, `distributed.process_rows`, and gets back a global array of all logits)."""
-    if jax.process_count() > 1:  # (an eval batch has no row_tables)
-      prepared = distributed.put_global(prepared, self.batch_sharding._replace(row_tables=None))
-    return self._eval_step(state.params, state.table.values, prepared)
-
-  def sync(self, state) -> None:
-    """Nothing to do: the device table is the source of truth."""
-
-  def stats(self) -> dict[str, Any]:
-    """No cache counters for the device backend."""
-    return {}
-
-  def close(self) -> None:
-    """Nothing to release."""
-
-
 def _ram_table(e, num_rows, width, slot_width, **kw) -> host_table_lib.HostTable:
   del e
   return host_table_lib.HostTable.create_ram(num_rows, width, slot_width, **kw)
@@ -206,7 +124,9 @@ def _ram_table(e, num_rows, width, slot_width, **kw) -> host_table_lib.HostTable
 def _mmap_table(e, num_rows, width, slot_width, **kw) -> host_table_lib.HostTable:
   if not e.host_path:
     raise ConfigError("config field embedding.host_path: required when embedding.host_storage=mmap")
-  return host_table_lib.HostTable.create_mmap(e.host_path, num_rows, width, slot_width, **kw)
+  # Several processes: each its own table directory (`distributed.process_path`).
+  return host_table_lib.HostTable.create_mmap(distributed.process_path(e.host_path), num_rows,
+                                              width, slot_width, **kw)
 
 
 # embedding.host_storage -> builder of the cache backend's host table.
@@ -442,9 +362,60 @@ BACKENDS: dict[str, Callable[..., Backend]] = {"device": DeviceBackend, "cache":
 def make_backend(config, spec: types.DatasetSpec, width: int, graphdef: nnx.GraphDef,
                  build_step: BuildStep, row_opt: row_optimizers.RowOptimizer,
                  mesh) -> Backend:
-  """The backend named by `config.embedding.backend`.
+  """The backend named by `config.embedding.backend` (and `sharding`), or by
+  `embedding.placement` when set (`resolve_placement`).
 
   `build_step(**kw)` is `make_train_step` with the model, optimizers and l2 bound.
   """
+  if config.embedding.get("placement", ""):
+    config = resolve_placement(config, spec, width, row_opt, mesh.size)
   cls = names.lookup(BACKENDS, config.embedding.backend, "embedding.backend", "backend")
   return cls(config, spec, width, graphdef, build_step, row_opt, mesh)
+
+
+# embedding.placement -> (embedding.backend, embedding.sharding); cache keeps cache_sharding.
+_PLACED = {"replicated": ("device", "replicated"), "row": ("device", "row"),
+           "cache": ("cache", "replicated")}
+
+
+def plan_budget(plan_config, num_devices: int) -> placement.Budget:
+  """`embedding.plan`'s budget; 0 bytes = the device's memory limit (as JAX reports it) or
+  the host's physical memory."""
+  device_bytes = int(plan_config.device_bytes)
+  if device_bytes == 0:
+    device_bytes = int((jax.local_devices()[0].memory_stats() or {}).get("bytes_limit", 0))
+    if not device_bytes:
+      raise ConfigError("config field embedding.plan.device_bytes: required with "
+                        "embedding.placement=auto (this device reports no memory limit)")
+  host_bytes = int(plan_config.host_bytes) or os.sysconf("SC_PAGE_SIZE") * os.sysconf(
+      "SC_PHYS_PAGES")
+  return placement.Budget(num_devices, device_bytes, jax.process_count(), host_bytes,
+                          float(plan_config.replicate_fraction))
+
+
+def resolve_placement(config, spec: types.DatasetSpec, width: int,
+                      row_opt: row_optimizers.RowOptimizer, num_devices: int):
+  """`config` with `embedding.backend` / `sharding` set by `embedding.placement`: as named,
+  or (`auto`) the plan's run placement, the heaviest any table got (one backend per run;
+  the plan, per table, is logged). Unset (''): `config` itself."""
+  e = config.embedding
+  chosen = e.get("placement", "")
+  if not chosen:
+    return config
+  names.lookup(dict.fromkeys(placement.SETTINGS), chosen, "embedding.placement", "placement")
+  if chosen == "auto":
+    budget = plan_budget(e.plan, num_devices)
+    tables = placement.table_costs(spec.layout, spec.total_rows, spec.num_columns, width,
+                                   row_opt.slot_width(width))
+    plan = placement.plan_placement(tables, budget, config.train.batch_size,
+                                    float(e.plan.unique_fraction))
+    logging.info("embedding.placement=auto\n%s", plan.describe())
+    chosen = plan.run_placement
+  config = config.copy_and_resolve_references()
+  backend, sharding = _PLACED[chosen]
+  config.embedding.backend = backend
+  if backend == "device":
+    config.embedding.sharding = sharding
+  logging.info("embedding.placement=%s: embedding.backend=%s%s", e.placement, backend,
+               f", sharding={sharding}" if backend == "device" else "")
+  return config

@@ -21,10 +21,10 @@ from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.core import names
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset, multihot, parquet_columns, synthetic
-from sfjax.embedding import cache_planner, row_optimizers
+from sfjax.embedding import cache_planner, placement, row_optimizers
 from sfjax.models import generator
 from sfjax.parallel import distributed
-from sfjax.train import backends, optimizers, resume_check
+from sfjax.train import backends, device_backend, optimizers, resume_check
 
 __all__ = ["ConfigError", "validate"]
 
@@ -155,9 +155,31 @@ def _validate_data(config) -> None:
   _integer(config, "data.shuffle_buffer", 0, _MAX_COUNT)
 
 
+def _placement(config) -> None:
+  """`embedding.sharding` (device backend), `embedding.placement` and its `plan` budgets.
+  A row-sharded table whose rows do not split evenly over the devices is padded (ceil(V/D)
+  rows per device), so no row count is refused here."""
+  e = config.embedding
+  if "sharding" in e:
+    _choice(e.sharding, "embedding.sharding", device_backend.TABLE_SHARDINGS)
+    _require(e.sharding == "replicated" or e.backend == "device", "embedding.sharding",
+             f"{e.sharding!r} splits the device backend's table; the cache backend's rows are "
+             "split by embedding.cache_sharding")
+  if "placement" in e:
+    _choice(e.placement, "embedding.placement", placement.SETTINGS)
+  if "plan" in e:
+    for field in ("embedding.plan.device_bytes", "embedding.plan.host_bytes"):
+      _number(config, field, low=0.0, low_ok=True, high=float(_INT64_MAX))
+    for field, low_ok in (("embedding.plan.replicate_fraction", True),
+                          ("embedding.plan.unique_fraction", False)):
+      _number(config, field, low=0.0, low_ok=low_ok)
+      _require(_get(config, field) <= 1, field, f"must be <= 1, got {_get(config, field)!r}")
+
+
 def _validate_embedding(config, default_host_path: bool) -> None:
   e = config.embedding
   _choice(e.backend, "embedding.backend", tuple(backends.BACKENDS))
+  _placement(config)
   if e.backend == "cache":
     _choice(e.cache_policy, "embedding.cache_policy", cache_planner.CACHE_POLICIES)
     _choice(e.host_storage, "embedding.host_storage", tuple(backends.HOST_STORAGES))

@@ -95,6 +95,16 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   # ---- embeddings (rows updated by a row-wise optimizer) ----------------
   c.embedding = e = ml_collections.ConfigDict()
   e.backend = "device"  # device: whole table on the accelerator (the reference) | cache: MixCache
+  e.sharding = "replicated"  # device backend: replicated (every device holds the whole table) |
+  #                           row (device d holds rows r % D == d: D x the rows of one device)
+  e.placement = ""  # '' = embedding.backend / sharding as set | auto (the planner's choice for
+  #                  the run, from its largest table; sfjax/embedding/placement.py) | replicated |
+  #                  row (device backend) | cache
+  e.plan = p = ml_collections.ConfigDict()  # the placement planner's budgets (placement=auto)
+  p.device_bytes = 0.0  # table bytes (rows + slots) per device; 0 = the device's memory limit
+  p.host_bytes = 0.0  # host-table bytes per host (process); 0 = the host's physical memory
+  p.replicate_fraction = 0.25  # tables replicated while together <= this part of device_bytes
+  p.unique_fraction = 1.0  # expected unique ids / ids of a step, for the plan's exchange bytes
   e.cache_rows = 0.0  # cache backend: device cache rows (>= 1), a fraction of the table (< 1), or
   #                    0 = auto: 5% of the table, raised to the minimum lookahead x unique capacity
   e.cache_policy = "lru"  # cache backend: lru | lfu
@@ -140,6 +150,8 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   dd.num_processes = 0  # P, with a coordinator (or JAX_NUM_PROCESSES)
   dd.process_id = -1  # this process, 0..P-1, with a coordinator (or JAX_PROCESS_ID)
   dd.auto_detect = False  # True: JAX's cluster detection (SLURM / Open MPI / k8s / Cloud TPU)
+  dd.timeout_s = 300.0  # bound of every cross-process wait: start-up, barriers, a dead peer
+  dd.bind_address = ""  # HOST:PORT process 0's coordinator binds ('' = the coordinator's own)
 
   # ---- checkpoints (WORKDIR/checkpoints/step_N; sfjax/checkpoint/checkpointer.py) ----
   c.checkpoint = k = ml_collections.ConfigDict()

@@ -17,7 +17,9 @@ last 64 KiB, and the full CRC-32 of `spec.json` and `mapping.json`). On resume e
   schedule reads it), `train.log_every`, `train.eval_batch_size`, `train.prefetch`,
   `train.num_devices` (the batch is split otherwise: equal up to float summation order),
   the cache's size, policy, lookahead, sharding, unique capacity and host storage (the
-  cache only holds exact copies of host rows), `checkpoint.*`, `distributed.*` and
+  cache only holds exact copies of host rows), the device table's `embedding.sharding`
+  and `embedding.placement` / `plan.*` (a checkpoint's table moves to the run's layout;
+  a placement that changes the backend is refused by the checkpoint's table kind), `checkpoint.*`, `distributed.*` and
   `resume` itself. Accepted; recorded in `config_history.jsonl`.
 - meaning: everything else (the seed, data paths and files, learning rates and other
   optimizer settings, `train.batch_size`, `train.eval_every`, the shuffle buffer, ...):
@@ -61,7 +63,8 @@ _SHAPE = ("model.", "embedding.backend", "embedding.optimizer", "optimizer.name"
 _FREE = ("train.steps", "train.log_every", "train.eval_batch_size", "train.prefetch",
          "train.num_devices", "embedding.cache_rows", "embedding.cache_policy",
          "embedding.lookahead", "embedding.cache_sharding", "embedding.unique_capacity",
-         "embedding.host_storage", "embedding.host_path", "checkpoint.", "distributed.", "resume")
+         "embedding.host_storage", "embedding.host_path", "embedding.sharding",
+         "embedding.placement", "embedding.plan.", "checkpoint.", "distributed.", "resume")
 
 
 class ResumeMismatchError(ConfigError):

@@ -1,6 +1,7 @@
 """Embedding backends: registries, settings errors naming the field, one compile, equal eval."""
 
 import chex
+import jax
 import ml_collections
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ import pytest
 from experiments.configs import ctr
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset as dataset_lib
+from sfjax.embedding import row_optimizers
 from sfjax.train import backends, config_check, loop
 
 
@@ -133,3 +135,70 @@ def test_cache_eval_equals_device_eval(data):
   chex.assert_trees_all_close(got, want, rtol=1e-6, atol=1e-6)
   assert len(set(np.asarray(want).tolist())) > 1  # the rows really differ per example
   cache.backend.close()
+
+
+# ---- embedding.placement (sfjax/embedding/placement.py) -----------------------------------
+
+def test_placement_names_the_backend_and_sharding(data):
+  for chosen, want in (("replicated", ("device", "replicated")), ("row", ("device", "row")),
+                       ("cache", ("cache", "replicated"))):
+    c = _config(placement=chosen)
+    got = backends.resolve_placement(c, data.spec, 4, None, 8)
+    assert (got.embedding.backend, got.embedding.sharding) == want
+    assert (c.embedding.backend, c.embedding.sharding) == ("device", "replicated")  # a copy
+  plain = _config()
+  assert backends.resolve_placement(plain, data.spec, 4, None, 8) is plain  # '' = as set
+
+
+def _auto(device_bytes, **plan):
+  c = _config(placement="auto")
+  c.embedding.plan.device_bytes, c.embedding.plan.host_bytes = device_bytes, 1 << 30
+  for k, v in plan.items():
+    setattr(c.embedding.plan, k, v)
+  return c
+
+
+def test_auto_placement_follows_the_plan_of_the_runs_table(data):
+  # One table of V rows, width 4 + 4 Adagrad slots: 32 B a row.
+  v = data.spec.total_rows
+  row_opt = row_optimizers.row_optimizer_from_config(_config().embedding)  # adagrad
+  assert row_opt.slot_width(4) == 4
+  whole, share = 32 * v, 32 * -(-v // 8)
+  def chosen(c):
+    got = backends.resolve_placement(c, data.spec, 4, row_opt, 8).embedding
+    return got.backend, got.sharding
+  assert chosen(_auto(4 * whole)) == ("device", "replicated")  # 25% of the budget: fits
+  assert chosen(_auto(4 * whole - 1)) == ("device", "row")
+  assert chosen(_auto(share)) == ("device", "row")
+  assert chosen(_auto(share - 1)) == ("cache", "replicated")
+
+
+def test_auto_placement_without_a_device_budget_names_the_field(data):
+  c = _config(placement="auto")
+  if jax.local_devices()[0].memory_stats():
+    pytest.skip("this device reports its memory limit")
+  with pytest.raises(ConfigError, match=r"^config field embedding\.plan\.device_bytes: required"):
+    backends.resolve_placement(c, data.spec, 4, None, 8)
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("sharding", "columns", r"embedding\.sharding: unknown value 'columns'"),
+    ("placement", "everywhere", r"embedding\.placement: unknown value 'everywhere'"),
+    ("plan.device_bytes", -1.0, r"embedding\.plan\.device_bytes: must be a finite number >= 0"),
+    ("plan.replicate_fraction", 1.5, r"embedding\.plan\.replicate_fraction: must be <= 1"),
+    ("plan.unique_fraction", 0.0, r"embedding\.plan\.unique_fraction: must be a finite number > 0"),
+], ids=["sharding", "placement", "device_bytes", "replicate_fraction", "unique_fraction"])
+def test_placement_settings_are_validated_naming_the_field(field, value, match):
+  c = _config()
+  target = c.embedding
+  *parents, leaf = field.split(".")
+  for p in parents:
+    target = target[p]
+  target[leaf] = value
+  with pytest.raises(ConfigError, match=r"^config field " + match):
+    config_check.validate(c)
+
+
+def test_row_sharding_belongs_to_the_device_backend():
+  with pytest.raises(ConfigError, match=r"embedding\.sharding: 'row' splits the device backend"):
+    config_check.validate(_config("cache", sharding="row"))
