@@ -18,6 +18,25 @@
                 then the streaming buffer) -> `binary_shuffled_examples_per_s`.
    The dataset reads and batches on its background thread; the caller only
    counts, so these are the rates at which it can feed a trainer.
+5. per-process input (issue #24), on the calling thread, the shuffled order:
+     index      `train_order` + `read_train`: the trainer's reader by index, the
+                whole global batch (one process) -> `index_examples_per_s`;
+     index_half the rows `[0, B/2)` of each batch (process 0 of 2): examples it
+                reads per second -> `index_half_examples_per_s`;
+     grain      Grain 0.2.18 (`grain.python.DataLoader`: `IndexSampler` shuffled,
+                `ShardByJaxProcess`, `Batch`, no worker processes, `grain_threads`
+                reading threads) over the same shard
+                files as a `RandomAccessDataSource` -> `grain_examples_per_s` (None
+                when grain is not installed).
+6. resume by seeking: the input position after each of `seek_steps` batches of the
+   shuffled order (reached by stepping the index order alone, timed:
+   `index_replay_seconds`), then the start-up of a resumed trainer's input from it
+   (`sfjax.train.InputFeed` from the position's JSON up to its first batch, median of 5):
+   `resume_startup_seconds` per step count; it must not grow with the step.
+Grain (issue #24) was evaluated here and not adopted: per-record `__getitem__` + `Batch`
+runs at ~10^3-10^4 examples/s on these shards against ~10^6 for the vectorized reader by
+index (`read_train`), which also gives exact resume and per-process reads (`input_feed`).
+
 `run(config)` returns the figures; the command prints a summary line to stderr and ends
 stdout with the figures as one JSON line (also written to `config.out`).
 
@@ -29,6 +48,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import os
 import shutil
 import statistics
@@ -37,11 +57,12 @@ import tempfile
 import time
 
 import ml_collections
+import numpy as np
 
 from experiments import cli
 from experiments.configs import ctr as ctr_config
 from sfjax.core import ConfigError
-from sfjax.data import SyntheticCTR, make_dataset, preprocess_files
+from sfjax.data import Batch, SyntheticCTR, make_dataset, preprocess_files
 
 
 def _data_config(root: str, hash_rows: int):
@@ -71,6 +92,78 @@ def _epochs(split, batch_size: int):
   return itertools.chain.from_iterable(split.chunks(batch_size) for _ in itertools.count())
 
 
+class ShardSource:
+  """A preprocessed split as Grain's `RandomAccessDataSource`: record i is example i
+  (a dict of its ids [F], dense [Nd] and label), read from the shards' memory maps."""
+
+  def __init__(self, split):
+    self.split = split
+    sizes = [s.num_examples for s in split.info.shards]
+    self.starts = list(itertools.accumulate([0] + sizes[:-1]))
+    self.size = sum(sizes)
+    self._arrays: dict[int, object] = {}  # shard -> its opened maps (opened once)
+
+  def __len__(self) -> int:
+    return self.size
+
+  def __getitem__(self, index: int) -> dict:
+    import bisect  # pylint: disable=import-outside-toplevel
+
+    shard = bisect.bisect_right(self.starts, int(index)) - 1
+    arrays = self._arrays.get(shard)
+    if arrays is None:
+      arrays = self._arrays.setdefault(shard, self.split.shard(shard))
+    row = int(index) - self.starts[shard]
+    return {"ids": arrays.ids[row], "dense": arrays.dense[row], "labels": arrays.labels[row]}
+
+
+def grain_rate(split, batch_size: int, num_examples: int, threads: int = 16) -> float | None:
+  """Examples/s of Grain's loader over `split` reading on `threads` threads (Grain's
+  default 16; None: grain is not installed)."""
+  try:
+    from grain import python as grain  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return None
+  source = ShardSource(split)
+  sampler = grain.IndexSampler(len(source), grain.ShardByJaxProcess(drop_remainder=True),
+                               shuffle=True, num_epochs=None, seed=0)
+  loader = grain.DataLoader(data_source=source, sampler=sampler,
+                            operations=[grain.Batch(batch_size, drop_remainder=True)],
+                            worker_count=0, read_options=grain.ReadOptions(num_threads=threads))
+  return _rate(lambda: (Batch(b["ids"], b["dense"], b["labels"], np.ones_like(b["labels"]))
+                       for b in loader),
+               num_examples)
+
+
+def index_rate(dataset, batch_size: int, num_examples: int, share: int = 1) -> float:
+  """Examples/s read by `train_order` + `read_train`, rows [0, B/share) of each batch."""
+  def batches():
+    order = dataset.train_order(batch_size, seed=0)
+    while True:
+      yield dataset.read_train(order.next_batch()[:batch_size // share])
+  return _rate(batches, num_examples // share)
+
+
+def resume_startup(dataset, batch_size: int, steps: int) -> tuple[float, float]:
+  """(seconds to reach the position after `steps` batches by stepping the index order,
+  seconds from that position (its JSON text) to a resumed feed's first batch, the
+  median of 5)."""
+  from sfjax.train import InputFeed  # pylint: disable=import-outside-toplevel
+
+  start = time.perf_counter()
+  order = dataset.train_order(batch_size, seed=0)
+  for _ in range(steps):
+    order.next_batch()
+  replay = time.perf_counter() - start
+  saved = json.dumps(order.position())  # as a checkpoint's meta holds it
+  times = []
+  for _ in range(5):  # the median of 5 restarts (the machine may be busy)
+    start = time.perf_counter()
+    next(InputFeed(dataset, batch_size, 0, steps, json.loads(saved)))
+    times.append(time.perf_counter() - start)
+  return replay, statistics.median(times)
+
+
 def write_text(root: str, rows: int, eval_rows: int) -> float:
   """Writes train.tsv / eval.tsv; returns the seconds it took."""
   start = time.perf_counter()
@@ -96,7 +189,8 @@ def measure(config: ml_collections.ConfigDict, root: str) -> dict:
   pre_cfg = ctr_config.get_config().data
   pre_cfg.format, pre_cfg.train_path = "preprocessed", out_dir
   num_examples = max(1, config.binary_examples // batch) * batch
-  runs = {"reader": [], "plain": [], "shuffled": []}
+  runs: dict[str, list] = {"reader": [], "plain": [], "shuffled": [], "index": [],
+                          "index_half": [], "grain": []}
   for _ in range(config.repeats):
     pre_cfg.shuffle_buffer = 0
     plain = make_dataset(pre_cfg, seed=0)
@@ -107,6 +201,14 @@ def measure(config: ml_collections.ConfigDict, root: str) -> dict:
     shuffled = make_dataset(pre_cfg, seed=0)
     runs["shuffled"].append(_rate(functools.partial(shuffled.train_batches, batch, seed=0),
                                   num_examples))
+    runs["index"].append(index_rate(shuffled, batch, num_examples))
+    runs["index_half"].append(index_rate(shuffled, batch, num_examples, share=2))
+    runs["grain"].append(grain_rate(shuffled.split("train"), batch,
+                                    min(num_examples, config.grain_examples), config.grain_threads))
+
+  shuffled.split("train").verify()  # every shard checked once: the seeks time only the seek
+  seeks = {int(n): resume_startup(shuffled, config.seek_batch_size, int(n))
+           for n in config.seek_steps}
 
   train_dir = os.path.join(out_dir, "train")
   shard_bytes = sum(os.path.getsize(os.path.join(train_dir, f)) for f in os.listdir(train_dir)
@@ -126,6 +228,12 @@ def measure(config: ml_collections.ConfigDict, root: str) -> dict:
       "binary_shuffled_examples_per_s": statistics.median(runs["shuffled"]),
       "reader_examples_per_s": statistics.median(runs["reader"]),
       "speedup_vs_text": binary / text_rate,
+      "index_examples_per_s": statistics.median(runs["index"]),
+      "index_half_examples_per_s": statistics.median(runs["index_half"]),
+      "grain_examples_per_s": (None if None in runs["grain"] else statistics.median(runs["grain"])),
+      "seek_batch_size": config.seek_batch_size,
+      "index_replay_seconds": {str(n): r for n, (r, _) in seeks.items()},
+      "resume_startup_seconds": {str(n): t for n, (_, t) in seeks.items()},
       "runs": runs,
   }
 
@@ -153,7 +261,9 @@ def print_summary(result: dict) -> None:
   runs = result["runs"]
   print(f"text {result['text_lines_per_s']:.3g} lines/s | preprocess "
         f"{result['preprocess_lines_per_s']:.3g} lines/s | binary (examples/s) reader "
-        f"{runs['reader']} plain {runs['plain']} shuffled {runs['shuffled']}", file=sys.stderr)
+        f"{runs['reader']} plain {runs['plain']} shuffled {runs['shuffled']} by index "
+        f"{runs['index']} half {runs['index_half']} grain {runs['grain']} | resume start-up "
+        f"(s) {result['resume_startup_seconds']}", file=sys.stderr)
 
 
 if __name__ == "__main__":

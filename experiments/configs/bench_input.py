@@ -23,11 +23,16 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.shuffle_buffer = 65536  # shuffle buffer of the shuffled binary run
   c.binary_examples = 20_000_000  # examples per binary measurement (epochs repeat)
   c.repeats = 3  # binary measurements of each kind
+  c.grain_examples = 2_000_000  # examples per Grain measurement (per-record reads: slow)
+  c.grain_threads = 16  # Grain's reading threads (its default)
+  c.seek_steps = (10, 100_000)  # resume start-up measured after these many batches
+  c.seek_batch_size = 256  # of the seek measurement (the index order is stepped to each)
   c.workdir = ""  # where the files go ('': a temporary folder, removed at the end)
   c.out = ""  # also write the JSON result here
   if arg == "smoke":
     c.rows, c.eval_rows, c.batch_size, c.hash_rows = 3000, 200, 256, 1000
     c.rows_per_shard, c.shuffle_buffer, c.binary_examples, c.repeats = 1000, 512, 20_000, 2
+    c.grain_examples, c.grain_threads, c.seek_steps = 2_000, 1, (10, 300)
   elif arg:
     raise ValueError(f"unknown config variant {arg!r} (known: '', 'smoke')")
   return c

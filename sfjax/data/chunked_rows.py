@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from sfjax.core import metrics
-from sfjax.data import batching
-from sfjax.data.types import Batch
+from sfjax.data import batching, index_stream
+from sfjax.data.types import Batch, concat_batches
 
 
 class ChunkedRows:
@@ -29,6 +29,7 @@ class ChunkedRows:
   shuffle_stream: int
   eval_splits: tuple[str, ...]
   _oracle: dict[str, dict[str, float]] | None
+  rows_read: int = 0  # training examples read by index (`read_train`), this process
   # Defined by the subclass: chunk(split, index) -> rows [index * chunk_rows, +chunk_rows),
   # split_size(split) -> rows of an epoch / eval split, generate_rows(split, start, n).
   chunk: Callable[[str, int], Any]
@@ -53,6 +54,32 @@ class ChunkedRows:
         order = rng.permutation(min(self.chunk_rows, num_train - int(index) * self.chunk_rows))
         yield batching.take(self.chunk("train", int(index)).to_batch(), order)
       epoch += 1
+
+  def train_order(self, batch_size: int, seed: int,
+                  position: index_stream.Position | None = None) -> index_stream.ChunkedOrder:
+    """The training order as example indices (`_train_epochs`'s, index for index), from
+    `position` (None: the start); read a batch's rows with `read_train`."""
+    return index_stream.ChunkedOrder(seed, self.shuffle_stream, self.split_size("train"),
+                                     self.chunk_rows, batch_size, position)
+
+  def read_train(self, indices: np.ndarray) -> Batch:
+    """The training examples `indices` [n] (of `train_order`), in that order; the chunks
+    they fall in are drawn (the last two are kept). Counts `rows_read`."""
+    indices = np.asarray(indices, np.int64)
+    cache = self.__dict__.setdefault("_train_chunks", {})
+    chunk_of = indices // self.chunk_rows
+    pieces, where = [], []
+    for index in np.unique(chunk_of).tolist():
+      if index not in cache:
+        if len(cache) >= 2:
+          cache.pop(next(iter(cache)))
+        cache[index] = self.chunk("train", index).to_batch()
+      at = np.flatnonzero(chunk_of == index)
+      pieces.append(batching.take(cache[index], indices[at] - index * self.chunk_rows))
+      where.append(at)
+    self.rows_read += int(indices.size)
+    merged = concat_batches(pieces)
+    return batching.take(merged, np.argsort(np.concatenate(where), kind="stable"))
 
   def _eval_pass(self, split: str, batch_size: int) -> Iterator[Batch]:
     """The split's rows in order; the last batch padded (mask 0), never dropped."""

@@ -30,7 +30,7 @@ import numpy as np
 from sfjax.core import atomic, background
 from sfjax.core import feature_layout as fl
 from sfjax.core.errors import ConfigError
-from sfjax.data import batching, dataset, shards
+from sfjax.data import batching, dataset, index_stream, shards
 from sfjax.data import preprocessed_layout as layout
 from sfjax.data.types import Batch, DatasetSpec
 
@@ -196,12 +196,15 @@ class PreprocessedDataset:
     self._bad_lines = {n: int(meta["splits"][n].get("bad_lines", 0)) for n in self._splits}
     self._truncated = {n: int(meta["splits"][n]["truncated_ids"]) for n in self._splits
                        if "truncated_ids" in meta["splits"][n]}
+    self.rows_read = 0  # training examples read by index (`read_train`)
+    self._train_maps: dict[int, shards.ShardArrays] = {}  # shards opened by `read_train`
 
   @property
   def stats(self) -> dict:
     """'bad_lines' is 0 (shards have none); lines dropped (and, with a feature layout, bag
     ids truncated) while preprocessing, per split."""
-    out = {"bad_lines": 0, "preprocess_bad_lines_by_split": dict(self._bad_lines)}
+    out = {"bad_lines": 0, "preprocess_bad_lines_by_split": dict(self._bad_lines),
+           "rows_read": self.rows_read}
     if self._truncated:
       out["preprocess_truncated_ids_by_split"] = dict(self._truncated)
     return out
@@ -224,6 +227,43 @@ class PreprocessedDataset:
 
     batches = batching.train_batches(epoch, batch_size, self.shuffle_buffer, seed)
     return _in_background(batches, self.prefetch, "sfjax-shards-train")
+
+  @property
+  def indexable(self) -> bool:
+    """True when training examples can be read by index (`read_train`): shards without
+    bag features (a feature layout's ragged bags are read as a stream)."""
+    return self._splits["train"].info.layout is None
+
+  def train_order(self, batch_size: int, seed: int,
+                  position: index_stream.Position | None = None) -> index_stream.ShardOrder:
+    """`train_batches`'s order as example indices (index for index), from `position`."""
+    train = self._splits["train"]
+    return index_stream.ShardOrder([s.num_examples for s in train.info.shards], self.read_chunk,
+                                   self.shuffle_buffer, seed, batch_size, position)
+
+  def read_train(self, indices: np.ndarray) -> Batch:
+    """Training examples `indices` [n] (split-wide, in `train_order`'s numbering), in
+    that order, gathered from the shards' memory maps; counts `rows_read`."""
+    if not self.indexable:
+      raise ValueError(f"{self.root}: shards with bag features are read as a stream, not by index")
+    train = self._splits["train"]
+    sizes = np.asarray([s.num_examples for s in train.info.shards], np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    indices = np.asarray(indices, np.int64)
+    shard_of = np.searchsorted(starts, indices, side="right") - 1
+    n, f, nd = indices.size, len(train.info.fields), train.info.num_dense
+    ids, dense = np.empty((n, f), np.int64), np.empty((n, nd), np.float32)
+    labels = np.empty(n, np.float32)
+    for s in np.unique(shard_of).tolist():
+      at = np.flatnonzero(shard_of == s)
+      arrays = self._train_maps.get(s)
+      if arrays is None:  # opened (and checked) once, then kept
+        arrays = self._train_maps.setdefault(s, train.shard(s))
+      rows = indices[at] - starts[s]
+      ids[at] = np.take(arrays.ids, rows, axis=0)
+      dense[at], labels[at] = np.take(arrays.dense, rows, axis=0), np.take(arrays.labels, rows)
+    self.rows_read += n
+    return Batch(ids, dense, labels, np.ones(n, np.float32))
 
   def eval_batches(self, split: str, batch_size: int) -> Iterator[Batch]:
     """Finite batches in file order, the last one padded with mask 0, on a thread."""

@@ -19,6 +19,7 @@ on resume) and `process_cache` (per-process cache fills).
 from sfjax.train.backends import BACKENDS
 from sfjax.train.config_check import check_paths, validate
 from sfjax.train.defaults import ctr_defaults
+from sfjax.train.input_feed import InputFeed
 from sfjax.train.loop import (
   Trainer,
   TrainingRun,
@@ -53,6 +54,7 @@ __all__ = [
   "DENSE_OPTIMIZER_NAMES",
   "DenseLossFn",
   "DenseState",
+  "InputFeed",
   "ResumeMismatchError",
   "TrainState",
   "Trainer",

@@ -13,7 +13,6 @@ Importable from notebooks; `experiments/train_ctr.py` only parses flags.
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import os
 import sys
@@ -37,6 +36,7 @@ from sfjax.train import (
   backends,
   config_check,
   evaluation,
+  input_feed,
   metrics_writer,
   optimizers,
   resume_check,
@@ -175,8 +175,9 @@ def _reset_mmap_table(config, resume_from: str | None) -> None:
   the checkpoint must not survive."""
   e = config.embedding
   if resume_from and e.backend == "cache" and e.host_storage == "mmap":
-    if host_table_files.discard_mmap_table(e.host_path):
-      logging.info("resuming: host table %s is reset to %s", e.host_path, resume_from)
+    path = distributed.process_path(e.host_path)  # this process's own table
+    if host_table_files.discard_mmap_table(path):
+      logging.info("resuming: host table %s is reset to %s", path, resume_from)
 
 
 def _eval_record(step: int, windows: list[runner.StepWindow], unique_counts: list[int],
@@ -251,8 +252,8 @@ def train_and_evaluate(config, workdir: str | None = None, dataset=None,
   With `checkpoint.every_steps = K > 0` and a workdir, a checkpoint is saved every K
   steps and at the last step under `workdir/checkpoints/` (`sfjax.checkpoint.checkpointer`),
   and a run whose workdir already holds one resumes from the latest: state, eval
-  history and data position (the deterministic train stream skips the batches already
-  consumed), so it ends exactly as an uninterrupted run would. The run holds the
+  history and data position (the checkpoint's input position: the stream starts there,
+  `input_feed`), so it ends exactly as an uninterrupted run would. The run holds the
   workdir's lock (`sfjax.core.workdir_lock`) throughout; a resume first compares the
   checkpoint's fingerprint with this run's (`resume_check`: shape changes refused, changed
   settings refused unless `config.resume='allow_changes'`, recorded in
@@ -335,7 +336,7 @@ def _train_and_evaluate(config, workdir: str | None, dataset, trainer: Trainer |
                "unique capacity=%d", backend.name, spec.total_rows, trainer.width,
                spec.num_fields, spec.num_dense, trainer.mesh.size, backend.capacity)
   state, history, windows, pending, start = trainer.state, [], [], [], 0
-  checkpointer = None
+  checkpointer, restored = None, None
   # For exports: the table's row ranges (one per field, or per table of a feature layout).
   fields = ([{"name": f.name, "rows": int(f.num_rows)} for f in spec.fields]
             if spec.layout is None else feature_layout.table_ranges(spec.layout))
@@ -352,10 +353,11 @@ def _train_and_evaluate(config, workdir: str | None, dataset, trainer: Trainer |
       state, start = restored.state, restored.step
       history, pending = restored.meta["history"], restored.meta["pending_unique_counts"]
       logging.info("resuming from %s (step %d)", resume_from, start)
-  batches = dataset.train_batches(tcfg.batch_size, config.seed)
-  if start:  # the stream is deterministic: skip the batches the checkpoint consumed
-    batches = itertools.islice(batches, start, None)
-  inputs = backend.train_inputs(batches)
+  # Each process reads its own rows of every global batch; a resume starts at the saved
+  # input position (no replay), or replays an older checkpoint's stream (`input_feed`).
+  feed = input_feed.InputFeed(dataset, tcfg.batch_size, config.seed, start,
+                              restored.meta.get(input_feed.POSITION_KEY) if restored else None)
+  inputs = backend.train_inputs(feed)
   eval_steps = {*range(tcfg.eval_every, tcfg.steps + 1, tcfg.eval_every), tcfg.steps}
   ckpt_steps = {*range(ckpt_every, tcfg.steps + 1, ckpt_every), tcfg.steps} if ckpt_root else set()
   since_eval: list[runner.StepWindow] = []
@@ -387,7 +389,8 @@ def _train_and_evaluate(config, workdir: str | None, dataset, trainer: Trainer |
           backend.sync(state)  # the cache's rows reach the host table before it is saved
           path = checkpointer.save(state, {"history": history, "pending_unique_counts": pending,
                                            "fields": fields, **layout_meta,
-                                           resume_check.FINGERPRINT_KEY: fingerprint})
+                                           resume_check.FINGERPRINT_KEY: fingerprint,
+                                           input_feed.POSITION_KEY: feed.position_at(last)})
           logging.info("checkpoint %s", path)
         first = last + 1
     backend.sync(state)  # the cache backend flushes every cached row to the host table

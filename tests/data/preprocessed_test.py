@@ -81,7 +81,8 @@ def test_shards_give_the_text_path_examples_in_its_order(criteo_dir, tmp_path, m
   for split in ("eval", "test"):
     assert _assert_same_batches(text.eval_batches(split, 128), binary.eval_batches(split, 128)) > 1
   assert binary.stats == {"bad_lines": 0,
-                          "preprocess_bad_lines_by_split": {"train": 0, "eval": 0, "test": 0}}
+                          "preprocess_bad_lines_by_split": {"train": 0, "eval": 0, "test": 0},
+                          "rows_read": 0}  # (by index: `read_train`; the stream counts none)
 
   mapper = preprocessed_layout.load_mapping(str(tmp_path / "pre"))
   if "hash_rows" in mapping:
