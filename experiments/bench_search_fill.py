@@ -7,12 +7,17 @@ Runs `experiments.search`'s search (`search_loop.run_search`, the search config
 `config.search`, by default experiments/configs/search_ctr.py: ASHA over the default
 CTR space; `config.space=blocks`: over the generated models of `search_spaces/blocks.py`)
 once per mode, each in a fresh workdir, on the same data and seed:
-  * `ragged`: architecture-aware rounds (`study.fill_cohorts`) and ragged cohorts
+  * `ragged`: merged cohorts (`study.fill_cohorts`: a round's free proposals in as
+    few programs as possible, row optimizers chosen per lane) and ragged cohorts
     (`study.ragged_cohorts`): ASHA's promotions and new trials of one bucket share
     one program (the default);
-  * `exact`: architecture-aware rounds, one program per exact step range;
-  * `free`: every trial asked freely, one program per exact step range.
-For each it prints `mean_cohort_width` (trials per vmapped program),
+  * `exact`: merged cohorts, one program per exact step range;
+  * `free`: no merging (one program per shape bucket and row optimizer), one
+    program per exact step range.
+Every mode trains the algorithm's own proposals (issue #26: fill never resamples
+inside a bucket), so all three try the same configs on a random search.
+For each it prints `pairs_tried` (distinct (model.name, embedding.optimizer) of the
+trials), `families_tried`, `optimizers_tried`, `mean_cohort_width` (trials per vmapped program),
 `lane_utilization` (trained trial-steps over the trial-steps the programs ran),
 wall seconds end to end (data, compiles, the default config's run, host metrics
 and state saving included; compiled programs are dropped between modes), trials
@@ -31,6 +36,7 @@ Old flag -> config field: `--config=FILE` (the search config) -> `config.search`
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -51,6 +57,17 @@ MODES = {"ragged": (True, True), "exact": (True, False), "free": (False, False)}
 SPACES = {"ctr": ctr_space.SEARCH_SPACE, "blocks": blocks_space.BLOCK_SEARCH_SPACE}
 
 
+def tried_counts(trials_path: str) -> dict[str, int]:
+  """Distinct (model.name, embedding.optimizer) pairs, families and row optimizers among
+  the trained (done or failed) trials of a study's `trials.jsonl`."""
+  with open(trials_path, encoding="utf-8") as f:
+    trials = [json.loads(line) for line in f if line.strip()]
+  pairs = {(t["config"].get("model.name"), t["config"].get("embedding.optimizer"))
+           for t in trials if t.get("status") in ("done", "failed")}
+  return {"pairs_tried": len(pairs), "families_tried": len({p[0] for p in pairs}),
+          "optimizers_tried": len({p[1] for p in pairs})}
+
+
 def measure(search_config, modes: Sequence[str], space: str = "ctr") -> dict[str, Any]:
   """Runs the search of `search_config` over `SPACES[space]` once per mode (names of
   `MODES`) in a fresh workdir; its figures per mode."""
@@ -65,8 +82,9 @@ def measure(search_config, modes: Sequence[str], space: str = "ctr") -> dict[str
       t0 = time.perf_counter()
       summary = run_search(c, workdir, SPACES[space])
       seconds = time.perf_counter() - t0
+      tried = tried_counts(os.path.join(workdir, "trials.jsonl"))
     best = summary["best_metrics"] or {}
-    out[mode] = {"mean_cohort_width": summary["mean_cohort_width"],
+    out[mode] = {**tried, "mean_cohort_width": summary["mean_cohort_width"],
                  "lane_utilization": summary["lane_utilization"],
                  "seconds": seconds, "trials": summary["num_trials_done"],
                  "trials_per_hour": summary["num_trials_done"] * 3600.0 / seconds,

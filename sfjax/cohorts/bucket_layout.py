@@ -50,6 +50,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from sfjax.cohorts.lane_optimizers import lane_names
 from sfjax.train import defaults as ctr_defaults_lib
 
 # Models whose `model.embed_dim` a superset can hold (their rules are above); `composed`
@@ -62,8 +63,10 @@ _ADAGRAD_FILL = float(ctr_defaults_lib.ctr_defaults().embedding.adagrad_initial_
 
 
 def embed_maskable(model_name: str, embedding_optimizer: str) -> bool:
-  """Whether trials of this model and row optimizer may differ in `embed_dim` in one bucket."""
-  return model_name in _EMBED_MASKABLE_MODELS and embedding_optimizer in _EMBED_MASKABLE_ROW_OPTIMIZERS
+  """Whether trials of this model and row optimizer may differ in `embed_dim` in one bucket
+  (a program's set of row optimizers, `lane_optimizers.lanes_name`: when each may)."""
+  return model_name in _EMBED_MASKABLE_MODELS and all(
+      name in _EMBED_MASKABLE_ROW_OPTIMIZERS for name in lane_names(embedding_optimizer))
 
 
 class EmbedLayout(NamedTuple):
@@ -202,7 +205,9 @@ def slot_layout(layout: EmbedLayout | None, width: int, slot_width: int, sup_wid
   if layout is None:
     return np.arange(slot_width), np.zeros((sup_slot_width,), np.float32)
   blocks = slot_width // width
-  if slot_width != blocks * width or sup_slot_width != blocks * sup_width or blocks > 2:
+  # A superset of several row optimizers has more slot columns than this trial's blocks
+  # (`lane_optimizers`): its blocks come first, the rest is never read by its optimizer.
+  if slot_width != blocks * width or sup_slot_width < blocks * sup_width or blocks > 2:
     raise ValueError(f"padded_layout: slots of width {slot_width} for rows of width {width} "
                      f"(superset {sup_slot_width} for {sup_width}) are not element-wise: "
                      f"model.embed_dim is part of the bucket for this row optimizer")

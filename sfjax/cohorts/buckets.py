@@ -42,10 +42,17 @@ the others, whose outputs and gradients are then exactly 0. `pad_state` and
 `unpad_state` take the trial's and the superset's ArchSpec (`arch=`, `sup_arch=`)
 to move a trial's blocks to their superset indices and set its gates.
 
+Row optimizers (issue #26): `bucket_key(..., merge_optimizers=True)` (what a search
+with `study.fill_cohorts` groups by) leaves the row optimizer out of the key; the
+superset then names the set of its trials' row optimizers and each lane picks its own
+by an index (`lane_optimizers`: slots are the union of the set's, a lane's own
+columns placed as for one optimizer, the rest untouched), so a trial of a mixed
+program still equals its own run.
+
 What stays in the bucket key (a different value means a different bucket): the
 model family, `embed_dim` for other models (`composed`) and row-wise row
-optimizers (rowwise_adagrad's mean over a row changes with padding), the row and
-dense optimizers, the cross rank and structure, attention and CIN sizes, a bottom
+optimizers (rowwise_adagrad's mean over a row changes with padding), the row
+optimizer (unless merged, above) and the dense optimizer, the cross rank and structure, attention and CIN sizes, a bottom
 MLP, an MLP of depth 0 (no hidden layer to hold an identity), and of a composed
 spec: the embedding dims, the `first_order` block, the combination, the bias, the
 bottom MLP, the tower's presence and inputs (and a tower without hidden layers),
@@ -65,6 +72,7 @@ import numpy as np
 
 from sfjax.cohorts import bucket_blocks as padded_blocks
 from sfjax.cohorts import bucket_layout as padded_layout
+from sfjax.cohorts import lane_optimizers
 from sfjax.cohorts.arch import ArchSpec
 
 # Model keyword arguments a superset can hold, masked per trial.
@@ -81,12 +89,15 @@ _BLOCKS_HPARAM = "blocks"
 _MASKED = "masked"
 
 
-def bucket_key(arch: ArchSpec) -> ArchSpec:
+def bucket_key(arch: ArchSpec, merge_optimizers: bool = False) -> ArchSpec:
   """`arch` with its maskable sizes replaced by a placeholder: equal keys share a program.
 
   An MLP of depth 0 keeps its `()` (it cannot be padded), so it has its own bucket;
   `embed_dim` is masked only where `padded_layout.embed_maskable`; a `composed`
-  model's block spec becomes `padded_blocks.bucket_blocks` of it.
+  model's block spec becomes `padded_blocks.bucket_blocks` of it. With
+  `merge_optimizers` (a search's `study.fill_cohorts`) the row optimizer is masked
+  too: the bucket's program picks each lane's (`lane_optimizers`); a key with it
+  is coarser than one without (equal plain keys give equal merged keys).
   """
   hparams = tuple((k, _MASKED if k in _MASKED_HPARAMS and v != () else
                    padded_blocks.bucket_blocks(v) if k == _BLOCKS_HPARAM else v)
@@ -94,7 +105,8 @@ def bucket_key(arch: ArchSpec) -> ArchSpec:
   embed_dim = (_MASKED if padded_layout.embed_maskable(arch.model_name, arch.embedding_optimizer)
                else arch.embed_dim)
   # A key's embed_dim may be the "masked" placeholder: keys are only hashed, compared and named.
-  return dataclasses.replace(arch, model_hparams=hparams,
+  optimizer = _MASKED if merge_optimizers else arch.embedding_optimizer
+  return dataclasses.replace(arch, model_hparams=hparams, embedding_optimizer=optimizer,
                              embed_dim=embed_dim)  # type: ignore[arg-type]  # see above
 
 
@@ -115,12 +127,16 @@ def fixed_config_keys(config: Mapping[str, Any], keys: Sequence[str]) -> tuple[s
 def superset(archs: Sequence[ArchSpec]) -> ArchSpec:
   """The smallest architecture of the bucket of `archs` that holds each of them.
 
+  The bucket is the merged one (`bucket_key(..., merge_optimizers=True)`): trials of
+  several row optimizers give a superset whose `embedding_optimizer` serves them all,
+  one per lane (`lane_optimizers.lanes_name`).
+
   Raises:
     ValueError: `archs` is empty or spans several buckets.
   """
   if not archs:
     raise ValueError("superset: no architectures")
-  keys = {bucket_key(a) for a in archs}
+  keys = {bucket_key(a, merge_optimizers=True) for a in archs}
   if len(keys) != 1:
     raise ValueError(f"superset: architectures of {len(keys)} buckets: "
                      f"{sorted(a.describe() for a in set(archs))}")
@@ -134,7 +150,9 @@ def superset(archs: Sequence[ArchSpec]) -> ArchSpec:
   if _BLOCKS_HPARAM in hparams:
     hparams[_BLOCKS_HPARAM] = padded_blocks.superset_blocks([h[_BLOCKS_HPARAM] for h in all_hparams])
   return dataclasses.replace(archs[0], model_hparams=tuple(sorted(hparams.items())),
-                             embed_dim=max(a.embed_dim for a in archs))
+                             embed_dim=max(a.embed_dim for a in archs),
+                             embedding_optimizer=lane_optimizers.lanes_name(
+                                 [a.embedding_optimizer for a in archs]))
 
 
 def _by_path(tree) -> dict[str, Any]:

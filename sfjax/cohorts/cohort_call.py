@@ -29,6 +29,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from sfjax.cohorts import arch as arch_lib
+from sfjax.cohorts import lane_optimizers
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts.arch import ArchSpec
 from sfjax.cohorts.task import TrialData
@@ -106,10 +107,18 @@ def stack_hparams(hparams: Sequence[Mapping[str, Any]],
 
 def _full_hparams(hparams: Mapping[str, Any], width: int) -> dict[str, np.ndarray]:
   """`arch.DYNAMIC_KEYS` -> [W] float32: the given values (checked), defaults elsewhere;
-  bags' pooling codes only when given (the program pools the others the data set's way)."""
+  bags' pooling codes only when given (the program pools the others the data set's way);
+  a mixed program's `lane_optimizers.LANE_KEY` -> [W] int32 when given."""
   defaults = arch_lib.resolve_hparams({})
   stacked = {}
   for key, value in {**{k: None for k in arch_lib.DYNAMIC_KEYS}, **dict(hparams)}.items():
+    if key == lane_optimizers.LANE_KEY:  # a mixed program's per-lane row optimizer index
+      value = np.asarray(jax.device_get(value))
+      if value.shape != (width,) or (value < 0).any() or (value != np.round(value)).any():
+        raise ValueError(f"hparams[{key!r}] must be ({width},) non-negative integers, got "
+                         f"{value.tolist()}")
+      stacked[key] = value.astype(np.int32)
+      continue
     if value is None:
       value = np.full((width,), defaults[key], np.float32)
     else:
@@ -182,7 +191,8 @@ def call_cohort(data: TrialData, mesh, arch: ArchSpec, hparams: Mapping[str, Any
     mesh: None, or a ('trial',) mesh to shard the trial axis over.
     arch: their architecture.
     hparams: `arch.DYNAMIC_KEYS` -> [W] values (missing keys take defaults), and
-      optionally bags' pooling keys -> [W] codes (`bag_pooling`).
+      optionally bags' pooling keys -> [W] codes (`bag_pooling`) and, for an `arch`
+      of several row optimizers (`lane_optimizers`), `LANE_KEY` -> [W] lane indices.
     seeds: [W] ints; a fresh trial's parameters and table are drawn from its seed.
     start, end: the global step range: ints (all trials), or [W] ints, one range
       per trial (a ragged program: `init_states` required; the scan runs the

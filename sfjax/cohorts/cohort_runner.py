@@ -21,7 +21,8 @@ Choices:
     takes its trials longest first).
   * A bucket's trials whose architectures differ run one masked program of the
     bucket's superset: each trial's exact state is padded in and cut back out
-    (`sfjax.cohorts.buckets`).
+    (`sfjax.cohorts.buckets`). With `merge_optimizers` the bucket ignores the row
+    optimizer: a chunk of several picks each lane's by an index (`lane_optimizers`).
   * 'auto' width: `measure_widths` times one budget unit of trials per candidate
     width (compiled first) and keeps the best trials/hour, per arch.
   * A trial's `seconds` is its chunk's wall time (compilation included) divided
@@ -40,7 +41,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sfjax.cohorts import bag_pooling, buckets, chunk_plan, cohort_call, trial_states
+from sfjax.cohorts import (
+  bag_pooling,
+  buckets,
+  chunk_plan,
+  cohort_call,
+  lane_optimizers,
+  trial_states,
+)
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts.arch import ArchSpec
 from sfjax.cohorts.chunk_plan import Chunk
@@ -152,7 +160,7 @@ class CohortRunner:
 
   def plan(self, archs: Sequence[ArchSpec], start_steps: Sequence[int],
            end_steps: Sequence[int], resumes: Sequence[bool],
-           ragged: bool | None = None) -> tuple[Chunk, ...]:
+           ragged: bool | None = None, merge_optimizers: bool = False) -> tuple[Chunk, ...]:
     """The program calls `run` makes for these trials (`chunk_plan.plan_chunks` by shape
     bucket, at `width_for` the group's first architecture: 'auto' may measure here).
 
@@ -161,15 +169,18 @@ class CohortRunner:
       start_steps, end_steps: per trial, its global step range.
       resumes: per trial, whether it resumes from a state.
       ragged: group by bucket alone; None: the runner's `ragged`.
+      merge_optimizers: trials of one bucket but different row optimizers share a
+        program (`buckets.bucket_key`, `lane_optimizers`).
     """
     return chunk_plan.plan_chunks(
-        [buckets.bucket_key(a) for a in archs], start_steps, end_steps, resumes,
+        [buckets.bucket_key(a, merge_optimizers) for a in archs], start_steps, end_steps, resumes,
         ragged=self.ragged if ragged is None else ragged, archs=archs,
         width=lambda members: self.width_for(archs[members[0]], len(members)))
 
   def run(self, arch: ArchSpec | Sequence[ArchSpec], hparams: Sequence[Mapping[str, float]],
           seeds: Sequence[int], start_steps: Sequence[int], end_steps: Sequence[int] | int,
-          init_states: Sequence[Any], ragged: bool | None = None) -> list[CohortTrialResult]:
+          init_states: Sequence[Any], ragged: bool | None = None,
+          merge_optimizers: bool = False) -> list[CohortTrialResult]:
     """Runs trials of one architecture, or of one shape bucket; results in input order.
 
     Args:
@@ -187,6 +198,8 @@ class CohortRunner:
         CohortTrialResult at step `start_steps[i]` (resume: training continues), in the
         trial's own shapes.
       ragged: group by bucket alone; None: the runner's `ragged`.
+      merge_optimizers: trials that differ in their row optimizer may share a bucket's
+        program, each lane taking its own (`lane_optimizers`).
 
     Returns:
       One CohortTrialResult per trial, states in each trial's own shapes, each naming
@@ -209,7 +222,8 @@ class CohortRunner:
       if state is not None and int(np.asarray(state.step)) != start:
         raise ValueError(f"trial {i}: init_state is at step {int(np.asarray(state.step))}, "
                          f"not at start_steps={start}")
-    plan = self.plan(archs, start_steps, end_steps, [s is not None for s in init_states], ragged)
+    plan = self.plan(archs, start_steps, end_steps, [s is not None for s in init_states], ragged,
+                     merge_optimizers)
     stacked = cohort_call.stack_hparams(hparams, bag_pooling.default_codes(self.spec))
     results: dict[int, CohortTrialResult] = {}
     for chunk in plan:
@@ -260,6 +274,10 @@ class CohortRunner:
     def stack(trees):
       return jax.tree.map(lambda *xs: np.stack(xs), *trees)
 
+    if len(lane_optimizers.lane_names(sup.embedding_optimizer)) > 1:  # each lane its own
+      hparams = {**hparams, lane_optimizers.LANE_KEY: np.asarray(
+          [lane_optimizers.lane_index(sup.embedding_optimizer, a.embedding_optimizer)
+           for a in archs], np.int32)}
     results = self._run_chunk(chunk, sup, hparams, seeds, start, end, stack(states),
                               dense_masks=stack(masks), archs=archs)
     return [r._replace(state=buckets.unpad_state(r.state, self.state_template(arch), arch=arch,

@@ -28,11 +28,11 @@ import jax.numpy as jnp
 from flax import nnx
 from jax import lax
 
-from sfjax.cohorts import bag_pooling
+from sfjax.cohorts import bag_pooling, lane_optimizers
 from sfjax.cohorts.arch import ArchSpec
 from sfjax.core.types import DeviceBatch
 from sfjax.data.types import DatasetSpec
-from sfjax.embedding import device_table, row_optimizers
+from sfjax.embedding import device_table
 from sfjax.train import defaults as ctr_defaults_lib
 from sfjax.train import optimizers
 from sfjax.train import step as step_lib
@@ -65,8 +65,10 @@ def _make_optimizers(arch: ArchSpec, hparams: Hparams):
   """The trial's dense and row optimizers: the trainer's factories, with traced hyperparameters."""
   tx = optimizers.dense_optimizer(arch.dense_optimizer, hparams["optimizer.learning_rate"],
                                   hparams["optimizer.weight_decay"], field="optimizer.name")
-  row_opt = row_optimizers.make(arch.embedding_optimizer, hparams["embedding.learning_rate"], _EMB,
-                                field="embedding.optimizer")
+  # A program of several row optimizers (a mixed cohort) takes each lane's by its index.
+  row_opt = lane_optimizers.make_lane_optimizer(arch.embedding_optimizer, hparams["embedding.learning_rate"], _EMB,
+                                 hparams.get(lane_optimizers.LANE_KEY, 0),
+                                 field="embedding.optimizer")
   return tx, row_opt
 
 

@@ -72,10 +72,12 @@ def study_defaults() -> ml_collections.ConfigDict:
   st.num_trials = 64  # trials trained to a final status (done / failed); rejected ones don't count
   st.cohort_width = "auto"  # 'auto' (measured per architecture) or an integer, e.g. '4'
   st.ask_batch = 0  # trials asked per round; 0: the cohort width ('auto': 8)
-  # Architecture-aware asking: a round's first trial is asked freely, the others inside its
-  # shape bucket (same family, row width, optimizers; MLP widths/depth and cross layers free),
-  # so they share one padded vmapped program (sfjax.cohorts.buckets). False: every trial
-  # of a round is asked freely (cohorts group only what the draws happen to share).
+  # Merge a round's proposals into as few programs as possible (issue #26). Every trial is
+  # the algorithm's own free proposal either way (never resampled inside a bucket); on, the
+  # proposals' shape buckets (MLP widths/depth, cross layers, maskable embed_dim, gated block
+  # sets: sfjax.cohorts.buckets) also ignore the row optimizer: each lane of a padded
+  # vmapped program picks its own (sfjax.cohorts.lane_optimizers). False: one program per
+  # shape bucket with its row optimizer (the grouping before the merge).
   st.fill_cohorts = True
   # Trials of one shape bucket with different step ranges (ASHA's promotions, each resuming
   # at its rung, and its new trials) share one program; a shorter trial idles (its steps past

@@ -40,6 +40,8 @@ class CohortJob(NamedTuple):
     init_states: per trial, None (fresh) or the host state to resume from.
     trial_ids: per trial, its study trial id (for retries; -1 for the default config).
     ragged: trials with different step ranges share programs (`CohortRunner.run`).
+    merge_optimizers: trials with different row optimizers share programs
+      (`CohortRunner.run`, `sfjax.cohorts.lane_optimizers`).
   """
 
   arch: ArchSpec | tuple[ArchSpec, ...]
@@ -50,6 +52,7 @@ class CohortJob(NamedTuple):
   init_states: Sequence[Any]
   trial_ids: Sequence[int]
   ragged: bool = False
+  merge_optimizers: bool = False
 
 
 class GroupRunners:
@@ -94,7 +97,8 @@ def run_job(runners: GroupRunners, job: CohortJob) -> list[CohortTrialResult]:
   try:
     return runners.for_group(len(job.hparams)).run(
         job.arch, list(job.hparams), list(job.seeds), list(job.start_steps),
-        list(job.end_steps), list(job.init_states), ragged=job.ragged)
+        list(job.end_steps), list(job.init_states), ragged=job.ragged,
+        merge_optimizers=job.merge_optimizers)
   except Exception as e:  # pylint: disable=broad-except  (a trial's failure is never fatal)
     logging.exception("cohort of %d trials (%s) failed", len(job.hparams), describe(job))
     return failed_results(job, f"{type(e).__name__}: {e}")

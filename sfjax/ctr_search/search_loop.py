@@ -2,15 +2,20 @@
 
 One round of the loop (VEGA's search step, arXiv 2011.01507):
 
-  study.ask(n)            n fills a cohort: architecture-aware (`ask_round`,
-                          `study.fill_cohorts`), the first trial free and the
-                          rest inside its shape bucket; quota filters
-                          (`study.max_params`, `max_flops`, `max_latency_ms`)
-                          reject configs before training (recorded, not counted);
-  group by bucket         trials whose architectures differ only in MLP widths /
-                          depth, cross layers or (where `bucket_layout` can remap
-                          it) embed_dim share one padded vmapped program
-                          (`sfjax.cohorts.buckets`), one `executor.CohortJob` per bucket;
+  study.ask(n)            the round's n trials, every one the algorithm's own
+                          free proposal (`ask_round`; never resampled inside a
+                          bucket, issue #26); quota filters (`study.max_params`,
+                          `max_flops`, `max_latency_ms`) reject configs before
+                          training (recorded, not counted);
+  group by bucket         cohorts are formed from those proposals: trials whose
+                          architectures differ only in MLP widths / depth, cross
+                          layers or (where `bucket_layout` can remap it) embed_dim
+                          share one padded vmapped program (`sfjax.cohorts.buckets`),
+                          one `executor.CohortJob` per bucket; `study.fill_cohorts`
+                          merges proposals into as few programs as possible: the
+                          row optimizer leaves the bucket too (each lane picks its
+                          own, `sfjax.cohorts.lane_optimizers`); lanes no proposal
+                          fills stay empty (power-of-two padding);
   executor.map            `study.executor`: 'local' runs `CohortRunner.run` here, 'dask'
                           as Dask tasks (`executor_dask`); promotions (`resume_from`)
                           continue from the parent's saved state
@@ -38,7 +43,7 @@ never imports `search_spaces/`). At the end `study.export()` writes
 `trials.jsonl` and `best.json`. The space's default config (the trainer's
 default model) is trained once at the full budget and cached in
 `workdir/default.json`, so the summary says whether the search beat it on the
-held-out test half of the eval rows.
+valid half of the eval rows, the split every selection reads.
 
 Resume: the `Study` journal records every ask and tell durably, so rerunning the
 same command on the same workdir skips finished trials, re-runs the ones that
@@ -72,11 +77,11 @@ from sfjax.automl.algorithms import (
 )
 from sfjax.automl.algorithms.pbt import PBT
 from sfjax.automl.study import Study, TrialRecord, limit_quotas
-from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts import buckets, chunk_plan, trial_states
 from sfjax.cohorts.arch import ArchSpec, split_config
 from sfjax.cohorts.chunk_plan import Chunk
 from sfjax.cohorts.cohort_runner import CohortRunner
+from sfjax.cohorts.latency import LatencySettings
 from sfjax.cohorts.trial_result import CohortTrialResult
 from sfjax.core import workdir_lock
 from sfjax.ctr_search import search_config, search_events, search_pbt, search_report
@@ -119,9 +124,10 @@ def run_search(config, workdir: str, search_space: CTRSearchSpace,
     trials trained to a final status (done or failed; quota rejections excluded),
     `num_failed` those that failed; the best trial is the best DONE one among the
     largest budget reached (selected on the first objective, by default `auc`, the
-    valid half of the eval rows); `beats_default` compares its `test_auc` (the test
-    half) with the default config's; `pareto_front` lists the trial ids of the
-    front at that budget over the objectives (AUC and params for one objective).
+    valid half of the eval rows); `beats_default` compares its `auc` with the default
+    config's on that same split (one selection split, issue #26); `pareto_front` lists
+    the trial ids of the front at that budget over the objectives (AUC and params for
+    one objective).
     Latency quotas are measured on the driver's device.
 
   The call holds `workdir`'s lock (`sfjax.core.workdir_lock`, issue #25) throughout, so the
@@ -151,6 +157,11 @@ def _run_search(config, workdir: str, search_space: CTRSearchSpace,
     return search_config.study_field(config, name)
 
   needs_latency = "latency_ms" in directions or field("max_latency_ms") > 0
+  try:  # how latency_ms is obtained (sfjax.cohorts.latency)
+    latency = LatencySettings(field("latency_source"), field("latency_batch_size"),
+                              field("latency_repeats"))
+  except ValueError as e:
+    raise SearchConfigError(str(e)) from None
   task = search_config.make_task(config)
   os.makedirs(workdir, exist_ok=True)
   search_config.check_search_settings(workdir, search_config.search_settings_record(config))
@@ -162,6 +173,7 @@ def _run_search(config, workdir: str, search_space: CTRSearchSpace,
   elif needs_latency:
     runner.costs.measure_latency = True
   runner.ragged = bool(field("ragged_cohorts"))
+  runner.costs.set_latency_settings(latency)
 
   def split(c):
     return split_config(search_space.runner_config(c))
@@ -193,16 +205,13 @@ def _run_search(config, workdir: str, search_space: CTRSearchSpace,
   else:
     def run_round(study, batch):
       return _run_batch(study, executor, runner, batch, workdir, config.seed, max_steps,
-                        keep_states=algorithm.multi_fidelity, split=split)
-  # Architecture-aware asking: the space's static keys (all its keys when the space says
-  # which fix a bucket itself), of which `ask_round` fixes those that fix a shape bucket
-  # (PBT's population is one architecture already).
-  bucket_fixed_keys = search_space.bucket_fixed_keys or buckets.fixed_config_keys
-  fill_keys = () if algorithm.population_based or not field("fill_cohorts") else tuple(
-      k for k in space.keys
-      if search_space.bucket_fixed_keys is not None or k in arch_lib.STATIC_KEYS)
+                        keep_states=algorithm.multi_fidelity, split=split,
+                        merge_optimizers=bool(field("fill_cohorts")))
   started = time.perf_counter()
-  events = search_events.SearchEvents(workdir, objective.metric, objective.direction)
+  events = search_events.SearchEvents(workdir, objective.metric, objective.direction,
+                                      mirror=search_events.open_mirror(
+                                          config, workdir, space, objective,
+                                          task.steps_for_budget))
   with executor, Study.open(workdir, space, algorithm, objective, directions,
                             quotas=quotas) as study, contextlib.closing(events):
     default = default_metrics(workdir, executor, config.seed, max_steps, search_space)
@@ -212,10 +221,10 @@ def _run_search(config, workdir: str, search_space: CTRSearchSpace,
       final = _num_final(study)
       if final >= config.study.num_trials:
         break
-      batch = ask_round(study, min(ask_batch, config.study.num_trials - final), fill_keys,
-                        bucket_fixed_keys)
+      batch = ask_round(study, min(ask_batch, config.study.num_trials - final))
       if not batch:
         break
+      events.update(study.trials())  # the Optuna mirror shows the asked trials running
       programs += run_round(study, batch)
       events.update(study.trials())
       sys.stderr.write(search_report.leaderboard(
@@ -228,29 +237,34 @@ def _run_search(config, workdir: str, search_space: CTRSearchSpace,
     return dict(_summarize(study, default), **chunk_plan.program_summary(programs))
 
 
-def ask_round(study: Study, n: int, fill_keys: Sequence[str],
-              bucket_fixed_keys: Callable[[Mapping[str, Any], Sequence[str]], Sequence[str]]
-              | None = None) -> list[Suggestion]:
-  """Up to `n` suggestions for one round; with `fill_keys`, architecture-aware.
+def ask_round(study: Study, n: int) -> list[Suggestion]:
+  """Up to `n` suggestions for one round: the algorithm's own proposals, asked freely.
 
-  The first suggestion is asked freely; the others are asked with the keys of
-  `fill_keys` that fix its shape bucket (`bucket_fixed_keys(first, fill_keys)`,
-  default `buckets.fixed_config_keys`: the masked sizes are free, `model.embed_dim`
-  only when its model and row optimizer mask it; a space may bring its own,
-  `CTRSearchSpace.bucket_fixed_keys`) fixed to its values (`Study.ask(fixed=...)`),
-  so new configs land in its shape bucket and train in one padded program with
-  it. Promotions of multi-fidelity algorithms come back as they are (they resume
-  a saved state).
+  Cohorts are formed from them afterwards (`_run_batch` groups them by shape bucket,
+  `form_cohorts`), never by resampling inside a bucket (issue #26: fixing a round to
+  its first trial's bucket narrowed a 16-trial smoke search to one family and one
+  row optimizer). So `study.fill_cohorts` never changes what is asked: a round's
+  suggestions are those of `study.ask(n)` whatever it is (for a seed, the same).
+  Promotions of multi-fidelity algorithms come back as they are (they resume a
+  saved state).
   """
-  if n <= 1 or not fill_keys:
-    return study.ask(n)
-  batch = study.ask(1)
-  if not batch:
-    return batch
-  first = batch[0].config
-  fixed_keys = (bucket_fixed_keys or buckets.fixed_config_keys)(first, fill_keys)
-  fixed = {k: first[k] for k in fixed_keys if k in first}
-  return batch + study.ask(n - 1, fixed=fixed)
+  return study.ask(n)
+
+
+def form_cohorts(archs: Sequence[ArchSpec], merge_optimizers: bool) -> list[list[int]]:
+  """Indices of a round's trials grouped into cohorts (one `CohortJob` each), in order of
+  each cohort's first trial.
+
+  Trials of one shape bucket (`buckets.bucket_key`) share a group; with
+  `merge_optimizers` (`study.fill_cohorts`) the row optimizer leaves the key, so trials
+  that differ only in it (and in the bucket's masked sizes) share one program, each
+  lane taking its own (`sfjax.cohorts.lane_optimizers`). Only grouping: the trials
+  are the ones given, none added, dropped or changed.
+  """
+  groups: dict[ArchSpec, list[int]] = {}
+  for i, arch in enumerate(archs):
+    groups.setdefault(buckets.bucket_key(arch, merge_optimizers), []).append(i)
+  return list(groups.values())
 
 
 def _num_final(study: Study) -> int:
@@ -281,7 +295,8 @@ def default_metrics(workdir: str, executor, seed: int, steps: int,
 
 def _run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Suggestion],
                workdir: str, seed: int, max_steps: int, keep_states: bool,
-               split: Callable[[Any], tuple[ArchSpec, dict[str, float]]]) -> list[Chunk]:
+               split: Callable[[Any], tuple[ArchSpec, dict[str, float]]],
+               merge_optimizers: bool = False) -> list[Chunk]:
   """Trains `batch` grouped by shape bucket (one job per bucket) and tells the study.
 
   Trials whose architectures differ only in sizes a superset can hold (MLP widths
@@ -293,7 +308,8 @@ def _run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Sug
   algorithms), the state of each successful trial below the full budget is saved
   for a later promotion. `split` maps a point of the space to its (ArchSpec,
   hyperparameters). A job submitted again after its worker died is journaled as a
-  re-queue of its trials.
+  re-queue of its trials. `merge_optimizers`: cohorts may mix row optimizers
+  (`form_cohorts`).
 
   Returns:
     The chunks (program calls) that ran the batch, as its results name them
@@ -301,18 +317,20 @@ def _run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Sug
     and `lane_utilization`.
   """
   states_dir = os.path.join(workdir, _STATES_DIR)
-  groups: dict[ArchSpec, list[tuple[Suggestion, ArchSpec, dict[str, float]]]] = {}
+  built: list[tuple[Suggestion, ArchSpec, dict[str, float]]] = []
   for s in batch:
     try:
       arch, hparams = split(s.config)
     except ValueError as e:  # a config the runner cannot build: that trial fails
       study.tell(s.trial_id, {}, TrialStatus.FAILED, reason=f"bad config: {e}")
       continue
-    # One job per shape bucket: architectures that differ only in maskable sizes share
-    # one padded program (`sfjax.cohorts.buckets`); equal architectures run unpadded.
-    groups.setdefault(buckets.bucket_key(arch), []).append((s, arch, hparams))
+    built.append((s, arch, hparams))
+  # One job per cohort: architectures that differ only in maskable sizes (and, merged,
+  # row optimizers) share one padded program (`sfjax.cohorts.buckets`); equal ones run
+  # unpadded.
   jobs, members_of = [], []
-  for members in groups.values():
+  for group in form_cohorts([arch for _, arch, _ in built], merge_optimizers):
+    members = [built[i] for i in group]
     starts, ends, init_states = [], [], []
     for s, arch, _ in members:
       start, state = _resume_point(runner, arch, s, states_dir)
@@ -324,7 +342,8 @@ def _run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Sug
     jobs.append(CohortJob(archs[0] if len(set(archs)) == 1 else archs,
                           [h for _, _, h in members],
                           [_trial_seed(seed, s.trial_id) for s, _, _ in members], starts, ends,
-                          init_states, [s.trial_id for s, _, _ in members], runner.ragged))
+                          init_states, [s.trial_id for s, _, _ in members], runner.ragged,
+                          merge_optimizers))
     members_of.append(members)
 
   def on_retry(job, reason):
@@ -382,11 +401,11 @@ def _summarize(study: Study, default: Mapping[str, float]) -> dict[str, Any]:
   """The summary dict `run_search` returns."""
   trials = study.trials()
   best: TrialRecord | None = study.best()
-  # Selection used 'auc' (the valid half of the eval rows); the comparison with the default
-  # uses the test half, which no selection saw.
-  best_auc = best.metrics.get("test_auc") if best is not None else None
-  default_auc = default.get("test_auc")
-  # A default without a finite test AUC (failed, or never measured) is never beaten.
+  # One selection split (issue #26): the leaderboard, best.json and this comparison all read
+  # 'auc', the valid half of the eval rows; test AUC is reported for the final model only.
+  best_auc = best.metrics.get("auc") if best is not None else None
+  default_auc = default.get("auc")
+  # A default without a finite valid AUC (failed, or never measured) is never beaten.
   beats = (best_auc is not None and default_auc is not None and math.isfinite(best_auc)
            and math.isfinite(default_auc) and best_auc > default_auc)
   return {

@@ -4,9 +4,11 @@
      rank trial rung steps model      dim mlp    emb_opt  emb_lr   dense_lr auc     status
         1    17    2   450 deepfm       8 2x128  adagrad  0.0421   0.00120  0.77120 done
 
-Finished trials are ranked by held-out AUC (failed ones last); the table shows the
-top k with the config values that matter most to a reader (for PBT members, the
-learning rates they ended with: `final.<key>` metrics).
+Finished trials are ranked by validation AUC (`auc`, the valid half of the eval rows;
+failed ones last); the table shows the top k with the config values that matter most
+to a reader (for PBT members, the learning rates they ended with: `final.<key>`
+metrics). The default's AUC beside it is on the same split: the leaderboard, best.json
+and the summary's `beats_default` share one selection split (issue #26).
 
 A multi-objective search ends with its Pareto front per budget (`pareto_report`):
 
@@ -28,7 +30,7 @@ _COLUMNS = (("rank", 4), ("trial", 5), ("rung", 4), ("steps", 5), ("model", 10),
 
 
 def ranked(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
-  """Finished trials, best held-out AUC first; failed / pruned ones last (by id)."""
+  """Finished trials, best validation AUC first; failed / pruned ones last (by id)."""
   finished = [t for t in trials if t.status in ENDED_STATUSES]
 
   def key(t):
@@ -77,7 +79,8 @@ def leaderboard(trials: Sequence[TrialRecord], top_k: int, default_auc: float | 
   Args:
     trials: every trial of the study (`Study.trials()`).
     top_k: rows of the table (0: only the progress line).
-    default_auc: the default config's held-out AUC, or None.
+    default_auc: the default config's validation AUC (`auc`, the split trials are ranked
+      on), or None.
     num_trials: the number of trials the search aims for.
     elapsed_s: wall time of this run so far.
   """

@@ -186,16 +186,27 @@ def test_padded_cohort_of_block_subsets_equals_each_trial_alone_fresh_and_resume
     chex.assert_trees_all_equal_shapes(full[i].state, trial_states.state_template(arch, data.spec))
 
 
-def test_block_space_asks_a_round_inside_its_first_configs_bucket(tmp_path):
+def test_block_space_rounds_are_free_proposals_merged_by_gated_buckets(tmp_path):
+  # Issue #26: a round is the algorithm's own proposals (as `study.ask` gives them), and
+  # cohorts are formed from them: parallel specs of different block sets share a gated
+  # superset's bucket, so the 8 proposals need fewer programs than architectures.
   space = block_space_lib.block_space()
-  assert block_space_lib.BLOCK_SEARCH_SPACE.bucket_fixed_keys is block_space_lib.bucket_fixed_keys
+  merged_any = False
   for seed in range(3):
     with Study.open(str(tmp_path / str(seed)), space, RandomSearch(seed=seed),
                     Objective("auc", "maximize")) as study:
-      batch = search_loop.ask_round(study, 8, tuple(space.keys), block_space_lib.bucket_fixed_keys)
+      batch = search_loop.ask_round(study, 8)
+    with Study.open(str(tmp_path / f"free{seed}"), space, RandomSearch(seed=seed),
+                    Objective("auc", "maximize")) as study:
+      free = study.ask(8)
+    assert [s.config for s in batch] == [s.config for s in free]
     archs = [arch_lib.split_config(block_space_lib.runner_config(s.config))[0] for s in batch]
-    assert len(batch) == 8 and len({padded.bucket_key(a) for a in archs}) == 1
-    assert len(set(archs)) > 1  # ... with different models in it
+    groups = search_loop.form_cohorts(archs, merge_optimizers=True)
+    assert sorted(i for g in groups for i in g) == list(range(8))
+    for g in groups:
+      assert len({padded.bucket_key(archs[i], True) for i in g}) == 1
+    merged_any |= any(len({archs[i] for i in g}) > 1 for g in groups)
+  assert merged_any  # some program holds different block sets (gated)
 
 
 def test_block_space_bucket_keys_fix_used_sub_spaces_and_free_the_masked_sizes():

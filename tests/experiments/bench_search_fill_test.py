@@ -16,6 +16,9 @@ def test_ragged_and_exact_cohorts_run_the_same_asha_search():
   # The asks do not depend on how rounds are grouped into programs, and a ragged
   # program trains each trial as alone: the same trials, the same best trial.
   assert ragged["trials"] == exact["trials"] == 8
+  # Both modes train the algorithm's own proposals (issue #26): the same pairs tried.
+  assert ragged["pairs_tried"] == exact["pairs_tried"] >= 1
+  assert ragged["families_tried"] == 1 and ragged["optimizers_tried"] <= 5
   assert ragged["best_valid_auc"] == pytest.approx(exact["best_valid_auc"], abs=1e-5)
   assert ragged["best_test_auc"] == pytest.approx(exact["best_test_auc"], abs=1e-5)
   # Ragged programs are unions of exact ones (here promotions [4, 8) join new trials
