@@ -8,8 +8,8 @@ VEGA's CTR pipeline (arXiv 2011.01507) on `sfjax.automl.pipeline`:
                the space), `search_space`, `pareto_front` (AUC up, parameters down).
   hpo          `run_search` over `fixed_arch_space(arch_part(best_config))`: the
                hyperparameters of the previous step's architecture; its baseline
-               ("default") is that previous best, so `beats_default` says whether
-               tuning helped.
+               ("default", `start_config_auc`) is that previous best, so
+               `beats_default` says whether tuning helped.
   autofis      (`pipeline_steps_structure`) AutoFIS on the task: `kept_pairs`.
   autogroup    (`pipeline_steps_structure`) AutoGroup on the task.
   fully_train  (`pipeline_steps_train`) the chosen config through the CTR trainer.
@@ -18,9 +18,11 @@ VEGA's CTR pipeline (arXiv 2011.01507) on `sfjax.automl.pipeline`:
                trained model an earlier step handed on.
 
 Shared blocks of the pipeline config: `seed` and `task` (the `CTRTask` every search
-trial trains on, as in `sfjax.ctr_search.search_defaults()`). Searches select on the
-first half of the task's eval rows (`auc`); the pipeline's final test split
-(`data.synthetic.test_rows`) is read only by `fully_train` / `baseline`.
+trial trains on, as in `sfjax.ctr_search.search_defaults()`). One selection split
+(issue #26): searches select on, and compare with their default on, the first (valid)
+half of the task's eval rows (`auc`, `default_auc`, `beats_default`); the pipeline's
+final test split (`data.synthetic.test_rows`) is read only by `fully_train` / `baseline`,
+and only the final model's test AUC is reported (with its interval).
 
 A search step's block holds only overrides of its kind's library defaults
 (`nas_defaults`, `hpo_defaults`: the `space` and `study` blocks of
@@ -110,9 +112,10 @@ def _search_output(summary: Mapping[str, Any], workdir: str, space_name: str) ->
     raise RuntimeError(f"the search in {workdir} has no successful trial "
                        f"({summary['num_failed']} failed)")
   best, default = summary["best_metrics"], summary["default_metrics"]
-  # 'auc' is the half of the task's eval rows that selected; 'holdout_auc' the other half.
-  metrics = {"auc": best.get("auc"), "holdout_auc": best.get("test_auc"),
-             "default_holdout_auc": default.get("test_auc"),
+  # One selection split (issue #26): 'auc' and 'default_auc' are the valid half of the task's
+  # eval rows, which selected the trial and decides `beats_default`; no test AUC is reported
+  # before the final model's.
+  metrics = {"auc": best.get("auc"), "default_auc": default.get("auc"),
              "beats_default": summary["beats_default"],
              "num_trials": summary["num_trials_done"], "num_failed": summary["num_failed"]}
   output = {"best_config": summary["best_config"], "search_space": space_name,
@@ -156,8 +159,8 @@ class _SearchSteps:
                             ctx.block.study)
     summary = search_loop.run_search(config, ctx.workdir, space)
     result = _search_output(summary, ctx.workdir, space_name)
-    return StepOutput({**result.best_metrics, "start_config_holdout_auc":
-                       summary["default_metrics"].get("test_auc")}, result.output)
+    return StepOutput({**result.best_metrics, "start_config_auc":
+                       summary["default_metrics"].get("auc")}, result.output)
 
 
 def _tuned_space(base: CTRSearchSpace, best: Mapping[str, Any]):

@@ -6,7 +6,9 @@ Each step's block holds the settings fields it sets (`AutoFISSettings` /
 against the planted FM's dominant pairs (`autofis.planted_pairs`) that carry this
 share of its pairwise variance. The task is the pipeline's shared `task` block,
 so AutoFIS selects on the same validation rows as the searches and never sees
-the pipeline's test split. Output: `kept_pairs` (what `fully_train` restricts
+the pipeline's test split; its step metrics are valid-half ones (`valid_auc`,
+`search_auc`: one selection split, issue #26; the result's test-half figures stay in
+its `autofis` output). Output: `kept_pairs` (what `fully_train` restricts
 the chosen model to) and the full `autofis` result. AutoGroup hands on
 `field_groups` ({order: [[field, ...], ...]}) and its full result; no later step
 consumes the groups yet (the block generator has no grouped-interaction block).
@@ -75,9 +77,9 @@ def _run_autofis_step(ctx: StepContext) -> StepOutput:
   settings = _autofis_settings(ctx.block, ctx.spec.field)
   task = _task(ctx)
   result = autofis.run_autofis(task, settings)
-  metrics = {"valid_auc": result.valid_auc, "holdout_auc": result.test_auc,
-             "search_auc": result.search_auc, "num_kept_pairs": len(result.kept_pairs),
-             "num_pairs": len(result.all_pairs)}
+  # Valid-half metrics only: one selection split, no test AUC before the final model's.
+  metrics = {"valid_auc": result.valid_auc, "search_auc": result.search_auc,
+             "num_kept_pairs": len(result.kept_pairs), "num_pairs": len(result.all_pairs)}
   if task.data.format == "synthetic":
     truth = autofis.planted_pairs(task.data, task.seed, share=ctx.block.get("planted_share", 0.5))
     precision, recall = autofis.pair_precision_recall(result.kept_pairs, truth)
@@ -92,8 +94,8 @@ def _run_autogroup_step(ctx: StepContext) -> StepOutput:
   settings = _settings_from_block(autogroup.AutoGroupSettings, ctx.block, ctx.spec.field)
   result = autogroup.run_autogroup(_task(ctx), settings).to_json()
   sizes = [len(g) for groups in result["groups"].values() for g in groups]
-  metrics = {"valid_auc": result["valid_auc"], "holdout_auc": result["test_auc"],
-             "num_groups": len(sizes), "mean_group_size": sum(sizes) / max(len(sizes), 1)}
+  metrics = {"valid_auc": result["valid_auc"], "num_groups": len(sizes),
+             "mean_group_size": sum(sizes) / max(len(sizes), 1)}
   return StepOutput(metrics, {"field_groups": result["groups"], "autogroup": result})
 
 

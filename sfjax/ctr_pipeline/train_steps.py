@@ -12,8 +12,9 @@
 
 Both score every row of the data's 'test' split (which no search or selection
 reads) with the final state and save the scores; `compare_final_to_baseline`
-turns them into the report's `final_test_auc`, `baseline_test_auc` and
-`test_auc_interval` (paired bootstrap of the difference on the same rows).
+turns them into the report's `final_test_auc` (with `final_test_auc_interval`, its
+bootstrap interval), `baseline_test_auc` and `test_auc_interval` (paired bootstrap of
+the difference on the same rows).
 
 Their blocks hold only overrides of the library's defaults (`_fully_train_defaults`,
 `_baseline_defaults`: the `trainer` recipe of `recipe_defaults`); the pipeline
@@ -317,6 +318,28 @@ def train_step_kinds(spaces: Mapping[str, CTRSearchSpace]) -> dict[str, StepKind
                                _baseline_defaults)}
 
 
+def auc_interval(labels: np.ndarray, scores: np.ndarray, num_resamples: int = 1000,
+                 seed: int = 0) -> dict[str, Any]:
+  """Bootstrap interval of one model's AUC on held-out rows (the final model's, issue #26).
+
+  The paired bootstrap (`paired_auc_bootstrap`) against a constant scorer: a constant's
+  AUC is exactly 1/2 on every resample with both classes (all ties count one half), so
+  the interval of AUC(scores) - 1/2, shifted by 1/2, is the interval of AUC(scores) on
+  the same row draws.
+
+  Args:
+    labels: [N] 0/1 labels; scores: [N] the model's scores of those rows.
+    num_resamples, seed: of the bootstrap.
+
+  Returns:
+    {'auc', 'low', 'high', 'stderr', 'confidence', 'num_resamples', 'num_examples'}.
+  """
+  boot = paired_auc_bootstrap(labels, scores, np.zeros(np.shape(scores), np.float32),
+                              num_resamples=num_resamples, seed=seed)
+  return {"auc": boot["auc_a"], "low": boot["low"] + 0.5, "high": boot["high"] + 0.5,
+          **{k: boot[k] for k in ("stderr", "confidence", "num_resamples", "num_examples")}}
+
+
 def compare_final_to_baseline(results: Sequence[StepResult], workdir: str, num_resamples: int = 1000,
                               seed: int = 0) -> dict[str, Any]:
   """The report's comparison of the final model with the baseline on the test split.
@@ -328,9 +351,12 @@ def compare_final_to_baseline(results: Sequence[StepResult], workdir: str, num_r
     num_resamples, seed: of the paired bootstrap.
 
   Returns:
-    {'final_test_auc', 'baseline_test_auc', 'test_auc_interval': {'diff', 'low',
-    'high', 'stderr', 'confidence', 'num_resamples', 'num_examples'} or None,
-    'beats_baseline': low > 0 (the win is beyond the interval) or None}.
+    {'final_test_auc', 'final_test_auc_interval' (`auc_interval` of the final model,
+    or None), 'baseline_test_auc', 'test_auc_interval': {'diff', 'low', 'high',
+    'stderr', 'confidence', 'num_resamples', 'num_examples'} (of final - baseline) or
+    None, 'beats_baseline': low > 0 (the win is beyond the interval) or None}. The
+    final model's is the only test AUC a pipeline reports besides its baseline's: every
+    selection reads the valid split (issue #26).
 
   Raises:
     ValueError: the two steps scored different test rows.
@@ -345,10 +371,15 @@ def compare_final_to_baseline(results: Sequence[StepResult], workdir: str, num_r
   final, base = last("fully_train"), last("baseline")
   out: dict[str, Any] = {"final_test_auc": final.best_metrics["test_auc"] if final else None,
                          "baseline_test_auc": base.best_metrics["test_auc"] if base else None,
+                         "final_test_auc_interval": None,
                          "test_auc_interval": None, "beats_baseline": None}
-  if final is None or base is None:
+  if final is None:
     return out
   labels = load(final, "test_labels")
+  out["final_test_auc_interval"] = auc_interval(labels, load(final, "test_scores"),
+                                                num_resamples=num_resamples, seed=seed)
+  if base is None:
+    return out
   if not np.array_equal(labels, load(base, "test_labels")):
     raise ValueError("fully_train and baseline scored different test rows (other data?)")
   boot = paired_auc_bootstrap(labels, load(final, "test_scores"), load(base, "test_scores"),

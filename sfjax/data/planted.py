@@ -24,7 +24,10 @@ standardised and mixed with fixed variance shares; then a global scale is
 bisected, with the bias solved by Newton for each scale, so the sample's mean
 click probability is `_TARGET_CTR` and the *expected* AUC of the true
 probabilities (labels marginalised: no sampling noise) is `_TARGET_AUC`. Scale
-and shares are folded into the tables, which stay a plain FM.
+and shares are folded into the tables, which stay a plain FM. The pairwise (FM)
+share is 0.12 by default; `component_shares(interaction_share)` plants stronger (or
+weaker) interactions, the other two components keeping their ratio (issue #26: smoke
+searches and AutoFIS need pairs a small budget can find).
 """
 
 from __future__ import annotations
@@ -73,6 +76,25 @@ class PlantedModel(NamedTuple):
   field_rows: np.ndarray
   dense_weights: np.ndarray
   bias: float
+
+
+def component_shares(interaction_share: float | None = None) -> tuple[float, float, float]:
+  """Logit variance shares (first order, FM, dense) with the FM's share `interaction_share`.
+
+  None keeps the default mix `_COMPONENT_SHARES` exactly; otherwise first order and
+  dense split the rest in their default ratio (65 : 23).
+
+  Raises:
+    ValueError: `interaction_share` outside [0, 1].
+  """
+  if interaction_share is None:
+    return _COMPONENT_SHARES
+  share = float(interaction_share)
+  if not 0.0 <= share <= 1.0:  # NaN fails too
+    raise ValueError(f"interaction_share must be in [0, 1], got {interaction_share!r}")
+  first, _, dense = _COMPONENT_SHARES
+  rest = (1.0 - share) / (first + dense)
+  return (first * rest, share, dense * rest)
 
 
 def _popularity_decay(ranks: np.ndarray) -> np.ndarray:
@@ -211,7 +233,8 @@ def _calibrate_logits(z: np.ndarray, target_ctr: float, target_auc: float) -> tu
   return scale, bias_for(scale)
 
 
-def calibrate_planted_model(model: PlantedModel, ids: np.ndarray, dense_counts: np.ndarray) -> PlantedModel:
+def calibrate_planted_model(model: PlantedModel, ids: np.ndarray, dense_counts: np.ndarray,
+                            shares: tuple[float, float, float] = _COMPONENT_SHARES) -> PlantedModel:
   """Standardises, mixes and scales the logit components on a calibration sample.
 
   Component i becomes sqrt(share_i) * (c_i - mean_i) / std_i; `_calibrate_logits`
@@ -224,15 +247,16 @@ def calibrate_planted_model(model: PlantedModel, ids: np.ndarray, dense_counts: 
     model: an uncalibrated planted model (from `init_planted_model`).
     ids: [N, F] int64 local ids of the calibration sample.
     dense_counts: [N, Nd] raw counts of the calibration sample.
+    shares: logit variance shares (first order, FM, dense), `component_shares`.
 
   Returns:
     The calibrated planted model.
   """
   parts = logit_components(model, ids, dense_counts)
   mean, std = parts.mean(axis=1), parts.std(axis=1)
-  live = std > 1e-12
-  shares = np.where(live, _COMPONENT_SHARES, 0.0)
-  weights = np.sqrt(shares / shares.sum()) / np.where(live, std, 1.0)
+  live = (std > 1e-12) & (np.asarray(shares) > 0)
+  mix = np.where(live, shares, 0.0)
+  weights = np.sqrt(mix / mix.sum()) / np.where(live, std, 1.0)
   scale, bias = _calibrate_logits(weights @ (parts - mean[:, None]), _TARGET_CTR, _TARGET_AUC)
   w = scale * weights
   return model._replace(

@@ -60,6 +60,9 @@ class SyntheticConfig:
   planted_dim: int
   num_dense: int
   test_rows: int = 0  # rows of the 'test' split; 0 = no test split (optional in configs)
+  # The planted FM's share of the logit variance (`planted.component_shares`); None (or a
+  # config without the field) = the default mix.
+  interaction_share: float | None = None
 
   @classmethod
   def from_any(cls, cfg) -> SyntheticConfig:
@@ -77,6 +80,12 @@ class SyntheticConfig:
       values[name] = _as_number(name, values[name], int, low, low_ok=True)
     values["cardinality_scale"] = _as_number("cardinality_scale", values["cardinality_scale"], float, 0.0, low_ok=False)
     values["zipf_exponent"] = _as_number("zipf_exponent", values["zipf_exponent"], float, 0.0, low_ok=True)
+    if values["interaction_share"] is not None:
+      share = _as_number("interaction_share", values["interaction_share"], float, 0.0, low_ok=True)
+      if share > 1.0:
+        raise ConfigError(f"config field data.synthetic.interaction_share: must be in [0, 1], "
+                          f"got {share!r}")
+      values["interaction_share"] = share
     return cls(**values)
 
 
@@ -213,7 +222,8 @@ def _sample_rows(sampler: RowSampler, model: planted.PlantedModel, rng: np.rando
   return SyntheticRows(ids, counts, labels, probs)
 
 
-def _make_planted_model(seed: int, sampler: RowSampler, planted_dim: int) -> planted.PlantedModel:
+def _make_planted_model(seed: int, sampler: RowSampler, planted_dim: int,
+                        interaction_share: float | None = None) -> planted.PlantedModel:
   """The planted model of a seed, calibrated on the ids and counts of the calibration stream.
 
   The calibration sample is `_CALIBRATION_ROWS` rows drawn chunk by chunk like a
@@ -224,7 +234,8 @@ def _make_planted_model(seed: int, sampler: RowSampler, planted_dim: int) -> pla
   pieces = [_sample_features(sampler, np.random.default_rng([seed, _CALIBRATION_SPLIT_ID, c]), _CHUNK_ROWS)
             for c in range(_CALIBRATION_ROWS // _CHUNK_ROWS)]
   ids, counts = (np.concatenate(parts) for parts in zip(*pieces, strict=True))
-  return planted.calibrate_planted_model(raw, ids, counts)
+  return planted.calibrate_planted_model(raw, ids, counts,
+                                         planted.component_shares(interaction_share))
 
 
 def _concat_rows(pieces: list[SyntheticRows]) -> SyntheticRows:
@@ -263,7 +274,8 @@ class SyntheticCTR(ChunkedRows):
     rows = _scaled_field_rows(self.config.cardinality_scale, self.config.min_rows)
     self.spec = DatasetSpec(tuple(FieldSpec(f"C{f + 1}", r) for f, r in enumerate(rows)), self.config.num_dense)
     self.sampler = make_row_sampler(self.seed, rows, self.config.zipf_exponent, self.config.num_dense)
-    self.planted = _make_planted_model(self.seed, self.sampler, self.config.planted_dim)
+    self.planted = _make_planted_model(self.seed, self.sampler, self.config.planted_dim,
+                                       self.config.interaction_share)
     self.stats = {"bad_lines": 0}
     self._oracle: dict[str, dict[str, float]] | None = None
     if self.config.test_rows:

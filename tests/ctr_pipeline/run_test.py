@@ -38,6 +38,7 @@ def test_the_finalizer_compares_final_to_baseline_and_reports_the_compression(tm
   report = run.ctr_finalizer(_config())(results, str(tmp_path))
   want = paired_auc_bootstrap(labels, good, noise, num_resamples=200, seed=3)
   assert report["final_test_auc"] == 0.9 and report["baseline_test_auc"] == 0.5
+  assert report["final_test_auc_interval"]["num_resamples"] == 200
   assert report["test_auc_interval"]["low"] == pytest.approx(want["low"])
   assert report["test_auc_interval"]["num_resamples"] == 200
   assert report["beats_baseline"] is True

@@ -91,9 +91,13 @@ def test_nas_hands_its_best_config_to_hpo_which_keeps_the_architecture(tmp_path)
     assert SEARCH_SPACE.arch_part(t["config"]) == arch
   assert SEARCH_SPACE.arch_part(hpo_out["best_config"]) == arch
   nas_row, hpo_row = report["steps"]
-  assert {"auc", "holdout_auc", "beats_default", "num_trials"} <= set(nas_row["best_metrics"])
+  for row in (nas_row, hpo_row):  # one selection split: valid AUCs only, no test half
+    metrics = row["best_metrics"]
+    assert {"auc", "default_auc", "beats_default", "num_trials"} <= set(metrics)
+    assert not any("holdout" in k or "test" in k for k in metrics), metrics
+    assert metrics["beats_default"] == (metrics["auc"] > metrics["default_auc"])
   assert nas_row["best_metrics"]["num_trials"] == 3 and hpo_row["best_metrics"]["num_trials"] == 2
-  assert "start_config_holdout_auc" in hpo_row["best_metrics"]
+  assert hpo_row["best_metrics"]["start_config_auc"] == hpo_row["best_metrics"]["default_auc"]
 
 
 def test_tuned_space_starts_at_the_given_point():

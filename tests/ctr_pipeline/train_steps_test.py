@@ -321,11 +321,31 @@ def test_compare_final_to_baseline(tmp_path):
   interval = out["test_auc_interval"]
   assert interval["diff"] == pytest.approx(auc("final") - auc("base"))
   assert 0 < interval["low"] < interval["diff"] < interval["high"] and out["beats_baseline"]
-  missing = pst.compare_final_to_baseline(results[:1], str(tmp_path))
+  final = out["final_test_auc_interval"]  # the final model's own AUC interval
+  assert final["auc"] == pytest.approx(auc("final"))
+  assert final["low"] < auc("final") < final["high"] and final["num_examples"] == 5000
+  missing = pst.compare_final_to_baseline(results[:1], str(tmp_path), num_resamples=100)
   assert missing["baseline_test_auc"] is None and missing["test_auc_interval"] is None
+  assert missing["final_test_auc_interval"] == pytest.approx(final)  # the same row draws
+  assert pst.compare_final_to_baseline([], str(tmp_path))["final_test_auc_interval"] is None
   np.save(tmp_path / "base_l.npy", labels[::-1])
   with pytest.raises(ValueError, match="different test rows"):
     pst.compare_final_to_baseline(results, str(tmp_path))
+
+
+def test_auc_interval_matches_resampled_aucs_by_hand():
+  rng = np.random.default_rng(1)
+  labels = (rng.random(600) < 0.4).astype(np.float32)
+  scores = labels + rng.normal(size=600)
+  out = pst.auc_interval(labels, scores, num_resamples=50, seed=4)
+  draws = np.random.default_rng(4)  # the bootstrap's own row draws, redone with metrics.auc
+  aucs = [metrics.auc(labels[i], scores[i]) for i in
+          (draws.integers(0, 600, 600) for _ in range(50))]
+  assert out["auc"] == pytest.approx(metrics.auc(labels, scores))
+  assert out["low"] == pytest.approx(np.percentile(aucs, 2.5))
+  assert out["high"] == pytest.approx(np.percentile(aucs, 97.5))
+  assert out["stderr"] == pytest.approx(np.std(aucs, ddof=1))
+  assert out["num_resamples"] == 50 and out["confidence"] == 0.95
 
 
 def test_training_steps_take_overrides_of_the_librarys_recipe():

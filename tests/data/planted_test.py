@@ -100,6 +100,31 @@ def test_calibrated_model_hits_the_targets_on_its_sample(num_dense):
   np.testing.assert_allclose(shares, expected / expected.sum(), rtol=1e-4, atol=1e-9)
 
 
+def test_component_shares_default_and_interaction_share():
+  assert planted.component_shares() is planted._COMPONENT_SHARES  # the default, exactly
+  first, fm, dense = planted.component_shares(0.5)
+  assert fm == 0.5 and first + fm + dense == pytest.approx(1.0)
+  assert first / dense == pytest.approx(0.65 / 0.23)  # the other two keep their ratio
+  assert planted.component_shares(0.0)[1] == 0.0
+  for bad in (-0.1, 1.5, float("nan")):
+    with pytest.raises(ValueError, match="interaction_share"):
+      planted.component_shares(bad)
+
+
+@pytest.mark.parametrize("share", [0.5, 0.0])
+def test_calibration_plants_the_given_interaction_share(share):
+  rng = np.random.default_rng(3)
+  ids = np.stack([rng.integers(0, n, size=20000) for n in (3, 5, 7)], axis=1)
+  counts = rng.integers(0, 100, size=(20000, 2))
+  model = planted.calibrate_planted_model(tiny_model(), ids, counts,
+                                          planted.component_shares(share))
+  p = planted.click_probabilities(model, ids, counts)
+  np.testing.assert_allclose(planted._expected_auc(p, p), planted._TARGET_AUC, atol=1e-3)
+  parts = planted.logit_components(model, ids, counts)
+  shares = np.var(parts, axis=1) / np.sum(np.var(parts, axis=1))
+  np.testing.assert_allclose(shares, planted.component_shares(share), rtol=1e-4, atol=1e-9)
+
+
 def test_oracle_beats_noisier_scorers(data):
   rows = data.generate_rows("eval", 0, 20000)
   logits = np.log(rows.probs) - np.log1p(-rows.probs)

@@ -197,6 +197,26 @@ def test_plain_object_config_and_no_dense_features():
   assert 0.7 < data.oracle["eval"]["auc"] < 0.88
 
 
+def test_interaction_share_is_optional_checked_and_plants_stronger_pairs():
+  cfg = types.SimpleNamespace(num_train=100, num_eval=5000, cardinality_scale=1e-4, min_rows=2,
+                              zipf_exponent=1.3, planted_dim=4, num_dense=0)
+  assert synthetic.SyntheticConfig.from_any(cfg).interaction_share is None  # the default mix
+  default = synthetic.SyntheticCTR(cfg, seed=7)
+  cfg.interaction_share = 0.6
+  strong = synthetic.SyntheticCTR(cfg, seed=7)
+  rows = strong.generate_rows("train", 0, 5000)
+  chex.assert_trees_all_equal(rows.ids, default.generate_rows("train", 0, 5000).ids)
+  parts = planted.logit_components(strong.planted, rows.ids, rows.dense_counts)
+  first, fm, _ = planted.component_shares(0.6)  # no dense features: the two renormalised
+  assert np.var(parts[1]) / np.var(parts, axis=1).sum() == pytest.approx(fm / (first + fm),
+                                                                         abs=0.02)
+  assert 0.7 < strong.oracle["eval"]["auc"] < 0.88  # calibrated to the same oracle
+  for bad in (1.5, -0.1, "x"):
+    cfg.interaction_share = bad
+    with pytest.raises(synthetic.ConfigError, match="data.synthetic.interaction_share"):
+      synthetic.SyntheticConfig.from_any(cfg)
+
+
 def test_generates_100k_rows(data):
   batch, probs = data.generate("train", 0, 100_000)
   assert batch.size == 100_000 and np.isfinite(probs).all()

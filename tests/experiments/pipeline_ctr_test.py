@@ -89,7 +89,19 @@ def test_smoke_pipeline_resumes_after_a_kill_in_fully_train(tmp_path):
   assert interval["num_examples"] == 20_000 and report["beats_baseline"] == (interval["low"] > 0)
   by_name = {s["name"]: s for s in report["steps"]}
   assert by_name["fully_train"]["best_metrics"]["model"] == "composed"  # restricted to kept pairs
-  assert 0 <= by_name["autofis"]["best_metrics"]["planted_recall"] <= 1
+  # Each step does its job (issue #26), on the smoke data where a small budget learns.
+  # Measured (seed 2): NAS 0.7517 vs its default 0.7473, HPO 0.7594 vs its start 0.7518
+  # (validation AUC, the one selection split); AutoFIS kept 3 pairs, both planted ones;
+  # final 0.7638 vs baseline 0.7523 on the test split, interval of the difference [0.009, 0.014].
+  for name in ("nas", "hpo"):
+    metrics = by_name[name]["best_metrics"]
+    assert metrics["beats_default"] is True and metrics["auc"] > metrics["default_auc"], metrics
+    assert metrics["auc"] >= 0.7, metrics  # its trials learn: today's smoke sat at chance
+    assert not any("test" in k or "holdout" in k for k in metrics)  # no test AUC before the final
+  assert by_name["autofis"]["best_metrics"]["planted_recall"] >= 0.5
+  assert report["beats_baseline"] is True and interval["low"] > 0
+  own = report["final_test_auc_interval"]  # the final model's test AUC, with its interval
+  assert own["low"] < final < own["high"] and own["num_examples"] == 20_000
   # The readable table precedes the JSON line.
   table = r.stdout.strip().splitlines()[:-1]
   assert table[0].split()[:4] == ["#", "step", "type", "status"] and "final_test_auc" in r.stdout
