@@ -6,16 +6,25 @@
                                    for an id outside its field's rows)
   CachePlanner / CachePipeline     the MixCache: host planner and the overlapped stages
   RowOptimizer / ROW_OPTIMIZERS    optax-style optimizers over touched rows only
+  apply_row_grads / pull_rows      a host parameter server: rows pulled per id, updated on the
+                                   host in numpy (`host_ps`, SFCTR's baseline)
 
 Modules: `host_table` (+ `host_table_files`), `device_table`, `vsi`, `cache` (the device
 cache state), `cache_planner` (+ `slot_index`), `pipeline`, `sharded_cache` (row-sharded
-over devices), `row_optimizers`, `initializers` and `belady` (the offline optimum).
+over devices), `row_optimizers`, `host_ps`, `initializers` and `belady` (the offline optimum).
 """
 
 from sfjax.embedding.belady import simulate_belady
 from sfjax.embedding.cache import CacheSwap, init_cache, swap_rows
 from sfjax.embedding.cache_planner import CACHE_POLICIES, CacheCapacityError, CachePlanner
 from sfjax.embedding.device_table import TableState, gather_rows, init_table, scatter_rows
+from sfjax.embedding.host_ps import (
+  HostRowOptimizer,
+  aggregate_row_grads,
+  apply_row_grads,
+  host_row_optimizer_from_config,
+  pull_rows,
+)
 from sfjax.embedding.host_table import CHUNK_ROWS, HostTable, HostTableSpec
 from sfjax.embedding.pipeline import CachePipeline, bucket_for, device_bytes, swap_buckets
 from sfjax.embedding.row_optimizers import (
@@ -35,19 +44,24 @@ __all__ = [
   "CachePipeline",
   "CachePlanner",
   "CacheSwap",
+  "HostRowOptimizer",
   "HostTable",
   "HostTableSpec",
   "IdRangeError",
   "RowOptimizer",
   "TableState",
+  "aggregate_row_grads",
+  "apply_row_grads",
   "bucket_for",
   "dedup_ids",
   "device_bytes",
   "gather_rows",
   "global_row_ids",
+  "host_row_optimizer_from_config",
   "init_cache",
   "init_table",
   "prepare_batch",
+  "pull_rows",
   "row_optimizer_from_config",
   "scatter_rows",
   "simulate_belady",

@@ -31,7 +31,8 @@ def test_every_experiments_module_imports_into_one_process():
   assert not defined, f"flags defined at import: {sorted(defined)}"
 
 
-_BENCHES_BORN_WITH_CONFIGS = {"bench_serving", "bench_bag_layout", "bench_sequences"}
+_BENCHES_BORN_WITH_CONFIGS = {"bench_serving", "bench_bag_layout", "bench_sequences", "bench_ablation",
+                              "bench_growth"}
 
 
 @pytest.mark.parametrize("name", BENCHES)
