@@ -1,8 +1,10 @@
 """Export a run's trained table: `python -m experiments.export --workdir=DIR --out=DIR2`.
 
-With `--serving [--dtype=float32|float16|int8]`, writes the run's serving bundle instead
-(`sfjax.serving.write_bundle`: the exported forward, dense params, table chunks, feature
-mapping and manifest), which `sfjax.serving.Predictor.load(DIR2)` scores and
+With `--serving [--dtype=float32|float16|int8] [--table_storage=auto|dense|lazy]`, writes the
+run's serving bundle instead (`sfjax.serving.write_bundle`: the exported forward, dense
+params, table chunks, feature mapping and manifest; a cache-backend run on an mmap host
+table, or one with fewer than half its rows written, gets a lazy table: its written rows
+and the rule for the others, `sfjax.serving.lazy_table`), which `sfjax.serving.Predictor.load(DIR2)` scores and
 `python -m experiments.predict --bundle=DIR2` / `experiments.serve` serve.
 
 Writes the newest good checkpoint's embedding rows, their optimizer slots (separately),
@@ -24,8 +26,11 @@ from sfjax.core import hold_workdir
 def serving_summary(manifest: dict, out: str) -> dict:
   """The one-line summary of a written serving bundle."""
   table = manifest["tables"][0]
+  storage = table.get("storage", "dense")
   return {"out": out, "format": manifest["format"], "model": manifest["model"],
           "step": manifest["step"], "dtype": table["dtype"], "num_rows": table["rows"],
+          "table_storage": storage,
+          "stored_rows": table["written"]["rows"] if storage == "lazy" else table["rows"],
           "width": table["dim"], "num_fields": len(manifest["features"]),
           "mapping": manifest["mapping"]["kind"], "files": len(manifest["files"]),
           "metrics": manifest["metrics"]}
@@ -48,7 +53,8 @@ def _export() -> dict:
   if _SERVING.value:
     from sfjax.serving import write_bundle  # the model code loads only for a bundle
     manifest = write_bundle(_WORKDIR.value, _OUT.value, dtype=_DTYPE.value,
-                            checkpoint=_CHECKPOINT.value or None)
+                            checkpoint=_CHECKPOINT.value or None,
+                            table_storage=_TABLE_STORAGE.value)
     return serving_summary(manifest, _OUT.value)
   manifest = export_checkpoint(_WORKDIR.value, _OUT.value, _CHECKPOINT.value or None)
   summary = {k: manifest[k] for k in ("step", "checkpoint", "num_rows", "width", "slot_width",
@@ -69,5 +75,9 @@ if __name__ == "__main__":
                                "of the numpy table export.")
   _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "float16", "int8"], "--serving: "
                              "table storage (int8: per-row symmetric scales).")
+  _TABLE_STORAGE = flags.DEFINE_enum(
+      "table_storage", "auto", ["auto", "dense", "lazy"], "--serving: 'lazy' stores only the "
+      "rows training wrote plus the rule for the others (cache backend); 'auto': lazy for an "
+      "mmap host table or one with fewer than half its rows written.")
   flags.mark_flags_as_required(["workdir", "out"])
   cli.run_main(main)

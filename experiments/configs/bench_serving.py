@@ -5,13 +5,18 @@ Run:
   python -m experiments.bench_serving --config.mode=inprocess
   python -m experiments.bench_serving --config.bundle=BUNDLE --config.mode=http
   python -m experiments.bench_serving --config=experiments/configs/bench_serving.py:smoke
+  python -m experiments.bench_serving --config.mode=huge   # a lazy ~1.01e9-row table
+  python -m experiments.bench_serving --config=experiments/configs/bench_serving.py:huge_smoke
 
 Variants (the text after ':'): '' (issue #23's workload: DeepFM, 26 fields x 100k hashed
 rows, dim 16, MLP 400-400-400, trained a few steps on synthetic Criteo lines; HTTP at
 concurrency 1, 4, 8, 16 and 32 with 1 and 64 examples per request, 10 s per level, then
 60 s at concurrency 16; in-process at batch 1, 64, 4096 beside the training step), 'smoke'
 (seconds: 26 fields x 100 rows, dim 4, MLP 16, levels of 1 s, a long run of 2 s, no
-training step).
+training step), 'huge_smoke' (mode=huge on a ~34k-row lazy table: the same code path in
+seconds). Mode 'huge' trains `bench_huge_table`'s ~1.01e9-row workload for
+`huge_train_steps` steps (its checkpoint writes the ~15k touched chunks: minutes), then
+serves the lazy bundle in a fresh process.
 """
 
 import ml_collections
@@ -20,7 +25,7 @@ import ml_collections
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
   """Returns the benchmark's config; `arg` selects a variant ('' or 'smoke')."""
   c = ml_collections.ConfigDict()
-  c.mode = "both"  # http | inprocess | both
+  c.mode = "both"  # http | inprocess | both | huge
   c.bundle = ""  # serve this bundle; '' = train the workload below and export it
   # ---- the model behind the bundle (trained `train_steps` steps on Criteo-format lines)
   c.model = "deepfm"
@@ -50,8 +55,16 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.inprocess_reps = 2_000
   c.train_step = True  # also time the training step (experiments/bench_train.py) for the ratio
   c.train_step_steps = 20  # its timed steps
+  # ---- huge mode: a lazily initialised ~1.01e9-row table (bench_huge_table's workload)
+  c.huge_cardinality_scale = 30.0  # x Criteo's cardinalities: ~1.01e9 rows
+  c.huge_train_steps = 8  # steps trained (cache backend, mmap host table) before export
+  c.huge_train_batch_size = 4096
+  c.huge_train_cache_rows = 400_000  # the trainer's device cache
+  c.huge_request_examples = 262_144  # held-out examples replayed (each once) as requests
+  c.huge_batch_sizes = (64, 4096)  # request sizes served
+  c.huge_cache_rows = 0  # the predictor's device row cache (0: 4 x 4096 x 26 rows)
   c.out = ""  # also write the JSON result here
-  if arg == "smoke":
+  if arg in ("smoke", "huge_smoke"):
     c.rows_per_field, c.embed_dim, c.mlp_dims = 100, 4, (16,)
     c.train_steps, c.train_batch_size, c.train_lines, c.request_lines = 2, 64, 512, 256
     c.concurrency, c.peak_concurrency = (1, 4), 4
@@ -60,6 +73,10 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.server_batch_sizes = (1, 8, 64, 256)
     c.inprocess_batch_sizes, c.inprocess_seconds, c.inprocess_reps = (1, 64), 0.5, 50
     c.train_step = False
-  elif arg:
-    raise ValueError(f"unknown config variant {arg!r} (known: '', 'smoke')")
+  if arg == "huge_smoke":
+    c.mode, c.huge_cardinality_scale, c.huge_train_steps = "huge", 1e-3, 2
+    c.huge_train_batch_size, c.huge_train_cache_rows, c.huge_request_examples = 64, 20_000, 2_048
+    c.huge_batch_sizes, c.huge_cache_rows = (64, 256), 4 * 256 * 26
+  elif arg and arg != "smoke":
+    raise ValueError(f"unknown config variant {arg!r} (known: '', 'smoke', 'huge_smoke')")
   return c

@@ -20,15 +20,23 @@ The forward is the trainer's (`sfjax.train.step.forward_logits`: `nnx.merge(grap
 params)(emb, dense)`), so the predictor's logits equal the trainer's eval logits. It is
 lowered for CPU and CUDA (`SERVING_PLATFORMS`), so one bundle serves on either host.
 
+A cache-backend run whose host table is lazily initialised (`embedding.host_storage=mmap`,
+or fewer than half its rows ever written: `table_storage="auto"`) gets a lazy table
+(`sfjax.serving.lazy_table`): its written rows and the rule that computes every other
+row as the trainer's host table did, so a 10^9-row table's bundle is as large as the
+rows trained, and nothing [V]-sized is ever built.
+
 `write_pruned_bundle` writes the compression step's pruned model (`pruned_model.npz`:
 its int8 codes and per-row scales stored as they are) through the same path.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -39,16 +47,21 @@ from flax import nnx
 
 import sfjax
 from sfjax import models
-from sfjax.checkpoint import open_checkpoint
+from sfjax.checkpoint import open_checkpoint, reader, table_shards
 from sfjax.core import feature_layout as fl
 from sfjax.core.atomic import atomic_write
 from sfjax.data import avazu, criteo, dataset, feature_map
 from sfjax.embedding.host_table import CHUNK_ROWS
+from sfjax.serving import lazy_table
 from sfjax.serving import manifest as manifest_lib
 from sfjax.serving.row_source import quantize_int8
 
 _TEXT_FORMATS = {"criteo": criteo.CriteoFormat, "avazu": avazu.AvazuFormat}
 SERVING_PLATFORMS = ("cpu", "cuda")  # the forward is lowered for both (jax.export)
+TABLE_STORAGES = ("auto", "dense", "lazy")
+
+# out dir -> the table's manifest entry, its files written under out/table.
+TableWriter = Callable[[str], dict[str, Any]]
 
 
 def _load_config(workdir: str) -> ml_collections.ConfigDict:
@@ -106,6 +119,17 @@ def feature_mapping(config, field_rows: list[int], out: str, data_set,
                "row": "local row = 1 + position of key in vocab_<f> (sorted); absent: 0"}
 
 
+def _with_empty_leaves(params, model_params):
+  """`params` with the model's own value for each leaf the checkpoint restored as None: orbax
+  restores a zero-size array (a model's dense kernel with no dense features) as None."""
+  if isinstance(params, dict):
+    return {k: _with_empty_leaves(v, model_params.get(k) if isinstance(model_params, dict)
+                                  else None) for k, v in params.items()}
+  if params is None and model_params is not None and np.size(model_params) == 0:
+    return model_params
+  return params
+
+
 def _export_forward(graphdef, leaves, treedef, num_fields: int, width: int,
                     num_dense: int, weighted: bool = False) -> tuple[bytes, list[str]]:
   """(serialized `jax.export` of the forward with batch symbolic, its platforms).
@@ -131,7 +155,7 @@ def _export_forward(graphdef, leaves, treedef, num_fields: int, width: int,
   return bytes(exported.serialize()), list(exported.platforms)
 
 
-def _write_table(chunks, out: str, dtype: str, num_rows: int, width: int) -> dict[str, Any]:
+def _write_table(chunks, out: str, *, dtype: str, num_rows: int, width: int) -> dict[str, Any]:
   """`table/rows_<lo>.npy` (+ int8 scales) of `chunks`; the table's manifest entry.
 
   Args:
@@ -150,8 +174,8 @@ def _write_table(chunks, out: str, dtype: str, num_rows: int, width: int) -> dic
       np.save(os.path.join(out, entry["scales"]), np.asarray(scales, np.float32))
     np.save(os.path.join(out, entry["values"]), np.ascontiguousarray(values.astype(dtype)))
     entries.append(entry)
-  return {"name": "table", "rows": int(num_rows), "dim": int(width), "dtype": dtype,
-          "chunk_rows": CHUNK_ROWS, "chunks": entries}
+  return {"name": "table", "storage": "dense", "rows": int(num_rows), "dim": int(width),
+          "dtype": dtype, "chunk_rows": CHUNK_ROWS, "chunks": entries}
 
 
 def _final_metrics(meta: dict[str, Any]) -> dict[str, Any]:
@@ -161,7 +185,7 @@ def _final_metrics(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_bundle(workdir: str, out_dir: str, *, dtype: str = "float32",
-                 checkpoint: str | None = None) -> dict[str, Any]:
+                 checkpoint: str | None = None, table_storage: str = "auto") -> dict[str, Any]:
   """Writes the serving bundle of a run.
 
   Args:
@@ -169,17 +193,25 @@ def write_bundle(workdir: str, out_dir: str, *, dtype: str = "float32",
     out_dir: created; must not exist or be empty (written as `out_dir.tmp`, then renamed).
     dtype: table storage: "float32", "float16" or "int8" (per-row symmetric scales).
     checkpoint: a `checkpoints/step_<N>` directory (default: the newest good one).
+    table_storage: "dense" (every row stored), "lazy" (the written rows and the init rule;
+      a cache-backend checkpoint only) or "auto": lazy for a cache-backend run whose host
+      table was memory-mapped (`embedding.host_storage=mmap`) or has fewer than half its
+      rows written, else dense.
 
   Returns:
     The manifest written as `out_dir/manifest.json`.
 
   Raises:
-    ValueError: a bad dtype, a checkpoint without its fields, an unreadable config.
+    ValueError: a bad dtype or table_storage, a checkpoint without its fields, an
+      unreadable config, "lazy" for a device-backend checkpoint.
     FileExistsError: `out_dir` exists and is not empty.
   """
   if dtype not in manifest_lib.TABLE_DTYPES:
     raise ValueError(f"--dtype: must be one of {', '.join(manifest_lib.TABLE_DTYPES)}, "
                      f"got {dtype!r}")
+  if table_storage not in TABLE_STORAGES:
+    raise ValueError(f"--table_storage: must be one of {', '.join(TABLE_STORAGES)}, "
+                     f"got {table_storage!r}")
   if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
     raise FileExistsError(f"{out_dir}: exists and is not empty")
   ckpt = open_checkpoint(checkpoint or workdir)  # every file verified
@@ -190,9 +222,35 @@ def write_bundle(workdir: str, out_dir: str, *, dtype: str = "float32",
   source = {"step": ckpt.step, "checkpoint": os.path.abspath(ckpt.path),
             "metrics": _final_metrics(ckpt.meta)}
   table = ckpt.table
-  return _write(out_dir, config, config.model, ckpt.params, ckpt.meta["fields"],
-                ((lo, v, None) for lo, v, _ in table.chunks()), table.num_rows, table.width,
-                dtype, source, _checkpoint_layout(ckpt))
+  write_table = _lazy_writer(ckpt, config, table_storage, dtype)
+  if write_table is None:
+    write_table = functools.partial(_write_table, ((lo, v, None) for lo, v, _ in table.chunks()),
+                                    dtype=dtype, num_rows=table.num_rows, width=table.width)
+  return _write(out_dir, config, config.model, ckpt.params, ckpt.meta["fields"], write_table,
+                table.width, source, _checkpoint_layout(ckpt))
+
+
+def _lazy_writer(ckpt, config, table_storage: str, dtype: str) -> TableWriter | None:
+  """The lazy table's writer of `ckpt` when `table_storage` asks for one (see `write_bundle`);
+  None: store every row."""
+  if table_storage == "dense":
+    return None
+  if ckpt.table_kind not in reader.HOST_TABLE_KINDS:
+    if table_storage == "lazy":
+      raise ValueError(f"{ckpt.path}: --table_storage=lazy needs a cache-backend checkpoint (a "
+                       f"host table that records its written rows), this one holds "
+                       f"{ckpt.table_kind!r}")
+    return None
+  table_dir = os.path.join(ckpt.path, reader.TABLE_DIR)
+  rows = table_shards.ShardedTableReader(table_dir)
+  num_rows, width = int(rows.num_rows), int(rows.width)
+  if table_storage == "auto" and str(config.embedding.get("host_storage", "ram")) != "mmap" and (
+      2 * lazy_table.count_stored_rows(rows) >= num_rows):
+    return None  # dense enough: every row stored
+  rule = lazy_table.init_rule(rows.manifest, table_dir)
+  return functools.partial(lazy_table.write_lazy_table,
+                           written=lazy_table.written_rows(rows, CHUNK_ROWS),
+                           num_rows=num_rows, width=width, dtype=dtype, rule=rule)
 
 
 def _checkpoint_layout(ckpt) -> fl.FeatureLayout | None:
@@ -245,16 +303,18 @@ def write_pruned_bundle(pruned_file: str, model_cfg: dict[str, Any], trainer_con
             for lo in range(0, num_rows, CHUNK_ROWS))
   source = {"step": ckpt.step, "checkpoint": os.path.abspath(ckpt.path),
             "pruned_model": os.path.abspath(pruned_file), "metrics": {}}
-  return _write(out_dir, config, model_cfg, params, ckpt.meta["fields"], chunks, num_rows, width,
-                "int8" if quantized else "float32", source, _checkpoint_layout(ckpt))
+  write_table = functools.partial(_write_table, chunks, dtype="int8" if quantized else "float32",
+                                  num_rows=num_rows, width=width)
+  return _write(out_dir, config, model_cfg, params, ckpt.meta["fields"], write_table, width,
+                source, _checkpoint_layout(ckpt))
 
 
-def _write(out_dir: str, config, model_cfg, params: dict, fields: list[dict], chunks,
-           num_rows: int, width: int, dtype: str, source: dict[str, Any],
+def _write(out_dir: str, config, model_cfg, params: dict, fields: list[dict],
+           write_table: TableWriter, width: int, source: dict[str, Any],
            layout: fl.FeatureLayout | None = None) -> dict[str, Any]:
-  """The bundle of model `model_cfg` with pure-dict `params` and table `chunks` (see
-  `_write_table`) over `fields` ({name, rows}: the fields, or a layout's tables);
-  `config` gives the data mapping."""
+  """The bundle of model `model_cfg` with pure-dict `params` and the table `write_table`
+  writes (rows of width E = `width`) over `fields` ({name, rows}: the fields, or a
+  layout's tables); `config` gives the data mapping."""
   cached: list = []
 
   def data_set():  # built only when needed (a vocabulary, an unknown dense count)
@@ -274,7 +334,7 @@ def _write(out_dir: str, config, model_cfg, params: dict, fields: list[dict], ch
       model_cfg, num_fields=len(field_names) if layout is None else layout.num_features,
       num_dense=len(dense_names), rngs=nnx.Rngs(0), layout=layout)
   graphdef, state = nnx.split(model)
-  nnx.replace_by_pure_dict(state, params)
+  nnx.replace_by_pure_dict(state, _with_empty_leaves(params, nnx.to_pure_dict(state)))
   leaves, treedef = jax.tree.flatten(state)
   leaves = [np.asarray(x) for x in leaves]
 
@@ -290,14 +350,16 @@ def _write(out_dir: str, config, model_cfg, params: dict, fields: list[dict], ch
   for i, leaf in enumerate(leaves):
     leaf_files.append(f"dense/leaf_{i:04d}.npy")
     np.save(os.path.join(tmp, leaf_files[-1]), leaf)
-  table = _write_table(chunks, tmp, dtype, num_rows, width)
+  table = write_table(tmp)
+  lazy = table.get("storage") == lazy_table.STORAGE
   record_format, mapping = feature_mapping(config, field_rows, tmp, data_set, layout)
   inputs = {"emb": ["B", columns, width], "dense": ["B", len(dense_names)]}
   if layout is not None:
     inputs["weights"] = ["B", columns]
   paths = [str(p) for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]]
   manifest = {
-      "format": manifest_lib.FORMAT_NAME, "version": manifest_lib.FORMAT_VERSION,
+      "format": manifest_lib.FORMAT_NAME,
+      "version": manifest_lib.LAZY_FORMAT_VERSION if lazy else manifest_lib.FORMAT_VERSION,
       "sfjax_version": getattr(sfjax, "__version__", "unknown"), "jax_version": jax.__version__,
       "model": str(model_cfg["name"]), "model_config": _jsonable(model_cfg), **source,
       "record_format": record_format,
@@ -314,6 +376,7 @@ def _write(out_dir: str, config, model_cfg, params: dict, fields: list[dict], ch
                              for f, p, x in zip(leaf_files, paths, leaves, strict=True)]},
   }
   rel = ["forward.bin", *leaf_files, *mapping.get("files", [])]
+  rel.extend([table["written"]["ids"]] if lazy else [])  # a lazy table's written row ids
   for c in table["chunks"]:
     rel.extend(c[k] for k in ("values", "scales") if k in c)
   manifest["files"] = [manifest_lib.file_entry(tmp, r) for r in rel]

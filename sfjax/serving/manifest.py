@@ -12,6 +12,10 @@ A bundle is one directory (written by `sfjax.serving.bundle.write_bundle`):
   table/scales_<lo>.npy  int8 only: float32 [n] per-row symmetric scales (row = q * scale)
   mapping/...            vocabulary keys (`mapping.kind == "vocabulary"`)
 
+A lazily initialised table (version 2; `sfjax.serving.lazy_table`) stores only its
+written rows, `table/written_ids.npy` and `table/written_<i>.npy`, and the rule that
+gives every other row (`tables[0]["init"]`).
+
 Every file is listed under `files` with its size and CRC-32 (`sfjax.core.digest`);
 `verify_bundle` reads and checks them all before anything is used, so a flipped byte or a
 truncated file fails with an error naming the file. Numpy and the standard library only.
@@ -27,6 +31,8 @@ from sfjax.core import digest
 
 FORMAT_NAME = "sfjax.serving_bundle"
 FORMAT_VERSION = 1
+LAZY_FORMAT_VERSION = 2  # a bundle with a lazily initialised table (`lazy_table`)
+READ_VERSIONS = (FORMAT_VERSION, LAZY_FORMAT_VERSION)
 MANIFEST_FILE = "manifest.json"
 TABLE_DTYPES = ("float32", "float16", "int8")
 
@@ -59,9 +65,9 @@ def read_bundle_manifest(path: str) -> dict[str, Any]:
     raise BundleError(f"{where}: not a serving bundle manifest (format "
                       f"{manifest.get('format') if isinstance(manifest, dict) else None!r}, "
                       f"expected {FORMAT_NAME!r})")
-  if manifest.get("version") != FORMAT_VERSION:
+  if manifest.get("version") not in READ_VERSIONS:
     raise BundleError(f"{where}: bundle format version {manifest.get('version')!r}; this sfjax "
-                      f"reads version {FORMAT_VERSION}")
+                      f"reads versions {', '.join(map(str, READ_VERSIONS))}")
   return manifest
 
 

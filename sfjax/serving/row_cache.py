@@ -78,10 +78,12 @@ class CachedRows:
     return out
 
   def stats(self) -> dict[str, float]:
-    """`hit_rate` (of unique rows), `h2d_bytes_per_request`, `requests`, `evictions`."""
+    """`hit_rate` (of unique rows), `h2d_bytes_per_request`, `requests`, `evictions`, and
+    the running totals `hits`, `lookups` (unique rows looked up) and `h2d_bytes`."""
     p = self._planner
     looked_up = p.total_hits + p.total_misses
     return {"hit_rate": p.total_hits / looked_up if looked_up else 0.0,
             "h2d_bytes_per_request": self.bytes_to_device / max(self.requests, 1),
             "requests": self.requests, "evictions": p.total_evictions,
-            "cache_rows": self.capacity}
+            "cache_rows": self.capacity, "hits": p.total_hits, "lookups": looked_up,
+            "h2d_bytes": self.bytes_to_device}

@@ -7,7 +7,8 @@ per-row symmetric scales `table/scales_<lo>.npy`: row = q * scale). Two sources:
   MmapRows     the chunk files memory-mapped, rows decoded as gathered (RAM: the pages read)
 
 Both satisfy `RowSource`, so a cached huge-table source (a device row cache over the mmap
-source, issue #23 item 3) can slot in without the predictor changing.
+source, issue #23 item 3) can slot in without the predictor changing, and so does a lazy
+table's (`lazy_table.LazyRows`: only the written rows stored, the others computed).
 """
 
 from __future__ import annotations
@@ -120,17 +121,20 @@ def open_rows(path: str, table: Mapping[str, Any], kind: str = "memory", *,
     path: the bundle directory.
     table: the manifest's table entry.
     kind: "memory", "mmap", or "cache" (a device row cache over the mmap files,
-      `row_cache.CachedRows`).
+      `row_cache.CachedRows`). A lazy table (`storage: "lazy"`, `lazy_table.LazyRows`):
+      its written rows in RAM ("memory") or memory-mapped, the others computed.
     unique_capacity: "cache": the most rows one gather asks for.
     cache_rows: "cache": rows held on the device (0: 4 x unique_capacity).
     policy: "cache": "lru" or "lfu".
   """
-  if kind == "memory":
-    return MemoryRows(path, table)
-  if kind == "mmap":
-    return MmapRows(path, table)
-  if kind == "cache":
-    from sfjax.serving.row_cache import CachedRows  # loads the embedding cache machinery
-    return CachedRows(MmapRows(path, table), cache_rows or 4 * unique_capacity, unique_capacity,
-                      policy)
-  raise ValueError(f"rows must be 'memory', 'mmap' or 'cache', got {kind!r}")
+  if kind not in ("memory", "mmap", "cache"):
+    raise ValueError(f"rows must be 'memory', 'mmap' or 'cache', got {kind!r}")
+  if table.get("storage", "dense") == "lazy":  # written rows + the init rule, never [V]-sized
+    from sfjax.serving.lazy_table import LazyRows
+    source: RowSource = LazyRows(path, table, mmap=kind != "memory")
+  else:
+    source = MemoryRows(path, table) if kind == "memory" else MmapRows(path, table)
+  if kind != "cache":
+    return source
+  from sfjax.serving.row_cache import CachedRows  # loads the embedding cache machinery
+  return CachedRows(source, cache_rows or 4 * unique_capacity, unique_capacity, policy)

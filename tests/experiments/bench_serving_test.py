@@ -45,6 +45,25 @@ def test_bench_serving_smoke():
   assert "train_examples_per_sec" not in inproc  # smoke skips the training step
 
 
+@pytest.mark.slow  # trains a tiny cache-backend run, then serves it from a subprocess
+def test_bench_serving_huge_smoke():
+  final = bench_serving.run(bench_config.get_config("huge_smoke"))
+  json.dumps(final)  # one JSON line
+  assert (final["mode"], final["table_storage"]) == ("huge", "lazy")
+  assert 0 < final["materialised_rows"] < final["table_rows"] // 2  # lazily initialised
+  assert final["table_rows"] > 30_000  # cardinality scale 1e-3: ~34k rows
+  assert final["bundle_bytes"] < final["table_bytes_if_dense"]
+  assert 0 < final["peak_rss_bytes"] < 3 << 30
+  assert final["training_modules_loaded"] == []  # the serving process loads no training code
+  assert set(final["batches"]) == {"64", "256"} and final["request_examples"] > 256
+  for b, figures in final["batches"].items():
+    assert figures["requests"] >= 3 and figures["examples_per_sec"] > 0
+    assert 0.0 <= figures["hit_rate"] <= 1.0
+    rows_per_request = int(b) * final["num_fields"]
+    assert 0 <= figures["bytes_per_request"] <= rows_per_request * final["embed_dim"] * 4
+  assert final["batches"]["64"]["hit_rate"] > 0  # the cache keeps the hot rows
+
+
 def test_request_bodies_cycle_through_the_lines():
   bodies = bench_serving.request_bodies(["a", "b", "c"], 2)
   assert [json.loads(b)["records"] for b in bodies] == [["a", "b"]]

@@ -12,6 +12,7 @@ import pytest
 
 from sfjax.core import metrics as metrics_lib
 from sfjax.serving import Predictor, write_bundle
+from sfjax.serving import bundle as bundle_lib
 from sfjax.serving import manifest as manifest_lib
 from tests.serving import tiny_runs
 
@@ -121,3 +122,14 @@ def test_the_compression_steps_int8_model_serves_through_the_same_path(criteo_ru
   offsets = np.arange(26) * 500
   want = nnx.merge(pruned.graphdef, pruned.params)(np.asarray(pruned.values)[ids + offsets], dense)
   np.testing.assert_allclose(p.logits_features(p.parse_records(lines)), want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_zero_size_leaf_restored_as_none_takes_the_models_own():
+  """Orbax restores a zero-size array (the dense kernel of a model without dense features)
+  as None; the bundle writer keeps the model's own empty leaf, nothing else."""
+  empty, kernel = np.zeros((0,), np.float32), np.ones((3,), np.float32)
+  restored = {"bias": np.float32(0.5), "dense_linear": {"kernel": None}, "mlp": {"w": None}}
+  model = {"bias": np.float32(0.0), "dense_linear": {"kernel": empty}, "mlp": {"w": kernel}}
+  out = bundle_lib._with_empty_leaves(restored, model)
+  assert out["bias"] == 0.5 and out["dense_linear"]["kernel"] is empty
+  assert out["mlp"]["w"] is None  # a missing non-empty leaf stays missing (the load fails)

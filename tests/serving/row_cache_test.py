@@ -32,6 +32,9 @@ def test_cached_rows_equal_the_source_rows(policy):
   assert stats["requests"] == 30 and stats["evictions"] > 0  # 40 slots, ~450 distinct rows
   assert 0.2 < stats["hit_rate"] < 1.0  # the 5 hot rows hit after the first request
   assert stats["h2d_bytes_per_request"] == source.read * 6 * 4 / 30
+  assert stats["h2d_bytes"] == source.read * 6 * 4  # only misses are read, each once
+  assert stats["lookups"] == stats["hits"] + source.read
+  assert stats["hit_rate"] == stats["hits"] / stats["lookups"]
   assert source.read < 30 * 20  # only misses are read
 
 
