@@ -20,16 +20,10 @@ EVAL_STEPS = list(range(EVERY, STEPS + 1, EVERY))
 _run, _records = file_faults.run_train_ctr, file_faults.read_records
 
 
-def _last_line(result):
-  return result.stderr.strip().splitlines()[-1]
-
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp("ref") / "w")
-  result = _run("", workdir)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return [training_result(r) for r in _records(workdir)]
+  return file_faults.reference_results(str(tmp_path_factory.mktemp("ref") / "w"))
 
 
 def _checkpoints(workdir):
@@ -62,9 +56,9 @@ def test_a_failed_table_save_names_the_last_good_checkpoint_and_resumes_exactly(
   failed = _run(f"table_write:60:{code}", workdir)
   root = os.path.join(workdir, CHECKPOINT_DIR)
   assert failed.returncode == 1 and "Traceback" not in failed.stderr
-  assert _last_line(failed).startswith(f"error: checkpoint {root}/step_00000060 was not saved "
+  assert file_faults.last_line(failed).startswith(f"error: checkpoint {root}/step_00000060 was not saved "
                                        f"(OSError: [Errno {getattr(errno, code)}]")
-  assert _last_line(failed).endswith(f"the last good checkpoint is {root}/step_00000040")
+  assert file_faults.last_line(failed).endswith(f"the last good checkpoint is {root}/step_00000040")
   _assert_kept_and_rerun_identical(workdir, reference)
 
 

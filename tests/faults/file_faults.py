@@ -24,6 +24,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -123,6 +124,42 @@ def run_train_ctr(fault: str, workdir: str, timeout: float = 300) -> subprocess.
   return subprocess.run([sys.executable, "-c", code, fault, *argv], cwd=ROOT,
                         env=dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=""),
                         capture_output=True, text=True, timeout=timeout)
+
+
+def last_line(result: subprocess.CompletedProcess) -> str:
+  """The last line a finished run wrote to stderr (its `error:` line when it failed)."""
+  return result.stderr.strip().splitlines()[-1]
+
+
+def reference_results(workdir: str) -> list[dict]:
+  """The training results of an uninterrupted, fault-free run in `workdir`."""
+  from sfjax.train import training_result  # here: `main` must install faults before sfjax loads
+
+  result = run_train_ctr("", workdir)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return [training_result(r) for r in read_records(workdir)]
+
+
+def kill_once_committed(proc: subprocess.Popen, root: str, min_step: int, limit_s: float) -> int:
+  """SIGKILLs `proc` once `root` holds a committed checkpoint of a step >= `min_step` (the
+  process must not exit first, nor take longer than `limit_s`); returns the newest
+  committed step. The process is killed and reaped whatever happens."""
+  from sfjax.checkpoint import committed_steps
+
+  try:
+    deadline = time.monotonic() + limit_s
+    while not [s for s in committed_steps(root) if s >= min_step]:
+      assert proc.poll() is None, f"the run exited ({proc.returncode}) before a checkpoint in {root}"
+      assert time.monotonic() < deadline, f"no checkpoint of step >= {min_step} in {root} " \
+                                          f"within {limit_s:.0f} s"
+      time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait(timeout=30)
+  return committed_steps(root)[-1]
 
 
 def main() -> None:

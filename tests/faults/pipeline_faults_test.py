@@ -6,18 +6,17 @@ step's final host table (each in its own step directory)."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
-from sfjax.checkpoint import CHECKPOINT_DIR, committed_steps
+from sfjax.checkpoint import CHECKPOINT_DIR
 from sfjax.ctr_pipeline.train_steps import HOST_TABLE_DIR
 from sfjax.embedding.host_table import HostTable
 from sfjax.train import training_result
+from tests.faults import file_faults
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -61,19 +60,7 @@ def _kill_after_first_checkpoint(workdir, name, log_path):
   with open(log_path, "w") as log:
     proc = subprocess.Popen(_command(workdir), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
                             stderr=log)
-    try:
-      deadline = time.monotonic() + 600
-      while not committed_steps(root):
-        assert proc.poll() is None, f"the pipeline exited ({proc.returncode}) before {root}"
-        assert time.monotonic() < deadline, f"no checkpoint in {root} within 600 s"
-        time.sleep(0.01)
-      proc.send_signal(signal.SIGKILL)
-      proc.wait(timeout=30)
-    finally:
-      if proc.poll() is None:
-        proc.kill()
-        proc.wait(timeout=30)
-  return committed_steps(root)[-1]
+    return file_faults.kill_once_committed(proc, root, 0, 600)
 
 
 def _report(workdir):

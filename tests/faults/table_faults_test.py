@@ -25,14 +25,8 @@ _run, _records = file_faults.run_train_ctr, file_faults.read_records
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp("ref") / "w")
-  result = _run("", workdir)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return [training_result(r) for r in _records(workdir)]
+  return file_faults.reference_results(str(tmp_path_factory.mktemp("ref") / "w"))
 
-
-def _last_line(result):
-  return result.stderr.strip().splitlines()[-1]
 
 
 def test_efbig_creating_an_mmap_table_removes_what_it_made(tmp_path):
@@ -63,7 +57,7 @@ def test_enospc_creating_the_runs_table_is_named_and_the_rerun_is_not_blocked(
   failed = _run("create:ENOSPC", workdir)
   table = os.path.join(workdir, "table")
   assert failed.returncode == 1 and "Traceback" not in failed.stderr
-  assert _last_line(failed).startswith(f"error: [Errno {errno.ENOSPC}] {table}: cannot create "
+  assert file_faults.last_line(failed).startswith(f"error: [Errno {errno.ENOSPC}] {table}: cannot create "
                                        "the memory-mapped host table")
   assert not os.path.exists(table)  # before: the rerun failed with FileExistsError
   rerun = _run("", workdir)
@@ -79,7 +73,7 @@ def test_enospc_in_a_write_back_stops_named_keeps_checkpoints_and_resumes_exactl
   failed = _run("meta_write:3:ENOSPC", workdir)
   meta = os.path.join(workdir, "table", "meta.json")
   assert failed.returncode == 1 and "Traceback" not in failed.stderr
-  assert _last_line(failed) == (f"error: [Errno {errno.ENOSPC}] No space left on device: "
+  assert file_faults.last_line(failed) == (f"error: [Errno {errno.ENOSPC}] No space left on device: "
                                 f"'{meta}'")
   assert f"last good checkpoint: {root}/step_00000040" in failed.stderr
   assert committed_steps(root) == [20, 40]

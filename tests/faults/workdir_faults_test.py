@@ -5,15 +5,14 @@ no earlier checkpoint or metric is lost."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from sfjax.checkpoint import CHECKPOINT_DIR, committed_steps
 from sfjax.train import training_result
+from tests.faults import file_faults
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -68,20 +67,7 @@ def test_two_runs_on_one_workdir_one_wins_the_other_is_named_and_nothing_is_lost
 def _kill_after_checkpoint(workdir, step):
   proc = subprocess.Popen(_command(workdir), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)
-  root = os.path.join(workdir, CHECKPOINT_DIR)
-  try:
-    deadline = time.monotonic() + 240
-    while not [s for s in committed_steps(root) if s >= step]:
-      assert proc.poll() is None, f"the run exited ({proc.returncode}) before step {step}"
-      assert time.monotonic() < deadline, f"no checkpoint of step >= {step} within 240 s"
-      time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-  finally:
-    if proc.poll() is None:
-      proc.kill()
-      proc.wait(timeout=30)
-  return committed_steps(root)[-1]
+  return file_faults.kill_once_committed(proc, os.path.join(workdir, CHECKPOINT_DIR), step, 240)
 
 
 def test_sigkill_with_a_torn_metrics_line_resumes_with_every_record_then_checks_settings(
