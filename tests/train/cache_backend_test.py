@@ -2,7 +2,6 @@
 
 import threading
 import traceback
-from typing import Any, NamedTuple
 
 import chex
 import numpy as np
@@ -13,6 +12,7 @@ from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import host_table as host_table_lib
 from sfjax.embedding import row_optimizers
 from sfjax.train import config_check, loop
+from tests.train import training_runs
 
 
 def _config(optimizer, backend, **embedding):
@@ -35,20 +35,7 @@ def _config(optimizer, backend, **embedding):
   return c
 
 
-class Run(NamedTuple):
-  final: dict
-  state: Any
-  trainer: loop.Trainer
-  losses: np.ndarray
-
-
-def _train(config, dataset=None) -> Run:
-  """Trains `config`; keeps the trainer (its backend's host table) and every step's loss."""
-  data = dataset or dataset_lib.make_dataset(config.data, config.seed)
-  trainer = loop.build_trainer(config, data.spec)
-  losses = []
-  final, state = loop.train_and_evaluate(config, dataset=data, trainer=trainer, loss_log=losses)
-  return Run(final, state, trainer, np.asarray(losses))
+_train = training_runs.train_run
 
 
 def _host_rows(run):

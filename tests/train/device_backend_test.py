@@ -7,7 +7,6 @@ tolerance: 8 devices sum the batch in another order), hold each row on its owner
 no all-reduce of the `[U, E]` row gradient) and compile once per block shape.
 """
 
-from typing import Any, NamedTuple
 
 import chex
 import jax
@@ -18,7 +17,7 @@ from experiments.configs import ctr
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import row_optimizers
 from sfjax.train import config_check, loop
-from tests.train import bag_data
+from tests.train import bag_data, training_runs
 from tests.train import multihot_backends_test as multihot
 
 _LR = {"sgd": 0.5, "adagrad": 0.1, "rowwise_adagrad": 0.1, "adam": 0.01, "ftrl": 0.1}
@@ -35,19 +34,7 @@ def _config(optimizer="adagrad", devices=8, sharding="row", steps=24):
   return c
 
 
-class Run(NamedTuple):
-  final: dict
-  state: Any
-  trainer: loop.Trainer
-  losses: np.ndarray
-
-
-def _train(config, data=None) -> Run:
-  data = data or dataset_lib.make_dataset(config.data, config.seed)
-  trainer = loop.build_trainer(config, data.spec)
-  losses = []
-  final, state = loop.train_and_evaluate(config, dataset=data, trainer=trainer, loss_log=losses)
-  return Run(final, state, trainer, np.asarray(losses))
+_train = training_runs.train_run
 
 
 def _steps(config, steps=3):

@@ -8,7 +8,6 @@ item table with the target item.
 
 import os
 import shutil
-from typing import Any, NamedTuple
 
 import chex
 import jax
@@ -19,6 +18,7 @@ from sfjax.checkpoint import export
 from sfjax.core import feature_layout as fl
 from sfjax.train import defaults, loop
 from tests.train import bag_data
+from tests.train.training_runs import Run
 
 
 def _config(backend, devices=1, **embedding):
@@ -33,13 +33,6 @@ def _config(backend, devices=1, **embedding):
   c.train.steps, c.train.batch_size, c.train.eval_every, c.train.log_every = 40, 16, 20, 20
   c.train.eval_batch_size, c.train.num_devices = 256, devices
   return c
-
-
-class Run(NamedTuple):
-  final: dict
-  state: Any
-  trainer: loop.Trainer
-  losses: np.ndarray
 
 
 def _train(config, layout=bag_data.LAYOUT) -> Run:

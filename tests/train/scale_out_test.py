@@ -6,7 +6,6 @@ float tolerance (8 devices sum the batch in another order). Replicated caches st
 bit-identical across the devices; the row-sharded cache holds cache_rows x 8 rows.
 """
 
-from typing import Any, NamedTuple
 
 import chex
 import jax
@@ -17,6 +16,8 @@ from experiments.configs import ctr
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import row_optimizers
 from sfjax.train import config_check, loop
+from tests.train import training_runs
+from tests.train.training_runs import Run
 
 _LR = {"sgd": 0.5, "adagrad": 0.1, "rowwise_adagrad": 0.1, "adam": 0.01, "ftrl": 0.1}
 _STEPS = 24
@@ -35,19 +36,7 @@ def _config(optimizer, backend="cache", devices=8, sharding="replicated", cache_
   return c
 
 
-class Run(NamedTuple):
-  final: dict
-  state: Any
-  trainer: loop.Trainer
-  losses: np.ndarray
-
-
-def _train(config) -> Run:
-  data = dataset_lib.make_dataset(config.data, config.seed)
-  trainer = loop.build_trainer(config, data.spec)
-  losses = []
-  final, state = loop.train_and_evaluate(config, dataset=data, trainer=trainer, loss_log=losses)
-  return Run(final, state, trainer, np.asarray(losses))
+_train = training_runs.train_run
 
 
 def _assert_matches_reference(got: Run, ref: Run):
