@@ -31,6 +31,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c = pipeline_ctr.get_config(arg)  # raises for an unknown variant
   smoke = arg == "smoke"
   c.pipeline.order = "train,compress"
+  # The compression search prunes and quantises the dense part too: keep the data's dense
+  # features (pipeline_ctr's smoke data drops them for its short search trials).
+  c.task.data.synthetic.num_dense = 13
   # pipeline_ctr's overrides of the library's recipe, with a smaller DeepFM (the default model).
   recipe = c.steps.fully_train.to_dict().get("trainer", {})
   recipe["model"] = {"embed_dim": 8 if smoke else 16,

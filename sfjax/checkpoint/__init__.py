@@ -27,9 +27,14 @@ from sfjax.checkpoint.layout import (
   verify,
 )
 from sfjax.checkpoint.read_retry import CheckpointReadError
-from sfjax.checkpoint.reader import Checkpoint, CheckpointTable, open_checkpoint
+from sfjax.checkpoint.reader import (
+  Checkpoint,
+  CheckpointTable,
+  open_checkpoint,
+  with_empty_leaves,
+)
 
 __all__ = ["CHECKPOINT_DIR", "Checkpoint", "CheckpointReadError", "CheckpointSaveError",
            "CheckpointTable", "Checkpointer", "CorruptCheckpointError", "Restored",
            "checkpoint_settings", "committed_steps", "export_checkpoint", "find_resumable",
-           "open_checkpoint", "read_export", "verify"]
+           "open_checkpoint", "read_export", "verify", "with_empty_leaves"]

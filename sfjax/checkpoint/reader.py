@@ -378,3 +378,16 @@ def open_checkpoint(path: str, verify: bool = True) -> Checkpoint:
     raise layout.CorruptCheckpointError(f"every checkpoint under {root} is corrupt:\n  "
                                         + "\n  ".join(why for _, why in bad))
   return Checkpoint(found, layout.read_meta(found))
+
+
+def with_empty_leaves(params, model_params):
+  """`params` with a zero array for each leaf the checkpoint restored as None where the
+  model's leaf (`model_params`, arrays or shape structs) is empty: orbax restores a zero-size
+  array (a model's dense kernel when the data has no dense features) as None."""
+  if isinstance(params, dict):
+    return {k: with_empty_leaves(v, model_params.get(k) if isinstance(model_params, dict)
+                                 else None) for k, v in params.items()}
+  shape = getattr(model_params, "shape", None)
+  if params is None and shape is not None and int(np.prod(shape)) == 0:
+    return np.zeros(shape, getattr(model_params, "dtype", np.float32))
+  return params

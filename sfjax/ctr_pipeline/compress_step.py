@@ -34,7 +34,7 @@ from flax import nnx
 
 from sfjax.automl import pareto_evolution
 from sfjax.automl.pipeline import StepContext, StepKind, StepOutput
-from sfjax.checkpoint import open_checkpoint
+from sfjax.checkpoint import open_checkpoint, with_empty_leaves
 from sfjax.compress import prune as ctr_prune
 from sfjax.compress import prune_search as ctr_compress
 from sfjax.compress import quant as ctr_quant
@@ -129,8 +129,9 @@ def _load_trained(ctx: StepContext):
       config.model, num_fields=dataset.spec.num_fields, num_dense=dataset.spec.num_dense,
       rngs=nnx.Rngs(0)))  # shapes only: the values come from the checkpoint
   graphdef, state = nnx.split(model)
-  params = checkpoint.params
-  want = jax.tree.map(np.shape, nnx.to_pure_dict(state))
+  model_params = nnx.to_pure_dict(state)
+  params = with_empty_leaves(checkpoint.params, model_params)  # no dense features: None kernels
+  want = jax.tree.map(np.shape, model_params)
   if jax.tree.map(np.shape, params) != want:
     raise ValueError(f"{path}: its params do not fit model {config.model.name!r} of the handed-on "
                      "trainer_config")

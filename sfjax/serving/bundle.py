@@ -119,17 +119,6 @@ def feature_mapping(config, field_rows: list[int], out: str, data_set,
                "row": "local row = 1 + position of key in vocab_<f> (sorted); absent: 0"}
 
 
-def _with_empty_leaves(params, model_params):
-  """`params` with the model's own value for each leaf the checkpoint restored as None: orbax
-  restores a zero-size array (a model's dense kernel with no dense features) as None."""
-  if isinstance(params, dict):
-    return {k: _with_empty_leaves(v, model_params.get(k) if isinstance(model_params, dict)
-                                  else None) for k, v in params.items()}
-  if params is None and model_params is not None and np.size(model_params) == 0:
-    return model_params
-  return params
-
-
 def _export_forward(graphdef, leaves, treedef, num_fields: int, width: int,
                     num_dense: int, weighted: bool = False) -> tuple[bytes, list[str]]:
   """(serialized `jax.export` of the forward with batch symbolic, its platforms).
@@ -334,7 +323,7 @@ def _write(out_dir: str, config, model_cfg, params: dict, fields: list[dict],
       model_cfg, num_fields=len(field_names) if layout is None else layout.num_features,
       num_dense=len(dense_names), rngs=nnx.Rngs(0), layout=layout)
   graphdef, state = nnx.split(model)
-  nnx.replace_by_pure_dict(state, _with_empty_leaves(params, nnx.to_pure_dict(state)))
+  nnx.replace_by_pure_dict(state, reader.with_empty_leaves(params, nnx.to_pure_dict(state)))
   leaves, treedef = jax.tree.flatten(state)
   leaves = [np.asarray(x) for x in leaves]
 

@@ -164,3 +164,14 @@ def test_pure_params_unwraps_nnx_state():
   assert set(pure["mlp"]["hidden"]) == {0, 1}
   assert pure["mlp"]["hidden"][0]["kernel"].shape == (2, 3)
   assert pure["dense_linear"]["kernel"].shape == (2,)
+
+
+def test_with_empty_leaves_fills_only_the_model_s_empty_leaves():
+  model = {"dense": {"kernel": jax.ShapeDtypeStruct((0, 4), np.float32)},
+           "mlp": {"kernel": np.ones((2, 3), np.float32)}}
+  restored = {"dense": {"kernel": None}, "mlp": {"kernel": np.full((2, 3), 5.0, np.float32)}}
+  got = reader.with_empty_leaves(restored, model)
+  assert got["dense"]["kernel"].shape == (0, 4) and got["dense"]["kernel"].dtype == np.float32
+  np.testing.assert_array_equal(got["mlp"]["kernel"], restored["mlp"]["kernel"])
+  # A missing leaf of a non-empty shape stays missing (the shape check then names it).
+  assert reader.with_empty_leaves({"mlp": {"kernel": None}}, model)["mlp"]["kernel"] is None
