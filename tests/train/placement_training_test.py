@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.train import device_backend_test as dbt
+from tests.train.training_runs import Run
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 
@@ -21,7 +22,7 @@ def _placed(placement, **plan):
   return c
 
 
-def _table(run: dbt.Run):
+def _table(run: Run):
   if run.trainer.backend.host_table is not None:
     return run.trainer.backend.host_table.read_all()
   return run.trainer.backend.table_rows(run.state)
