@@ -9,11 +9,7 @@ multiprocess_checkpoint_test.py, train on synthetic data, which is read per proc
 """
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
-import time
 
 import chex
 import numpy as np
@@ -22,7 +18,6 @@ import pytest
 from experiments.configs import ctr
 from sfjax.data import dataset as dataset_lib
 from sfjax.data import preprocessed, synthetic
-from sfjax.parallel import distributed
 from sfjax.train import loop
 from tests.parallel import two_processes
 
@@ -72,28 +67,7 @@ _WORKER = textwrap.dedent("""
 def _run(count: int, payload: str, out_dir, timeout: int) -> None:
   """`count` worker processes of one jax.distributed job on loopback, 8/count CPU devices
   each; every one must exit 0 within `timeout` s (else all are killed and the test fails)."""
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=two_processes.ROOT,
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={8 // count}")
-  env.pop(distributed.ENV_COORDINATOR, None)
-  port = str(two_processes.free_port())
-  logs = [open(os.path.join(out_dir, f"log{p}.txt"), "w+") for p in range(count)]
-  procs = [subprocess.Popen([sys.executable, "-c", _WORKER, payload, port, str(p), str(out_dir),
-                             str(count)], cwd=two_processes.ROOT, env=env, stdout=logs[p],
-                            stderr=subprocess.STDOUT) for p in range(count)]
-  deadline = time.time() + timeout
-  try:
-    while any(p.poll() is None for p in procs) and time.time() < deadline:
-      time.sleep(0.1)
-  finally:
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-        p.wait()
-  for p, proc in enumerate(procs):
-    logs[p].seek(0)
-    text = logs[p].read()
-    logs[p].close()
-    assert proc.returncode == 0, f"process {p} (exit {proc.returncode}):\n{text[-5000:]}"
+  two_processes.launch(_WORKER, payload, out_dir, timeout, devices=8 // count, count=count)
 
 
 @pytest.fixture(scope="module")

@@ -49,23 +49,23 @@ class Ended(NamedTuple):
 
 
 def run_processes(worker: str, payload: str, out_dir, timeout: int,
-                  devices: int = 4) -> list[Ended]:
-  """Runs `python -c worker payload port pid out_dir` as processes 0 and 1 of a 2-process
+                  devices: int = 4, count: int = 2) -> list[Ended]:
+  """Runs `python -c worker payload port pid out_dir count` as processes 0..count-1 of one
   `jax.distributed` job on loopback (CPU, `devices` fake devices each, gloo), bounded by
-  `timeout` seconds (then both are killed and the test fails, naming the one still running)."""
+  `timeout` seconds (then all are killed and the test fails, naming the ones still running)."""
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
              XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
   env.pop(distributed.ENV_COORDINATOR, None)
   port = str(free_port())
   with tempfile.TemporaryDirectory() as logs_dir:
-    logs = [open(os.path.join(logs_dir, f"p{pid}.log"), "w+") for pid in (0, 1)]
+    logs = [open(os.path.join(logs_dir, f"p{pid}.log"), "w+") for pid in range(count)]
     procs = [subprocess.Popen([sys.executable, "-c", worker, payload, port, str(pid),
-                               str(out_dir)], cwd=ROOT, env=env, stdout=logs[pid],
-                              stderr=subprocess.STDOUT, text=True) for pid in (0, 1)]
+                               str(out_dir), str(count)], cwd=ROOT, env=env, stdout=logs[pid],
+                              stderr=subprocess.STDOUT, text=True) for pid in range(count)]
     ended: dict[int, float] = {}
     deadline = time.time() + timeout
     try:
-      while len(ended) < 2 and time.time() < deadline:
+      while len(ended) < count and time.time() < deadline:
         for pid, p in enumerate(procs):
           if pid not in ended and p.poll() is not None:
             ended[pid] = time.time()
@@ -80,16 +80,17 @@ def run_processes(worker: str, payload: str, out_dir, timeout: int,
       f.seek(0)
       texts.append(f.read())
       f.close()
-  hung = [pid for pid in (0, 1) if pid not in ended]
+  hung = [pid for pid in range(count) if pid not in ended]
   assert not hung, (f"processes {hung} still ran after {timeout} s:\n" +
                     "\n".join(texts[pid][-3000:] for pid in hung))
-  return [Ended(procs[pid].returncode, texts[pid], ended[pid]) for pid in (0, 1)]
+  return [Ended(procs[pid].returncode, texts[pid], ended[pid]) for pid in range(count)]
 
 
-def launch(worker: str, payload: str, out_dir, timeout: int) -> list[str]:
-  """`run_processes`, asserting both exit 0 (with the tail of the failing one's log).
-  Returns the logs."""
-  ended = run_processes(worker, payload, out_dir, timeout)
+def launch(worker: str, payload: str, out_dir, timeout: int, devices: int = 4,
+           count: int = 2) -> list[str]:
+  """`run_processes`, asserting every process exits 0 (with the tail of the failing one's
+  log). Returns the logs."""
+  ended = run_processes(worker, payload, out_dir, timeout, devices, count)
   for pid, e in enumerate(ended):
     assert e.returncode == 0, f"process {pid} failed:\n{e.log[-6000:]}"
   return [e.log for e in ended]
