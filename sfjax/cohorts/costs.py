@@ -20,7 +20,7 @@ from flax import nnx
 
 from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts.arch import ArchSpec
-from sfjax.cohorts.latency import ForwardLatency, LatencySettings
+from sfjax.cohorts.latency import ForwardLatency, LatencySettings, cost_dict
 from sfjax.train import step as step_lib
 
 
@@ -65,7 +65,7 @@ class TrialCosts:
       abstract_batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), batch)
       lowered = forward.lower(params, table, abstract_batch)
       # The lowered program's analysis is None on some backends (GPU): the compiled one's then.
-      cost = _cost_dict(lowered.cost_analysis()) or _cost_dict(lowered.compile().cost_analysis())
+      cost = cost_dict(lowered.cost_analysis()) or cost_dict(lowered.compile().cost_analysis())
       self._flops[arch] = float(cost.get("flops", 0.0)) / batch.labels.shape[0]
     return self._flops[arch]
 
@@ -101,9 +101,3 @@ class TrialCosts:
     if self.measure_latency:
       out["latency_ms"] = self.latency_ms(arch)
     return out
-
-
-def _cost_dict(cost) -> dict:
-  """XLA's cost analysis as one dict (it may come as a one-element list, or None)."""
-  cost = cost[0] if isinstance(cost, (list, tuple)) and cost else cost
-  return dict(cost) if isinstance(cost, dict) else {}

@@ -126,10 +126,15 @@ def median_ms(compiled, args: tuple[Any, ...], repeats: int) -> float:
   return float(np.median(times) * 1e3)
 
 
+def cost_dict(cost) -> dict:
+  """XLA's cost analysis as one dict (it may come as a one-element list, or None)."""
+  cost = cost[0] if isinstance(cost, (list, tuple)) and cost else cost
+  return dict(cost) if isinstance(cost, dict) else {}
+
+
 def roofline_ms(compiled) -> float:
   """The 'model' source: milliseconds of `compiled` on the nominal device (module docstring)."""
-  cost = compiled.cost_analysis()
-  cost = (cost[0] if cost else {}) if isinstance(cost, (list, tuple)) else (cost or {})
+  cost = cost_dict(compiled.cost_analysis())
   flops, moved = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
   return 1e3 * (max(flops, 0.0) / _NOMINAL_FLOPS_PER_S + max(moved, 0.0) / _NOMINAL_BYTES_PER_S)
 

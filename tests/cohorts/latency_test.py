@@ -98,3 +98,9 @@ def test_a_feature_layout_model_is_timed_with_its_weights(layout_data):
                                  latency=latency.LatencySettings("model", batch_size=64))
   lr = arch_lib.split_config({"model.name": "lr"})[0]
   assert costs.cost_metrics(lr)["latency_ms"] > 0
+
+
+def test_cost_dict_takes_a_dict_a_one_element_list_or_nothing():
+  assert latency.cost_dict({"flops": 2.0}) == {"flops": 2.0}
+  assert latency.cost_dict([{"flops": 3.0}]) == {"flops": 3.0}
+  assert latency.cost_dict(None) == {} and latency.cost_dict([]) == {}
