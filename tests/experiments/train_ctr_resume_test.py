@@ -2,10 +2,8 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import chex
 import jax
@@ -16,6 +14,7 @@ from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding.host_table import HostTable
 from sfjax.train import loop
+from tests.faults import file_faults
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS, EVERY, EVAL_EVERY = 400, 40, 100
@@ -52,21 +51,9 @@ def _run_until_first_checkpoint_then_kill(workdir, backend):
   root = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
   proc = subprocess.Popen(_command(workdir, backend), cwd=ROOT, env=_env(),
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  try:
-    deadline = time.monotonic() + 180
-    while not checkpoint.committed_steps(root):
-      assert proc.poll() is None, f"the run exited ({proc.returncode}) before its first checkpoint"
-      assert time.monotonic() < deadline, "no checkpoint within 180 s"
-      time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-  finally:
-    if proc.poll() is None:
-      proc.kill()
-      proc.wait(timeout=30)
-  steps = checkpoint.committed_steps(root)
-  assert steps and steps[-1] < STEPS, f"killed too late: checkpoints {steps}"
-  return steps[-1]
+  last = file_faults.kill_once_committed(proc, root, 0, 180)
+  assert last < STEPS, f"killed too late: checkpoints {checkpoint.committed_steps(root)}"
+  return last
 
 
 def _final_checkpoint(workdir, backend):
