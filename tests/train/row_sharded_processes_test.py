@@ -12,10 +12,9 @@ import chex
 import numpy as np
 import pytest
 
-from sfjax.data import dataset as dataset_lib
-from sfjax.train import loop
 from tests.parallel import two_processes  # launches two jax.distributed processes
 from tests.train import device_backend_test as dbt
+from tests.train import training_runs
 
 # One process: trains row-sharded, then gathers the whole table (every process's shards)
 # to compare it in row order.
@@ -54,11 +53,7 @@ _WORKER = textwrap.dedent("""
 @pytest.mark.timeout(300)
 def test_two_processes_row_sharded_equal_one_device(tmp_path):
   config = dbt._config(devices=1, sharding="replicated", steps=12)
-  data = dataset_lib.make_dataset(config.data, config.seed)
-  trainer = loop.build_trainer(config, data.spec)
-  losses = []
-  ref_final, ref_state = loop.train_and_evaluate(config, dataset=data, trainer=trainer,
-                                                 loss_log=losses)
+  ref_final, ref_state, trainer, losses = training_runs.train_run(config)
   config.embedding.sharding = "row"
   two_processes.launch(_WORKER, json.dumps(two_processes.flat_config(config)), tmp_path, 240)
   tol = dict(rtol=1e-4, atol=1e-4)
