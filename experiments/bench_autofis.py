@@ -4,7 +4,7 @@
       [--config.seeds=0,1,2 --config.search_steps=1500 --config.out=bench.json]
 
 For each data seed, the synthetic Criteo-like generator (26 fields; its hidden FM
-makes a few field pairs dominate, `sfjax.data.planted`) gives a CTR task; AutoFIS
+makes a few field pairs dominate, `sfjax.data.generated.planted`) gives a CTR task; AutoFIS
 (`sfjax.structure.autofis.run_autofis`) searches the gates with gRDA and retrains on
 the kept (nonzero-gate) pairs. Reported per seed:
   * precision / recall of the kept pairs against `planted_pairs` at each `shares`

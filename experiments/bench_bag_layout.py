@@ -7,7 +7,7 @@ Two ways to give the device a batch of bags, both jitted once:
   padded   vids [B, S] + weights [B, S] (S = sum of the features' capacities, padding
            weighs 0 and points at the spare unique row): gather [B, S, E], weight, and
            sum each feature's static column range -> [B, F, E]. What sfjax trains with
-           (`sfjax.models.pooling`).
+           (`sfjax.models.behavior.pooling`).
   ragged   values + offsets: the T real ids of the batch as vids [T_cap] + weights
            [T_cap] + segment ids [T_cap] (example * F + feature), T_cap = T rounded up
            to a multiple of B*S/`buckets` (so few shapes compile): gather [T_cap, E],

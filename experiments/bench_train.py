@@ -30,7 +30,7 @@ per-stage busy and wait seconds. `run(config)` returns the figures; the command 
 stdout with them as one JSON line (also written to `config.out`).
 
 `workload='multihot'` (issue #22): the synthetic multi-hot data of `data.format=multihot`
-(`sfjax.data.multihot`: one-hot user / item / context fields, short bags, two long
+(`sfjax.data.generated.multihot`: one-hot user / item / context fields, short bags, two long
 DLRMv2-like bags of up to 128 ids, a 20-id history sharing the item table) at the
 config's `multihot.*` table sizes, fresh rows every step; the JSON adds ids per example,
 unique rows per batch and the host->device bytes per example of the step's inputs

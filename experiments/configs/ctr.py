@@ -49,7 +49,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
       mo.name, mo.din_attention_dims = "din", (32,)
   elif arg in ("multihot", "multihot_smoke"):
     # Synthetic multi-hot bags, long bags and a history sequence sharing the item table,
-    # with a planted label model (sfjax/data/multihot.py); oracle AUC in the summary.
+    # with a planted label model (sfjax/data/generated/multihot.py); oracle AUC in the summary.
     d.format = "multihot"
     mo.mlp_dims = (256, 256)
     t.steps, t.batch_size, t.eval_every, t.log_every = 2000, 1024, 500, 100

@@ -26,7 +26,7 @@ table (`DeviceBatch.row_tables`, from `row_tables`) and applies
 `row_optimizers.per_table`; initial rows take their table's stddev and slots.
 
 The layout is static (frozen, hashable): the data set describes it
-(`DatasetSpec.layout`), the model wrapper pools with it (`sfjax.models.pooling`).
+(`DatasetSpec.layout`), the model wrapper pools with it (`sfjax.models.behavior.pooling`).
 None everywhere means today's layout: one one-hot feature per field, each its own table.
 """
 

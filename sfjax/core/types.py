@@ -21,7 +21,7 @@ class DeviceBatch(NamedTuple):
     mask: [B] float32, 0 for padding examples.
     weights: None (one id per field, weight 1), or [B, S] float32 per-id weights of a
       feature layout's S id columns (0 in padding columns; `vids` is then [B, S]),
-      pooled into fields by the model's input wrapper (`sfjax.models.pooling`).
+      pooled into fields by the model's input wrapper (`sfjax.models.behavior.pooling`).
     row_tables: None (every row updated alike), or [U] int32 table index of each entry
       of `rows`, in the same order (padding entries: any table), for a row optimizer
       whose tables differ (`row_optimizers.per_table`).

@@ -11,23 +11,23 @@
   Batch / DatasetSpec / FieldSpec                 what a data set yields and describes
 
 Modules: readers (`criteo`, `avazu`, `movielens`, `text_io`), feature -> row mapping
-(`feature_map`), synthetic data (`synthetic`, `planted`,
-`multihot`, `multihot_model`), preprocessed shards
+(`feature_map`), generated data with planted models (the `generated` sub-package:
+`synthetic`, `planted`, `multihot`, `multihot_model`), preprocessed shards
 (`preprocessed`, `preprocessed_layout`, `shards`), value checks (`validate`), batching
 (`batching`) and the types (`types`).
 """
 
 from sfjax.data.dataset import KNOWN_FORMATS, CTRDataset, make_dataset
 from sfjax.data.feature_pooling import parse_poolings
-from sfjax.data.multihot import MultihotConfig, MultihotCTR
-from sfjax.data.preprocessed import DEFAULT_ROWS_PER_SHARD, preprocess_files
-from sfjax.data.preprocessed_layout import dataset_digests
-from sfjax.data.synthetic import (
+from sfjax.data.generated.multihot import MultihotConfig, MultihotCTR
+from sfjax.data.generated.synthetic import (
   SyntheticConfig,
   SyntheticCTR,
   bounded_power_law_ranks,
   make_row_sampler,
 )
+from sfjax.data.preprocessed import DEFAULT_ROWS_PER_SHARD, preprocess_files
+from sfjax.data.preprocessed_layout import dataset_digests
 from sfjax.data.types import Batch, DatasetSpec, FieldSpec, make_batch
 
 __all__ = [

@@ -172,12 +172,12 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, seed: int) -> CTRDataset:
 
 
 def _synthetic(data_cfg, seed: int) -> CTRDataset:
-  from sfjax.data.synthetic import SyntheticCTR  # pylint: disable=import-outside-toplevel
+  from sfjax.data.generated.synthetic import SyntheticCTR  # pylint: disable=import-outside-toplevel
   return SyntheticCTR(data_cfg.synthetic, seed)
 
 
 def _multihot(data_cfg, seed: int) -> CTRDataset:
-  from sfjax.data.multihot import MultihotCTR  # pylint: disable=import-outside-toplevel
+  from sfjax.data.generated.multihot import MultihotCTR  # pylint: disable=import-outside-toplevel
   return MultihotCTR(data_cfg.multihot, seed)
 
 

@@ -1,11 +1,12 @@
 """CTR models as Flax NNX modules: `model(emb [B,F,E], dense [B,Nd]) -> logits [B]`."""
 
 from sfjax.models.autoint import AutoInt, InteractingLayer
+from sfjax.models.behavior.din import DIN
+from sfjax.models.behavior.pooling import PooledInput, pool_features
 from sfjax.models.composed import ComposedModel
 from sfjax.models.dcnv2 import CROSS_STRUCTURES, CrossLayer, DCNv2
 from sfjax.models.deep_blocks import bottom_space, tower_space
 from sfjax.models.deepfm import DeepFM
-from sfjax.models.din import DIN
 from sfjax.models.dlrm import DLRM, num_interactions, pairwise_dot_interactions
 from sfjax.models.field_layout import EMBEDDING_DIMS, MAX_FIELD_GROUPS, embedding_space
 from sfjax.models.fm import FM, fm_pairwise
@@ -23,7 +24,6 @@ from sfjax.models.generator import (
 )
 from sfjax.models.layers import MLP, DenseLinear
 from sfjax.models.lr import LR
-from sfjax.models.pooling import PooledInput, pool_features
 from sfjax.models.registry import (
     ALL_MODEL_NAMES,
     HPARAM_KEYS,

@@ -21,12 +21,12 @@ from flax import nnx
 
 from sfjax.core import names
 from sfjax.core.feature_layout import FeatureLayout
-from sfjax.models import pooling
 from sfjax.models.autoint import AutoInt
+from sfjax.models.behavior import pooling
+from sfjax.models.behavior.din import DIN
 from sfjax.models.composed import ComposedModel
 from sfjax.models.dcnv2 import DCNv2
 from sfjax.models.deepfm import DeepFM
-from sfjax.models.din import DIN
 from sfjax.models.dlrm import DLRM
 from sfjax.models.fm import FM
 from sfjax.models.gated_fm import GatedFM

@@ -12,7 +12,7 @@ flax and no config), the dense leaves as `.npy`, the table as chunked `.npy` fil
 A run on a feature layout (bags, weighted bags, sequences, shared tables; issue #22; its
 checkpoint records `meta["features"]`) exports the layout model's forward
 `(dense leaves, emb [B, S, E], dense [B, Nd], weights [B, S]) -> logits [B]` (the
-`sfjax.models.pooling.PooledInput` wrapper pools the S id columns; DIN reads its
+`sfjax.models.behavior.pooling.PooledInput` wrapper pools the S id columns; DIN reads its
 sequence unpooled) and records the layout in the manifest (`layout`, and per feature
 its table, capacity, columns, pooling and weighting).
 

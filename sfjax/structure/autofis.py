@@ -45,8 +45,8 @@ import optax
 from flax import nnx
 
 from sfjax.cohorts.task import CTRTask, TrialData
-from sfjax.data import planted as planted_lib
-from sfjax.data import synthetic
+from sfjax.data.generated import planted as planted_lib
+from sfjax.data.generated import synthetic
 from sfjax.models.gated_fm import GatedFM, all_field_pairs, check_pairs
 from sfjax.structure import gate_training as st
 from sfjax.train import optimizers

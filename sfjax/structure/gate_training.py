@@ -37,7 +37,7 @@ from sfjax.cohorts.cohort_call import split_eval_mask
 from sfjax.cohorts.task import CTRTask, TrialData
 from sfjax.core import metrics as metrics_lib
 from sfjax.embedding import device_table, row_optimizers
-from sfjax.models.pooling import PooledInput
+from sfjax.models.behavior.pooling import PooledInput
 from sfjax.train import defaults as defaults_lib
 from sfjax.train import step as step_lib
 from sfjax.train.state import TrainState

@@ -20,7 +20,8 @@ from sfjax import models
 from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.core import names
 from sfjax.core.errors import ConfigError
-from sfjax.data import dataset, multihot, parquet_columns, synthetic
+from sfjax.data import dataset, parquet_columns
+from sfjax.data.generated import multihot, synthetic
 from sfjax.embedding import cache_planner, placement, row_optimizers
 from sfjax.models import generator
 from sfjax.parallel import distributed

@@ -34,7 +34,7 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   s.zipf_exponent = 1.1
   s.planted_dim = 8
   s.num_dense = 13
-  d.multihot = mh = ml_collections.ConfigDict()  # format multihot (sfjax/data/multihot.py)
+  d.multihot = mh = ml_collections.ConfigDict()  # format multihot (sfjax/data/generated/multihot.py)
   mh.num_train = 2_000_000  # rows, repeated as epochs (2000 steps x 1024: one pass, no memorising)
   mh.num_eval = 20_000
   mh.test_rows = 0  # > 0: a 'test' split of this many rows beside 'eval'

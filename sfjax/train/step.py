@@ -51,7 +51,7 @@ def call_model(model: nnx.Module, uniq_values: jax.Array, batch: DeviceBatch) ->
   """`model(rows[vids], dense)`, or with the per-id weights of a feature layout.
 
   `rows[vids]` is `[B, F, E]`, or `[B, S, E]` id columns that the model's input wrapper
-  pools by `batch.weights [B, S]` (`sfjax.models.pooling`).
+  pools by `batch.weights [B, S]` (`sfjax.models.behavior.pooling`).
   """
   emb = jnp.take(uniq_values, batch.vids, axis=0)
   if batch.weights is None:

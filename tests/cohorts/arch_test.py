@@ -10,7 +10,7 @@ from sfjax.cohorts import arch as arch_lib
 from sfjax.core import feature_layout as fl
 from sfjax.core.errors import ConfigError
 from sfjax.data import types
-from sfjax.models.pooling import PooledInput
+from sfjax.models.behavior.pooling import PooledInput
 
 CTR = ctr_config.get_config()
 SPEC = types.DatasetSpec(tuple(types.FieldSpec(f"c{i}", n) for i, n in enumerate([7, 11, 5])), 2)

@@ -10,7 +10,7 @@ from sfjax.cohorts import bag_pooling
 from sfjax.core import feature_layout as fl
 from sfjax.core.errors import ConfigError
 from sfjax.data import types
-from sfjax.models import pooling
+from sfjax.models.behavior import pooling
 
 LAYOUT = fl.FeatureLayout(
     (fl.TableSpec("user", 5), fl.TableSpec("tag", 7), fl.TableSpec("item", 9)),

@@ -5,7 +5,7 @@ import gzip
 import pytest
 
 from experiments.configs import ctr
-from sfjax.data import synthetic
+from sfjax.data.generated import synthetic
 
 
 def _write_file(path, content, gz=False):

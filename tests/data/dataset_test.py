@@ -131,9 +131,9 @@ def test_file_dataset_exposes_its_splits_for_preprocessing(criteo_files):
 
 
 def test_synthetic_format_delegates_to_synthetic_ctr(monkeypatch):
-  fake = types.ModuleType("sfjax.data.synthetic")
+  fake = types.ModuleType("sfjax.data.generated.synthetic")
   fake.SyntheticCTR = lambda cfg, seed: ("synthetic", cfg.num_train, seed)
-  monkeypatch.setitem(sys.modules, "sfjax.data.synthetic", fake)
+  monkeypatch.setitem(sys.modules, "sfjax.data.generated.synthetic", fake)
   cfg = _config(format="synthetic")
   assert dataset.make_dataset(cfg, seed=7) == ("synthetic", cfg.synthetic.num_train, 7)
 

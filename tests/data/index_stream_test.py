@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from experiments.configs import ctr
-from sfjax.data import index_stream, preprocessed, synthetic
+from sfjax.data import index_stream, preprocessed
+from sfjax.data.generated import synthetic
 from sfjax.data.types import Batch, concat_batches
 
 

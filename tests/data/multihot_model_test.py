@@ -1,10 +1,10 @@
-"""Tests for the planted multi-hot click model (`sfjax.data.multihot_model`)."""
+"""Tests for the planted multi-hot click model (`sfjax.data.generated.multihot_model`)."""
 
 import numpy as np
 import pytest
 
 from sfjax.core import feature_layout as fl
-from sfjax.data import multihot_model as mm
+from sfjax.data.generated import multihot_model as mm
 
 # user (4 rows), item (5 rows), one weighted sum bag of 3 over tag (6 rows), a history of 2.
 LAYOUT = fl.FeatureLayout(

@@ -1,4 +1,4 @@
-"""Tests for the synthetic multi-hot data set (`sfjax.data.multihot`)."""
+"""Tests for the synthetic multi-hot data set (`sfjax.data.generated.multihot`)."""
 
 import dataclasses
 
@@ -9,7 +9,8 @@ import pytest
 from experiments.configs import ctr
 from sfjax.core import metrics
 from sfjax.core.errors import ConfigError
-from sfjax.data import dataset, multihot
+from sfjax.data import dataset
+from sfjax.data.generated import multihot
 from sfjax.train import config_check, loop
 
 

@@ -8,7 +8,8 @@ import pytest
 from experiments.configs import ctr
 from sfjax.core import feature_layout as fl
 from sfjax.core.errors import ConfigError, DataFormatError
-from sfjax.data import dataset, feature_map, parquet, preprocessed, synthetic
+from sfjax.data import dataset, feature_map, parquet, preprocessed
+from sfjax.data.generated import synthetic
 from sfjax.train import defaults, loop
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sfjax.core import metrics
-from sfjax.data import planted, synthetic
+from sfjax.data.generated import planted, synthetic
 
 
 def tiny_model(seed=0, perm_mul=(1, 1, 3), perm_add=(0, 0, 0), num_dense=2):

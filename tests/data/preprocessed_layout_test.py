@@ -11,7 +11,8 @@ import pytest
 
 from experiments.configs import ctr
 from sfjax.core import feature_layout as fl
-from sfjax.data import dataset, preprocessed, preprocessed_layout, shards, synthetic
+from sfjax.data import dataset, preprocessed, preprocessed_layout, shards
+from sfjax.data.generated import synthetic
 
 
 @pytest.fixture(scope="module")

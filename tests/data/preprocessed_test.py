@@ -13,7 +13,8 @@ import pytest
 
 from experiments.configs import ctr
 from sfjax.core.errors import ConfigError
-from sfjax.data import dataset, feature_map, preprocessed, preprocessed_layout, shards, synthetic
+from sfjax.data import dataset, feature_map, preprocessed, preprocessed_layout, shards
+from sfjax.data.generated import synthetic
 from sfjax.data.types import concat_batches
 from sfjax.train import loop
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sfjax.core import metrics
-from sfjax.data import planted, synthetic
+from sfjax.data.generated import planted, synthetic
 
 CHUNK = synthetic._CHUNK_ROWS
 

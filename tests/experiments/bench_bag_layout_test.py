@@ -7,7 +7,7 @@ import pytest
 
 from experiments import bench_bag_layout
 from experiments.configs import bench_bag_layout as bench_config
-from sfjax.models import pooling
+from sfjax.models.behavior import pooling
 from tests.train import bag_data
 
 

@@ -7,7 +7,7 @@ import sys
 
 from experiments.configs import ctr
 from sfjax.data import dataset as dataset_lib
-from sfjax.data import synthetic
+from sfjax.data.generated import synthetic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from experiments.configs import ctr
-from sfjax.data import dataset, preprocessed, shards, synthetic
+from sfjax.data import dataset, preprocessed, shards
+from sfjax.data.generated import synthetic
 from sfjax.embedding import vsi
 from sfjax.train import train_and_evaluate
 

@@ -1,4 +1,4 @@
-"""Tests for sfjax.models.din: the activation unit, the mask, the layout and the registry."""
+"""Tests for sfjax.models.behavior.din: the activation unit, the mask, the layout and the registry."""
 
 import chex
 import jax
@@ -11,8 +11,9 @@ from experiments.configs import ctr
 from sfjax import models
 from sfjax.core import feature_layout as fl
 from sfjax.core.errors import ConfigError
-from sfjax.models import pooling, registry
-from sfjax.models.din import DIN, ActivationUnit, PReLU, target_attention
+from sfjax.models import registry
+from sfjax.models.behavior import pooling
+from sfjax.models.behavior.din import DIN, ActivationUnit, PReLU, target_attention
 from sfjax.train import config_check
 
 B, F, D, ND, L = 4, 3, 4, 2, 5

@@ -7,7 +7,7 @@ import numpy as np
 from flax import nnx
 
 from sfjax.core import feature_layout as fl
-from sfjax.models import pooling
+from sfjax.models.behavior import pooling
 
 LAYOUT = fl.FeatureLayout(
     (fl.TableSpec("a", 4), fl.TableSpec("b", 4)),

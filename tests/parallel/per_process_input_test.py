@@ -17,7 +17,8 @@ import pytest
 
 from experiments.configs import ctr
 from sfjax.data import dataset as dataset_lib
-from sfjax.data import preprocessed, synthetic
+from sfjax.data import preprocessed
+from sfjax.data.generated import synthetic
 from sfjax.train import loop
 from tests.parallel import two_processes
 

@@ -4,7 +4,7 @@ import pytest
 
 from experiments.configs import ctr
 from sfjax.data import dataset as dataset_lib
-from sfjax.data import synthetic
+from sfjax.data.generated import synthetic
 from sfjax.train import loop
 
 

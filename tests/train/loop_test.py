@@ -20,7 +20,7 @@ def _synthetic_config(**train):
   return c
 
 
-# The planted click model (`sfjax/data/planted.py`) is first-order + FM + dense; the FM
+# The planted click model (`sfjax/data/generated/planted.py`) is first-order + FM + dense; the FM
 # part holds only 12% of the logit variance, so a first-order model (LR) already gets
 # within ~0.013 AUC of the oracle. A rank-2 planted FM lets DeepFM learn most of the
 # interactions in a short run. 1200 steps x 512 rows: one pass, no row seen twice.

@@ -7,7 +7,8 @@ import pytest
 from experiments.configs import ctr
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset as dataset_lib
-from sfjax.data import preprocessed, synthetic
+from sfjax.data import preprocessed
+from sfjax.data.generated import synthetic
 from sfjax.train import config_check, loop
 
 

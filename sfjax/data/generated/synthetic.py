@@ -4,7 +4,7 @@ Rows look like Criteo Kaggle: 26 categorical fields with the real per-field
 cardinalities (scaled down), Zipf id frequencies with the hot ids scattered over
 each field, 13 dense non-negative integer counts, and labels drawn from the true
 click probabilities of a hidden ("planted") factorization machine over the
-learner's own features (`sfjax.data.planted`), so the AUC/logloss of those
+learner's own features (`sfjax.data.generated.planted`), so the AUC/logloss of those
 probabilities is the ceiling of any learner.
 
 Determinism: split `s` is an infinite stream of `_CHUNK_ROWS`-row chunks; chunk
@@ -27,8 +27,9 @@ from typing import NamedTuple
 import numpy as np
 
 from sfjax.core.errors import ConfigError
-from sfjax.data import batching, planted
+from sfjax.data import batching
 from sfjax.data.chunked_rows import ChunkedRows
+from sfjax.data.generated import planted
 from sfjax.data.types import Batch, DatasetSpec, FieldSpec, make_batch
 
 # Criteo Kaggle Display Advertising Challenge, fields C1..C26: distinct values per

@@ -15,7 +15,7 @@ keeps `sum_i a_i` free so the interest's norm carries how strongly the history
 matches the target (Section 4.3). The paper's base model sum-pools the history; DIN
 replaces that pooled vector by the interest (the paper's Fig. 2, FuxiCTR's and
 DeepCTR's DIN), so field `sequence_field` of the pooled fields (its mean, from
-`sfjax.models.pooling`) is swapped for the interest before the MLP.
+`sfjax.models.behavior.pooling`) is swapped for the interest before the MLP.
 
 Activation: PReLU (He et al., 2015; the paper's Table 4 reports it beside Dice). Dice
 normalises by the batch's statistics, so an example's logit would depend on the other

@@ -40,9 +40,9 @@ import numpy as np
 from sfjax.core import feature_layout as fl
 from sfjax.core.errors import ConfigError
 from sfjax.data import batching
-from sfjax.data import multihot_model as mm
 from sfjax.data.chunked_rows import ChunkedRows
-from sfjax.data.synthetic import bounded_power_law_ranks, make_row_sampler
+from sfjax.data.generated import multihot_model as mm
+from sfjax.data.generated.synthetic import bounded_power_law_ranks, make_row_sampler
 from sfjax.data.types import Batch, DatasetSpec, FieldSpec, make_batch
 
 _CHUNK_ROWS = 8192  # rows per deterministic chunk; changing it changes every stream

@@ -1,4 +1,4 @@
-"""The planted click model behind the synthetic multi-hot data (`sfjax.data.multihot`).
+"""The planted click model behind the synthetic multi-hot data (`sfjax.data.generated.multihot`).
 
 Every table t holds hidden per-row values: a first-order weight w_t[r] and a vector
 v_t[r] in R^K, both scaled by a popularity decay (rank + 1) ** -EFFECT_DECAY (rank 0 =
@@ -119,7 +119,7 @@ def init_multihot_model(seed: int, layout: FeatureLayout, perm_mul: np.ndarray, 
 
 
 def _pool(values: np.ndarray, weights: np.ndarray, pooling: str) -> np.ndarray:
-  """`values [N, L, K]`, `weights [N, L]` -> [N, K], as `sfjax.models.pooling.pool_bag`."""
+  """`values [N, L, K]`, `weights [N, L]` -> [N, K], as `sfjax.models.behavior.pooling.pool_bag`."""
   total = np.einsum("nlk,nl->nk", values, weights)
   if pooling == "sum":
     return total

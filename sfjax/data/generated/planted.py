@@ -1,6 +1,6 @@
 """The planted click model behind the synthetic CTR data: a hidden factorization machine.
 
-Labels of the synthetic rows (`sfjax.data.synthetic`) come from an FM over the
+Labels of the synthetic rows (`sfjax.data.generated.synthetic`) come from an FM over the
 learner's own features:
 
   logit = bias + sum_f w_f[id_f] + sum_{f<g} <v_f[id_f], v_g[id_g]> + beta . log1p(x)
