@@ -193,8 +193,9 @@ def _chunked_logits(fn: Callable, arrays: tuple, chunk: int) -> jax.Array:
   """`fn(*chunk_arrays) -> [c]` over arrays `[N, ...]` in chunks of `chunk` (padded), as [N]."""
   n = arrays[0].shape[0]
   pad = -n % chunk
+  # An explicit chunk count: `-1` cannot be inferred from a zero-size array (no dense features).
   chunks = tuple(jnp.pad(jnp.asarray(a), ((0, pad),) + ((0, 0),) * (a.ndim - 1))
-                 .reshape(-1, chunk, *a.shape[1:]) for a in arrays)
+                 .reshape((n + pad) // chunk, chunk, *a.shape[1:]) for a in arrays)
   return jax.lax.map(lambda xs: fn(*xs), chunks).reshape(-1)[:n]
 
 

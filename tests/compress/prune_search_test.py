@@ -240,3 +240,24 @@ def test_choose_by_hand():
   assert pareto_evolution.choose(front, 0.78, 0.03).cost == 20
   assert pareto_evolution.choose(front, 0.78, 0.10).cost == 10
   assert pareto_evolution.choose(front, 0.90, 0.01).cost == 30  # none within: the most accurate
+
+
+def test_score_a_model_without_dense_features_in_padded_chunks():
+  # A model with no dense features has dense [N, 0]: scoring it used to fail (a reshape of a
+  # zero-size array cannot infer its chunk count). Chunked logits equal one whole call.
+  num_fields, rows_per_field, n = 3, 20, 37
+  cfg = {"name": "deepfm", "embed_dim": 4, "mlp_dims": (8,)}
+  model = registry.build_model_from_config(cfg, num_fields=num_fields, num_dense=0,
+                                           rngs=nnx.Rngs(0))
+  graphdef, state = nnx.split(model)
+  params = nnx.to_pure_dict(state)
+  width = ctr_prune.make_spec(cfg, num_fields, 0, (4,), (32,)).width
+  rng = np.random.default_rng(0)
+  values = rng.normal(0, 0.5, (num_fields * rows_per_field, width)).astype(np.float32)
+  ids = (rng.integers(0, rows_per_field, (n, num_fields))
+         + rows_per_field * np.arange(num_fields)).astype(np.int32)
+  rows = ctr_compress.Examples(ids, np.zeros((n, 0), np.float32), np.zeros(n, np.float32))
+  got = ctr_compress.score(graphdef, params, values, rows, chunk=8)
+  want = np.asarray(ctr_prune.logits(graphdef, params, values, ids, rows.dense))
+  assert got.shape == (n,) and np.std(want) > 0
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
