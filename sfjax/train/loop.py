@@ -172,9 +172,12 @@ def _check_resume(config, spec: types.DatasetSpec, resume_from: str | None
 
 def _reset_mmap_table(config, resume_from: str | None) -> None:
   """Resuming a cache run on an mmap table recreates the table first: rows written after
-  the checkpoint must not survive."""
+  the checkpoint must not survive. With `embedding.placement` set, the backend is only
+  known once the table is planned, so a table left at this process's path is discarded
+  too (a device placement never reads it)."""
   e = config.embedding
-  if resume_from and e.backend == "cache" and e.host_storage == "mmap":
+  may_cache = e.backend == "cache" or bool(e.get("placement", ""))
+  if resume_from and may_cache and e.host_storage == "mmap":
     path = distributed.process_path(e.host_path)  # this process's own table
     if host_table_files.discard_mmap_table(path):
       logging.info("resuming: host table %s is reset to %s", path, resume_from)

@@ -27,11 +27,14 @@ def _config(backend, steps=40, host_path=""):
   devices = 1
   if backend.endswith("-8dev"):  # the state replicated over 8 fake devices
     backend, devices = backend[:-len("-8dev")], 8
-  if backend == "cache-mmap":
+  placed = backend == "placed-mmap"  # embedding.backend says device; the placement says cache
+  if backend in ("cache-mmap", "placed-mmap"):
     backend, c.embedding.host_storage, c.embedding.host_path = "cache", "mmap", host_path
   c.train.num_devices, c.train.steps, c.train.eval_every, c.train.log_every = devices, steps, 20, 100
   c.train.batch_size = 128
   c.embedding.backend, c.embedding.cache_rows = backend, 0.25  # the cache evicts
+  if placed:
+    c.embedding.backend, c.embedding.placement = "device", "cache"
   c.checkpoint.every_steps, c.checkpoint.keep = 10, 2
   return c
 
@@ -63,7 +66,8 @@ def _table(trainer, state):
   return jax.device_get(state.table)
 
 
-@pytest.mark.parametrize("backend", ["device", "cache", "cache-mmap", "cache-8dev"])
+@pytest.mark.parametrize("backend", ["device", "cache", "cache-mmap", "placed-mmap",
+                                     "cache-8dev"])
 def test_resume_after_a_crash_equals_the_uninterrupted_run(tmp_path, backend, caplog):
   c_ref = _config(backend, host_path=str(tmp_path / "ref_host"))
   data = dataset_lib.make_dataset(c_ref.data, c_ref.seed)
@@ -90,7 +94,7 @@ def test_resume_after_a_crash_equals_the_uninterrupted_run(tmp_path, backend, ca
     chex.assert_trees_all_equal(crashed.backend.host_table.read_all(),
                                 t14.backend.host_table.read_all())
 
-  if backend == "cache-mmap":
+  if backend in ("cache-mmap", "placed-mmap"):
     crashed.backend.host_table.close()  # its rows after step 10 stay on disk, as after a kill
     trainer = None  # the loop resets host_path and loads the checkpoint into a new table
   else:
