@@ -138,16 +138,10 @@ def test_fingerprint_sees_values_shapes_and_dtypes():
 # One process of the run: joins, trains through the library like experiments/train_ctr.py,
 # and saves its losses, final metrics and the (replicated) table.
 _WORKER = textwrap.dedent("""
-    import json, os, sys
+    import json, os
     import numpy as np
-    cfg_json, port, pid, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    from experiments.configs import ctr
-    from sfjax.parallel import distributed
-    c = ctr.get_config("smoke")
-    c.update_from_flattened_dict(json.loads(cfg_json))
-    c.distributed.coordinator = "127.0.0.1:" + port
-    c.distributed.num_processes, c.distributed.process_id = 2, pid
-    assert distributed.initialize_distributed(c) == 2
+    from tests.parallel import two_processes
+    c, _, pid, out, _ = two_processes.join_run()
     import jax
     from sfjax.data import dataset as dataset_lib
     from sfjax.train import loop

@@ -65,12 +65,12 @@ def _truncate_copy(src: str, dst: str, upto: int) -> None:
 # One process of the launch: joins, then runs each job through the library (as
 # experiments/train_ctr.py does) and saves its losses, metrics and its rows of the table.
 _WORKER = textwrap.dedent("""
-    import json, os, shutil, sys, time
+    import json, os, shutil, time
     import numpy as np
-    jobs_json, port, pid, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    from experiments.configs import ctr
     from sfjax.parallel import distributed
-    for job in json.loads(jobs_json):
+    from tests.parallel import two_processes
+    jobs, pid = two_processes.join_run(lambda jobs: {}, initialize=False)[1:3]
+    for job in jobs:
       t0 = time.time()
       if "copy" in job:  # process 0 copies, truncated; every process waits (a barrier)
         from sfjax.checkpoint import checkpointer as checkpoint
@@ -83,11 +83,7 @@ _WORKER = textwrap.dedent("""
                 shutil.rmtree(os.path.join(root, checkpoint.step_dir_name(step)))
         assert not distributed.failed_processes(True)
         continue
-      c = ctr.get_config("smoke")
-      c.update_from_flattened_dict(job["cfg"])
-      c.distributed.coordinator = "127.0.0.1:" + port
-      c.distributed.num_processes, c.distributed.process_id = 2, pid
-      assert distributed.initialize_distributed(c) == 2
+      c, _, pid, out, _ = two_processes.join_run(lambda jobs, job=job: job["cfg"])
       import jax
       from sfjax.data import dataset as dataset_lib
       from sfjax.train import loop

@@ -47,17 +47,11 @@ def _config(backend="cache"):
 # job's `kill` makes process `pid` SIGKILL itself before step `step` ("step") or while
 # writing its table shard of checkpoint `step` ("checkpoint"), after noting the time.
 _WORKER = textwrap.dedent("""
-    import json, os, signal, sys, time
+    import json, os, signal, time
     import numpy as np
-    job, port, pid, out = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    from experiments.configs import ctr
-    from sfjax.parallel import distributed
-    c = ctr.get_config("smoke")
-    c.update_from_flattened_dict(job["cfg"])
-    c.distributed.coordinator = "127.0.0.1:" + port
-    c.distributed.num_processes, c.distributed.process_id = 2, pid
-    c.distributed.timeout_s = job["timeout_s"]
-    assert distributed.initialize_distributed(c) == 2
+    from tests.parallel import two_processes
+    c, job, pid, out, _ = two_processes.join_run(
+        lambda job: {**job["cfg"], "distributed.timeout_s": job["timeout_s"]})
     from sfjax.data import dataset as dataset_lib
     from sfjax.train import loop
 
@@ -176,15 +170,12 @@ def test_a_killed_coordinator_ends_the_other_process_at_once(tmp_path):
 
 # Process 1 skips the second barrier and waits; process 0 must be told it did not come.
 _BARRIER_WORKER = textwrap.dedent("""
-    import json, sys, time
-    job, port, pid, out = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    from experiments.configs import ctr
+    import sys, time
     from sfjax.parallel import barriers, distributed
-    c = ctr.get_config("smoke")
-    c.distributed.coordinator = "127.0.0.1:" + port
-    c.distributed.num_processes, c.distributed.process_id = 2, pid
-    c.distributed.timeout_s = job["timeout_s"]
-    distributed.initialize_distributed(c)
+    from tests.parallel import two_processes
+    _, job, pid, out, _ = two_processes.join_run(
+        lambda job: {"distributed.timeout_s": job["timeout_s"]})
+    port = sys.argv[2]
     if pid == 0:  # the coordinator's listening sockets on its port (/proc/net/tcp{,6})
       for name in ("tcp", "tcp6"):
         for row in open("/proc/net/" + name).read().splitlines()[1:]:

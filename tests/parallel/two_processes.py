@@ -94,3 +94,32 @@ def launch(worker: str, payload: str, out_dir, timeout: int, devices: int = 4,
   for pid, e in enumerate(ended):
     assert e.returncode == 0, f"process {pid} failed:\n{e.log[-6000:]}"
   return [e.log for e in ended]
+
+
+class Joined(NamedTuple):
+  """What a launched worker knows once it joined the run (`join_run`)."""
+
+  config: object  # the CTR config (ml_collections.ConfigDict) with its distributed block set
+  payload: object  # the launch's payload, parsed from JSON
+  pid: int  # this process's index
+  out: str  # the launch's output directory
+  count: int  # processes in the run
+
+
+def join_run(cfg_of=lambda payload: payload, initialize: bool = True) -> Joined:
+  """In a worker started by `run_processes`: reads `payload port pid out_dir count` from
+  argv, builds the smoke CTR config updated with `cfg_of(payload)` (flat dotted keys), points
+  it at the loopback coordinator and, unless `initialize` is False, joins the run
+  (`distributed.initialize_distributed`, asserting every process joined)."""
+  import json
+
+  from experiments.configs import ctr
+  payload, port, pid, out = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+  count = int(sys.argv[5])
+  c = ctr.get_config("smoke")
+  c.update_from_flattened_dict(cfg_of(payload))
+  c.distributed.coordinator = "127.0.0.1:" + port
+  c.distributed.num_processes, c.distributed.process_id = count, pid
+  if initialize:
+    assert distributed.initialize_distributed(c) == count
+  return Joined(c, payload, pid, out, count)
