@@ -42,6 +42,15 @@ stderr and ends stdout with the figures as one JSON line (also written to `confi
 In a process whose JAX backend already started (a test, a notebook), the fake CPU
 devices are the ones it started with.
 
+Per-process input (issue #24; `scaling_projection`, `--config.processes=1,2,4`, () to
+skip): local `jax.distributed` jobs of P processes over `process_devices` CPU devices, the
+device backend with a row-sharded table, each process reading only its own rows: end-to-end
+and input examples/s, exchange bytes per step (host input exchange, device collectives),
+table capacity; then the cost model (`sfjax.parallel.scaling_model`) calibrated on P = 1,
+its predicted / measured ratio for each P, and its projection to `project_devices`
+H100-class GPUs (JSON keys `processes`, `model_check`, `projection`; `--config.plot=X.png`
+draws it). Results and assumptions: docs/scaling.md.
+
 Old flag -> config field: each `--X` is `--config.X` (devices, shardings, vsi, steps,
 batch_size, cardinality_scale, embed_dim, mlp_dims, cache_rows, out); `devices` and
 `mlp_dims` are tuples (`--config.devices=1,2`), `shardings` and `vsi` comma-separated
@@ -61,6 +70,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from experiments import cli
+from experiments import scaling_projection as per_process
 from experiments.configs import ctr
 from sfjax.core import ConfigError
 from sfjax.data import make_dataset
@@ -211,6 +221,7 @@ def run(config: ml_collections.ConfigDict) -> dict:
   devices = sorted({int(x) for x in config.devices})
   if not devices or devices[0] < 1:
     raise ConfigError(f"config field devices: must list positive integers, got {config.devices}")
+  per_process.check_config(config)
   _use_fake_cpu_devices(max(devices))
 
   available = jax.local_device_count()
@@ -236,12 +247,15 @@ def run(config: ml_collections.ConfigDict) -> dict:
               f"dloss {result['max_loss_diff']:.2e} dtable {result['max_table_diff']:.2e}",
               file=sys.stderr)
         results.append(result)
-  return {
+  out = {
       "benchmark": "bench_scaling", "platform": jax.devices()[0].platform,
       "devices_visible": available, "batch_size": config.batch_size, "steps": config.steps,
       "num_fields": spec.num_fields, "table_rows": spec.total_rows,
       "embed_width": config.embed_dim + 1, "row_optimizer": "rowwise_adagrad",
       "results": results, "skipped": skipped}
+  if config.processes:
+    out.update(per_process.run_processes(config, train_config(config, 0, "replicated")))
+  return out
 
 
 if __name__ == "__main__":
