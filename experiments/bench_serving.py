@@ -11,58 +11,57 @@ exported as a serving bundle; the requests carry held-out raw Criteo lines, so t
 parses and hashes every record as a client would have it do.
 
 HTTP mode: `python -m experiments.serve` runs in a subprocess on 127.0.0.1 (a free port,
-access log off); an httpx async client in this process keeps `concurrency` requests in
-flight (each client sends its next request when the last is answered), for each request
-size (1 and 64 examples) and each level of `concurrency`; then one long run at
-`peak_concurrency` (`peak`: the issue's 60 s without errors or lost requests). A level
-runs `warmup_s` untimed, then until `duration_s` (`peak_duration_s` for the long run) or
-`max_requests`, whichever comes first. Per level: `qps`, `examples_per_sec`, `p50_ms`/`p95_ms`/`p99_ms` (client-side
-latency of answered requests), `errors` (non-200 answers), `lost` (no answer within
-`request_timeout_s`, a transport error, or an answer without one score per example), and
-the server batcher's mean batch size over the level. Client and server share the 2 cores:
-the client's CPU is part of what the figures pay for.
+access log off, uvicorn's `server_http` / `server_loop`); a client in this process
+(`sfjax.serving.load_client`: `client=raw`, HTTP/1.1 on asyncio streams with pre-encoded
+requests, or `client=httpx`; `raw,httpx` runs both) keeps `concurrency` keep-alive
+connections each with one request in flight (the next one is sent when the last is
+answered), for each request size (1 and 64 examples) and each level of `concurrency`;
+then one long run at `peak_concurrency` with the first client (`peak`: the issue's 60 s
+without errors or lost requests). A level runs `warmup_s` untimed, then until
+`duration_s` (`peak_duration_s` for the long run) or `max_requests`, whichever comes
+first. Per level: `qps`, `examples_per_sec`, `p50_ms`/`p95_ms`/`p99_ms` (client-side
+latency of verified answers), `errors` (non-200 answers), `lost` (no answer within
+`request_timeout_s`, a transport error, or a body that is not one probability per
+example), the server batcher's mean batch size over the level, and `server_cpu_ms` /
+`client_cpu_ms`: CPU milliseconds per verified answer of the server process (every thread,
+from /proc) and of this process (the client). Client and server share the 2 cores: the
+client's CPU is part of what the figures pay for, and the CPU figures hold up on a busy
+machine where the rates do not.
 
 In-process mode: `Predictor.predict_features` on already-parsed records at each batch size
 (median of repeated calls, bounded in count and time), the parse rate of raw lines, and
 the training step's pipelined examples/s on the same model (`experiments/bench_train.py`,
 device backend, batch 4096) for `predict_to_train_ratio`.
 
-Huge mode (issue #23 item 3): `bench_huge_table`'s ~1.01e9-row workload (cache backend,
-mmap host table) trains `huge_train_steps` steps; its bundle stores only the rows
-training wrote (`sfjax.serving.lazy_table`). A fresh process (no training code) serves
-it through the device row cache, a cold cache per size, replaying the held-out examples
-once each as requests of each `huge_batch_sizes` size. Reported: `table_rows`,
-`materialised_rows`, `bundle_bytes`, the serving process's `peak_rss_bytes`, and per
-size `examples_per_sec`, `hit_rate` (of unique rows) and host->device `bytes_per_request`.
+Huge mode (issue #23 item 3): `experiments/serving_huge.py`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
 import json
 import logging
 import os
-import resource
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
-import httpx
 import ml_collections
 import numpy as np
 
 from experiments import cli
 from sfjax.core import ConfigError
 from sfjax.data import SyntheticCTR
-from sfjax.serving import Features, Predictor
+from sfjax.serving import Predictor, load_client
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODES = ("http", "inprocess", "both", "huge")
+HTTP_IMPLS = ("auto", "httptools", "h11")  # uvicorn's --http (auto: httptools if installed)
+LOOP_IMPLS = ("auto", "uvloop", "asyncio")  # uvicorn's --loop (auto: uvloop if installed)
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -73,6 +72,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
   """
   if config.mode not in MODES:
     raise ConfigError(f"config field mode: unknown {config.mode!r} (known: {', '.join(MODES)})")
+  parse_clients(config.client)
+  for field, known in (("server_http", HTTP_IMPLS), ("server_loop", LOOP_IMPLS)):
+    if config[field] not in known:
+      raise ConfigError(f"config field {field}: unknown {config[field]!r} (known: "
+                        f"{', '.join(known)})")
   for field in ("concurrency", "request_sizes", "inprocess_batch_sizes", "server_batch_sizes",
                 "huge_batch_sizes"):
     values = tuple(config[field])
@@ -151,7 +155,8 @@ def start_server(config: ml_collections.ConfigDict, bundle: str, log_path: str):
   port = free_port()
   cmd = [sys.executable, "-m", "experiments.serve", f"--bundle={bundle}", "--host=127.0.0.1",
          f"--port={port}", f"--max_batch={config.max_batch}",
-         f"--max_delay_ms={config.max_delay_ms}",
+         f"--max_delay_ms={config.max_delay_ms}", f"--http={config.server_http}",
+         f"--loop={config.server_loop}",
          "--batch_sizes=" + ",".join(str(b) for b in config.server_batch_sizes)]
   with open(log_path, "w") as log:
     proc = subprocess.Popen(cmd, cwd=ROOT, env=server_env(), stdout=log, stderr=log)
@@ -161,9 +166,10 @@ def start_server(config: ml_collections.ConfigDict, bundle: str, log_path: str):
       raise RuntimeError(f"the server exited with {proc.returncode}: "
                          f"{open(log_path).read()[-3000:]}")
     try:
-      if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
-        return proc, url
-    except httpx.HTTPError:
+      with urllib.request.urlopen(f"{url}/healthz", timeout=1.0) as r:
+        if r.status == 200:
+          return proc, url
+    except OSError:  # refused until it listens (urllib's URLError is an OSError)
       pass
     time.sleep(0.2)
   stop_server(proc)
@@ -180,58 +186,42 @@ def stop_server(proc) -> None:
     proc.wait()
 
 
-async def drive(clients: list[httpx.AsyncClient], bodies: list[bytes], size: int,
-                seconds: float, max_requests: int) -> dict:
-  """One closed loop per client for `seconds` or `max_requests` in all; the raw counts."""
-  end, counter = time.perf_counter() + seconds, itertools.count()
-  latencies, counts = [], {"errors": 0, "lost": 0, "sent": 0}
-  headers = {"content-type": "application/json"}
+def run_level(url: str, bodies: list[bytes], size: int, concurrency: int, seconds: float,
+              config: ml_collections.ConfigDict, client: str, server_pid: int) -> dict:
+  """One level's figures (after `warmup_s` of untimed load on the same connections),
+  with the CPU milliseconds per answered request of the server and of the client."""
+  host, port = url.removeprefix("http://").rsplit(":", 1)
+  payloads = [load_client.encode_request("POST", host, int(port), "/v1/predict", b)
+              for b in bodies]
+  timeout = config.request_timeout_s
 
-  async def client_loop(client: httpx.AsyncClient, offset: int):
-    while time.perf_counter() < end and (i := next(counter)) < max_requests:
-      counts["sent"] += 1
-      t = time.perf_counter()
-      try:
-        r = await client.post("/v1/predict", content=bodies[(i + offset) % len(bodies)],
-                              headers=headers)
-      except httpx.HTTPError:
-        counts["lost"] += 1
-        continue
-      if r.status_code != 200:
-        counts["errors"] += 1
-      elif len(json.loads(r.content)["scores"]) != size:
-        counts["lost"] += 1
-      else:
-        latencies.append(time.perf_counter() - t)
+  async def level():
+    conns = load_client.open_connections(client, host, int(port), concurrency, timeout)
+    try:
+      await load_client.drive(conns, payloads, size, config.warmup_s, config.max_requests,
+                              timeout)
+      before = await load_client.get_json(conns[0], host, int(port), "/v1/stats", timeout)
+      cpu = time.process_time(), load_client.process_cpu_seconds(server_pid)
+      raw = await load_client.drive(conns, payloads, size, seconds, config.max_requests,
+                                    timeout)
+      cpu = (time.process_time() - cpu[0],
+             load_client.process_cpu_seconds(server_pid) - cpu[1])
+      after = await load_client.get_json(conns[0], host, int(port), "/v1/stats", timeout)
+    finally:
+      await load_client.close_connections(conns)
+    return raw, before, after, cpu
 
-  t0 = time.perf_counter()
-  await asyncio.gather(*(client_loop(c, k) for k, c in enumerate(clients)))
-  return dict(counts, latencies=latencies, seconds=time.perf_counter() - t0)
-
-
-async def run_level(url: str, bodies: list[bytes], size: int, concurrency: int, seconds: float,
-                    config: ml_collections.ConfigDict) -> dict:
-  """One level's figures (after `warmup_s` of untimed load on the same connections)."""
-  # One client (one connection) per closed loop: httpx's pool costs CPU per request that
-  # grows with its connection count (at 64 connections in one pool, the client alone
-  # saturated a core at 200 requests/s), and that CPU is taken from the server here.
-  limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-  async with contextlib.AsyncExitStack() as stack:
-    clients = [await stack.enter_async_context(httpx.AsyncClient(
-        base_url=url, limits=limits, timeout=config.request_timeout_s))
-               for _ in range(concurrency)]
-    await drive(clients, bodies, size, config.warmup_s, config.max_requests)
-    before = (await clients[0].get("/v1/stats")).json()
-    raw = await drive(clients, bodies, size, seconds, config.max_requests)
-    after = (await clients[0].get("/v1/stats")).json()
-  ok, ms = len(raw["latencies"]), np.asarray(raw["latencies"]) * 1e3
+  raw, before, after, (client_cpu, server_cpu) = load_client.run(level())
+  ok, ms = len(raw.latencies), np.asarray(raw.latencies) * 1e3
   p50, p95, p99 = (np.percentile(ms, [50, 95, 99]).tolist() if ok else [float("nan")] * 3)
   batches = max(after["batches"] - before["batches"], 1)
-  return {"request_size": size, "concurrency": concurrency, "seconds": raw["seconds"],
-          "requests": ok, "sent": raw["sent"], "errors": raw["errors"], "lost": raw["lost"],
-          "qps": ok / raw["seconds"], "examples_per_sec": ok * size / raw["seconds"],
+  return {"client": client, "request_size": size, "concurrency": concurrency,
+          "seconds": raw.seconds, "requests": ok, "sent": raw.sent, "errors": raw.errors,
+          "lost": raw.lost, "qps": ok / raw.seconds, "examples_per_sec": ok * size / raw.seconds,
           "p50_ms": p50, "p95_ms": p95, "p99_ms": p99,
-          "mean_batch": (after["examples"] - before["examples"]) / batches}
+          "mean_batch": (after["examples"] - before["examples"]) / batches,
+          "server_cpu_ms": server_cpu * 1e3 / max(ok, 1),
+          "client_cpu_ms": client_cpu * 1e3 / max(ok, 1)}
 
 
 def request_bodies(lines: list[str], size: int) -> list[bytes]:
@@ -243,26 +233,39 @@ def request_bodies(lines: list[str], size: int) -> list[bytes]:
 
 
 def run_http(config: ml_collections.ConfigDict, bundle: str, lines: list[str], root: str) -> dict:
-  """Every (request size, concurrency) level against one server subprocess."""
+  """Every (client, request size, concurrency) level against one server subprocess, then
+  the long run at `peak_concurrency` per request size with the first client."""
   # httpx logs each request at INFO (absl's level): a line per request costs the client
   # more CPU than the request, and the client shares the cores with the server.
   logging.getLogger("httpx").setLevel(logging.WARNING)
+  clients = parse_clients(config.client)
   proc, url = start_server(config, bundle, os.path.join(root, "server.log"))
   levels, peak = [], {}
   try:
     for size in config.request_sizes:
       bodies = request_bodies(lines, size)
-      for concurrency in config.concurrency:
-        levels.append(asyncio.run(run_level(url, bodies, size, concurrency, config.duration_s,
-                                            config)))
-      peak[str(size)] = asyncio.run(run_level(url, bodies, size, config.peak_concurrency,
-                                              config.peak_duration_s, config))
+      for client in clients:
+        for concurrency in config.concurrency:
+          levels.append(run_level(url, bodies, size, concurrency, config.duration_s, config,
+                                  client, proc.pid))
+      peak[str(size)] = run_level(url, bodies, size, config.peak_concurrency,
+                                  config.peak_duration_s, config, clients[0], proc.pid)
     alive = proc.poll() is None
   finally:
     stop_server(proc)
+  with open(os.path.join(root, "server.log"), encoding="utf-8") as f:
+    stack = next((line.strip() for line in f if line.startswith("http stack:")), "")
   return {"levels": levels, "peak": peak, "server_alive_after": alive,
           "server": {"max_batch": config.max_batch, "max_delay_ms": config.max_delay_ms,
-                     "batch_sizes": list(config.server_batch_sizes)}}
+                     "batch_sizes": list(config.server_batch_sizes), "stack": stack}}
+
+
+def parse_clients(text: str) -> tuple[str, ...]:
+  """'raw,httpx' -> ('raw', 'httpx'); raises ConfigError naming the field."""
+  clients = tuple(cli.split_names(str(text), "client", load_client.CLIENTS))
+  if not clients:
+    raise ConfigError(f"config field client: needs one of {', '.join(load_client.CLIENTS)}")
+  return clients
 
 
 def time_calls(fn, seconds: float, reps: int) -> float:
@@ -316,8 +319,9 @@ def run(config: ml_collections.ConfigDict) -> dict:
   """
   validate(config)
   if config.mode == "huge":
+    from experiments import serving_huge  # its workload loads bench_huge_table
     with tempfile.TemporaryDirectory(prefix="bench_serving_huge_") as root:
-      return run_huge(config, root)
+      return serving_huge.run_huge(config, root)
   with tempfile.TemporaryDirectory(prefix="bench_serving_") as root:
     t = time.perf_counter()
     data_dir = os.path.join(root, "data")
@@ -332,114 +336,6 @@ def run(config: ml_collections.ConfigDict) -> dict:
     if config.mode in ("inprocess", "both"):
       result["inprocess"] = run_inprocess(config, bundle, lines)
   return result
-
-
-def huge_training_config(config: ml_collections.ConfigDict, root: str) -> ml_collections.ConfigDict:
-  """`bench_huge_table`'s workload (cache backend, mmap host table under `root/host`) at
-  `huge_cardinality_scale`, trained `huge_train_steps` steps with a checkpoint at the end."""
-  from experiments import bench_huge_table
-  from experiments.configs import bench_huge_table as huge_config
-  h = huge_config.get_config()
-  h.host_path, h.cardinality_scale = os.path.join(root, "host"), config.huge_cardinality_scale
-  h.steps, h.batch_size = config.huge_train_steps, config.huge_train_batch_size
-  h.cache_rows = config.huge_train_cache_rows
-  c = bench_huge_table.huge_config(h)
-  c.model.embed_dim = config.embed_dim
-  c.data.synthetic.num_eval = config.huge_request_examples
-  c.checkpoint.every_steps = config.huge_train_steps
-  return c
-
-
-def make_huge_bundle(config: ml_collections.ConfigDict, root: str) -> tuple[str, str, dict]:
-  """Trains the huge workload, exports its (lazy) bundle and saves its held-out examples as
-  requests; (bundle dir, requests .npz, training figures)."""
-  from sfjax.data import make_dataset
-  from sfjax.serving import write_bundle
-  from sfjax.train import train_and_evaluate
-  c = huge_training_config(config, root)
-  workdir, bundle = os.path.join(root, "run"), os.path.join(root, "bundle")
-  t = time.perf_counter()
-  data = make_dataset(c.data, c.seed)
-  final, _ = train_and_evaluate(c, workdir, dataset=data)
-  train_s = time.perf_counter() - t
-  t = time.perf_counter()
-  write_bundle(workdir, bundle)  # auto: the mmap host table gives a lazy table
-  export_s = time.perf_counter() - t
-  ids, dense = [], []
-  for batch in data.eval_batches("eval", 4096):
-    real = batch.mask > 0
-    ids.append(batch.ids[real])
-    dense.append(batch.dense[real])
-  requests = os.path.join(root, "requests.npz")
-  np.savez(requests, ids=np.concatenate(ids), dense=np.concatenate(dense))
-  return bundle, requests, {"train_seconds": train_s, "export_seconds": export_s,
-                            "train_auc": final["auc"],
-                            "request_examples": int(sum(x.shape[0] for x in ids))}
-
-
-def peak_rss_bytes() -> int:
-  """This process's peak resident set (VmHWM of /proc/self/status: this program's own, unlike
-  `ru_maxrss`, which keeps a forking parent's peak across exec)."""
-  if os.path.exists("/proc/self/status"):
-    with open("/proc/self/status", encoding="ascii") as f:
-      return next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmHWM:"))
-  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def replay_requests(bundle: str, requests: str, batch_sizes: tuple[int, ...], cache_rows: int,
-                    seconds: float, reps: int) -> dict:
-  """Replays `requests` (ids, dense; each once) through `bundle`'s row cache at each batch
-  size, on a cold cache of `cache_rows` (0: 4 x largest batch x columns); the figures."""
-  with np.load(requests) as z:
-    ids, dense = z["ids"], z["dense"]
-  cache_rows = cache_rows or 4 * max(batch_sizes) * ids.shape[1]
-  batches = {}
-  for b in batch_sizes:
-    predictor = Predictor.load(bundle, batch_sizes=(b,), rows="cache", cache_rows=cache_rows)
-    count = min(reps, ids.shape[0] // b - 1)  # after one untimed request
-    predictor.predict_features(Features(ids[:b], dense[:b]))
-    before, times = predictor.rows.stats(), []
-    end = time.perf_counter() + seconds
-    while len(times) < count and (len(times) < 3 or time.perf_counter() < end):
-      lo = (len(times) + 1) * b
-      request = Features(ids[lo:lo + b], dense[lo:lo + b])
-      t = time.perf_counter()
-      predictor.predict_features(request)
-      times.append(time.perf_counter() - t)
-    after = predictor.rows.stats()
-    lookups = after["lookups"] - before["lookups"]
-    batches[str(b)] = {
-        "requests": len(times), "examples_per_sec": b * len(times) / sum(times),
-        "hit_rate": (after["hits"] - before["hits"]) / max(lookups, 1),
-        "bytes_per_request": (after["h2d_bytes"] - before["h2d_bytes"]) / len(times)}
-  return {"peak_rss_bytes": peak_rss_bytes(), "cache_rows": cache_rows, "batches": batches,
-          "training_modules_loaded": sorted(m for m in sys.modules if m.startswith(
-              ("sfjax.train", "sfjax.models", "flax", "optax", "orbax")))}
-
-
-def run_huge(config: ml_collections.ConfigDict, root: str) -> dict:
-  """Huge mode (module docstring): train, export lazily, serve in a fresh process."""
-  bundle, requests, trained = make_huge_bundle(config, root)
-  with open(os.path.join(bundle, "manifest.json"), encoding="utf-8") as f:
-    manifest = json.load(f)
-  table = manifest["tables"][0]
-  args = json.dumps([bundle, requests, list(config.huge_batch_sizes), config.huge_cache_rows,
-                     config.inprocess_seconds, config.inprocess_reps])
-  code = ("import json, sys\nfrom experiments.bench_serving import replay_requests\n"
-          "print(json.dumps(replay_requests(*json.loads(sys.argv[1]))))")
-  r = subprocess.run([sys.executable, "-c", code, args], cwd=ROOT, env=server_env(),
-                     capture_output=True, text=True, timeout=config.startup_timeout_s * 4)
-  if r.returncode != 0:
-    raise RuntimeError(f"the serving process exited with {r.returncode}: {r.stderr[-3000:]}")
-  served = json.loads(r.stdout.strip().splitlines()[-1])
-  return {"benchmark": "bench_serving", "mode": "huge", "table_rows": table["rows"],
-          "table_storage": table.get("storage", "dense"),
-          "materialised_rows": table["written"]["rows"] if "written" in table else table["rows"],
-          "embed_dim": table["dim"], "num_fields": len(manifest["features"]),
-          "bundle_bytes": sum(e["bytes"] for e in manifest["files"])
-          + os.path.getsize(os.path.join(bundle, "manifest.json")),
-          "table_bytes_if_dense": table["rows"] * table["dim"] * 4,
-          **trained, **served}
 
 
 if __name__ == "__main__":

@@ -10,10 +10,11 @@ Run:
 
 Variants (the text after ':'): '' (issue #23's workload: DeepFM, 26 fields x 100k hashed
 rows, dim 16, MLP 400-400-400, trained a few steps on synthetic Criteo lines; HTTP at
-concurrency 1, 4, 8, 16 and 32 with 1 and 64 examples per request, 10 s per level, then
-60 s at concurrency 16; in-process at batch 1, 64, 4096 beside the training step), 'smoke'
-(seconds: 26 fields x 100 rows, dim 4, MLP 16, levels of 1 s, a long run of 2 s, no
-training step), 'huge_smoke' (mode=huge on a ~34k-row lazy table: the same code path in
+concurrency 1, 4, 8, 16 and 32 with 1 and 64 examples per request, 10 s per level, with
+the raw HTTP/1.1 client (`--config.client=raw,httpx` adds httpx's levels), then 60 s at
+concurrency 16; in-process at batch 1, 64, 4096 beside the training step), 'smoke'
+(seconds: 26 fields x 100 rows, dim 4, MLP 16, levels of 1 s with both clients, a long
+run of 2 s, no training step), 'huge_smoke' (mode=huge on a ~34k-row lazy table: the same code path in
 seconds). Mode 'huge' trains `bench_huge_table`'s ~1.01e9-row workload for
 `huge_train_steps` steps (its checkpoint writes the ~15k touched chunks: minutes), then
 serves the lazy bundle in a fresh process.
@@ -46,6 +47,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.warmup_s = 1.0  # untimed load before each level
   c.request_timeout_s = 10.0  # a request unanswered this long is lost
   c.startup_timeout_s = 300.0  # the server loads the bundle and compiles every batch size
+  c.client = "raw"  # load client(s): raw (HTTP/1.1 on asyncio streams), httpx, or "raw,httpx"
+  c.server_http, c.server_loop = "httptools", "uvloop"  # uvicorn's HTTP parser and event loop
   c.max_batch = 256  # the server's batcher: examples per predictor call
   c.max_delay_ms = 0.0  # ... and the longest wait for a batch to fill (0: none)
   c.server_batch_sizes = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 4096)  # compiled at start-up
@@ -68,6 +71,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.rows_per_field, c.embed_dim, c.mlp_dims = 100, 4, (16,)
     c.train_steps, c.train_batch_size, c.train_lines, c.request_lines = 2, 64, 512, 256
     c.concurrency, c.peak_concurrency = (1, 4), 4
+    c.client = "raw,httpx"  # both clients' code paths
     c.duration_s, c.peak_duration_s, c.warmup_s = 1.0, 2.0, 0.2
     c.max_requests = 2_000
     c.server_batch_sizes = (1, 8, 64, 256)

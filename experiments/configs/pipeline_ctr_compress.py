@@ -15,7 +15,9 @@ physically pruned and quantized). The data,
 seed and report blocks are those of `pipeline_ctr.py` (synthetic Criteo-like
 rows from a planted FM, a separate test split). The compress step reports
 `baseline_test_auc` (the trained model), `final_test_auc` (the pick) and
-`size_ratio` (parameters) / `bits_ratio` (stored bits); its output holds the Pareto front.
+`size_ratio` (parameters) / `bits_ratio` (stored bits); its output holds the Pareto front
+and `serving_bundle` (`steps/1_compress/bundle`: the pick's int8 serving bundle, for
+`python -m experiments.serve --bundle=...` or `sfjax.serving.Predictor.load`).
 
 Variants: '' (full: minutes on CPU), 'smoke' (under a minute on 2 CPU cores; run by
 tests/experiments/pipeline_ctr_compress_test.py).

@@ -11,7 +11,9 @@
              point within `max_auc_drop` of the trained model's valid AUC, and
              physically prunes it (`ctr_prune.prune`, saved as `pruned_model.npz`:
              params/<path> arrays and the table as float `values` or int8 `codes` +
-             per-row `scales`; its `model.*` block is in the output).
+             per-row `scales`; its `model.*` block is in the output), and writes
+             its serving bundle, `<step dir>/bundle` (`write_serving_bundle`: the
+             int8 codes and scales served as stored; output `serving_bundle`).
 
 Report metrics: `baseline_test_auc` (the trained model, no fine-tune),
 `final_test_auc` (the pick, re-tuned alone and scored by its physically pruned
@@ -25,6 +27,7 @@ The step keeps no resume state: a rerun repeats the (deterministic) search.
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any
 
 import jax
@@ -43,8 +46,10 @@ from sfjax.core.atomic import atomic_write
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset as dataset_lib
 from sfjax.models import registry
+from sfjax.serving import bundle as serving_bundle
 
 _PRUNED_FILE = "pruned_model.npz"
+BUNDLE_DIR = "bundle"  # the pruned model's serving bundle, under the step's directory
 # Required fields (ints >= 1) and the optional ones with their defaults.
 _POSITIVE_INTS = ("population", "finetune_steps", "batch_size")
 _DEFAULTS = {"generations": 2, "finetune_lr": 1e-3, "mutation_rate": 0.1, "dim_choices": (),
@@ -167,6 +172,28 @@ def _save_pruned(path: str, pruned: ctr_prune.PrunedModel) -> None:
   atomic_write(path, lambda f: np.savez(f, **arrays))
 
 
+def write_serving_bundle(workdir: str, pruned_file: str, model_cfg: dict[str, Any],
+                         trainer_config: dict[str, Any], checkpoint: str) -> str:
+  """The pruned model's serving bundle, `<workdir>/bundle` (`write_pruned_bundle`: its int8
+  codes and per-row scales as stored, or its float table); returns that path.
+
+  Args:
+    workdir: the step's directory.
+    pruned_file: the step's `pruned_model.npz` (`_save_pruned`).
+    model_cfg: the pruned model's `model.*` block (`PrunedModel.model_cfg`).
+    trainer_config: the trained model's config (the handed-on `trainer_config`).
+    checkpoint: the compressed checkpoint (its `fields`).
+
+  A bundle already there (a rerun, or a killed run's half-written one) is replaced: a rerun
+  repeats the search, so the bundle is always the `pruned_file` just written.
+  """
+  out = os.path.join(workdir, BUNDLE_DIR)
+  shutil.rmtree(out, ignore_errors=True)
+  shutil.rmtree(out + ".tmp", ignore_errors=True)
+  serving_bundle.write_pruned_bundle(pruned_file, model_cfg, trainer_config, checkpoint, out)
+  return out
+
+
 def _run_compress(ctx: StepContext) -> StepOutput:
   """Searches, picks and physically prunes (see the module docstring)."""
   s = _settings(ctx.block)
@@ -203,7 +230,10 @@ def _run_compress(ctx: StepContext) -> StepOutput:
                            ctr_compress.with_tuned_rows(values, batches, rows), genome)
   final_test = metrics_lib.auc(data.test.labels, ctr_compress.score(
       pruned.graphdef, pruned.params, pruned.values, data.test))
-  _save_pruned(os.path.join(ctx.workdir, _PRUNED_FILE), pruned)
+  pruned_file = os.path.join(ctx.workdir, _PRUNED_FILE)
+  _save_pruned(pruned_file, pruned)
+  bundle = write_serving_bundle(ctx.workdir, pruned_file, pruned.model_cfg, config.to_dict(),
+                                path)
   metrics = {"baseline_test_auc": base_test, "baseline_valid_auc": base_valid,
              "baseline_params": full_size, "final_test_auc": final_test,
              "final_valid_auc": pick.valid, "final_params": pick.size,
@@ -215,7 +245,7 @@ def _run_compress(ctx: StepContext) -> StepOutput:
              "num_candidates": len(candidates), "front_size": len(front)}
   output = {"pareto_front": [_point(c, spec, full_size, full_bits) for c in front],
             "compressed_model": dict(pruned.model_cfg),
-            "pruned_model": ctx.relative(os.path.join(ctx.workdir, _PRUNED_FILE)),
+            "pruned_model": ctx.relative(pruned_file), "serving_bundle": ctx.relative(bundle),
             "source_checkpoint": ctx.relative(path)}
   return StepOutput(metrics, output)
 

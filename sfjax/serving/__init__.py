@@ -1,8 +1,8 @@
 """sfjax.serving: a trained model served (issue #23).
 
 Dynamic batching of requests for one predictor call (`DynamicBatcher`), and the HTTP
-endpoint over a predictor (`make_app`: a FastAPI app; `python -m experiments.serve`).
-The HTTP names load FastAPI on first use, so importing this package stays light.
+endpoint over a predictor (`make_app`: a Starlette app; `python -m experiments.serve`).
+The HTTP names load Starlette on first use, so importing this package stays light.
 
 The bundle and its predictor: `write_bundle(workdir, out_dir)` (module `bundle`; imports
 the model code, so it loads on first use) writes a run's serving bundle (`manifest`

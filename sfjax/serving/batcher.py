@@ -4,8 +4,10 @@ Requests (a pytree of host arrays with the examples on the leading axis, e.g.
 `sfjax.serving.Features`) wait in one bounded queue. A single worker thread takes the
 oldest request and closes its batch when the batch holds `max_batch` examples or when
 `max_delay_ms` have passed since that request arrived, whichever comes first; it merges
-the requests (`np.concatenate` of each field), calls `predict_fn` once and hands each
-request its slice of the scores through its own future.
+the requests (`np.concatenate` of each field, or the caller's `merge_fn`: the HTTP
+endpoint merges lists of raw records), calls `predict_fn` once and hands each request
+its slice of the scores through its own future. A merged call that raises is run again
+request by request, so a bad request fails alone and its batch-mates get their scores.
 
 Why one worker thread: XLA:CPU already spreads one call over every core, so a second
 caller would only make two calls fight for the same cores; the event loop stays free to
@@ -15,12 +17,13 @@ compiled batch size is the predictor's job, never the batcher's.
 While the worker runs a batch, the queue does the batching by itself: a batch whose
 oldest request already waited `max_delay_ms` closes at once with everything queued (up
 to `max_batch` examples), so the batch size grows with the load. The default delay is
-0: a batch closes as soon as the worker is free. Measured on 2 cores (DeepFM-sized
-forward, 1 example per request, 8 to 16 clients), waiting 1 or 2 ms for company lowered
-requests/s and raised p99: the HTTP layer, not the predictor call, is the bottleneck
-there, and the self-made batches (2 to 3 examples) already amortise the call. A positive
-delay pays where a call's fixed cost dominates (an accelerator). A full queue refuses a
-request (`QueueFull`, HTTP 503) instead of growing without bound.
+0: a batch closes as soon as the worker is free. Measured with `experiments.bench_serving`
+on 2 cores (1 example per request, 16 connections, the HTTP endpoint parsing each batch's
+records in one call): waiting 2 ms grew the mean batch from 9 to 15 examples but left the
+server's CPU per request where it was (0.23 vs 0.24 ms), while it adds up to 2 ms to
+every request at low load. A positive delay pays where a call's fixed cost dominates (an
+accelerator). A full queue refuses a request (`QueueFull`, HTTP 503) instead of growing
+without bound.
 """
 
 from __future__ import annotations
@@ -70,10 +73,10 @@ class BatcherStats(NamedTuple):
 
   requests: int  # requests answered (results or errors)
   examples: int  # examples in them
-  batches: int  # predictor calls
+  batches: int  # predictor calls (a failed merged call too)
   largest_batch: int  # most examples in one call
   rejected: int  # requests refused because the queue was full
-  failed_batches: int  # predictor calls that raised
+  failed_batches: int  # predictor calls that raised (a merged one, then each alone)
 
 
 class _Request(NamedTuple):
@@ -120,15 +123,21 @@ class DynamicBatcher:
   """
 
   def __init__(self, predict_fn: Callable[[Any], np.ndarray],
-               settings: BatcherSettings = BatcherSettings()):
+               settings: BatcherSettings = BatcherSettings(), *,
+               merge_fn: Callable[[list[Any]], Any] = merge,
+               size_fn: Callable[[Any], int] = num_examples):
     """Starts the worker thread.
 
     Args:
       predict_fn: `features [n, ...] -> scores [n]`, called by the worker thread only.
       settings: the batch and queue bounds.
+      merge_fn: requests -> one request of their examples in order (default `merge`: a
+        pytree of arrays; `lambda parts: sum(parts, [])` for lists of records).
+      size_fn: a request's number of examples (default `num_examples`; `len` for a list).
     """
     self.settings = settings
     self._predict_fn = predict_fn
+    self._merge_fn, self._size_fn = merge_fn, size_fn
     self._queue: collections.deque[_Request] = collections.deque()
     self._queued_examples = 0
     self._cond = threading.Condition()
@@ -144,7 +153,7 @@ class DynamicBatcher:
       QueueFull: the queue already holds `max_queue` examples.
       RuntimeError: the batcher is closed.
     """
-    size = num_examples(features)
+    size = self._size_fn(features)
     future: concurrent.futures.Future = concurrent.futures.Future()
     if size == 0:
       future.set_result(np.zeros((0,), np.float32))
@@ -210,14 +219,18 @@ class DynamicBatcher:
     sizes = [r.size for r in batch]
     total = sum(sizes)
     try:
-      scores = np.asarray(self._predict_fn(merge([r.features for r in batch])))
+      scores = np.asarray(self._predict_fn(self._merge_fn([r.features for r in batch])))
       if scores.shape[:1] != (total,):
         raise ValueError(f"DynamicBatcher: predict_fn returned shape {scores.shape} for "
                          f"{total} examples")
-    except Exception as err:  # every request of the batch gets the error, the worker lives
+    except Exception as err:  # the worker lives; a bad request fails alone
+      if len(batch) > 1:
+        self._count([], 0, failed=1)
+        for r in batch:
+          self._execute([r])
+        return
       self._count(batch, total, failed=1)
-      for r in batch:
-        r.future.set_exception(err)
+      batch[0].future.set_exception(err)
     else:
       # Counted before any answer goes out: a caller that reads stats() after its answer
       # sees its own batch.

@@ -115,9 +115,13 @@ class RecordParser:
       return Features(*parse_layout_records(records, self.layout, self.dense_names))
     if self.record_format == "ids":
       return self._ids_records(records)
+    lines = [i for i, r in enumerate(records) if isinstance(r, (str, bytes))]
+    assert self.mapping is not None  # record_format 'ids' returned above
+    if lines and len(lines) == n:  # only raw lines: the reader's arrays as they are
+      raw = self._parse_lines(list(records), lines)
+      return Features(self.mapping(raw.values), np.asarray(raw.dense, np.float32))
     values = np.full((n, len(self.field_names)), b"", dtype=object)
     dense = np.zeros((n, len(self.dense_names)), np.float32)
-    lines = [i for i, r in enumerate(records) if isinstance(r, (str, bytes))]
     if lines:
       raw = self._parse_lines([records[i] for i in lines], lines)
       for j, i in enumerate(lines):
@@ -130,7 +134,6 @@ class RecordParser:
                           f"{self.record_format} line, got {type(record).__name__}")
       values[i], dense[i] = self._dict_record(i, record)
     as_bytes = values.astype(bytes) if n else np.zeros((0, len(self.field_names)), "S1")
-    assert self.mapping is not None  # record_format 'ids' returned above
     return Features(self.mapping(as_bytes.reshape(n, -1)), dense)
 
   def _parse_lines(self, lines: list, indices: list[int]) -> text_io.RawChunk:

@@ -1,4 +1,4 @@
-"""The HTTP endpoint: a FastAPI app over a predictor and a dynamic batcher (issue #23 item 5).
+"""The HTTP endpoint: a Starlette app over a predictor and a dynamic batcher (issue #23 item 5).
 
 Routes:
   POST /v1/predict   body `{"records": [record, ...]}`, each record a dict of feature
@@ -11,15 +11,26 @@ Routes:
   GET  /v1/metadata  the bundle's manifest.
   GET  /v1/stats     the batcher's counters (mean batch size = examples / batches).
 
-A bad request never reaches the predictor and never takes the server down: a body over
-`max_body_bytes` or with more than `max_records` records is a 413, malformed JSON a 400, a
-body of the wrong shape or a record with a missing feature or a value of the wrong type a
-422; each answers `{"error": "<one line>"}`. A full batch queue is a 503 with Retry-After.
+A bad request never reaches the model's forward and never takes the server down: a body
+over `max_body_bytes` or with more than `max_records` records is a 413, malformed JSON a
+400, a body of the wrong shape or a record with a missing feature, a value of the wrong
+type or an id out of its field's rows a 422; each answers `{"error": "<one line>"}`. A full batch queue is a 503 with Retry-After.
 
-Records are parsed on the event loop (one request's error stays that request's), the
-merged batch runs on the batcher's single worker thread (`sfjax/serving/batcher.py`).
-The body is read and written with the standard `json` module (orjson is not a
-dependency); scores are float32 values written as JSON floats, which read back exactly.
+Starlette rather than FastAPI on top of it: the routes read and check their bodies
+themselves (nothing uses FastAPI's validation or docs), and a FastAPI route cost ~0.13 ms
+per request against ~0.03 ms for the same Starlette route (measured in-process on 2
+cores), a third of the server's CPU per 1-example request.
+
+The body's JSON is read on the event loop; its records go to the batcher
+(`sfjax/serving/batcher.py`), whose single worker thread parses the merged records of a
+batch in one `parse_records` call and scores them in one predictor call: a Criteo line
+parsed alone costs about as much as a few parsed together, so parsing per batch rather
+than per request lowers the server's CPU per small request. A record error fails the
+merged call; the batcher then runs each request alone, so only the bad request gets its
+422 (naming its own record index) and its batch-mates their scores. The body is read and
+written with the standard `json` module (orjson is not a dependency: encoding and
+decoding a small request take ~0.02 ms of the ~0.5 ms the server spends on it); scores
+are float32 values written as JSON floats, which read back exactly.
 """
 
 from __future__ import annotations
@@ -30,8 +41,10 @@ import json
 from typing import Any, Protocol
 
 import numpy as np
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from sfjax.serving.batcher import BatcherSettings, DynamicBatcher, QueueFull
 
@@ -136,13 +149,40 @@ def parse_body(body: bytes, max_records: int) -> list:
   return records
 
 
-def make_app(predictor: ServedModel, settings: ServerSettings = ServerSettings()) -> FastAPI:
+_RECORD_ERRORS = (ValueError, TypeError, KeyError, IndexError, OverflowError)
+
+
+def _record_scorer(predictor: ServedModel):
+  """records -> probabilities [n] on the batcher's worker: a record the predictor cannot
+  parse, or whose ids it refuses (out of a field's rows), raises `BadRequest` 422 (its
+  message names the record or the id and the feature)."""
+
+  def score(records: list) -> np.ndarray:
+    try:
+      features = predictor.parse_records(records)
+    except _RECORD_ERRORS as err:
+      raise BadRequest(422, str(err)) from None
+    try:
+      return predictor.predict_features(features)
+    except ValueError as err:  # the predictor's input checks (shapes, id ranges)
+      raise BadRequest(422, str(err)) from None
+
+  return score
+
+
+def _concat_records(parts: list[list]) -> list:
+  """The records of several requests, in order (the batcher's merge)."""
+  return parts[0] if len(parts) == 1 else [r for part in parts for r in part]
+
+
+def make_app(predictor: ServedModel, settings: ServerSettings = ServerSettings()) -> Starlette:
   """The endpoint over `predictor` (see the module docstring).
 
   The batcher's worker thread starts here and stops when the app shuts down (the ASGI
   lifespan); `app.state.batcher` is it.
   """
-  batcher = DynamicBatcher(predictor.predict_features, settings.batcher())
+  batcher = DynamicBatcher(_record_scorer(predictor), settings.batcher(),
+                           merge_fn=_concat_records, size_fn=len)
   metadata = json.dumps(predictor.manifest, sort_keys=True).encode()
 
   @contextlib.asynccontextmanager
@@ -150,21 +190,12 @@ def make_app(predictor: ServedModel, settings: ServerSettings = ServerSettings()
     yield
     batcher.close()
 
-  app = FastAPI(title="sfjax serving", lifespan=lifespan, docs_url=None, redoc_url=None,
-                openapi_url=None)
-  app.state.batcher = batcher
-
-  @app.post("/v1/predict")
   async def predict(request: Request) -> Response:
     """Scores the body's records (see the module docstring)."""
     try:
       records = parse_body(await read_body(request, settings.max_body_bytes),
                            settings.max_records)
-      try:
-        features = predictor.parse_records(records)
-      except (ValueError, TypeError, KeyError, IndexError, OverflowError) as err:
-        raise BadRequest(422, str(err)) from None
-      scores = await batcher.predict_async(features)
+      scores = await batcher.predict_async(records)
     except BadRequest as err:
       return error_response(err.status, err.message)
     except QueueFull as err:
@@ -172,19 +203,22 @@ def make_app(predictor: ServedModel, settings: ServerSettings = ServerSettings()
     body = json.dumps({"scores": np.asarray(scores, np.float32).tolist()})
     return Response(body, media_type="application/json")
 
-  @app.get("/healthz")
-  async def healthz() -> Response:
+  async def healthz(_request: Request) -> Response:
     """`{"status": "ok"}`: the predictor is loaded and compiled."""
     return Response(b'{"status": "ok"}', media_type="application/json")
 
-  @app.get("/v1/metadata")
-  async def metadata_route() -> Response:
+  async def metadata_route(_request: Request) -> Response:
     """The bundle's manifest."""
     return Response(metadata, media_type="application/json")
 
-  @app.get("/v1/stats")
-  async def stats() -> Response:
+  async def stats(_request: Request) -> Response:
     """The batcher's counters."""
     return Response(json.dumps(batcher.stats()._asdict()), media_type="application/json")
 
+  app = Starlette(lifespan=lifespan, routes=[
+      Route("/v1/predict", predict, methods=["POST"]),
+      Route("/healthz", healthz, methods=["GET"]),
+      Route("/v1/metadata", metadata_route, methods=["GET"]),
+      Route("/v1/stats", stats, methods=["GET"])])
+  app.state.batcher = batcher
   return app

@@ -24,10 +24,13 @@ def test_bench_serving_smoke():
   http = final["http"]
   assert http["server_alive_after"]
   levels = http["levels"]
-  assert [(lv["request_size"], lv["concurrency"]) for lv in levels] == [
-      (1, 1), (1, 4), (64, 1), (64, 4)]
+  assert [(lv["request_size"], lv["client"], lv["concurrency"]) for lv in levels] == [
+      (size, client, c) for size in (1, 64) for client in ("raw", "httpx") for c in (1, 4)]
   assert set(http["peak"]) == {"1", "64"}
+  assert {lv["client"] for lv in http["peak"].values()} == {"raw"}
+  assert http["server"]["stack"].endswith("http=httptools loop=uvloop")
   for lv in levels + list(http["peak"].values()):
+    assert lv["server_cpu_ms"] > 0 and lv["client_cpu_ms"] > 0
     assert lv["errors"] == 0 and lv["lost"] == 0, lv
     assert lv["requests"] == lv["sent"] > 0
     assert math.isclose(lv["qps"], lv["requests"] / lv["seconds"])
@@ -73,6 +76,11 @@ def test_request_bodies_cycle_through_the_lines():
       ["a", "a", "a"]]
 
 
+def test_parse_clients():
+  assert bench_serving.parse_clients("raw, httpx") == ("raw", "httpx")
+  assert bench_serving.parse_clients("httpx") == ("httpx",)
+
+
 def test_time_calls_is_bounded_in_count():
   calls = []
   median = bench_serving.time_calls(lambda: calls.append(1), seconds=60.0, reps=7)
@@ -103,7 +111,9 @@ def test_smoke_variant_and_unknown_variant():
 
 @pytest.mark.parametrize("field,value", [("mode", "grpc"), ("concurrency", (0, 4)),
                                          ("request_sizes", ()), ("duration_s", 0.0),
-                                         ("max_requests", 0)])
+                                         ("max_requests", 0), ("client", "raw,curl"),
+                                         ("client", ""), ("server_http", "hyper"),
+                                         ("server_loop", "trio")])
 def test_bad_fields_are_named(field, value):
   with pytest.raises(ConfigError, match=f"config field {field}:"):
     bench_serving.run(_config(**{field: value}))

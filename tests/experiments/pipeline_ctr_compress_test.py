@@ -1,8 +1,10 @@
 """The smoke train -> compress pipeline end to end through `python -m experiments.pipeline`.
 
 Checks the report (the trained model's test AUC read back through its checkpoint
-equals what the train step scored), the Pareto front, and the saved physically
-pruned model (its shapes are the compressed `model.*` block's, its size the pick's).
+equals what the train step scored), the Pareto front, the saved physically
+pruned model (its shapes are the compressed `model.*` block's, its size the pick's),
+and its serving bundle (the step's `serving_bundle`: its int8 table as stored, scores on
+the test split equal to the pruned model's logits, its test AUC the step's).
 """
 
 import json
@@ -11,6 +13,7 @@ import subprocess
 import sys
 
 import jax
+import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
@@ -18,9 +21,14 @@ from flax import nnx
 from experiments.configs import pipeline_ctr_compress
 from search_spaces import blocks, ctr
 from sfjax.automl.pipeline import parse_steps
+from sfjax.compress import quant
+from sfjax.core import metrics
 from sfjax.core.errors import ConfigError
 from sfjax.ctr_pipeline import steps as pipeline_steps
+from sfjax.data import dataset as dataset_lib
 from sfjax.models import registry
+from sfjax.serving import Features, Predictor
+from tests.serving.bundle_test import AUC_TOL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -88,6 +96,48 @@ def test_smoke_train_then_compress(tmp_path):
               for path, leaf in leaves}
   assert shapes == expected
   assert num_rows * width + sum(int(np.prod(s)) for s in shapes.values()) == m["final_params"]
+  _assert_the_bundle_serves_the_pruned_model(workdir, out, saved, m, abstract)
+
+
+def _assert_the_bundle_serves_the_pruned_model(workdir, out, saved, m, abstract):
+  """The step's bundle: its table stored as the pruned model's (int8 codes at 4 or 8 bits);
+  its scores on the test split equal the pruned model's logits (1e-6), so its test AUC is
+  the step's `final_test_auc`, within the int8 tolerance of the fp32 trained model or above."""
+  bundle = os.path.join(workdir, out["serving_bundle"])
+  assert out["serving_bundle"] == os.path.join("steps", "1_compress", "bundle")
+  predictor = Predictor.load(bundle, batch_sizes=(512,), rows="mmap")
+  table = predictor.manifest["tables"][0]
+  assert table["dtype"] == ("float32" if m["final_table_bits"] == 32 else "int8")
+  assert predictor.manifest["model_config"]["embed_dim"] == m["final_embed_dim"]
+  with open(os.path.join(workdir, "steps", "0_train", "output.json")) as f:
+    trained = ml_collections.ConfigDict(json.load(f)["trainer_config"])
+  data = dataset_lib.make_dataset(trained.data, trained.seed)
+  ids, dense, labels = (np.concatenate(x) for x in zip(*(
+      (b.ids[b.mask > 0], b.dense[b.mask > 0], b.labels[b.mask > 0])
+      for b in data.eval_batches("test", 512)), strict=True))
+  served = predictor.logits_features(Features(ids, dense))
+  values = (saved["values"] if "values" in saved.files else
+            np.asarray(quant.dequantize(saved["codes"], saved["scales"])))
+  params = {}
+  for key in saved.files:
+    if key.startswith("params/"):
+      node, parts = params, [int(p) if p.isdigit() else p for p in key.split("/")[1:]]
+      for part in parts[:-1]:
+        node = node.setdefault(part, {})
+      node[parts[-1]] = saved[key]
+  graphdef, _ = nnx.split(abstract)
+  # The pruned model through the model code, compiled for the predictor's batch of 512
+  # (the rows padded to it), so both run the same float arithmetic.
+  forward = jax.jit(lambda p, emb, x: nnx.merge(graphdef, p)(emb, x))
+  n, emb = len(ids), values[ids + np.asarray(data.spec.field_offsets)]
+  pad = -n % 512
+  emb, x = np.pad(emb, ((0, pad), (0, 0), (0, 0))), np.pad(dense, ((0, pad), (0, 0)))
+  want = np.concatenate([forward(params, emb[i:i + 512], x[i:i + 512])
+                         for i in range(0, n + pad, 512)])[:n]
+  np.testing.assert_allclose(served, want, rtol=1e-6, atol=1e-6)
+  auc = metrics.auc(labels, served)
+  assert auc == pytest.approx(m["final_test_auc"], abs=1e-6)
+  assert auc >= m["baseline_test_auc"] - AUC_TOL["int8"]
 
 
 def test_config_variants_pass_every_step_check():

@@ -38,6 +38,11 @@ def test_parse_batch_sizes():
       serve.parse_batch_sizes(bad)
 
 
+def test_resolve_stack():
+  assert serve.resolve_stack("auto", "auto") == ("httptools", "uvloop")  # both installed
+  assert serve.resolve_stack("h11", "asyncio") == ("h11", "asyncio")
+
+
 def test_build_app_serves_the_bundle(served_bundle):
   bundle, lines = served_bundle
   app = serve.build_app(bundle, ServerSettings(max_batch=16), (1, 8, 64))
@@ -82,6 +87,7 @@ def test_serve_answers_on_loopback_and_refuses_bad_flags(served_bundle):
     proc.terminate()
     _, err = proc.communicate(timeout=30)
   assert f"on http://127.0.0.1:{port}" in err  # loopback unless told otherwise
+  assert "http stack: uvicorn" in err and "http=httptools loop=uvloop" in err  # auto's pick
   bad = subprocess.run([sys.executable, "-m", "experiments.serve", f"--bundle={bundle}",
                         "--batch_sizes=0"], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=120)

@@ -156,6 +156,34 @@ def test_a_failing_call_fails_its_requests_and_the_worker_keeps_serving():
     assert batcher.stats().failed_batches == 1
 
 
+def test_a_bad_request_fails_alone_and_its_batch_mates_get_their_scores():
+  """Lists of records merged by `merge_fn`; a merged call that raises runs each request
+  alone, so only the request holding the bad record gets the error."""
+  calls = []
+
+  def score(records: list) -> np.ndarray:
+    calls.append(list(records))
+    if "bad" in records:
+      raise KeyError(f"record {records.index('bad')}: bad")
+    return np.asarray([len(r) for r in records], np.float32)
+
+  settings = BatcherSettings(max_batch=16, max_delay_ms=10_000)
+  with DynamicBatcher(score, settings, merge_fn=lambda parts: sum(parts, []),
+                      size_fn=len) as batcher:
+    parts = [["a", "bb"], ["c", "bad"], ["dddd"], [], ["eeeee"] * 11]  # 16 examples in all
+    futures = [batcher.submit(p) for p in parts]
+    np.testing.assert_array_equal(futures[0].result(10), [1, 2])
+    with pytest.raises(KeyError, match="record 1: bad"):  # its own index, not the batch's
+      futures[1].result(10)
+    np.testing.assert_array_equal(futures[2].result(10), [4])
+    np.testing.assert_array_equal(futures[3].result(10), np.zeros(0))  # answered at once
+    np.testing.assert_array_equal(futures[4].result(10), [5] * 11)
+    stats = batcher.stats()
+  assert calls[0] == ["a", "bb", "c", "bad", "dddd"] + ["eeeee"] * 11  # one merged call
+  assert calls[1:] == [p for p in parts if p]  # then each request alone
+  assert (stats.requests, stats.examples, stats.batches, stats.failed_batches) == (4, 16, 5, 2)
+
+
 def test_scores_of_the_wrong_length_are_an_error_naming_the_shapes():
   with DynamicBatcher(lambda rows: np.zeros(3), BatcherSettings(max_delay_ms=0)) as batcher:
     with pytest.raises(ValueError, match=r"returned shape \(3,\) for 2 examples"):

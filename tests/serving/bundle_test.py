@@ -105,7 +105,6 @@ def test_the_compression_steps_int8_model_serves_through_the_same_path(criteo_ru
   from sfjax.checkpoint import open_checkpoint
   from sfjax.compress import prune as ctr_prune
   from sfjax.ctr_pipeline import compress_step
-  from sfjax.serving.bundle import write_pruned_bundle
   run, _, lines, (_, ids, dense, _) = criteo_run
   ckpt = open_checkpoint(run.workdir)
   values = np.concatenate([v for _, v, _ in ckpt.table.chunks()])
@@ -115,10 +114,23 @@ def test_the_compression_steps_int8_model_serves_through_the_same_path(criteo_ru
   pruned = ctr_prune.prune(spec, ckpt.params, values, genome)
   npz = str(tmp_path / "pruned_model.npz")
   compress_step._save_pruned(npz, pruned)  # noqa: SLF001 (the step's own file format)
-  m = write_pruned_bundle(npz, pruned.model_cfg, run.config.to_dict(), ckpt.path,
-                          str(tmp_path / "b"))
+  # A killed earlier run's leftovers (a bundle, a half-written one) are replaced.
+  os.makedirs(tmp_path / "bundle")
+  (tmp_path / "bundle" / "manifest.json").write_text("{}")
+  os.makedirs(tmp_path / "bundle.tmp")
+  out = compress_step.write_serving_bundle(str(tmp_path), npz, pruned.model_cfg,
+                                           run.config.to_dict(), ckpt.path)
+  assert out == str(tmp_path / "bundle") and not os.path.exists(tmp_path / "bundle.tmp")
+  p = Predictor.load(out, batch_sizes=(512,))
+  m = p.manifest
   assert m["tables"][0]["dtype"] == "int8" and m["tables"][0]["dim"] == 13
-  p = Predictor.load(str(tmp_path / "b"), batch_sizes=(512,))
+  assert m["model_config"]["mlp_dims"] == [27, 16] and m["pruned_model"] == npz
+  for chunk in m["tables"][0]["chunks"]:  # the step's codes and scales, as stored
+    lo, hi = chunk["rows"]
+    np.testing.assert_array_equal(np.load(os.path.join(out, chunk["values"])),
+                                  pruned.codes[lo:hi])
+    np.testing.assert_array_equal(np.load(os.path.join(out, chunk["scales"])),
+                                  pruned.scales[lo:hi])
   offsets = np.arange(26) * 500
   want = nnx.merge(pruned.graphdef, pruned.params)(np.asarray(pruned.values)[ids + offsets], dense)
   np.testing.assert_allclose(p.logits_features(p.parse_records(lines)), want, rtol=1e-6, atol=1e-6)

@@ -110,6 +110,32 @@ def test_concurrent_requests_are_batched_and_each_gets_its_scores(served_predict
   assert stats.requests == 12 and stats.batches < 12
 
 
+def test_a_bad_record_fails_only_its_request_in_a_shared_batch(served_predictor):
+  predictor, lines = served_predictor
+  app = make_app(predictor, ServerSettings(max_batch=9, max_delay_ms=10_000))
+  bad = line_to_dict(lines[5])
+  del bad["C3"]
+  bodies = [lines[:2], [lines[2], bad], lines[3:5], lines[6:9]]  # 9 examples: one batch
+
+  async def main():
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+      return await asyncio.gather(*(client.post("/v1/predict", json={"records": b})
+                                    for b in bodies))
+
+  try:
+    answers = asyncio.run(main())
+    stats = app.state.batcher.stats()
+  finally:
+    app.state.batcher.close()
+  assert "record 1: missing feature 'C3'" in _check_refused(answers[1], 422)  # its own index
+  for i in (0, 2, 3):
+    assert answers[i].status_code == 200, answers[i].text
+    np.testing.assert_allclose(answers[i].json()["scores"], predictor.predict(bodies[i]),
+                               rtol=1e-5, atol=1e-7)
+  assert stats.failed_batches == 2 and stats.batches == 5  # merged, then each alone
+
+
 def test_health_metadata_and_stats(served_predictor):
   predictor, lines = served_predictor
   with _client(predictor) as client:

@@ -97,6 +97,37 @@ def test_bad_ids_and_records_are_refused_by_name(deepfm):
     p.predict([good | {"C4": "7"}])
 
 
+def test_an_id_out_of_its_fields_rows_is_a_422_over_http(deepfm):
+  """An "ids" bundle's records are range-checked by the predictor: the endpoint answers
+  422 naming the id (here, with this module's synthetic-data bundle), then serves on."""
+  import asyncio
+
+  import httpx
+
+  from sfjax.serving import ServerSettings, make_app
+  _, bundle = deepfm
+  p = Predictor.load(bundle, batch_sizes=(8,))
+  good = {f["name"]: 1 for f in p.manifest["features"]} | {n: 0.5 for n in
+                                                            p.manifest["dense"]["names"]}
+  bad = good | {"C3": p.manifest["features"][2]["rows"]}
+  app = make_app(p, ServerSettings(max_delay_ms=0))
+
+  async def main():
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+      return [await client.post("/v1/predict", json={"records": r}) for r in
+              ([good, bad], [good])]
+
+  try:
+    refused, served = asyncio.run(main())
+  finally:
+    app.state.batcher.close()
+  assert refused.status_code == 422 and "ids[1, 2]" in refused.json()["error"]
+  assert "field 'C3'" in refused.json()["error"]
+  np.testing.assert_array_equal(np.asarray(served.json()["scores"], np.float32),
+                                p.predict([good]))
+
+
 def _copy(bundle, tmp_path):
   out = str(tmp_path / "copy")
   shutil.copytree(bundle, out)
