@@ -118,6 +118,11 @@ class FileCTRDataset:
     return {"bad_lines": sum(by_split.values()), "bad_lines_by_split": by_split}
 
   @property
+  def train_reader(self) -> text_io.TextReader:
+    """The training files' reader (`read_chunk`: per-process input, `train/text_feed`)."""
+    return self._readers["train"]
+
+  @property
   def paths(self) -> dict[str, tuple[str, ...]]:
     """Per split, the files read (globs expanded, in reading order)."""
     return {name: r.paths for name, r in self._readers.items()}

@@ -24,6 +24,13 @@ because no later line of the file can be trusted:
     with that bound, so such a file never loads into memory whole.
 An empty file (0 bytes, also after decompression) has no lines and no header:
 it contributes no examples. A last line without a line break is read as a line.
+
+Reading one chunk (per-process input, issue #24): chunk c of a file is its data lines
+`[c*L, (c+1)*L)` (L = `chunk_lines`), the very chunk a pass yields. `read_chunk` reads
+it alone: a plain file through its chunk index (`chunk_offsets`: the byte offset of
+every L-th data line, one newline scan of the file, kept in memory), a `.gz` file by
+reading on from the chunk read before (gzip cannot seek: out of order it reopens and
+skips lines). `lines_parsed` counts the data lines this reader handed to a parser.
 """
 
 from __future__ import annotations
@@ -264,6 +271,39 @@ def keep_good_rows(problems: dict[int, str], chunk: LineChunk, rows: np.ndarray,
   return ~np.isin(rows, bad), len(problems)
 
 
+def chunk_offsets(f: io.BufferedIOBase, chunk_lines: int, block_bytes: int = 1 << 24) -> np.ndarray:
+  """Byte offsets of the chunks of an open plain file, from its current position.
+
+  Args:
+    f: a seekable binary file, positioned at its first data line.
+    chunk_lines: L, lines per chunk.
+    block_bytes: bytes scanned at a time.
+
+  Returns:
+    [n + 1] int64: where data lines 0, L, 2L, ... start (n chunks), then the file's size.
+    A last line without a line break is a line; n = 0 when no data line follows.
+  """
+  start = f.tell()
+  starts, newlines, base = [start], 0, start
+  while block := f.read(block_bytes):
+    ends = np.flatnonzero(np.frombuffer(block, np.uint8) == 10)  # each newline ends a line
+    count = newlines + np.arange(1, ends.size + 1)  # lines ended so far
+    starts.extend((base + ends[count % chunk_lines == 0] + 1).tolist())
+    newlines += ends.size
+    base += len(block)
+  if starts[-1] == base:  # a chunk start at the end of the file holds no line
+    starts.pop()
+  return np.asarray(starts + [base], np.int64)
+
+
+class _GzipCursor(NamedTuple):
+  """An open `.gz` file, read up to chunk `next_chunk` (gzip streams read forward only)."""
+
+  file: gzip.GzipFile
+  chunks: Iterator[LineChunk]
+  next_chunk: int
+
+
 class TextReader:
   """Re-iterable stream of `RawChunk`s over files of one `LineFormat`.
 
@@ -284,6 +324,9 @@ class TextReader:
     self.chunk_lines = int(chunk_lines)
     self.max_line_bytes = int(max_line_bytes)
     self.bad_lines_by_file: dict[str, int] = {}
+    self.lines_parsed = 0  # data lines handed to a parser (`__iter__` and `read_chunk`)
+    self._files: dict[str, tuple[ChunkParser | None, int, np.ndarray | None]] = {}
+    self._gzip: dict[str, _GzipCursor] = {}
 
   @property
   def bad_lines(self) -> int:
@@ -299,12 +342,74 @@ class TextReader:
           for chunk in _iter_line_chunks(f, path, self.chunk_lines, first_line,
                                          self.max_line_bytes):
             raw, num_bad = parse(chunk, self.skip_bad_lines)
+            self.lines_parsed += len(chunk.lines)
             if num_bad:
               bad += num_bad
-              self._record_bad(path, bad)
+              self.record_bad(path, bad)
             if raw.labels.shape[0]:
               yield raw
-      self._record_bad(path, bad)
+      self.record_bad(path, bad)
+
+  def num_chunks(self, path: str) -> int | None:
+    """Chunks of a plain file (indexed on first use); None for a `.gz` file (unknown)."""
+    offsets = self._file(path)[2]
+    return None if offsets is None else int(offsets.size - 1)
+
+  def read_chunk(self, path: str, chunk: int) -> tuple[RawChunk, int] | None:
+    """Chunk `chunk` of `path` parsed alone, as a pass parses it: (raw, bad lines dropped),
+    None past the file's end. Raises `DataFormatError` as a pass would."""
+    lines = self.read_lines(path, chunk)
+    return None if lines is None else self.parse_lines(lines)
+
+  def read_lines(self, path: str, chunk: int) -> LineChunk | None:
+    """The lines of chunk `chunk` of `path`, unparsed (None past the file's end)."""
+    parse, first_line, offsets = self._file(path)
+    if parse is None:
+      return None
+    if offsets is None:
+      return self._next_gzip_chunk(path, chunk, first_line)
+    if chunk >= offsets.size - 1:
+      return None
+    with _open_binary(path) as f:
+      f.seek(int(offsets[chunk]))
+      return next(_iter_line_chunks(f, path, self.chunk_lines, first_line +
+                                    chunk * self.chunk_lines, self.max_line_bytes), None)
+
+  def parse_lines(self, lines: LineChunk, skip_bad_lines: bool | None = None
+                  ) -> tuple[RawChunk, int]:
+    """Parses lines of `lines.path` (`skip_bad_lines`: the reader's unless given)."""
+    parse = self._file(lines.path)[0]
+    assert parse is not None  # a file with lines has a parser
+    self.lines_parsed += len(lines.lines)
+    return parse(lines, self.skip_bad_lines if skip_bad_lines is None else skip_bad_lines)
+
+  def _file(self, path: str) -> tuple[ChunkParser | None, int, np.ndarray | None]:
+    """(parser, first data line, chunk offsets or None for .gz) of a file, read once."""
+    if path not in self._files:
+      with _open_binary(path) as f:
+        parse, first_line = self._start(f, path)
+        offsets = (None if path.endswith(".gz") else
+                   np.zeros(1, np.int64) if parse is None else chunk_offsets(f, self.chunk_lines))
+      self._files[path] = (parse, first_line, offsets)
+    return self._files[path]
+
+  def _next_gzip_chunk(self, path: str, chunk: int, first_line: int) -> LineChunk | None:
+    """Chunk `chunk` of a .gz file: read on (skipping forward), reopened to go back."""
+    cursor = self._gzip.pop(path, None)
+    if cursor is None or cursor.next_chunk > chunk:
+      if cursor is not None:
+        cursor.file.close()
+      f = gzip.open(path, "rb")
+      self._start(f, path)  # the header again
+      cursor = _GzipCursor(f, _iter_line_chunks(f, path, self.chunk_lines, first_line,
+                                                self.max_line_bytes), 0)
+    lines = None
+    for _ in range(chunk - cursor.next_chunk + 1):  # the earlier ones skipped unparsed
+      if (lines := next(cursor.chunks, None)) is None:
+        cursor.file.close()
+        return None
+    self._gzip[path] = cursor._replace(next_chunk=chunk + 1)
+    return lines
 
   def has_data_lines(self) -> bool:
     """Whether any file has a line after its header (reads at most one line per file)."""
@@ -328,7 +433,8 @@ class TextReader:
     except _GZIP_ERRORS as e:
       raise _damaged_gzip_error(path, 1, e) from e
 
-  def _record_bad(self, path: str, count: int) -> None:
+  def record_bad(self, path: str, count: int) -> None:
+    """Records `count` bad lines of `path` in the current pass (the max over passes)."""
     # Every pass drops the same lines: the max is the count of a full pass,
     # already visible while the first pass is still running.
     self.bad_lines_by_file[path] = max(count, self.bad_lines_by_file.get(path, 0))

@@ -11,9 +11,13 @@ process reading everything, while the reading (the parse / disk / generation wor
 split P ways. The position after each batch (epoch, chunk or shard and offset, rng
 states, shuffle buffer) is kept for `position_at`; a run restarts from one with no replay.
 
-Other data sets (text files, Parquet, MovieLens, views that select or pool features) are
-read as a stream: every process reads the whole stream and keeps its rows (the
-backends' `put_global`), and a resume replays the stream to the checkpoint's step.
+Text files (Criteo, Avazu: `text_feed.TextFeed`) are parsed chunk by chunk, each chunk by
+one process, and exchanged before the shuffle, which every process runs alike; their
+position (the next chunk, the shuffle's rng and the ids it holds) restarts them too.
+
+Other data sets (Parquet, MovieLens, views that select or pool features) are read as a
+stream: every process reads the whole stream and keeps its rows (the backends'
+`put_global`), and a resume replays the stream to the checkpoint's step.
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ from typing import Any
 from sfjax.data import index_stream
 from sfjax.data.types import Batch
 from sfjax.parallel import distributed, host_exchange
+from sfjax.train import text_feed
 
 POSITION_KEY = "input_position"  # in checkpoint meta
 _KEEP_POSITIONS = 1024  # batches the feed may run ahead of the step that saves
+_KEEP_TEXT_POSITIONS = 64  # the same for text (prefetch + look-ahead stay far below)
 
 
 def reads_by_index(dataset) -> bool:
@@ -64,13 +70,23 @@ class InputFeed(Iterator[Batch]):
     if position is not None and int(position.get("batches", -1)) != int(start):
       raise ValueError(f"checkpoint meta field {POSITION_KEY}: a position after "
                        f"{position.get('batches')} batches, the checkpoint is at step {start}")
-    if self.by_index:
+    self.by_text = not self.by_index and text_feed.reads_text(dataset)
+    self._text: text_feed.TextFeed | None = None
+    self._stream: Iterator[Batch] | None = None
+    # A text position holds the shuffle buffer's ids: keep fewer of them.
+    self._keep = _KEEP_TEXT_POSITIONS if self.by_text else _KEEP_POSITIONS
+    if self.by_text:
+      saved = position if position is not None and position.get("kind") != "replay" else None
+      self._text = text_feed.TextFeed(dataset, batch_size, seed, saved)
+      if saved is None:
+        for _ in range(start):  # an old checkpoint (or a 'replay' position): replay
+          self._text.next_batch()
+    elif self.by_index:
       self._order = dataset.train_order(batch_size, seed, position)
       self._exchange = host_exchange.begin_stream()
       if position is None:
         for _ in range(start):  # an old checkpoint: replay the indices only (no reading)
           self._order.next_batch()
-      self._stream: Iterator[Batch] | None = None
     else:
       if position is not None and position.get("kind") != "replay":
         raise ValueError(f"checkpoint meta field {POSITION_KEY}: kind {position.get('kind')!r} "
@@ -79,6 +95,10 @@ class InputFeed(Iterator[Batch]):
       self._count = int(start)
 
   def __next__(self) -> Batch:
+    if self._text is not None:
+      batch = self._text.next_batch()
+      self._remember(self._text.position())
+      return batch
     if self._stream is not None:
       batch = next(self._stream)
       self._count += 1
@@ -95,7 +115,7 @@ class InputFeed(Iterator[Batch]):
   def _remember(self, position: index_stream.Position) -> None:
     with self._lock:
       self._positions[int(position["batches"])] = position
-      while len(self._positions) > _KEEP_POSITIONS:
+      while len(self._positions) > self._keep:
         self._positions.popitem(last=False)
 
   def position_at(self, step: int) -> index_stream.Position:

@@ -174,3 +174,61 @@ def test_has_data_lines_reads_one_line_of_some_file(tmp_path, write_file):
   full = write_file(tmp_path / "b.csv", "not even a good line\n")
   assert text_io.TextReader([empty, full], _TwoColumns()).has_data_lines()
   assert not text_io.TextReader([empty], _TwoColumns()).has_data_lines()
+
+
+@pytest.mark.parametrize("text", [b"", b"1,a\n", b"1,a", b"1,a\n0,b\n1,c", b"1,a\n0,b\n1,c\n"])
+@pytest.mark.parametrize("chunk_lines", [1, 2, 5])
+def test_chunk_offsets_are_where_every_lth_line_starts(tmp_path, text, chunk_lines):
+  path = tmp_path / "x.csv"
+  path.write_bytes(b"h\n" + text)
+  with open(path, "rb") as f:
+    f.readline()  # a header: the index starts at the first data line
+    offsets = text_io.chunk_offsets(f, chunk_lines, block_bytes=3)  # lines cross blocks
+  lines = text.splitlines(True)
+  starts = np.cumsum([2] + [len(line) for line in lines])[:-1]
+  np.testing.assert_array_equal(offsets, list(starts[::chunk_lines]) + [2 + len(text)])
+
+
+def _chunks_of_a_pass(paths, chunk_lines):
+  reader = text_io.TextReader(paths, _TwoColumns(), skip_bad_lines=True, chunk_lines=chunk_lines)
+  return list(reader), reader
+
+
+@pytest.mark.parametrize("chunk_lines", [1, 3, 100])
+def test_read_chunk_is_the_chunk_a_pass_parses(tmp_path, write_file, chunk_lines):
+  text = "".join(f"{i % 2},{i}\n" for i in range(10)) + "x,bad\n1,last"
+  paths = [write_file(tmp_path / "a.csv", text), write_file(tmp_path / "b.csv.gz", text, gz=True),
+           write_file(tmp_path / "e.csv", "")]
+  chunks, full = _chunks_of_a_pass(paths, chunk_lines)
+  reader = text_io.TextReader(paths, _TwoColumns(), skip_bad_lines=True, chunk_lines=chunk_lines)
+  read = []
+  for path in paths:
+    k = 0
+    while (got := reader.read_chunk(path, k)) is not None:
+      read.append(got[0])
+      k += 1
+    assert k == (reader.num_chunks(path) if not path.endswith(".gz") else k)
+  read = [raw for raw in read if raw.labels.size]  # a pass yields no empty chunk
+  assert len(read) == len(chunks)
+  for a, b in zip(read, chunks, strict=True):
+    for x, y in zip(a, b, strict=True):
+      np.testing.assert_array_equal(x, y)
+  assert reader.lines_parsed == full.lines_parsed == 24  # 12 lines in each of two files
+  assert reader.num_chunks(paths[0]) == -(-12 // chunk_lines) and reader.num_chunks(paths[1]) is None
+  assert reader.num_chunks(paths[2]) == 0
+
+
+def test_gzip_chunks_read_out_of_order_and_bad_lines_name_their_line(tmp_path, write_file):
+  text = "".join(f"1,{i}\n" for i in range(9)) + "2,bad\n"
+  path = write_file(tmp_path / "a.csv.gz", text, gz=True)
+  reader = text_io.TextReader([path], _TwoColumns(), chunk_lines=2)
+  assert reader.read_chunk(path, 3)[0].values[:, 0].tolist() == [b"6", b"7"]
+  assert reader.read_chunk(path, 1)[0].values[:, 0].tolist() == [b"2", b"3"]  # reopened
+  assert reader.read_chunk(path, 2)[0].values[:, 0].tolist() == [b"4", b"5"]  # read on
+  with pytest.raises(DataFormatError, match=r"a\.csv\.gz:10: label must be 0 or 1"):
+    reader.read_chunk(path, 4)
+  assert reader.read_chunk(path, 5) is None
+  lines = reader.read_lines(path, 0)
+  assert (lines.first_line, lines.lines) == (1, [b"1,0\n", b"1,1\n"])
+  raw, bad = reader.parse_lines(text_io.LineChunk(path, 9, [b"1,8\n", b"2,bad\n"]), True)
+  assert bad == 1 and raw.values[:, 0].tolist() == [b"8"]

@@ -4,10 +4,17 @@ every global batch: the reader's instrumented counter (`rows_read`) and the indi
 process read show the reads disjoint and complete. The run checkpoints and a second
 launch resumes it by seeking (the saved input position) to the same end.
 
+Text (Criteo TSV, a plain and a gzipped file): each process parses only its chunks (chunk
+k of the f-th file is process (f + k) % P's, a .gz file process f % P's), the global
+batches, the losses and the table equal one process's, the lines parsed add up to the
+lines consumed, and a run resumes from its text position by seeking (`train/text_feed`).
+
 (The fast tier's 2-process runs, tests/parallel/distributed_test.py and
 multiprocess_checkpoint_test.py, train on synthetic data, which is read per process too.)
 """
 
+import gzip
+import itertools
 import json
 import textwrap
 
@@ -134,3 +141,167 @@ def test_two_processes_read_disjoint_halves_and_train_as_one(shards_dir, tmp_pat
 @pytest.mark.timeout(600)
 def test_four_processes_read_disjoint_quarters_and_train_as_one(shards_dir, tmp_path):
   _check(4, shards_dir, tmp_path)
+
+
+# --- text files (Criteo TSV): each chunk parsed by one process, resume by seeking --------
+
+_TEXT_CHUNK_LINES = 50  # small chunks: the 600 + 400 lines split over both processes
+
+# One process of a text run: the worker above with what the reader parsed recorded
+# (path, chunk, lines) instead of the index reads.
+_TEXT_WORKER = _WORKER.replace("""  seen, real = [], data.read_train
+  def read(indices, real=real, seen=seen):  # instrumentation around the real reader
+    seen.append(np.asarray(indices).copy())
+    return real(indices)
+  data.read_train = read
+""", """  reader = data.train_reader
+  reader.chunk_lines = CHUNK_LINES
+  seen, real = [], reader.parse_lines
+  def parse(lines, *args, real=real, seen=seen, **kwargs):  # instrumentation around the real parser
+    seen.append((lines.path, (lines.first_line - 1) // CHUNK_LINES, len(lines.lines)))
+    return real(lines, *args, **kwargs)
+  reader.parse_lines = parse
+""".replace("CHUNK_LINES", str(_TEXT_CHUNK_LINES))).replace(
+    'seen=np.stack(seen),\n           rows_read=data.stats["rows_read"]',
+    'seen=np.asarray(seen, dtype=object), lines_parsed=reader.lines_parsed')
+assert "data.read_train" not in _TEXT_WORKER and "rows_read" not in _TEXT_WORKER
+
+
+@pytest.fixture(scope="module")
+def text_files(tmp_path_factory):
+  """Criteo TSV: a plain train file of 600 lines, a gzipped one of 400, 300 eval lines."""
+  root = tmp_path_factory.mktemp("per_process_text")
+  gen = synthetic.SyntheticCTR(ctr.get_config("smoke").data.synthetic, seed=0)
+  gen.write_criteo(str(root / "a.tsv"), "train", 600)
+  gen.write_criteo(str(root / "b.tsv"), "train", 400)
+  with open(root / "b.tsv", "rb") as f, gzip.open(root / "b.tsv.gz", "wb") as g:
+    g.write(f.read())
+  (root / "b.tsv").unlink()
+  gen.write_criteo(str(root / "eval.tsv"), "eval", 300)
+  return root
+
+
+def _text_config(root):
+  c = _config(root)
+  c.data.format, c.data.hash_rows, c.data.shuffle_buffer = "criteo", 2000, 300
+  c.data.train_path = f"{root}/a.tsv,{root}/b.tsv.gz"
+  c.data.eval_path = str(root / "eval.tsv")
+  return c
+
+
+@pytest.mark.slow  # two process start-ups + a 1-process reference
+@pytest.mark.timeout(400)
+def test_two_processes_parse_disjoint_text_chunks_and_train_as_one(text_files, tmp_path):
+  c = _text_config(text_files)
+  data = dataset_lib.make_dataset(c.data, c.seed)
+  reader = data.train_reader
+  reader.chunk_lines = _TEXT_CHUNK_LINES
+  ref_chunks, real = set(), reader.parse_lines
+  reader.parse_lines = lambda lines, *args, **kwargs: ref_chunks.add(
+      (lines.path, (lines.first_line - 1) // _TEXT_CHUNK_LINES)) or real(lines, *args, **kwargs)
+  ref_losses = []
+  ref_final, ref_state = loop.train_and_evaluate(c, dataset=data, loss_log=ref_losses)
+  two_processes.launch(_TEXT_WORKER, json.dumps(two_processes.flat_config(c)), tmp_path, 300,
+                       devices=4, count=2)
+  a, b = str(text_files / "a.tsv"), str(text_files / "b.tsv.gz")
+  for name, first in (("first", 0), ("resumed", 6)):
+    runs = [np.load(tmp_path / f"{name}_p{p}.npz", allow_pickle=True) for p in range(2)]
+    for p, run in enumerate(runs):
+      final = json.loads((tmp_path / f"{name}_p{p}.json").read_text())
+      chex.assert_trees_all_close(run["losses"], np.asarray(ref_losses[first:]),
+                                  rtol=1e-4, atol=1e-5)
+      chex.assert_trees_all_close(run["values"], np.asarray(ref_state.table.values),
+                                  rtol=1e-3, atol=1e-4)
+      for key in ("auc", "logloss"):
+        np.testing.assert_allclose(final[key], ref_final[key], rtol=1e-4, err_msg=key)
+      # Only its own chunks: chunk c of a.tsv is process c % 2's, b.tsv.gz process 1's.
+      for path, chunk, _ in run["seen"]:
+        assert (chunk % 2 if path == a else 1) == p, (name, p, path, chunk)
+      assert int(run["lines_parsed"]) == sum(n for *_, n in run["seen"])
+    parsed = [{(path, chunk) for path, chunk, _ in run["seen"]} for run in runs]
+    assert parsed[0] and parsed[1] and not parsed[0] & parsed[1]  # disjoint parts
+    if name == "first":  # together, every chunk one process parsed (and some read ahead)
+      assert ref_chunks <= parsed[0] | parsed[1] and any(path == b for path, _ in ref_chunks)
+
+
+# One process takes 20 global batches of a text feed (no training: nothing reads ahead but
+# the feed's own look-ahead), then restarts from the position after batch 12.
+_FEED_WORKER = textwrap.dedent("""
+    import json, os, sys
+    import numpy as np
+    cfg_json, port, pid, out, count = (sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4],
+                                       int(sys.argv[5]))
+    from experiments.configs import ctr
+    from sfjax.parallel import distributed
+    c = ctr.get_config("smoke")
+    c.update_from_flattened_dict(json.loads(cfg_json))
+    c.distributed.coordinator = "127.0.0.1:" + port
+    c.distributed.num_processes, c.distributed.process_id = count, pid
+    assert distributed.initialize_distributed(c) == count
+    from sfjax.data import dataset as dataset_lib
+    from sfjax.train import input_feed
+    data = dataset_lib.make_dataset(c.data, c.seed)
+    reader = data.train_reader
+    reader.chunk_lines = CHUNK_LINES
+    seen, real = [], reader.parse_lines
+    def parse(lines, *args, **kwargs):  # instrumentation around the real parser: (file, chunk, lines)
+      seen.append((reader.paths.index(lines.path), (lines.first_line - 1) // CHUNK_LINES,
+                   len(lines.lines)))
+      return real(lines, *args, **kwargs)
+    reader.parse_lines = parse
+    feed = input_feed.InputFeed(data, c.train.batch_size, c.seed)
+    labels = [next(feed).labels for _ in range(20)]
+    position = feed.position_at(20)
+    parsed = data.train_reader.lines_parsed
+    again = dataset_lib.make_dataset(c.data, c.seed)
+    again.train_reader.chunk_lines = CHUNK_LINES
+    resumed = input_feed.InputFeed(again, c.train.batch_size, c.seed, 12,
+                                   json.loads(json.dumps(feed.position_at(12))))
+    relabels = [next(resumed).labels for _ in range(8)]
+    np.savez(os.path.join(out, f"feed_p{pid}.npz"), labels=np.stack(labels),
+             relabels=np.stack(relabels), parsed=parsed, seen=np.asarray(seen),
+             cursor=[position["epoch"], position["file"], position["chunk"]])
+""").replace("CHUNK_LINES", str(_TEXT_CHUNK_LINES))
+
+
+def _check_text_feed(count, text_files, tmp_path):
+  c = _text_config(text_files)
+  data = dataset_lib.make_dataset(c.data, c.seed)
+  data.train_reader.chunk_lines = _TEXT_CHUNK_LINES
+  ref = np.stack([b.labels for b in itertools.islice(data.train_batches(_BATCH, c.seed), 20)])
+  two_processes.launch(_FEED_WORKER, json.dumps(two_processes.flat_config(c)), tmp_path,
+                       120 + 60 * count, devices=8 // count, count=count)
+  runs = [np.load(tmp_path / f"feed_p{p}.npz") for p in range(count)]
+  epoch, file, chunk = runs[0]["cursor"].tolist()
+  assert (epoch, file) == (0, 1) and chunk > 0  # 20 batches of 32 + the buffer: into b.tsv.gz
+  consumed = 600 + chunk * _TEXT_CHUNK_LINES  # lines of the chunks taken in
+  for run in runs:
+    np.testing.assert_array_equal(run["labels"], ref)  # the same global batches as 1 process
+    np.testing.assert_array_equal(run["relabels"], ref[12:])  # resumed at batch 12's position
+  # Each chunk parsed by one process: chunk k of a.tsv by process k % P, b.tsv.gz by
+  # process 1; the lines of the chunks taken in (before the cursor) add up to the lines
+  # consumed, exactly; nothing is parsed twice.
+  seen = [run["seen"] for run in runs]
+  for p, s in enumerate(seen):
+    assert {(f, k) for f, k, _ in s if f == 0} == {(0, k) for k in range(12) if k % count == p}
+    assert p == 1 or not (s[:, 0] == 1).any()
+  keys = [(f, k) for run in seen for f, k, _ in run]
+  assert len(keys) == len(set(keys))
+  taken = [n for run in seen for f, k, n in run if (f, k) < (1, chunk)]
+  assert sum(taken) == consumed
+  for run, s in zip(runs, seen, strict=True):
+    assert int(run["parsed"]) == s[:, 2].sum()
+  assert 0 <= (seen[1][:, 0] == 1).sum() - chunk <= 2 * count  # read ahead: the look-ahead
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_processes_text_feed_parses_each_line_once_and_resumes_by_seeking(text_files,
+                                                                              tmp_path):
+  _check_text_feed(2, text_files, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(500)
+def test_four_processes_text_feed_parses_each_line_once(text_files, tmp_path):
+  _check_text_feed(4, text_files, tmp_path)

@@ -10,6 +10,7 @@ import pytest
 from experiments.configs import ctr
 from sfjax.data import dataset as dataset_lib
 from sfjax.data import feature_select
+from sfjax.data.generated import synthetic
 from sfjax.train import input_feed
 
 
@@ -79,3 +80,27 @@ def test_a_view_is_read_as_a_stream_and_replayed():
   with pytest.raises(ValueError, match="read as a stream"):
     input_feed.InputFeed(data, 32, seed=1, start=0,
                          position={"kind": "chunked", "batches": 0})
+
+
+def test_text_files_are_fed_chunk_by_chunk_and_resumed_by_position_or_replay(tmp_path):
+  gen = synthetic.SyntheticCTR(ctr.get_config("smoke").data.synthetic, seed=0)
+  gen.write_criteo(str(tmp_path / "train.tsv"), "train", 700)
+  gen.write_criteo(str(tmp_path / "eval.tsv"), "eval", 20)
+  c = ctr.get_config("smoke")
+  c.data.format, c.data.hash_rows, c.data.shuffle_buffer = "criteo", 100, 200
+  c.data.train_path, c.data.eval_path = str(tmp_path / "train.tsv"), str(tmp_path / "eval.tsv")
+  data = dataset_lib.make_dataset(c.data, 0)
+  data.train_reader.chunk_lines = 64
+  feed = input_feed.InputFeed(data, 32, seed=1)
+  assert feed.by_text and not feed.by_index
+  ref = list(itertools.islice(data.train_batches(32, 1), 30))  # past an epoch
+  for batch in ref:
+    _equal(next(feed), batch)
+  position = json.loads(json.dumps(feed.position_at(20)))
+  assert position["kind"] == "text"
+  resumed = input_feed.InputFeed(data, 32, seed=1, start=20, position=position)
+  replayed = input_feed.InputFeed(data, 32, seed=1, start=20,  # a checkpoint before text positions
+                                  position={"kind": "replay", "batches": 20})
+  for batch in ref[20:]:
+    _equal(next(resumed), batch)
+    _equal(next(replayed), batch)
