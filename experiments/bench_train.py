@@ -69,6 +69,7 @@ from sfjax.data import (
   make_row_sampler,
 )
 from sfjax.embedding import (
+  ROW_DTYPES,
   ROW_OPTIMIZERS,
   TableState,
   gather_rows,
@@ -102,6 +103,7 @@ def workload_config(config: ml_collections.ConfigDict, backend: str,
   c.embedding.cache_rows = float(config.cache_rows)
   c.embedding.lookahead = config.lookahead
   c.embedding.unique_capacity = unique_capacity
+  c.embedding.update(dict(config.get("embedding", {})))  # dtype, stochastic_rounding
   return c
 
 
@@ -246,7 +248,9 @@ def run_backend(bench: ml_collections.ConfigDict, backend: str, spec: DatasetSpe
       "mean_unique_per_batch": float(np.mean(timed.unique_counts)), "compile_s": t_compile,
       "final_loss": float(piped.last_metrics["loss"]),
       "table_rows": spec.total_rows, "row_width": width,
-      "state_bytes_per_row": 4 * (width + row_opt.slot_width(width)),
+      "embedding_dtype": config.embedding.dtype,
+      "state_bytes_per_row": (ROW_DTYPES[config.embedding.dtype].itemsize * width
+                              + 4 * row_opt.slot_width(width)),
   }
   if after:
     result["cache"] = cache_figures(before, after, backend_obj.num_slots, spec.total_rows)
@@ -405,6 +409,7 @@ def run(config: ml_collections.ConfigDict) -> dict:
           "zipf": config.zipf} if config.workload == "onehot" else
          {"multihot": dict(config.multihot), "num_fields": spec.num_fields}),
       "embedding_optimizer": config.embedding_optimizer, "timed_steps": config.steps,
+      "embedding_dtype": config.embedding.dtype,
       "distinct_batches": pool, "fresh_batches": pool >= total_steps,
       "data_generation_s": gen_seconds, "devices": jax.device_count(),
       "platform": jax.devices()[0].platform, "repeats": len(rounds), "unique_capacity": capacity,

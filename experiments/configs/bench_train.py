@@ -33,6 +33,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   # Padded unique ids per step (0: the largest unique count of the batches, rounded up to 256).
   c.unique_capacity = 0
   c.embedding_optimizer = "rowwise_adagrad"  # row optimizer of the embedding table
+  c.embedding = e = ml_collections.ConfigDict()  # copied into the trainer's embedding block
+  e.dtype = "float32"  # table rows: float32 | bfloat16 | float16 (sfjax/embedding/row_dtype.py)
+  e.stochastic_rounding = False  # half-width rows: stochastic rounding of the updates
   c.repeats = 1  # rounds of (floor, backends), interleaved; figures are medians over rounds
   c.floor = False  # also run the plain-JAX floor (experiments/floor_deepfm.py) in each round
   c.out = ""  # also write the JSON result here

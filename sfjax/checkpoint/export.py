@@ -6,6 +6,7 @@
   out_dir/
     export.json              manifest (below); written last
     values/rows_<lo>.npy     float32 [n, E]  rows [lo, lo + n) of the concatenated table
+                             (a half-width run's: float16, or bfloat16 as uint16 bits)
     slots/rows_<lo>.npy      float32 [n, S]  the row optimizer's slots of the same rows
     mapping/                 preprocessed data only: a copy of DIR/mapping.json (+ vocabulary/)
 
@@ -21,7 +22,10 @@ Every row is written, trained or not (a never-written row holds its deterministi
 initial value), so a reader needs no sfjax code: `np.load` each file, concatenate.
 Plain `.npy` chunks, not zarr or tensorstore: the table is a dense float32 array, for
 which `.npy` is exact, memory-mappable and readable by any numpy, with no further
-dependency. The cache backend's device cache needs no export: checkpoints are taken
+dependency. Half-width rows (`embedding.dtype`) are exported in their dtype: export.json's
+`dtype` says which; bfloat16 has no numpy dtype, so its files hold the uint16 bits
+(`values_storage`), which numpy alone widens exactly: `(bits.astype(np.uint32) << 16).view(
+np.float32)`. The cache backend's device cache needs no export: checkpoints are taken
 after it is flushed to the host table.
 """
 
@@ -39,6 +43,7 @@ import numpy as np
 from sfjax.checkpoint import reader
 from sfjax.core import digest
 from sfjax.core.atomic import atomic_write
+from sfjax.embedding import row_dtype
 from sfjax.embedding.host_table import CHUNK_ROWS
 
 _FORMAT_NAME = "sfjax.table_export"
@@ -99,10 +104,13 @@ def _mapping(config, out_dir: str, meta: dict[str, Any]) -> dict[str, Any]:
                   "(same data.min_count) and use its mapping.json"}
 
 
-def _save_npy(out_dir: str, rel: str, array: np.ndarray, lo: int) -> dict[str, Any]:
+def _save_npy(out_dir: str, rel: str, array: np.ndarray, lo: int,
+              dtype=np.float32) -> dict[str, Any]:
+  """Writes `array` as rows of `dtype` (bfloat16: its uint16 bits) to `out_dir/rel`."""
   full = os.path.join(out_dir, rel)
+  stored = np.ascontiguousarray(array, dtype)
   with open(full, "wb") as f:
-    np.save(f, np.ascontiguousarray(array, np.float32))
+    np.save(f, stored.view(row_dtype.storage_dtype(dtype)))
   return {"file": rel, "rows": [lo, lo + int(array.shape[0])], **digest.file_digest(full)}
 
 
@@ -140,14 +148,17 @@ def export_checkpoint(workdir: str, out_dir: str, checkpoint_path: str | None = 
   table = ckpt.table
   value_files, slot_files = [], []
   for lo, values, slots in table.chunks():
-    value_files.append(_save_npy(tmp, f"values/rows_{lo:012d}.npy", values, lo))
+    value_files.append(_save_npy(tmp, f"values/rows_{lo:012d}.npy", values, lo, table.dtype))
     slot_files.append(_save_npy(tmp, f"slots/rows_{lo:012d}.npy", slots, lo))
   num_rows, width, slot_width = table.num_rows, table.width, table.slot_width
   if num_rows != sum(rows):
     raise ValueError(f"{path}: the table has {num_rows} rows, its fields {sum(rows)}")
   manifest = {
       "format": _FORMAT_NAME, "version": _FORMAT_VERSION, "step": ckpt.step,
-      "checkpoint": os.path.abspath(path), "dtype": "float32", "num_rows": num_rows,
+      "checkpoint": os.path.abspath(path), "dtype": row_dtype.dtype_name(table.dtype),
+      **({"values_storage": "uint16"} if row_dtype.storage_dtype(table.dtype) != table.dtype
+         else {}),  # bfloat16 rows as their bits
+      "num_rows": num_rows,
       "width": width, "slot_width": slot_width, "chunk_rows": CHUNK_ROWS,
       "row_optimizer": config.embedding.optimizer, "model": config.model.name,
       "embedding_layout": "models with first-order terms: row[:-1] is the field vector, "
@@ -166,7 +177,7 @@ def export_checkpoint(workdir: str, out_dir: str, checkpoint_path: str | None = 
 
 
 def read_export(out_dir: str) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
-  """(manifest, values [V,E], slots [V,S]) of an export, checking every CRC (numpy only)."""
+  """(manifest, values [V,E] (its `dtype`), slots [V,S]) of an export, checking every CRC."""
   with open(os.path.join(out_dir, _MANIFEST_FILE), encoding="utf-8") as f:
     manifest = json.load(f)
   parts = {}
@@ -180,4 +191,5 @@ def read_export(out_dir: str) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
         raise ValueError(f"{os.path.join(out_dir, entry['file'])}: CRC-32 mismatch ({why})")
       arrays.append(np.load(io.BytesIO(data)))
     parts[kind] = np.concatenate(arrays)
-  return manifest, parts["values"], parts["slots"]
+  values = row_dtype.from_storage(parts["values"], manifest.get("dtype", "float32"))
+  return manifest, values, parts["slots"]

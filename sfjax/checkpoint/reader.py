@@ -12,7 +12,8 @@ state (orbax: `{"values", "opt_slots"}`; a row-sharded table's round-robin layou
 meta.json's `table_layout`, and is read back in row order); the cache backend's is the host table's chunks
 and row deltas, in one directory or per-process shards (`table_shards`), where a row
 never written reads as its deterministic initial value (`init_rows`, and the row
-optimizer's initial slots), as the `HostTable` returned it.
+optimizer's initial slots), as the `HostTable` returned it. Rows come back in the dtype
+they were trained in (`CheckpointTable.dtype`: float32, or half-width `embedding.dtype`).
 
 The trainer restores through here too (`checkpointer.Checkpointer.restore`): the same
 meta.json check and dense-state layout, restored into its own shapes and shardings
@@ -33,7 +34,13 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from sfjax.checkpoint import layout, table_shards
-from sfjax.embedding import host_table_files, row_optimizers, row_sharded_table, sharded_cache
+from sfjax.embedding import (
+  host_table_files,
+  row_dtype,
+  row_optimizers,
+  row_sharded_table,
+  sharded_cache,
+)
 from sfjax.embedding.host_table import CHUNK_ROWS
 from sfjax.embedding.initializers import init_rows, init_table_rows
 
@@ -128,19 +135,22 @@ class CheckpointTable:
     slot_width: S (0 for SGD).
     read_chunk: chunk k -> (values [n, E], slots [n, S]) of rows [k * CHUNK_ROWS, + n).
     where: the checkpoint (for error messages).
+    dtype: the rows' dtype as trained (`embedding.dtype`); values come back in it.
   """
 
   def __init__(self, num_rows: int, width: int, slot_width: int,
-               read_chunk: Callable[[int], Rows], where: str):
+               read_chunk: Callable[[int], Rows], where: str, dtype=np.float32):
     self.num_rows, self.width, self.slot_width = int(num_rows), int(width), int(slot_width)
+    self.dtype = row_dtype.row_dtype(dtype, f"{where}: table dtype")
     self.num_chunks = -(-self.num_rows // CHUNK_ROWS)
     self._read_chunk, self.where = read_chunk, where
 
   def chunk(self, k: int) -> Rows:
-    """(values [n, E], slots [n, S]) float32 of rows `[k * CHUNK_ROWS, k * CHUNK_ROWS + n)`."""
+    """(values [n, E] `dtype`, slots [n, S] float32) of rows `[k * CHUNK_ROWS, + n)`."""
     if not 0 <= k < self.num_chunks:
       raise ValueError(f"{self.where}: chunk {k} is outside a table of {self.num_rows} rows")
-    return self._read_chunk(k)
+    values, slots = self._read_chunk(k)
+    return values.astype(self.dtype, copy=False), slots
 
   def chunks(self) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
     """(first row, values [n, E], slots [n, S]) of every chunk, in row order."""
@@ -148,7 +158,8 @@ class CheckpointTable:
       yield (k * CHUNK_ROWS, *self.chunk(k))
 
   def rows(self, ids) -> Rows:
-    """(values [N, E], slots [N, S]) float32 of rows `ids` ([N] ints in [0, V), repeats allowed).
+    """(values [N, E] `dtype`, slots [N, S] float32) of rows `ids` ([N] ints in [0, V), repeats
+    allowed).
 
     Each chunk holding a requested row is read once.
     """
@@ -160,7 +171,7 @@ class CheckpointTable:
     if ids.size and (ids.min() < 0 or ids.max() >= self.num_rows):
       bad = ids[(ids < 0) | (ids >= self.num_rows)][0]
       raise ValueError(f"{self.where}: row id {bad} is outside [0, {self.num_rows})")
-    values = np.empty((ids.size, self.width), np.float32)
+    values = np.empty((ids.size, self.width), self.dtype)
     slots = np.empty((ids.size, self.slot_width), np.float32)
     chunk_of = ids // CHUNK_ROWS
     order = np.argsort(chunk_of, kind="stable")
@@ -176,7 +187,8 @@ class CheckpointTable:
 def _device_table(dense: dict[str, Any], where: str, meta: dict[str, Any]) -> CheckpointTable:
   """The device backend's table, held whole in the dense state (a row-sharded table's rows
   put back in row order, its padding rows past the `fields`' rows dropped)."""
-  values = np.asarray(dense["table"]["values"], np.float32)
+  values = row_dtype.from_storage(dense["table"]["values"])  # uint16: bfloat16 bits
+  dtype = row_dtype.row_dtype(values.dtype, f"{where}: table values dtype")
   slots = dense["table"]["opt_slots"]  # None: SGD's [V, 0] slots (orbax saves no empty array)
   slots = np.zeros((values.shape[0], 0), np.float32) if slots is None else np.asarray(slots)
   saved = saved_table_layout(meta, values.shape[0])
@@ -188,7 +200,8 @@ def _device_table(dense: dict[str, Any], where: str, meta: dict[str, Any]) -> Ch
     rows = slice(k * CHUNK_ROWS, (k + 1) * CHUNK_ROWS)
     return values[rows], slots[rows]
 
-  return CheckpointTable(values.shape[0], values.shape[1], slots.shape[1], read_chunk, where)
+  return CheckpointTable(values.shape[0], values.shape[1], slots.shape[1], read_chunk, where,
+                         dtype)
 
 
 def _initial_slot_row(manifest: dict[str, Any], path: str) -> np.ndarray:
@@ -231,7 +244,9 @@ def _host_table(path: str) -> CheckpointTable:
       values[written], slots[written] = stored_values[written], stored_slots[written]
     return values, slots
 
-  return CheckpointTable(num_rows, width, slot_width, read_chunk, path)
+  # Rows are stored as float32 (exact for half-width rows); initial rows round to the dtype.
+  return CheckpointTable(num_rows, width, slot_width, read_chunk, path,
+                         m.get("dtype", "float32"))
 
 
 class Checkpoint:

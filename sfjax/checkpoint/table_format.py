@@ -5,7 +5,9 @@ A checkpoint of the host table is a directory
   manifest.json        {"format", "version", "chunk_rows", "num_rows", "width", "slot_width",
                         "seed", "init_stddev", "initial_slot_row" (absent before it was
                         recorded), "tables" (per-table initial rows, only when a
-                        layout's tables set their own), "chunks": {"<k>": {"file", "bytes", "crc32"}},
+                        layout's tables set their own), "dtype" (half-width rows only:
+                        their values, stored as float32, are exactly that dtype's),
+                        "chunks": {"<k>": {"file", "bytes", "crc32"}},
                         "deltas": [{"ids": {...}, "rows": {...}, "count"}], "delta_seq"}
   chunk_<k>.npy        float32 [m, E + S + 1]: the chunk's m written rows: values | optimizer
                        slots | the row's index in the chunk (version 1: all n rows, last
@@ -72,6 +74,8 @@ def _spec_dict(table: host_table_lib.HostTable) -> dict[str, Any]:
          "init_stddev": s.init_stddev, "initial_slot_row": list(s.initial_slot_row)}
   if s.tables is not None:  # a layout's tables with their own initializer / optimizer
     out["tables"] = host_table_files.tables_json(s)
+  if s.dtype != "float32":  # half-width rows: stored as float32 (exact), read back as `dtype`
+    out["dtype"] = s.dtype
   return out
 
 
@@ -242,7 +246,7 @@ def write_table(snapshot: TableSnapshot, table: host_table_lib.HostTable, direct
       values, slots, flags = snapshot.read_chunk(k)
       if flags.any():
         local = np.flatnonzero(flags)  # only written rows: a sparse table's base stays small
-        block = np.concatenate([values[local], slots[local],
+        block = np.concatenate([values[local].astype(np.float32), slots[local],
                                 local[:, None].astype(np.float32)], axis=1)  # exact below 2**24
         chunks[str(k)] = dict(_write_file(directory, _chunk_file(k), _npy_bytes(block)),
                               rows=int(local.size))
@@ -311,7 +315,7 @@ def _write_deltas(snapshot: TableSnapshot, directory: str, plan: SavePlan,
     values, slots, _ = snapshot.read_chunk(k)
     local = plan.rows[start:stop] - k * CHUNK_ROWS
     ids_buf.append(plan.rows[start:stop])
-    rows_buf.append(np.concatenate([values[local], slots[local]], axis=1))
+    rows_buf.append(np.concatenate([values[local].astype(np.float32), slots[local]], axis=1))
     count += local.size
     if count >= _DELTA_PIECE_ROWS:
       emit()

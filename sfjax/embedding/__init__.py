@@ -6,12 +6,14 @@
                                    for an id outside its field's rows)
   CachePlanner / CachePipeline     the MixCache: host planner and the overlapped stages
   RowOptimizer / ROW_OPTIMIZERS    optax-style optimizers over touched rows only
+  ROW_DTYPES                       the rows' storage dtype by name (`embedding.dtype`: float32, or
+                                   half-width bfloat16 / float16)
   apply_row_grads / pull_rows      a host parameter server: rows pulled per id, updated on the
                                    host in numpy (`host_ps`, SFCTR's baseline)
 
 Modules: `host_table` (+ `host_table_files`), `device_table`, `vsi`, `cache` (the device
 cache state), `cache_planner` (+ `slot_index`), `pipeline`, `sharded_cache` (row-sharded
-over devices), `row_optimizers`, `host_ps`, `initializers` and `belady` (the offline optimum).
+over devices), `row_optimizers`, `row_dtype`, `host_ps`, `initializers` and `belady` (the offline optimum).
 """
 
 from sfjax.embedding.belady import simulate_belady
@@ -27,6 +29,7 @@ from sfjax.embedding.host_ps import (
 )
 from sfjax.embedding.host_table import CHUNK_ROWS, HostTable, HostTableSpec
 from sfjax.embedding.pipeline import CachePipeline, bucket_for, device_bytes, swap_buckets
+from sfjax.embedding.row_dtype import ROW_DTYPE_NAMES, ROW_DTYPES
 from sfjax.embedding.row_optimizers import (
   ROW_OPTIMIZER_NAMES,
   ROW_OPTIMIZERS,
@@ -38,6 +41,8 @@ from sfjax.embedding.vsi import IdRangeError, dedup_ids, global_row_ids, prepare
 __all__ = [
   "CACHE_POLICIES",
   "CHUNK_ROWS",
+  "ROW_DTYPES",
+  "ROW_DTYPE_NAMES",
   "ROW_OPTIMIZERS",
   "ROW_OPTIMIZER_NAMES",
   "CacheCapacityError",

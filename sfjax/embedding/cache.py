@@ -9,7 +9,9 @@ swaps rows according to the host planner's `CachePlan`:
   cache[fill_slots] = fill rows       # then admit the misses (values AND optimizer slots)
 
 and then runs the ordinary step with `batch.rows` = the batch's slots. Padding
-slots equal `C`: gathers read zeros, scatters drop them.
+slots equal `C`: gathers read zeros, scatters drop them. Rows stored half-width
+(`embedding.dtype`) move half-width both ways: fills arrive in the cache's dtype and
+evicted rows are read out as stored.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sfjax.embedding import device_table
+from sfjax.embedding import device_table, row_dtype
 
 # A CacheSwap's array type: np.ndarray while staged on the host, jax.Array on the device.
 A = TypeVar("A")
@@ -31,7 +33,7 @@ class CacheSwap(NamedTuple, Generic[A]):
 
   Attributes:
     fill_slots: [F_cap] int32 slots receiving missed rows.
-    fill_values: [F_cap, E] float32 rows gathered from the host table.
+    fill_values: [F_cap, E] rows gathered from the host table (the table's row dtype).
     fill_opt_slots: [F_cap, S] float32 their optimizer slots.
     evict_slots: [F_cap] int32 slots whose rows are read out before the fills.
   """
@@ -42,9 +44,11 @@ class CacheSwap(NamedTuple, Generic[A]):
   evict_slots: A
 
 
-def init_cache(num_slots: int, width: int, slot_width: int, sharding=None) -> device_table.TableState:
-  """An empty cache (zeros): every row is written by a fill before it is read."""
-  values = np.zeros((num_slots, width), np.float32)
+def init_cache(num_slots: int, width: int, slot_width: int, sharding=None,
+               dtype=np.float32) -> device_table.TableState:
+  """An empty cache (zeros; rows of `dtype`, stored as `row_dtype.storage_dtype`): every row is
+  written by a fill before it is read."""
+  values = np.zeros((num_slots, width), row_dtype.storage_dtype(dtype))
   slots = np.zeros((num_slots, slot_width), np.float32)
   if sharding is None:
     return device_table.TableState(jnp.array(values), jnp.array(slots))
@@ -53,8 +57,9 @@ def init_cache(num_slots: int, width: int, slot_width: int, sharding=None) -> de
 
 def swap_rows(cache: device_table.TableState, swap: CacheSwap[jax.Array]
               ) -> tuple[device_table.TableState, device_table.TableState]:
-  """Reads the victims out, then writes the fills. Returns (new cache, evicted rows [F_cap])."""
-  evicted = device_table.gather_rows(cache, swap.evict_slots)
+  """Reads the victims out, then writes the fills. Returns (new cache, evicted rows [F_cap]
+  as stored)."""
+  evicted = device_table.take_rows(cache, swap.evict_slots)
   cache = device_table.scatter_rows(
       cache, swap.fill_slots, device_table.TableState(swap.fill_values, swap.fill_opt_slots))
   return cache, evicted

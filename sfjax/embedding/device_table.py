@@ -4,6 +4,11 @@ State is a pytree of two arrays, `values[V, E]` and `opt_slots[V, S]`. Device
 code only sees int32 row indices; the padding value `V` is out of range on
 purpose: gathers fill it with zeros and scatters drop it, so padded entries of a
 fixed-size unique set never read or write a real row.
+
+Rows may be stored half-width (`embedding.dtype`, `sfjax.embedding.row_dtype`): a step
+gathers them upcast to float32 (`gather_rows`), updates them in float32 and writes them
+back in the table's dtype (`scatter_rows`); slots stay float32. bfloat16 rows are held
+as their uint16 bits (`row_dtype.storage_dtype`: XLA:CPU has no native bfloat16 scatter).
 """
 
 from __future__ import annotations
@@ -14,14 +19,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sfjax.embedding import initializers, row_optimizers
+from sfjax.embedding import initializers, row_dtype, row_optimizers
 
 
 class TableState(NamedTuple):
   """Embedding rows and their row-optimizer slots.
 
   Attributes:
-    values: [V, E] float32.
+    values: [V, E] float32, float16, or uint16 (the bits of bfloat16 rows; `row_dtype`).
     opt_slots: [V, S] float32.
   """
 
@@ -30,31 +35,34 @@ class TableState(NamedTuple):
 
 
 def init_table_host(num_rows: int, width: int, row_opt: row_optimizers.RowOptimizer, *,
-                     seed: int, stddev: float, tables: initializers.TableInits | None = None
-                     ) -> tuple[np.ndarray, np.ndarray]:
+                     seed: int, stddev: float, tables: initializers.TableInits | None = None,
+                     dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
   """Host (numpy) initial table: `init_rows` values and the optimizer's initial slots.
 
   Returns:
-    values [V, E] float32 and opt_slots [V, S] float32.
+    values [V, E] `dtype` (float32 rows rounded to nearest) and opt_slots [V, S] float32.
   """
   if tables is not None:  # each table its own stddev and initial slots
-    return initializers.init_table_rows(seed, np.arange(num_rows, dtype=np.int64), width, tables)
+    values, opt_slots = initializers.init_table_rows(
+        seed, np.arange(num_rows, dtype=np.int64), width, tables)
+    return values.astype(dtype, copy=False), opt_slots
   values = initializers.init_rows(seed, 0, np.arange(num_rows, dtype=np.int64), width, stddev)
   slot_row = row_opt.initial_slot_row(width)
   opt_slots = np.broadcast_to(slot_row, (num_rows, slot_row.shape[0])).astype(np.float32)
-  return values, opt_slots
+  return values.astype(dtype, copy=False), opt_slots
 
 
 def init_table(num_rows: int, width: int, row_opt: row_optimizers.RowOptimizer, *,
                seed: int, stddev: float, sharding=None,
-               tables: initializers.TableInits | None = None) -> TableState:
+               tables: initializers.TableInits | None = None, dtype=np.float32) -> TableState:
   """Device table initialised exactly like the lazily initialised host table.
 
   `tables` (None: every row alike) gives each table of a feature layout its own
-  stddev and initial slots (`initializers.init_table_rows`).
+  stddev and initial slots (`initializers.init_table_rows`); `dtype` is the rows' dtype.
   """
   values, opt_slots = init_table_host(num_rows, width, row_opt, seed=seed, stddev=stddev,
-                                       tables=tables)
+                                       tables=tables, dtype=dtype)
+  values = row_dtype.to_stored_host(values)  # bfloat16: its uint16 bits (a view)
   # jnp.array copies: the host buffers are never aliased by the device arrays (DESIGN §7).
   if sharding is None:
     return TableState(jnp.array(values), jnp.array(opt_slots))
@@ -77,20 +85,36 @@ def table_inits(layout, width: int, row_opt: row_optimizers.RowOptimizer,
   return initializers.TableInits(layout.table_offsets, stddevs, slot_rows.astype(np.float32))
 
 
-def gather_rows(table: TableState, rows: jax.Array) -> TableState:
-  """Rows `rows [U]` int32 of the table; out-of-range (padding) rows read as zeros."""
+def take_rows(table: TableState, rows: jax.Array) -> TableState:
+  """Rows `rows [U]` int32 of the table as stored (values in the table's stored dtype: cache
+  evictions travel half-width); out-of-range (padding) rows read as zeros."""
   return TableState(
       jnp.take(table.values, rows, axis=0, mode="fill", fill_value=0),
       jnp.take(table.opt_slots, rows, axis=0, mode="fill", fill_value=0),
   )
 
 
+def gather_values(values: jax.Array, rows: jax.Array) -> jax.Array:
+  """Rows `rows [U]` of `values [V, E]` upcast to float32 `[U, E]` (padding rows: zeros)."""
+  return row_dtype.to_compute(jnp.take(values, rows, axis=0, mode="fill", fill_value=0))
+
+
+def gather_rows(table: TableState, rows: jax.Array) -> TableState:
+  """Rows `rows [U]` int32 of the table, values upcast to float32 (the dtype a step
+  computes in; exact); out-of-range (padding) rows read as zeros."""
+  taken = take_rows(table, rows)
+  return taken._replace(values=row_dtype.to_compute(taken.values))
+
+
 def scatter_rows(table: TableState, rows: jax.Array, update: TableState) -> TableState:
   """Writes `update` ([U, E], [U, S]) into rows `rows [U]`; out-of-range rows are dropped.
 
-  `rows` must be unique among in-range entries (VSI guarantees it).
+  Values are cast to the table's stored dtype (round to nearest even; a row optimizer
+  from `row_optimizers.with_row_dtype` has already rounded them). `rows` must be unique
+  among in-range entries (VSI guarantees it).
   """
+  values = row_dtype.to_stored(update.values, table.values.dtype)
   return TableState(
-      table.values.at[rows].set(update.values, mode="drop", unique_indices=False),
+      table.values.at[rows].set(values, mode="drop", unique_indices=False),
       table.opt_slots.at[rows].set(update.opt_slots, mode="drop", unique_indices=False),
   )

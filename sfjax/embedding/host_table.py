@@ -3,7 +3,7 @@
 ScaleFreeCTR keeps the full table on the host and only a cache of it on the
 device (DESIGN.md §2). A `HostTable` stores
 
-  values[V, E] float32   embedding rows
+  values[V, E] float32   embedding rows (or half-width: `HostTableSpec.dtype`, row_dtype)
   slots[V, S]  float32   row-optimizer slots (`RowOptimizer.slot_width(E)` columns)
   materialised[V] bool   True once a row has been written by `scatter`
 
@@ -11,20 +11,20 @@ addressed by int64 global row ids (V may exceed 2**31). Two backends share one
 interface: in-RAM numpy arrays (`create_ram`) and memory-mapped `.npy` files in a
 directory (`create_mmap` / `open_mmap`) for tables larger than RAM.
 
-Rows initialise lazily and deterministically: a row that was never written reads
-as `init_rows(seed, 0, ids, E, init_stddev)` (table id 0, the trainer's single
-concatenated table) with slots `initial_slot_row`, exactly what the on-device
-reference table holds, so nothing proportional to V is ever written. A feature
-layout whose tables set their own initializer or optimizer gives each table's rows
-its own stddev and initial slots (`HostTableSpec.tables`, `initializers.init_table_rows`). Both
-backends allocate zero pages lazily (calloc for RAM, sparse files for mmap): a
-1e9-row table costs almost nothing until rows are touched.
+Rows initialise lazily and deterministically: a row that was never written reads as
+`init_rows(seed, 0, ids, E, init_stddev)` (table id 0, the trainer's single concatenated
+table) with slots `initial_slot_row`, exactly what the on-device reference table holds, so
+nothing proportional to V is ever written. A feature layout whose tables set their own
+initializer or optimizer gives each table's rows its own stddev and initial slots
+(`HostTableSpec.tables`, `initializers.init_table_rows`). Both backends allocate zero pages
+lazily (calloc for RAM, sparse files for mmap): a 1e9-row table costs almost nothing until
+rows are touched.
 
-The mmap backend's directory (meta.json, values.npy, slots.npy, materialised.npy)
-is `sfjax.embedding.host_table_files`. `clean` is false while writes are not yet flushed; a table reopened in that state
-recounts `num_materialised` from the flags instead of trusting the stored count.
-Every write validates ids, shapes and finiteness before touching any array, so a
-bad write never corrupts saved state.
+The mmap backend's directory (meta.json, values.npy, slots.npy, materialised.npy) is
+`sfjax.embedding.host_table_files`. `clean` is false while writes are not yet flushed; a
+table reopened in that state recounts `num_materialised` from the flags instead of trusting
+the stored count. Every write validates ids, shapes and finiteness before touching any
+array, so a bad write never corrupts saved state.
 
 The table keeps rows, nothing else: what changed since a checkpoint is tracked by
 whoever needs it through a write observer (`add_write_observer`; the checkpointer's
@@ -43,6 +43,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sfjax.embedding import host_table_files as files
+from sfjax.embedding import row_dtype
 from sfjax.embedding.initializers import TableInits, init_rows, init_table_rows
 
 # Rows per chunk: the block of `read_chunk`; checkpoints (`sfjax.checkpoint`) save chunks this size.
@@ -65,6 +66,8 @@ class HostTableSpec:
     initial_slot_row: the S slot values of a never-written row.
     tables: None (every row alike), or per-table `(starts [T], stddevs [T], slot rows
       [T][S])` of a never-written row, which then override the two above.
+    dtype: the dtype rows are stored in ('float32', 'bfloat16', 'float16'; slots stay
+      float32); initial rows are rounded to it (nearest even), like the device table's.
   """
 
   num_rows: int
@@ -74,6 +77,7 @@ class HostTableSpec:
   init_stddev: float
   initial_slot_row: tuple[float, ...]
   tables: tuple[tuple[int, ...], tuple[float, ...], tuple[tuple[float, ...], ...]] | None = None
+  dtype: str = "float32"
 
   def table_inits(self) -> TableInits | None:
     """`tables` as the initializer's arrays (None when every row is alike)."""
@@ -84,6 +88,7 @@ class HostTableSpec:
                       np.asarray(slot_rows, np.float32).reshape(len(starts), self.slot_width))
 
   def __post_init__(self):
+    row_dtype.row_dtype(self.dtype, "HostTableSpec.dtype")
     for name, low in (("num_rows", 1), ("width", 1), ("slot_width", 0)):
       value = getattr(self, name)
       if not isinstance(value, (int, np.integer)) or value < low:
@@ -106,7 +111,7 @@ class HostTableSpec:
 
 
 def _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row,
-               tables: TableInits | None = None) -> HostTableSpec:
+               tables: TableInits | None = None, dtype="float32") -> HostTableSpec:
   row = tuple(float(v) for v in np.asarray(initial_slot_row, np.float32).reshape(-1))
   per_table = None
   if tables is not None:
@@ -115,7 +120,7 @@ def _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row,
                  tuple(float(x) for x in tables.stddevs),
                  tuple(tuple(float(v) for v in r) for r in slot_rows))
   return HostTableSpec(int(num_rows), int(width), int(slot_width), int(seed), float(init_stddev),
-                       row, per_table)
+                       row, per_table, dtype if isinstance(dtype, str) else row_dtype.dtype_name(dtype))
 
 
 class HostTable:
@@ -132,7 +137,8 @@ class HostTable:
     """Internal; use the `create_ram` / `create_mmap` / `open_mmap` constructors."""
     self.spec = spec
     self.path = path
-    self._values = values  # [V, E] float32
+    self._values = values  # [V, E] spec.dtype
+    self.dtype = row_dtype.row_dtype(spec.dtype)
     self._slots = slots  # [V, S] float32
     self._flags = flags  # [V] bool
     self._num_materialised = int(num_materialised)
@@ -147,24 +153,26 @@ class HostTable:
 
   @classmethod
   def create_ram(cls, num_rows: int, width: int, slot_width: int, *, seed: int,
-                 init_stddev: float, initial_slot_row, tables: TableInits | None = None
-                 ) -> HostTable:
+                 init_stddev: float, initial_slot_row, tables: TableInits | None = None,
+                 dtype="float32") -> HostTable:
     """An in-RAM table; zero pages are allocated lazily by the OS (calloc).
 
-    `tables`: per-table initial rows (None: every row `init_stddev`, `initial_slot_row`).
+    `tables`: per-table initial rows (None: every row `init_stddev`, `initial_slot_row`);
+    `dtype`: the rows' dtype (`HostTableSpec.dtype`).
     """
-    spec = _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row, tables)
-    v, e, s = spec.num_rows, spec.width, spec.slot_width
-    return cls(spec, np.zeros((v, e), np.float32), np.zeros((v, s), np.float32),
-               np.zeros((v,), np.bool_), 0, None, True)
+    spec = _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row, tables,
+                      dtype)
+    v, e, s, dt = spec.num_rows, spec.width, spec.slot_width, row_dtype.row_dtype(dtype)
+    return cls(spec, np.zeros((v, e), dt), np.zeros((v, s), np.float32), np.zeros((v,), np.bool_),
+               0, None, True)
 
   @classmethod
   def create_mmap(cls, path: str, num_rows: int, width: int, slot_width: int, *, seed: int,
-                  init_stddev: float, initial_slot_row, tables: TableInits | None = None
-                  ) -> HostTable:
+                  init_stddev: float, initial_slot_row, tables: TableInits | None = None,
+                  dtype="float32") -> HostTable:
     """A memory-mapped table in directory `path` (created; must be absent or empty).
 
-    `tables` as in `create_ram` (recorded in meta.json).
+    `tables` and `dtype` as in `create_ram` (recorded in meta.json).
 
     The data files are sparse: creating a 1e9-row table writes only headers. A creation
     that fails (e.g. ENOSPC, EFBIG) removes the files and directories it made, so the
@@ -174,7 +182,8 @@ class HostTable:
       FileExistsError: `path` is a file or a non-empty directory.
       OSError: the creation failed (same errno; the message names `path`).
     """
-    spec = _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row, tables)
+    spec = _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row, tables,
+                      dtype)
     path = os.fspath(path)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
       raise FileExistsError(f"{path}: refusing to create a host table over an existing "
@@ -182,7 +191,7 @@ class HostTable:
     made = files.first_missing_directory(path)
     os.makedirs(path, exist_ok=True)
     try:
-      arrays = files.create_arrays(path, spec.num_rows, spec.width, spec.slot_width)
+      arrays = files.create_arrays(path, spec.num_rows, spec.width, spec.slot_width, spec.dtype)
       table = cls(spec, *arrays, 0, path, True)
       table._write_meta(clean=True)
     except BaseException as err:
@@ -211,11 +220,12 @@ class HostTable:
     meta = files.read_table_meta(meta_path)
     try:
       spec = _make_spec(meta["num_rows"], meta["width"], meta["slot_width"], meta["seed"],
-                        meta["init_stddev"], meta["initial_slot_row"], files.meta_tables(meta))
+                        meta["init_stddev"], meta["initial_slot_row"], files.meta_tables(meta),
+                        meta.get("dtype", "float32"))
     except (TypeError, ValueError) as err:
       raise ValueError(f"{meta_path}: corrupt host table metadata: {err}") from err
     values, slots, flags = files.open_arrays(path, spec.num_rows, spec.width, spec.slot_width,
-                                             writable)
+                                             writable, spec.dtype)
     # Not flushed after its last write: the stored count may be stale.
     count = meta["num_materialised"] if meta["clean"] else files.count_written(flags)
     return cls(spec, values, slots, flags, count, path, writable)
@@ -233,6 +243,11 @@ class HostTable:
   @property
   def slot_width(self) -> int:
     return self.spec.slot_width
+
+  @property
+  def nbytes(self) -> int:
+    """Bytes of values, slots and flags with every page resident (half-width rows: less)."""
+    return int(self._values.nbytes + self._slots.nbytes + self._flags.nbytes)
 
   @property
   def num_materialised(self) -> int:
@@ -259,10 +274,10 @@ class HostTable:
       ids: [N] int64 global row ids in [0, V); duplicates allowed.
 
     Returns:
-      values [N, E] float32 and slots [N, S] float32 (fresh arrays).
+      values [N, E] (the table's dtype) and slots [N, S] float32 (fresh arrays).
     """
     ids = self._check_ids(ids, "gather")
-    values = np.empty((ids.size, self.spec.width), np.float32)
+    values = np.empty((ids.size, self.spec.width), self.dtype)
     slots = np.empty((ids.size, self.spec.slot_width), np.float32)
     with self._lock:
       stored = self._flags[ids]
@@ -307,7 +322,7 @@ class HostTable:
       raise PermissionError(f"{self.path}: host table was opened read-only")
     ids = self._check_ids(ids, "scatter")
     n, e, s = ids.shape[0], self.spec.width, self.spec.slot_width
-    values = _check_rows(values, (n, e), "scatter", "values")
+    values = _check_rows(values, (n, e), "scatter", "values", self.dtype)
     slots = _check_rows(slots, (n, s), "scatter", "slots")
     if n > 1:
       ordered = np.sort(ids)
@@ -363,7 +378,7 @@ class HostTable:
       ids: [N] int64 distinct row ids; values: [N, E]; slots: [N, S] (finite).
     """
     ids = self._check_ids(ids, "load_rows")
-    values = _check_rows(values, (ids.size, self.width), "load_rows", "values")
+    values = _check_rows(values, (ids.size, self.width), "load_rows", "values", self.dtype)
     slots = _check_rows(slots, (ids.size, self.slot_width), "load_rows", "slots")
     with self._lock:
       if self.path is not None and self._clean:
@@ -393,8 +408,6 @@ class HostTable:
   def __exit__(self, *exc) -> None:
     self.close()
 
-  # ---- helpers --------------------------------------------------------------
-
   def _check_ids(self, ids, where: str) -> np.ndarray:
     ids = np.asarray(ids)
     if ids.ndim != 1:
@@ -419,14 +432,17 @@ class HostTable:
     self._clean = clean
 
 
-def _check_rows(rows, shape: tuple[int, int], where: str, name: str) -> np.ndarray:
-  """Validates a [N, W] block of rows to be written; returns it as float32."""
+def _check_rows(rows, shape: tuple[int, int], where: str, name: str,
+                dtype=np.float32) -> np.ndarray:
+  """Validates a [N, W] block of rows to be written; returns it as `dtype` (rounded to nearest;
+  a value beyond a half-width dtype's range is then not finite)."""
   rows = np.asarray(rows)
   if rows.shape != shape:
     raise ValueError(f"{where}: {name} must have shape {shape}, got {rows.shape}")
-  if rows.dtype.kind != "f":
+  if rows.dtype.kind != "f" and rows.dtype != row_dtype.ROW_DTYPES["bfloat16"]:
     raise ValueError(f"{where}: {name} must be floating point, got dtype {rows.dtype}")
-  rows = rows.astype(np.float32, copy=False)
+  with np.errstate(over="ignore"):  # an overflow is reported below, naming the entry
+    rows = rows.astype(dtype, copy=False)
   if not np.isfinite(rows).all():
     bad = np.argwhere(~np.isfinite(rows))[0]
     raise ValueError(f"{where}: {name}[{bad[0]}, {bad[1]}] is {rows[bad[0], bad[1]]} (not finite)")

@@ -3,8 +3,9 @@
   meta.json          {"format", "version", "num_rows", "width", "slot_width", "seed",
                       "init_stddev", "initial_slot_row", "num_materialised", "clean",
                       "tables" (optional: {"starts", "stddevs", "slot_rows"} of a layout
-                      whose tables set their own initializer or optimizer)}
-  values.npy         [V, E] float32
+                      whose tables set their own initializer or optimizer),
+                      "dtype" (optional: the rows' dtype, default "float32")}
+  values.npy         [V, E] float32, float16, or uint16 (the bits of bfloat16 rows)
   slots.npy          [V, S] float32 (absent when S == 0)
   materialised.npy   [V] bool
 
@@ -21,6 +22,7 @@ from typing import Literal
 
 import numpy as np
 
+from sfjax.embedding import row_dtype
 from sfjax.embedding.initializers import TableInits
 
 _FORMAT_NAME = "sfjax.host_table"
@@ -40,26 +42,34 @@ _META_TYPES: dict[str, type | tuple[type, ...]] = {
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # values [V,E], slots [V,S], flags [V]
 
 
-def create_arrays(path: str, num_rows: int, width: int, slot_width: int) -> Arrays:
-  """Creates the sparse `.npy` files in the existing directory `path`; returns their maps."""
+def create_arrays(path: str, num_rows: int, width: int, slot_width: int,
+                  dtype="float32") -> Arrays:
+  """Creates the sparse `.npy` files in the existing directory `path`; returns their maps
+  (values viewed as rows of `dtype`)."""
   v, e, s = num_rows, width, slot_width
   fmt = np.lib.format
-  values = fmt.open_memmap(os.path.join(path, _VALUES_FILE), "w+", np.float32, (v, e))
+  dtype = row_dtype.row_dtype(dtype)
+  values = row_dtype.from_storage(fmt.open_memmap(
+      os.path.join(path, _VALUES_FILE), "w+", row_dtype.storage_dtype(dtype), (v, e)), dtype)
   slots = (fmt.open_memmap(os.path.join(path, _SLOTS_FILE), "w+", np.float32, (v, s))
            if s else np.zeros((v, 0), np.float32))
   flags = fmt.open_memmap(os.path.join(path, _FLAGS_FILE), "w+", np.bool_, (v,))
   return values, slots, flags
 
 
-def open_arrays(path: str, num_rows: int, width: int, slot_width: int, writable: bool) -> Arrays:
-  """Maps the `.npy` files of directory `path` after checking each header and size.
+def open_arrays(path: str, num_rows: int, width: int, slot_width: int, writable: bool,
+                dtype="float32") -> Arrays:
+  """Maps the `.npy` files of directory `path` after checking each header and size (values:
+  rows of `dtype`).
 
   Raises:
     FileNotFoundError / ValueError: naming the missing or mismatched file.
   """
   v, e, s = num_rows, width, slot_width
   mode: Literal["r", "r+"] = "r+" if writable else "r"
-  values = _open_npy(os.path.join(path, _VALUES_FILE), np.float32, (v, e), mode)
+  dtype = row_dtype.row_dtype(dtype)
+  values = row_dtype.from_storage(_open_npy(os.path.join(path, _VALUES_FILE),
+                                            row_dtype.storage_dtype(dtype), (v, e), mode), dtype)
   slots = (_open_npy(os.path.join(path, _SLOTS_FILE), np.float32, (v, s), mode)
            if s else np.zeros((v, 0), np.float32))
   flags = _open_npy(os.path.join(path, _FLAGS_FILE), np.bool_, (v,), mode)
@@ -82,6 +92,8 @@ def write_meta(path: str, spec, num_materialised: int, clean: bool) -> None:
   }
   if spec.tables is not None:
     meta["tables"] = tables_json(spec)
+  if spec.dtype != "float32":  # float32 tables keep the meta.json they always had
+    meta["dtype"] = spec.dtype
   final = os.path.join(path, META_FILE)
   tmp = final + ".tmp"
   try:

@@ -37,7 +37,7 @@ from sfjax.core import background, feature_layout
 from sfjax.core.types import DeviceBatch
 from sfjax.data import types
 from sfjax.embedding import cache as cache_lib
-from sfjax.embedding import cache_planner, device_table, sharded_cache, vsi
+from sfjax.embedding import cache_planner, device_table, row_dtype, sharded_cache, vsi
 from sfjax.embedding import host_table as host_table_lib
 
 
@@ -207,7 +207,9 @@ class CachePipeline(Iterator[StepInputs]):
     self._put_batch, self._put_swap = put_batch, put_swap
     self.buckets = (sharded_cache.owner_buckets(planner.fill_capacity, self.layout.num_shards)
                     if sharded_swap else swap_buckets(planner.fill_capacity))
-    self.stats = _CacheStats(row_bytes=4 * (host_table.width + host_table.slot_width))
+    # A row moves its values (the table's dtype: 2 bytes when half-width) and float32 slots.
+    self.stats = _CacheStats(row_bytes=host_table.dtype.itemsize * host_table.width
+                             + 4 * host_table.slot_width)
     self._stats_lock = threading.Lock()
     self._stop = threading.Event()
     self._writer_error: BaseException | None = None
@@ -322,7 +324,7 @@ class CachePipeline(Iterator[StepInputs]):
     if self._owns is None:
       return self.host_table.gather(ids)
     mine = self._owned(ids)
-    values = np.zeros((ids.size, self.host_table.width), np.float32)
+    values = np.zeros((ids.size, self.host_table.width), self.host_table.dtype)
     slots = np.zeros((ids.size, self.host_table.slot_width), np.float32)
     values[mine], slots[mine] = self.host_table.gather(ids[mine])
     return values, slots
@@ -362,6 +364,7 @@ class CachePipeline(Iterator[StepInputs]):
           real = (evict_ids >= 0) & self._owned(evict_ids)  # rows this process owns
           # Waits for the device step. Row-sharded: each row is read from its owner's shard.
           values, opt_slots = (_flat_rows(np.asarray(x), real.size)[real] for x in evicted)
+          values = row_dtype.from_storage(values, self.host_table.dtype)  # bfloat16 bits
           self.host_table.scatter(evict_ids[real], values, opt_slots)
         self.planner.retire(plan.step)
         with self._stats_lock:
@@ -401,7 +404,7 @@ class CachePipeline(Iterator[StepInputs]):
     slots = np.flatnonzero(held & self._owned(self._device_slot_ids))
     ids = self._device_slot_ids[slots]
     if ids.size:
-      values = np.asarray(cache.values)[slots]
+      values = row_dtype.from_storage(np.asarray(cache.values)[slots], self.host_table.dtype)
       opt_slots = np.asarray(cache.opt_slots)[slots]
       self.host_table.scatter(ids, values, opt_slots)
     self.host_table.flush()

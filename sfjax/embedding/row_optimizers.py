@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sfjax.core import names
+from sfjax.embedding import row_dtype
 
 
 class RowOptimizer(NamedTuple):
@@ -196,6 +197,26 @@ def per_table(optimizers: tuple[RowOptimizer, ...], keys: tuple | None = None) -
                       optimizers)
 
 
+def with_row_dtype(opt: RowOptimizer, dtype, stochastic_rounding: bool = False) -> RowOptimizer:
+  """`opt` for a table whose rows are stored as `dtype` (`sfjax.embedding.row_dtype`).
+
+  The update runs in float32 (the step gathers rows upcast) and its rows come back
+  rounded to `dtype` (nearest even, or stochastically keyed by the step `count`), so a
+  non-finite or overflowing row is seen before it is stored; slots stay float32.
+  float32: `opt` itself.
+  """
+  dtype = row_dtype.row_dtype(dtype)
+  if not row_dtype.is_half(dtype):
+    return opt
+
+  def update(rows, slots, grads, count, **kw):
+    new_rows, new_slots = opt.update(rows, slots, grads, count, **kw)
+    return row_dtype.round_rows(new_rows, dtype, stochastic=stochastic_rounding,
+                                step=count), new_slots
+
+  return opt._replace(update=update)
+
+
 def initial_slot_rows(optimizers: tuple[RowOptimizer, ...], width: int) -> np.ndarray:
   """[T, S] float32 initial slots of each table's rows (S = max slot width, zero-padded)."""
   rows = [opt.initial_slot_row(width) for opt in optimizers]
@@ -236,15 +257,25 @@ def make(name: str, learning_rate, settings, field: str = "embedding.optimizer")
 def row_optimizer_from_config(cfg, tables=None) -> RowOptimizer:
   """The row optimizer of an `embedding` config block (`optimizer`, `learning_rate`, ...).
 
+  Rows stored as `cfg.dtype` (bfloat16 / float16) come out of the update rounded to it
+  (`with_row_dtype`).
+
   Args:
     cfg: the `embedding` config block.
     tables: None, or a feature layout's `TableSpec`s: when one sets its own `optimizer`
       or `learning_rate` ("" / 0 mean the block's), a `per_table` optimizer over them.
   """
   if tables is None or not any(t.optimizer or t.learning_rate for t in tables):
-    return make(cfg.optimizer, cfg.learning_rate, cfg)
+    return _rows_of(cfg, make(cfg.optimizer, cfg.learning_rate, cfg))
   settings = [(t.optimizer or cfg.optimizer, t.learning_rate or cfg.learning_rate)
               for t in tables]
   opts = tuple(make(name, lr, cfg, field=f"features.tables.{t.name}.optimizer")
                for (name, lr), t in zip(settings, tables, strict=True))
-  return per_table(opts, keys=tuple(settings))
+  return _rows_of(cfg, per_table(opts, keys=tuple(settings)))
+
+
+def _rows_of(cfg, opt: RowOptimizer) -> RowOptimizer:
+  """`opt` rounding to the block's `dtype` (`stochastic_rounding`); float32 (or a block
+  without the field): `opt`."""
+  return with_row_dtype(opt, getattr(cfg, "dtype", "float32"),
+                        bool(getattr(cfg, "stochastic_rounding", False)))

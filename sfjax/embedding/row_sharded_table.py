@@ -25,11 +25,10 @@ rows between layouts (another device count, or the replicated `[V, E]`) on the h
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from sfjax.core.types import DeviceBatch
-from sfjax.embedding import device_table, initializers, row_optimizers, sharded_cache
+from sfjax.embedding import device_table, initializers, row_dtype, row_optimizers, sharded_cache
 
 AXIS = sharded_cache.AXIS
 
@@ -85,11 +84,14 @@ def relayout(rows: np.ndarray, saved: sharded_cache.SlotLayout, target: sharded_
 
 def init_row_sharded_table(num_rows: int, width: int, row_opt: row_optimizers.RowOptimizer, *,
                seed: int, stddev: float, layout: sharded_cache.SlotLayout, sharding,
-               tables: initializers.TableInits | None = None) -> device_table.TableState:
+               tables: initializers.TableInits | None = None,
+               dtype=np.float32) -> device_table.TableState:
   """The row-sharded table initialised exactly like `device_table.init_table` (the same
-  rows, in the physical order of `layout`), placed with `sharding` (split on 'data')."""
+  rows of `dtype`, in the physical order of `layout`), placed with `sharding` (split on
+  'data')."""
   values, opt_slots = device_table.init_table_host(num_rows, width, row_opt, seed=seed,
-                                                   stddev=stddev, tables=tables)
+                                                   stddev=stddev, tables=tables, dtype=dtype)
+  values = row_dtype.to_stored_host(values)  # bfloat16: its uint16 bits
   return device_table.TableState(jax.device_put(to_physical(values, layout), sharding),
                                  jax.device_put(to_physical(opt_slots, layout), sharding))
 
@@ -123,10 +125,10 @@ def block_batch(batch: DeviceBatch, num_unique: int, layout: sharded_cache.SlotL
 
 def gather_blocks(values: jax.Array, rows: jax.Array, mesh) -> jax.Array:
   """The `[D*Ud, E]` rows of per-owner blocks `rows [D*Ud]` from a row-sharded
-  `values [D*C, E]` (each device gathers its block, one `all_gather`), replicated."""
+  `values [D*C, E]` (each device gathers its block, one `all_gather`), replicated, float32."""
 
   def local(block, own_rows):
-    own = jnp.take(block, own_rows, axis=0, mode="fill", fill_value=0)
+    own = device_table.gather_values(block, own_rows)
     return jax.lax.all_gather(own, AXIS, tiled=True)
 
   spec = jax.sharding.PartitionSpec(AXIS)

@@ -75,7 +75,7 @@ class StagedSwap(NamedTuple):
 
   Attributes:
     swap: CacheSwap with a leading device axis: fill_slots / evict_slots [D, Fd] int32
-      local slots (padding = C), fill_values [D, Fd, E], fill_opt_slots [D, Fd, S].
+      local slots (padding = C), fill_values [D, Fd, E] (row dtype), fill_opt_slots [D, Fd, S].
     evict_ids: [D * Fd] int64 ids of the evicted rows in the order of the flattened
       read-out `[D * Fd]`; -1 in padding entries.
   """
@@ -138,7 +138,7 @@ def stage_swap(plan: cache_planner.CachePlan, fill_values: np.ndarray,
   width, slot_width = fill_values.shape[1], fill_opt_slots.shape[1]
   fill_slots = np.full((d, size), c, np.int32)
   fill_slots[f_owner, f_pos] = f_local
-  values = np.zeros((d, size, width), np.float32)
+  values = np.zeros((d, size, width), fill_values.dtype)  # the row dtype: fills move as stored
   values[f_owner, f_pos] = fill_values
   opt_slots = np.zeros((d, size, slot_width), np.float32)
   opt_slots[f_owner, f_pos] = fill_opt_slots

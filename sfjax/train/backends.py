@@ -40,6 +40,7 @@ from sfjax.embedding import (
   cache_planner,
   device_table,
   placement,
+  row_dtype,
   row_optimizers,
   sharded_cache,
   vsi,
@@ -166,10 +167,12 @@ class CacheBackend:
           f"{needed} rows: set embedding.cache_rows >= {least} (or 0 to choose it), or lower "
           "embedding.lookahead / embedding.unique_capacity")
     slot_width = row_opt.slot_width(width)
+    dtype = row_dtype.row_dtype(e.get("dtype", "float32"))  # host table and cache rows alike
     self.host_table = HOST_STORAGES[e.host_storage](
         e, self.num_rows, width, slot_width, seed=config.seed, init_stddev=e.init_stddev,
         initial_slot_row=row_opt.initial_slot_row(width),
-        tables=device_table.table_inits(spec.layout, width, row_opt, e.init_stddev))
+        tables=device_table.table_inits(spec.layout, width, row_opt, e.init_stddev),
+        dtype=row_dtype.dtype_name(dtype))
     self._table_starts = (spec.layout.table_offsets
                           if row_opt.tables and spec.layout is not None else None)
     self.planner = cache_planner.CachePlanner(self.num_slots, self.capacity, policy=e.cache_policy,
@@ -181,7 +184,8 @@ class CacheBackend:
     cache_sharding = mesh_lib.rows_on_devices(mesh) if row else rep
     self._table_sharding = device_table.TableState._make((cache_sharding, cache_sharding))
     self._swap_sharding = jax.tree.map(lambda _: cache_sharding, cache_lib.CacheSwap(0, 0, 0, 0))
-    self.initial_table = cache_lib.init_cache(self.num_slots, width, slot_width, cache_sharding)
+    self.initial_table = cache_lib.init_cache(self.num_slots, width, slot_width, cache_sharding,
+                                              dtype)
     if row:  # the whole step per device, collectives written out (sharded_cache docstring)
       owner_step = step_lib.make_cache_train_step(
           build_step(row_axis=sharded_cache.AXIS), swap_rows=sharded_cache.swap_rows_local)

@@ -22,7 +22,7 @@ from sfjax.core import names
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset, parquet_columns
 from sfjax.data.generated import multihot, synthetic
-from sfjax.embedding import cache_planner, placement, row_optimizers
+from sfjax.embedding import cache_planner, placement, row_dtype, row_optimizers
 from sfjax.models import generator
 from sfjax.parallel import distributed
 from sfjax.train import backends, device_backend, optimizers, resume_check
@@ -206,6 +206,10 @@ def validate(config, *, default_host_path: bool = False) -> None:
 
   Every field of `defaults.ctr_defaults()` with a value to check is checked for its type
   too (an int is not a bool, a number is finite), so a bad value fails here, never later
+  if "dtype" in e:  # half-width rows (sfjax/embedding/row_dtype.py)
+    _choice(e.dtype, "embedding.dtype", row_dtype.ROW_DTYPE_NAMES)
+  if "stochastic_rounding" in e:
+    _boolean(config, "embedding.stochastic_rounding")
   with another exception.
 
   Args:

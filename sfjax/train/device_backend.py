@@ -8,6 +8,9 @@
               rows, in per-owner blocks (`all_gather` + `psum_scatter`, the row-sharded
               cache's step without its swap).
 
+Rows are stored as `embedding.dtype` (float32, or half-width bfloat16 / float16:
+`sfjax.embedding.row_dtype`); the step and the eval read them upcast to float32.
+
 Host work per step is VSI only (plus the per-owner blocking when row-sharded). The
 `RunStep` every backend returns is defined here; `sfjax.train.backends` holds the
 `Backend` protocol, the cache backend and the registry.
@@ -28,7 +31,14 @@ from jax.sharding import PartitionSpec as P
 from sfjax.core import background, names
 from sfjax.core.types import DeviceBatch
 from sfjax.data import types
-from sfjax.embedding import device_table, row_optimizers, row_sharded_table, sharded_cache, vsi
+from sfjax.embedding import (
+  device_table,
+  row_dtype,
+  row_optimizers,
+  row_sharded_table,
+  sharded_cache,
+  vsi,
+)
 from sfjax.parallel import distributed
 from sfjax.parallel import mesh as mesh_lib
 from sfjax.train import step as step_lib
@@ -96,13 +106,14 @@ class DeviceBackend:
                           if row_opt.tables and spec.layout is not None else None)
     self.batch_sharding = mesh_lib.batch_shardings(mesh, row, row_tables=bool(row_opt.tables))
     stddev = config.embedding.init_stddev
+    self.dtype = row_dtype.row_dtype(config.embedding.get("dtype", "float32"))
     tables = device_table.table_inits(spec.layout, width, row_opt, stddev)
     table_sharding = mesh_lib.rows_on_devices(mesh) if row else mesh_lib.replicated(mesh)
     self._table_sharding = device_table.TableState._make((table_sharding, table_sharding))
     if row:
       self.initial_table = row_sharded_table.init_row_sharded_table(
           self.num_rows, width, row_opt, seed=config.seed, stddev=stddev, layout=self.layout,
-          sharding=table_sharding, tables=tables)
+          sharding=table_sharding, tables=tables, dtype=self.dtype)
       self._train_step = _row_step(build_step, mesh)
       self._buckets = sharded_cache.owner_buckets(self.capacity, mesh.size)
       self._eval_step = jax.jit(lambda params, values, db: step_lib.forward_logits(
@@ -113,9 +124,10 @@ class DeviceBackend:
     else:
       self.initial_table = device_table.init_table(
           self.num_rows, width, row_opt, seed=config.seed, stddev=stddev, sharding=table_sharding,
-          tables=tables)
+          tables=tables, dtype=self.dtype)
       self._train_step = build_step()
-      self._eval_step = step_lib.make_eval_step(graphdef)
+      self._eval_step = jax.jit(lambda params, values, db: step_lib.forward_logits(
+          graphdef, params, device_table.gather_values(values, db.rows), db))
     self._prefetch = max(1, config.train.prefetch)
 
   @property
@@ -174,6 +186,7 @@ class DeviceBackend:
     """The table's rows in row order, as numpy: (values [V, E], opt_slots [V, S]) (one
     process: every shard is addressable)."""
     values, slots = (np.asarray(x) for x in state.table)
+    values = row_dtype.from_storage(values, self.dtype)  # bfloat16: stored as its bits
     if self.sharding_name == "row":
       values, slots = (row_sharded_table.to_logical(x, self.layout, self.num_rows)
                        for x in (values, slots))

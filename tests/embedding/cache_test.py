@@ -8,7 +8,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from sfjax.embedding import cache as cache_lib
-from sfjax.embedding import device_table
+from sfjax.embedding import device_table, row_dtype
 
 
 def test_init_cache_is_zeros_of_the_right_shapes():
@@ -61,3 +61,17 @@ def test_all_padding_swap_is_a_no_op():
   new, evicted = jax.jit(cache_lib.swap_rows)(cache, swap)
   chex.assert_trees_all_equal(new, cache)
   chex.assert_trees_all_equal(evicted, device_table.TableState(jnp.zeros((2, 2)), jnp.zeros((2, 1))))
+
+
+def test_half_width_cache_moves_rows_as_stored():
+  bf16 = jnp.bfloat16
+  cache = cache_lib.init_cache(4, 2, 1, dtype=bf16)
+  assert cache.values.dtype == jnp.uint16 and cache.opt_slots.dtype == jnp.float32  # bf16 bits
+  swap = cache_lib.CacheSwap(jnp.array([2, 4], jnp.int32), jnp.array([[0.1, 0.2]] * 2, bf16),
+                             jnp.ones((2, 1)), jnp.array([2, 4], jnp.int32))
+  new, evicted = jax.jit(cache_lib.swap_rows)(cache, swap)
+  new, evicted2 = jax.jit(cache_lib.swap_rows)(new, swap)
+  assert evicted.values.dtype == jnp.uint16  # read out half-width (d2h bytes halved)
+  np.testing.assert_array_equal(row_dtype.from_storage(evicted2.values)[0],
+                                np.asarray(swap.fill_values[0]))
+  assert new.values.dtype == jnp.uint16

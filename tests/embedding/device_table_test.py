@@ -3,10 +3,11 @@
 import chex
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 
 from sfjax.embedding import device_table as dt
-from sfjax.embedding import initializers
+from sfjax.embedding import initializers, row_dtype
 from sfjax.embedding import row_optimizers as ro
 
 
@@ -31,3 +32,25 @@ def test_gather_fills_and_scatter_drops_padding():
   expect = np.asarray(table.values).copy()
   expect[[4, 1]] = 7.0
   chex.assert_trees_all_close(new.values, expect)
+
+
+def test_half_width_rows_are_stored_rounded_and_computed_in_float32():
+  bf16 = np.dtype(ml_dtypes.bfloat16)
+  opt = ro.sgd(0.1)
+  full = dt.init_table(10, 3, opt, seed=2, stddev=0.1)
+  half = dt.init_table(10, 3, opt, seed=2, stddev=0.1, dtype=bf16)
+  # bfloat16 rows live on the device as their uint16 bits (XLA:CPU: no bf16 scatter).
+  assert half.values.dtype == np.uint16 and half.opt_slots.dtype == np.float32
+  stored = row_dtype.from_storage(half.values)
+  assert stored.dtype == bf16
+  np.testing.assert_array_equal(stored, np.asarray(full.values).astype(bf16))
+  rows = jnp.array([7, 2, 10], jnp.int32)  # 10 == V is padding
+  got = jax.jit(dt.gather_rows)(half, rows)  # upcast for the step
+  assert got.values.dtype == jnp.float32
+  np.testing.assert_array_equal(np.asarray(got.values[:2]), stored[[7, 2]].astype(np.float32))
+  assert jax.jit(dt.take_rows)(half, rows).values.dtype == np.uint16  # as stored (evictions)
+  upd = dt.TableState(jnp.full((3, 3), 0.1 + 1e-4, jnp.float32), jnp.zeros((3, 0)))
+  new = jax.jit(dt.scatter_rows)(half, rows, upd)
+  assert new.values.dtype == np.uint16  # rounded to nearest on the way in
+  np.testing.assert_array_equal(row_dtype.from_storage(new.values)[[7, 2]],
+                                np.full((2, 3), 0.1 + 1e-4, np.float32).astype(bf16))

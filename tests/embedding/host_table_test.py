@@ -8,7 +8,7 @@ import chex
 import numpy as np
 import pytest
 
-from sfjax.embedding import row_optimizers
+from sfjax.embedding import device_table, row_dtype, row_optimizers
 from sfjax.embedding.host_table import HostTable
 from sfjax.embedding.initializers import init_rows
 
@@ -471,3 +471,38 @@ def test_reopen_rejects_metadata_that_is_not_a_valid_spec(tmp_path):
   with pytest.raises(ValueError, match=f"^{re.escape(meta_path)}: corrupt host table metadata: "
                                        "HostTableSpec.num_rows must be an int >= 1, got 0$"):
     HostTable.open_mmap(path)
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_half_width_rows_halve_bytes_and_survive_reopen(tmp_path, name):
+  dtype = row_dtype.row_dtype(name)
+  opt = row_optimizers.sgd(0.1)  # no slots: the row is its values
+  ram32 = HostTable.create_ram(20, 8, 0, seed=SEED, init_stddev=STD, initial_slot_row=[])
+  ram = HostTable.create_ram(20, 8, 0, seed=SEED, init_stddev=STD, initial_slot_row=[],
+                             dtype=name)
+  assert ram.dtype == dtype and ram.nbytes - 20 == (ram32.nbytes - 20) // 2  # flags: 20 bytes
+  values, _ = ram.read_all()  # initial rows: the device table's, rounded alike
+  device, _ = device_table.init_table_host(20, 8, opt, seed=SEED, stddev=STD, dtype=dtype)
+  assert values.dtype == dtype
+  np.testing.assert_array_equal(values, device)
+  mm = HostTable.create_mmap(str(tmp_path / "t"), 20, 8, 0, seed=SEED, init_stddev=STD,
+                             initial_slot_row=[], dtype=name)
+  assert isinstance(mm._values, np.memmap)  # a view of the file's bits that flush() reaches
+  rows = np.full((2, 8), 0.1 + 1e-4, np.float32)  # float32 writes round to nearest
+  for table in (ram, mm):
+    table.scatter(np.array([3, 11]), rows, np.zeros((2, 0), np.float32))
+  mm.close()
+  assert _meta(tmp_path / "t")["dtype"] == name
+  assert np.load(tmp_path / "t" / "values.npy").dtype == row_dtype.storage_dtype(dtype)
+  reopened = HostTable.open_mmap(str(tmp_path / "t"))
+  assert reopened.spec.dtype == name
+  np.testing.assert_array_equal(reopened.read_all()[0], ram.read_all()[0])
+  np.testing.assert_array_equal(reopened.gather([11])[0], rows[:1].astype(dtype))
+  if name == "float16":  # finite in float32, beyond float16: refused, nothing written
+    with pytest.raises(ValueError, match=r"scatter: values\[0, 0\] is inf"):
+      reopened.scatter([4], np.full((1, 8), 1e5, np.float32), np.zeros((1, 0), np.float32))
+
+
+def test_unknown_row_dtype_is_refused_naming_the_field():
+  with pytest.raises(ValueError, match="HostTableSpec.dtype: unknown row dtype 'int8'"):
+    HostTable.create_ram(4, 2, 0, seed=0, init_stddev=0.1, initial_slot_row=[], dtype="int8")

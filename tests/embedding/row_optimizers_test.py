@@ -218,3 +218,25 @@ def test_optimizer_from_config_with_table_settings():
   assert [o.name for o in opt.tables] == ["adagrad", "sgd"] and opt.slot_width(2) == 2
   with pytest.raises(ConfigError, match=r"features\.tables\.b\.optimizer"):
     ro.row_optimizer_from_config(cfg, (fl.TableSpec("a", 3), fl.TableSpec("b", 4, "adamw")))
+
+
+def test_row_dtype_rounds_the_float32_update_and_keeps_slots_float32():
+  cfg = types.SimpleNamespace(optimizer="adagrad", learning_rate=0.2,
+                              adagrad_initial_accumulator=0.1)
+  plain = ro.row_optimizer_from_config(cfg)
+  assert ro.with_row_dtype(plain, "float32") is plain  # float32: the optimizer itself
+  cfg.dtype = "bfloat16"
+  half = ro.row_optimizer_from_config(cfg)
+  slots = np.full((1, 2), 0.1, np.float32)
+  want_rows, want_slots = _run(plain, W, G, slots=slots)
+  got_rows, got_slots = jax.jit(half.update)(W, slots, G, 1)
+  assert got_rows.dtype == jnp.bfloat16 and got_slots.dtype == jnp.float32
+  np.testing.assert_array_equal(np.asarray(got_rows), np.asarray(want_rows).astype(jnp.bfloat16))
+  np.testing.assert_array_equal(np.asarray(got_slots), np.asarray(want_slots))
+  cfg.stochastic_rounding = True  # the same update, rounded to a neighbour keyed by the step
+  sr = jax.jit(ro.row_optimizer_from_config(cfg).update)
+  out = np.asarray(sr(W, slots, G, 1)[0]).astype(np.float32)
+  np.testing.assert_array_equal(out, np.asarray(sr(W, slots, G, 1)[0]).astype(np.float32))
+  assert np.all(np.abs(out - np.asarray(want_rows)) < 2.0 ** -7)
+  with pytest.raises(ConfigError, match=r"embedding\.dtype"):
+    ro.row_optimizer_from_config(types.SimpleNamespace(**{**vars(cfg), "dtype": "fp8"}))

@@ -95,6 +95,18 @@ def test_cache_backend():
   _check_cache(final["cache"], 130)
 
 
+@pytest.mark.slow  # both backends (~10 s)
+def test_half_width_rows_run_on_both_backends():
+  config = _config(embedding_optimizer="sgd")  # no slots: a row is its values
+  config.embedding.dtype = "bfloat16"
+  final = bench_train.run(config)
+  assert final["embedding_dtype"] == "bfloat16"
+  for run in final["runs"].values():
+    _check_run(run)
+    assert run["embedding_dtype"] == "bfloat16" and run["state_bytes_per_row"] == 2 * 5  # E = 5
+  _check_cache(final["runs"]["cache"]["cache"], 130)  # (the exact halving: tests/train/half_rows_test.py)
+
+
 def test_every_round_reruns_the_floor_beside_the_device_step():
   final = bench_train.run(_config(backend="device", floor=True, repeats=2, distinct_batches=12))
   _check_common(final, "device")

@@ -16,7 +16,7 @@ from experiments.configs import ctr
 from sfjax import models
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset
-from sfjax.embedding import cache_planner, row_optimizers
+from sfjax.embedding import cache_planner, row_dtype, row_optimizers
 from sfjax.train import backends, config_check, optimizers
 
 
@@ -80,6 +80,7 @@ def test_zero_is_allowed_where_the_bound_is_inclusive(field):
     ("model.name", "nope", models.TRAIN_MODEL_NAMES, {}),
     ("embedding.backend", "ps", tuple(backends.BACKENDS), {}),
     ("embedding.optimizer", "lamb", row_optimizers.ROW_OPTIMIZER_NAMES, {}),
+    ("embedding.dtype", "bf16", row_dtype.ROW_DTYPE_NAMES, {}),
     ("optimizer.name", "lamb", optimizers.DENSE_OPTIMIZER_NAMES, {}),
     ("embedding.cache_policy", "fifo", cache_planner.CACHE_POLICIES, {"embedding__backend": "cache"}),
     ("embedding.host_storage", "s3", tuple(backends.HOST_STORAGES),
@@ -157,6 +158,8 @@ _COMMON_FIELDS = {
     "model.name": _name_in(models.TRAIN_MODEL_NAMES),
     "embedding.backend": _name_in(backends.BACKENDS),
     "embedding.optimizer": _name_in(row_optimizers.ROW_OPTIMIZER_NAMES),
+    "embedding.dtype": _name_in(row_dtype.ROW_DTYPE_NAMES),
+    "embedding.stochastic_rounding": lambda v: isinstance(v, bool),
     "embedding.cache_policy": _name_in(cache_planner.CACHE_POLICIES),
     "optimizer.name": _name_in(optimizers.DENSE_OPTIMIZER_NAMES),
     "data.shuffle_buffer": _int_in(0, config_check._MAX_COUNT),
