@@ -33,6 +33,7 @@ import numpy as np
 
 from sfjax.core.feature_layout import row_tables
 from sfjax.embedding.initializers import init_rows
+from sfjax.embedding.row_dtype import row_dtype
 from sfjax.serving.row_source import decode_rows, quantize_int8
 
 STORAGE = "lazy"  # the manifest table entry's "storage" of such a table
@@ -50,6 +51,8 @@ def init_rule(table_manifest: Mapping[str, Any], where: str) -> dict[str, Any]:
   try:
     rule: dict[str, Any] = {"rule": "init_rows", "seed": int(table_manifest["seed"]),
                             "stddev": float(table_manifest["init_stddev"])}
+    if table_manifest.get("dtype", "float32") != "float32":  # half-width training rows
+      rule["row_dtype"] = str(table_manifest["dtype"])
     tables = table_manifest.get("tables")
     if tables is not None:
       rule["tables"] = {"starts": [int(s) for s in tables["starts"]],
@@ -61,14 +64,19 @@ def init_rule(table_manifest: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def initial_rows(rule: Mapping[str, Any], rows: np.ndarray, width: int) -> np.ndarray:
-  """float32 [n, E] initial values of rows `rows [n]` (int64, >= 0) under `rule`."""
+  """float32 [n, E] initial values of rows `rows [n]` (int64, >= 0) under `rule`; rounded
+  to the training rows' dtype (`row_dtype`, half-width runs) as the trainer's table was."""
   rows = np.asarray(rows, np.int64)
   tables = rule.get("tables")
   if tables is None:
-    return init_rows(int(rule["seed"]), 0, rows, width, float(rule["stddev"]))
-  # As `init_table_rows`: each row gets its table's stddev (float64), the same values.
-  stddevs = np.asarray(tables["stddevs"], np.float64)[row_tables(tables["starts"], rows)]
-  return init_rows(int(rule["seed"]), 0, rows, width, stddevs)
+    values = init_rows(int(rule["seed"]), 0, rows, width, float(rule["stddev"]))
+  else:  # as `init_table_rows`: each row gets its table's stddev (float64), the same values
+    stddevs = np.asarray(tables["stddevs"], np.float64)[row_tables(tables["starts"], rows)]
+    values = init_rows(int(rule["seed"]), 0, rows, width, stddevs)
+  if "row_dtype" in rule:
+    values = values.astype(row_dtype(rule["row_dtype"], "bundle init.row_dtype"))
+    values = values.astype(np.float32)
+  return values
 
 
 def written_rows(reader, chunk_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:

@@ -9,10 +9,10 @@ from sfjax.embedding.initializers import TableInits
 from sfjax.serving import lazy_table, row_source
 
 
-def _host_table(tmp_path, tables=None):
+def _host_table(tmp_path, tables=None, dtype="float32"):
   """A 10,000-row mmap host table (E = 5, S = 2) with 300 rows written."""
   table = HostTable.create_mmap(str(tmp_path / "host"), 10_000, 5, 2, seed=7, init_stddev=0.05,
-                                initial_slot_row=[0.1, 0.0], tables=tables)
+                                initial_slot_row=[0.1, 0.0], tables=tables, dtype=dtype)
   rng = np.random.default_rng(0)
   ids = np.sort(rng.choice(10_000, 300, replace=False)).astype(np.int64)
   table.scatter(ids, rng.normal(size=(300, 5)), rng.normal(size=(300, 2)))
@@ -20,7 +20,8 @@ def _host_table(tmp_path, tables=None):
 
 
 def _rule(table):
-  meta = {"seed": table.spec.seed, "init_stddev": table.spec.init_stddev}
+  meta = {"seed": table.spec.seed, "init_stddev": table.spec.init_stddev,
+          "dtype": table.spec.dtype}
   if table.spec.tables is not None:
     meta["tables"] = host_table_files.tables_json(table.spec)
   return lazy_table.init_rule(meta, "host")
@@ -55,6 +56,19 @@ def test_lazy_rows_equal_the_host_tables_rows_bit_for_bit(tables, tmp_path, monk
   for kind in ("memory", "mmap", "cache"):
     source = row_source.open_rows(str(tmp_path / "b"), entry, kind, unique_capacity=rows.size)
     np.testing.assert_array_equal(np.asarray(source.gather(rows)), want)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_lazy_rows_of_a_half_width_table_round_the_computed_rows_as_the_trainer(dtype, tmp_path):
+  # A half-width run's table holds its initial rows rounded to that dtype: the rows the
+  # bundle computes must be rounded alike (not the float32 init), the written ones as stored.
+  host = _host_table(tmp_path, dtype=dtype)
+  entry = _bundle_table(host, tmp_path / "b")
+  rows = np.arange(0, 10_000, 13)
+  want = np.asarray(host.gather(rows)[0], np.float32)
+  assert (~np.isin(rows, host.written_ids())).any()
+  got = lazy_table.LazyRows(str(tmp_path / "b"), entry, mmap=True).gather(rows)
+  np.testing.assert_array_equal(got, want)
 
 
 def test_int8_stores_written_rows_quantized_and_computes_the_others_exactly(tmp_path):
