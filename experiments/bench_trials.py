@@ -23,6 +23,20 @@ cohort and `max_auc_diff_vs_sequential` checks that both paths train the same tr
 (also written to `config.out`). Nothing here is platform-specific: the same command
 measures a GPU.
 
+With `executor` ('dask' or 'local'), also a search (`sfjax.ctr_search.run_search`, the
+smoke search's task and space at this benchmark's sizes) of `dispatch_trials` trials of
+`dispatch_algorithm` over `dispatch_families` (each family its own shape bucket), run
+twice on `workers` workers: in synchronous rounds and on the asynchronous schedule
+(`study.dispatch`, `sfjax/ctr_search/dispatch.py`), each on a fresh cluster. The JSON
+holds, per schedule, `worker_busy_fraction` (the workers' seconds running cohorts over
+workers x the trial loop's wall time) and `trials_per_hour`:
+
+  python -m experiments.bench_trials --config=experiments/configs/bench_trials.py:dispatch
+  python -m experiments.bench_trials --config.executor=dask --config.workers=4 --config.widths=1
+
+With more workers than cores the workers share the CPU: the busy fraction still says
+whether a worker had a cohort to run; trials/hour then mostly measures the CPU.
+
 Old flag -> config field: each `--X` is `--config.X` (widths, steps, batch_size, model,
 embed_dim, mlp_depth, mlp_width, embedding_optimizer, cardinality_scale, eval_rows,
 shard_trials, joint, joint_batch, joint_fill, out); `widths` is a tuple
@@ -32,7 +46,9 @@ shard_trials, joint, joint_batch, joint_fill, out); `widths` is a tuple
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 import time
 
 import jax
@@ -56,6 +72,9 @@ from sfjax.cohorts import (
   trial_mesh,
 )
 from sfjax.core import ConfigError
+from sfjax.ctr_search import dispatch, run_search
+
+SCHEDULES = ("rounds", "async")  # the synchronous schedule, then the asynchronous one
 
 
 def make_task(config: ml_collections.ConfigDict) -> CTRTask:
@@ -137,6 +156,8 @@ def measure_joint(data: TrialData, count: int, batch: int, fill: bool = True,
   trial alone).
   """
   space_cfg = search_ctr.get_config().space
+  # The named families' joint space (the search's default before it generated models).
+  space_cfg.families = "lr,fm,deepfm,wide_deep,dcnv2,dlrm"
   space = ctr_space.space_from_config(space_cfg)
   trials = joint_draws(space, count, batch, fill, np.random.default_rng(seed))
   rounds = [list(range(i, min(i + batch, count))) for i in range(0, count, batch)]
@@ -174,6 +195,46 @@ def measure_joint(data: TrialData, count: int, batch: int, fill: bool = True,
           if both.any() else None}
 
 
+def dispatch_search_config(config: ml_collections.ConfigDict, schedule: str
+                           ) -> ml_collections.ConfigDict:
+  """The search config of `measure_dispatch` for one schedule ('rounds' or 'async')."""
+  c = search_ctr.get_config("smoke")
+  c.task.data.synthetic.cardinality_scale = config.cardinality_scale
+  c.task.batch_size, c.task.steps_per_budget_unit = config.batch_size, config.steps
+  c.task.eval_rows = config.eval_rows
+  c.task.eval_batch_size = min(config.eval_rows, 2048)
+  c.space.families = config.dispatch_families
+  st = c.study
+  st.algorithm, st.num_trials = config.dispatch_algorithm, config.dispatch_trials
+  st.cohort_width, st.ask_batch = str(config.dispatch_width), config.dispatch_ask_batch
+  st.executor, st.dask_workers, st.dispatch = config.executor, config.workers, schedule
+  st.leaderboard_size = 0
+  return c
+
+
+def measure_dispatch(config: ml_collections.ConfigDict) -> dict:
+  """One search per schedule (`dispatch_search_config`) on a fresh executor: each one's
+  `dispatch.DispatchRecord` (`dispatch.json`) and summary figures, and the comparison."""
+  rows = {}
+  for schedule in SCHEDULES:
+    with tempfile.TemporaryDirectory(prefix=f"bench_dispatch_{schedule}_") as workdir:
+      summary = run_search(dispatch_search_config(config, schedule), workdir,
+                           ctr_space.SEARCH_SPACE)
+      with open(os.path.join(workdir, dispatch.DISPATCH_FILE), encoding="utf-8") as f:
+        rows[schedule] = {**json.load(f), "num_trials_done": summary["num_trials_done"],
+                          "num_failed": summary["num_failed"],
+                          "mean_cohort_width": summary["mean_cohort_width"],
+                          "best_auc": (summary["best_metrics"] or {}).get("auc")}
+    print(json.dumps({schedule: rows[schedule]}, sort_keys=True), file=sys.stderr)
+  rate = {s: rows[s]["trials_per_hour"] for s in SCHEDULES}
+  return {"executor": config.executor, "workers": config.workers,
+          "algorithm": config.dispatch_algorithm, "families": config.dispatch_families,
+          "trials": config.dispatch_trials, "schedules": rows,
+          "worker_busy_fraction": {s: rows[s]["worker_busy_fraction"] for s in SCHEDULES},
+          "trials_per_hour": rate,
+          "async_speedup": rate["async"] / rate["rounds"] if rate["rounds"] else None}
+
+
 def run(config: ml_collections.ConfigDict) -> dict:
   """The benchmark (see the module docstring); its figures.
 
@@ -181,7 +242,7 @@ def run(config: ml_collections.ConfigDict) -> dict:
     ConfigError: when `widths` is empty or holds a width below 1.
   """
   widths = [int(w) for w in config.widths]
-  if not widths or min(widths) < 1:
+  if (not widths and not config.executor) or (widths and min(widths) < 1):
     raise ConfigError(f"config field widths: must list positive integers, got {config.widths}")
   arch = split_config({
       "model.name": config.model, "model.embed_dim": config.embed_dim,
@@ -207,6 +268,10 @@ def run(config: ml_collections.ConfigDict) -> dict:
     result["joint_space"] = measure_joint(data, config.joint, config.joint_batch,
                                           config.joint_fill)
     print(json.dumps(result["joint_space"], sort_keys=True), file=sys.stderr)
+  if config.executor:
+    result["dispatch"] = measure_dispatch(config)
+    result["worker_busy_fraction"] = result["dispatch"]["worker_busy_fraction"]
+    result["trials_per_hour"] = result["dispatch"]["trials_per_hour"]
   return result
 
 

@@ -232,6 +232,23 @@ class CohortRunner:
         results[i] = result
     return [results[i] for i in range(n)]  # the plan runs every trial once
 
+  def run_chunk(self, chunk: Chunk, archs: Sequence[ArchSpec],
+                hparams: Sequence[Mapping[str, float]], seeds: Sequence[int],
+                init_states: Sequence[Any]) -> list[CohortTrialResult]:
+    """Runs one given chunk (e.g. `chunk_plan.lockstep_chunk`) as one program call.
+
+    Args:
+      chunk: the call; `archs`, `hparams`, `seeds`, `init_states` are indexed by its
+        trial indices (as `run` takes them). A resumed state's own step may differ from
+        the chunk's start: the call reads the batches of the chunk's range, and each
+        trial's `steps` counts its own applied steps (a pruned cohort's refilled lane).
+
+    Returns:
+      The results of `chunk.trials`, in that order.
+    """
+    stacked = cohort_call.stack_hparams(hparams, bag_pooling.default_codes(self.spec))
+    return self._run_planned(chunk, list(archs), stacked, seeds, init_states)
+
   def _run_planned(self, chunk: Chunk, archs, stacked, seeds, init_states) -> list[CohortTrialResult]:
     """Runs one chunk of the plan: its lanes' hyperparameters, seeds and ranges, from
     host states when `chunk.from_states`, as one (masked, for a mixed bucket) call."""

@@ -40,6 +40,8 @@ class CohortTrialResult(NamedTuple):
     error: why it failed, else None.
     chunk: the program call that ran it (`chunk_plan.Chunk`); None when it never
       reached one (e.g. its cohort run raised before).
+    losses: [n] the train loss of each applied step of this run (float32; 'train_loss'
+      is their mean); None when no call ran it.
   """
 
   metrics: dict[str, float]
@@ -47,6 +49,7 @@ class CohortTrialResult(NamedTuple):
   state: Any
   error: str | None
   chunk: Chunk | None = None
+  losses: np.ndarray | None = None
 
 
 def chunk_results(out: CohortOutput, chunk: Chunk, archs: Sequence[ArchSpec],
@@ -63,18 +66,18 @@ def chunk_results(out: CohortOutput, chunk: Chunk, archs: Sequence[ArchSpec],
   host_states = jax.device_get(out.states)
   results = []
   for i in range(num_real):
-    ok = out.applied[i]
+    losses = np.asarray(out.losses[i][out.applied[i]])
     metrics = {"auc": float(out.auc[i]), "logloss": float(out.logloss[i]),
                "test_auc": float(out.test_auc[i]), "test_logloss": float(out.test_logloss[i]),
-               "train_loss": float(np.mean(out.losses[i][ok])) if ok.any() else float("nan"),
+               "train_loss": float(np.mean(losses)) if losses.size else float("nan"),
                "steps": int(out.steps[i]), **costs_of(archs[i]), "seconds": out.seconds / num_real}
     if out.alive[i]:
       state = jax.tree.map(lambda x, i=i: x[i].copy(), host_states)
-      results.append(CohortTrialResult(metrics, TrialStatus.DONE, state, None, chunk))
+      results.append(CohortTrialResult(metrics, TrialStatus.DONE, state, None, chunk, losses))
     else:
       results.append(CohortTrialResult(
           metrics, TrialStatus.FAILED, None,
-          f"loss or parameters became non-finite at step {int(out.steps[i]) + 1}", chunk))
+          f"loss or parameters became non-finite at step {int(out.steps[i]) + 1}", chunk, losses))
   return results
 
 

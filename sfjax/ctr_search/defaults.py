@@ -109,6 +109,21 @@ def study_defaults() -> ml_collections.ConfigDict:
   st.executor = "local"
   st.dask_address = ""
   st.dask_workers = 2
+  # How cohorts reach the workers (sfjax.ctr_search.dispatch): 'rounds' (ask a round, run its
+  # cohorts, wait for all of them), 'async' (a queue of ready cohorts across buckets and
+  # rounds: a free worker takes the next, the algorithm asks as soon as a result arrives;
+  # random, qmc, grid, evolution, tpe, motpe, asha, hyperband, bohb), 'auto' (async on 'dask'
+  # with such an algorithm, else rounds). dispatch.json in the workdir: worker busy fraction.
+  st.dispatch = "auto"
+  # Pruning inside cohorts (sfjax.cohorts.pruning, Optuna's median / percentile rule): at each
+  # eval point (every eval_every budget units of a trial's own steps) a member whose best
+  # objective so far is worse than the percentile of the completed trials' values at that
+  # step (after n_startup_trials completed, from step n_warmup_steps) is pruned, and its lane
+  # refilled with the algorithm's next trial of the bucket. kind: none | median | percentile
+  # (percentile: p-th, median = 50). 'none' runs the search exactly as without it.
+  st.pruner = ml_collections.ConfigDict({"kind": "none", "percentile": 25.0,
+                                         "n_startup_trials": 5, "n_warmup_steps": 0,
+                                         "eval_every": 1.0})
   # ---- one block per algorithm (generated from its spec) ----
   for name in ALGORITHMS:
     st[name] = _algorithm_block(name)

@@ -11,10 +11,18 @@ is the same (`study.executor` does not change a seeded search's trials).
 The driver alone owns the study journal, the saved trial states and the
 quota measures; executors only compute (`executor_dask.py`: one Dask task per
 job, a pure function of task, width and job).
+
+Besides `map` (a round's jobs), an executor takes jobs one at a time for the
+asynchronous schedule (`dispatch.py`): `submit(job) -> ticket`, then
+`wait_any() -> (ticket, JobOutcome)` returns the first job to finish (or whose
+worker was lost: the dispatcher re-queues it). `slots` is how many jobs it runs
+at once (its workers); `busy_seconds` sums the time its workers spent running
+jobs, for `worker_busy_fraction`.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -104,23 +112,71 @@ def run_job(runners: GroupRunners, job: CohortJob) -> list[CohortTrialResult]:
     return failed_results(job, f"{type(e).__name__}: {e}")
 
 
+def timed_run_job(runners: GroupRunners, job: CohortJob
+                  ) -> tuple[list[CohortTrialResult], float]:
+  """`run_job` and the wall seconds it took (the worker's busy time for the job)."""
+  start = time.perf_counter()
+  results = run_job(runners, job)
+  return results, time.perf_counter() - start
+
+
+class JobOutcome(NamedTuple):
+  """What came back of one submitted job (`wait_any`).
+
+  Attributes:
+    results: per trial of the job, its result (failures included); None when the
+      worker running it was lost (the dispatcher re-queues the job).
+    seconds: the wall time the job ran on its worker (0 when lost).
+    lost: why the worker was lost (None when results came back).
+  """
+
+  results: list[CohortTrialResult] | None
+  seconds: float
+  lost: str | None = None
+
+
 RetryHook = Callable[[CohortJob, str], None]
 
 
 class _LocalExecutor:
-  """Runs every job in this process, one after the other."""
+  """Runs every job in this process, one after the other (one slot)."""
 
   name = "local"
+  slots = 1
 
   def __init__(self, runner: CohortRunner):
     self.runners = GroupRunners(runner)
+    self.busy_seconds = 0.0
+    self._submitted: dict[int, CohortJob] = {}
+    self._next_ticket = 0
 
   def map(self, jobs: Iterable[CohortJob], on_retry: RetryHook | None = None
           ) -> Iterator[list[CohortTrialResult]]:
     """Results of each job, in job order (`on_retry` is never called here)."""
     del on_retry
     for job in jobs:
-      yield run_job(self.runners, job)
+      results, seconds = timed_run_job(self.runners, job)
+      self.busy_seconds += seconds
+      yield results
+
+  def submit(self, job: CohortJob) -> int:
+    """Takes `job` for a later `wait_any` (which runs it); returns its ticket."""
+    ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
+    self._submitted[ticket] = job
+    return ticket
+
+  def wait_any(self) -> tuple[int, JobOutcome]:
+    """Runs the oldest submitted job; its ticket and outcome.
+
+    Raises:
+      RuntimeError: nothing was submitted.
+    """
+    if not self._submitted:
+      raise RuntimeError("wait_any: no job submitted")
+    ticket = min(self._submitted)
+    results, seconds = timed_run_job(self.runners, self._submitted.pop(ticket))
+    self.busy_seconds += seconds
+    return ticket, JobOutcome(results, seconds)
 
   def close(self) -> None:
     """Nothing to release."""

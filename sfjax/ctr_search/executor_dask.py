@@ -31,13 +31,18 @@ arguments and results (pickled), places the tasks, and notices dead workers.
     (`KilledWorker`) or the future is lost, the job is submitted again, up to
     `max_attempts` submissions, calling `on_retry` first (the driver journals a
     re-queue of the job's trials); then its trials fail.
-  * Results come back in job order (tasks still run in parallel): the driver
-    tells the study in the local executor's order.
+  * `map`: results come back in job order (tasks still run in parallel): the driver
+    tells the study in the local executor's order. `submit` / `wait_any` (the
+    asynchronous schedule, `dispatch.py`): the first task to finish comes back
+    first; a task whose worker was lost comes back as lost (`JobOutcome.lost`) and
+    the dispatcher re-queues its trials. `slots` is the cluster's worker threads;
+    each task reports the seconds it ran, summed in `busy_seconds`.
 """
 
 from __future__ import annotations
 
 import os
+import time
 import urllib.parse
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -51,10 +56,11 @@ from sfjax.cohorts.trial_result import CohortTrialResult
 from sfjax.ctr_search.executor import (
   CohortJob,
   GroupRunners,
+  JobOutcome,
   RetryHook,
   describe,
   failed_results,
-  run_job,
+  timed_run_job,
 )
 
 # Per worker process: (task, cohort width, measure_latency) -> its runners.
@@ -154,14 +160,22 @@ def _worker_environment() -> dict[str, str]:
   return env
 
 
+# What a task raises when its worker is lost (the job can run again elsewhere).
+_LOST = (distributed.KilledWorker, distributed.client.FutureCancelledError,
+         distributed.comm.CommClosedError)
+
+
 def _remote_run(task: CTRTask, cohort_width: int | str, measure_latency: bool,
-               job: CohortJob) -> list[CohortTrialResult]:
-  """Runs `job` in a worker (the Dask task): its results, exceptions as FAILED results."""
+               job: CohortJob) -> tuple[list[CohortTrialResult], float]:
+  """Runs `job` in a worker (the Dask task): its results (exceptions as FAILED results)
+  and the seconds the worker spent on it (its runner's set-up included)."""
+  start = time.perf_counter()
   key = (task, cohort_width, bool(measure_latency))
   if key not in _WORKER_RUNNERS:
     _WORKER_RUNNERS[key] = GroupRunners(CohortRunner(task, cohort_width=cohort_width,
                                                      measure_latency=measure_latency))
-  return run_job(_WORKER_RUNNERS[key], job)
+  results, _ = timed_run_job(_WORKER_RUNNERS[key], job)
+  return results, time.perf_counter() - start
 
 
 class DaskExecutor:
@@ -190,7 +204,10 @@ class DaskExecutor:
     self.measure_latency = bool(measure_latency)
     self.max_attempts = max_attempts
     self.retries = 0  # jobs submitted again after a lost worker, over this executor's life
+    self.busy_seconds = 0.0  # seconds the workers spent running this executor's jobs
     self.cluster = None
+    self._futures: dict[int, Any] = {}  # ticket -> future of a submitted job (`submit`)
+    self._next_ticket = 0
     if address:
       scheduler_address, self.security = parse_address(address)
       try:
@@ -211,6 +228,12 @@ class DaskExecutor:
       self.client = distributed.Client(self.cluster, security=self.security)
       self.client.run_on_scheduler(_stop_scheduler_http_server)
       self.client.register_plugin(_NoHTTPServer())
+
+  @property
+  def slots(self) -> int:
+    """Jobs the cluster runs at once: its workers' threads (at least 1)."""
+    workers = self.client.scheduler_info().get("workers", {}).values()
+    return max(1, sum(int(w.get("nthreads", 1)) for w in workers))
 
   @property
   def address(self) -> str:
@@ -242,6 +265,39 @@ class DaskExecutor:
     return self.client.submit(_remote_run, self.task, self.cohort_width, self.measure_latency,
                               job, pure=False)
 
+  def _results(self, future) -> tuple[list[CohortTrialResult], float]:
+    """A finished task's results and run seconds (added to `busy_seconds`). Raises what
+    the task raised."""
+    results, seconds = future.result()
+    self.busy_seconds += seconds
+    return results, seconds
+
+  def submit(self, job: CohortJob) -> int:
+    """Submits `job` as one task; returns its ticket for `wait_any`."""
+    ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
+    self._futures[ticket] = (job, self._submit(job))
+    return ticket
+
+  def wait_any(self) -> tuple[int, JobOutcome]:
+    """Waits for a submitted job to finish; its ticket and outcome (the oldest ticket
+    among those finished). A lost worker gives `JobOutcome(None, 0, reason)` (never
+    submitted again here: the dispatcher re-queues it); another exception, FAILED results.
+
+    Raises:
+      RuntimeError: nothing was submitted.
+    """
+    if not self._futures:
+      raise RuntimeError("wait_any: no job submitted")
+    distributed.wait([f for _, f in self._futures.values()], return_when="FIRST_COMPLETED")
+    ticket = min(t for t, (_, f) in self._futures.items() if f.done())
+    job, future = self._futures.pop(ticket)
+    try:
+      return ticket, JobOutcome(*self._results(future))
+    except _LOST as e:
+      return ticket, JobOutcome(None, 0.0, f"worker lost: {type(e).__name__}: {e}")
+    except Exception as e:  # pylint: disable=broad-except  (e.g. unpicklable results)
+      return ticket, JobOutcome(failed_results(job, f"{type(e).__name__}: {e}"), 0.0)
+
   def map(self, jobs: Iterable[CohortJob], on_retry: RetryHook | None = None
           ) -> Iterator[list[CohortTrialResult]]:
     """Submits every job at once; yields their results in job order.
@@ -257,10 +313,9 @@ class DaskExecutor:
         attempt = 1
         while True:
           try:
-            results = futures[i].result()
+            results, _ = self._results(futures[i])
             break
-          except (distributed.KilledWorker, distributed.client.FutureCancelledError,
-                  distributed.comm.CommClosedError) as e:
+          except _LOST as e:
             reason = f"worker lost: {type(e).__name__}: {e}"
             if attempt >= self.max_attempts:
               results = failed_results(job, f"{reason} (after {attempt} submissions)")
@@ -282,7 +337,11 @@ class DaskExecutor:
         self.client.cancel(leftover)
 
   def close(self) -> None:
-    """Closes the client, and the `LocalCluster` if this executor started it."""
+    """Cancels submitted jobs still running; closes the client, and the `LocalCluster` if
+    this executor started it."""
+    if self._futures:
+      self.client.cancel([f for _, f in self._futures.values()])
+      self._futures.clear()
     self.client.close()
     if self.cluster is not None:
       self.cluster.close()

@@ -19,9 +19,10 @@ One round of the loop (VEGA's search step, arXiv 2011.01507):
   executor.map            `study.executor`: 'local' runs `CohortRunner.run` here, 'dask'
                           as Dask tasks (`executor_dask`); promotions (`resume_from`)
                           continue from the parent's saved state
-                          `workdir/states/<id>.npz` up to their new budget;
-  study.tell              every result in group order, whatever the executor (so both
-                          give the same trials), failed ones as 'failed' (never fatal);
+                          `workdir/states/<id>.npz` up to their new budget (or
+                          `study.dispatch=async`: a queue free workers take, dispatch.py);
+  study.tell              every result in group order (async: as its job ends), whatever
+                          the executor, failed ones as 'failed' (never fatal);
                           each result names the chunk (program call) that ran it,
                           from which the summary's cohort width and lane use come;
   leaderboard             top-k trials by held-out AUC, to stderr.
@@ -36,7 +37,8 @@ alone writes the journal and the saved states, whichever executor runs the trial
 How the suggestions run is the algorithm's hook, not its name: a
 `population_based` algorithm (PBT) trains each asked batch as one population
 (`search_pbt.run_population`); the others run cohorts, keeping trial states when
-the algorithm is `multi_fidelity` (ASHA, Hyperband: promotions resume them).
+the algorithm is `multi_fidelity` (ASHA, Hyperband: promotions resume them); with
+`study.pruner`, members are pruned at eval points and lanes refilled (`search_pruning`).
 
 The concrete space is passed in (`space_provider.CTRSearchSpace`; the library
 never imports `search_spaces/`). At the end `study.export()` writes
@@ -84,9 +86,10 @@ from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.cohorts.latency import LatencySettings
 from sfjax.cohorts.trial_result import CohortTrialResult
 from sfjax.core import workdir_lock
-from sfjax.ctr_search import search_config, search_events, search_pbt, search_report
+from sfjax.ctr_search import dispatch, search_config, search_events, search_pbt, search_report
 from sfjax.ctr_search.executor import CohortJob, make_executor
 from sfjax.ctr_search.search_config import SearchConfigError
+from sfjax.ctr_search.search_pruning import pruner_of, pruning_summary, run_pruned_round
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 
 _AUTO_ASK_BATCH = 8  # trials asked per round with cohort_width='auto'
@@ -189,6 +192,8 @@ def _run_search(config, workdir: str, search_space: CTRSearchSpace,
        "latency_ms": lambda c: runner.costs.latency_ms(arch_of(c))})
   max_steps = task.steps_for_budget(config.study.max_budget)
   ask_batch = config.study.ask_batch or (width if width != "auto" else _AUTO_ASK_BATCH)
+  schedule = dispatch.choose_schedule(field("dispatch"), field("executor"), algorithm)
+  pruner = pruner_of(config, objective, task.steps_for_budget, algorithm, schedule)
   executor = make_executor(field("executor"), runner, address=field("dask_address"),
                            num_workers=field("dask_workers"))
   if isinstance(algorithm, PBT):  # the `population_based` algorithm
@@ -204,9 +209,19 @@ def _run_search(config, workdir: str, search_space: CTRSearchSpace,
           pbt.quantile)
   else:
     def run_round(study, batch):
+      if pruner is not None:  # study.pruner: members pruned at eval points, lanes refilled
+        return run_pruned_round(
+            study, runner, batch, pruner, config, max_steps,
+            lambda ss: _batch_jobs(study, runner, ss, workdir, config.seed, max_steps, split, False),
+            lambda s, result, end: _record(study, s, result, os.path.join(workdir, _STATES_DIR),
+                                           algorithm.multi_fidelity and end < max_steps))
       return _run_batch(study, executor, runner, batch, workdir, config.seed, max_steps,
                         keep_states=algorithm.multi_fidelity, split=split,
                         merge_optimizers=bool(field("fill_cohorts")))
+
+    def cohort_jobs(study, batch):  # the asynchronous schedule's cohorts of one ask
+      return _batch_jobs(study, runner, batch, workdir, config.seed, max_steps, split,
+                         bool(field("fill_cohorts")))
   started = time.perf_counter()
   events = search_events.SearchEvents(workdir, objective.metric, objective.direction,
                                       mirror=search_events.open_mirror(
@@ -217,24 +232,30 @@ def _run_search(config, workdir: str, search_space: CTRSearchSpace,
     default = default_metrics(workdir, executor, config.seed, max_steps, search_space)
     events.update(study.trials())
     programs: list[Chunk] = []  # the program calls of this process's rounds
-    while True:
-      final = _num_final(study)
-      if final >= config.study.num_trials:
-        break
-      batch = ask_round(study, min(ask_batch, config.study.num_trials - final))
-      if not batch:
-        break
-      events.update(study.trials())  # the Optuna mirror shows the asked trials running
-      programs += run_round(study, batch)
+
+    def told(chunks):  # after each round (or, async, each job): events and leaderboard
+      programs.extend(chunks)
       events.update(study.trials())
       sys.stderr.write(search_report.leaderboard(
           study.trials(), config.study.leaderboard_size, default.get("auc"),
           config.study.num_trials, time.perf_counter() - started))
       sys.stderr.flush()
+
+    loop = dispatch.Loop(study, ask_round, int(ask_batch), config.study.num_trials, executor,
+                         on_asked=lambda: events.update(study.trials()))  # mirror: running
+    if schedule == "async":  # a queue of cohorts that free workers take (`dispatch.py`)
+      loop.run_async(lambda batch: cohort_jobs(study, batch), lambda job, members, results: told(
+          _tell_job(study, job, members, results, workdir, max_steps, algorithm.multi_fidelity)))
+    else:
+      loop.run_rounds(lambda batch: told(run_round(study, batch)))
+    if not isinstance(algorithm, PBT):  # PBT trains in the driver: no workers to measure
+      sys.stderr.write(search_report.dispatch_line(loop.save(workdir, schedule)))
     study.export()
     if isinstance(objective, Objectives):
       sys.stderr.write(search_report.pareto_report(study.pareto_fronts(), directions))
-    return dict(_summarize(study, default), **chunk_plan.program_summary(programs))
+    pruned = {} if pruner is None else pruning_summary(study.trials(), task.steps_for_budget,
+                                                        max_steps)
+    return dict(_summarize(study, default), **chunk_plan.program_summary(programs), **pruned)
 
 
 def ask_round(study: Study, n: int) -> list[Suggestion]:
@@ -267,10 +288,6 @@ def form_cohorts(archs: Sequence[ArchSpec], merge_optimizers: bool) -> list[list
   return list(groups.values())
 
 
-def _num_final(study: Study) -> int:
-  return sum(t.status in ENDED_STATUSES for t in study.trials())
-
-
 def default_metrics(workdir: str, executor, seed: int, steps: int,
                     search_space: CTRSearchSpace) -> dict[str, float]:
   """Held-out metrics of the space's default config at `steps` steps, cached in default.json.
@@ -293,28 +310,16 @@ def default_metrics(workdir: str, executor, seed: int, steps: int,
   return dict(result.metrics)
 
 
-def _run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Suggestion],
-               workdir: str, seed: int, max_steps: int, keep_states: bool,
-               split: Callable[[Any], tuple[ArchSpec, dict[str, float]]],
-               merge_optimizers: bool = False) -> list[Chunk]:
-  """Trains `batch` grouped by shape bucket (one job per bucket) and tells the study.
+def _batch_jobs(study: Study, runner: CohortRunner, batch: Sequence[Suggestion], workdir: str,
+                seed: int, max_steps: int,
+                split: Callable[[Any], tuple[ArchSpec, dict[str, float]]],
+                merge_optimizers: bool) -> list[tuple[CohortJob, list]]:
+  """`batch` as `(job, members)` pairs, one job per cohort (`form_cohorts`: trials whose
+  architectures differ only in sizes a superset can hold, `buckets.bucket_key`, and with
+  `merge_optimizers` in row optimizers, run as one padded vmapped program per chunk).
 
-  Trials whose architectures differ only in sizes a superset can hold (MLP widths
-  and depth, cross layers, embed_dim where `bucket_layout` can remap it:
-  `buckets.bucket_key`) form one job, run as one padded
-  vmapped program per chunk. `executor` runs the jobs (`executor.make_executor`);
-  results are told in group order whatever the executor. The driver's `runner`
-  reads saved states for promotions. With `keep_states` (multi-fidelity
-  algorithms), the state of each successful trial below the full budget is saved
-  for a later promotion. `split` maps a point of the space to its (ArchSpec,
-  hyperparameters). A job submitted again after its worker died is journaled as a
-  re-queue of its trials. `merge_optimizers`: cohorts may mix row optimizers
-  (`form_cohorts`).
-
-  Returns:
-    The chunks (program calls) that ran the batch, as its results name them
-    (`CohortTrialResult.chunk`; whichever executor ran them), for `mean_cohort_width`
-    and `lane_utilization`.
+  The driver's `runner` reads saved states for promotions; `split` maps a point of the
+  space to its (ArchSpec, hyperparameters); a config it cannot build is told FAILED.
   """
   states_dir = os.path.join(workdir, _STATES_DIR)
   built: list[tuple[Suggestion, ArchSpec, dict[str, float]]] = []
@@ -325,10 +330,7 @@ def _run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Sug
       study.tell(s.trial_id, {}, TrialStatus.FAILED, reason=f"bad config: {e}")
       continue
     built.append((s, arch, hparams))
-  # One job per cohort: architectures that differ only in maskable sizes (and, merged,
-  # row optimizers) share one padded program (`sfjax.cohorts.buckets`); equal ones run
-  # unpadded.
-  jobs, members_of = [], []
+  pairs = []  # equal architectures run unpadded
   for group in form_cohorts([arch for _, arch, _ in built], merge_optimizers):
     members = [built[i] for i in group]
     starts, ends, init_states = [], [], []
@@ -339,22 +341,47 @@ def _run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Sug
       ends.append(max(end, start))
       init_states.append(state)
     archs = tuple(arch for _, arch, _ in members)
-    jobs.append(CohortJob(archs[0] if len(set(archs)) == 1 else archs,
-                          [h for _, _, h in members],
-                          [_trial_seed(seed, s.trial_id) for s, _, _ in members], starts, ends,
-                          init_states, [s.trial_id for s, _, _ in members], runner.ragged,
-                          merge_optimizers))
-    members_of.append(members)
+    pairs.append((CohortJob(archs[0] if len(set(archs)) == 1 else archs,
+                            [h for _, _, h in members],
+                            [_trial_seed(seed, s.trial_id) for s, _, _ in members], starts, ends,
+                            init_states, [s.trial_id for s, _, _ in members], runner.ragged,
+                            merge_optimizers), members))
+  return pairs
 
-  def on_retry(job, reason):
-    study.record_retry(job.trial_ids)
 
+def _tell_job(study: Study, job: CohortJob, members: list, results: list[CohortTrialResult],
+              workdir: str, max_steps: int, keep_states: bool) -> list[Chunk]:
+  """Records one job's results (`_record`); the chunks (program calls) that ran it, each once
+  (chunk mates share it; its trial indices are its own)."""
+  states_dir = os.path.join(workdir, _STATES_DIR)
+  for (s, _, _), result, end in zip(members, results, job.end_steps, strict=True):
+    _record(study, s, result, states_dir, keep_states and end < max_steps)
+  return list(dict.fromkeys(r.chunk for r in results if r.chunk is not None))
+
+
+def _run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Suggestion],
+               workdir: str, seed: int, max_steps: int, keep_states: bool,
+               split: Callable[[Any], tuple[ArchSpec, dict[str, float]]],
+               merge_optimizers: bool = False) -> list[Chunk]:
+  """Trains `batch` grouped by shape bucket (`_batch_jobs`) and tells the study.
+
+  `executor` runs the jobs (`executor.make_executor`); results are told in group
+  order whatever the executor. With `keep_states` (multi-fidelity algorithms), the
+  state of each successful trial below the full budget is saved for a later
+  promotion. A job submitted again after its worker died is journaled as a re-queue
+  of its trials.
+
+  Returns:
+    The chunks (program calls) that ran the batch, as its results name them
+    (`CohortTrialResult.chunk`; whichever executor ran them), for `mean_cohort_width`
+    and `lane_utilization`.
+  """
+  pairs = _batch_jobs(study, runner, batch, workdir, seed, max_steps, split, merge_optimizers)
   programs: list[Chunk] = []
-  for job, members, results in zip(jobs, members_of, executor.map(jobs, on_retry), strict=True):
-    for (s, _, _), result, end in zip(members, results, job.end_steps, strict=True):
-      _record(study, s, result, states_dir, keep_states and end < max_steps)
-    # One job's chunks, each once (chunk mates share it; its trial indices are its own).
-    programs += dict.fromkeys(r.chunk for r in results if r.chunk is not None)
+  results_of = executor.map([job for job, _ in pairs],
+                            lambda job, _: study.record_retry(job.trial_ids))
+  for (job, members), results in zip(pairs, results_of, strict=True):
+    programs += _tell_job(study, job, members, results, workdir, max_steps, keep_states)
   return programs
 
 

@@ -10,6 +10,10 @@ to a reader (for PBT members, the learning rates they ended with: `final.<key>`
 metrics). The default's AUC beside it is on the same split: the leaderboard, best.json
 and the summary's `beats_default` share one selection split (issue #26).
 
+After the trial loop, one line says how busy the workers were (`dispatch_line`):
+
+    [dispatch] async on dask: 4 workers 87% busy | 32 trials in 2m10s (886 trials/hour)
+
 A multi-objective search ends with its Pareto front per budget (`pareto_report`):
 
     [pareto] budget 4: 3 trials on the front (auc max, params min)
@@ -20,9 +24,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from sfjax.automl.algorithms import ENDED_STATUSES, TrialStatus
 from sfjax.automl.study import TrialRecord
+
+if TYPE_CHECKING:
+  from sfjax.ctr_search.dispatch import DispatchRecord
 
 _COLUMNS = (("rank", 4), ("trial", 5), ("rung", 4), ("steps", 5), ("model", 10), ("dim", 3),
             ("mlp", 6), ("emb_opt", 7), ("emb_lr", 8), ("dense_lr", 8), ("auc", 7),
@@ -124,3 +132,15 @@ def pareto_report(fronts: Sequence[tuple[float | None, Sequence[TrialRecord]]],
       values = "  ".join(f"{m} {_metric(t.metrics.get(m))}" for m in directions)
       lines.append(f"  trial {t.trial_id:5d}  {values}")
   return "\n".join(lines) + "\n" if lines else ""
+
+
+def dispatch_line(record: DispatchRecord) -> str:
+  """One line (ending in a newline) of a trial loop's `dispatch.DispatchRecord`."""
+  busy = "-" if record.worker_busy_fraction is None else f"{record.worker_busy_fraction:.0%}"
+  rate = "-" if record.trials_per_hour is None else f"{record.trials_per_hour:.0f}"
+  line = (f"[dispatch] {record.schedule} on {record.executor}: {record.slots} workers {busy} "
+          f"busy | {record.trials} trials in {_duration(record.wall_seconds)} ({rate} "
+          f"trials/hour)")
+  if record.requeued_jobs:
+    line += f" | {record.requeued_jobs} jobs re-queued after a lost worker"
+  return line + "\n"

@@ -212,3 +212,23 @@ class _QuietHandler(wsgiref.simple_server.WSGIRequestHandler):
 def _attr(trial, key):
   """A user attr of a dashboard trial record (serialized as [{key, value}])."""
   return next(a["value"] for a in trial["user_attrs"] if a["key"] == key)
+
+
+def test_reports_inside_a_run_round_trip_and_a_pruned_trial_is_marked_pruned(tmp_path):
+  reports = {4: 0.9, 8: 0.7}
+  metrics = om.reported_metrics("loss", reports)
+  assert metrics == {"loss/4": 0.9, "loss/8": 0.7}
+  assert om.reported_values({**metrics, "loss": 0.7, "loss/x": 1.0, "loss/": 2.0}, "loss") == reports
+  storage = storage_spec(tmp_path, "journal")
+  with Study.open(str(tmp_path / "s"), SPACE, RandomSearch(seed=0), LOSS) as study:
+    done, pruned = study.ask(2)
+    study.tell(done.trial_id, {"loss": 0.5, "params": 10.0,
+                               **om.reported_metrics("loss", {4: 0.8, 8: 0.5})})
+    study.tell(pruned.trial_id, {"loss": 0.9, "params": 10.0, **metrics}, TrialStatus.PRUNED,
+               reason="pruned at step 8")
+    mirror = open_mirror(storage, study)
+    mirror.update(study.trials())
+    _, by_id = check_trials(storage, study, LOSS)
+  assert by_id[pruned.trial_id].state.name == "PRUNED"
+  assert by_id[pruned.trial_id].intermediate_values == reports
+  assert by_id[done.trial_id].intermediate_values == {4: 0.8, 8: 0.5}

@@ -39,6 +39,9 @@ def test_chunk_results_drop_padding_and_fail_only_the_non_finite_trial():
   assert bad.status == TrialStatus.FAILED and bad.state is None
   assert bad.error == "loss or parameters became non-finite at step 2"
   assert bad.metrics["train_loss"] == 4.0 and np.isnan(bad.metrics["auc"])  # applied steps only
+  # Each result keeps the losses of its applied steps (a pruned cohort joins its calls').
+  np.testing.assert_array_equal(first.losses, [1.0, 2.0, 3.0])
+  np.testing.assert_array_equal(bad.losses, [4.0])
 
 
 def test_chunk_results_copy_the_states_out_of_the_stacked_output():

@@ -55,3 +55,23 @@ def test_local_executor_runs_jobs_in_order_and_fails_bad_ones(runner):
 def test_unknown_executor_names_the_field(runner):
   with pytest.raises(ValueError, match="study.executor: unknown executor 'ray'"):
     executor.make_executor("ray", runner)
+
+
+def test_local_executor_runs_submitted_jobs_oldest_first_and_times_them(runner):
+  lr = split_config({"model.name": "lr"})[0]
+  local = executor.make_executor("local", runner)
+  assert local.slots == 1 and local.busy_seconds == 0.0
+  with pytest.raises(RuntimeError, match="no job submitted"):
+    local.wait_any()
+  first, second = local.submit(_job(lr, 1)), local.submit(_job(lr, 2))
+  done = [local.wait_any(), local.wait_any()]
+  assert [ticket for ticket, _ in done] == [first, second]
+  (_, one), (_, two) = done
+  assert one.lost is None and two.lost is None and [len(one.results), len(two.results)] == [1, 2]
+  assert all(r.status == TrialStatus.DONE for r in one.results + two.results)
+  # The executor's busy time is the sum of its jobs' run times (each timed where it ran).
+  assert one.seconds > 0 and two.seconds > 0
+  assert local.busy_seconds == pytest.approx(one.seconds + two.seconds)
+  (mapped,) = list(local.map([_job(lr, 1)]))
+  assert mapped[0].metrics["auc"] == one.results[0].metrics["auc"]  # same trial, same result
+  assert local.busy_seconds > one.seconds + two.seconds  # map's jobs count too

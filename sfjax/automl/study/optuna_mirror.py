@@ -14,7 +14,10 @@ serves it. Each of our trials becomes one Optuna trial:
   intermediate values     single objective, multi-fidelity: the objective at each budget of
                           the config's promotion chain (this trial and the trials it was
                           promoted from), at step `step_of_budget(budget)` (the driver
-                          passes training steps; default: the rung), as `trial.report` would
+                          passes training steps; default: the rung), as `trial.report` would;
+                          and the values a trial reported inside its run (metrics
+                          `<objective>/<step>`, `reported_metrics`: a pruned search's eval
+                          points, `sfjax.cohorts.pruning`)
   state                   done -> COMPLETE, pruned -> PRUNED, failed -> FAIL, rejected by a
                           quota -> FAIL (user attr `sfjax_status` says which), running -> RUNNING
   user attrs              `sfjax_trial_id` (our id: the mirror's key), `sfjax_status`,
@@ -47,6 +50,7 @@ TRIAL_ID_ATTR = "sfjax_trial_id"
 STATUS_ATTR = "sfjax_status"
 OWNER_ATTR = "sfjax_owner"
 _JOURNAL_SUFFIXES = (".log", ".jsonl")
+_REPORT_SEP = "/"  # metric '<name>/<step>': a value reported at that step of the run
 _RDB_PREFIX = "sqlite:///"
 _STATE_NAMES = {TrialStatus.DONE: "COMPLETE", TrialStatus.PRUNED: "PRUNED",
                 TrialStatus.FAILED: "FAIL", TrialStatus.REJECTED: "FAIL",
@@ -73,6 +77,19 @@ def open_storage(storage: str, field: str = "study.optuna_storage"):
   path = os.path.abspath(storage)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   return optuna.storages.JournalStorage(JournalFileBackend(path))
+
+
+def reported_metrics(metric: str, values: Mapping[int, float]) -> dict[str, float]:
+  """A trial's reports inside its run (step -> value of `metric`) as metrics
+  `'<metric>/<step>'`, so the study journal keeps them with its other metrics."""
+  return {f"{metric}{_REPORT_SEP}{int(step)}": float(v) for step, v in values.items()}
+
+
+def reported_values(metrics: Mapping[str, float], metric: str) -> dict[int, float]:
+  """The reports of `metric` among a trial's metrics (`reported_metrics`), by step."""
+  prefix = metric + _REPORT_SEP
+  return dict(sorted((int(k[len(prefix):]), float(v)) for k, v in metrics.items()
+                     if k.startswith(prefix) and k[len(prefix):].isdigit()))
 
 
 def _time(seconds: float | None) -> datetime.datetime | None:
@@ -188,15 +205,18 @@ class OptunaMirror:
     return optuna.trial.TrialState[name], values
 
   def _intermediate(self, t: TrialRecord, by_id: Mapping[int, TrialRecord]) -> dict[int, float]:
-    """step -> objective along `t`'s promotion chain (single objective, with budgets only)."""
+    """step -> objective: `t`'s reports inside its run, and the DONE values along its
+    promotion chain at their budgets' steps (single objective only)."""
     if len(self._objectives) != 1:
       return {}
-    out: dict[int, float] = {}
+    metric = self._objectives[0].metric
+    out: dict[int, float] = {s: v for s, v in reported_values(t.metrics, metric).items()
+                             if math.isfinite(v)}
     node: TrialRecord | None = t
     while node is not None and node.suggestion.budget is not None:
       s, budget = node.suggestion, node.suggestion.budget
-      value = float(node.metrics.get(self._objectives[0].metric, math.nan))
-      if math.isfinite(value):
+      value = float(node.metrics.get(metric, math.nan))
+      if math.isfinite(value) and node.status == TrialStatus.DONE:
         step = (self._step_of_budget(budget) if self._step_of_budget is not None
                 else int(s.rung or 0))
         out.setdefault(int(step), value)
