@@ -172,6 +172,23 @@ def whole_cohort(key: Hashable, size: int, start: int, end: int, resume: bool) -
                (int(end),) * size, (bool(resume),) * size)
 
 
+def lockstep_chunk(key: Hashable, size: int, width: int, start: int, end: int,
+                   resumes: Sequence[bool], masked: bool) -> Chunk:
+  """The chunk of one call whose `size` trials all run the batches of steps `[start,
+  end)` (a pruned cohort's segment, `pruned_cohort`), padded like any partial chunk.
+
+  Args:
+    key: the trials' shape bucket; size: the trials (<= `width`), 0..size-1.
+    width: the cohort width; start, end: the call's batch range.
+    resumes: per trial, whether it starts from a given state; masked: their
+      architectures differ.
+  """
+  if not 1 <= size <= width:
+    raise ValueError(f"lockstep_chunk: {size} trials do not fit a cohort of width {width}")
+  return Chunk(tuple(range(size)), width, _padded_width(size, width), key, bool(masked),
+               (int(start),) * size, (int(end),) * size, tuple(bool(r) for r in resumes))
+
+
 def program_summary(chunks: Sequence[Chunk]) -> dict[str, float | None]:
   """What a search reports of the program calls that ran.
 

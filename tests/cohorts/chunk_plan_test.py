@@ -100,6 +100,15 @@ def test_whole_cohort_is_one_unpadded_call():
   assert chunk.lane_steps == chunk.trial_steps == 30 and chunk.from_states
 
 
+def test_lockstep_chunk_shares_one_range_and_pads_like_a_partial_chunk():
+  chunk = chunk_plan.lockstep_chunk("a", 3, 4, 12, 24, [True, False, True], masked=False)
+  assert chunk == Chunk((0, 1, 2), 4, 4, "a", False, (12,) * 3, (24,) * 3, (True, False, True))
+  assert chunk.trial_steps == 36 and chunk.lane_steps == 48 and chunk.from_states
+  assert chunk_plan.lockstep_chunk("a", 2, 8, 0, 5, [False] * 2, masked=True).lanes == 2
+  with pytest.raises(ValueError, match="5 trials do not fit a cohort of width 4"):
+    chunk_plan.lockstep_chunk("a", 5, 4, 0, 5, [False] * 5, masked=False)
+
+
 def test_bad_plans_are_named():
   with pytest.raises(ValueError, match="width must be a positive integer, got 0"):
     chunk_plan.plan_chunks(["a"], *_fresh(1), ragged=False, width=0)
