@@ -199,6 +199,10 @@ def _validate_embedding(config, default_host_path: bool) -> None:
   for field in ("embedding.adam_b1", "embedding.adam_b2"):
     _number(config, field, low=0.0, low_ok=True, high=1.0)
   _integer(config, "embedding.unique_capacity", 0, _MAX_COUNT)
+  if "dtype" in e:  # half-width rows (sfjax/embedding/row_dtype.py)
+    _choice(e.dtype, "embedding.dtype", row_dtype.ROW_DTYPE_NAMES)
+  if "stochastic_rounding" in e:
+    _boolean(config, "embedding.stochastic_rounding")
 
 
 def validate(config, *, default_host_path: bool = False) -> None:
@@ -206,10 +210,6 @@ def validate(config, *, default_host_path: bool = False) -> None:
 
   Every field of `defaults.ctr_defaults()` with a value to check is checked for its type
   too (an int is not a bool, a number is finite), so a bad value fails here, never later
-  if "dtype" in e:  # half-width rows (sfjax/embedding/row_dtype.py)
-    _choice(e.dtype, "embedding.dtype", row_dtype.ROW_DTYPE_NAMES)
-  if "stochastic_rounding" in e:
-    _boolean(config, "embedding.stochastic_rounding")
   with another exception.
 
   Args:

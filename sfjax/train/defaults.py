@@ -127,13 +127,13 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   e.ftrl_beta = 0.0
   e.ftrl_initial_accumulator = 0.1
   e.unique_capacity = 0  # padded unique rows per step; 0 = batch_size * num_fields
+  e.dtype = "float32"  # table rows on device, in the cache and host table: float32 | bfloat16 |
+  #                     float16 (half the bytes; slots stay float32; sfjax/embedding/row_dtype.py)
+  e.stochastic_rounding = False  # half-width rows: round updates stochastically (keyed by step)
 
   # ---- dense parameters (optax) -----------------------------------------
   c.optimizer = o = ml_collections.ConfigDict()
   o.name = "adam"  # adam | adamw | sgd | adagrad
-  e.dtype = "float32"  # table rows on device, in the cache and host table: float32 | bfloat16 |
-  #                     float16 (half the bytes; slots stay float32; sfjax/embedding/row_dtype.py)
-  e.stochastic_rounding = False  # half-width rows: round updates stochastically (keyed by step)
   o.learning_rate = 1e-3
   o.weight_decay = 0.0
 
