@@ -56,7 +56,7 @@ import numpy as np
 from experiments import cli
 from sfjax.core import ConfigError
 from sfjax.data import SyntheticCTR
-from sfjax.serving import Predictor, load_client
+from sfjax.serving import LOAD_CLIENTS, Predictor, encode_request, measure_level
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODES = ("http", "inprocess", "both", "huge")
@@ -191,27 +191,12 @@ def run_level(url: str, bodies: list[bytes], size: int, concurrency: int, second
   """One level's figures (after `warmup_s` of untimed load on the same connections),
   with the CPU milliseconds per answered request of the server and of the client."""
   host, port = url.removeprefix("http://").rsplit(":", 1)
-  payloads = [load_client.encode_request("POST", host, int(port), "/v1/predict", b)
+  payloads = [encode_request("POST", host, int(port), "/v1/predict", b)
               for b in bodies]
-  timeout = config.request_timeout_s
-
-  async def level():
-    conns = load_client.open_connections(client, host, int(port), concurrency, timeout)
-    try:
-      await load_client.drive(conns, payloads, size, config.warmup_s, config.max_requests,
-                              timeout)
-      before = await load_client.get_json(conns[0], host, int(port), "/v1/stats", timeout)
-      cpu = time.process_time(), load_client.process_cpu_seconds(server_pid)
-      raw = await load_client.drive(conns, payloads, size, seconds, config.max_requests,
-                                    timeout)
-      cpu = (time.process_time() - cpu[0],
-             load_client.process_cpu_seconds(server_pid) - cpu[1])
-      after = await load_client.get_json(conns[0], host, int(port), "/v1/stats", timeout)
-    finally:
-      await load_client.close_connections(conns)
-    return raw, before, after, cpu
-
-  raw, before, after, (client_cpu, server_cpu) = load_client.run(level())
+  got = measure_level(client, host, int(port), payloads, size, concurrency, config.warmup_s,
+                      seconds, config.max_requests, config.request_timeout_s, server_pid)
+  raw, before, after = got.drive, got.stats_before, got.stats_after
+  client_cpu, server_cpu = got.client_cpu_s, got.server_cpu_s
   ok, ms = len(raw.latencies), np.asarray(raw.latencies) * 1e3
   p50, p95, p99 = (np.percentile(ms, [50, 95, 99]).tolist() if ok else [float("nan")] * 3)
   batches = max(after["batches"] - before["batches"], 1)
@@ -262,9 +247,9 @@ def run_http(config: ml_collections.ConfigDict, bundle: str, lines: list[str], r
 
 def parse_clients(text: str) -> tuple[str, ...]:
   """'raw,httpx' -> ('raw', 'httpx'); raises ConfigError naming the field."""
-  clients = tuple(cli.split_names(str(text), "client", load_client.CLIENTS))
+  clients = tuple(cli.split_names(str(text), "client", LOAD_CLIENTS))
   if not clients:
-    raise ConfigError(f"config field client: needs one of {', '.join(load_client.CLIENTS)}")
+    raise ConfigError(f"config field client: needs one of {', '.join(LOAD_CLIENTS)}")
   return clients
 
 

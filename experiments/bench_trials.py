@@ -72,7 +72,7 @@ from sfjax.cohorts import (
   trial_mesh,
 )
 from sfjax.core import ConfigError
-from sfjax.ctr_search import dispatch, run_search
+from sfjax.ctr_search import DISPATCH_FILE, run_search
 
 SCHEDULES = ("rounds", "async")  # the synchronous schedule, then the asynchronous one
 
@@ -220,7 +220,7 @@ def measure_dispatch(config: ml_collections.ConfigDict) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"bench_dispatch_{schedule}_") as workdir:
       summary = run_search(dispatch_search_config(config, schedule), workdir,
                            ctr_space.SEARCH_SPACE)
-      with open(os.path.join(workdir, dispatch.DISPATCH_FILE), encoding="utf-8") as f:
+      with open(os.path.join(workdir, DISPATCH_FILE), encoding="utf-8") as f:
         rows[schedule] = {**json.load(f), "num_trials_done": summary["num_trials_done"],
                           "num_failed": summary["num_failed"],
                           "mean_cohort_width": summary["mean_cohort_width"],

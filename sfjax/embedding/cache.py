@@ -59,7 +59,7 @@ def swap_rows(cache: device_table.TableState, swap: CacheSwap[jax.Array]
               ) -> tuple[device_table.TableState, device_table.TableState]:
   """Reads the victims out, then writes the fills. Returns (new cache, evicted rows [F_cap]
   as stored)."""
-  evicted = device_table.take_rows(cache, swap.evict_slots)
+  evicted = device_table.take_stored_rows(cache, swap.evict_slots)
   cache = device_table.scatter_rows(
       cache, swap.fill_slots, device_table.TableState(swap.fill_values, swap.fill_opt_slots))
   return cache, evicted

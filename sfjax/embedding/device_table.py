@@ -85,7 +85,7 @@ def table_inits(layout, width: int, row_opt: row_optimizers.RowOptimizer,
   return initializers.TableInits(layout.table_offsets, stddevs, slot_rows.astype(np.float32))
 
 
-def take_rows(table: TableState, rows: jax.Array) -> TableState:
+def take_stored_rows(table: TableState, rows: jax.Array) -> TableState:
   """Rows `rows [U]` int32 of the table as stored (values in the table's stored dtype: cache
   evictions travel half-width); out-of-range (padding) rows read as zeros."""
   return TableState(
@@ -102,7 +102,7 @@ def gather_values(values: jax.Array, rows: jax.Array) -> jax.Array:
 def gather_rows(table: TableState, rows: jax.Array) -> TableState:
   """Rows `rows [U]` int32 of the table, values upcast to float32 (the dtype a step
   computes in; exact); out-of-range (padding) rows read as zeros."""
-  taken = take_rows(table, rows)
+  taken = take_stored_rows(table, rows)
   return taken._replace(values=row_dtype.to_compute(taken.values))
 
 

@@ -32,9 +32,12 @@ from sfjax.serving.predictor import Predictor
 
 _LAZY = {"ServerSettings": "sfjax.serving.http_app", "make_app": "sfjax.serving.http_app",
          "write_bundle": "sfjax.serving.bundle", "score_files": "sfjax.serving.scoring",
-         "SCORING_FORMATS": "sfjax.serving.scoring"}
+         "SCORING_FORMATS": "sfjax.serving.scoring", "LOAD_CLIENTS": "sfjax.serving.load_client",
+         "encode_request": "sfjax.serving.load_client",
+         "measure_level": "sfjax.serving.load_client"}
 
 __all__ = [
+  "LOAD_CLIENTS",
   "SCORING_FORMATS",
   "BatcherSettings",
   "BatcherStats",
@@ -45,7 +48,9 @@ __all__ = [
   "QueueFull",
   "RecordError",
   "ServerSettings",
+  "encode_request",
   "make_app",
+  "measure_level",
   "score_files",
   "write_bundle",
 ]

@@ -30,7 +30,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-CLIENTS = ("raw", "httpx")
+LOAD_CLIENTS = ("raw", "httpx")
 _MAX_HEAD_BYTES = 64 << 10  # a response head longer than this is malformed
 
 
@@ -169,8 +169,8 @@ class HttpxConnection:
 def open_connections(client: str, host: str, port: int, count: int,
                      timeout_s: float) -> list[Any]:
   """`count` connections of `client` ("raw" or "httpx"); opened on their first request."""
-  if client not in CLIENTS:
-    raise ValueError(f"client: unknown {client!r} (known: {', '.join(CLIENTS)})")
+  if client not in LOAD_CLIENTS:
+    raise ValueError(f"client: unknown {client!r} (known: {', '.join(LOAD_CLIENTS)})")
   if client == "raw":
     return [RawConnection(host, port) for _ in range(count)]
   return [HttpxConnection(host, port, timeout_s) for _ in range(count)]
@@ -258,3 +258,36 @@ def run(coroutine) -> Any:
   """Runs `coroutine` to completion on a fresh `new_event_loop()`."""
   with asyncio.Runner(loop_factory=new_event_loop) as runner:
     return runner.run(coroutine)
+
+
+class LevelRun(NamedTuple):
+  """One measured load level (`measure_level`)."""
+
+  drive: Any  # `drive`'s result over the timed window (latencies, sent, errors, lost, seconds)
+  stats_before: Any  # the server's GET /v1/stats before the timed window
+  stats_after: Any  # ... and after it
+  client_cpu_s: float  # this process's CPU seconds over the timed window
+  server_cpu_s: float  # the server process's CPU seconds over the timed window
+
+
+def measure_level(client: str, host: str, port: int, payloads: Sequence[bytes], size: int,
+                  concurrency: int, warmup_s: float, seconds: float, max_requests: int,
+                  timeout_s: float, server_pid: int) -> LevelRun:
+  """Drives `concurrency` connections of `client` with `payloads` (pre-encoded requests of
+  `size` examples): `warmup_s` untimed, then `seconds` (at most `max_requests`) timed, with
+  the server's stats and both processes' CPU time around the timed window."""
+
+  async def level() -> LevelRun:
+    conns = open_connections(client, host, port, concurrency, timeout_s)
+    try:
+      await drive(conns, payloads, size, warmup_s, max_requests, timeout_s)
+      before = await get_json(conns[0], host, port, "/v1/stats", timeout_s)
+      cpu = time.process_time(), process_cpu_seconds(server_pid)
+      raw = await drive(conns, payloads, size, seconds, max_requests, timeout_s)
+      cpu = time.process_time() - cpu[0], process_cpu_seconds(server_pid) - cpu[1]
+      after = await get_json(conns[0], host, port, "/v1/stats", timeout_s)
+    finally:
+      await close_connections(conns)
+    return LevelRun(raw, before, after, *cpu)
+
+  return run(level())

@@ -48,7 +48,7 @@ def test_half_width_rows_are_stored_rounded_and_computed_in_float32():
   got = jax.jit(dt.gather_rows)(half, rows)  # upcast for the step
   assert got.values.dtype == jnp.float32
   np.testing.assert_array_equal(np.asarray(got.values[:2]), stored[[7, 2]].astype(np.float32))
-  assert jax.jit(dt.take_rows)(half, rows).values.dtype == np.uint16  # as stored (evictions)
+  assert jax.jit(dt.take_stored_rows)(half, rows).values.dtype == np.uint16  # as stored (evictions)
   upd = dt.TableState(jnp.full((3, 3), 0.1 + 1e-4, jnp.float32), jnp.zeros((3, 0)))
   new = jax.jit(dt.scatter_rows)(half, rows, upd)
   assert new.values.dtype == np.uint16  # rounded to nearest on the way in

@@ -65,7 +65,7 @@ def _run_against_server(client: str, kinds: list[str], concurrency: int, max_req
   return lc.run(main())
 
 
-@pytest.mark.parametrize("client", lc.CLIENTS)
+@pytest.mark.parametrize("client", lc.LOAD_CLIENTS)
 def test_every_answer_is_verified_and_counted(client):
   kinds = ["good", "good", "busy", "short", "cut", "good"]
   counts = _run_against_server(client, kinds, concurrency=1, max_requests=12)
@@ -75,7 +75,7 @@ def test_every_answer_is_verified_and_counted(client):
   assert all(0 < t < 5 for t in counts.latencies) and counts.seconds > 0
 
 
-@pytest.mark.parametrize("client", lc.CLIENTS)
+@pytest.mark.parametrize("client", lc.LOAD_CLIENTS)
 def test_an_unanswered_request_is_lost_after_the_timeout_and_the_loop_goes_on(client):
   t = time.perf_counter()
   counts = _run_against_server(client, ["hang", "good"], concurrency=1, max_requests=4,
