@@ -48,13 +48,22 @@ import ml_collections
 
 from experiments import cli
 from search_spaces import blocks as blocks_space
-from search_spaces import ctr as ctr_space
+from search_spaces import default as default_space
 from sfjax.cohorts import cohort_program
 from sfjax.core import ConfigError
 from sfjax.ctr_search import run_search
 
 MODES = {"ragged": (True, True), "exact": (True, False), "free": (False, False)}
-SPACES = {"ctr": ctr_space.SEARCH_SPACE, "blocks": blocks_space.BLOCK_SEARCH_SPACE}
+# 'ctr': the default space (generated models; the named families when space.families names any).
+SPACES = {"ctr": default_space.SEARCH_SPACE, "blocks": blocks_space.BLOCK_SEARCH_SPACE}
+
+
+def _family(config) -> Any:
+  """A trial's named model, or a generated model's block combination (its `.use` switches on)."""
+  if "model.name" in config:
+    return config["model.name"]
+  return (config.get("model.combine"), *sorted(k for k, v in config.items()
+                                               if k.endswith(".use") and v is True))
 
 
 def tried_counts(trials_path: str) -> dict[str, int]:
@@ -62,7 +71,7 @@ def tried_counts(trials_path: str) -> dict[str, int]:
   the trained (done or failed) trials of a study's `trials.jsonl`."""
   with open(trials_path, encoding="utf-8") as f:
     trials = [json.loads(line) for line in f if line.strip()]
-  pairs = {(t["config"].get("model.name"), t["config"].get("embedding.optimizer"))
+  pairs = {(_family(t["config"]), t["config"].get("embedding.optimizer"))
            for t in trials if t.get("status") in ("done", "failed")}
   return {"pairs_tried": len(pairs), "families_tried": len({p[0] for p in pairs}),
           "optimizers_tried": len({p[1] for p in pairs})}

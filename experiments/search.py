@@ -1,4 +1,4 @@
-"""AutoML search over the CTR space.
+"""AutoML search over the CTR space (by default generated models, `search_spaces/default.py`).
 
   python -m experiments.search --config=experiments/configs/search_ctr.py --workdir=DIR
 
@@ -25,7 +25,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from experiments import cli
-from search_spaces import ctr as ctr_space
+from search_spaces import default as default_space
 from sfjax.automl.study import JournalLockedError, StudyError
 from sfjax.core import set_up_console
 from sfjax.ctr_search import SearchConfigError, check_flag_overrides, run_search
@@ -45,7 +45,7 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   set_up_console(logging.INFO)  # our progress lines; orbax and jax INFO chatter off
   # run_search holds the workdir's lock itself (one owner per workdir, issue #25).
-  summary = run_search(_CONFIG.value, _WORKDIR.value, ctr_space.SEARCH_SPACE)
+  summary = run_search(_CONFIG.value, _WORKDIR.value, default_space.SEARCH_SPACE)
   sys.stdout.write(json.dumps(_finite(summary), sort_keys=True, allow_nan=False) + "\n")
   sys.stdout.flush()
 

@@ -2,6 +2,7 @@
 
     space = block_space()                  # architecture (blocks) + hyperparameters
     baseline = default_config(space)       # the trainer's default DeepFM as a point
+    dcn = preset_config("dcnv2", space)    # any named model as a point (its preset)
     runner_keys = runner_config(config)    # model.name='composed', model.blocks=<json>, embedding.*, optimizer.*
     run_search(config, workdir, BLOCK_SEARCH_SPACE)
 
@@ -14,6 +15,10 @@ switches a block on, its sub-space is active only then), adds the combination
 (`model.combine`: parallel | stacked) and takes the hyperparameter sub-spaces of
 `search_spaces/ctr.py` unchanged. A point becomes a trial config through
 `runner_config`: the generator's spec as canonical JSON in `model.blocks`.
+
+The eight named models are presets, points of this space (`preset_config`): each point's
+spec is the named model's (`generator.named_model_spec`). This is the default CTR space
+(`search_spaces/default.py`); a search naming families searches `ctr.py`'s space instead.
 
 Forbidden: a stacked model without a tower, and a stacked model with no block.
 
@@ -39,10 +44,15 @@ from sfjax.models import (
   COMPOSED_NAME,
   EMBEDDING_DIMS,
   MAX_FIELD_GROUPS,
+  MODEL_NAMES,
+  SpecError,
   bottom_space,
   config_to_spec,
   embedding_space,
+  model_hparams,
+  named_model_spec,
   spec_embedding_width,
+  spec_to_config,
   spec_to_json,
   tower_space,
 )
@@ -95,23 +105,22 @@ def block_space(tower_widths: Sequence[int] = TOWER_WIDTHS,
       ctr.hparam_space(), *([ctr.pooling_space(poolings)] if poolings else []))
 
 
-def default_config(space: Space | None = None) -> Config:
-  """The trainer's default model (DeepFM) and optimizers as a point of `space`.
+# Named-model hyperparameters a preset takes where the trainer's default is no point of the
+# space: DLRM's bottom MLP (64, 16) narrows to its last layer, and the space's bottom MLPs
+# have equal widths (`deep_blocks.bottom_space`).
+PRESET_HPARAMS: dict[str, dict[str, Any]] = {"dlrm": {"bottom_mlp_dims": (64, 64)}}
+PRESETS = MODEL_NAMES  # the named models, each a point of the block space (`preset_config`)
 
-  Raises:
-    ConfigError: naming the key whose default lies outside `space`.
-  """
-  space = block_space() if space is None else space
+
+def _trainer_hparams(name: str) -> dict[str, Any]:
+  """Model `name`'s hyperparameters at the trainer's defaults (`sfjax/train/defaults.py`)."""
   model = ctr_defaults().model
-  dims = tuple(model.mlp_dims)
-  values = {_use(f"model.{kind}"): kind in ("first_order", "fm") for kind in BLOCK_KINDS}
-  values.update({
-      "model.combine": "parallel", "model.dense.linear": True,
-      _use("model.dense.bottom"): False, "model.embedding.num_groups": 1,
-      "model.embedding.group0.dim": model.embed_dim, _use("model.tower"): True,
-      "model.tower.depth": len(dims), "model.tower.width": dims[0]})
-  values.update({k: v for k, v in ctr.default_config().items() if not k.startswith("model.")})
-  values.update(ctr.baseline_poolings(space))
+  return {k: tuple(model[k]) if isinstance(model[k], (tuple, list)) else model[k]
+          for k in model_hparams(name)}
+
+
+def _point_of(space: Space, values: Mapping[str, Any]) -> Config:
+  """The active keys of `values` as a validated point of `space` (parents before children)."""
   active: dict[str, Any] = {}
   changed = True
   while changed:  # add keys once their parents are in (conditions form a DAG)
@@ -121,6 +130,50 @@ def default_config(space: Space | None = None) -> Config:
         active[key] = values[key]
         changed = True
   return space.validate(active)
+
+
+def preset_config(name: str, space: Space | None = None, **hparams: Any) -> Config:
+  """Named model `name` as a point of the block space: its preset.
+
+  `config_to_spec` of the point is `generator.named_model_spec(name, ...)` exactly, so a
+  trial of the preset trains the named model's function (as `model.name=composed`); the
+  optimizers and their hyperparameters are the trainer's defaults.
+
+  Args:
+    name: one of `PRESETS` (`sfjax.models.MODEL_NAMES`).
+    space: the space the point must lie in (default: `block_space()`).
+    **hparams: the named model's hyperparameters (`embed_dim`, `mlp_dims`, ...) over the
+      trainer's defaults and `PRESET_HPARAMS`.
+
+  Raises:
+    SpaceError: an unknown name, or a setting the block space cannot express (naming it).
+    ConfigError: naming the key whose value lies outside `space`.
+  """
+  if name not in PRESETS:
+    raise SpaceError(f"preset {name!r}: not a named model (known: {', '.join(PRESETS)})")
+  space = block_space() if space is None else space
+  given = {**_trainer_hparams(name), **PRESET_HPARAMS.get(name, {}), **hparams}
+  embed_dim = given.pop("embed_dim", ctr_defaults().model.embed_dim)
+  try:
+    spec = named_model_spec(name, embed_dim, **given)
+    values = spec_to_config(spec, unused_dim=embed_dim)
+  except (SpecError, ValueError) as e:
+    raise SpaceError(f"preset {name!r}: {e}") from None
+  values.update({k: v for k, v in ctr.default_config().items() if not k.startswith("model.")})
+  values.update(ctr.baseline_poolings(space))
+  point = _point_of(space, values)
+  if config_to_spec(point) != spec:  # a space without one of its blocks' switches
+    raise SpaceError(f"preset {name!r}: the space cannot express its blocks")
+  return point
+
+
+def default_config(space: Space | None = None) -> Config:
+  """The trainer's default model (DeepFM) and optimizers as a point of `space` (its preset).
+
+  Raises:
+    ConfigError: naming the key whose default lies outside `space`.
+  """
+  return preset_config(ctr_defaults().model.name, space)
 
 
 def runner_config(config: Mapping[str, Any]) -> dict[str, Any]:

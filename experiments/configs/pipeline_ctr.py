@@ -5,7 +5,8 @@ Run:
   python -m experiments.pipeline --config=experiments/configs/pipeline_ctr.py:smoke \\
       --workdir=/tmp/pipe_smoke
 
-Steps (`pipeline.order`): nas (ASHA over the named-family CTR space) -> hpo (TPE
+Steps (`pipeline.order`): nas (ASHA over the CTR space: models generated from blocks,
+the eight named models its presets) -> hpo (TPE
 over the winner's hyperparameters) -> autofis (field-pair gates, gRDA) ->
 fully_train (the winner, restricted to the kept pairs, through the CTR trainer,
 checkpointed) -> baseline (the unsearched default DeepFM, same recipe). Data:
@@ -23,7 +24,8 @@ closest valid key. Override any of them, e.g. `--config.steps.nas.study.num_tria
 or `--config.steps.hpo.study.tpe.n_startup_trials=4`.
 
 Variants: '' (full: several minutes on CPU, minutes on an accelerator), 'smoke'
-(about a minute of CPU on 2 cores: small budgets on data where they learn; run by
+(a few minutes of CPU on 2 cores, most of it NAS compiling generated models: small
+budgets on data where they learn; run by
 tests/experiments/pipeline_ctr_test.py, which asserts each step does its job: NAS and HPO
 beat their default on the validation split, AutoFIS recalls the planted pairs, the final
 model beats the baseline on the test split, issue #26). The smoke data plant stronger
@@ -70,10 +72,12 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.pipeline.order = "nas,hpo,autofis,fully_train,baseline"
   c.steps = st = ml_collections.ConfigDict()
 
-  # ---- nas: architecture + hyperparameters over the named families (ASHA by default) ----
+  # ---- nas: architecture + hyperparameters over generated models (ASHA by default) -------
+  # The default CTR space: models generated from blocks, the named models its presets
+  # (search_spaces/default.py); `space.families` (e.g. "fm,deepfm") searches named families.
   st.nas = ml_collections.ConfigDict({"type": "nas", "search_space": "ctr"})
   if smoke:  # 8 trials of 100 steps (the default config too), in cohorts of up to 4
-    st.nas.space = {"families": "fm,deepfm", "mlp_widths": "32"}
+    st.nas.space = {"mlp_widths": "32"}  # towers of width 32
     # Each trial asked freely: filling a cohort inside its first trial's bucket (issue #26,
     # 0a) made all 8 trials two (family, optimizer) pairs, and the search missed the fast
     # learners (FM with Adam / row-wise Adagrad) the default config is measured against.

@@ -10,10 +10,13 @@ Every field and its default (with a comment) is in `sfjax/ctr_search/defaults.py
 (`sfjax.ctr_search.search_defaults()`); an algorithm's settings are in its own block
 (`study.asha.eta`, `study.pbt.population_size`, ...).
 
+The space: by default models generated from blocks (`search_spaces/default.py`; the
+eight named models are its presets, `search_spaces.blocks.preset_config`);
+`--config.space.families=lr,fm,deepfm` searches those named families instead, as before.
+
 Variants (the text after ':'): '' (the library's default search: ASHA over 64 trials
-of the CTR space on synthetic Criteo-like data, every family but AutoInt and xDeepFM,
-MLP widths up to 256; about five minutes on 2 CPU cores), 'smoke' (about a minute:
-16 trials of lr / fm / deepfm / wide_deep with narrow MLPs, short budgets), 'multihot_smoke'
+of the CTR space on synthetic Criteo-like data, tower widths up to 256), 'smoke' (a few
+minutes: 16 trials of generated models with narrow towers, short budgets), 'multihot_smoke'
 (the smoke search on the planted multi-hot smoke data of `ctr.py:multihot_smoke`, issue #22:
 bags, a long bag and a history; the poolings of `bag1` and `long0` searched, as
 `space.poolings`; the trainer reproduces a trial's choice with `data.pooling`).
@@ -41,8 +44,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     t.data.synthetic.num_dense, t.data.synthetic.interaction_share = 0, 0.5
     t.eval_rows, t.eval_batch_size = 8192, 2048
     t.steps_per_budget_unit = 25
-    s.families = "lr,fm,deepfm,wide_deep"
-    s.mlp_widths = "32,64"
+    s.mlp_widths = "32,64"  # the towers' widths
     st.num_trials = 16
     st.min_budget, st.max_budget = 1.0, 4.0
     # Smaller settings for whichever algorithm runs (`--config.study.algorithm=...`).

@@ -2,9 +2,10 @@
 
 The library never imports `search_spaces/`: a concrete space module builds a
 `CTRSearchSpace` and the entry point hands it to `search_loop.run_search`
-(`experiments/search.py` passes `search_spaces.ctr.SEARCH_SPACE`). Points of
-the space are trial configs once `runner_config` has mapped them to the keys
-`sfjax.cohorts.arch.split_config` reads.
+(`experiments/search.py` passes `search_spaces.default.SEARCH_SPACE`: models generated
+from blocks, or the named families of `search_spaces.ctr` when `space.families` names
+any). Points of the space are trial configs once `runner_config` has mapped them to the
+keys `sfjax.cohorts.arch.split_config` reads.
 """
 
 from __future__ import annotations

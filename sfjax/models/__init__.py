@@ -15,11 +15,13 @@ from sfjax.models.generator import (
     BLOCK_USE_KEY,
     COMBINES,
     COMPOSED_NAME,
+    SpecError,
     build_from_spec,
     config_to_spec,
     named_model_spec,
     spec_embedding_width,
     spec_from_json,
+    spec_to_config,
     spec_to_json,
 )
 from sfjax.models.layers import MLP, DenseLinear
@@ -84,6 +86,8 @@ __all__ = [
   "pairwise_dot_interactions",
   "spec_embedding_width",
   "spec_from_json",
+  "spec_to_config",
+  "SpecError",
   "spec_to_json",
   "tower_space",
 ]

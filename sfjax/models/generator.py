@@ -20,6 +20,11 @@ nested under its prefix:
   model.dense.bottom.use       Bool; model.dense.bottom.{depth, width} (deep_blocks.bottom_space)
 The scalar bias is there exactly when there is no tower (the tower's output bias
 plays its part otherwise, as in the named models). Keys outside `model.` are ignored.
+A point whose model reads no field vectors (only a first-order block, no tower over the
+embeddings, no cross network, no bottom MLP) stores none: its embedding dims are [0]
+whatever the groups say, so LR is a point (rows of one weight, as the named model's).
+`spec_to_config` is the inverse: the point of a spec the space can express (the named
+models' presets, `search_spaces/blocks.py`).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Any
 
 from flax import nnx
 
-from sfjax.models import deep_blocks, field_layout, registry
+from sfjax.models import deep_blocks, field_layout, pair_blocks, registry
 from sfjax.models.block_spec import (
   BLOCK_TYPES,
   COMBINES,
@@ -47,6 +52,7 @@ from sfjax.models.composed import ComposedModel
 __all__ = [
     "BLOCK_TYPES", "COMBINES", "COMPOSED_NAME", "PAIRWISE_TYPES", "SpecError", "BLOCK_USE_KEY",
     "build_from_spec", "config_to_spec", "named_model_spec", "spec_embedding_width",
+    "spec_to_config",
     "spec_from_json", "spec_to_json", "validate_spec", "with_interaction_pairs",
 ]
 
@@ -165,6 +171,9 @@ def config_to_spec(config: Mapping[str, Any]) -> dict:
       inputs = (["embeddings", "dense"] + extra if combine == "parallel"
                 else extra + ["blocks"])
       tower = {"dims": deep_blocks.layer_dims_from_config(tower_section), "inputs": inputs}
+    if any(b["type"] == "first_order" for b in blocks) and not _reads_vectors(
+        blocks, tower, has_bottom):
+      embedding = {"dims": [0]}  # nothing reads a field vector: rows of one weight (LR)
     spec = {"embedding": embedding, "interactions": blocks, "combine": combine, "tower": tower,
             "bias": tower is None,
             "dense": {"linear": bool(model.get("dense.linear", True)),
@@ -174,3 +183,75 @@ def config_to_spec(config: Mapping[str, Any]) -> dict:
     raise SpecError(f"config_to_spec: a point lacks key {e.args[0]!r} of an active section "
                     "(model.embedding, model.<block>, model.tower or model.dense.bottom)") from None
   return validate_spec(spec, "config_to_spec")
+
+
+def _reads_vectors(blocks, tower: Mapping[str, Any] | None, has_bottom: bool) -> bool:
+  """Whether a model with these blocks, tower and bottom MLP reads any field vector."""
+  return (has_bottom or (tower is not None and "embeddings" in tower["inputs"])
+          or any(BLOCK_TYPES[b["type"]].needs_vectors or b["type"] == "cross" for b in blocks))
+
+
+def _layers_section(dims, key: str) -> dict[str, Any]:
+  """`{depth, width}` of equal-width layers `dims` (`deep_blocks.layer_dims_from_config`)."""
+  if len(set(dims)) > 1:
+    raise SpecError(f"spec_to_config: {key} {list(dims)} are not equal widths (the block "
+                    "space's layers are `depth` x `width`)")
+  return {"depth": len(dims), "width": dims[0] if dims else 16}  # width of no layer: inert
+
+
+def _block_section(block: Mapping[str, Any]) -> dict[str, Any]:
+  """A block's keys in the space (relative), checked by the block's own `spec_from_config`."""
+  cls = BLOCK_TYPES[block["type"]]
+  section: dict[str, Any] = {}
+  for name, (kind, _) in cls.PARAMS.items():
+    if kind == pair_blocks.PAIRS:
+      if block[name] is not None:
+        raise SpecError(f"spec_to_config: {block['type']}.{name}: the block space searches "
+                        "no explicit field pairs")
+    elif kind == pair_blocks.DIMS:
+      section.update(_layers_section(block[name], f"{block['type']}.{name}"))
+    else:
+      section[name] = block[name]
+  params = {k: v for k, v in block.items() if k != "type"}
+  if cls.spec_from_config(section) != {k: v for k, v in params.items() if v is not None}:
+    raise SpecError(f"spec_to_config: {block['type']} {params} is not a point of its sub-space")
+  return section
+
+
+def spec_to_config(spec: Mapping[str, Any], unused_dim: int) -> dict[str, Any]:
+  """The block-space point (dotted `model.*` keys) whose `config_to_spec` is `spec`.
+
+  Args:
+    spec: a block spec (validated here).
+    unused_dim: the group dim given to a spec whose model reads no vectors (dims [0],
+      e.g. LR): `config_to_spec` ignores it.
+
+  Returns:
+    `model.*` keys only; which of them a space holds (and their ranges) is the space's.
+
+  Raises:
+    SpecError: the spec is not expressible in the block space (explicit pairs, gates,
+      unequal layer widths, a repeated block type, custom tower inputs).
+  """
+  spec = validate_spec(spec, "spec_to_config")
+  dims = spec["embedding"]["dims"]
+  if dims == [0]:
+    dims = [unused_dim]
+  out: dict[str, Any] = {"model.embedding.num_groups": len(dims),
+                         **{f"model.embedding.group{k}.dim": d for k, d in enumerate(dims)},
+                         "model.combine": spec["combine"],
+                         "model.dense.linear": spec["dense"]["linear"]}
+  types = [b["type"] for b in spec["interactions"]]
+  for kind in BLOCK_TYPES:
+    out[f"model.{kind}.{BLOCK_USE_KEY}"] = kind in types
+  for block in spec["interactions"]:
+    out.update({f"model.{block['type']}.{k}": v for k, v in _block_section(block).items()})
+  for prefix, dims_of in (("model.tower", spec["tower"] and spec["tower"]["dims"]),
+                          ("model.dense.bottom", spec["dense"]["bottom_mlp"])):
+    out[f"{prefix}.{BLOCK_USE_KEY}"] = dims_of is not None
+    if dims_of is not None:
+      out.update({f"{prefix}.{k}": v for k, v in _layers_section(dims_of, prefix).items()})
+  if config_to_spec(out) != spec:
+    raise SpecError(f"spec_to_config: {spec_to_json(spec)} is not a point of the block space "
+                    "(gates, a repeated block type, block order or tower inputs differ)")
+  return out

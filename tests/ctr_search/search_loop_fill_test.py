@@ -145,11 +145,20 @@ def test_fill_on_reaches_the_best_quality_of_fill_off(tmp_path, algorithm):
   assert np.mean(best[True]) >= np.mean(best[False]) - 0.005, best
 
 
+def _family_or_blocks(config):
+  """A trial's named model, or the block combination of a generated one (the default space)."""
+  if "model.name" in config:
+    return config["model.name"]
+  used = sorted(k for k, v in config.items() if k.endswith(".use") and v is True)
+  return (config["model.combine"], *used)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_smoke_search_tries_several_families_and_row_optimizers(tmp_path):
   """`experiments.search --config=experiments/configs/search_ctr.py:smoke` (16 trials):
-  >= 3 model families and >= 3 embedding optimizers (before issue #26: 1 and 1)."""
+  >= 3 model families or block combinations (the smoke searches generated models since
+  issue #26 item 3) and >= 3 embedding optimizers (before issue #26: 1 and 1)."""
   workdir = tmp_path / "smoke"
   subprocess.run([sys.executable, "-m", "experiments.search",
                   "--config=experiments/configs/search_ctr.py:smoke", f"--workdir={workdir}"],
@@ -158,5 +167,5 @@ def test_smoke_search_tries_several_families_and_row_optimizers(tmp_path):
   with open(workdir / "trials.jsonl", encoding="utf-8") as f:
     trials = [json.loads(line) for line in f if line.strip()]
   fresh = [t for t in trials if t["status"] in ("done", "failed")]
-  assert len({t["config"]["model.name"] for t in fresh}) >= 3
+  assert len({_family_or_blocks(t["config"]) for t in fresh}) >= 3
   assert len({t["config"]["embedding.optimizer"] for t in fresh}) >= 3

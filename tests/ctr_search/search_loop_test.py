@@ -409,13 +409,13 @@ def test_multi_objective_search_with_a_flops_quota(tmp_path, runner, capsys):
 
 
 def test_architecture_aware_rounds_fill_cohorts_on_the_joint_space(tmp_path):
-  # The default joint space's families: a round of 8 is the algorithm's own 8 proposals,
+  # The named families' joint space: a round of 8 is the algorithm's own 8 proposals,
   # fill on or off (issue #26: never resampled inside the first trial's bucket); fill on
   # merges them into fewer programs (row optimizers share one), each trial as trained alone.
   summaries, trials = {}, {}
   for fill in (True, False):
     c = tiny_config("random", num_trials=8, cohort_width="8", fill_cohorts=fill)
-    c.space.families = search_ctr.get_config().space.families
+    c.space.families = "lr,fm,deepfm,wide_deep,dcnv2,dlrm"  # the default before issue #26
     c.space.mlp_widths = "8,16"
     c.study.max_budget = 1.0
     wide = CohortRunner(search_config.make_task(c), cohort_width=8)

@@ -144,3 +144,35 @@ def test_config_to_spec_names_bad_keys():
   with pytest.raises(generator.SpecError, match="stacked model needs a tower"):
     generator.config_to_spec({"model.embedding.num_groups": 1, "model.embedding.group0.dim": 4,
                               "model.fm.use": True, "model.combine": "stacked"})
+
+
+@pytest.mark.parametrize("name", ["lr", "fm", "deepfm", "wide_deep", "dcnv2", "xdeepfm",
+                                  "autoint"])
+def test_spec_to_config_is_the_inverse_of_config_to_spec(name):
+  spec = generator.named_model_spec(name, 8)
+  point = generator.spec_to_config(spec, unused_dim=4)
+  assert generator.config_to_spec(point) == spec
+  assert all(k.startswith("model.") for k in point)
+
+
+def test_spec_to_config_refuses_what_the_block_space_cannot_express():
+  with pytest.raises(generator.SpecError, match="equal widths"):
+    generator.spec_to_config(generator.named_model_spec("deepfm", 8, mlp_dims=(8, 4)), 8)
+  with pytest.raises(generator.SpecError, match="pairs"):
+    generator.spec_to_config(generator.with_interaction_pairs(
+        generator.named_model_spec("fm", 8), [(0, 1)]), 8)
+  gated = {**generator.named_model_spec("deepfm", 8), "gated": True}
+  with pytest.raises(generator.SpecError, match="not a point of the block space"):
+    generator.spec_to_config(gated, 8)
+
+
+def test_a_point_that_reads_no_field_vector_stores_none():
+  # LR's point: first-order weights only; whatever its group dims say, rows hold one weight.
+  point = generator.spec_to_config(generator.named_model_spec("lr", 16), unused_dim=16)
+  for dim in (4, 16):
+    spec = generator.config_to_spec({**point, "model.embedding.group0.dim": dim})
+    assert spec == generator.named_model_spec("lr", 16)
+    assert generator.spec_embedding_width(spec) == 1
+  # A tower over the embeddings reads them: the group dims stay.
+  wide = generator.spec_to_config(generator.named_model_spec("wide_deep", 4), unused_dim=4)
+  assert generator.config_to_spec(wide)["embedding"]["dims"] == [4]

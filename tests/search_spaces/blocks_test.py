@@ -176,3 +176,24 @@ def _point(blocks_on, combine="parallel", tower=True, linear=True, bottom=None, 
 def test_named_models_are_points_of_the_block_space(name, hparams, point):
   want = generator.named_model_spec(name, 16, mlp_dims=(400,) * 3, **hparams)
   assert generator.config_to_spec(point()) == want
+
+
+def test_presets_are_the_named_models():
+  space = blocks.block_space()
+  for name in blocks.PRESETS:
+    spec = generator.config_to_spec(blocks.preset_config(name, space))
+    assert spec == generator.named_model_spec(name, 16, **{**blocks._trainer_hparams(name),  # pylint: disable=protected-access
+                                                 **blocks.PRESET_HPARAMS.get(name, {})})
+  narrow = blocks.preset_config("dcnv2", space, embed_dim=8, mlp_dims=(64, 64), cross_layers=1)
+  assert generator.config_to_spec(narrow) == generator.named_model_spec(
+      "dcnv2", 8, mlp_dims=(64, 64), cross_layers=1)
+  assert blocks.default_config() == blocks.preset_config("deepfm")
+
+
+def test_a_preset_the_space_cannot_hold_is_named():
+  with pytest.raises(SpaceError, match="preset 'transformer'"):
+    blocks.preset_config("transformer")
+  with pytest.raises(SpaceError, match="equal widths"):
+    blocks.preset_config("deepfm", mlp_dims=(64, 32))
+  with pytest.raises(ConfigError, match="model.tower.width"):
+    blocks.preset_config("wide_deep", blocks.block_space(tower_widths=(32,)))
