@@ -119,7 +119,7 @@ class FileCTRDataset:
 
   @property
   def train_reader(self) -> text_io.TextReader:
-    """The training files' reader (`read_chunk`: per-process input, `train/text_feed`)."""
+    """The training files' reader (`read_chunk`: per-process input, `train/chunk_feed`)."""
     return self._readers["train"]
 
   @property

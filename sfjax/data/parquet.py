@@ -27,6 +27,7 @@ error's `line`); with `data.skip_bad_lines` such rows are dropped and counted.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -221,8 +222,11 @@ class _RowGroupParser:
 class ParquetReader:
   """Re-iterable stream of `ParquetChunk`s over Parquet files, one row group at a time.
 
-  `bad_rows_by_file` / `truncated_by_file` hold the rows dropped and the ids truncated per
-  file in one pass (repeated epochs do not double count).
+  Chunk c of a file is its c-th record batch: row group g's rows in pieces of `chunk_rows`
+  (the metadata says how many), read alone by `read_chunk` / `read_rows` (per-process
+  input: `train/chunk_feed`). `bad_rows_by_file` / `truncated_by_file` hold the rows
+  dropped and the ids truncated per file in one pass (repeated epochs do not double
+  count); `rows_parsed` counts the rows checked and converted.
   """
 
   def __init__(self, paths, parser: _RowGroupParser, skip_bad_lines: bool = False,
@@ -235,6 +239,10 @@ class ParquetReader:
     self.chunk_rows = int(chunk_rows)
     self.bad_rows_by_file: dict[str, int] = {}
     self.truncated_by_file: dict[str, int] = {}
+    self.rows_parsed = 0
+    self._index: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+    self._cursor: tuple[str, int, int, Iterator[pa.RecordBatch]] | None = None
+    self._lock = threading.Lock()
 
   @property
   def bad_rows(self) -> int:
@@ -251,28 +259,89 @@ class ParquetReader:
     return sum(_open(p).metadata.num_rows for p in self.paths)
 
   def __iter__(self) -> Iterator[ParquetChunk]:
-    names = [name for name, _ in self.parser.roles()]
     for path in self.paths:
+      bad = truncated = 0
+      for c in range(self.num_chunks(path)):
+        got = self.read_chunk(path, c)
+        assert got is not None  # c < num_chunks
+        chunk, num_bad, num_truncated = got
+        bad, truncated = bad + num_bad, truncated + num_truncated
+        self.record(path, bad, truncated)
+        if chunk.size:
+          yield chunk
+      self.record(path, bad, truncated)
+
+  def num_chunks(self, path: str) -> int:
+    """Chunks (record batches of at most `chunk_rows` rows) of `path`, from its metadata."""
+    return int(self._chunk_index(path)[0][-1])
+
+  def _chunk_index(self, path: str) -> tuple[np.ndarray, np.ndarray]:
+    """([G+1] first chunk of each row group, [G] rows of the file before each), once."""
+    if (path, self.chunk_rows) not in self._index:
       pf = _open(path)
       self.parser.check_schema(pf.schema_arrow, path)
-      bad = truncated = 0
-      row = 0  # rows of the file before the record batch
-      for group in range(pf.num_row_groups):
-        try:
-          for rb in pf.iter_batches(self.chunk_rows, row_groups=[group], columns=names):
-            chunk, num_bad, num_truncated = self._parse(rb, path, group, row)
-            row += rb.num_rows
-            bad, truncated = bad + num_bad, truncated + num_truncated
-            self._record(path, bad, truncated)
-            if chunk.size:
-              yield chunk
-        except (OSError, pa.ArrowException) as e:
-          raise DataFormatError(path, row + 1, f"row group {group}: cannot read it "
-                                f"({type(e).__name__}: {e})") from e
-      self._record(path, bad, truncated)
+      rows = np.asarray([pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)],
+                        np.int64)
+      chunks = np.concatenate([[0], np.cumsum(-(-rows // self.chunk_rows))])
+      self._index[(path, self.chunk_rows)] = (chunks, np.cumsum(rows) - rows)
+    return self._index[(path, self.chunk_rows)]
+
+  def _record_batch(self, path: str, chunk: int) -> tuple[pa.RecordBatch, int, int] | None:
+    """Chunk `chunk` of `path` unparsed: (record batch, row group, rows of the file before
+    it), None past the end. Reads on in a row group (the next chunk costs one batch)."""
+    starts, before = self._chunk_index(path)
+    if not 0 <= chunk < starts[-1]:
+      return None
+    group = int(np.searchsorted(starts, chunk, side="right")) - 1
+    at = chunk - int(starts[group])
+    row = int(before[group]) + at * self.chunk_rows
+    with self._lock:  # one cursor: a pass and a feed in two threads take turns
+      cursor = self._cursor
+      if cursor is None or cursor[:2] != (path, group) or cursor[2] > at:
+        names = [name for name, _ in self.parser.roles()]
+        cursor = (path, group, 0, _open(path).iter_batches(self.chunk_rows, row_groups=[group],
+                                                           columns=names))
+      rb = self._read_on(cursor[3], at - cursor[2] + 1, path, group, row)
+      self._cursor = (path, group, at + 1, cursor[3])
+    return rb, group, row
+
+  @staticmethod
+  def _read_on(batches, count: int, path: str, group: int, row: int) -> pa.RecordBatch:
+    """The `count`-th next record batch (the ones between read, not parsed)."""
+    try:
+      for _ in range(count):
+        rb = next(batches)
+    except (OSError, pa.ArrowException, StopIteration) as e:
+      raise DataFormatError(path, row + 1, f"row group {group}: cannot read it "
+                            f"({type(e).__name__}: {e})") from e
+    return rb
+
+  def read_chunk(self, path: str, chunk: int) -> tuple[ParquetChunk, int, int] | None:
+    """Chunk `chunk` of `path` parsed alone, as a pass parses it: (chunk, rows dropped, ids
+    truncated), None past the file's end. Raises `DataFormatError` as a pass would."""
+    got = self._record_batch(path, chunk)
+    return None if got is None else self._parse(got[0], path, got[1], got[2])
+
+  def read_rows(self, path: str, chunk: int, size: int, at: np.ndarray) -> ParquetChunk:
+    """Examples `at` [m] of chunk `chunk`, which held `size` examples in a pass: only those m
+    rows are parsed when the pass dropped none of the chunk (example r is row r).
+
+    Raises:
+      ValueError: the chunk no longer holds `size` examples (the file changed).
+    """
+    rb, group, row = self._record_batch(path, chunk) or (None, 0, 0)
+    kept = np.arange(0 if rb is None else rb.num_rows)
+    if rb is not None and rb.num_rows != size:  # rows were dropped: find which
+      self.rows_parsed += rb.num_rows
+      kept = np.delete(kept, list(self.parser.problems(rb)))
+    if rb is None or kept.size != size:
+      raise ValueError(f"input position: chunk {chunk} of {path} held {size} examples when "
+                       f"saved, now {kept.size}: the training files changed")
+    return self._parse(rb.take(pa.array(kept[at])), path, group, row)[0]
 
   def _parse(self, rb: pa.RecordBatch, path: str, group: int,
              row: int) -> tuple[ParquetChunk, int, int]:
+    self.rows_parsed += rb.num_rows
     problems = self.parser.problems(rb)
     if problems and not self.skip_bad_lines:
       first = min(problems)
@@ -285,7 +354,8 @@ class ParquetReader:
     chunk, truncated = self.parser.convert(rb)
     return chunk, len(problems), truncated
 
-  def _record(self, path: str, bad: int, truncated: int) -> None:
+  def record(self, path: str, bad: int, truncated: int) -> None:
+    """Records rows dropped and ids truncated of `path` in the current pass."""
     # Every pass drops the same rows: the max is a full pass's count.
     self.bad_rows_by_file[path] = max(bad, self.bad_rows_by_file.get(path, 0))
     self.truncated_by_file[path] = max(truncated, self.truncated_by_file.get(path, 0))
@@ -410,6 +480,15 @@ class ParquetDataset:
     """Per split, the files read (globs expanded, in reading order)."""
     return {name: r.paths for name, r in self._readers.items()}
 
+  @property
+  def train_reader(self) -> ParquetReader:
+    """The training files' reader (`read_chunk`: per-process input, `train/chunk_feed`)."""
+    return self._readers["train"]
+
+  def map_chunk(self, chunk: ParquetChunk) -> Batch:
+    """A parsed chunk as the batch `chunks` yields for it (ids mapped, bags laid out)."""
+    return chunk_batch(chunk, self.mapper, self.layout, self.feature_tables, self.has_layout)
+
   def chunks(self, split: str) -> Iterator[Batch]:
     """One pass over a split as mapped, variable-size batches (file and row order)."""
     if split not in self._readers:
@@ -418,7 +497,7 @@ class ParquetDataset:
     examples = 0
     for chunk in reader:
       examples += chunk.size
-      yield chunk_batch(chunk, self.mapper, self.layout, self.feature_tables, self.has_layout)
+      yield self.map_chunk(chunk)
     if not examples:  # every row was bad and skipped (data.skip_bad_lines)
       raise ValueError(f"{self._keys[split]}: split {split!r} has no examples: all "
                        f"{reader.bad_rows} rows of {', '.join(reader.paths)} were bad and skipped")

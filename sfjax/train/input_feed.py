@@ -11,12 +11,12 @@ process reading everything, while the reading (the parse / disk / generation wor
 split P ways. The position after each batch (epoch, chunk or shard and offset, rng
 states, shuffle buffer) is kept for `position_at`; a run restarts from one with no replay.
 
-Text files (Criteo, Avazu: `text_feed.TextFeed`) are parsed chunk by chunk, each chunk by
-one process, and exchanged before the shuffle, which every process runs alike; their
-position (the next chunk, the shuffle's rng and the ids it holds) restarts them too.
+Text and Parquet files (Criteo, Avazu, `data.format=parquet`: `chunk_feed.ChunkFeed`) are
+parsed chunk by chunk, each chunk by one process, and exchanged before the shuffle, which
+every process runs alike; their position (kind 'text' or 'parquet': the next chunk, the
+shuffle's rng and the ids it holds) restarts them too.
 
-Other data sets (Parquet, MovieLens, views that select or pool features) are read as a
-stream: every process reads the whole stream and keeps its rows (the backends'
+Other data sets (MovieLens, views that select or pool features) are read as a stream: every process reads the whole stream and keeps its rows (the backends'
 `put_global`), and a resume replays the stream to the checkpoint's step.
 """
 
@@ -31,11 +31,11 @@ from typing import Any
 from sfjax.data import index_stream
 from sfjax.data.types import Batch
 from sfjax.parallel import distributed, host_exchange
-from sfjax.train import text_feed
+from sfjax.train import chunk_feed
 
 POSITION_KEY = "input_position"  # in checkpoint meta
 _KEEP_POSITIONS = 1024  # batches the feed may run ahead of the step that saves
-_KEEP_TEXT_POSITIONS = 64  # the same for text (prefetch + look-ahead stay far below)
+_KEEP_CHUNK_POSITIONS = 64  # the same for chunked files (prefetch + look-ahead stay far below)
 
 
 def reads_by_index(dataset) -> bool:
@@ -70,17 +70,17 @@ class InputFeed(Iterator[Batch]):
     if position is not None and int(position.get("batches", -1)) != int(start):
       raise ValueError(f"checkpoint meta field {POSITION_KEY}: a position after "
                        f"{position.get('batches')} batches, the checkpoint is at step {start}")
-    self.by_text = not self.by_index and text_feed.reads_text(dataset)
-    self._text: text_feed.TextFeed | None = None
+    self.by_chunks = not self.by_index and chunk_feed.reads_chunks(dataset)
+    self._chunks: chunk_feed.ChunkFeed | None = None
     self._stream: Iterator[Batch] | None = None
-    # A text position holds the shuffle buffer's ids: keep fewer of them.
-    self._keep = _KEEP_TEXT_POSITIONS if self.by_text else _KEEP_POSITIONS
-    if self.by_text:
+    # A chunked position holds the shuffle buffer's ids: keep fewer of them.
+    self._keep = _KEEP_CHUNK_POSITIONS if self.by_chunks else _KEEP_POSITIONS
+    if self.by_chunks:
       saved = position if position is not None and position.get("kind") != "replay" else None
-      self._text = text_feed.TextFeed(dataset, batch_size, seed, saved)
+      self._chunks = chunk_feed.ChunkFeed(dataset, batch_size, seed, saved)
       if saved is None:
         for _ in range(start):  # an old checkpoint (or a 'replay' position): replay
-          self._text.next_batch()
+          self._chunks.next_batch()
     elif self.by_index:
       self._order = dataset.train_order(batch_size, seed, position)
       self._exchange = host_exchange.begin_stream()
@@ -95,9 +95,9 @@ class InputFeed(Iterator[Batch]):
       self._count = int(start)
 
   def __next__(self) -> Batch:
-    if self._text is not None:
-      batch = self._text.next_batch()
-      self._remember(self._text.position())
+    if self._chunks is not None:
+      batch = self._chunks.next_batch()
+      self._remember(self._chunks.position())
       return batch
     if self._stream is not None:
       batch = next(self._stream)

@@ -7,7 +7,12 @@ launch resumes it by seeking (the saved input position) to the same end.
 Text (Criteo TSV, a plain and a gzipped file): each process parses only its chunks (chunk
 k of the f-th file is process (f + k) % P's, a .gz file process f % P's), the global
 batches, the losses and the table equal one process's, the lines parsed add up to the
-lines consumed, and a run resumes from its text position by seeking (`train/text_feed`).
+lines consumed, and a run resumes from its text position by seeking (`train/chunk_feed`).
+
+Parquet (a weighted bag, a sequence, bad rows skipped; chunk c of a file is its c-th record
+batch): each process parses only chunks (f + c) % P == p, the global batches (ids, weights,
+labels), the losses and the table equal one process's, the rows parsed add up to the rows
+consumed, and a run resumes from its position (kind 'parquet') parsing no replayed rows.
 
 (The fast tier's 2-process runs, tests/parallel/distributed_test.py and
 multiprocess_checkpoint_test.py, train on synthetic data, which is read per process too.)
@@ -20,14 +25,17 @@ import textwrap
 
 import chex
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from experiments.configs import ctr
+from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.data import dataset as dataset_lib
 from sfjax.data import preprocessed
 from sfjax.data.generated import synthetic
 from sfjax.train import loop
 from tests.parallel import two_processes
+from tests.train.chunk_sources_test import _table
 
 _STEPS, _BATCH = 12, 32
 
@@ -253,6 +261,7 @@ _FEED_WORKER = textwrap.dedent("""
     labels = [next(feed).labels for _ in range(20)]
     position = feed.position_at(20)
     parsed = data.train_reader.lines_parsed
+    assert not distributed.failed_processes(True)  # a barrier: all are done with the 1st feed
     again = dataset_lib.make_dataset(c.data, c.seed)
     again.train_reader.chunk_lines = CHUNK_LINES
     resumed = input_feed.InputFeed(again, c.train.batch_size, c.seed, 12,
@@ -305,3 +314,168 @@ def test_two_processes_text_feed_parses_each_line_once_and_resumes_by_seeking(te
 @pytest.mark.timeout(500)
 def test_four_processes_text_feed_parses_each_line_once(text_files, tmp_path):
   _check_text_feed(4, text_files, tmp_path)
+
+
+# --- Parquet: each chunk (record batch) parsed by one process, resume by seeking ----------
+
+_PARQUET_CHUNK_ROWS = 40  # row groups of 200 rows: 5 chunks each
+
+# The training worker above, with the chunks its reader parsed recorded: (file, chunk, rows).
+_PARQUET_WORKER = _WORKER.replace("""  seen, real = [], data.read_train
+  def read(indices, real=real, seen=seen):  # instrumentation around the real reader
+    seen.append(np.asarray(indices).copy())
+    return real(indices)
+  data.read_train = read
+""", """  reader = data.train_reader
+  reader.chunk_rows = CHUNK_ROWS
+  seen, real = [], reader.read_chunk
+  def read(path, chunk, real=real, seen=seen):  # instrumentation around the real reader
+    got = real(path, chunk)
+    if got is not None:
+      seen.append((reader.paths.index(path), chunk, got[0].size + got[1]))
+    return got
+  reader.read_chunk = read
+""".replace("CHUNK_ROWS", str(_PARQUET_CHUNK_ROWS))).replace(
+    'seen=np.stack(seen),\n           rows_read=data.stats["rows_read"]',
+    'seen=np.asarray(seen).reshape(-1, 3), rows_parsed=reader.rows_parsed')
+assert "data.read_train" not in _PARQUET_WORKER and "rows_read" not in _PARQUET_WORKER
+
+
+@pytest.fixture(scope="module")
+def parquet_files(tmp_path_factory):
+  """a.parquet: 600 rows in row groups of 200 (rows 7 and 333 bad); b.parquet: 400 rows in
+  one row group; eval.parquet: 300 rows."""
+  root = tmp_path_factory.mktemp("per_process_parquet")
+  pq.write_table(_table(600, 0, bad=(7, 333)), root / "a.parquet", row_group_size=200)
+  pq.write_table(_table(400, 1), root / "b.parquet")
+  pq.write_table(_table(300, 2), root / "eval.parquet")
+  return root
+
+
+def _parquet_config(root):
+  c = _config(root)
+  c.data.format, c.data.hash_rows, c.data.shuffle_buffer = "parquet", 2000, 300
+  c.data.skip_bad_lines = True
+  c.data.train_path = f"{root}/a.parquet,{root}/b.parquet"
+  c.data.eval_path = str(root / "eval.parquet")
+  c.data.parquet.dense = "price"
+  c.data.parquet.bags = "history:sequence:3,tags:multi_hot:4:sqrtn:tw"
+  c.data.parquet.shared_tables = "history=item_id"
+  return c
+
+
+def _parquet_data(c):
+  data = dataset_lib.make_dataset(c.data, c.seed)
+  data.train_reader.chunk_rows = _PARQUET_CHUNK_ROWS
+  return data
+
+
+@pytest.mark.slow  # two process start-ups + a 1-process reference
+@pytest.mark.timeout(400)
+def test_two_processes_parse_disjoint_parquet_chunks_train_as_one_and_resume(parquet_files,
+                                                                             tmp_path):
+  c = _parquet_config(parquet_files)
+  ref_losses = []
+  ref_final, ref_state = loop.train_and_evaluate(c, dataset=_parquet_data(c), loss_log=ref_losses)
+  two_processes.launch(_PARQUET_WORKER, json.dumps(two_processes.flat_config(c)), tmp_path, 300,
+                       devices=4, count=2)
+  saved = checkpoint.read_meta(str(tmp_path / "work" / checkpoint.CHECKPOINT_DIR /
+                                   checkpoint.step_dir_name(6)))["input_position"]
+  assert saved["kind"] == "parquet" and saved["batches"] == 6
+  cursor = (saved["file"], saved["chunk"])
+  assert cursor > (0, 6)  # 6 x 32 examples and the buffer of 300: into a.parquet's 3rd group
+  for name, first in (("first", 0), ("resumed", 6)):
+    runs = [np.load(tmp_path / f"{name}_p{p}.npz") for p in range(2)]
+    for p, run in enumerate(runs):
+      final = json.loads((tmp_path / f"{name}_p{p}.json").read_text())
+      chex.assert_trees_all_close(run["losses"], np.asarray(ref_losses[first:]),
+                                  rtol=1e-4, atol=1e-5)
+      chex.assert_trees_all_close(run["values"], np.asarray(ref_state.table.values),
+                                  rtol=1e-3, atol=1e-4)
+      for key in ("auc", "logloss"):
+        np.testing.assert_allclose(final[key], ref_final[key], rtol=1e-4, err_msg=key)
+      assert all((f + k) % 2 == p for f, k, _ in run["seen"]), (name, p)  # its own only
+    parsed = [{(f, k) for f, k, _ in run["seen"]} for run in runs]
+    assert parsed[0] and parsed[1] and not parsed[0] & parsed[1]  # disjoint parts
+    if name == "resumed":  # no replay: chunks from the saved cursor on, plus the waiting rows
+      assert min(min(p) for p in parsed) >= cursor
+      restore = sum(int(run["rows_parsed"]) - int(run["seen"][:, 2].sum()) for run in runs)
+      assert 0 < restore <= 300 + 2 * _PARQUET_CHUNK_ROWS + 32
+
+
+# One process takes 20 global batches of a Parquet feed (no training), then restarts from
+# the position after batch 12.
+_PARQUET_FEED_WORKER = textwrap.dedent("""
+    import json, os
+    import numpy as np
+    from tests.parallel import two_processes
+    c, _, pid, out, _ = two_processes.join_run()
+    from sfjax.data import dataset as dataset_lib
+    from sfjax.train import input_feed
+    def make():
+      data = dataset_lib.make_dataset(c.data, c.seed)
+      data.train_reader.chunk_rows = CHUNK_ROWS
+      return data
+    data = make()
+    reader = data.train_reader
+    seen, real = [], reader.read_chunk
+    def read(path, chunk):  # instrumentation around the real reader: (file, chunk, rows)
+      got = real(path, chunk)
+      if got is not None:
+        seen.append((reader.paths.index(path), chunk, got[0].size + got[1]))
+      return got
+    reader.read_chunk = read
+    feed = input_feed.InputFeed(data, c.train.batch_size, c.seed)
+    batches = [next(feed) for _ in range(20)]
+    position = feed.position_at(20)
+    from sfjax.parallel import distributed
+    assert not distributed.failed_processes(True)  # a barrier: all are done with the 1st feed
+    again = make()
+    resumed = input_feed.InputFeed(again, c.train.batch_size, c.seed, 12,
+                                   json.loads(json.dumps(feed.position_at(12))))
+    rebatches = [next(resumed) for _ in range(8)]
+    np.savez(os.path.join(out, f"feed_p{pid}.npz"),
+             **{f"{k}_{n}": np.stack([getattr(b, n) for b in got])
+                for k, got in (("first", batches), ("resumed", rebatches))
+                for n in ("ids", "weights", "labels")},
+             parsed=reader.rows_parsed, seen=np.asarray(seen).reshape(-1, 3),
+             cursor=[position["epoch"], position["file"], position["chunk"]],
+             bad=data.stats["bad_lines"])
+""").replace("CHUNK_ROWS", str(_PARQUET_CHUNK_ROWS))
+
+
+def _check_parquet_feed(count, parquet_files, tmp_path):
+  c = _parquet_config(parquet_files)
+  ref = list(itertools.islice(_parquet_data(c).train_batches(_BATCH, c.seed), 20))
+  two_processes.launch(_PARQUET_FEED_WORKER, json.dumps(two_processes.flat_config(c)), tmp_path,
+                       120 + 60 * count, devices=8 // count, count=count)
+  runs = [np.load(tmp_path / f"feed_p{p}.npz") for p in range(count)]
+  epoch, file, chunk = runs[0]["cursor"].tolist()
+  assert (epoch, file) == (0, 1) and chunk > 0  # 20 batches of 32 + the buffer: into b.parquet
+  for run in runs:  # the same global batches as 1 process, from the start and resumed
+    for name, first in (("first", 0), ("resumed", 12)):
+      for n in ("ids", "weights", "labels"):
+        np.testing.assert_array_equal(run[f"{name}_{n}"], np.stack([getattr(b, n) for b in ref[first:]]))
+  # Each chunk parsed by one process, (f + k) % P; nothing parsed twice; the rows of the
+  # chunks taken in (before the cursor) add up to the rows consumed, bad ones included.
+  seen = [run["seen"] for run in runs]
+  for p, s in enumerate(seen):
+    assert s.size and ((s[:, 0] + s[:, 1]) % count == p).all()
+    assert int(runs[p]["parsed"]) == s[:, 2].sum()
+  keys = [(f, k) for s in seen for f, k, _ in s]
+  assert len(keys) == len(set(keys))
+  assert sum(n for s in seen for f, k, n in s if (f, k) < (1, chunk)) == 600 + chunk * _PARQUET_CHUNK_ROWS
+  assert sum(int(run["bad"]) for run in runs) >= 2  # rows 7 and 333, dropped by their owners
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_processes_parquet_feed_parses_each_row_once_and_resumes_by_seeking(parquet_files,
+                                                                               tmp_path):
+  _check_parquet_feed(2, parquet_files, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(500)
+def test_four_processes_parquet_feed_parses_each_row_once(parquet_files, tmp_path):
+  _check_parquet_feed(4, parquet_files, tmp_path)

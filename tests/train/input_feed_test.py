@@ -92,7 +92,7 @@ def test_text_files_are_fed_chunk_by_chunk_and_resumed_by_position_or_replay(tmp
   data = dataset_lib.make_dataset(c.data, 0)
   data.train_reader.chunk_lines = 64
   feed = input_feed.InputFeed(data, 32, seed=1)
-  assert feed.by_text and not feed.by_index
+  assert feed.by_chunks and not feed.by_index
   ref = list(itertools.islice(data.train_batches(32, 1), 30))  # past an epoch
   for batch in ref:
     _equal(next(feed), batch)

@@ -1,6 +1,7 @@
-"""Tests for sfjax.train.text_feed: one process's text feed is the data set's stream, batch
-for batch (shuffled or not, plain and gzipped files, bad lines skipped), and its position
-restarts it exactly, re-parsing only the chunks of the rows still waiting."""
+"""Tests for sfjax.train.chunk_feed on text files: one process's feed is the data set's
+stream, batch for batch (shuffled or not, plain and gzipped files, bad lines skipped), and
+its position restarts it exactly, re-parsing only the chunks of the rows still waiting.
+(Parquet: tests/train/chunk_sources_test.py.)"""
 
 import gzip
 import itertools
@@ -13,7 +14,7 @@ from experiments.configs import ctr
 from sfjax.data import avazu, index_stream
 from sfjax.data import dataset as dataset_lib
 from sfjax.data.generated import synthetic
-from sfjax.train import text_feed
+from sfjax.train import chunk_feed
 
 _CHUNK = 40  # lines per chunk: many chunks in small files
 
@@ -22,7 +23,7 @@ _CHUNK = 40  # lines per chunk: many chunks in small files
 def files(tmp_path_factory):
   """Criteo TSV: a.tsv (500 lines), b.tsv.gz (300), c.tsv (200, two bad lines, no final
   line break) and an eval file."""
-  root = tmp_path_factory.mktemp("text_feed")
+  root = tmp_path_factory.mktemp("chunk_feed")
   gen = synthetic.SyntheticCTR(ctr.get_config("smoke").data.synthetic, seed=0)
   gen.write_criteo(str(root / "all.tsv"), "train", 1000)
   gen.write_criteo(str(root / "eval.tsv"), "eval", 50)
@@ -56,8 +57,8 @@ def _equal(a, b):
 @pytest.mark.parametrize("shuffle_buffer, batch_size", [(150, 32), (0, 32), (2000, 96)])
 def test_the_feed_is_the_train_stream(files, shuffle_buffer, batch_size):
   data, ref = _data(files, shuffle_buffer=shuffle_buffer), _data(files, shuffle_buffer=shuffle_buffer)
-  assert text_feed.reads_text(data)
-  feed = text_feed.TextFeed(data, batch_size, seed=4)
+  assert chunk_feed.reads_chunks(data)
+  feed = chunk_feed.ChunkFeed(data, batch_size, seed=4)
   for batch in itertools.islice(ref.train_batches(batch_size, 4), 2500 // batch_size):  # 2.5 epochs
     _equal(feed.next_batch(), batch)
   assert data.stats == ref.stats and data.stats["bad_lines"] == 2
@@ -65,27 +66,27 @@ def test_the_feed_is_the_train_stream(files, shuffle_buffer, batch_size):
 
 def test_a_position_restarts_the_stream_exactly(files):
   data = _data(files)
-  feed = text_feed.TextFeed(data, 32, seed=4)
+  feed = chunk_feed.ChunkFeed(data, 32, seed=4)
   positions = {}
   for step in range(1, 61):  # past the first epoch (998 examples)
     feed.next_batch()
     positions[step] = json.loads(json.dumps(feed.position()))
   for step in (1, 17, 31, 45):
-    resumed = text_feed.TextFeed(_data(files), 32, seed=4, position=positions[step])
+    resumed = chunk_feed.ChunkFeed(_data(files), 32, seed=4, position=positions[step])
     for batch in itertools.islice(_data(files).train_batches(32, 4), step, step + 15):
       _equal(resumed.next_batch(), batch)
 
 
 def test_a_restart_parses_only_the_waiting_rows_whatever_the_step(files):
   data = _data(files, train="a.tsv,c.tsv", shuffle_buffer=60)  # c.tsv: two lines dropped
-  feed = text_feed.TextFeed(data, 16, seed=1)
+  feed = chunk_feed.ChunkFeed(data, 16, seed=1)
   parsed, waiting = {}, {}
   for step in range(1, 401):  # ~9 epochs of 698 examples
     feed.next_batch()
     if step in (10, 200, 400):
       again = _data(files, train="a.tsv,c.tsv", shuffle_buffer=60)
       position = json.loads(json.dumps(feed.position()))
-      text_feed.TextFeed(again, 16, seed=1, position=position)
+      chunk_feed.ChunkFeed(again, 16, seed=1, position=position)
       parsed[step] = again.train_reader.lines_parsed
       waiting[step] = sum(index_stream.decode_indices(position[k]).size
                           for k in ("buffer", "shuffle_pending", "pending"))
@@ -99,7 +100,7 @@ def test_a_restart_parses_only_the_waiting_rows_whatever_the_step(files):
 
 def test_a_position_of_other_files_or_another_kind_is_refused(files, tmp_path):
   data = _data(files, train="a.tsv")
-  feed = text_feed.TextFeed(data, 32, seed=0)
+  feed = chunk_feed.ChunkFeed(data, 32, seed=0)
   for _ in range(3):
     feed.next_batch()
   position = feed.position()
@@ -108,15 +109,15 @@ def test_a_position_of_other_files_or_another_kind_is_refused(files, tmp_path):
   eval_file = files / "eval.tsv"
   (tmp_path / "eval.tsv").write_bytes(eval_file.read_bytes())
   with pytest.raises(ValueError, match=r"chunk \d+ of .*a\.tsv held 40 examples when saved, now 20: the training files changed"):
-    text_feed.TextFeed(_data(tmp_path, train="a.tsv"), 32, seed=0, position=position)
+    chunk_feed.ChunkFeed(_data(tmp_path, train="a.tsv"), 32, seed=0, position=position)
   with pytest.raises(ValueError, match="expected kind 'text', got 'shards'"):
-    text_feed.TextFeed(data, 32, seed=0, position={"kind": "shards"})
+    chunk_feed.ChunkFeed(data, 32, seed=0, position={"kind": "shards"})
 
 
 def test_every_line_bad_is_an_error_naming_the_key(tmp_path, files):
   (tmp_path / "bad.tsv").write_bytes(b"x\ny\n")
   (tmp_path / "eval.tsv").write_bytes((files / "eval.tsv").read_bytes())
-  feed = text_feed.TextFeed(_data(tmp_path, train="bad.tsv"), 8, seed=0)
+  feed = chunk_feed.ChunkFeed(_data(tmp_path, train="bad.tsv"), 8, seed=0)
   with pytest.raises(ValueError, match="data.train_path: split 'train' has no examples"):
     feed.next_batch()
 
@@ -134,10 +135,10 @@ def test_avazu_files_with_a_header_are_fed_as_their_stream(tmp_path):
   c.data.train_path, c.data.eval_path = f"{tmp_path}/*.csv", str(tmp_path / "a.csv")
   data, ref = dataset_lib.make_dataset(c.data, 0), dataset_lib.make_dataset(c.data, 0)
   data.train_reader.chunk_lines = ref.train_reader.chunk_lines = 32
-  feed = text_feed.TextFeed(data, 24, seed=3)
+  feed = chunk_feed.ChunkFeed(data, 24, seed=3)
   batches = list(itertools.islice(ref.train_batches(24, 3), 25))  # 1.5 epochs
   for batch in batches:
     _equal(feed.next_batch(), batch)
-  resumed = text_feed.TextFeed(data, 24, seed=3, position=json.loads(json.dumps(feed.position())))
+  resumed = chunk_feed.ChunkFeed(data, 24, seed=3, position=json.loads(json.dumps(feed.position())))
   for batch in itertools.islice(ref.train_batches(24, 3), 25, 35):
     _equal(resumed.next_batch(), batch)

@@ -1,27 +1,26 @@
-"""Text training input (Criteo / Avazu files) parsed per process and resumed by seeking.
+"""Chunked training input (text and Parquet files) parsed per process and resumed by seeking.
 
-The training stream of a text data set (`FileCTRDataset.train_batches`) is, epoch after
-epoch, its files' chunks (chunk c of file f: data lines `[c*L, (c+1)*L)`, L =
-`chunk_lines`, bad lines dropped) through a seeded streaming shuffle buffer
-(`batching._shuffle_stream`), cut into batches of B. `TextFeed` yields that very
+The training stream of a data set read chunk by chunk (`chunk_sources`: Criteo / Avazu
+text, Parquet) is, epoch after epoch, its files' chunks (chunk c of file f: L lines or
+rows, bad ones dropped) through a seeded streaming shuffle buffer
+(`batching._shuffle_stream`), cut into batches of B. `ChunkFeed` yields that very
 sequence, batch for batch (so 1 process gives what it always gave, and P processes give
 what 1 gives), while
 
-  * each process parses only its own chunks: chunk c of a plain file f is process
-    `(f + c) % P`'s, a `.gz` file (no random access) is process `f % P`'s whole. A plain
-    file's chunks are found by its chunk index (`text_io.chunk_offsets`, one newline scan,
-    no parse). The owner parses and maps a chunk and publishes it in the coordination
-    service's key-value store; the others read it there (`host_exchange`'s encoding), so
-    every process holds the same chunks in the same order and shuffles them alike. A
-    process parses its chunks of the next `2P` ahead before it waits for another's, so the
-    P processes parse at once; a `.gz` file is parsed at its owner's pace.
+  * each process parses only its own chunks: chunk c of file f is process `(f + c) % P`'s,
+    a file read in order only (`.gz`) process `f % P`'s whole. The owner parses and maps a
+    chunk and publishes it in the coordination service's key-value store; the others read
+    it there (`host_exchange`'s encoding), so every process holds the same chunks in the
+    same order and shuffles them alike. A process parses its chunks of the next `2P` ahead
+    before it waits for another's, so the P processes parse at once; a `.gz` file is
+    parsed at its owner's pace.
   * the shuffle runs on example ids (`index_stream.IndexShuffler`, which draws from the rng
     exactly as `_shuffle_stream`), the rows waiting in pieces of the chunks they came from.
     The position after a batch (`position`: the next chunk, the rng state, the ids in the
     buffer and in the batch being cut, and the chunks they came from) is small; a restart
-    re-parses those rows' lines (each chunk's by its owner; the whole chunk only when
-    the pass dropped bad lines of it) and nothing else: resume by seeking, in time
-    bounded by the buffer (~`shuffle_buffer` lines), not by the step (issue #24).
+    re-parses those rows (each chunk's by its owner; the whole chunk only when the pass
+    dropped bad rows of it) and nothing else: resume by seeking, in time bounded by the
+    buffer (~`shuffle_buffer` rows), not by the step (issue #24).
 
 Example ids count the examples the run has taken in (0, 1, ...), so they are unique
 across epochs and grow with the stream.
@@ -34,19 +33,18 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from sfjax.data import batching, index_stream, text_io
+from sfjax.data import batching, index_stream
 from sfjax.data.types import Batch, concat_batches, make_batch
 from sfjax.parallel import barriers, host_exchange
+from sfjax.train import chunk_sources
 
-KIND = "text"
-_PREFIX = "sfjax/text"
-_streams = {"count": 0}  # text streams begun by this process (the same on every process)
+_PREFIX = "sfjax/chunks"
+_streams = {"count": 0}  # chunked streams begun by this process (the same on every process)
 
 
-def reads_text(dataset) -> bool:
-  """True when `dataset` is read from text files chunk by chunk (`FileCTRDataset`)."""
-  return (isinstance(getattr(dataset, "train_reader", None), text_io.TextReader)
-          and callable(getattr(dataset, "mapper", None)))
+def reads_chunks(dataset) -> bool:
+  """True when `dataset`'s training files are read chunk by chunk (text, Parquet)."""
+  return chunk_sources.source_of(dataset) is not None
 
 
 class _Piece(NamedTuple):
@@ -71,11 +69,12 @@ class _Piece(NamedTuple):
   alive: np.ndarray
 
 
-class TextFeed:
-  """Global training batches of a text data set, from the start or from a `position`.
+class ChunkFeed:
+  """Global training batches of a chunked data set, from the start or from a `position`.
 
   Args:
-    dataset: a `FileCTRDataset` (`train_reader`, `mapper`, `shuffle_buffer`).
+    dataset: a data set with a chunk source (`chunk_sources.source_of`: a
+      `FileCTRDataset` or a `ParquetDataset`) and `shuffle_buffer`.
     batch_size: B.
     seed: the run seed (the shuffle's).
     position: a `position()` to start at (None: the beginning).
@@ -88,9 +87,11 @@ class TextFeed:
                position: index_stream.Position | None = None):
     if int(batch_size) < 1:
       raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    self._reader: text_io.TextReader = dataset.train_reader
-    self._map = dataset.mapper
-    self._paths = self._reader.paths
+    source = chunk_sources.source_of(dataset)
+    if source is None:
+      raise ValueError(f"{type(dataset).__name__} is not read chunk by chunk (text or Parquet)")
+    self._source: chunk_sources.ChunkSource = source
+    self._paths = source.paths
     self._batch_size = int(batch_size)
     buffer = int(dataset.shuffle_buffer)
     self._shuffler = (index_stream.IndexShuffler(buffer, np.random.default_rng(seed))
@@ -99,16 +100,19 @@ class TextFeed:
     _streams["count"] += 1
     self._stream = _streams["count"]
     if self._count > 1 and self._stream > 1:
-      _delete(f"{_PREFIX}/{self._stream - 1}")  # the previous run's chunks: all read
-    self._local: dict[tuple[int, int, int], tuple[Batch | None, int]] = {}
+      # The previous stream's chunks: read by all, as long as no process begins a stream
+      # before every process is done with the last (runs end in a collective; a caller
+      # taking two feeds in a row puts a barrier between them).
+      _delete(f"{_PREFIX}/{self._stream - 1}")
+    self._local: dict[tuple[int, int, int], tuple[Batch | None, np.ndarray]] = {}
     self._published: list[tuple[int, int, int]] = []  # not yet deleted
     self._high = (-1, -1, -1)  # the last chunk published
-    self._ends: dict[tuple[int, int], int] = {}  # (epoch, .gz file) -> its end, once found
+    self._ends: dict[tuple[int, int], int] = {}  # (epoch, in-order file) -> its end, once found
     self._pieces: list[_Piece] = []
     self._cut = np.zeros(0, np.int64)  # ids of the batch being cut
     self._epoch = self._file = self._chunk = self._next_id = self._epoch_examples = 0
     self._batches = 0
-    self._bad: dict[int, int] = {}  # file -> bad lines dropped in this epoch
+    self._counts: dict[int, np.ndarray] = {}  # file -> its counts (bad rows...) this epoch
     if position is not None:
       self._restore(position)
 
@@ -126,22 +130,20 @@ class TextFeed:
     """The ids the next chunk lets out of the shuffle buffer (at an epoch's end: the rest)."""
     if self._file == len(self._paths):
       if self._epoch_examples == 0:
-        raise ValueError(f"data.train_path: split 'train' has no examples: all "
-                         f"{self._reader.bad_lines} data lines of {', '.join(self._paths)} "
-                         "were malformed and skipped")
+        raise self._source.no_examples()
       rest = self._shuffler.finish() if self._shuffler is not None else np.zeros(0, np.int64)
       self._epoch, self._file, self._chunk, self._epoch_examples = self._epoch + 1, 0, 0, 0
-      self._bad = {}
+      self._counts = {}
       return rest
     key = (self._epoch, self._file, self._chunk)
-    rows, bad = self._chunk_rows(key)
+    rows, counts = self._chunk_rows(key)
     if rows is None:  # past the file's last chunk
       self._file, self._chunk = self._file + 1, 0
       return np.zeros(0, np.int64)
     self._chunk += 1
-    if bad:
-      self._bad[key[1]] = self._bad.get(key[1], 0) + bad
-      self._reader.record_bad(self._paths[key[1]], self._bad[key[1]])
+    if counts.any():
+      self._counts[key[1]] = self._counts.get(key[1], 0) + counts
+      self._source.record(key[1], self._counts[key[1]])
     ids = self._next_id + np.arange(rows.size, dtype=np.int64)
     self._next_id += rows.size
     self._epoch_examples += rows.size
@@ -179,18 +181,14 @@ class TextFeed:
 
   def _owner(self, key: tuple[int, int, int]) -> int:
     _, f, c = key
-    return (f if self._paths[f].endswith(".gz") else f + c) % self._count
+    return (f if self._source.in_order(f) else f + c) % self._count
 
-  def _parse(self, key: tuple[int, int, int]) -> tuple[Batch | None, int]:
-    """Chunk `key` parsed and mapped here: (rows, bad lines), rows None past the file's end."""
-    got = self._reader.read_chunk(self._paths[key[1]], key[2])
-    if got is None:
-      return None, 0
-    raw, bad = got
-    return make_batch(self._map(raw.values), raw.dense, raw.labels), bad
+  def _parse(self, key: tuple[int, int, int]) -> tuple[Batch | None, np.ndarray]:
+    """Chunk `key` parsed and mapped here: (rows, counts), rows None past the file's end."""
+    return self._source.parse(key[1], key[2])
 
-  def _chunk_rows(self, key: tuple[int, int, int]) -> tuple[Batch | None, int]:
-    """Chunk `key`'s rows (None past the end of its file) and its bad lines."""
+  def _chunk_rows(self, key: tuple[int, int, int]) -> tuple[Batch | None, np.ndarray]:
+    """Chunk `key`'s rows (None past the end of its file) and its counts."""
     if self._count == 1:
       return self._parse(key)
     self._publish_ahead(key)
@@ -203,7 +201,7 @@ class TextFeed:
   def _publish_ahead(self, key: tuple[int, int, int]) -> None:
     """Parses and publishes this process's chunks among the next 2P of `key`'s file."""
     epoch, f, c = key
-    known = self._reader.num_chunks(self._paths[f])
+    known = self._source.num_chunks(f)
     known = self._ends.get((epoch, f), known)
     for k in range(c, c + 2 * self._count):
       ahead = (epoch, f, k)
@@ -211,40 +209,42 @@ class TextFeed:
         break
       if self._owner(ahead) != self._me or ahead <= self._high:
         continue
-      rows, bad = self._parse(ahead)
-      self._publish(ahead, rows, bad)
+      rows, counts = self._parse(ahead)
+      self._publish(ahead, rows, counts)
       if rows is None:
         break
 
-  def _publish(self, key: tuple[int, int, int], rows: Batch | None, bad: int,
+  def _publish(self, key: tuple[int, int, int], rows: Batch | None, counts: np.ndarray,
                keep: bool = True) -> None:
     if rows is None:
       self._ends[key[:2]] = key[2]
-    meta = np.asarray([bad, rows is None], np.int64)
-    arrays = (None, None, None, meta) if rows is None else (rows.ids, rows.dense, rows.labels, meta)
+    meta = np.concatenate([[rows is None], counts]).astype(np.int64)
+    arrays = ((None,) * 4 if rows is None
+              else (rows.ids, rows.dense, rows.labels, rows.weights)) + (meta,)
     client = _client()
     client.key_value_set_bytes(self._key(key), host_exchange.rows_to_bytes(arrays))
     if keep:
-      self._local[key] = (rows, bad)
+      self._local[key] = (rows, counts)
     self._published.append(key)
     self._high = max(self._high, key)
     self._drop_read()
 
-  def _fetch(self, key: tuple[int, int, int], owner: int) -> tuple[Batch | None, int]:
+  def _fetch(self, key: tuple[int, int, int], owner: int) -> tuple[Batch | None, np.ndarray]:
     seconds = barriers.timeout_s()
     try:
       data = _client().blocking_key_value_get_bytes(self._key(key), int(seconds * 1000))
     except Exception as err:  # pylint: disable=broad-except  (timeout or a lost coordinator)
       barriers.record_peer_failure()
       raise barriers.PeerFailureError(
-          f"process {owner} did not publish text chunk {key[2]} of {self._paths[key[1]]} "
+          f"process {owner} did not publish {self._source.kind} chunk {key[2]} of "
+          f"{self._paths[key[1]]} "
           f"(epoch {key[0]}) within {seconds:g} s (this is process {self._me}): "
           f"{str(err).splitlines()[0]}") from err
-    like: tuple[Any, ...] = (None,) * 4
-    ids, dense, labels, meta = host_exchange.rows_from_bytes(data, like)
-    if meta[1]:
-      return None, 0
-    return make_batch(ids, dense, labels), int(meta[0])
+    like: tuple[Any, ...] = (None,) * 5
+    ids, dense, labels, weights, meta = host_exchange.rows_from_bytes(data, like)
+    if meta[0]:
+      return None, meta[1:]
+    return make_batch(ids, dense, labels, weights=weights), meta[1:]
 
   def _drop_read(self) -> None:
     """Deletes this process's published chunks that every process has read."""
@@ -272,9 +272,11 @@ class TextFeed:
     """Where the next batch starts (JSON-able)."""
     enc = index_stream.encode_indices
     out: index_stream.Position = {
-        "kind": KIND, "batches": self._batches, "epoch": self._epoch, "file": self._file,
-        "chunk": self._chunk, "next_id": self._next_id, "epoch_examples": self._epoch_examples,
-        "bad": {str(f): n for f, n in self._bad.items()}, "pending": enc(self._cut),
+        "kind": self._source.kind, "batches": self._batches, "epoch": self._epoch,
+        "file": self._file, "chunk": self._chunk, "next_id": self._next_id,
+        "epoch_examples": self._epoch_examples,
+        "bad": {str(f): n.tolist() for f, n in self._counts.items()},  # per file: counts
+        "pending": enc(self._cut),
         "pieces": [[p.first_id, p.size, p.epoch, p.file, p.chunk] for p in self._pieces]}
     if self._shuffler is not None:
       out.update(rng=self._shuffler.rng.bit_generator.state,
@@ -283,9 +285,10 @@ class TextFeed:
 
   def _restore(self, position: index_stream.Position) -> None:
     """Starts at `position`: re-parses (each process its own) the chunks of waiting rows."""
-    if not isinstance(position, dict) or position.get("kind") != KIND:
+    kind = self._source.kind
+    if not isinstance(position, dict) or position.get("kind") != kind:
       got = position.get("kind") if isinstance(position, dict) else type(position).__name__
-      raise ValueError(f"input position: expected kind {KIND!r}, got {got!r}")
+      raise ValueError(f"input position: expected kind {kind!r}, got {got!r}")
     def dec(key: str) -> np.ndarray:
       value = index_stream.decode_indices(position.get(key))
       if value is None:
@@ -295,9 +298,11 @@ class TextFeed:
     self._batches, self._epoch, self._file, self._chunk = (
         int(position[k]) for k in ("batches", "epoch", "file", "chunk"))
     self._next_id, self._epoch_examples = int(position["next_id"]), int(position["epoch_examples"])
-    self._bad = {int(f): int(n) for f, n in position.get("bad", {}).items()}
-    for f, n in self._bad.items():
-      self._reader.record_bad(self._paths[f], n)
+    width = len(self._source.counts)  # (a text position of before saved one int per file)
+    self._counts = {int(f): np.resize(np.asarray(n, np.int64), width)
+                    for f, n in position.get("bad", {}).items()}
+    for f, n in self._counts.items():
+      self._source.record(f, n)
     self._cut = dec("pending")
     waiting = [self._cut]
     if self._shuffler is not None:
@@ -314,7 +319,8 @@ class TextFeed:
     if self._count > 1:  # each chunk parsed by its owner, then read by all
       for key, size, at in wanted:
         if self._owner(key) == self._me:
-          self._publish(key, self._waiting_rows(key, size, at), 0, keep=False)
+          self._publish(key, self._waiting_rows(key, size, at), np.zeros(0, np.int64),
+                        keep=False)
     for (first, size, *_), (key, _, at) in zip(pieces, wanted, strict=True):
       rows = (self._waiting_rows(key, size, at) if self._count == 1
               else self._fetch(key, self._owner(key))[0])
@@ -322,22 +328,8 @@ class TextFeed:
       self._pieces.append(_Piece(first, size, *key, first + at, rows, np.ones(at.size, bool)))
 
   def _waiting_rows(self, key: tuple[int, int, int], size: int, at: np.ndarray) -> Batch:
-    """Examples `at` [m] (sorted) of chunk `key`, which held `size` examples: when no line of
-    it was dropped, only those m lines are parsed (example r is line r)."""
-    path = self._paths[key[1]]
-    lines = self._reader.read_lines(path, key[2])
-    if lines is not None and len(lines.lines) == size:
-      picked = text_io.LineChunk(path, lines.first_line, [lines.lines[i] for i in at])
-      raw, bad = self._reader.parse_lines(picked, skip_bad_lines=True)
-      if not bad:
-        return make_batch(self._map(raw.values), raw.dense, raw.labels)
-    # Lines were dropped (or are bad now): the whole chunk, as the pass parsed it.
-    whole = self._reader.parse_lines(lines)[0] if lines is not None else None
-    got = 0 if whole is None else whole.labels.shape[0]
-    if whole is None or got != size:
-      raise ValueError(f"input position: chunk {key[2]} of {path} held {size} examples when "
-                       f"saved, now {got}: the training files changed")
-    return batching.take(make_batch(self._map(whole.values), whole.dense, whole.labels), at)
+    """Examples `at` [m] (sorted) of chunk `key`, which held `size` examples."""
+    return self._source.rows(key[1], key[2], size, at)
 
 
 def _client() -> Any:
