@@ -15,7 +15,10 @@
      plain      `PreprocessedDataset.train_batches`, shuffle_buffer 0 (file order,
                 the text path's order) -> `binary_examples_per_s` (median);
      shuffled   the same with `shuffle_buffer` (shard + block order shuffled,
-                then the streaming buffer) -> `binary_shuffled_examples_per_s`.
+                then the streaming buffer, row by row) -> `binary_shuffled_examples_per_s`;
+     block      the same with `data.shuffle=block` (blocks of `block_rows` in a random
+                order, rows permuted within windows of `shuffle_buffer`; whole blocks
+                read) -> `binary_block_examples_per_s`.
    The dataset reads and batches on its background thread; the caller only
    counts, so these are the rates at which it can feed a trainer.
 5. per-process input (issue #24), on the calling thread, the shuffled order:
@@ -23,6 +26,9 @@
                 whole global batch (one process) -> `index_examples_per_s`;
      index_half the rows `[0, B/2)` of each batch (process 0 of 2): examples it
                 reads per second -> `index_half_examples_per_s`;
+     index_block, index_block_half  the same in the block shuffle's order (its
+                `BlockReader` keeps the blocks it copied) -> `index_block_examples_per_s`,
+                `index_block_half_examples_per_s`;
      grain      Grain 0.2.18 (`grain.python.DataLoader`: `IndexSampler` shuffled,
                 `ShardByJaxProcess`, `Batch`, no worker processes, `grain_threads`
                 reading threads) over the same shard
@@ -41,7 +47,8 @@ index (`read_train`), which also gives exact resume and per-process reads (`inpu
 stdout with the figures as one JSON line (also written to `config.out`).
 
 Old flag -> config field: each `--X` is `--config.X` (rows, eval_rows, batch_size,
-hash_rows, rows_per_shard, shuffle_buffer, binary_examples, repeats, workdir, out).
+hash_rows, rows_per_shard, shuffle_buffer, binary_examples, repeats, workdir, out);
+`block_rows` is new (`data.shuffle_block_rows` of the block runs).
 """
 
 from __future__ import annotations
@@ -189,8 +196,9 @@ def measure(config: ml_collections.ConfigDict, root: str) -> dict:
   pre_cfg = ctr_config.get_config().data
   pre_cfg.format, pre_cfg.train_path = "preprocessed", out_dir
   num_examples = max(1, config.binary_examples // batch) * batch
-  runs: dict[str, list] = {"reader": [], "plain": [], "shuffled": [], "index": [],
-                          "index_half": [], "grain": []}
+  runs: dict[str, list] = {"reader": [], "plain": [], "shuffled": [], "block": [], "index": [],
+                          "index_half": [], "index_block": [], "index_block_half": [],
+                          "grain": []}
   for _ in range(config.repeats):
     pre_cfg.shuffle_buffer = 0
     plain = make_dataset(pre_cfg, seed=0)
@@ -203,6 +211,13 @@ def measure(config: ml_collections.ConfigDict, root: str) -> dict:
                                   num_examples))
     runs["index"].append(index_rate(shuffled, batch, num_examples))
     runs["index_half"].append(index_rate(shuffled, batch, num_examples, share=2))
+    pre_cfg.shuffle, pre_cfg.shuffle_block_rows = "block", config.block_rows
+    blocks = make_dataset(pre_cfg, seed=0)
+    runs["block"].append(_rate(functools.partial(blocks.train_batches, batch, seed=0),
+                               num_examples))
+    runs["index_block"].append(index_rate(blocks, batch, num_examples))
+    runs["index_block_half"].append(index_rate(blocks, batch, num_examples, share=2))
+    pre_cfg.shuffle = "buffer"
     runs["grain"].append(grain_rate(shuffled.split("train"), batch,
                                     min(num_examples, config.grain_examples), config.grain_threads))
 
@@ -226,10 +241,14 @@ def measure(config: ml_collections.ConfigDict, root: str) -> dict:
       "preprocess_lines_per_s": (config.rows + config.eval_rows) / preprocess_seconds,
       "binary_examples_per_s": binary,
       "binary_shuffled_examples_per_s": statistics.median(runs["shuffled"]),
+      "block_rows": config.block_rows,
+      "binary_block_examples_per_s": statistics.median(runs["block"]),
       "reader_examples_per_s": statistics.median(runs["reader"]),
       "speedup_vs_text": binary / text_rate,
       "index_examples_per_s": statistics.median(runs["index"]),
       "index_half_examples_per_s": statistics.median(runs["index_half"]),
+      "index_block_examples_per_s": statistics.median(runs["index_block"]),
+      "index_block_half_examples_per_s": statistics.median(runs["index_block_half"]),
       "grain_examples_per_s": (None if None in runs["grain"] else statistics.median(runs["grain"])),
       "seek_batch_size": config.seek_batch_size,
       "index_replay_seconds": {str(n): r for n, (r, _) in seeks.items()},
@@ -261,9 +280,10 @@ def print_summary(result: dict) -> None:
   runs = result["runs"]
   print(f"text {result['text_lines_per_s']:.3g} lines/s | preprocess "
         f"{result['preprocess_lines_per_s']:.3g} lines/s | binary (examples/s) reader "
-        f"{runs['reader']} plain {runs['plain']} shuffled {runs['shuffled']} by index "
-        f"{runs['index']} half {runs['index_half']} grain {runs['grain']} | resume start-up "
-        f"(s) {result['resume_startup_seconds']}", file=sys.stderr)
+        f"{runs['reader']} plain {runs['plain']} shuffled {runs['shuffled']} block "
+        f"{runs['block']} by index {runs['index']} half {runs['index_half']} block "
+        f"{runs['index_block']} half {runs['index_block_half']} grain {runs['grain']} | "
+        f"resume start-up (s) {result['resume_startup_seconds']}", file=sys.stderr)
 
 
 if __name__ == "__main__":

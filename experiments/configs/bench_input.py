@@ -20,7 +20,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.batch_size = 4096  # examples per batch
   c.hash_rows = 1_000_000  # hash rows per field
   c.rows_per_shard = 1 << 18  # examples per shard
-  c.shuffle_buffer = 65536  # shuffle buffer of the shuffled binary run
+  c.shuffle_buffer = 65536  # shuffle buffer of the shuffled runs (the block shuffle's window)
+  c.block_rows = 2048  # data.shuffle_block_rows of the block-shuffled runs
   c.binary_examples = 20_000_000  # examples per binary measurement (epochs repeat)
   c.repeats = 3  # binary measurements of each kind
   c.grain_examples = 2_000_000  # examples per Grain measurement (per-record reads: slow)
@@ -33,6 +34,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.rows, c.eval_rows, c.batch_size, c.hash_rows = 3000, 200, 256, 1000
     c.rows_per_shard, c.shuffle_buffer, c.binary_examples, c.repeats = 1000, 512, 20_000, 2
     c.grain_examples, c.grain_threads, c.seek_steps = 2_000, 1, (10, 300)
+    c.block_rows = 64
   elif arg:
     raise ValueError(f"unknown config variant {arg!r} (known: '', 'smoke')")
   return c

@@ -32,9 +32,12 @@ from sfjax.core import feature_layout as fl
 from sfjax.core.errors import ConfigError
 from sfjax.data import batching, dataset, index_stream, shards
 from sfjax.data import preprocessed_layout as layout
+from sfjax.data.block_shuffle import BlockOrder, BlockReader
 from sfjax.data.types import Batch, DatasetSpec
 
 DEFAULT_ROWS_PER_SHARD = 1 << 20  # ~170 MB per shard for Criteo (26 int32 ids, 13 floats)
+SHUFFLE_MODES = ("buffer", "block")  # data.shuffle (see `PreprocessedDataset`)
+DEFAULT_BLOCK_ROWS = 2048  # data.shuffle_block_rows when a config has none
 _OWN_ENTRIES = (layout.SPEC_FILE, layout.MAPPING_FILE, layout.VOCABULARY_DIR) + layout.SPLITS
 
 
@@ -148,15 +151,20 @@ def _in_background(batches: Iterator[Batch], prefetch: int, name: str) -> Iterat
 class PreprocessedDataset:
   """`CTRDataset` over a preprocessed directory (`data.train_path`).
 
-  Training reads the train shards through `batching.train_batches`: with
-  `data.shuffle_buffer` > 1 each epoch visits the shards, and the blocks of
-  `read_chunk` examples in each, in a seeded random order, mixed further by the
-  streaming shuffle buffer; otherwise in file order (the text path's order).
+  Training is shuffled iff `data.shuffle_buffer` > 1, else in file order (the text
+  path's order). `data.shuffle`:
+    buffer  (the default) through `batching.train_batches`: each epoch visits the
+            shards, and the blocks of `read_chunk` examples in each, in a seeded random
+            order, mixed further by the streaming shuffle buffer (row by row).
+    block   `BlockOrder`: blocks of `data.shuffle_block_rows` examples in a random
+            order per epoch, the rows of each window of `shuffle_buffer` examples
+            permuted; read by `BlockReader` (whole blocks copied, rows gathered from
+            memory): several times faster, and a pure function of (seed, epoch).
   Shard reading and batching run on a background thread.
 
   Args:
-    data_cfg: the `data` block; uses train_path (DIR) and shuffle_buffer (the
-      mapping settings are DIR's, from spec.json).
+    data_cfg: the `data` block; uses train_path (DIR), shuffle_buffer and, when present,
+      shuffle and shuffle_block_rows (the mapping settings are DIR's, from spec.json).
     read_chunk: examples per read (and per shuffled block).
     prefetch: batches the background thread may run ahead.
 
@@ -176,6 +184,13 @@ class PreprocessedDataset:
                        "written by `python -m experiments.preprocess --out=DIR`")
     if int(data_cfg.shuffle_buffer) < 0:
       raise ValueError(f"data.shuffle_buffer must be >= 0, got {data_cfg.shuffle_buffer}")
+    self.shuffle_mode = str(data_cfg.get("shuffle", "buffer"))
+    if self.shuffle_mode not in SHUFFLE_MODES:
+      raise ValueError(f"data.shuffle must be one of {', '.join(SHUFFLE_MODES)}, "
+                       f"got {self.shuffle_mode!r}")
+    self.block_rows = int(data_cfg.get("shuffle_block_rows", DEFAULT_BLOCK_ROWS))
+    if self.block_rows < 1:
+      raise ValueError(f"data.shuffle_block_rows must be >= 1, got {self.block_rows}")
     self.root = root
     meta = layout.read_spec(root)
     self.spec: DatasetSpec = meta["dataset_spec"]
@@ -198,6 +213,7 @@ class PreprocessedDataset:
                        if "truncated_ids" in meta["splits"][n]}
     self.rows_read = 0  # training examples read by index (`read_train`)
     self._train_maps: dict[int, shards.ShardArrays] = {}  # shards opened by `read_train`
+    self._reader: BlockReader | None = None  # `read_train`'s, with data.shuffle=block
 
   @property
   def stats(self) -> dict:
@@ -215,8 +231,34 @@ class PreprocessedDataset:
       raise ValueError(f"unknown split {name!r} (known: {', '.join(self._splits)})")
     return self._splits[name]
 
+  @property
+  def _blocks(self) -> bool:
+    """True when training reads the block shuffle (`data.shuffle=block`, shuffled)."""
+    return self.shuffle_mode == "block" and self.shuffle_buffer > 1
+
+  def _train_shard(self, index: int) -> shards.ShardArrays:
+    """Train shard `index`'s maps, opened (and checked) once, then kept."""
+    arrays = self._train_maps.get(index)
+    if arrays is None:
+      arrays = self._train_maps.setdefault(index, self._splits["train"].shard(index))
+    return arrays
+
+  def _block_reader(self) -> BlockReader:
+    """A `BlockReader` of the train split holding two windows of blocks."""
+    window = -(-self.shuffle_buffer // self.block_rows)
+    return BlockReader(self._splits["train"], self._train_shard, self.block_rows, 2 * window + 1)
+
+  def _block_batches(self, batch_size: int, seed: int) -> Iterator[Batch]:
+    """`train_order`'s batches, read window by window by a `BlockReader` of their own."""
+    order = self.train_order(batch_size, seed)
+    assert isinstance(order, BlockOrder)
+    yield from self._block_reader().batches(order)
+
   def train_batches(self, batch_size: int, seed: int) -> Iterator[Batch]:
     """Infinite full batches over epochs (shuffled iff shuffle_buffer > 1), on a thread."""
+    if self._blocks:
+      return _in_background(self._block_batches(batch_size, seed), self.prefetch,
+                            "sfjax-shards-train")
     train = self._splits["train"]
     shuffle = self.shuffle_buffer > 1  # batching's own rule for an active buffer
     # A stream of its own for the shard/block order; the buffer's rng is seeded by `seed`.
@@ -234,18 +276,28 @@ class PreprocessedDataset:
     bag features (a feature layout's ragged bags are read as a stream)."""
     return self._splits["train"].info.layout is None
 
-  def train_order(self, batch_size: int, seed: int,
-                  position: index_stream.Position | None = None) -> index_stream.ShardOrder:
+  def train_order(self, batch_size: int, seed: int, position: index_stream.Position | None = None
+                  ) -> index_stream.ShardOrder | BlockOrder:
     """`train_batches`'s order as example indices (index for index), from `position`."""
     train = self._splits["train"]
+    if self._blocks:
+      return BlockOrder(train.num_examples, self.block_rows, self.shuffle_buffer, seed,
+                        batch_size, position)
     return index_stream.ShardOrder([s.num_examples for s in train.info.shards], self.read_chunk,
                                    self.shuffle_buffer, seed, batch_size, position)
 
   def read_train(self, indices: np.ndarray) -> Batch:
     """Training examples `indices` [n] (split-wide, in `train_order`'s numbering), in
-    that order, gathered from the shards' memory maps; counts `rows_read`."""
+    that order, gathered from the shards' memory maps (with the block shuffle from the
+    blocks a `BlockReader` copied); counts `rows_read`."""
     if not self.indexable:
       raise ValueError(f"{self.root}: shards with bag features are read as a stream, not by index")
+    if self._blocks:  # whole blocks, cached (the block shuffle's indices stay in two windows)
+      if self._reader is None:
+        self._reader = self._block_reader()
+      batch = self._reader.read(indices)
+      self.rows_read += batch.size
+      return batch
     train = self._splits["train"]
     sizes = np.asarray([s.num_examples for s in train.info.shards], np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
@@ -256,9 +308,7 @@ class PreprocessedDataset:
     labels = np.empty(n, np.float32)
     for s in np.unique(shard_of).tolist():
       at = np.flatnonzero(shard_of == s)
-      arrays = self._train_maps.get(s)
-      if arrays is None:  # opened (and checked) once, then kept
-        arrays = self._train_maps.setdefault(s, train.shard(s))
+      arrays = self._train_shard(s)
       rows = indices[at] - starts[s]
       ids[at] = np.take(arrays.ids, rows, axis=0)
       dense[at], labels[at] = np.take(arrays.dense, rows, axis=0), np.take(arrays.labels, rows)

@@ -154,6 +154,13 @@ def _validate_data(config) -> None:
     _integer(config, "data.movielens.split_seed", 0)
   _boolean(config, "data.skip_bad_lines")
   _integer(config, "data.shuffle_buffer", 0, _MAX_COUNT)
+  if "shuffle" in d:  # the block shuffle (sfjax/data/block_shuffle) reads preprocessed shards
+    _choice(d.shuffle, "data.shuffle", ("buffer", "block"))
+    _require(d.shuffle == "buffer" or d.format in dataset.DIRECTORY_FORMATS, "data.shuffle",
+             f"'block' reads whole blocks of preprocessed shards (format 'preprocessed'); "
+             f"format {d.format!r} shuffles with the streaming buffer ('buffer')")
+  if "shuffle_block_rows" in d:
+    _integer(config, "data.shuffle_block_rows", 1, _MAX_COUNT)
 
 
 def _placement(config) -> None:

@@ -23,6 +23,10 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   d.min_count = 1  # hash_rows == 0: vocabulary of values seen >= min_count times (+1 OOV row)
   d.skip_bad_lines = False  # False: a malformed line raises, naming file and line
   d.shuffle_buffer = 65536  # examples; streaming shuffle for file formats
+  d.shuffle = "buffer"  # buffer: the streaming buffer above | block (format preprocessed): blocks
+  #                      of shuffle_block_rows in a random order, rows permuted within windows of
+  #                      shuffle_buffer examples (sfjax/data/block_shuffle; several times faster)
+  d.shuffle_block_rows = 2048  # data.shuffle=block: consecutive examples read as one block
   d.use_features = ""  # comma-separated feature names to train on ('' = all; ablations)
   d.pooling = ""  # bags' poolings overridden, e.g. "tags:mean,long0:sqrtn" (a search's choice)
   d.synthetic = s = ml_collections.ConfigDict()

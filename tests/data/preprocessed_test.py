@@ -16,7 +16,7 @@ from sfjax.core.errors import ConfigError
 from sfjax.data import dataset, feature_map, preprocessed, preprocessed_layout, shards
 from sfjax.data.generated import synthetic
 from sfjax.data.types import concat_batches
-from sfjax.train import loop
+from sfjax.train import config_check, loop
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +118,62 @@ def test_shuffled_training_is_seeded_and_each_epoch_a_permutation(pre_dir):
     return sorted(map(tuple, np.concatenate([b.ids, b.dense, b.labels[:, None]], 1).tolist()))
 
   assert rows(epoch) == rows(plain)
+
+
+def _block_config(out_dir, shuffle_buffer=256, block_rows=32):
+  d = _binary_config(out_dir, shuffle_buffer)
+  d.shuffle, d.shuffle_block_rows = "block", block_rows
+  return d
+
+
+def test_block_shuffle_is_its_index_order_split_over_processes(pre_dir):
+  ds = dataset.make_dataset(_block_config(pre_dir), seed=0)
+  plain = concat_batches(list(ds.split("train").chunks(1000)))
+  stream = list(itertools.islice(ds.train_batches(100, seed=5), 30))  # 2.5 epochs of 1200
+  # The reader by index gives the same batches; two processes, each reading its half of
+  # every global batch, give them too (`input_feed`'s contract), from any position.
+  order = ds.train_order(100, seed=5)
+  halves = [dataset.make_dataset(_block_config(pre_dir), seed=0) for _ in range(2)]
+  for step, batch in enumerate(stream):
+    indices = order.next_batch()
+    _assert_same_batches([batch], [ds.read_train(indices)])
+    parts = [h.read_train(indices[p * 50:(p + 1) * 50]) for p, h in enumerate(halves)]
+    _assert_same_batches([batch], [concat_batches(parts)])
+    if step == 13:
+      position = json.loads(json.dumps(order.position()))
+  assert ds.stats["rows_read"] == 3000 and halves[0].stats["rows_read"] == 1500
+  resumed = ds.train_order(100, seed=5, position=position)
+  for batch in stream[14:]:
+    _assert_same_batches([batch], [ds.read_train(resumed.next_batch())])
+
+  def rows(b):
+    return sorted(map(tuple, np.concatenate([b.ids, b.dense, b.labels[:, None]], 1).tolist()))
+
+  epoch = concat_batches(stream[:12])
+  assert rows(epoch) == rows(plain) and not np.array_equal(epoch.ids, plain.ids)
+  again = concat_batches(list(itertools.islice(ds.train_batches(100, seed=5), 12)))
+  np.testing.assert_array_equal(again.ids, epoch.ids)
+  other = concat_batches(list(itertools.islice(ds.train_batches(100, seed=6), 12)))
+  assert not np.array_equal(other.ids, epoch.ids)
+  streamed = dataset.make_dataset(_binary_config(pre_dir, shuffle_buffer=256), seed=0)
+  assert not np.array_equal(next(streamed.train_batches(100, seed=5)).ids, stream[0].ids)
+  # shuffle_buffer <= 1: file order in either mode.
+  unshuffled = dataset.make_dataset(_block_config(pre_dir, shuffle_buffer=0), seed=0)
+  np.testing.assert_array_equal(next(unshuffled.train_batches(1200, seed=5)).ids, plain.ids)
+
+
+def test_block_shuffle_settings_are_checked(pre_dir):
+  with pytest.raises(ValueError, match="data.shuffle must be one of buffer, block, got 'rows'"):
+    d = _block_config(pre_dir)
+    d.shuffle = "rows"
+    dataset.make_dataset(d, seed=0)
+  with pytest.raises(ValueError, match="data.shuffle_block_rows must be >= 1, got 0"):
+    dataset.make_dataset(_block_config(pre_dir, block_rows=0), seed=0)
+  c = ctr.get_config()
+  c.data.format, c.data.train_path, c.data.eval_path = "criteo", "x.tsv", "y.tsv"
+  c.data.shuffle = "block"
+  with pytest.raises(ConfigError, match="data.shuffle.*format 'criteo' shuffles with the stream"):
+    config_check.validate(c)
 
 
 def test_background_reader_stops_when_the_stream_is_dropped(pre_dir):
@@ -248,6 +304,23 @@ def test_parquet_bags_preprocess_to_the_same_batches(parquet_dir, tmp_path, mapp
   if "min_count" in mapping:  # the vocabulary is stored per TABLE: item_id and history share one
     settings = json.loads((tmp_path / "pre" / "mapping.json").read_text())
     assert [f["name"] for f in settings["fields"]] == ["user", "item_id", "tags", "genres"]
+
+
+def test_block_shuffle_reads_bags_as_padded_batches(parquet_dir, tmp_path):
+  c = _parquet_config(parquet_dir, hash_rows=40)
+  preprocessed.preprocess_files(c.data, str(tmp_path / "pre"), rows_per_shard=300)
+  d = _from_dir(c, tmp_path / "pre").data
+  d.shuffle, d.shuffle_block_rows, d.shuffle_buffer = "block", 64, 256
+  ds = dataset.make_dataset(d, seed=0)
+  plain = concat_batches(list(ds.split("train").chunks(1000)))  # file order, padded
+  epoch = concat_batches(list(itertools.islice(ds.train_batches(100, seed=1), 7)))  # 700 rows
+
+  def rows(b):
+    return sorted(map(tuple, np.concatenate([b.ids, b.weights, b.dense, b.labels[:, None]],
+                                            1).tolist()))
+
+  assert epoch.weights is not None and (epoch.ids == -1).any()
+  assert rows(epoch) == rows(plain) and not np.array_equal(epoch.ids, plain.ids)
 
 
 @pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it

@@ -17,10 +17,12 @@ def test_bench_input_smoke(tmp_path):
   config.workdir = str(tmp_path / "files")
   final = bench_input.run(config)
   assert final["benchmark"] == "bench_input" and final["num_shards"] == 3
+  assert final["block_rows"] == 64
   assert final["binary_examples"] == 20000 // 256 * 256
   for key in ("text_lines_per_s", "preprocess_lines_per_s", "binary_examples_per_s",
-              "binary_shuffled_examples_per_s", "reader_examples_per_s", "index_examples_per_s",
-              "index_half_examples_per_s") + (("grain_examples_per_s",) if _HAS_GRAIN else ()):
+              "binary_shuffled_examples_per_s", "binary_block_examples_per_s",
+              "reader_examples_per_s", "index_examples_per_s", "index_half_examples_per_s",
+              "index_block_examples_per_s", "index_block_half_examples_per_s") + (("grain_examples_per_s",) if _HAS_GRAIN else ()):
     assert math.isfinite(final[key]) and final[key] > 0, key
   if not _HAS_GRAIN:  # grain is optional (evaluated, not used: see the module docstring)
     assert final["grain_examples_per_s"] is None

@@ -1,0 +1,81 @@
+"""Tests for sfjax.data.block_shuffle.reader: reads by index equal a plain gather, a block
+is copied once per epoch of the block shuffle, and the window stream equals the reads."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from sfjax.data import shards
+from sfjax.data.block_shuffle import BlockOrder, BlockReader
+from sfjax.data.types import Batch, DatasetSpec, FieldSpec, concat_batches
+
+_ROWS = 673  # 3 shards of 250, 250, 173: blocks of 64 straddle the shard boundaries
+
+
+@pytest.fixture(scope="module")
+def split(tmp_path_factory):
+  spec = DatasetSpec(tuple(FieldSpec(f"C{i}", 1000) for i in range(3)), num_dense=2)
+  rng = np.random.default_rng(0)
+  chunk = Batch(rng.integers(0, 1000, (_ROWS, 3)), rng.random((_ROWS, 2), dtype=np.float32),
+                (rng.random(_ROWS) < 0.3).astype(np.float32), np.ones(_ROWS, np.float32))
+  directory = str(tmp_path_factory.mktemp("blocks") / "train")
+  shards.write_split([chunk], directory, spec, rows_per_shard=250)
+  return shards.ShardSplit(directory)
+
+
+def _whole(split):
+  return concat_batches(list(split.chunks(1000)))
+
+
+def _same(a, b):
+  for x, y in zip(a, b, strict=True):
+    if x is None or y is None:
+      assert x is y
+      continue
+    assert x.dtype == y.dtype
+    np.testing.assert_array_equal(x, y)
+
+
+def _take(batch, indices):
+  return Batch(*(None if a is None else a[indices] for a in batch))
+
+
+def test_reads_by_index_equal_a_plain_gather(split):
+  whole = _whole(split)
+  reader = BlockReader(split, split.shard, block_rows=64, capacity=2)  # grows, evicts
+  rng = np.random.default_rng(1)
+  for size in (1, 50, 300, _ROWS, 40):
+    indices = rng.integers(0, _ROWS, size)
+    got = reader.read(indices)
+    _same(got, _take(whole, indices))
+    assert got.ids.dtype == np.int64 and got.ids.flags.owndata  # fresh arrays
+  assert reader.read(np.zeros(0, np.int64)).size == 0
+
+
+def test_an_epoch_of_the_block_shuffle_copies_each_block_once(split):
+  order = BlockOrder(_ROWS, 64, 192, seed=2, batch_size=50)  # windows of 3 blocks
+  reader = BlockReader(split, split.shard, 64, capacity=2 * order.window_blocks + 1)
+  whole = _whole(split)
+  for step in range(1, 2 * _ROWS // 50 + 1):  # two epochs (less 23 examples)
+    indices = order.next_batch()
+    _same(reader.read(indices), _take(whole, indices))
+    if step == _ROWS // 50:  # most of the first epoch: every block once, the last ones now
+      assert order.num_blocks - order.window_blocks <= reader.blocks_loaded <= order.num_blocks
+  assert reader.blocks_loaded <= 2 * order.num_blocks
+
+
+@pytest.mark.parametrize("batch_size,window_rows", [(50, 192), (500, 128), (64, 10**6)])
+def test_the_window_stream_equals_reading_the_order(split, batch_size, window_rows):
+  stream = BlockReader(split, split.shard, 64, capacity=1).batches(
+      BlockOrder(_ROWS, 64, window_rows, seed=4, batch_size=batch_size))
+  order = BlockOrder(_ROWS, 64, window_rows, seed=4, batch_size=batch_size)
+  whole = _whole(split)
+  for batch in itertools.islice(stream, -(-3 * _ROWS // batch_size)):  # three epochs
+    assert batch.size == batch_size and (batch.mask == 1).all()
+    _same(batch, _take(whole, order.next_batch()))
+
+
+def test_block_rows_must_be_positive(split):
+  with pytest.raises(ValueError, match="block_rows must be >= 1, got 0"):
+    BlockReader(split, split.shard, 0, 1)
