@@ -9,7 +9,7 @@
 3. Rates on the calling thread, one process, `rate_batches` batches of `batch_size`
    through the shuffle buffer: `stream_lines_per_s` (`FileCTRDataset.train_batches`, the
    stream every process used to read whole) and `feed_lines_per_s` (`train.InputFeed` on
-   text: `text_feed`, chunk by chunk, the same batches, and a position per batch; with P
+   text: `chunk_feed`, chunk by chunk, the same batches, and a position per batch; with P
    processes each parses 1/P of the chunks).
 4. Resume by seeking: the feed is stepped `seek_steps` batches of `seek_batch_size`
    (`replay_seconds`: what a resume by replay would cost), then restarted from the

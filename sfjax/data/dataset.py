@@ -187,7 +187,7 @@ def _multihot(data_cfg, seed: int) -> CTRDataset:
 
 
 def _parquet(data_cfg, seed: int) -> CTRDataset:
-  from sfjax.data.parquet import ParquetDataset  # pylint: disable=import-outside-toplevel
+  from sfjax.data.parquet.dataset import ParquetDataset  # pylint: disable=import-outside-toplevel
   del seed  # the shuffle seed comes with `train_batches`
   return ParquetDataset(data_cfg)
 

@@ -2,7 +2,7 @@
 
 A model trained on a feature layout (bags, weighted bags, sequences, shared tables;
 `sfjax.core.feature_layout`) reads `ids [n, S]` and `weights [n, S]` laid out as the
-training readers lay them out (`sfjax.data.parquet.chunk_batch`): feature f owns the
+training readers lay them out (`sfjax.data.parquet.dataset.chunk_batch`): feature f owns the
 columns `layout.columns(f)`, ids are LOCAL to the feature's table, unused columns hold
 -1 and weight 0. A record (the "ids" record kind: data sets without raw text values) is
 a dict:

@@ -9,7 +9,7 @@ rows dropped, ...) go back to the data set's stats through `record(f, totals)`.
 
   * `TextChunks`: Criteo / Avazu files (`text_io.TextReader`): chunk c is data lines
     `[c*L, (c+1)*L)`, L = `chunk_lines`; a `.gz` file is read in order only (`in_order`).
-  * `ParquetChunks`: Parquet files (`parquet.ParquetReader`): chunk c is the file's c-th
+  * `ParquetChunks`: Parquet files (`parquet.reader.ParquetReader`): chunk c is the file's c-th
     record batch (row groups cut into `chunk_rows` rows).
 """
 

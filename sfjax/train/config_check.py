@@ -20,8 +20,9 @@ from sfjax import models
 from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.core import names
 from sfjax.core.errors import ConfigError
-from sfjax.data import dataset, parquet_columns
+from sfjax.data import dataset
 from sfjax.data.generated import multihot, synthetic
+from sfjax.data.parquet import columns as parquet_columns
 from sfjax.embedding import cache_planner, placement, row_dtype, row_optimizers
 from sfjax.models import generator
 from sfjax.parallel import distributed

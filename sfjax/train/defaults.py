@@ -62,7 +62,7 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   mh.shares = (0.3, 0.25, 0.35, 0.1)  # logit variance shares: first order, bags, history, dense
   mh.logit_scale = 2.0  # logit std when the shares sum to 1
   mh.target_ctr = 0.25  # mean click probability
-  d.parquet = pq = ml_collections.ConfigDict()  # format parquet (sfjax/data/parquet_columns.py)
+  d.parquet = pq = ml_collections.ConfigDict()  # format parquet (sfjax/data/parquet/columns.py)
   pq.label = "label"  # label column: int, float or bool, values 0 or 1
   pq.dense = ""  # dense columns, comma separated (floats taken as given)
   pq.dense_transform = "none"  # none | log1p (sign(x) * log(1 + |x|), as the criteo reader)

@@ -4,7 +4,7 @@ import pytest
 
 from sfjax.core import feature_layout as fl
 from sfjax.core.errors import ConfigError
-from sfjax.data import parquet_columns as pcols
+from sfjax.data.parquet import columns as pcols
 from sfjax.train import defaults
 
 
