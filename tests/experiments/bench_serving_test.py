@@ -39,7 +39,9 @@ def test_bench_serving_smoke():
     # Bounded in time (1 s or 2 s, plus the last requests in flight) and in count.
     assert lv["seconds"] < 2.0 + 10.0 and lv["sent"] <= 2_000
     assert lv["mean_batch"] >= lv["request_size"]  # the server's batches hold whole requests
-  assert http["peak"]["64"]["concurrency"] == 4 and http["peak"]["64"]["seconds"] >= 2.0
+  for peak in http["peak"].values():  # the long run: its 2 s, unless its request count ends it
+    assert peak["concurrency"] == 4
+    assert peak["seconds"] >= 2.0 or peak["sent"] == 2_000, peak
   inproc = final["inprocess"]
   assert set(inproc["batches"]) == {"1", "64"}
   for b, figures in inproc["batches"].items():
