@@ -42,17 +42,11 @@ _STEPS, _BATCH = 12, 32
 # One process: trains (recording the indices its reader was asked for), saves its losses,
 # metrics, the replicated table and what it read.
 _WORKER = textwrap.dedent("""
-    import json, os, sys
+    import json, os
     import numpy as np
-    cfg_json, port, pid, out, count = (sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4],
-                                       int(sys.argv[5]))
-    from experiments.configs import ctr
+    from tests.parallel import two_processes
+    c, _, pid, out, count = two_processes.join_run()
     from sfjax.parallel import distributed
-    c = ctr.get_config("smoke")
-    c.update_from_flattened_dict(json.loads(cfg_json))
-    c.distributed.coordinator = "127.0.0.1:" + port
-    c.distributed.num_processes, c.distributed.process_id = count, pid
-    assert distributed.initialize_distributed(c) == count
     from sfjax.data import dataset as dataset_lib
     from sfjax.train import loop
     for name in ("first", "resumed"):  # the second run resumes step 6's checkpoint by seeking
@@ -235,17 +229,11 @@ def test_two_processes_parse_disjoint_text_chunks_and_train_as_one(text_files, t
 # One process takes 20 global batches of a text feed (no training: nothing reads ahead but
 # the feed's own look-ahead), then restarts from the position after batch 12.
 _FEED_WORKER = textwrap.dedent("""
-    import json, os, sys
+    import json, os
     import numpy as np
-    cfg_json, port, pid, out, count = (sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4],
-                                       int(sys.argv[5]))
-    from experiments.configs import ctr
+    from tests.parallel import two_processes
+    c, _, pid, out, count = two_processes.join_run()
     from sfjax.parallel import distributed
-    c = ctr.get_config("smoke")
-    c.update_from_flattened_dict(json.loads(cfg_json))
-    c.distributed.coordinator = "127.0.0.1:" + port
-    c.distributed.num_processes, c.distributed.process_id = count, pid
-    assert distributed.initialize_distributed(c) == count
     from sfjax.data import dataset as dataset_lib
     from sfjax.train import input_feed
     data = dataset_lib.make_dataset(c.data, c.seed)
