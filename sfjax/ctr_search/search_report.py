@@ -55,11 +55,21 @@ def _fmt(value, spec: str) -> str:
   return format(value, spec)
 
 
+def _model_label(config) -> str:
+  """A trial's named model, or its generated model's blocks (`model.<block>.use` switched on,
+  joined by '+'), or '-'."""
+  if "model.name" in config:
+    return str(config["model.name"])
+  used = sorted(k[len("model."):-len(".use")] for k, v in config.items()
+                if k.startswith("model.") and k.endswith(".use") and v is True)
+  return "+".join(used) or "-"
+
+
 def _row(rank: int, t: TrialRecord) -> list[str]:
   c, m = t.config, t.metrics
   mlp = f"{c['model.mlp.depth']}x{c['model.mlp.width']}" if "model.mlp.depth" in c else "-"
   return [str(rank), str(t.trial_id), _fmt(t.suggestion.rung, "d"), _fmt(m.get("steps"), ".0f"),
-          str(c.get("model.name", "-")), _fmt(c.get("model.embed_dim"), "d"), mlp,
+          _model_label(c), _fmt(c.get("model.embed_dim"), "d"), mlp,
           str(c.get("embedding.optimizer", "-")),
           _fmt(_hparam(t, "embedding.learning_rate"), ".4g"),
           _fmt(_hparam(t, "optimizer.learning_rate"), ".3g"), _fmt(m.get("auc"), ".5f"), t.status.value]

@@ -91,3 +91,14 @@ def test_pareto_report_one_block_per_budget():
   assert search_report.pareto_report([], {"auc": "maximize"}) == ""
   no_budget = search_report.pareto_report([(None, [a])], {"auc": "maximize"})
   assert no_budget.startswith("[pareto] 1 trials on the front (auc max)")
+
+
+def test_leaderboard_names_a_generated_models_blocks():
+  # A trial of the default (block) space has no model.name: its row names the blocks on.
+  s = Suggestion(7, Config({"model.combine": "parallel", "model.fm.use": True,
+                            "model.first_order.use": True, "model.cross.use": False,
+                            "model.embed_dim": 8}), budget=2, rung=1)
+  generated = TrialRecord(s, TrialStatus.DONE, {"auc": 0.7, "steps": 8.0}, None, 0.0, 0.0,
+                          1.0, 1.0, 1)
+  rows = search_report.leaderboard([generated, _record(1, 0.6)], 2, None, 2, 1.0).splitlines()
+  assert rows[2].split()[4] == "first_order+fm" and rows[3].split()[4] == "fm"
