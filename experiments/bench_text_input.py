@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 
 import ml_collections
@@ -112,13 +110,7 @@ def run(config: ml_collections.ConfigDict) -> dict:
   if config.rows < config.batch_size:
     raise ConfigError(f"config field rows: {config.rows} is less than one batch of "
                       f"{config.batch_size}")
-  root = config.workdir or tempfile.mkdtemp(prefix="bench_text_input_")
-  os.makedirs(root, exist_ok=True)
-  try:
-    return measure(config, root)
-  finally:
-    if not config.workdir:
-      shutil.rmtree(root, ignore_errors=True)
+  return cli.in_workdir(config.workdir, "bench_text_input_", lambda root: measure(config, root))
 
 
 def print_summary(result: dict) -> None:

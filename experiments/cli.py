@@ -24,7 +24,9 @@ import functools
 import importlib.util
 import os
 import re
+import shutil
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -185,6 +187,18 @@ def split_names(value: str, field: str, known) -> list[str]:
   if unknown:
     raise ConfigError(f"config field {field}: unknown {unknown} (known: {', '.join(known)})")
   return names
+
+
+def in_workdir(workdir: str, prefix: str, fn: Callable[[str], Any]) -> Any:
+  """`fn(root)` with `root` = `workdir` (made if missing, kept), or, when `workdir` is empty,
+  a new temporary folder named `prefix...`, removed afterwards whatever happens."""
+  root = workdir or tempfile.mkdtemp(prefix=prefix)
+  os.makedirs(root, exist_ok=True)
+  try:
+    return fn(root)
+  finally:
+    if not workdir:
+      shutil.rmtree(root, ignore_errors=True)
 
 
 def run_benchmark(name: str, run: Callable[[ml_collections.ConfigDict], dict],

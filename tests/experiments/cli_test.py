@@ -126,3 +126,18 @@ def test_an_unknown_override_names_the_closest_key_and_a_config_dir_says_so(tmp_
   assert cli._config_file_error([f"--config={tmp_path}/none.py:smoke"]) == (
       f"--config={tmp_path}/none.py: no such file")
   assert cli._config_file_error([ctr_config]) is None
+
+
+def test_in_workdir_keeps_a_given_folder_and_removes_a_temporary_one_even_on_error(tmp_path):
+  given = tmp_path / "made" / "here"
+  assert cli.in_workdir(str(given), "x_", lambda root: root) == str(given) and given.is_dir()
+  seen = []
+
+  def fail(root):
+    seen.append(root)
+    assert os.path.isdir(root) and os.path.basename(root).startswith("bench_x_")
+    raise RuntimeError("boom")
+
+  with pytest.raises(RuntimeError, match="boom"):
+    cli.in_workdir("", "bench_x_", fail)
+  assert seen and not os.path.exists(seen[0])
