@@ -34,14 +34,23 @@ def text_root(tmp_path_factory):
   return root
 
 
-def _run(root, workdir, crash_at=None):
+def _text_config(root):
   c = ctr.get_config("smoke")
   c.data.format, c.data.hash_rows, c.data.shuffle_buffer = "criteo", 3000, 700
   c.data.train_path, c.data.eval_path = f"{root}/train_*", str(root / "eval.tsv")
+  return c
+
+
+def _run(c, workdir, crash_at=None):
+  """Trains `c` 40 steps of 128, checkpoints every 10, in chunks of 256 lines / rows (many:
+  the position falls inside a file or row group); `crash_at`: the step call that raises."""
   c.train.num_devices, c.train.steps, c.train.eval_every, c.train.batch_size = 1, 40, 20, 128
   c.checkpoint.every_steps, c.checkpoint.keep = 10, 2
   data = dataset_lib.make_dataset(c.data, c.seed)
-  data.train_reader.chunk_lines = 256  # many chunks: the position falls inside a file
+  if c.data.format == "parquet":
+    data.train_reader.chunk_rows = 256
+  else:
+    data.train_reader.chunk_lines = 256
   trainer = loop.build_trainer(c, data.spec)
   if crash_at is not None:
     trainer = _crashing(trainer, crash_at, RuntimeError("node lost"))
@@ -51,20 +60,28 @@ def _run(root, workdir, crash_at=None):
   return final, state, losses, data
 
 
-@pytest.mark.slow  # three training runs (~15 s on a quiet machine)
-def test_a_text_run_resumes_at_its_input_position_bit_identical(text_root, tmp_path):
-  ref, ref_state, ref_losses, ref_data = _run(text_root, tmp_path / "ref")  # past an epoch
+def _crash_and_resume(make_config, tmp_path, kind):
+  """The uninterrupted run, a run crashed at step 15 and its resume; asserts the resume
+  trained steps 11..40 only, each bit-identical, and ended equal. Returns (the step-10
+  position, the resumed run's data set, the uninterrupted run's)."""
+  ref, ref_state, ref_losses, ref_data = _run(make_config(), tmp_path / "ref")  # past an epoch
   with pytest.raises(RuntimeError, match="node lost"):
-    _run(text_root, tmp_path / "run", crash_at=15)
+    _run(make_config(), tmp_path / "run", crash_at=15)
   meta = checkpoint.read_meta(str(tmp_path / "run" / checkpoint.CHECKPOINT_DIR /
                                   checkpoint.step_dir_name(10)))
   position = meta[input_feed.POSITION_KEY]
-  assert position["kind"] == "text" and position["batches"] == 10 and position["pieces"]
-  resumed, state, losses, data = _run(text_root, tmp_path / "run")
+  assert position["kind"] == kind and position["batches"] == 10 and position["pieces"]
+  resumed, state, losses, data = _run(make_config(), tmp_path / "run")
   assert_resumed_at(losses, ref_losses, 10)  # steps 11..40 only, each bit-identical
   assert loop.training_result(resumed) == loop.training_result(ref)
   chex.assert_trees_all_equal(jax.device_get((state.params, state.table)),
                               jax.device_get((ref_state.params, ref_state.table)))
+  return position, data, ref_data
+
+
+@pytest.mark.slow  # three training runs (~15 s on a quiet machine)
+def test_a_text_run_resumes_at_its_input_position_bit_identical(text_root, tmp_path):
+  position, data, ref_data = _crash_and_resume(lambda: _text_config(text_root), tmp_path, "text")
   # No replay: the restart parsed the waiting rows' lines (the 700 buffered, the rest of
   # the last chunk), then what the uninterrupted run parsed after the saved cursor.
   before = (3000 if position["file"] == 1 else 0) + position["chunk"] * 256
@@ -93,40 +110,20 @@ def parquet_root(tmp_path_factory):
   return root
 
 
-def _run_parquet(root, workdir, crash_at=None):
+def _parquet_config(root):
   c = ctr.get_config("smoke")
   c.data.format, c.data.hash_rows, c.data.shuffle_buffer = "parquet", 3000, 700
   c.data.train_path, c.data.eval_path = f"{root}/train_*", str(root / "eval.parquet")
   c.data.parquet.dense = "price"
   c.data.parquet.bags = "history:sequence:4,tags:multi_hot:4:mean:tw"
   c.data.parquet.shared_tables = "history=item_id"
-  c.train.num_devices, c.train.steps, c.train.eval_every, c.train.batch_size = 1, 40, 20, 128
-  c.checkpoint.every_steps, c.checkpoint.keep = 10, 2
-  data = dataset_lib.make_dataset(c.data, c.seed)
-  data.train_reader.chunk_rows = 256  # many chunks: the position falls inside a row group
-  trainer = loop.build_trainer(c, data.spec)
-  if crash_at is not None:
-    trainer = _crashing(trainer, crash_at, RuntimeError("node lost"))
-  losses = []
-  final, state = loop.train_and_evaluate(c, str(workdir), dataset=data, trainer=trainer,
-                                         loss_log=losses)
-  return final, state, losses, data
+  return c
 
 
 @pytest.mark.slow  # three training runs
 def test_a_parquet_run_resumes_at_its_input_position_bit_identical(parquet_root, tmp_path):
-  ref, ref_state, ref_losses, ref_data = _run_parquet(parquet_root, tmp_path / "ref")
-  with pytest.raises(RuntimeError, match="node lost"):
-    _run_parquet(parquet_root, tmp_path / "run", crash_at=15)
-  meta = checkpoint.read_meta(str(tmp_path / "run" / checkpoint.CHECKPOINT_DIR /
-                                  checkpoint.step_dir_name(10)))
-  position = meta[input_feed.POSITION_KEY]
-  assert position["kind"] == "parquet" and position["batches"] == 10 and position["pieces"]
-  resumed, state, losses, data = _run_parquet(parquet_root, tmp_path / "run")
-  assert_resumed_at(losses, ref_losses, 10)  # steps 11..40 only, each bit-identical
-  assert loop.training_result(resumed) == loop.training_result(ref)
-  chex.assert_trees_all_equal(jax.device_get((state.params, state.table)),
-                              jax.device_get((ref_state.params, ref_state.table)))
+  position, data, ref_data = _crash_and_resume(lambda: _parquet_config(parquet_root), tmp_path,
+                                               "parquet")
   # No replay: the restart parsed the waiting rows (the 700 buffered, the rest of the last
   # chunk), then what the uninterrupted run parsed after the saved cursor. (Chunks of a
   # row group of 1,000 rows: 256, 256, 256, 232.)
