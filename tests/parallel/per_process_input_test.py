@@ -261,16 +261,33 @@ _FEED_WORKER = textwrap.dedent("""
 """).replace("CHUNK_LINES", str(_TEXT_CHUNK_LINES))
 
 
+def _launch_feed(worker, c, count, tmp_path):
+  """Runs a feed worker over `count` processes; (their saved runs, the cursor's chunk), the
+  cursor after 20 batches of 32 (+ the buffer) being inside the second file."""
+  two_processes.launch(worker, json.dumps(two_processes.flat_config(c)), tmp_path,
+                       120 + 60 * count, devices=8 // count, count=count)
+  runs = [np.load(tmp_path / f"feed_p{p}.npz") for p in range(count)]
+  epoch, file, chunk = runs[0]["cursor"].tolist()
+  assert (epoch, file) == (0, 1) and chunk > 0
+  return runs, chunk
+
+
+def _assert_chunks_parsed_once(runs, seen, chunk, consumed):
+  """Nothing parsed twice; each process parsed exactly its chunks' sizes; the chunks taken in
+  before the cursor (file 1, chunk `chunk`) hold exactly the `consumed` examples."""
+  keys = [(f, k) for s in seen for f, k, _ in s]
+  assert len(keys) == len(set(keys))
+  for run, s in zip(runs, seen, strict=True):
+    assert int(run["parsed"]) == s[:, 2].sum()
+  assert sum(n for s in seen for f, k, n in s if (f, k) < (1, chunk)) == consumed
+
+
 def _check_text_feed(count, text_files, tmp_path):
   c = _text_config(text_files)
   data = dataset_lib.make_dataset(c.data, c.seed)
   data.train_reader.chunk_lines = _TEXT_CHUNK_LINES
   ref = np.stack([b.labels for b in itertools.islice(data.train_batches(_BATCH, c.seed), 20)])
-  two_processes.launch(_FEED_WORKER, json.dumps(two_processes.flat_config(c)), tmp_path,
-                       120 + 60 * count, devices=8 // count, count=count)
-  runs = [np.load(tmp_path / f"feed_p{p}.npz") for p in range(count)]
-  epoch, file, chunk = runs[0]["cursor"].tolist()
-  assert (epoch, file) == (0, 1) and chunk > 0  # 20 batches of 32 + the buffer: into b.tsv.gz
+  runs, chunk = _launch_feed(_FEED_WORKER, c, count, tmp_path)  # into b.tsv.gz
   consumed = 600 + chunk * _TEXT_CHUNK_LINES  # lines of the chunks taken in
   for run in runs:
     np.testing.assert_array_equal(run["labels"], ref)  # the same global batches as 1 process
@@ -282,12 +299,7 @@ def _check_text_feed(count, text_files, tmp_path):
   for p, s in enumerate(seen):
     assert {(f, k) for f, k, _ in s if f == 0} == {(0, k) for k in range(12) if k % count == p}
     assert p == 1 or not (s[:, 0] == 1).any()
-  keys = [(f, k) for run in seen for f, k, _ in run]
-  assert len(keys) == len(set(keys))
-  taken = [n for run in seen for f, k, n in run if (f, k) < (1, chunk)]
-  assert sum(taken) == consumed
-  for run, s in zip(runs, seen, strict=True):
-    assert int(run["parsed"]) == s[:, 2].sum()
+  _assert_chunks_parsed_once(runs, seen, chunk, consumed)
   assert 0 <= (seen[1][:, 0] == 1).sum() - chunk <= 2 * count  # read ahead: the look-ahead
 
 
@@ -435,11 +447,7 @@ _PARQUET_FEED_WORKER = textwrap.dedent("""
 def _check_parquet_feed(count, parquet_files, tmp_path):
   c = _parquet_config(parquet_files)
   ref = list(itertools.islice(_parquet_data(c).train_batches(_BATCH, c.seed), 20))
-  two_processes.launch(_PARQUET_FEED_WORKER, json.dumps(two_processes.flat_config(c)), tmp_path,
-                       120 + 60 * count, devices=8 // count, count=count)
-  runs = [np.load(tmp_path / f"feed_p{p}.npz") for p in range(count)]
-  epoch, file, chunk = runs[0]["cursor"].tolist()
-  assert (epoch, file) == (0, 1) and chunk > 0  # 20 batches of 32 + the buffer: into b.parquet
+  runs, chunk = _launch_feed(_PARQUET_FEED_WORKER, c, count, tmp_path)  # into b.parquet
   for run in runs:  # the same global batches as 1 process, from the start and resumed
     for name, first in (("first", 0), ("resumed", 12)):
       for n in ("ids", "weights", "labels"):
@@ -449,10 +457,7 @@ def _check_parquet_feed(count, parquet_files, tmp_path):
   seen = [run["seen"] for run in runs]
   for p, s in enumerate(seen):
     assert s.size and ((s[:, 0] + s[:, 1]) % count == p).all()
-    assert int(runs[p]["parsed"]) == s[:, 2].sum()
-  keys = [(f, k) for s in seen for f, k, _ in s]
-  assert len(keys) == len(set(keys))
-  assert sum(n for s in seen for f, k, n in s if (f, k) < (1, chunk)) == 600 + chunk * _PARQUET_CHUNK_ROWS
+  _assert_chunks_parsed_once(runs, seen, chunk, 600 + chunk * _PARQUET_CHUNK_ROWS)
   assert sum(int(run["bad"]) for run in runs) >= 2  # rows 7 and 333, dropped by their owners
 
 
