@@ -16,6 +16,7 @@ from experiments.configs import ctr
 from sfjax.data import dataset as dataset_lib
 from sfjax.data import index_stream
 from sfjax.train import chunk_feed, chunk_sources, defaults
+from tests.train.chunk_feed_test import assert_feed_is_stream, assert_same_batch
 
 _CHUNK = 16  # rows per chunk: row groups of 50 make chunks of 16, 16, 16, 2
 
@@ -60,13 +61,6 @@ def _data(root, train="a.parquet,b.parquet", shuffle_buffer=60, hash_rows=500):
   return data
 
 
-def _equal(a, b):
-  for x, y in zip(a, b, strict=True):
-    assert (x is None) == (y is None)
-    if x is not None:
-      np.testing.assert_array_equal(x, y)
-
-
 def test_chunks_are_the_record_batches_of_a_pass(files):
   data = _data(files)
   source = chunk_sources.source_of(data)
@@ -85,7 +79,7 @@ def test_chunks_are_the_record_batches_of_a_pass(files):
   kept = [rows for _, rows, _ in parsed if rows.size]
   assert len(kept) == len(stream)
   for got, want in zip(kept, stream, strict=True):
-    _equal(got, want)
+    assert_same_batch(got, want)
   assert got.weights is not None and got.ids.shape[1] == 1 + 1 + 3 + 4
   by_chunk = {key: counts.tolist() for key, _, counts in parsed}
   assert by_chunk[(0, 0)][0] == 1 and by_chunk[(0, 9)][0] == 1  # rows 3 and 120 (group 2)
@@ -96,11 +90,7 @@ def test_chunks_are_the_record_batches_of_a_pass(files):
 @pytest.mark.parametrize("shuffle_buffer, batch_size", [(60, 24), (0, 32), (1000, 40)])
 def test_the_feed_is_the_train_stream(files, shuffle_buffer, batch_size):
   data, ref = _data(files, shuffle_buffer=shuffle_buffer), _data(files, shuffle_buffer=shuffle_buffer)
-  assert chunk_feed.reads_chunks(data)
-  feed = chunk_feed.ChunkFeed(data, batch_size, seed=4)
-  for batch in itertools.islice(ref.train_batches(batch_size, 4), 1000 // batch_size):  # 2.5 epochs
-    _equal(feed.next_batch(), batch)
-  assert data.stats == ref.stats and data.stats["bad_lines"] == 2
+  assert_feed_is_stream(data, ref, batch_size, 1000)  # 2.5 epochs
 
 
 def test_with_a_vocabulary_the_feed_is_the_train_stream(files):
@@ -109,7 +99,7 @@ def test_with_a_vocabulary_the_feed_is_the_train_stream(files):
   assert vocab[0].spec.field_rows != data.spec.field_rows
   feed = chunk_feed.ChunkFeed(vocab[0], 32, seed=2)
   for batch in itertools.islice(vocab[1].train_batches(32, 2), 20):
-    _equal(feed.next_batch(), batch)
+    assert_same_batch(feed.next_batch(), batch)
 
 
 def test_a_position_restarts_the_stream_exactly(files):
@@ -122,7 +112,7 @@ def test_a_position_restarts_the_stream_exactly(files):
   for step in (1, 9, 17, 25):
     resumed = chunk_feed.ChunkFeed(_data(files), 24, seed=4, position=positions[step])
     for batch in itertools.islice(_data(files).train_batches(24, 4), step, step + 10):
-      _equal(resumed.next_batch(), batch)
+      assert_same_batch(resumed.next_batch(), batch)
 
 
 def test_a_restart_parses_only_the_waiting_rows_whatever_the_step(files):
