@@ -18,7 +18,6 @@ consumed, and a run resumes from its position (kind 'parquet') parsing no replay
 multiprocess_checkpoint_test.py, train on synthetic data, which is read per process too.)
 """
 
-import gzip
 import itertools
 import json
 import textwrap
@@ -35,6 +34,7 @@ from sfjax.data import preprocessed
 from sfjax.data.generated import synthetic
 from sfjax.train import loop
 from tests.parallel import two_processes
+from tests.train.chunk_feed_test import write_criteo_files
 from tests.train.chunk_sources_test import _table
 
 _STEPS, _BATCH = 12, 32
@@ -172,15 +172,8 @@ assert "data.read_train" not in _TEXT_WORKER and "rows_read" not in _TEXT_WORKER
 @pytest.fixture(scope="module")
 def text_files(tmp_path_factory):
   """Criteo TSV: a plain train file of 600 lines, a gzipped one of 400, 300 eval lines."""
-  root = tmp_path_factory.mktemp("per_process_text")
-  gen = synthetic.SyntheticCTR(ctr.get_config("smoke").data.synthetic, seed=0)
-  gen.write_criteo(str(root / "a.tsv"), "train", 600)
-  gen.write_criteo(str(root / "b.tsv"), "train", 400)
-  with open(root / "b.tsv", "rb") as f, gzip.open(root / "b.tsv.gz", "wb") as g:
-    g.write(f.read())
-  (root / "b.tsv").unlink()
-  gen.write_criteo(str(root / "eval.tsv"), "eval", 300)
-  return root
+  return write_criteo_files(tmp_path_factory.mktemp("per_process_text"), ("a.tsv", 600),
+                            ("b.tsv", 400), 300)
 
 
 def _text_config(root):

@@ -19,6 +19,19 @@ from sfjax.train import chunk_feed
 _CHUNK = 40  # lines per chunk: many chunks in small files
 
 
+def write_criteo_files(root, plain, gzipped, eval_rows):
+  """Criteo TSV files of the smoke generator (seed 0) under `root`, in this order: `plain`
+  = (name, lines) as is, `gzipped` = (name, lines) as `name.gz`, and eval.tsv."""
+  gen = synthetic.SyntheticCTR(ctr.get_config("smoke").data.synthetic, seed=0)
+  gen.write_criteo(str(root / plain[0]), "train", plain[1])
+  gen.write_criteo(str(root / gzipped[0]), "train", gzipped[1])
+  with open(root / gzipped[0], "rb") as f, gzip.open(root / f"{gzipped[0]}.gz", "wb") as g:
+    g.write(f.read())
+  (root / gzipped[0]).unlink()
+  gen.write_criteo(str(root / "eval.tsv"), "eval", eval_rows)
+  return root
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
   """Criteo TSV: a.tsv (500 lines), b.tsv.gz (300), c.tsv (200, two bad lines, no final

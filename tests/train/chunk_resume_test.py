@@ -3,7 +3,6 @@ that crashed after the step-10 checkpoint resume at the saved input position (ki
 'parquet': the next chunk, the shuffle's rng and waiting ids), parse only the waiting rows,
 not the 10 steps before, and end bit-identical to the uninterrupted run."""
 
-import gzip
 
 import chex
 import jax
@@ -15,23 +14,16 @@ import pytest
 from experiments.configs import ctr
 from sfjax.checkpoint import checkpointer as checkpoint
 from sfjax.data import dataset as dataset_lib
-from sfjax.data.generated import synthetic
 from sfjax.train import input_feed, loop
+from tests.train.chunk_feed_test import write_criteo_files
 from tests.train.resume_test import _crashing, assert_resumed_at
 
 
 @pytest.fixture(scope="module")
 def text_root(tmp_path_factory):
   """Criteo TSV: train_0.tsv (3,000 lines), train_1.tsv.gz (2,000), eval.tsv (500)."""
-  root = tmp_path_factory.mktemp("text_resume")
-  gen = synthetic.SyntheticCTR(ctr.get_config("smoke").data.synthetic, seed=0)
-  gen.write_criteo(str(root / "train_0.tsv"), "train", 3000)
-  gen.write_criteo(str(root / "train_1.tsv"), "train", 2000)
-  with open(root / "train_1.tsv", "rb") as f, gzip.open(root / "train_1.tsv.gz", "wb") as g:
-    g.write(f.read())
-  (root / "train_1.tsv").unlink()
-  gen.write_criteo(str(root / "eval.tsv"), "eval", 500)
-  return root
+  return write_criteo_files(tmp_path_factory.mktemp("text_resume"), ("train_0.tsv", 3000),
+                            ("train_1.tsv", 2000), 500)
 
 
 def _text_config(root):
