@@ -79,6 +79,12 @@ def test_batches_carry_weights_and_pad_eval(smoke):
   np.testing.assert_array_equal(batches[0].ids, smoke.generate_rows("eval", 0, 1000).ids)
 
 
+@pytest.mark.parametrize("seed", [-1, 1.5, True])
+def test_bad_seed_is_named(seed):
+  with pytest.raises(ValueError, match=r"seed must be a non-negative integer"):
+    multihot.MultihotCTR(_cfg(), seed=seed)
+
+
 def test_deterministic_given_seed(smoke, rows):
   again = multihot.MultihotCTR(_cfg(), seed=3).generate_rows("eval", 0, 2048)
   chex.assert_trees_all_equal(tuple(rows), tuple(again))

@@ -42,7 +42,11 @@ from sfjax.core.errors import ConfigError
 from sfjax.data import batching
 from sfjax.data.chunked_rows import ChunkedRows
 from sfjax.data.generated import multihot_model as mm
-from sfjax.data.generated.synthetic import bounded_power_law_ranks, make_row_sampler
+from sfjax.data.generated.synthetic import (
+  bounded_power_law_ranks,
+  check_non_negative_int,
+  make_row_sampler,
+)
 from sfjax.data.types import Batch, DatasetSpec, FieldSpec, make_batch
 
 _CHUNK_ROWS = 8192  # rows per deterministic chunk; changing it changes every stream
@@ -239,9 +243,7 @@ class MultihotCTR(ChunkedRows):
       seed: non-negative data seed; rows and the planted model are functions of it.
     """
     self.config = MultihotConfig.from_any(cfg)
-    if isinstance(seed, bool) or int(seed) != seed or seed < 0:
-      raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    self.seed = int(seed)
+    self.seed = check_non_negative_int("seed", seed)
     self.layout = multihot_layout(self.config)
     rows_of = {t.name: t.num_rows for t in self.layout.tables}
     self.spec = DatasetSpec(tuple(FieldSpec(f.name, rows_of[f.table]) for f in self.layout.features),

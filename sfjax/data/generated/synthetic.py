@@ -243,7 +243,8 @@ def _concat_rows(pieces: list[SyntheticRows]) -> SyntheticRows:
   return SyntheticRows(*(np.concatenate(parts, axis=0) for parts in zip(*pieces, strict=True)))
 
 
-def _check_non_negative_int(name: str, value) -> int:
+def check_non_negative_int(name: str, value) -> int:
+  """`value` as an int; ValueError naming `name` unless it is a non-negative integer (not a bool)."""
   if isinstance(value, bool) or int(value) != value or value < 0:
     raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
   return int(value)
@@ -271,7 +272,7 @@ class SyntheticCTR(ChunkedRows):
       seed: non-negative data seed; rows and the planted model are functions of it.
     """
     self.config = SyntheticConfig.from_any(cfg)
-    self.seed = _check_non_negative_int("seed", seed)
+    self.seed = check_non_negative_int("seed", seed)
     rows = _scaled_field_rows(self.config.cardinality_scale, self.config.min_rows)
     self.spec = DatasetSpec(tuple(FieldSpec(f"C{f + 1}", r) for f, r in enumerate(rows)), self.config.num_dense)
     self.sampler = make_row_sampler(self.seed, rows, self.config.zipf_exponent, self.config.num_dense)
@@ -297,13 +298,13 @@ class SyntheticCTR(ChunkedRows):
 
   def chunk(self, split: str, index: int) -> SyntheticRows:
     """Rows [index * CHUNK_ROWS, (index + 1) * CHUNK_ROWS) of a split, drawn independently."""
-    rng = np.random.default_rng([self.seed, self._split_id(split), _check_non_negative_int("chunk index", index)])
+    rng = np.random.default_rng([self.seed, self._split_id(split), check_non_negative_int("chunk index", index)])
     return _sample_rows(self.sampler, self.planted, rng, _CHUNK_ROWS)
 
   def generate_rows(self, split: str, start: int, num_rows: int) -> SyntheticRows:
     """Raw rows [start, start + num_rows) of a split (dense as integer counts)."""
     self._split_id(split)
-    start, num_rows = _check_non_negative_int("start", start), _check_non_negative_int("num_rows", num_rows)
+    start, num_rows = check_non_negative_int("start", start), check_non_negative_int("num_rows", num_rows)
     pieces = list(self._row_pieces(split, start, start + num_rows))
     if not pieces:
       f, nd = self.spec.num_fields, self.spec.num_dense
@@ -323,7 +324,7 @@ class SyntheticCTR(ChunkedRows):
     permutes the chunk order and the rows inside each chunk.
     """
     batch_size = _check_positive_batch(batch_size)
-    seed, num_train = _check_non_negative_int("seed", seed), self.config.num_train
+    seed, num_train = check_non_negative_int("seed", seed), self.config.num_train
 
     yield from batching.rebatch(self._train_epochs(seed, num_train), batch_size, pad_last=False)
 
@@ -337,7 +338,7 @@ class SyntheticCTR(ChunkedRows):
     Each line: label, the dense counts, then each field's id as 8+ hex digits.
     """
     self._split_id(split)
-    num_rows = _check_non_negative_int("num_rows", num_rows)
+    num_rows = check_non_negative_int("num_rows", num_rows)
     line = "\t".join(["%d"] * (1 + self.spec.num_dense) + ["%08x"] * self.spec.num_fields) + "\n"
     # gzip's default level 9 runs at ~12k rows/s on these lines; level 6 (the gzip CLI's) at ~130k.
     opened = gzip.open(path, "wt", compresslevel=6) if path.endswith(".gz") else open(path, "w")
@@ -348,6 +349,6 @@ class SyntheticCTR(ChunkedRows):
 
 
 def _check_positive_batch(batch_size) -> int:
-  if _check_non_negative_int("batch_size", batch_size) == 0:
+  if check_non_negative_int("batch_size", batch_size) == 0:
     raise ValueError("batch_size must be positive, got 0")
   return int(batch_size)
