@@ -46,6 +46,7 @@ from sfjax.cohorts import (
   buckets,
   chunk_plan,
   cohort_call,
+  host_cohort,
   lane_optimizers,
   trial_states,
 )
@@ -115,9 +116,15 @@ class CohortRunner:
     """Runs W trials over steps `[start, end)` as one program call (`cohort_call.call_cohort`
     on this runner's data and mesh; its Args).
 
+    A task with `embedding_backend='cache'` runs the call through one shared host table
+    (`host_cohort.call_host_cohort`: fresh trials of one step range only).
+
     Returns:
       CohortOutput.
     """
+    if self.task.embedding_backend == "cache":
+      return host_cohort.call_host_cohort(self.data, arch, hparams, seeds, start, end,
+                                          init_states, dense_masks)
     return cohort_call.call_cohort(self.data, self.mesh, arch, hparams, seeds, start, end,
                                    init_states, dense_masks)
 
@@ -171,10 +178,15 @@ class CohortRunner:
       ragged: group by bucket alone; None: the runner's `ragged`.
       merge_optimizers: trials of one bucket but different row optimizers share a
         program (`buckets.bucket_key`, `lane_optimizers`).
+
+    A task with `embedding_backend='cache'` groups by exact architecture and step range
+    (`host_cohort`: no padded, mixed or ragged programs).
     """
+    cache = self.task.embedding_backend == "cache"
+    keys = list(archs) if cache else [buckets.bucket_key(a, merge_optimizers) for a in archs]
     return chunk_plan.plan_chunks(
-        [buckets.bucket_key(a, merge_optimizers) for a in archs], start_steps, end_steps, resumes,
-        ragged=self.ragged if ragged is None else ragged, archs=archs,
+        keys, start_steps, end_steps, resumes,
+        ragged=False if cache else self.ragged if ragged is None else ragged, archs=archs,
         width=lambda members: self.width_for(archs[members[0]], len(members)))
 
   def run(self, arch: ArchSpec | Sequence[ArchSpec], hparams: Sequence[Mapping[str, float]],

@@ -132,6 +132,26 @@ def stacked_eval_logits(graphdef: nnx.GraphDef, state: TrainState, eval_batches:
                                                 prepare(b)), eval_batches)
 
 
+def trial_step(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, hparams: Hparams,
+               dense_mask: Any = None):
+  """One trial's train step and its bag pooling, built from its (traced) hyperparameters.
+
+  Returns:
+    `(train_step(state, batch, alive) -> (state, {'loss', 'applied'}), repool)`: the shared
+    step (`step.make_train_step`, non-finite steps skipped) over `repool(batch)`, the batch
+    with each bag's weights normalised by the trial's pooling codes.
+  """
+  tx, row_opt = _make_optimizers(arch, hparams)
+  repool = _repooler(spec, hparams)
+  shared_step = step_lib.make_train_step(graphdef, tx, row_opt, l2=hparams["embedding.l2"],
+                                         skip_non_finite=True, dense_mask=dense_mask)
+
+  def train_step(state, batch, alive):
+    return shared_step(state, repool(batch), alive)
+
+  return train_step, repool
+
+
 def _make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
                    resume: bool, masked: bool = False, num_rows: int | None = None,
                    ragged: bool = False) -> Callable[..., TrialOutput]:
@@ -167,19 +187,12 @@ def _make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
 
   def trial(hparams, seed, init_state, batches, eval_batches, dense_mask=None, offset=None,
             length=None, clock=None) -> TrialOutput:
-    tx, row_opt = _make_optimizers(arch, hparams)
     if resume:
       state = _with_dense_hparams(init_state, hparams)
     else:
       state = init_trial_state(arch, spec, hparams, jax.random.key(seed), num_rows)
-
-    repool = _repooler(spec, hparams)
-    shared_step = step_lib.make_train_step(graphdef, tx, row_opt, l2=hparams["embedding.l2"],
-                                           skip_non_finite=True,
-                                           dense_mask=dense_mask if masked else None)
-
-    def train_step(state, batch, alive):
-      return shared_step(state, repool(batch), alive)
+    train_step, repool = trial_step(arch, spec, graphdef, hparams,
+                                    dense_mask if masked else None)
 
     def body(carry, batch):
       state, alive = carry

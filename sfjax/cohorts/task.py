@@ -39,6 +39,9 @@ from sfjax.data.types import Batch
 from sfjax.embedding import vsi
 from sfjax.train import state as state_lib
 
+# CTRTask.embedding_backend values: a table per trial on device, or one shared host table.
+EMBEDDING_BACKENDS = ("device", "cache")
+
 
 def _positive(name: str, value: Any, low: int = 1) -> int:
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
@@ -63,6 +66,12 @@ class CTRTask:
       padding entry for a layout with bags or sequences; `vsi.unique_capacity`).
     compact_rows: trial tables hold only the rows the task's batches touch (see the
       module docstring); needs `max_steps` > 0 (the steps are fixed up front).
+    embedding_backend: where trial tables live: 'device' (each trial its own table in the
+      program) or 'cache' (a cohort's W trials share one host table of W*E-wide rows behind
+      one device cache: `sfjax.cohorts.host_cohort`; not with `compact_rows`).
+    cache_rows: rows of the 'cache' backend's device cache (0: auto, as the trainer's
+      `embedding.cache_rows`).
+    cache_lookahead: steps the 'cache' backend plans ahead (the trainer's `embedding.lookahead`).
   """
 
   data: Any
@@ -74,6 +83,9 @@ class CTRTask:
   max_steps: int = 0
   unique_capacity: int = 0
   compact_rows: bool = False
+  embedding_backend: str = "device"
+  cache_rows: int = 0
+  cache_lookahead: int = 2
 
   def __post_init__(self):
     data = self.data
@@ -83,12 +95,19 @@ class CTRTask:
       raise ValueError("CTRTask.data must be the `data` block of experiments/configs/ctr.py "
                        f"(it has no `format` field): {data!r}")
     object.__setattr__(self, "data", ml_collections.FrozenConfigDict(data))
-    for name in ("seed", "max_steps", "unique_capacity"):
+    for name in ("seed", "max_steps", "unique_capacity", "cache_rows"):
       object.__setattr__(self, name, _positive(name, getattr(self, name), low=0))
-    for name in ("batch_size", "eval_rows", "steps_per_budget_unit", "eval_batch_size"):
+    for name in ("batch_size", "eval_rows", "steps_per_budget_unit", "eval_batch_size",
+                 "cache_lookahead"):
       object.__setattr__(self, name, _positive(name, getattr(self, name)))
     if not isinstance(self.compact_rows, (bool, np.bool_)):
       raise ValueError(f"CTRTask.compact_rows must be True or False, got {self.compact_rows!r}")
+    if self.embedding_backend not in EMBEDDING_BACKENDS:
+      raise ValueError(f"CTRTask.embedding_backend must be one of {list(EMBEDDING_BACKENDS)}, "
+                       f"got {self.embedding_backend!r}")
+    if self.embedding_backend == "cache" and self.compact_rows:
+      raise ValueError("CTRTask.embedding_backend='cache' keeps the whole table on the host: "
+                       "set compact_rows=False")
     if self.compact_rows and not self.max_steps:
       raise ValueError("CTRTask.compact_rows needs max_steps > 0: the touched rows are "
                        "those of the train steps fixed up front")

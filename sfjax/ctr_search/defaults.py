@@ -153,6 +153,13 @@ def search_defaults() -> ml_collections.ConfigDict:
   # Trial tables hold only the rows the task's batches touch (the steps of study.max_budget
   # are fixed up front), so a cohort's memory does not grow with the table's cardinality.
   t.compact_rows = True
+  # Where trial tables live (issue #26): 'device' (each trial its own table in its program)
+  # or 'cache' (a cohort's trials share one host table of W x E-wide rows behind one device
+  # cache of cache_rows rows, 0 = auto; sfjax.cohorts.host_cohort). 'cache' needs
+  # compact_rows=False and a single-fidelity algorithm without pruning (trials do not resume).
+  t.embedding_backend = "device"
+  t.cache_rows = 0
+  t.cache_lookahead = 2
 
   # ---- the search space's options (read by the application's CTRSearchSpace) ----
   c.space = s = ml_collections.ConfigDict()

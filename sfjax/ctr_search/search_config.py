@@ -240,6 +240,10 @@ def _pbt_arch_config(search_space: CTRSearchSpace, model_name: str) -> dict[str,
   return arch
 
 
+# config.task fields of the 'cache' embedding backend (recorded only when it is on).
+_CACHE_TASK_FIELDS = ("embedding_backend", "cache_rows", "cache_lookahead")
+
+
 def make_task(config) -> CTRTask:
   """The `CTRTask` of `config.task` (data seed = `config.seed`).
 
@@ -252,7 +256,8 @@ def make_task(config) -> CTRTask:
     max_steps = int(round(float(config.study.max_budget) * t.steps_per_budget_unit)) if compact else 0
     return CTRTask(data=t.data, seed=config.seed, batch_size=t.batch_size, eval_rows=t.eval_rows,
                    steps_per_budget_unit=t.steps_per_budget_unit,
-                   eval_batch_size=t.eval_batch_size, max_steps=max_steps, compact_rows=compact)
+                   eval_batch_size=t.eval_batch_size, max_steps=max_steps, compact_rows=compact,
+                   **{k: t[k] for k in _CACHE_TASK_FIELDS if k in t})
   except ValueError as e:
     raise SearchConfigError(f"task: {e}") from None
 
@@ -318,6 +323,12 @@ def check_study_settings(config) -> None:
     raise SearchConfigError(f"study.min_budget / study.max_budget: need 0 < min_budget "
                             f"({st.min_budget}) <= max_budget ({st.max_budget})")
   algorithm = make_algorithm(config)
+  if config.task.get("embedding_backend", "device") == "cache" and (
+      algorithm.multi_fidelity or isinstance(algorithm, PBT)
+      or study_field(config, "pruner").kind != "none"):
+    raise SearchConfigError(f"task.embedding_backend=cache: trials cannot resume, so "
+                            f"study.algorithm={st.algorithm} (multi-fidelity or PBT) and "
+                            f"study.pruner are not supported; use random, tpe, evolution, ...")
   if isinstance(algorithm, PBT):
     try:
       algorithm.rounds(st.max_budget)
@@ -336,7 +347,10 @@ def search_settings_record(config) -> dict[str, Any]:
   """
   study = {k: config.study[k] for k in ("algorithm", "max_budget", "pbt_model")}
   study["pbt_interval"] = _algorithm_settings(config, "pbt")["pbt_interval"]
-  record = {"task": config.task.to_dict(), "seed": config.seed, "space": config.space.to_dict(),
+  task = config.task.to_dict()
+  if task.get("embedding_backend", "device") == "device":  # workdirs from before the field
+    task = {k: v for k, v in task.items() if k not in _CACHE_TASK_FIELDS}
+  record = {"task": task, "seed": config.seed, "space": config.space.to_dict(),
             "study": study}
   return json.loads(json.dumps(record))
 

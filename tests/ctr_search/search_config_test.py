@@ -292,3 +292,34 @@ def test_a_study_setting_the_config_lacks_takes_the_library_default():
   assert search_config.make_objective(c) == Objective("auc", "maximize")
   assert search_config.make_algorithm(c).n_startup_trials == 8  # the search's default block
   assert search_config.search_settings_record(c)["study"]["pbt_interval"] == 1.0
+
+
+def _cache_config(algorithm="random"):
+  """The default search with its trials' tables on the host (`task.embedding_backend=cache`)."""
+  c = _config(algorithm)
+  c.task.compact_rows, c.task.embedding_backend, c.task.cache_rows = False, "cache", 4096
+  return c
+
+
+def test_the_cache_backend_reaches_the_task_and_its_record():
+  c = _cache_config()
+  search_config.check_study_settings(c)
+  task = search_config.make_task(c)
+  assert (task.embedding_backend, task.cache_rows, task.cache_lookahead) == ("cache", 4096, 2)
+  assert search_config.search_settings_record(c)["task"]["embedding_backend"] == "cache"
+  # The device backend records no cache field: workdirs made before them resume.
+  record = search_config.search_settings_record(_config("random"))
+  assert not {"embedding_backend", "cache_rows", "cache_lookahead"} & set(record["task"])
+
+
+@pytest.mark.parametrize("algorithm", ["asha", "pbt"])
+def test_the_cache_backend_refuses_resuming_algorithms(algorithm):
+  with pytest.raises(SearchConfigError, match="task.embedding_backend=cache: trials cannot resume"):
+    search_config.check_study_settings(_cache_config(algorithm))
+
+
+def test_the_cache_backend_with_compact_rows_names_the_field():
+  c = _cache_config()
+  c.task.compact_rows = True
+  with pytest.raises(SearchConfigError, match="task: .*set compact_rows=False"):
+    search_config.make_task(c)
