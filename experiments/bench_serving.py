@@ -31,7 +31,15 @@ machine where the rates do not.
 In-process mode: `Predictor.predict_features` on already-parsed records at each batch size
 (median of repeated calls, bounded in count and time), the parse rate of raw lines, and
 the training step's pipelined examples/s on the same model (`experiments/bench_train.py`,
-device backend, batch 4096) for `predict_to_train_ratio`.
+device backend, batch 4096) for `predict_to_train_ratio`. Beside each batch's `predict`,
+interleaved in the same window: the floor, the bundle's forward alone on the batch's rows
+already gathered on the device (`Predictor.forward_logits`; `floor_ms`,
+`floor_examples_per_sec`, `floor_gflops_per_sec` from XLA's cost analysis of that program,
+and `predict_over_floor` = predict's examples/s over the floor's), and with
+`inprocess_host_gather` the host-gather path (`device_table=False`: rows gathered in
+numpy and copied in, the predictor before the one-dispatch path; `host_gather_ms`).
+`compiler_options` (XLA options of the predictor's compiles,
+`forward_program.parse_compiler_options`) apply to every program timed here.
 
 Huge mode (issue #23 item 3): `experiments/serving_huge.py`.
 """
@@ -50,6 +58,7 @@ import tempfile
 import time
 import urllib.request
 
+import jax
 import ml_collections
 import numpy as np
 
@@ -57,6 +66,7 @@ from experiments import cli
 from sfjax.core import ConfigError
 from sfjax.data import SyntheticCTR
 from sfjax.serving import LOAD_CLIENTS, Predictor, encode_request, measure_level
+from sfjax.serving.forward_program import parse_compiler_options
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODES = ("http", "inprocess", "both", "huge")
@@ -90,6 +100,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
       raise ConfigError(f"config field {field}: must be > 0, got {config[field]}")
   if config.huge_cache_rows < 0:
     raise ConfigError(f"config field huge_cache_rows: must be >= 0, got {config.huge_cache_rows}")
+  try:
+    parse_compiler_options(config.compiler_options)
+  except ValueError as e:
+    raise ConfigError(f"config field {e}") from None
   if config.train_step and tuple(config.mlp_dims) != (400, 400, 400):
     raise ConfigError("config field train_step: the training step's benchmark has MLP "
                       f"400-400-400, not {tuple(config.mlp_dims)}")
@@ -264,6 +278,37 @@ def time_calls(fn, seconds: float, reps: int) -> float:
   return statistics.median(times)
 
 
+def time_interleaved(fns: dict, seconds: float, reps: int) -> dict[str, float]:
+  """Median seconds of each `fns[name]()`, called in turn (one untimed round first) for
+  `reps` rounds or `seconds` (at least 3 rounds): every function sees the same load."""
+  for fn in fns.values():
+    fn()
+  times: dict[str, list[float]] = {name: [] for name in fns}
+  end, rounds = time.perf_counter() + seconds, 0
+  while rounds < reps and (rounds < 3 or time.perf_counter() < end):
+    for name, fn in fns.items():
+      t = time.perf_counter()
+      fn()
+      times[name].append(time.perf_counter() - t)
+    rounds += 1
+  return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def floor_call(predictor: Predictor, features):
+  """() -> the bundle's forward alone on `features`' rows, gathered and on the device
+  beforehand (waited for); and its XLA FLOPs per call."""
+  from sfjax.cohorts.latency import cost_dict  # loads model code: huge mode's serving
+  # process imports this module and must not
+  ids, dense = np.asarray(features.ids, np.int64), np.asarray(features.dense, np.float32)
+  rows = (ids + predictor.offsets[None, :]).reshape(-1)
+  emb = np.asarray(predictor.rows.gather(rows)).reshape(ids.shape[0], ids.shape[1], -1)
+  emb_on_device, dense_on_device = jax.device_put(emb), jax.device_put(dense)
+  program = predictor.forward_program(ids.shape[0])
+  flops = float(cost_dict(program.cost_analysis()).get("flops", 0.0))
+  return (lambda: predictor.forward_logits(emb_on_device, dense_on_device).block_until_ready(),
+          flops)
+
+
 def train_step_rate(config: ml_collections.ConfigDict) -> float:
   """The training step's pipelined examples/s on the same model (bench_train, batch 4096)."""
   from experiments import bench_train
@@ -278,17 +323,31 @@ def train_step_rate(config: ml_collections.ConfigDict) -> float:
 def run_inprocess(config: ml_collections.ConfigDict, bundle: str, lines: list[str]) -> dict:
   """`Predictor.predict_features` at each batch size, the parse rate, the training step."""
   sizes = tuple(config.inprocess_batch_sizes)
-  predictor = Predictor.load(bundle, batch_sizes=tuple(sorted(set(sizes))))
+  load = {"batch_sizes": tuple(sorted(set(sizes))),
+          "compiler_options": parse_compiler_options(config.compiler_options)}
+  predictor = Predictor.load(bundle, **load)
+  host = Predictor.load(bundle, device_table=False, **load) if config.inprocess_host_gather else None
   records = list(itertools.islice(itertools.cycle(lines), max(sizes)))
   parse_s = time_calls(lambda: predictor.parse_records(records), config.inprocess_seconds, 20)
   features = predictor.parse_records(records)
   batches = {}
   for b in sizes:
     part = type(features)(*(None if x is None else np.ascontiguousarray(x[:b]) for x in features))
-    median = time_calls(lambda part=part: predictor.predict_features(part),
-                        config.inprocess_seconds, config.inprocess_reps)
-    batches[str(b)] = {"ms": median * 1e3, "examples_per_sec": b / median}
-  out = {"batches": batches, "parse_records_per_sec": len(records) / parse_s}
+    floor, flops = floor_call(predictor, part)
+    fns = {"predict": lambda part=part: predictor.predict_features(part), "floor": floor}
+    if host is not None:
+      fns["host_gather"] = lambda part=part: host.predict_features(part)
+    median = time_interleaved(fns, config.inprocess_seconds, config.inprocess_reps)
+    batches[str(b)] = {"ms": median["predict"] * 1e3, "examples_per_sec": b / median["predict"],
+                       "floor_ms": median["floor"] * 1e3,
+                       "floor_examples_per_sec": b / median["floor"],
+                       "predict_over_floor": median["floor"] / median["predict"],
+                       "floor_gflops_per_sec": flops / median["floor"] / 1e9,
+                       "flops_per_example": flops / b}
+    if host is not None:
+      batches[str(b)]["host_gather_ms"] = median["host_gather"] * 1e3
+  out = {"batches": batches, "parse_records_per_sec": len(records) / parse_s,
+         "device_table": predictor.device_table, "compiler_options": load["compiler_options"]}
   if config.train_step:
     out["train_examples_per_sec"] = train_step_rate(config)
     largest = batches[str(max(sizes))]["examples_per_sec"]

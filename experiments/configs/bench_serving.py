@@ -3,6 +3,8 @@
 Run:
   python -m experiments.bench_serving --config=experiments/configs/bench_serving.py
   python -m experiments.bench_serving --config.mode=inprocess
+  python -m experiments.bench_serving --config.mode=inprocess \
+      --config.compiler_options=xla_cpu_prefer_vector_width=512   # XLA options, predictor only
   python -m experiments.bench_serving --config.bundle=BUNDLE --config.mode=http
   python -m experiments.bench_serving --config=experiments/configs/bench_serving.py:smoke
   python -m experiments.bench_serving --config.mode=huge   # a lazy ~1.01e9-row table
@@ -56,6 +58,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.inprocess_batch_sizes = (1, 64, 4096)
   c.inprocess_seconds = 3.0  # per batch size (bounded by inprocess_reps too)
   c.inprocess_reps = 2_000
+  c.inprocess_host_gather = True  # also time the host-gather path (device_table=False)
+  c.compiler_options = ""  # XLA options of the predictor's compiles: "xla_cpu_<name>=<value>,..."
   c.train_step = True  # also time the training step (experiments/bench_train.py) for the ratio
   c.train_step_steps = 20  # its timed steps
   # ---- huge mode: a lazily initialised ~1.01e9-row table (bench_huge_table's workload)

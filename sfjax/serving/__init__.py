@@ -9,7 +9,8 @@ the model code, so it loads on first use) writes a run's serving bundle (`manife
 describes the format); `Predictor.load(path)` scores it with jax and numpy only
 (`predictor`), mapping raw records as training did (`features`: `Features`,
 `RecordError`) and reading rows from RAM or mmap (`row_source`), or through a device
-row cache over the mmap files for tables bigger than RAM (`row_cache`); a lazily
+row cache over the mmap files for tables bigger than RAM (`row_cache`); its compiled
+programs (the forward alone, or gather and forward in one, `forward_program`); a lazily
 initialised table stores only the rows training wrote and computes the others from
 the trainer's init rule (`lazy_table`).
 `score_files(bundle, input_glob, out)` scores whole input files in order (`scoring`;

@@ -16,6 +16,17 @@ def _config(**overrides):
   return config
 
 
+def _assert_floor(batch: int, figures: dict) -> None:
+  """The floor (the forward alone, timed beside predict) and its ratio and FLOP rate."""
+  assert math.isclose(figures["floor_examples_per_sec"], batch / (figures["floor_ms"] * 1e-3))
+  assert math.isclose(figures["predict_over_floor"], figures["floor_ms"] / figures["ms"])
+  assert 0 < figures["predict_over_floor"] <= 1.5  # predict does the floor's work and more
+  # smoke MLP 16 on 26 x 4 + 13 inputs: ~2 x (117 x 16 + 16) FLOPs per example, and more
+  assert 2 * (117 * 16 + 16) <= figures["flops_per_example"] < 20_000
+  assert math.isclose(figures["floor_gflops_per_sec"],
+                      figures["flops_per_example"] * figures["floor_examples_per_sec"] / 1e9)
+
+
 @pytest.mark.slow  # trains a tiny model, then serves it from a subprocess
 def test_bench_serving_smoke():
   final = bench_serving.run(_config())
@@ -44,8 +55,11 @@ def test_bench_serving_smoke():
     assert peak["seconds"] >= 2.0 or peak["sent"] == 2_000, peak
   inproc = final["inprocess"]
   assert set(inproc["batches"]) == {"1", "64"}
+  assert inproc["device_table"] and inproc["compiler_options"] == {}
   for b, figures in inproc["batches"].items():
     assert math.isclose(figures["examples_per_sec"], int(b) / (figures["ms"] * 1e-3))
+    _assert_floor(int(b), figures)
+    assert figures["host_gather_ms"] > 0
   assert inproc["parse_records_per_sec"] > 0
   assert "train_examples_per_sec" not in inproc  # smoke skips the training step
 
@@ -115,7 +129,8 @@ def test_smoke_variant_and_unknown_variant():
                                          ("request_sizes", ()), ("duration_s", 0.0),
                                          ("max_requests", 0), ("client", "raw,curl"),
                                          ("client", ""), ("server_http", "hyper"),
-                                         ("server_loop", "trio")])
+                                         ("server_loop", "trio"),
+                                         ("compiler_options", "use_onednn=true")])
 def test_bad_fields_are_named(field, value):
   with pytest.raises(ConfigError, match=f"config field {field}:"):
     bench_serving.run(_config(**{field: value}))

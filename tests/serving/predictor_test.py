@@ -76,6 +76,42 @@ def test_padding_and_chunking_do_not_change_scores(deepfm):
   np.testing.assert_allclose(one, whole[:1], **TOL)
 
 
+def test_the_one_dispatch_path_scores_as_the_host_gather_path_bit_for_bit(deepfm):
+  """rows="memory": the table on the device, gathered in the forward's program, with
+  reused padded buffers (a long then a short request) = host rows copied in."""
+  run, bundle = deepfm
+  _, ids, dense, _ = tiny_runs.trainer_logits(run)
+  device = Predictor.load(bundle, batch_sizes=(8, 64), device_gather_min_batch=1)
+  mixed = Predictor.load(bundle, batch_sizes=(8, 64))  # 64 on the device, 8 not
+  host = Predictor.load(bundle, batch_sizes=(8, 64), device_table=False)
+  assert device.device_table and mixed.device_table and not host.device_table
+  assert not Predictor.load(bundle, batch_sizes=(8,), rows="mmap").device_table
+  assert not Predictor.load(bundle, batch_sizes=(8,)).device_table  # all below 64
+  for n in (200, 37, 5, 64):
+    want = host.logits_features(Features(ids[:n], dense[:n]))
+    for p in (device, mixed):
+      np.testing.assert_array_equal(p.logits_features(Features(ids[:n], dense[:n])), want)
+  rows = device.rows.gather((ids[:8] + device.offsets[None, :]).reshape(-1))
+  emb = rows.reshape(8, device.num_fields, device.width)
+  np.testing.assert_array_equal(np.asarray(device.forward_logits(emb, dense[:8])),
+                                device.logits_features(Features(ids[:8], dense[:8])))
+
+
+def test_threads_sharing_a_predictor_get_their_own_scores(deepfm):
+  """The reused input buffers are filled and read under a lock: 4 threads scoring
+  different slices at once get the scores each slice gets alone."""
+  from concurrent.futures import ThreadPoolExecutor
+  run, bundle = deepfm
+  _, ids, dense, _ = tiny_runs.trainer_logits(run)
+  p = Predictor.load(bundle, batch_sizes=(64,))
+  slices = [slice(i * 50, i * 50 + 50) for i in range(4)] * 10
+  alone = [p.logits_features(Features(ids[s], dense[s])) for s in slices]
+  with ThreadPoolExecutor(4) as pool:
+    shared = list(pool.map(lambda s: p.logits_features(Features(ids[s], dense[s])), slices))
+  for a, b in zip(alone, shared, strict=True):
+    np.testing.assert_array_equal(a, b)
+
+
 def test_bad_ids_and_records_are_refused_by_name(deepfm):
   run, bundle = deepfm
   p = Predictor.load(bundle, batch_sizes=(8,))
