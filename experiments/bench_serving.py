@@ -65,8 +65,13 @@ import numpy as np
 from experiments import cli
 from sfjax.core import ConfigError
 from sfjax.data import SyntheticCTR
-from sfjax.serving import LOAD_CLIENTS, Predictor, encode_request, measure_level
-from sfjax.serving.forward_program import parse_compiler_options
+from sfjax.serving import (
+  LOAD_CLIENTS,
+  Predictor,
+  encode_request,
+  measure_level,
+  parse_compiler_options,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODES = ("http", "inprocess", "both", "huge")
@@ -297,7 +302,7 @@ def time_interleaved(fns: dict, seconds: float, reps: int) -> dict[str, float]:
 def floor_call(predictor: Predictor, features):
   """() -> the bundle's forward alone on `features`' rows, gathered and on the device
   beforehand (waited for); and its XLA FLOPs per call."""
-  from sfjax.cohorts.latency import cost_dict  # loads model code: huge mode's serving
+  from sfjax.cohorts import cost_dict  # loads model code: huge mode's serving
   # process imports this module and must not
   ids, dense = np.asarray(features.ids, np.int64), np.asarray(features.dense, np.float32)
   rows = (ids + predictor.offsets[None, :]).reshape(-1)

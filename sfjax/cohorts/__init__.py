@@ -25,12 +25,13 @@ from sfjax.cohorts.chunk_plan import Chunk, plan_chunks
 from sfjax.cohorts.cohort_call import cohort_program, trial_mesh
 from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.cohorts.host_cohort import run_host_cohort
+from sfjax.cohorts.latency import cost_dict
 from sfjax.cohorts.pbt_population import run_pbt
 from sfjax.cohorts.task import CTRTask, TrialData
 from sfjax.cohorts.trial_result import CohortTrialResult
 
 __all__ = ["DYNAMIC_KEYS", "STATIC_KEYS", "ArchSpec", "CTRTask", "Chunk", "CohortRunner",
            "CohortTrialResult", "TrialData", "bucket_key", "check_not_renamed", "cohort_program",
-           "count_params", "fixed_config_keys", "group_by_arch", "plan_chunks", "pooled_feature",
+           "cost_dict", "count_params", "fixed_config_keys", "group_by_arch", "plan_chunks", "pooled_feature",
            "pooling_key", "run_host_cohort", "run_pbt",
            "split_config", "trial_mesh"]

@@ -35,7 +35,8 @@ _LAZY = {"ServerSettings": "sfjax.serving.http_app", "make_app": "sfjax.serving.
          "write_bundle": "sfjax.serving.bundle", "score_files": "sfjax.serving.scoring",
          "SCORING_FORMATS": "sfjax.serving.scoring", "LOAD_CLIENTS": "sfjax.serving.load_client",
          "encode_request": "sfjax.serving.load_client",
-         "measure_level": "sfjax.serving.load_client"}
+         "measure_level": "sfjax.serving.load_client",
+         "parse_compiler_options": "sfjax.serving.forward_program"}
 
 __all__ = [
   "LOAD_CLIENTS",
@@ -52,6 +53,7 @@ __all__ = [
   "encode_request",
   "make_app",
   "measure_level",
+  "parse_compiler_options",
   "score_files",
   "write_bundle",
 ]

@@ -4,7 +4,7 @@ A bundle's forward (`jax.export`, batch symbolic) takes `(leaves, emb [B, C, E],
 [B, Nd][, weights [B, S]]) -> logits [B]`. The predictor compiles it per batch size in
 one of two programs (issue #23, the in-process targets):
 
-  compile_forward         emb gathered by the caller (host rows, the device row cache,
+  compile_gathered_forward         emb gathered by the caller (host rows, the device row cache,
                           a feature layout's VSI rows): one input copy of B x C x E floats
   compile_gather_forward  the table resident on the device and `emb = table[ids + offsets]`
                           gathered inside the same program: one dispatch per batch, and
@@ -76,7 +76,7 @@ def _compile(fn, args: tuple, options: Mapping[str, Any] | None):
   return lowered.compile(compiler_options=dict(options)) if options else lowered.compile()
 
 
-def compile_forward(forward, params: list, batch: int, columns: int, width: int,
+def compile_gathered_forward(forward, params: list, batch: int, columns: int, width: int,
                     num_dense: int, *, with_weights: bool = False,
                     options: Mapping[str, Any] | None = None):
   """The forward alone for `batch` examples: `(params, emb [b, C, E], dense [b, Nd]

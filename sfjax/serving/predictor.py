@@ -16,7 +16,7 @@ the device once and each batch of a compiled size >= `device_gather_min_batch` r
 `forward_program.DeviceGather`: ids in, logits out, the gather inside the forward's
 program (no host gather, and ids [b, F] cross to the device instead of rows [b, F, E]).
 Smaller sizes, mmap, cache, feature layouts and `device_table=False` gather on the host
-and run `compile_forward` on the rows. Each is one dispatch per batch, and both give the
+and run `compile_gathered_forward` on the rows. Each is one dispatch per batch, and both give the
 same logits bit for bit. `forward_program(b)` is that forward alone (the benchmark's
 floor). Measured on 2 busy cores (DeepFM 26 x 100k, dim 16, MLP 400^3, p10 of
 interleaved calls): the device gather takes 1-12% less time than the host gather at
@@ -92,7 +92,7 @@ class Predictor:
     self._parser = RecordParser(manifest, path)
     self._params = [jax.device_put(p) for p in params]
     self._forward, self._options = forward, dict(compiler_options or {})
-    self._compiled: dict[int, Any] = {}  # batch -> compile_forward (host-gathered emb)
+    self._compiled: dict[int, Any] = {}  # batch -> compile_gathered_forward (host-gathered emb)
     on_device = [b for b in self.batch_sizes if b >= device_gather_min_batch]
     self._device = (self._device_gather(rows, on_device)
                     if device_table and on_device else None)
@@ -165,7 +165,7 @@ class Predictor:
     """The bundle's forward alone for `batch` examples (compiled on first use):
     `(params, emb [b, C, E], dense [b, Nd][, weights [b, C]]) -> logits [b]`."""
     if batch not in self._compiled:
-      self._compiled[batch] = programs.compile_forward(
+      self._compiled[batch] = programs.compile_gathered_forward(
           self._forward, self._params, batch, self.num_columns, self.width, self.num_dense,
           with_weights=self.layout is not None, options=self._options)
     return self._compiled[batch]

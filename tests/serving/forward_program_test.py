@@ -44,7 +44,7 @@ def parts():
 
 def test_gather_forward_equals_the_forward_on_host_rows_bit_for_bit(parts):
   forward, params, table, offsets, ids, dense = parts
-  alone = programs.compile_forward(forward, params, 8, FIELDS, WIDTH, DENSE)
+  alone = programs.compile_gathered_forward(forward, params, 8, FIELDS, WIDTH, DENSE)
   emb = table[(ids + offsets[None, :]).reshape(-1)].reshape(8, FIELDS, WIDTH)
   want = np.asarray(alone(params, emb, dense))
   gathered = programs.compile_gather_forward(forward, params, jax.device_put(table), offsets,
@@ -64,7 +64,7 @@ def test_device_gather_pads_and_reuses_its_buffers(parts):
   forward, params, table, offsets, ids, dense = parts
   device = programs.DeviceGather(forward, params, table, offsets, (2, 8), DENSE)
   assert set(device.programs) == {2, 8}
-  alone = {b: programs.compile_forward(forward, params, b, FIELDS, WIDTH, DENSE) for b in (2, 8)}
+  alone = {b: programs.compile_gathered_forward(forward, params, b, FIELDS, WIDTH, DENSE) for b in (2, 8)}
 
   def want(m, size):
     padded_ids = np.zeros((size, FIELDS), np.int64)
@@ -104,7 +104,7 @@ def test_table_fits_in_int32_rows_and_half_the_devices_memory():
 def test_compiler_options_reach_the_compile(parts):
   forward, params, *_ = parts
   with pytest.raises(Exception, match="xla_cpu_no_such_option"):
-    programs.compile_forward(forward, params, 8, FIELDS, WIDTH, DENSE,
+    programs.compile_gathered_forward(forward, params, 8, FIELDS, WIDTH, DENSE,
                              options={"xla_cpu_no_such_option": True})
 
 
