@@ -18,7 +18,10 @@
                 then the streaming buffer, row by row) -> `binary_shuffled_examples_per_s`;
      block      the same with `data.shuffle=block` (blocks of `block_rows` in a random
                 order, rows permuted within windows of `shuffle_buffer`; whole blocks
-                read) -> `binary_block_examples_per_s`.
+                read; one thread: the training default) -> `binary_block_examples_per_s`;
+     block_ahead  the same with `data.shuffle_threads=2`: the next window copied and
+                permuted on a second thread (a second core) ->
+                `binary_block_ahead_examples_per_s`.
    The dataset reads and batches on its background thread; the caller only
    counts, so these are the rates at which it can feed a trainer.
 5. per-process input (issue #24), on the calling thread, the shuffled order:
@@ -34,7 +37,11 @@
                 reading threads) over the same shard
                 files as a `RandomAccessDataSource` -> `grain_examples_per_s` (None
                 when grain is not installed).
-6. resume by seeking: the input position after each of `seek_steps` batches of the
+6. the block shuffle's stages (`block_stages`), ns per example of this thread's CPU time
+   (so other processes' load changes them less than the rates): copy (blocks into the
+   window's arrays), permutation (the window's), gather (the batches gathered from the
+   window and assembled) -> `block_stage_ns_per_example`.
+7. resume by seeking: the input position after each of `seek_steps` batches of the
    shuffled order (reached by stepping the index order alone, timed:
    `index_replay_seconds`), then the start-up of a resumed trainer's input from it
    (`sfjax.train.InputFeed` from the position's JSON up to its first batch, median of 5):
@@ -68,6 +75,7 @@ from experiments import cli
 from experiments.configs import ctr as ctr_config
 from sfjax.core import ConfigError
 from sfjax.data import Batch, SyntheticCTR, make_dataset, preprocess_files
+from sfjax.data.block_shuffle import BlockReader
 
 
 def _data_config(root: str, hash_rows: int):
@@ -149,6 +157,47 @@ def index_rate(dataset, batch_size: int, num_examples: int, share: int = 1) -> f
   return _rate(batches, num_examples // share)
 
 
+class _TimedReader(BlockReader):
+  """A `BlockReader` that sums the thread CPU seconds of its `window` calls."""
+
+  def __init__(self, *args):
+    super().__init__(*args)
+    self.window_seconds = 0.0
+
+  def window(self, *args, **kwargs):
+    start = time.thread_time()
+    try:
+      return super().window(*args, **kwargs)
+    finally:
+      self.window_seconds += time.thread_time() - start
+
+
+def block_stages(dataset, batch_size: int, num_examples: int) -> dict:
+  """ns per example (thread CPU time) of the block shuffle's stages over `num_examples`
+  examples of `dataset`'s order, on one thread: copy (`BlockReader.window` less its
+  permutation, timed again after the run over as many whole windows), permutation,
+  gather (the rest of `BlockReader.batches`: gathers and batch assembly), total."""
+  split = dataset.split("train")
+  shard = functools.lru_cache(maxsize=None)(split.shard)  # each shard's maps opened once
+  reader = _TimedReader(split, shard, dataset.block_rows, 1)
+  order = dataset.train_order(batch_size, seed=0)
+  seen, start = 0, time.thread_time()
+  for batch in reader.batches(order):
+    seen += batch.size
+    if seen >= num_examples:
+      break
+  total = time.thread_time() - start
+  windows = -(-seen // (order.window_blocks * dataset.block_rows))  # about those read
+  rows = [(w // order.num_windows, w % order.num_windows) for w in range(windows)]
+  start = time.thread_time()
+  for epoch, w in rows:
+    order.permutation(epoch, w, order.window_blocks * dataset.block_rows)
+  permutation = time.thread_time() - start
+  ns = 1e9 / seen
+  return {"copy": (reader.window_seconds - permutation) * ns, "permutation": permutation * ns,
+          "gather": (total - reader.window_seconds) * ns, "total": total * ns}
+
+
 def resume_startup(dataset, batch_size: int, steps: int) -> tuple[float, float]:
   """(seconds to reach the position after `steps` batches by stepping the index order,
   seconds from that position (its JSON text) to a resumed feed's first batch, the
@@ -194,9 +243,9 @@ def measure(config: ml_collections.ConfigDict, root: str) -> dict:
   pre_cfg = ctr_config.get_config().data
   pre_cfg.format, pre_cfg.train_path = "preprocessed", out_dir
   num_examples = max(1, config.binary_examples // batch) * batch
-  runs: dict[str, list] = {"reader": [], "plain": [], "shuffled": [], "block": [], "index": [],
-                          "index_half": [], "index_block": [], "index_block_half": [],
-                          "grain": []}
+  runs: dict[str, list] = {"reader": [], "plain": [], "shuffled": [], "block": [],
+                          "block_ahead": [], "index": [], "index_half": [], "index_block": [],
+                          "index_block_half": [], "grain": []}
   for _ in range(config.repeats):
     pre_cfg.shuffle_buffer = 0
     plain = make_dataset(pre_cfg, seed=0)
@@ -213,12 +262,18 @@ def measure(config: ml_collections.ConfigDict, root: str) -> dict:
     blocks = make_dataset(pre_cfg, seed=0)
     runs["block"].append(_rate(functools.partial(blocks.train_batches, batch, seed=0),
                                num_examples))
+    pre_cfg.shuffle_threads = 2
+    ahead = make_dataset(pre_cfg, seed=0)
+    runs["block_ahead"].append(_rate(functools.partial(ahead.train_batches, batch, seed=0),
+                                     num_examples))
+    pre_cfg.shuffle_threads = 1
     runs["index_block"].append(index_rate(blocks, batch, num_examples))
     runs["index_block_half"].append(index_rate(blocks, batch, num_examples, share=2))
     pre_cfg.shuffle = "buffer"
     runs["grain"].append(grain_rate(shuffled.split("train"), batch,
                                     min(num_examples, config.grain_examples), config.grain_threads))
 
+  stages = block_stages(blocks, batch, num_examples)
   shuffled.split("train").verify()  # every shard checked once: the seeks time only the seek
   seeks = {int(n): resume_startup(shuffled, config.seek_batch_size, int(n))
            for n in config.seek_steps}
@@ -241,6 +296,8 @@ def measure(config: ml_collections.ConfigDict, root: str) -> dict:
       "binary_shuffled_examples_per_s": statistics.median(runs["shuffled"]),
       "block_rows": config.block_rows,
       "binary_block_examples_per_s": statistics.median(runs["block"]),
+      "binary_block_ahead_examples_per_s": statistics.median(runs["block_ahead"]),
+      "block_stage_ns_per_example": stages,
       "reader_examples_per_s": statistics.median(runs["reader"]),
       "speedup_vs_text": binary / text_rate,
       "index_examples_per_s": statistics.median(runs["index"]),
@@ -273,7 +330,8 @@ def print_summary(result: dict) -> None:
   print(f"text {result['text_lines_per_s']:.3g} lines/s | preprocess "
         f"{result['preprocess_lines_per_s']:.3g} lines/s | binary (examples/s) reader "
         f"{runs['reader']} plain {runs['plain']} shuffled {runs['shuffled']} block "
-        f"{runs['block']} by index {runs['index']} half {runs['index_half']} block "
+        f"{runs['block']} ahead {runs['block_ahead']} by index {runs['index']} half "
+        f"{runs['index_half']} block "
         f"{runs['index_block']} half {runs['index_block_half']} grain {runs['grain']} | "
         f"resume start-up (s) {result['resume_startup_seconds']}", file=sys.stderr)
 

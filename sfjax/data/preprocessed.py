@@ -159,12 +159,14 @@ class PreprocessedDataset:
     block   `BlockOrder`: blocks of `data.shuffle_block_rows` examples in a random
             order per epoch, the rows of each window of `shuffle_buffer` examples
             permuted; read by `BlockReader` (whole blocks copied, rows gathered from
-            memory): several times faster, and a pure function of (seed, epoch).
+            memory): several times faster, and a pure function of (seed, epoch);
+            `data.shuffle_threads=2` prepares the next window on a second thread.
   Shard reading and batching run on a background thread.
 
   Args:
     data_cfg: the `data` block; uses train_path (DIR), shuffle_buffer and, when present,
-      shuffle and shuffle_block_rows (the mapping settings are DIR's, from spec.json).
+      shuffle, shuffle_block_rows and shuffle_threads (the mapping settings are DIR's,
+      from spec.json).
     read_chunk: examples per read (and per shuffled block).
     prefetch: batches the background thread may run ahead.
 
@@ -191,6 +193,9 @@ class PreprocessedDataset:
     self.block_rows = int(data_cfg.get("shuffle_block_rows", DEFAULT_BLOCK_ROWS))
     if self.block_rows < 1:
       raise ValueError(f"data.shuffle_block_rows must be >= 1, got {self.block_rows}")
+    self.shuffle_threads = int(data_cfg.get("shuffle_threads", 1))
+    if self.shuffle_threads not in (1, 2):
+      raise ValueError(f"data.shuffle_threads must be 1 or 2, got {self.shuffle_threads}")
     self.root = root
     meta = layout.read_spec(root)
     self.spec: DatasetSpec = meta["dataset_spec"]
@@ -252,7 +257,7 @@ class PreprocessedDataset:
     """`train_order`'s batches, read window by window by a `BlockReader` of their own."""
     order = self.train_order(batch_size, seed)
     assert isinstance(order, BlockOrder)
-    yield from self._block_reader().batches(order)
+    yield from self._block_reader().batches(order, ahead=self.shuffle_threads == 2)
 
   def train_batches(self, batch_size: int, seed: int) -> Iterator[Batch]:
     """Infinite full batches over epochs (shuffled iff shuffle_buffer > 1), on a thread."""

@@ -162,6 +162,8 @@ def _validate_data(config) -> None:
              f"format {d.format!r} shuffles with the streaming buffer ('buffer')")
   if "shuffle_block_rows" in d:
     _integer(config, "data.shuffle_block_rows", 1, _MAX_COUNT)
+  if "shuffle_threads" in d:
+    _integer(config, "data.shuffle_threads", 1, 2)
 
 
 def _placement(config) -> None:

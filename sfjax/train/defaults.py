@@ -27,6 +27,8 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   #                      of shuffle_block_rows in a random order, rows permuted within windows of
   #                      shuffle_buffer examples (sfjax/data/block_shuffle; several times faster)
   d.shuffle_block_rows = 2048  # data.shuffle=block: consecutive examples read as one block
+  d.shuffle_threads = 1  # data.shuffle=block: 2 = the next window copied and permuted on a
+  #                       second thread (uses a second core, which XLA's step would otherwise get)
   d.use_features = ""  # comma-separated feature names to train on ('' = all; ablations)
   d.pooling = ""  # bags' poolings overridden, e.g. "tags:mean,long0:sqrtn" (a search's choice)
   d.synthetic = s = ml_collections.ConfigDict()

@@ -157,6 +157,11 @@ def test_block_shuffle_is_its_index_order_split_over_processes(pre_dir):
   assert not np.array_equal(other.ids, epoch.ids)
   streamed = dataset.make_dataset(_binary_config(pre_dir, shuffle_buffer=256), seed=0)
   assert not np.array_equal(next(streamed.train_batches(100, seed=5)).ids, stream[0].ids)
+  # A second thread preparing the windows changes nothing in the stream.
+  d = _block_config(pre_dir)
+  d.shuffle_threads = 2
+  ahead = dataset.make_dataset(d, seed=0).train_batches(100, seed=5)
+  _assert_same_batches(list(itertools.islice(ahead, 30)), stream)
   # shuffle_buffer <= 1: file order in either mode.
   unshuffled = dataset.make_dataset(_block_config(pre_dir, shuffle_buffer=0), seed=0)
   np.testing.assert_array_equal(next(unshuffled.train_batches(1200, seed=5)).ids, plain.ids)
@@ -169,6 +174,14 @@ def test_block_shuffle_settings_are_checked(pre_dir):
     dataset.make_dataset(d, seed=0)
   with pytest.raises(ValueError, match="data.shuffle_block_rows must be >= 1, got 0"):
     dataset.make_dataset(_block_config(pre_dir, block_rows=0), seed=0)
+  d = _block_config(pre_dir)
+  d.shuffle_threads = 3
+  with pytest.raises(ValueError, match="data.shuffle_threads must be 1 or 2, got 3"):
+    dataset.make_dataset(d, seed=0)
+  c = ctr.get_config()
+  c.data.shuffle_threads = 0
+  with pytest.raises(ConfigError, match="data.shuffle_threads: must be an integer in \\[1, 2\\]"):
+    config_check.validate(c)
   c = ctr.get_config()
   c.data.format, c.data.train_path, c.data.eval_path = "criteo", "x.tsv", "y.tsv"
   c.data.shuffle = "block"

@@ -21,12 +21,17 @@ def test_bench_input_smoke(tmp_path):
   assert final["binary_examples"] == 20000 // 256 * 256
   for key in ("text_lines_per_s", "preprocess_lines_per_s", "binary_examples_per_s",
               "binary_shuffled_examples_per_s", "binary_block_examples_per_s",
+              "binary_block_ahead_examples_per_s",
               "reader_examples_per_s", "index_examples_per_s", "index_half_examples_per_s",
               "index_block_examples_per_s", "index_block_half_examples_per_s") + (("grain_examples_per_s",) if _HAS_GRAIN else ()):
     assert math.isfinite(final[key]) and final[key] > 0, key
   if not _HAS_GRAIN:  # grain is optional (evaluated, not used: see the module docstring)
     assert final["grain_examples_per_s"] is None
   assert all(len(v) == 2 for v in final["runs"].values())
+  stages = final["block_stage_ns_per_example"]
+  assert set(stages) == {"copy", "permutation", "gather", "total"}
+  assert all(stages[k] > 0 for k in ("permutation", "gather", "total")), stages
+  assert stages["copy"] + stages["permutation"] + stages["gather"] == pytest.approx(stages["total"])
   assert set(final["resume_startup_seconds"]) == {"10", "300"}
   # A resume starts at its position: the start-up does not grow with the step.
   startup = final["resume_startup_seconds"]

@@ -5,6 +5,17 @@ caches) per example; copying a whole block is a sequential read at memory speed,
 which the window's rows are gathered from a buffer the caches hold. `BlockReader.read`
 serves any indices (the per-process reader by index, `sfjax.train.input_feed`), keeping
 the blocks it copied; `BlockReader.batches` streams a `BlockOrder` window by window.
+
+Where an example's time goes (`experiments/bench_input.py`'s `block_stage_ns_per_example`,
+one thread, 2048-row blocks, windows of 65536, batches of 4096, ~41 ns/example on a quiet
+core): the block copy ~10 ns, the window's permutation ~9 (numpy's Fisher-Yates: fixed
+by the order), the gathers ~15, ids made int64 ~5, Python per batch and block ~5. A
+window's arrays are reused (fresh ones fault their pages in: ~+10 ns), rows are
+gathered `_GATHER_ROWS` at a time (a whole window at once misses the caches: ~+12 ns),
+the ids stay in the shards' dtype until gathered (int64 in the window doubles the bytes
+the gather reads: ~+20 ns), and the columns stay separate arrays (one record per row:
+~+15 ns); copying and permuting the next window on a second thread (`ahead`) moves
+~20 ns off the gathering thread when a second core is free.
 """
 
 from __future__ import annotations
@@ -12,7 +23,8 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from concurrent import futures
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -22,6 +34,21 @@ from sfjax.data.types import Batch
 
 _Columns = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"]
 _GATHER_ROWS = 8192  # rows per gather in `batches` (fewer calls: less GIL traffic per batch)
+
+
+class Window(NamedTuple):
+  """A window of a `BlockOrder` in memory (`BlockReader.windows`).
+
+  Attributes:
+    arrays: ids, dense, labels, weights (None without a feature layout): the window's
+      blocks, in order, in rows `[0, rows)` (a slot's arrays: reused by a later window).
+    rows: n_w, examples of the window.
+    permutation: [n_w] the window's stream is `arrays[permutation]` (`BlockOrder.permutation`).
+  """
+
+  arrays: list
+  rows: int
+  permutation: np.ndarray
 
 
 class BlockReader:
@@ -138,40 +165,69 @@ class BlockReader:
     local = slots * self.block_rows + (indices - blocks * self.block_rows)
     return _batch(_gather(self._arrays, local))
 
-  def batches(self, order: BlockOrder) -> Iterator[Batch]:
+  def window(self, order: BlockOrder, epoch: int, w: int, arrays: list) -> Window:
+    """Window `w` of `epoch` of `order`: its blocks copied, in order, into `arrays` (ids,
+    dense, labels, weights: all None at first, then allocated, and reused by the caller for
+    a later window: no page faults per window), and its permutation."""
+    rows = 0
+    for block in order.window_blocks_of(epoch, w).tolist():
+      rows += self._copy(block, arrays, rows, order.window_blocks * self.block_rows)
+    return Window(arrays, rows, order.permutation(epoch, w, rows))
+
+  def windows(self, order: BlockOrder, ahead: bool = False) -> Iterator[Window]:
+    """`window` after window of `order`, epoch after epoch; each is the caller's until it
+    asks for the next one.
+
+    Args:
+      order: a `BlockOrder` (its windows are read here only).
+      ahead: prepare the next window on a second thread while the caller reads this one
+        (two sets of arrays, in turns).
+    """
+    numbers = ((epoch, w) for epoch in itertools.count() for w in range(order.num_windows))
+    slots: list[list[Any]] = [[None] * 4, [None] * 4]
+    if not ahead:
+      for epoch, w in numbers:
+        yield self.window(order, epoch, w, slots[0])
+      return
+    with futures.ThreadPoolExecutor(1, thread_name_prefix="sfjax-block-window") as pool:
+      pending = pool.submit(self.window, order, *next(numbers), slots[0])
+      for k, (epoch, w) in enumerate(numbers, 1):
+        ready = pending.result()
+        # The caller is done with window k - 2, whose arrays window k now takes.
+        pending = pool.submit(self.window, order, epoch, w, slots[k % 2])
+        yield ready
+
+  def batches(self, order: BlockOrder, ahead: bool = False) -> Iterator[Batch]:
     """`order`'s batches from its start, each equal to `read(order.next_batch())`: window
-    by window, its blocks copied in order into one buffer, each batch gathered by the
-    window's permutation. `order` is this generator's alone. (Reading the next window on
-    a second thread measured slower: the two threads' small numpy calls contend for the
-    GIL.)"""
+    by window (`windows`), each gathered from the window's arrays by its permutation,
+    `_GATHER_ROWS` rows at a time (they stay in the caches), whole batches as views of
+    one gather. `order` is this generator's alone.
+
+    Args:
+      order: a `BlockOrder` at its start.
+      ahead: copy the next window and draw its permutation on a second thread while this
+        one gathers (numpy releases the GIL while it copies, permutes and gathers: a second
+        free core takes that share; without one, the switches cost more than they save).
+    """
     size, carry, count = order.batch_size, [], 0  # rows of the next batch gathered so far
-    arrays: list[Any] = [None] * 4  # ids, dense, labels, weights; allocated by the first block
-    rows = order.window_blocks * self.block_rows
-    for epoch in itertools.count():
-      for w in range(order.num_windows):
-        filled = 0
-        for block in order.window_blocks_of(epoch, w).tolist():
-          filled += self._copy(block, arrays, filled, rows)
-        permutation = order.permutation(epoch, w, filled)
-        start = 0
-        while start < filled:
-          if count == 0 and filled - start >= size:  # whole batches, several per gather
-            take = min(max(1, _GATHER_ROWS // size), (filled - start) // size) * size
-            columns = _gather(arrays, permutation[start:start + take])
-            start += take
-            for lo in range(0, take, size):  # views of this gather's fresh arrays
-              yield _batch(columns, slice(lo, lo + size))
-            continue
-          take = min(size - count, filled - start)
+    for arrays, filled, permutation in self.windows(order, ahead):
+      start = 0
+      while start < filled:
+        if count == 0 and filled - start >= size:  # whole batches, several per gather
+          take = min(max(1, _GATHER_ROWS // size), (filled - start) // size) * size
           columns = _gather(arrays, permutation[start:start + take])
           start += take
-          carry.append(columns)
-          count += take
-          if count == size:
-            joined = [None if parts[0] is None else np.concatenate(parts)
-                      for parts in zip(*carry, strict=True)]
-            yield _batch(joined)
-            carry, count = [], 0
+          for lo in range(0, take, size):  # views of this gather's fresh arrays
+            yield _batch(columns, slice(lo, lo + size))
+          continue
+        take = min(size - count, filled - start)
+        carry.append(_gather(arrays, permutation[start:start + take]))
+        start += take
+        count += take
+        if count == size:
+          yield _batch([None if parts[0] is None else np.concatenate(parts)
+                        for parts in zip(*carry, strict=True)])
+          carry, count = [], 0
 
 
 def _empty(like: Sequence[np.ndarray | None], rows: int) -> list[np.ndarray | None]:

@@ -2,6 +2,7 @@
 is copied once per epoch of the block shuffle, and the window stream equals the reads."""
 
 import itertools
+import threading
 
 import numpy as np
 import pytest
@@ -65,15 +66,63 @@ def test_an_epoch_of_the_block_shuffle_copies_each_block_once(split):
   assert reader.blocks_loaded <= 2 * order.num_blocks
 
 
+@pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("batch_size,window_rows", [(50, 192), (500, 128), (64, 10**6)])
-def test_the_window_stream_equals_reading_the_order(split, batch_size, window_rows):
+def test_the_window_stream_equals_reading_the_order(split, batch_size, window_rows, ahead):
   stream = BlockReader(split, split.shard, 64, capacity=1).batches(
-      BlockOrder(_ROWS, 64, window_rows, seed=4, batch_size=batch_size))
+      BlockOrder(_ROWS, 64, window_rows, seed=4, batch_size=batch_size), ahead=ahead)
   order = BlockOrder(_ROWS, 64, window_rows, seed=4, batch_size=batch_size)
   whole = _whole(split)
+  kept = []  # batches stay valid while later windows are read (fresh arrays, not the slots)
   for batch in itertools.islice(stream, -(-3 * _ROWS // batch_size)):  # three epochs
     assert batch.size == batch_size and (batch.mask == 1).all()
-    _same(batch, _take(whole, order.next_batch()))
+    kept.append((batch, order.next_batch()))
+  for batch, indices in kept:
+    _same(batch, _take(whole, indices))
+
+
+def test_a_window_is_its_blocks_and_permutation(split):
+  order = BlockOrder(_ROWS, 64, 192, seed=3, batch_size=50)  # windows of 3 blocks
+  reader = BlockReader(split, split.shard, 64, capacity=1)
+  whole = _whole(split)
+  last = order.num_windows - 1  # 11 blocks: windows of 3, 3, 3, 2 (one short block)
+  for w in (0, last):
+    arrays = [None] * 4
+    window = reader.window(order, 1, w, arrays)
+    blocks = order.window_blocks_of(1, w)
+    rows = (blocks[:, None] * 64 + np.arange(64)).reshape(-1)
+    rows = rows[rows < _ROWS]
+    assert window.arrays is arrays and window.rows == rows.size
+    assert arrays[0].shape[0] == 192 and arrays[3] is None  # one window's capacity, no weights
+    np.testing.assert_array_equal(arrays[0][:rows.size], whole.ids[rows])
+    np.testing.assert_array_equal(arrays[2][:rows.size], whole.labels[rows])
+    np.testing.assert_array_equal(rows[window.permutation], order.window(1, w))
+  assert reader.window(order, 1, last, arrays).rows < 192  # the same arrays, reused
+
+
+def test_reading_ahead_stops_its_thread_when_the_stream_is_closed(split):
+  before = {t.name for t in threading.enumerate()}
+  stream = BlockReader(split, split.shard, 64, capacity=1).batches(
+      BlockOrder(_ROWS, 64, 128, seed=0, batch_size=32), ahead=True)
+  next(stream)
+  assert any(t.name.startswith("sfjax-block-window") for t in threading.enumerate())
+  stream.close()
+  assert not any(t.name.startswith("sfjax-block-window") and t.name not in before
+                 for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+def test_a_failing_shard_read_reaches_the_reader_of_the_batches(split, ahead):
+  def shard(index):
+    if index == 2:
+      raise shards.CorruptShardError("shard_00002.ids.npy", "CRC-32 mismatch")
+    return split.shard(index)
+
+  stream = BlockReader(split, shard, 64, capacity=1).batches(
+      BlockOrder(_ROWS, 64, 128, seed=0, batch_size=32), ahead=ahead)
+  with pytest.raises(shards.CorruptShardError, match="shard_00002.ids.npy: CRC-32 mismatch"):
+    for _ in range(3 * _ROWS // 32):  # three epochs: shard 2 is read in each
+      next(stream)
 
 
 def test_block_rows_must_be_positive(split):
