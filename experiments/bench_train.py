@@ -16,7 +16,9 @@ Honest by construction:
   * the headline `examples_per_sec` is the end-to-end pipelined rate of the trainer's own
     step runner (`sfjax.train.runner.run_steps`), host preparation (VSI, cache planning,
     gathers, write-back) included; `device_examples_per_sec` / `device_step_ms` beside
-    it time each step waited for on its own (inputs already prepared);
+    it time each step waited for on its own (inputs already prepared). The two kinds of
+    steps alternate in chunks of `chunk_steps` (`step_timing.alternate_windows`),
+    so `end_to_end_to_device_ratio` compares figures of one window;
   * `backend=both` runs the on-device table and the cache in one process, one window,
     and reports `cache_to_device_ratio`; `floor=True` runs the plain-JAX floor
     (`experiments/floor_deepfm.py`) in this process on the same batches and unique
@@ -24,7 +26,9 @@ Honest by construction:
     `step_to_floor_ratio` is the floor's median step time over ours (both under the same
     machine noise);
     `repeats=R` interleaves R rounds of (floor, device, cache, floor alternated with
-    device) and reports medians over rounds.
+    device) and reports medians over rounds;
+  * `split_input=True` trains DeepFM with `model.split_input` (the same model up to float
+    rounding, laid out for speed: `DeepFM.from_unique_rows`).
 The cache JSON carries hit rate, bytes per example each way, swap rows per step and the
 per-stage busy and wait seconds. `run(config)` returns the figures; the command ends
 stdout with them as one JSON line (also written to `config.out`).
@@ -47,8 +51,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
-from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -56,7 +58,7 @@ import ml_collections
 import numpy as np
 
 from experiments import cli
-from experiments import floor_deepfm as floor_lib
+from experiments import step_timing as timing
 from experiments.configs import ctr as ctr_config
 from sfjax.core import ConfigError
 from sfjax.data import (
@@ -87,7 +89,6 @@ from sfjax.train import (
   run_steps,
 )
 
-FLOOR_BATCHES = 64  # distinct batches the floor cycles through (on device)
 WORKLOADS = ("onehot", "multihot")
 
 
@@ -104,6 +105,7 @@ def workload_config(config: ml_collections.ConfigDict, backend: str,
   c.embedding.lookahead = config.lookahead
   c.embedding.unique_capacity = unique_capacity
   c.embedding.update(dict(config.get("embedding", {})))  # dtype, stochastic_rounding
+  c.model.split_input, c.train.loader_nice = config.split_input, config.loader_nice
   return c
 
 
@@ -201,7 +203,8 @@ def input_figures(spec: DatasetSpec, batches: list[Batch], capacity: int) -> dic
 
 def run_backend(bench: ml_collections.ConfigDict, backend: str, spec: DatasetSpec,
                 batches: list[Batch], capacity: int) -> dict:
-  """One backend's figures: compile, waited (device-bound) window, pipelined window."""
+  """One backend's figures: compile, then waited (device-only) and pipelined (end-to-end)
+  steps alternated in chunks (`step_timing.alternate_windows`)."""
   config = workload_config(bench, backend, capacity)
   trainer = build_trainer(config, spec)
   backend_obj = trainer.backend
@@ -217,43 +220,34 @@ def run_backend(bench: ml_collections.ConfigDict, backend: str, spec: DatasetSpe
   t_compile = time.perf_counter()
   inputs = backend_obj.train_inputs(host_batches())
   try:
-    # Step 1 compiles; the warm-up and the first timed window wait for every step
-    # (device-bound step time), the second runs pipelined as the trainer does.
+    # Step 1 compiles; then the warm-up, then the alternated chunks.
     state, _ = run_steps(trainer.run_step, state, inputs, 1, 1, batch)
     t_compile = time.perf_counter() - t_compile
     state, _ = run_steps(trainer.run_step, state, inputs, 2, 1 + warmup, batch)
-    timed_inputs = inputs
-    if backend == "device":
-      # Device-bound: the window's batches are prepared before it starts, and the loader
-      # thread has refilled its bounded queue, so no host work overlaps the timed steps
-      # (as in the plain-JAX floor). Cache steps must be planned in order, lookahead ahead.
-      timed_inputs = iter([next(inputs) for _ in range(steps)])
-      time.sleep(0.5)
-    state, timed = run_steps(trainer.run_step, state, timed_inputs, 2 + warmup,
-                             1 + warmup + steps, batch, wait_each_step=True)
-    before = dict(backend_obj.stats())
-    state, piped = run_steps(trainer.run_step, state, inputs, 2 + warmup + steps,
-                             1 + warmup + 2 * steps, batch)
-    after = dict(backend_obj.stats())
+    # Device-only: a waited chunk's batches are prepared before it (the device backend;
+    # cache steps must be planned in order, lookahead ahead), as in the plain-JAX floor.
+    windows = timing.alternate_windows(
+        trainer.run_step, state, inputs, 2 + warmup, steps, bench.chunk_steps, batch,
+        prepare_ahead=backend == "device", stats=backend_obj.stats)
+    state = windows.state
     backend_obj.sync(state)
   finally:
     inputs.close()
     backend_obj.close()
-  median = statistics.median(timed.step_seconds)
   width = trainer.width
   row_opt = row_optimizer_from_config(config.embedding)
   result = {
-      "backend": backend, "examples_per_sec": piped.examples_per_sec,
-      "device_step_ms": median * 1e3, "device_examples_per_sec": batch / median,
-      "mean_unique_per_batch": float(np.mean(timed.unique_counts)), "compile_s": t_compile,
-      "final_loss": float(piped.last_metrics["loss"]),
+      "backend": backend, **timing.window_figures(windows, batch),
+      "mean_unique_per_batch": float(np.mean(windows.unique_counts)), "compile_s": t_compile,
+      "final_loss": float(windows.last_metrics["loss"]),
       "table_rows": spec.total_rows, "row_width": width,
       "embedding_dtype": config.embedding.dtype,
       "state_bytes_per_row": (ROW_DTYPES[config.embedding.dtype].itemsize * width
                               + 4 * row_opt.slot_width(width)),
   }
-  if after:
-    result["cache"] = cache_figures(before, after, backend_obj.num_slots, spec.total_rows)
+  if windows.last_stats:
+    result["cache"] = cache_figures(windows.counters, windows.last_stats,
+                                    backend_obj.num_slots, spec.total_rows)
   if bench.profile and backend == "device":
     db = jax.device_put(backend_obj.prepare_eval(batches[0]))
     result["profile"] = profile_phases(trainer, dense_optimizer_from_config(config.optimizer),
@@ -261,11 +255,11 @@ def run_backend(bench: ml_collections.ConfigDict, backend: str, spec: DatasetSpe
   return result
 
 
-def cache_figures(before: dict, after: dict, cache_rows: int, table_rows: int) -> dict:
-  """Cache counters of the pipelined window alone (differences of cumulative counters)."""
-  d = {k: after[k] - before.get(k, 0) for k in after
-       if isinstance(after[k], (int, float)) and not isinstance(after[k], bool)}
-  ex, steps, row_bytes = max(d["examples"], 1), max(d["steps"], 1), after["row_bytes"]
+def cache_figures(counts: dict, last: dict, cache_rows: int, table_rows: int) -> dict:
+  """Cache figures of the pipelined steps alone: `counts` are their counters' increments,
+  `last` the backend's stats after them (row bytes, steps per swap size)."""
+  d = counts
+  ex, steps, row_bytes = max(d["examples"], 1), max(d["steps"], 1), last["row_bytes"]
   return {
       "cache_rows": cache_rows, "table_to_cache_ratio": table_rows / cache_rows,
       "cache_hit_rate": d["hits"] / max(d["unique_ids"], 1),
@@ -276,69 +270,8 @@ def cache_figures(before: dict, after: dict, cache_rows: int, table_rows: int) -
       "stage_seconds": {k: d[k] for k in ("loader_seconds", "manager_seconds",
                                           "manager_wait_seconds", "writeback_seconds",
                                           "device_wait_seconds")},
-      "steps_per_swap_size": after["steps_per_swap_size"],
+      "steps_per_swap_size": last["steps_per_swap_size"],
   }
-
-
-class FloorPair(NamedTuple):
-  """Our jitted device step and the floor's, each with its state and device batches."""
-
-  step: Callable
-  state: Any
-  batches: list
-  floor_step: Callable
-  floor_state: Any
-  floor_batches: list
-
-
-def make_floor_pair(config: ml_collections.ConfigDict, spec: DatasetSpec,
-                    batches: list[Batch], capacity: int) -> FloorPair:
-  """Our device-backend trainer and the plain-JAX floor on the same batches and capacity."""
-  trainer = build_trainer(workload_config(config, "device", capacity), spec)
-  backend = trainer.backend
-  ours = [jax.device_put(prepare_batch(b, spec.field_offsets, capacity, spec.total_rows)[0],
-                         backend.batch_sharding) for b in batches[:config.steps]]
-  offsets = spec.field_offsets[None, :]
-  floor_batches = [jax.device_put(floor_lib.floor_batch(b.ids + offsets, b.dense, b.labels,
-                                                        capacity, spec.total_rows))
-                   for b in batches[:FLOOR_BATCHES]]
-  floor_state = floor_lib.init_state(spec.total_rows, spec.num_fields, config.embed_dim,
-                                     spec.num_dense)
-  return FloorPair(trainer.run_step.jitted, trainer.state, ours, floor_lib.make_floor_step(),
-                   floor_state, floor_batches)
-
-
-def measure_floor(config: ml_collections.ConfigDict, pair: FloorPair) -> tuple[dict, FloorPair]:
-  """The floor's own figures (its step alone, `floor_deepfm.measure`)."""
-  figures, floor_state = floor_lib.measure(pair.floor_step, pair.floor_state,
-                                           pair.floor_batches, config.steps)
-  return figures, pair._replace(floor_state=floor_state)
-
-
-def interleaved_floor_ratio(config: ml_collections.ConfigDict,
-                            pair: FloorPair) -> tuple[dict, FloorPair]:
-  """Our device step and the floor's, alternated step by step in one process.
-
-  Both see the same machine noise (2 shared cores drift by ~10% within a minute), so
-  the ratio of their median step times is far steadier than separate runs' ratio.
-  """
-  state, floor_state = pair.state, pair.floor_state
-  ours_s, floor_s = [], []
-  for i in range(config.warmup + config.steps):
-    t = time.perf_counter()
-    state, m = pair.step(state, pair.batches[i % len(pair.batches)])
-    jax.block_until_ready(m["loss"])
-    t1 = time.perf_counter()
-    floor_state, loss = pair.floor_step(floor_state,
-                                        pair.floor_batches[i % len(pair.floor_batches)])
-    jax.block_until_ready(loss)
-    t2 = time.perf_counter()
-    if i >= config.warmup:
-      ours_s.append(t1 - t)
-      floor_s.append(t2 - t1)
-  ours_ms, floor_ms = statistics.median(ours_s) * 1e3, statistics.median(floor_s) * 1e3
-  figures = {"step_ms": ours_ms, "floor_step_ms": floor_ms, "step_to_floor_ratio": floor_ms / ours_ms}
-  return figures, pair._replace(state=state, floor_state=floor_state)
 
 
 def _median(values) -> float:
@@ -356,7 +289,7 @@ def validate(config: ml_collections.ConfigDict) -> list[str]:
     if config[field] not in known:
       raise ConfigError(f"config field {field}: unknown {config[field]!r} "
                         f"(known: {', '.join(known)})")
-  for field in ("steps", "repeats", "batch_size", "num_fields", "rows_per_field"):
+  for field in ("steps", "repeats", "batch_size", "num_fields", "rows_per_field", "chunk_steps"):
     if config[field] < 1:
       raise ConfigError(f"config field {field}: must be >= 1, got {config[field]}")
   if config.workload not in WORKLOADS:
@@ -389,18 +322,21 @@ def run(config: ml_collections.ConfigDict) -> dict:
   capacity = unique_capacity(config, spec, batches)
   # Rounds interleave the floor and the backends, so each ratio compares runs of one
   # window; the figures are medians over rounds (2 shared cores drift by ~10% a minute).
-  pair = make_floor_pair(config, spec, batches, capacity) if config.floor else None
+  pair = None
+  if config.floor:
+    trainer = build_trainer(workload_config(config, "device", capacity), spec)
+    pair = timing.make_floor_pair(trainer, spec, batches, capacity, config)
   rounds = []
   for _ in range(config.repeats):
     entry = {}
     if pair:
-      entry["floor"], pair = measure_floor(config, pair)
+      entry["floor"], pair = timing.measure_floor(config, pair)
     entry.update({name: run_backend(config, name, spec, batches, capacity) for name in names})
     if len(names) > 1:
       entry["cache_to_device_ratio"] = (entry["cache"]["examples_per_sec"]
                                         / entry["device"]["examples_per_sec"])
     if pair:
-      entry["floor_interleaved"], pair = interleaved_floor_ratio(config, pair)
+      entry["floor_interleaved"], pair = timing.interleaved_floor_ratio(config, pair)
     rounds.append(entry)
   result = {
       "benchmark": "bench_train", "backend": config.backend, "model": config.model,
@@ -409,8 +345,9 @@ def run(config: ml_collections.ConfigDict) -> dict:
           "zipf": config.zipf} if config.workload == "onehot" else
          {"multihot": dict(config.multihot), "num_fields": spec.num_fields}),
       "embedding_optimizer": config.embedding_optimizer, "timed_steps": config.steps,
-      "embedding_dtype": config.embedding.dtype,
-      "distinct_batches": pool, "fresh_batches": pool >= total_steps,
+      "embedding_dtype": config.embedding.dtype, "split_input": config.split_input,
+      "loader_nice": config.loader_nice,
+      "chunk_steps": config.chunk_steps, "distinct_batches": pool, "fresh_batches": pool >= total_steps,
       "data_generation_s": gen_seconds, "devices": jax.device_count(),
       "platform": jax.devices()[0].platform, "repeats": len(rounds), "unique_capacity": capacity,
       "workload": config.workload, "table_rows": spec.total_rows,
@@ -425,7 +362,8 @@ def round_medians(rounds: list[dict], names: list[str], batch_size: int) -> dict
   first = rounds[-1][names[0]]
   out = {k: first[k] for k in ("mean_unique_per_batch", "compile_s", "final_loss",
                                "state_bytes_per_row")}
-  for key in ("examples_per_sec", "device_step_ms"):
+  for key in ("examples_per_sec", "device_step_ms", "device_mean_step_ms",
+              "end_to_end_to_device_ratio"):
     out[key] = _median([r[names[0]][key] for r in rounds])
   out["device_examples_per_sec"] = batch_size / (out["device_step_ms"] * 1e-3)
   out["median_step_ms"] = out["device_step_ms"]

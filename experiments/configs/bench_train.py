@@ -37,6 +37,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   e.dtype = "float32"  # table rows: float32 | bfloat16 | float16 (sfjax/embedding/row_dtype.py)
   e.stochastic_rounding = False  # half-width rows: stochastic rounding of the updates
   c.repeats = 1  # rounds of (floor, backends), interleaved; figures are medians over rounds
+  c.chunk_steps = 5  # waited (device-only) and pipelined (end-to-end) steps alternate in chunks
+  c.split_input = False  # model.split_input (deepfm: no concatenated MLP input; issue #27)
+  c.loader_nice = 10  # train.loader_nice: niceness of the device backend's loader thread
   c.floor = False  # also run the plain-JAX floor (experiments/floor_deepfm.py) in each round
   c.out = ""  # also write the JSON result here
   c.workload = "onehot"  # onehot (the fields above) | multihot (data.format=multihot rows)

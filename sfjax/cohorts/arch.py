@@ -60,6 +60,9 @@ _LAYER_KEYS = {
     "bottom_mlp_dims": ("model.bottom_mlp.depth", "model.bottom_mlp.width"),
 }
 # Scalar model keyword arguments taken as they are: key -> (type, lowest value).
+# Model keyword arguments that change only how the train step lays its work out, not the
+# architecture or its results (`model.split_input`, issue #27): trials keep the default.
+_STEP_LAYOUT_ARGS = frozenset({"split_input"})
 _SCALAR_MODEL_KEYS: dict[str, int | None] = {  # kwarg -> lowest value of an int; None: a str
     "cross_layers": 0, "cross_rank": 0, "cross_structure": None,
     "attention_layers": 1, "attention_heads": 1, "attention_dim": 1, "blocks": None,
@@ -259,6 +262,8 @@ def split_config(config: Mapping[str, Any]) -> tuple[ArchSpec, dict[str, float]]
   used = models.model_hparams(name)
   hparams: dict[str, Any] = {}
   for kwarg in used:
+    if kwarg in _STEP_LAYOUT_ARGS:
+      continue
     if kwarg in _LAYER_KEYS:
       hparams[kwarg] = _layers(config, kwarg)
     elif kwarg in _SCALAR_MODEL_KEYS:

@@ -48,6 +48,31 @@ class MLP(nnx.Module):
       x = jax.nn.relu(layer(x))
     return self.out(x) if self.out is not None else x
 
+  def call_on_parts(self, parts: Sequence[jax.Array]) -> jax.Array:
+    """`self(concatenate(parts, axis=1))` without building the concatenated input.
+
+    The first layer multiplies each part `[B, n_i]` by its own rows of the kernel and
+    sums the products, so no `[B, sum n_i]` copy is written and the backward pass
+    computes an input gradient only for the parts that need one. Equal to `__call__`
+    up to float rounding (the sum runs in another order). Needs a hidden layer.
+    """
+    if not self.hidden:
+      raise ValueError("MLP.call_on_parts: the MLP has no hidden layer to split")
+    first, start = self.hidden[0], 0
+    kernel = first.kernel[...]  # [sum n_i, H]
+    assert first.bias is not None  # nnx.Linear's default use_bias=True (built above)
+    x = first.bias[...]
+    for part in parts:
+      x = x + part @ kernel[start:start + part.shape[1]]
+      start += part.shape[1]
+    if start != kernel.shape[0]:
+      raise ValueError(f"MLP.call_on_parts: the parts have {start} columns in all, the first "
+                       f"layer takes {kernel.shape[0]}")
+    x = jax.nn.relu(x)
+    for layer in list(self.hidden)[1:]:
+      x = jax.nn.relu(layer(x))
+    return self.out(x) if self.out is not None else x
+
 
 class DenseLinear(nnx.Module):
   """Linear term on the dense features, `dense @ w` without bias; zero when Nd = 0."""

@@ -248,6 +248,8 @@ def validate(config, *, default_host_path: bool = False) -> None:
                 "train.log_every"):
     _positive_int(config, field)
   _integer(config, "train.prefetch", 0, 1024)
+  if "loader_nice" in config.train:
+    _integer(config, "train.loader_nice", 0, 19)
   _integer(config, "train.num_devices", 0, 1 << 20)
   _choice(config.get("resume", "strict"), "resume", resume_check.RESUME_POLICIES)
   checkpoint.checkpoint_settings(config)  # checkpoint.every_steps / keep, when the block exists

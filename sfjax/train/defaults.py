@@ -86,6 +86,9 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   #                    | din (needs a data set with a sequence feature: format multihot, ...)
   mo.embed_dim = 16
   mo.mlp_dims = (400, 400, 400)
+  mo.split_input = False  # deepfm: gather vectors and weights as separate blocks, MLP's first
+  #                        layer split per block (no concatenated input): ~4% faster step on
+  #                        CPU, equal up to float rounding (issue #27; DeepFM.from_unique_rows)
   mo.cross_layers = 3  # dcnv2
   mo.cross_rank = 0  # dcnv2: 0 = full-rank cross matrices
   mo.cross_structure = "stacked"  # dcnv2: stacked (cross then MLP) | parallel
@@ -151,6 +154,8 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   t.eval_batch_size = 8192
   t.log_every = 100
   t.prefetch = 4  # host batches prepared ahead of the device step
+  t.loader_nice = 10  # device backend: niceness (0-19, Linux) of the batch-preparation thread,
+  #                    so it yields the cores to XLA's step threads (issue #27); 0 = unchanged
   t.num_devices = 0  # data-parallel devices of the ('data',) mesh; 0 = all local devices
 
   # ---- many processes / hosts (jax.distributed; sfjax/parallel/distributed.py) ----

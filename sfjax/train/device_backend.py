@@ -129,6 +129,7 @@ class DeviceBackend:
       self._eval_step = jax.jit(lambda params, values, db: step_lib.forward_logits(
           graphdef, params, device_table.gather_values(values, db.rows), db))
     self._prefetch = max(1, config.train.prefetch)
+    self._loader_nice = config.train.get("loader_nice", 0)
 
   @property
   def rows_per_device(self) -> int:
@@ -166,7 +167,8 @@ class DeviceBackend:
                                 self._table_starts)
       return distributed.put_global(self._blocked(db, n, self.capacity), self.batch_sharding), n
 
-    return background.map_in_background(prep, batches, maxsize=self._prefetch, name="sfjax-data")
+    return background.map_in_background(prep, batches, maxsize=self._prefetch, name="sfjax-data",
+                                        nice=self._loader_nice)
 
   def prepare_eval(self, batch: types.Batch) -> DeviceBatch:
     """VSI of an eval batch: rows of the device table (row-sharded: per-owner blocks)."""

@@ -51,8 +51,13 @@ def call_model(model: nnx.Module, uniq_values: jax.Array, batch: DeviceBatch) ->
   """`model(rows[vids], dense)`, or with the per-id weights of a feature layout.
 
   `rows[vids]` is `[B, F, E]`, or `[B, S, E]` id columns that the model's input wrapper
-  pools by `batch.weights [B, S]` (`sfjax.models.behavior.pooling`).
+  pools by `batch.weights [B, S]` (`sfjax.models.behavior.pooling`). A model built to
+  read the unique rows itself (`reads_unique_rows`: DeepFM with `model.split_input`)
+  gets `(rows [U, E], vids, dense)` and gathers the blocks it needs.
   """
+  if batch.weights is None and getattr(model, "reads_unique_rows", False):
+    from_rows = model.from_unique_rows  # type: ignore[attr-defined]
+    return from_rows(uniq_values, batch.vids, batch.dense)
   emb = jnp.take(uniq_values, batch.vids, axis=0)
   if batch.weights is None:
     return model(emb, batch.dense)

@@ -1,5 +1,7 @@
 """Background stage: ordering, failure propagation, clean shutdown."""
 
+import os
+import sys
 import threading
 import time
 import traceback
@@ -57,3 +59,18 @@ def test_context_manager_and_bad_maxsize():
   assert not it._thread.is_alive()
   with pytest.raises(ValueError, match="maxsize"):
     background.BackgroundIterator([], maxsize=0)
+
+
+def _niceness() -> int:
+  return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
+def test_a_nice_stage_lowers_its_own_thread_only():
+  before = _niceness()
+  seen = list(background.map_in_background(lambda _: _niceness(), range(3), nice=7))
+  assert seen == [max(7, before)] * 3
+  assert list(background.map_in_background(lambda _: _niceness(), range(2))) == [before] * 2
+  assert _niceness() == before  # the consumer's thread is untouched
+  with pytest.raises(ValueError, match=r"nice must be in \[0, 19\], got 20"):
+    background.BackgroundIterator(range(3), nice=20)

@@ -25,6 +25,11 @@ def _check_run(run):
   assert math.isclose(run["device_examples_per_sec"], 16 / (run["device_step_ms"] * 1e-3),
                       rel_tol=1e-9)
   assert 4 <= run["mean_unique_per_batch"] <= 64  # >= one id per field, <= B x F
+  # Waited and pipelined chunks alternate: the ratio pairs each pipelined chunk with the
+  # waited one before it (step_timing_test checks the arithmetic).
+  ratio = run["end_to_end_to_device_ratio"]
+  assert math.isfinite(ratio) and ratio > 0
+  assert math.isfinite(run["device_mean_step_ms"]) and run["device_mean_step_ms"] > 0
   assert math.isfinite(run["final_loss"]) and run["final_loss"] > 0
 
 
@@ -63,6 +68,13 @@ def test_device_backend_with_profile():
                                    "dense_optimizer_ms", "row_update_ms"}
   for key, ms in final["profile"].items():
     assert math.isfinite(ms) and ms > 0, (key, ms)
+
+
+def test_split_input_deepfm_runs_and_is_reported():
+  final = bench_train.run(_config(backend="device", split_input=True, chunk_steps=3,
+                                  distinct_batches=12))
+  _check_common(final, "device")
+  assert final["split_input"] and final["chunk_steps"] == 3
 
 
 def test_both_backends_on_fresh_batches():
@@ -130,7 +142,7 @@ def test_every_round_reruns_the_floor_beside_the_device_step():
 
 
 @pytest.mark.parametrize("field,value", [("backend", "disk"), ("embedding_optimizer", "lion"),
-                                         ("repeats", 0)])
+                                         ("repeats", 0), ("chunk_steps", 0)])
 def test_bad_fields_are_named(field, value):
   with pytest.raises(ConfigError, match=f"config field {field}:"):
     bench_train.run(_config(**{field: value}))

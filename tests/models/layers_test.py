@@ -3,6 +3,7 @@
 import chex
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 
 from sfjax.models.layers import MLP, DenseLinear
@@ -47,3 +48,19 @@ def test_dense_linear_is_a_dot_and_zero_without_dense_features():
   np.testing.assert_allclose(lin(np.array([[1.0, 3.0], [0.5, 0.0]], np.float32)), [-1.0, 1.0])
   empty = DenseLinear(0, rngs=nnx.Rngs(0))
   np.testing.assert_array_equal(empty(np.zeros((3, 0), np.float32)), np.zeros(3))
+
+
+def test_mlp_on_parts_equals_mlp_on_their_concatenation():
+  mlp = MLP(7, (5, 3), 1, rngs=nnx.Rngs(2))
+  rng = np.random.default_rng(2)
+  a, b = (rng.standard_normal((4, n)).astype(np.float32) for n in (4, 3))
+  out = jax.jit(lambda m, a, b: m.call_on_parts([a, b]))(mlp, a, b)
+  np.testing.assert_allclose(out, _np_mlp(mlp, np.concatenate([a, b], 1)), rtol=1e-5, atol=1e-6)
+
+
+def test_mlp_on_parts_checks_the_widths_and_needs_a_hidden_layer():
+  mlp = MLP(7, (5,), 1, rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match="6 columns in all, the first layer takes 7"):
+    mlp.call_on_parts([np.zeros((2, 4), np.float32), np.zeros((2, 2), np.float32)])
+  with pytest.raises(ValueError, match="no hidden layer"):
+    MLP(3, (), 1, rngs=nnx.Rngs(0)).call_on_parts([np.zeros((2, 3), np.float32)])

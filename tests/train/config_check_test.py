@@ -184,6 +184,7 @@ _COMMON_FIELDS = {
     "train.eval_every": _int_in(1),
     "train.log_every": _int_in(1),
     "train.prefetch": _int_in(0, 1024),
+    "train.loader_nice": _int_in(0, 19),
     "train.num_devices": _int_in(0, 1 << 20),
     # Checked by sfjax.checkpoint.checkpointer.settings: any size (they are only compared with steps).
     "checkpoint.every_steps": _int_in(0, math.inf),
@@ -268,6 +269,7 @@ def _loose(fmt="criteo", **fields):
     ("data.synthetic.num_dense", 2**63, "synthetic"),  # past int64
     ("seed", -1, "criteo"),  # numpy's default_rng refuses negative seeds
     ("train.prefetch", "4", "criteo"),
+    ("train.loader_nice", 20, "criteo"),
     ("train.num_devices", 1.5, "criteo"),
     ("embedding.cache_rows", math.nan, "criteo"),
     ("embedding.cache_rows", 2.5, "criteo"),  # neither a row count nor a fraction

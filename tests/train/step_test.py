@@ -7,6 +7,7 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
+from jax.extend import core as jax_core
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -174,3 +175,36 @@ def test_model_variables_are_written_back_and_the_params_train_as_without_them()
   chex.assert_trees_all_close(state.table, plain_state.table, rtol=1e-6, atol=1e-7)
   with pytest.raises(ValueError, match="model_variables is not supported"):
     step_lib.make_train_step(graphdef, tx, row_opt, model_variables=True, row_axis="data")
+
+
+def _jaxpr_primitives(jaxpr) -> set[str]:
+  """Names of every primitive in `jaxpr`, sub-jaxprs (pjit, custom_jvp) included."""
+  names = set()
+  for eqn in jaxpr.eqns:
+    names.add(eqn.primitive.name)
+    for sub in jax_core.jaxprs_in_params(eqn.params):
+      names |= _jaxpr_primitives(sub)
+  return names
+
+
+def test_split_input_deepfm_trains_as_the_default_up_to_rounding():
+  """model.split_input: the step calls DeepFM.from_unique_rows (no concatenated MLP input)."""
+  outs, prims = [], []
+  for split in (False, True):
+    model = models.build_model("deepfm", num_fields=3, embed_dim=4, num_dense=2,
+                               rngs=nnx.Rngs(0), mlp_dims=(8,), split_input=split)
+    graphdef, params = nnx.split(model)
+    tx, row_opt = optax.adam(1e-2), ro.rowwise_adagrad(0.1)
+    table = dt.init_table(SPEC.total_rows, models.embedding_width("deepfm", 4), row_opt, seed=0,
+                          stddev=0.1)
+    state = state_lib.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), table)
+    step = jax.jit(step_lib.make_train_step(graphdef, tx, row_opt), donate_argnums=0)
+    db = _device_batch(_batch(3))
+    prims.append(_jaxpr_primitives(jax.make_jaxpr(
+        lambda p, v, b, g=graphdef: step_lib.forward_logits(g, p, v, b))(
+            params, jnp.zeros((B * 3, 5)), db).jaxpr))
+    for seed in range(3):
+      state, m = step(state, _device_batch(_batch(seed)))
+    outs.append((m["loss"], state.table, state.params))
+  chex.assert_trees_all_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
+  assert "concatenate" in prims[0] and "concatenate" not in prims[1]
