@@ -62,11 +62,16 @@ FLAT, VEC, REST = "flat", "vec", "rest"
 _ADAGRAD_FILL = float(ctr_defaults_lib.ctr_defaults().embedding.adagrad_initial_accumulator)
 
 
+def rows_paddable(embedding_optimizer: str) -> bool:
+  """Whether rows of this row optimizer (of each of a program's set, `lane_optimizers.lanes_name`)
+  may take zero padded columns: an element-wise one leaves a column of zero gradient still."""
+  return all(name in _EMBED_MASKABLE_ROW_OPTIMIZERS for name in lane_names(embedding_optimizer))
+
+
 def embed_maskable(model_name: str, embedding_optimizer: str) -> bool:
   """Whether trials of this model and row optimizer may differ in `embed_dim` in one bucket
   (a program's set of row optimizers, `lane_optimizers.lanes_name`: when each may)."""
-  return model_name in _EMBED_MASKABLE_MODELS and all(
-      name in _EMBED_MASKABLE_ROW_OPTIMIZERS for name in lane_names(embedding_optimizer))
+  return model_name in _EMBED_MASKABLE_MODELS and rows_paddable(embedding_optimizer)
 
 
 class EmbedLayout(NamedTuple):

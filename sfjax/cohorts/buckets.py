@@ -33,14 +33,18 @@ the largest; a trial's row columns, slot blocks and the dense axes that follow t
 embedding layout (flattened field vectors, DLRM's z) are remapped by its rules, the
 padded columns are zero and their gradients exactly zero.
 
-The `composed` model (a block spec, `model.blocks`) is bucketed by `padded_blocks`:
-its tower's widths and depth, its cross blocks' layers and its `dense.linear` term
-are masked, and in parallel combination so is its set of interaction blocks (all
-but `first_order`): the superset holds the union of the trials' blocks and a 0/1
-gate per block (`ComposedModel.gates`, frozen), 1 on the trial's own blocks, 0 on
-the others, whose outputs and gradients are then exactly 0. `pad_state` and
-`unpad_state` take the trial's and the superset's ArchSpec (`arch=`, `sup_arch=`)
-to move a trial's blocks to their superset indices and set its gates.
+The `composed` model (a block spec, `model.blocks`) is bucketed by `padded_blocks`
+(its docstring has the rules): in either combination its interaction blocks (the
+superset holds their union), its tower's sizes and inputs (and in parallel its
+presence), its cross layers, `dense.linear`, `bias`, `first_order` and its per-group
+embedding dims (their group count stays) are masked; row-wise row optimizers keep
+the row layout in the key. Parallel blocks a trial lacks have gate 0
+(`ComposedModel.gates`), stacked ones zero tower rows, and columns past a trial's own
+dims a column gate 0 (`ComposedModel.column_gates`): their outputs and gradients are
+exactly 0. A trial's rows lie in the superset's first columns, its first-order column
+on the superset's. `pad_state` and `unpad_state` take the trial's and the superset's
+ArchSpec (`arch=`, `sup_arch=`) to move a trial's blocks to their superset indices,
+set its gates and remap the dense axes that follow the columns.
 
 Row optimizers (issue #26): `bucket_key(..., merge_optimizers=True)` (what a search
 with `study.fill_cohorts` groups by) leaves the row optimizer out of the key; the
@@ -50,15 +54,13 @@ columns placed as for one optimizer, the rest untouched), so a trial of a mixed
 program still equals its own run.
 
 What stays in the bucket key (a different value means a different bucket): the
-model family, `embed_dim` for other models (`composed`) and row-wise row
-optimizers (rowwise_adagrad's mean over a row changes with padding), the row
-optimizer (unless merged, above) and the dense optimizer, the cross rank and structure, attention and CIN sizes, a bottom
-MLP, an MLP of depth 0 (no hidden layer to hold an identity), and of a composed
-spec: the embedding dims, the `first_order` block, the combination, the bias, the
-bottom MLP, the tower's presence and inputs (and a tower without hidden layers),
-in stacked combination the block list with every parameter but cross layers (in
-parallel, blocks of other parameters are other entries of the superset's union),
-and the whole spec when one block entry appears twice or the spec is gated.
+model family, `embed_dim` for row-wise row optimizers (rowwise_adagrad's mean over
+a row changes with padding; a `composed` model's follows its spec), the row
+optimizer (unless merged, above) and the dense optimizer, the cross rank and
+structure, attention and CIN sizes, a bottom MLP, an MLP of depth 0 (no hidden
+layer to hold an identity), and of a composed spec: the combination, the bottom
+MLP, the embedding group count, a tower without hidden layers, and the whole spec
+when one block entry appears twice or the spec is gated.
 """
 
 from __future__ import annotations
@@ -99,11 +101,13 @@ def bucket_key(arch: ArchSpec, merge_optimizers: bool = False) -> ArchSpec:
   too: the bucket's program picks each lane's (`lane_optimizers`); a key with it
   is coarser than one without (equal plain keys give equal merged keys).
   """
+  pad_rows = padded_layout.rows_paddable(arch.embedding_optimizer)
   hparams = tuple((k, _MASKED if k in _MASKED_HPARAMS and v != () else
-                   padded_blocks.bucket_blocks(v) if k == _BLOCKS_HPARAM else v)
+                   padded_blocks.bucket_blocks(v, pad_rows) if k == _BLOCKS_HPARAM else v)
                   for k, v in arch.model_hparams)
+  # A composed model's row width follows its spec, whose key (above) holds what fixes it.
   embed_dim = (_MASKED if padded_layout.embed_maskable(arch.model_name, arch.embedding_optimizer)
-               else arch.embed_dim)
+               or _BLOCKS_HPARAM in dict(arch.model_hparams) else arch.embed_dim)
   # A key's embed_dim may be the "masked" placeholder: keys are only hashed, compared and named.
   optimizer = _MASKED if merge_optimizers else arch.embedding_optimizer
   return dataclasses.replace(arch, model_hparams=hparams, embedding_optimizer=optimizer,
@@ -147,10 +151,12 @@ def superset(archs: Sequence[ArchSpec]) -> ArchSpec:
     hparams["mlp_dims"] = (max(max(d) for d in dims),) * max(len(d) for d in dims)
   if "cross_layers" in hparams:
     hparams["cross_layers"] = max(h["cross_layers"] for h in all_hparams)
+  embed_dim = max(a.embed_dim for a in archs)
   if _BLOCKS_HPARAM in hparams:
     hparams[_BLOCKS_HPARAM] = padded_blocks.superset_blocks([h[_BLOCKS_HPARAM] for h in all_hparams])
+    embed_dim = padded_blocks.spec_width(hparams[_BLOCKS_HPARAM])
   return dataclasses.replace(archs[0], model_hparams=tuple(sorted(hparams.items())),
-                             embed_dim=max(a.embed_dim for a in archs),
+                             embed_dim=embed_dim,
                              embedding_optimizer=lane_optimizers.lanes_name(
                                  [a.embedding_optimizer for a in archs]))
 
@@ -170,20 +176,39 @@ def _is_hidden_kernel(path: str, shape: tuple[int, ...]) -> bool:
 
 class _Layout:
   """Where a trial state's leaves lie in its superset's: the embed-dim layout of
-  `padded_layout` (None: same embed_dim, every leaf in the corner)."""
+  `padded_layout` (None: same embed_dim, every leaf in the corner), or for a `composed`
+  superset the column layout of `padded_blocks`."""
 
-  def __init__(self, exact_state, sup_state):
-    """Infers the layout from the two states' shapes (leaves or ShapeDtypeStructs)."""
+  def __init__(self, exact_state, sup_state, arch: ArchSpec | None = None,
+               sup_arch: ArchSpec | None = None):
+    """Infers the layout from the two states' shapes (leaves or ShapeDtypeStructs).
+
+    With a `composed` superset and both ArchSpecs: a trial row's field columns lie in
+    the superset's first columns and its first-order column on the superset's; dense
+    axes follow `padded_blocks.ColumnLayout` when the superset gates columns, else
+    every param takes the corner.
+    """
     self.sup_params = _shapes(sup_state.params)
     width, sup_width = exact_state.table.values.shape[1], sup_state.table.values.shape[1]
     if width > sup_width:
       raise ValueError(f"pad_state: rows of width {width} do not fit the superset's {sup_width}")
-    self.layout = padded_layout.infer_layout(_shapes(exact_state.params), self.sup_params,
-                                             width, sup_width)
+    self.layout: padded_layout.EmbedLayout | None = None
+    self.columns_of: padded_blocks.ColumnLayout | None = None
+    if sup_arch is not None and arch is not None and _is_composed(sup_arch):
+      text, sup_text = (dict(a.model_hparams)[_BLOCKS_HPARAM] for a in (arch, sup_arch))
+      gates = next((v for k, v in self.sup_params.items() if k.startswith("['column_gates']")), None)
+      rows = None if width == sup_width else padded_layout.EmbedLayout(False, 0, 0, width, sup_width)
+      if gates is not None:
+        self.columns_of = padded_blocks.ColumnLayout(text, sup_text, gates[0], self.sup_params)
+        dim, sup_dim = self.columns_of.vector_dims
+        rows = padded_layout.EmbedLayout(self.columns_of.first_order, 0, 0, dim, sup_dim)
+    else:
+      self.layout = rows = padded_layout.infer_layout(_shapes(exact_state.params),
+                                                      self.sup_params, width, sup_width)
     self.slot_index, self.slot_fill = padded_layout.slot_layout(
-        self.layout, width, exact_state.table.opt_slots.shape[1], sup_width,
+        rows, width, exact_state.table.opt_slots.shape[1], sup_width,
         sup_state.table.opt_slots.shape[1])
-    self.columns = (np.arange(width) if self.layout is None else self.layout.table_columns())
+    self.columns = (np.arange(width) if rows is None else rows.table_columns())
 
   def index(self, path: str, shape, sup_shape):
     """`np.ix_` index of a trial leaf at `path` (state-relative) in its superset leaf."""
@@ -191,7 +216,13 @@ class _Layout:
       if shape[0] != sup_shape[0]:
         raise ValueError(f"pad_state: the table has {shape[0]} rows, the superset's {sup_shape[0]}")
       return np.ix_(np.arange(shape[0]), self.columns if path == ".values" else self.slot_index)
+    if self.columns_of is not None:
+      return np.ix_(*self.columns_of.leaf_index(path, shape, sup_shape))
     return np.ix_(*padded_layout.leaf_index(self.layout, path, shape, sup_shape, self.sup_params))
+
+
+def _is_composed(arch: ArchSpec | None) -> bool:
+  return arch is not None and _BLOCKS_HPARAM in dict(arch.model_hparams)
 
 
 def _block_map(arch: ArchSpec | None, sup_arch: ArchSpec | None, sup_params, where: str):
@@ -201,7 +232,7 @@ def _block_map(arch: ArchSpec | None, sup_arch: ArchSpec | None, sup_params, whe
   Raises:
     ValueError: the superset gates its blocks but `arch` or `sup_arch` is missing.
   """
-  gates = [k for k in sup_params if k.startswith("['gates']")]
+  gates = [k for k in sup_params if k.startswith(("['gates']", "['column_gates']"))]
   text = dict(arch.model_hparams).get(_BLOCKS_HPARAM) if arch is not None else None
   sup_text = dict(sup_arch.model_hparams).get(_BLOCKS_HPARAM) if sup_arch is not None else None
   if text is None or sup_text is None:
@@ -210,8 +241,12 @@ def _block_map(arch: ArchSpec | None, sup_arch: ArchSpec | None, sup_params, whe
                        "arch= and sup_arch=, the trial's and the superset's ArchSpec")
     return (lambda key: key), {}
   index = padded_blocks.block_index(text, sup_text)
-  row = padded_blocks.gate_row(text, sup_text)
-  fills = {k: row for k in gates} if row is not None else {}
+  fills = {}
+  for key in gates:
+    row = (padded_blocks.gate_row(text, sup_text) if key.startswith("['gates']") else
+           padded_blocks.column_gate_row(text, sup_text, sup_params[key][0]))
+    if row is not None:
+      fills[key] = row
   return (lambda key: padded_blocks.rename_path(key, index)), fills
 
 
@@ -264,7 +299,7 @@ def pad_state(exact_state, template, *, arch: ArchSpec | None = None,
       widths differ for a model or row optimizer `padded_layout` cannot remap, or a
       gated superset without `arch` and `sup_arch`.
   """
-  layout = _Layout(exact_state, template)
+  layout = _Layout(exact_state, template, arch, sup_arch)
   rename, gate_fills = _block_map(arch, sup_arch, layout.sup_params, "pad_state")
   params, mask = _pad_tree(exact_state.params, template.params, layout, missing_params=True,
                            fills=gate_fills, rename=rename)
@@ -281,7 +316,7 @@ def unpad_state(padded_state, template, *, arch: ArchSpec | None = None,
   """Inverse of `pad_state`: the trial's own entries, in the shapes of `template` (its
   exact-shape abstract TrainState); identity layers, padding and gates are dropped.
   `arch`, `sup_arch`: as `pad_state`'s."""
-  layout = _Layout(template, padded_state)
+  layout = _Layout(template, padded_state, arch, sup_arch)
   rename, _ = _block_map(arch, sup_arch, layout.sup_params, "unpad_state")
   out = []
   for part in ("params", "opt_state", "table"):

@@ -8,7 +8,8 @@ A spec is a JSON-able dict (what `--config.model.blocks` carries, as JSON text):
      "interactions": [{"type": "first_order"}, {"type": "fm", "pairs": null}],
      "combine": "parallel",                          # parallel | stacked
      "tower": {"dims": [400, 400, 400], "inputs": ["embeddings", "dense"]},  # or null
-     "gated": false}                                 # a 0/1 gate per parallel block
+     "gated": false,                                 # a 0/1 gate per parallel block
+     "gated_columns": false}                         # a 0/1 gate per field column
 
 `combine`: "parallel" adds every interaction block's output to the logit (a
 bias-free Linear head for feature blocks); "stacked" feeds every block's output
@@ -22,6 +23,9 @@ parameter `gates[i]` (init 1): a shape bucket's superset model
 (`sfjax.cohorts.bucket_blocks`) holds the union of its trials' blocks and
 switches off, per trial, those the trial lacks (gate 0, frozen). The canonical
 form carries `"gated": true` only when set, so specs without it keep their text.
+`gated_columns` (canonical only when set, likewise) multiplies the embedding rows `[B, F, E]`
+by a `[F, E]` parameter (init 1): a superset of trials with smaller per-field dims
+zeroes, per trial, the columns past its own dims (the same bucket module).
 
 Missing keys take the defaults above (tower: none; tower inputs: ["embeddings",
 "dense"] when parallel, ["blocks"] when stacked; block parameters: each block's
@@ -49,7 +53,8 @@ BLOCK_TYPES: dict[str, type[pair_blocks.Block]] = {
 PAIRWISE_TYPES = tuple(t for t, cls in BLOCK_TYPES.items() if cls.pairwise)
 COMBINES = ("parallel", "stacked")
 _TOWER_INPUTS = ("embeddings", "dense", "bottom", "blocks")
-_TOP_KEYS = ("embedding", "dense", "bias", "interactions", "combine", "tower", "gated")
+_TOP_KEYS = ("embedding", "dense", "bias", "interactions", "combine", "tower", "gated",
+             "gated_columns")
 _MAX = 1 << 20  # widths, depths and field indices: far beyond any CTR model
 
 
@@ -176,6 +181,8 @@ def validate_spec(spec: Mapping[str, Any], field: str = "model.blocks") -> dict:
     if combine != "parallel":
       w.fail("gated", "only a parallel model gates its blocks (stacked blocks feed the tower)")
     out["gated"] = True  # only when set: ungated specs keep their canonical text
+  if _bool(w, "gated_columns", spec.get("gated_columns", False)):
+    out["gated_columns"] = True  # likewise
   _check_consistency(w, out)
   return out
 

@@ -15,7 +15,10 @@ when Nd = 0), `blocks` (the interaction blocks, in spec order), `gates` (`[num
 blocks]`, init 1, only for a `gated` spec: parallel block i adds `gates[i] *
 block_i(inputs)`; 1 is exact, 0 makes the block's output and every gradient
 through it exactly 0, which shape buckets use to switch off a trial's absent
-blocks), `tower` (MLP to 1 or None).
+blocks), `column_gates` (`[F, E]`, init 1, only for a `gated_columns` spec: the
+rows are multiplied by it first, so a 0 column reads as 0 and takes gradient 0;
+shape buckets switch off the columns past a trial's own field dims), `tower`
+(MLP to 1 or None).
 """
 
 from __future__ import annotations
@@ -86,6 +89,8 @@ class ComposedModel(nnx.Module):
         for b in spec["interactions"]])
     self.gates = (nnx.Param(jnp.ones((len(self.blocks),), jnp.float32))
                   if spec.get("gated", False) else None)
+    self.column_gates = (nnx.Param(jnp.ones((num_fields, width), jnp.float32))
+                         if spec.get("gated_columns", False) else None)
     self.tower_inputs = tuple(spec["tower"]["inputs"]) if spec["tower"] is not None else ()
     self.tower = self._build_tower(spec["tower"], has_bottom, rngs)
 
@@ -105,6 +110,8 @@ class ComposedModel(nnx.Module):
     """Maps `emb: [B, F, E]`, `dense: [B, Nd]` to logits `[B]`."""
     check_inputs(NAME, emb, dense, num_fields=self.num_fields, width=self.width,
                  num_dense=self.num_dense)
+    if self.column_gates is not None:
+      emb = emb * self.column_gates[...]  # [B, F, E] * [F, E]
     vectors = self.layout.vectors(emb)  # [B, F, D]
     flat = self.layout.flat(emb)  # [B, sum_f d_f]
     z = self.bottom(dense) if self.bottom is not None else None  # [B, D]

@@ -22,6 +22,7 @@ from sfjax.train import step as step_lib
 STEPS = 12  # the shared `data` fixture's steps per budget unit (conftest.py)
 FO, FM, IP = {"type": "first_order"}, {"type": "fm"}, {"type": "inner_product"}
 GP = {"type": "gated_pairs"}
+OP = {"type": "outer_product"}
 CIN = {"type": "cin", "layer_dims": [3, 2]}
 ATT = {"type": "self_attention", "layers": 1, "heads": 2, "head_dim": 2}
 
@@ -30,10 +31,13 @@ def _cross(layers, rank=0):
   return {"type": "cross", "layers": layers, "rank": rank}
 
 
-def _arch(interactions, tower=(8,), linear=True, combine="parallel", dims=(4,), **config):
+def _arch(interactions, tower=(8,), linear=True, combine="parallel", dims=(4,), bias=None,
+          inputs=None, bottom=None, **config):
   spec = {"embedding": {"dims": list(dims)}, "interactions": interactions, "combine": combine,
-          "dense": {"linear": linear},
-          "tower": None if tower is None else {"dims": list(tower)}, "bias": tower is None}
+          "dense": {"linear": linear, "bottom_mlp": bottom},
+          "tower": None if tower is None else {"dims": list(tower),
+                                               **({"inputs": inputs} if inputs else {})},
+          "bias": tower is None if bias is None else bias}
   text = json.dumps(spec)
   width = max(dims) + any(b["type"] == "first_order" for b in interactions)
   return arch_lib.split_config({"model.name": "composed", "model.blocks": text,
@@ -48,27 +52,106 @@ def test_parallel_blocks_tower_sizes_and_dense_linear_share_a_bucket():
   base = _arch([FO, FM])
   same = [_arch([FO, FM, _cross(2)]), _arch([FO, CIN, ATT], tower=(32, 32, 32)),
           _arch([FO, GP], linear=False), _arch([FO]), _arch([FM, FO, IP]),
-          _arch([FO, FM, _cross(1, 4)], tower=(16,))]
+          _arch([FO, FM, _cross(1, 4)], tower=(16,)),
+          _arch([FM]), _arch([IP, ATT], tower=(16,), linear=False),  # no first-order column
+          _arch([FO, FM], dims=(8,)), _arch([FO, FM], tower=None),  # gated columns; no tower
+          _arch([FM], tower=(8,), bias=True), _arch([FO, FM], inputs=["dense"]),
+          _arch([FO, FM], inputs=["bottom", "embeddings"])]  # tower inputs: rows remapped
   for arch in same:
     assert padded.bucket_key(arch) == padded.bucket_key(base), arch.describe()
-  other = [_arch([FM]),  # no first-order column: rows of another width
-           _arch([FO, FM], dims=(8,)), _arch([FO, FM], tower=None),
+  other = [_arch([FO, FM], dims=(4, 8)),  # another group count: other fields share a dim
            _arch([FO, FM], tower=()),  # a tower without hidden layers cannot pad
            _arch([FO, FM], combine="stacked"),
            _arch([FO, FM], **{"embedding.optimizer": "adam"}),
+           _arch([FO, FM], **{"optimizer.name": "sgd"}),
            _arch([FO, FM, FM])]  # one entry twice: not maskable
   for arch in other:
     assert padded.bucket_key(arch) != padded.bucket_key(base), arch.describe()
 
 
-def test_stacked_blocks_stay_in_the_key_but_sizes_do_not():
+def test_a_row_wise_optimizer_keeps_its_rows_in_the_key():
+  # rowwise_adagrad's mean over a row would see padded columns: its dims and first-order
+  # column stay in the key; everything else is masked as for the others.
+  def rowwise(interactions, **kw):
+    return _arch(interactions, **kw, **{"embedding.optimizer": "rowwise_adagrad"})
+
+  base = rowwise([FO, FM])
+  for arch in (rowwise([FO, IP], tower=None), rowwise([FO, FM, _cross(2)], bias=True)):
+    assert padded.bucket_key(arch, True) == padded.bucket_key(base, True), arch.describe()
+  for arch in (rowwise([FM]), rowwise([FO, FM], dims=(8,)), _arch([FO, FM])):
+    assert padded.bucket_key(arch, True) != padded.bucket_key(base, True), arch.describe()
+
+
+def test_first_order_and_bias_leave_the_key():
+  # Issue #26: a parallel trial without `first_order` joins one with it (its rows gain a
+  # zero first-order column whose gate is 0); the bias is masked like dense.linear.
+  base = _arch([FO, FM], bias=True)
+  for arch in (_arch([FM], bias=False), _arch([IP]), _arch([FO, FM], bias=False),
+               _arch([FO, FM], **{"embedding.optimizer": "adam"})):
+    assert padded.bucket_key(arch, True) == padded.bucket_key(base, True), arch.describe()
+  stacked = _arch([FO, FM], combine="stacked")
+  assert padded.bucket_key(stacked) == padded.bucket_key(_arch([FM], combine="stacked", bias=True))
+  sup = padded.superset([_arch([FM], bias=False), _arch([FO, IP], bias=True)])
+  assert _spec(sup)["bias"] is True and _spec(sup)["gated"] is True
+  assert sup.embed_dim == sup.embedding_width == 5  # D + the first-order column
+
+
+def test_pad_places_rows_without_first_order_in_the_first_columns(data):
+  small = _arch([FM, IP], bias=False, **{"embedding.optimizer": "adam"})
+  sup = padded.superset([small, _arch([FO, FM], bias=True, **{"embedding.optimizer": "ftrl"})])
+  state = jax.device_get(trial_program.init_trial_state(
+      small, data.spec, arch_lib.resolve_hparams({}), jax.random.key(2)))
+  rng = np.random.default_rng(0)  # non-zero slots, to see where they go
+  state = state._replace(table=state.table._replace(
+      opt_slots=rng.random(state.table.opt_slots.shape).astype(np.float32)))
+  template = trial_states.state_template(sup, data.spec)
+  big, mask = padded.pad_state(state, template, arch=small, sup_arch=sup)
+  values, slots = big.table.values, big.table.opt_slots  # [R, 5], adam's m|v: [R, 10]
+  np.testing.assert_array_equal(values[:, :4], state.table.values)
+  assert not values[:, 4].any()  # the first-order column: zero
+  np.testing.assert_array_equal(slots[:, [0, 1, 2, 3, 5, 6, 7, 8]], state.table.opt_slots)
+  assert not slots[:, [4, 9]].any()
+  np.testing.assert_array_equal(big.params["gates"][...], [0, 1, 1])  # fo, fm, ip
+  assert not big.params["bias"][...].any() and not mask["bias"][...].any()
+  back = padded.unpad_state(big, trial_states.state_template(small, data.spec), arch=small,
+                            sup_arch=sup)
+  chex.assert_trees_all_equal(back, jax.tree.map(np.asarray, state))
+
+
+def test_field_dims_of_one_group_count_share_a_parallel_bucket():
+  # Issue #26: per-group dims are gated columns (`gated_columns`): only the group count
+  # (which fields share a dim) stays in a parallel key, for element-wise row optimizers.
+  base = _arch([FO, FM], dims=(4, 8))
+  for arch in (_arch([FO, FM], dims=(16, 4)), _arch([IP, ATT], dims=(8, 8), bias=True)):
+    assert padded.bucket_key(arch, True) == padded.bucket_key(base, True), arch.describe()
+  for arch in (_arch([FO, FM], dims=(4,)), _arch([FO, FM], dims=(4, 8, 8)),
+               _arch([FO, FM], dims=(4, 16), combine="stacked"),
+               _arch([FO, FM], dims=(16, 4), **{"embedding.optimizer": "rowwise_adagrad"})):
+    assert padded.bucket_key(arch, True) != padded.bucket_key(base, True), arch.describe()
+  sup = padded.superset([base, _arch([IP], dims=(16, 4))])
+  assert _spec(sup)["embedding"]["dims"] == [16, 8] and _spec(sup)["gated_columns"] is True
+  assert sup.embed_dim == 17  # D = 16, plus the first-order column
+  text, sup_text = (dict(a.model_hparams)["blocks"] for a in (base, sup))
+  gates = padded_blocks.column_gate_row(text, sup_text, num_fields=3)  # fields: 4, 4, 8
+  np.testing.assert_array_equal(gates.sum(axis=1), [5, 5, 9])
+  assert gates[:, -1].all() and not gates[0, 4:16].any()
+  assert "gated_columns" not in _spec(padded.superset([base, _arch([IP], dims=(4, 8))]))
+
+
+def test_stacked_block_sets_tower_inputs_and_dims_share_a_bucket():
+  # Stacked blocks feed the tower: a block a trial lacks has zero tower rows (it adds 0).
   base = _arch([FO, _cross(1)], combine="stacked")
-  for arch in (_arch([FO, _cross(3)], tower=(16, 16), linear=False, combine="stacked"),):
-    assert padded.bucket_key(arch) == padded.bucket_key(base)
-  for arch in (_arch([FO, FM, _cross(1)], combine="stacked"),
-               _arch([_cross(1), FO], combine="stacked"),  # the tower reads blocks in order
-               _arch([FO, _cross(1, 4)], combine="stacked")):
+  for arch in (_arch([FO, _cross(3)], tower=(16, 16), linear=False, combine="stacked"),
+               _arch([FO, FM, _cross(1)], combine="stacked"),
+               _arch([_cross(1), FO], combine="stacked"),
+               _arch([FM, _cross(1, 4)], combine="stacked", dims=(16,))):
+    assert padded.bucket_key(arch) == padded.bucket_key(base), arch.describe()
+  for arch in (_arch([FO, _cross(1)]), _arch([FO, _cross(1)], combine="stacked", tower=()),
+               _arch([FO, _cross(1)], combine="stacked", dims=(4, 4))):
     assert padded.bucket_key(arch) != padded.bucket_key(base), arch.describe()
+  sup = _spec(padded.superset([base, _arch([_cross(2), OP], combine="stacked", dims=(8,))]))
+  assert sup["interactions"] == [FO, OP, _cross(2)] and sup["gated_columns"] is True
+  assert "gated" not in sup and sup["tower"]["inputs"] == ["blocks"]
 
 
 def test_superset_holds_the_union_of_blocks_gated_and_the_largest_sizes():
@@ -85,13 +168,14 @@ def test_superset_holds_the_union_of_blocks_gated_and_the_largest_sizes():
   sup_text = dict(padded.superset(archs).model_hparams)["blocks"]
   assert padded_blocks.block_index(text(archs[1]), sup_text) == (4, 0, 2)
   np.testing.assert_array_equal(padded_blocks.gate_row(text(archs[1]), sup_text), [1, 0, 1, 0, 1])
-  # Same blocks: no gates; stacked: the trials' block order, no gates.
+  # Same blocks: no gates; stacked: the union in canonical order, no block gates.
   assert "gated" not in _spec(padded.superset([_arch([FO, FM]), _arch([FM, FO], tower=(4, 4))]))
   stacked = _spec(padded.superset([_arch([_cross(1), FO], combine="stacked"),
                                    _arch([_cross(2), FO], tower=(4, 4), combine="stacked")]))
-  assert stacked["interactions"] == [_cross(2), FO] and "gated" not in stacked
+  assert stacked["interactions"] == [FO, _cross(2)] and "gated" not in stacked
+  assert stacked["gated_columns"]  # the tower's rows of the blocks move (`ColumnLayout`)
   with pytest.raises(ValueError, match="2 buckets"):
-    padded.superset([_arch([FO]), _arch([FM])])
+    padded.superset([_arch([FO]), _arch([FM], dims=(8, 8))])
 
 
 def test_pad_then_unpad_moves_blocks_to_their_superset_index_and_back(data):
@@ -131,8 +215,64 @@ LOGIT_CASES = {
     "self_attention": ([ATT, FO], (8, 8), True), "cin": ([FO, CIN], (8,), False),
     "inner_product": ([FO, IP], (8,), True), "gated_pairs": ([FO, GP], (8,), True),
     "gated_pairs_no_linear": ([GP, FO], (16,), False),
+    "no_first_order": ([FM, IP], (8,), True),
 }
 SUPERSET = _arch([FO, FM, _cross(3), ATT, CIN, IP, GP], tower=(16, 16))
+# A trial inside a column-gated superset (`ColumnLayout`): other per-group dims (every
+# block that reads them), tower inputs, no tower, stacked blocks of another set and order.
+_WIDE = [FO, FM, _cross(2), _cross(1, 2), ATT, CIN, IP, GP, OP]
+_STACKED = {"combine": "stacked", "inputs": ["blocks"]}
+COLUMN_CASES = {
+    "fm_tower": (dict(interactions=[FO, FM], dims=(2, 4)), dict(interactions=_WIDE, dims=(4, 8))),
+    "cross": (dict(interactions=[FO, _cross(2, 0)], dims=(4, 2)),
+              dict(interactions=_WIDE, tower=(16,), dims=(4, 8))),
+    "cross_low_rank": (dict(interactions=[_cross(1, 2), IP], tower=(), dims=(2, 2)),
+                       dict(interactions=_WIDE, tower=(), dims=(4, 8))),
+    "attention": (dict(interactions=[ATT, GP], dims=(4, 2)), dict(interactions=_WIDE, dims=(4, 8))),
+    "outer_cin": (dict(interactions=[OP, CIN, FO], tower=(8, 8), dims=(2, 4)),
+                  dict(interactions=_WIDE, tower=(16,), dims=(4, 8))),
+    "tower_inputs": (dict(interactions=[FO, FM], inputs=["dense"], bottom=[4]),
+                     dict(interactions=[FO, IP], tower=(16,), dims=(8,), bottom=[4],
+                          inputs=["embeddings", "dense", "bottom"])),
+    "dense_from_rows": (dict(interactions=[FM], linear=False, inputs=["dense"]),  # no Nd leaf
+                        dict(interactions=[IP], linear=False, dims=(8,),
+                             inputs=["embeddings", "dense"])),
+    "dense_from_superset_rows": (dict(interactions=[FM], linear=False, inputs=["embeddings"]),
+                                 dict(interactions=[IP], linear=False,
+                                      inputs=["dense", "embeddings"])),
+    "no_tower": (dict(interactions=[FO, FM], tower=None, bottom=[4], dims=(2,)),
+                 dict(interactions=[FM, _cross(1)], tower=(16, 16), bottom=[4],
+                      inputs=["bottom", "embeddings"])),
+    "stacked": (dict(interactions=[_cross(1), FO], **_STACKED),
+                dict(interactions=[FO, FM, OP, _cross(2), ATT, CIN, IP], tower=(16, 16),
+                     dims=(8,), combine="stacked", inputs=["embeddings", "blocks"])),
+    "stacked_bottom": (dict(interactions=[OP, _cross(1, 2)], dims=(2,), bottom=[4],
+                            combine="stacked", inputs=["blocks", "bottom"]),
+                       dict(interactions=[FO, OP, _cross(1, 2), GP], bottom=[4],
+                            combine="stacked", inputs=["bottom", "dense", "blocks"])),
+}
+
+
+@pytest.mark.parametrize("case", sorted(COLUMN_CASES))
+def test_column_gated_model_gives_the_exact_models_logits(data, case):
+  small_kw, wide_kw = COLUMN_CASES[case]
+  small, wide = _arch(**small_kw), _arch(**wide_kw)
+  sup = padded.superset([small, wide])
+  assert _spec(sup)["gated_columns"]
+  state = jax.device_get(trial_program.init_trial_state(
+      small, data.spec, arch_lib.resolve_hparams({}), jax.random.key(1)))
+  template = trial_states.state_template(sup, data.spec)
+  padded_state, _ = padded.pad_state(state, template, arch=small, sup_arch=sup)
+  batch = jax.tree.map(lambda x: x[0], data.eval_batches)
+
+  def logits(arch, s):
+    return step_lib.eval_logits(
+        trial_program.abstract_graphdef(arch, data.spec), s.params, s.table.values, batch)
+
+  chex.assert_trees_all_close(logits(sup, padded_state), logits(small, state), atol=1e-5)
+  back = padded.unpad_state(padded_state, trial_states.state_template(small, data.spec),
+                            arch=small, sup_arch=sup)
+  chex.assert_trees_all_equal(back, jax.tree.map(np.asarray, state))
 
 
 @pytest.mark.parametrize("case", sorted(LOGIT_CASES))
@@ -163,10 +303,13 @@ def _assert_same(got, want):
 
 def test_padded_cohort_of_block_subsets_equals_each_trial_alone_fresh_and_resumed(data):
   adamw = {"optimizer.name": "adamw"}
-  archs = [_arch([FO, FM], tower=(16, 16), **adamw),
-           _arch([FO, _cross(1), GP], tower=(8,), linear=False, **adamw),
-           _arch([IP, FO, _cross(2)], tower=(16,), **adamw)]
-  assert len({padded.bucket_key(a) for a in archs}) == 1
+  # Field dims differ (gated columns); the second has no tower; the third no first_order
+  # (rows one column narrower), a bias, its tower's inputs reordered and adam rows (lanes).
+  archs = [_arch([FO, FM], tower=(16, 16), dims=(4, 2), **adamw),
+           _arch([FO, _cross(1), GP], tower=None, linear=False, dims=(2, 4), **adamw),
+           _arch([IP, _cross(2)], tower=(16,), bias=True, dims=(4, 4), inputs=["dense", "embeddings"],
+                 **adamw, **{"embedding.optimizer": "adam"})]
+  assert len({padded.bucket_key(a, True) for a in archs}) == 1
   hparams = [{"embedding.learning_rate": 0.01, "optimizer.learning_rate": 1e-3, "optimizer.weight_decay": 1e-3},
              {"embedding.learning_rate": 0.03, "optimizer.learning_rate": 3e-3},
              {"embedding.learning_rate": 0.005, "optimizer.learning_rate": 1e-2, "optimizer.weight_decay": 1e-2}]
@@ -174,16 +317,41 @@ def test_padded_cohort_of_block_subsets_equals_each_trial_alone_fresh_and_resume
   runner = cohort.CohortRunner(data.task, cohort_width=4, data=data)
   alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
   traces = cohort_call._num_traces()
-  half = runner.run(archs, hparams, list(range(n)), [0] * n, STEPS // 2, [None] * n)
+  half = runner.run(archs, hparams, list(range(n)), [0] * n, STEPS // 2, [None] * n,
+                    merge_optimizers=True)
   assert cohort_call._num_traces() - traces == 1  # one padded program for the 3 block sets
   full = runner.run(archs, hparams, list(range(n)), [STEPS // 2] * n, STEPS,
-                    [r.state for r in half])
+                    [r.state for r in half], merge_optimizers=True)
   for i, arch in enumerate(archs):
     ref_half = alone.run(arch, [hparams[i]], [i], [0], STEPS // 2, [None])[0]
     ref_full = alone.run(arch, [hparams[i]], [i], [STEPS // 2], STEPS, [ref_half.state])[0]
     _assert_same(half[i], ref_half)
     _assert_same(full[i], ref_full)
     chex.assert_trees_all_equal_shapes(full[i].state, trial_states.state_template(arch, data.spec))
+
+
+@pytest.mark.slow  # ~65 s on 2 cores: a padded program and three solo ones, twice each
+def test_padded_cohort_of_stacked_block_sets_equals_each_trial_alone(data):
+  # Stacked blocks of other sets and orders, tower inputs and dims: tower rows remapped.
+  archs = [_arch([_cross(1), FO], dims=(2,), bottom=[4], combine="stacked",
+                 inputs=["blocks", "bottom"]),
+           _arch([FO, OP, FM], tower=(16,), bottom=[4], combine="stacked",
+                 inputs=["embeddings", "blocks"], **{"embedding.optimizer": "adam"}),
+           _arch([ATT, _cross(2, 2)], dims=(4,), bottom=[4], combine="stacked",
+                 inputs=["dense", "blocks"], **{"embedding.optimizer": "sgd"})]
+  assert len({padded.bucket_key(a, True) for a in archs}) == 1
+  hparams = [{"embedding.learning_rate": 0.02, "optimizer.learning_rate": 3e-3}] * 3
+  runner = cohort.CohortRunner(data.task, cohort_width=4, data=data)
+  alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
+  half = runner.run(archs, hparams, [0, 1, 2], [0] * 3, STEPS // 2, [None] * 3,
+                    merge_optimizers=True)
+  full = runner.run(archs, hparams, [0, 1, 2], [STEPS // 2] * 3, STEPS, [r.state for r in half],
+                    merge_optimizers=True)
+  for i, arch in enumerate(archs):
+    ref_half = alone.run(arch, [hparams[i]], [i], [0], STEPS // 2, [None])[0]
+    ref_full = alone.run(arch, [hparams[i]], [i], [STEPS // 2], STEPS, [ref_half.state])[0]
+    _assert_same(half[i], ref_half)
+    _assert_same(full[i], ref_full)
 
 
 def test_block_space_rounds_are_free_proposals_merged_by_gated_buckets(tmp_path):

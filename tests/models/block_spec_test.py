@@ -88,3 +88,13 @@ def test_gated_is_a_parallel_flag_emitted_only_when_true():
   stacked = {**DEEPFM, "combine": "stacked", "tower": {"dims": [4], "inputs": ["blocks"]}}
   with pytest.raises(SpecError, match="gated: only a parallel model"):
     block_spec.validate_spec({**stacked, "gated": True})
+
+
+def test_gated_columns_is_a_flag_emitted_only_when_true():
+  text = block_spec.spec_to_json(DEEPFM)
+  assert block_spec.spec_to_json({**DEEPFM, "gated_columns": False}) == text
+  stacked = {**DEEPFM, "combine": "stacked", "tower": {"dims": [4], "inputs": ["blocks"]}}
+  gated = block_spec.validate_spec({**stacked, "gated_columns": True})
+  assert gated["gated_columns"] is True and block_spec.spec_from_json(json.dumps(gated)) == gated
+  with pytest.raises(SpecError, match="model.blocks: gated_columns: must be true or false"):
+    block_spec.validate_spec({**DEEPFM, "gated_columns": "yes"})

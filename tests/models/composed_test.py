@@ -110,3 +110,21 @@ def test_gates_scale_each_parallel_block_and_zero_stops_its_gradients():
   grad = jax.grad(lambda e: jnp.sum(model(e, DENSE)))(jnp.asarray(EMB))
   assert not np.asarray(grad[..., :2]).any()  # the fm's vectors get no gradient at gate 0
   np.testing.assert_array_equal(grad[..., 2], np.ones((B, F)))
+
+
+def test_column_gates_zero_a_column_and_its_gradient():
+  # Issue #26: a shape bucket's superset zeroes the columns past a trial's own dims.
+  spec = {"embedding": {"dims": [2, 1, 1]}, "gated_columns": True, "dense": {"linear": False},
+          "interactions": [{"type": "first_order"}, {"type": "fm"}]}
+  model = generator.build_from_spec(spec, F, ND, nnx.Rngs(0))
+  assert generator.build_from_spec({**spec, "gated_columns": False}, F, ND,
+                                   nnx.Rngs(0)).column_gates is None
+  np.testing.assert_array_equal(model.column_gates[...], np.ones((F, 3)))
+  first_order = EMB[..., 2].sum(axis=1)
+  chex.assert_trees_all_close(model(EMB, DENSE), first_order + _fm(_vectors()), rtol=1e-5)
+  model.column_gates[...] = jnp.array([[1.0, 0.0, 1.0]] * F)  # field 0 reads dim 1 only
+  v = _vectors()
+  v[:, 0, 1] = 0.0
+  chex.assert_trees_all_close(model(EMB, DENSE), first_order + _fm(v), rtol=1e-5)
+  grad = jax.grad(lambda e: jnp.sum(model(e, DENSE)))(jnp.asarray(EMB))
+  assert not np.asarray(grad[:, :, 1]).any() and np.asarray(grad[:, :, 0]).any()
