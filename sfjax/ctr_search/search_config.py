@@ -323,7 +323,8 @@ def check_study_settings(config) -> None:
     raise SearchConfigError(f"study.min_budget / study.max_budget: need 0 < min_budget "
                             f"({st.min_budget}) <= max_budget ({st.max_budget})")
   algorithm = make_algorithm(config)
-  if config.task.get("embedding_backend", "device") == "cache" and (
+  task = config.get("task") or {}  # a pipeline step's search block may have none
+  if task.get("embedding_backend", "device") == "cache" and (
       algorithm.multi_fidelity or isinstance(algorithm, PBT)
       or study_field(config, "pruner").kind != "none"):
     raise SearchConfigError(f"task.embedding_backend=cache: trials cannot resume, so "
