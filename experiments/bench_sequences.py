@@ -5,7 +5,9 @@
 MovieLens-100k (the seeded 80/10/10 split; model selection on 'valid', test AUC read at
 the best-valid eval, as `ctr.py:movielens*`): the one-genre one-hot DeepFM (the baseline
 before #22), DeepFM with all genres as a bag and the 20 previous ratings as a
-mean-pooled history, and DIN's target attention over that history.
+mean-pooled history, and DIN's target attention over that history; '*_labels' add the
+user's earlier TRAIN-split liked / disliked items as two more mean-pooled sequences
+(`data.movielens.label_history`: these features read train-split labels).
 
 The planted multi-hot data (`ctr.py:multihot`: labels depend on bag contents and on a
 target-vs-history interaction; 'test' split of the same size as 'eval'): DeepFM on

@@ -15,7 +15,9 @@ with a planted model), 'multihot_smoke' (seconds), and on MovieLens-100k: 'movie
 (DeepFM; all genres as a mean-pooled bag and each user's 20 previous ratings as a
 mean-pooled history sharing the item table, issue #22), 'movielens_din' (the same data,
 DIN's target attention over the history) and 'movielens_onehot' (DeepFM on 8 one-hot
-fields, first genre only, no history: the baseline before issue #22).
+fields, first genre only, no history: the baseline before issue #22); 'movielens_labels'
+and 'movielens_din_labels' add 'liked_history'/'disliked_history' (the user's 20 earlier
+TRAIN-split ratings with label 1/0, mean-pooled: these features read train-split labels).
 Every field and its default (with a comment) is in `sfjax/train/defaults.py`.
 """
 
@@ -23,7 +25,8 @@ import ml_collections
 
 from sfjax.train import ctr_defaults
 
-MOVIELENS_VARIANTS = ("movielens", "movielens_din", "movielens_onehot")
+MOVIELENS_VARIANTS = ("movielens", "movielens_din", "movielens_onehot", "movielens_labels",
+                      "movielens_din_labels")
 
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
@@ -45,7 +48,10 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     t.steps, t.batch_size, t.eval_every, t.log_every = 1000, 1024, 50, 200
     if arg != "movielens_onehot":  # issue #22: all genres (a bag) and a 20-rating history
       d.movielens.genres, d.movielens.history = "all", 20
-    if arg == "movielens_din":  # unit widths by validation AUC (seed 0): (32,) 0.7848, (80, 40) 0.7837
+    if arg in ("movielens_labels", "movielens_din_labels"):  # + train-split label histories
+      d.movielens.label_history = 20
+    # DIN unit widths by validation AUC (seed 0): (32,) 0.7848, (80, 40) 0.7837
+    if arg in ("movielens_din", "movielens_din_labels"):
       mo.name, mo.din_attention_dims = "din", (32,)
   elif arg in ("multihot", "multihot_smoke"):
     # Synthetic multi-hot bags, long bags and a history sequence sharing the item table,
@@ -64,5 +70,6 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
       t.steps, t.batch_size, t.eval_every, t.log_every, t.eval_batch_size = 30, 256, 30, 10, 1024
   elif arg:
     raise ValueError(f"unknown config variant {arg!r} (known: '', 'smoke', 'movielens', "
-                     "'movielens_din', 'movielens_onehot', 'multihot', 'multihot_smoke')")
+                     "'movielens_din', 'movielens_onehot', 'movielens_labels', "
+                     "'movielens_din_labels', 'multihot', 'multihot_smoke')")
   return c

@@ -226,7 +226,7 @@ class MovieLensDataset:
     ml = data_cfg.movielens
     options = features.feature_options(ml)
     self.folder = find_movielens_dir(str(ml.path))
-    raw, bad = _load_movielens(self.folder, bool(data_cfg.skip_bad_lines), options.history > 0)
+    raw, bad = _load_movielens(self.folder, bool(data_cfg.skip_bad_lines), options.needs_times)
     split = _split_indices(raw.labels.shape[0], int(ml.split_seed))
     for name, idx in split.items():  # Fail now, not with a NaN metric at the first evaluation.
       if idx.shape[0] == 0:
@@ -283,6 +283,17 @@ class MovieLensDataset:
           previous >= 0, one_hot_ids[np.maximum(previous, 0), item], PADDING_ID)
       self.stats["history_mean_length"] = float(np.minimum(earlier, options.history).mean())
       self.stats["history_truncated"] = int((earlier > options.history).sum())
+    if options.label_history:  # reads TRAIN-split labels only (movielens_features docstring)
+      assert raw.times is not None
+      in_train = np.zeros(raw.labels.shape[0], bool)
+      in_train[train_rows] = True
+      item = _FIELD_NAMES.index("item_id")
+      for name, label in zip(features.LABEL_HISTORIES, (1.0, 0.0), strict=True):
+        previous = features.previous_among(
+            raw.values[:, 0], raw.times, in_train & (raw.labels == label), options.label_history)
+        columns[name] = np.where(
+            previous >= 0, one_hot_ids[np.maximum(previous, 0), item], PADDING_ID)
+        self.stats[f"{name}_mean_length"] = float((previous >= 0).sum(1).mean())
     layout = features.movielens_layout(
         {_FIELD_NAMES[i]: rows[i] for i in keep}, options, genre_rows, capacity)
     ids, weights = features.stack_columns(layout, columns)

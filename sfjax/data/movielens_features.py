@@ -17,6 +17,15 @@ rating and any later one never enter its history (tests/data/movielens_test.py c
 every example of every split against the raw file, by (user, item, timestamp)).
 History items map through the item mapping fitted on the train split (an unseen item
 -> row 0, as for `item_id`).
+
+Label histories (THESE FEATURES READ TRAIN-SPLIT LABELS). `data.movielens.label_history
+= N` (> 0) adds 'liked_history' and 'disliked_history', two `sequence`s over the 'item'
+table: the items of the user's N most recent STRICTLY earlier ratings that are in the
+TRAIN split with label 1 (rating >= 4), resp. label 0. Only train-split labels enter
+any feature: a valid/test rating never appears in any example's label history, so its
+label reaches neither training nor another example's features; an example's own rating
+and any later or same-second one never enter (tests/data/movielens_test.py checks
+every example against the raw file and the split).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from sfjax.data.types import DatasetSpec, FieldSpec
 
 GENRE_CHOICES = ("first", "all")
 ITEM_TABLE = "item"  # read by item_id and by history
+LABEL_HISTORIES = ("liked_history", "disliked_history")  # train-split labels 1, 0
 
 
 class FeatureOptions(NamedTuple):
@@ -45,23 +55,31 @@ class FeatureOptions(NamedTuple):
 
   genres: str
   history: int
+  label_history: int = 0
 
   @property
   def uses_layout(self) -> bool:
     """True when some feature is a bag or a sequence (the data set has a layout)."""
-    return self.genres == "all" or self.history > 0
+    return self.genres == "all" or self.history > 0 or self.label_history > 0
+
+  @property
+  def needs_times(self) -> bool:
+    """True when some feature reads the ratings' timestamps."""
+    return self.history > 0 or self.label_history > 0
 
 
 def feature_options(ml_cfg: ml_collections.ConfigDict) -> FeatureOptions:
-  """Reads and checks `data.movielens.genres` and `data.movielens.history`."""
+  """Reads and checks `data.movielens.{genres, history, label_history}`."""
   genres, history = ml_cfg.genres, ml_cfg.history
+  label_history = ml_cfg.get("label_history", 0)
   if genres not in GENRE_CHOICES:
     raise ConfigError(
         f"config field data.movielens.genres: must be one of {GENRE_CHOICES}, got {genres!r}")
-  if isinstance(history, bool) or not isinstance(history, int | np.integer) or history < 0:
-    raise ConfigError(
-        f"config field data.movielens.history: must be an integer >= 0, got {history!r}")
-  return FeatureOptions(str(genres), int(history))
+  for name, value in (("history", history), ("label_history", label_history)):
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+      raise ConfigError(
+          f"config field data.movielens.{name}: must be an integer >= 0, got {value!r}")
+  return FeatureOptions(str(genres), int(history), int(label_history))
 
 
 def previous_ratings(users: np.ndarray, times: np.ndarray, length: int,
@@ -97,6 +115,36 @@ def previous_ratings(users: np.ndarray, times: np.ndarray, length: int,
   earlier = np.empty(n, np.int64)
   earlier[order] = count
   return rows, earlier
+
+
+def previous_among(users: np.ndarray, times: np.ndarray, source: np.ndarray, length: int,
+                   ) -> np.ndarray:
+  """Each rating's most recent STRICTLY earlier ratings by the same user among `source`.
+
+  Args:
+    users: [N] user keys (any sortable dtype).
+    times: [N] finite timestamps.
+    source: [N] bool, the ratings that may enter a history (e.g. train split, label 1).
+    length: L >= 1, ratings kept per example (the most recent ones).
+
+  Returns:
+    [N, L] int64 indices of source ratings, most recent last (ties in index order),
+    left-aligned, -1 padding. Same-time ratings (the example itself included) never enter.
+  """
+  _, user_codes = np.unique(users, return_inverse=True)
+  _, time_ranks = np.unique(times, return_inverse=True)
+  keys = user_codes.astype(np.int64) * (int(time_ranks.max(initial=0)) + 2) + time_ranks
+  src = np.flatnonzero(source)
+  src = src[np.lexsort((src, keys[src]))]  # by (user, time), then index
+  src_keys = keys[src]
+  end = np.searchsorted(src_keys, keys, "left")  # first source at or after (user, t)
+  user_first = keys - time_ranks  # the user's key at time rank 0
+  start = np.searchsorted(src_keys, user_first, "left")
+  kept = np.minimum(end - start, length)
+  cols = np.arange(length)
+  pick = end[:, None] - kept[:, None] + cols[None, :]  # [N, L]
+  safe = src[np.clip(pick, 0, max(src.shape[0] - 1, 0))] if src.shape[0] else np.zeros_like(pick)
+  return np.where(cols[None, :] < kept[:, None], safe, PADDING_ID).astype(np.int64)
 
 
 def genre_bags(classes: np.ndarray, capacity: int) -> np.ndarray:
@@ -160,6 +208,9 @@ def movielens_layout(one_hot: dict[str, int], options: FeatureOptions, genre_row
     features.append(FeatureSpec("genres", "genres", "multi_hot", int(genre_capacity), "mean"))
   if options.history:
     features.append(FeatureSpec("history", ITEM_TABLE, "sequence", options.history))
+  if options.label_history:
+    for name in LABEL_HISTORIES:
+      features.append(FeatureSpec(name, ITEM_TABLE, "sequence", options.label_history))
   return FeatureLayout(tuple(tables), tuple(features))
 
 

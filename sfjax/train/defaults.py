@@ -79,6 +79,8 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   #                    multi_hot bag (issue #22)
   m.history = 0  # N > 0: a 'history' sequence of the user's N most recent ratings with an
   #               earlier timestamp (ties excluded), sharing item_id's table; 0 = none
+  m.label_history = 0  # N > 0: 'liked_history'/'disliked_history' sequences of the user's N most
+  #                     recent earlier TRAIN-split ratings with label 1/0 (reads train labels)
 
   # ---- model ------------------------------------------------------------
   c.model = mo = ml_collections.ConfigDict()

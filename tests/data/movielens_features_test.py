@@ -45,6 +45,43 @@ def test_history_matches_the_definition_on_random_logs():
     np.testing.assert_array_equal(earlier, expected)
 
 
+def _brute_force_among(users, times, source, length):
+  """rows [N, L]: same user, a source rating, time strictly less, the L most recent."""
+  out = np.full((len(users), length), -1, np.int64)
+  for r in range(len(users)):
+    earlier = sorted((times[j], j) for j in range(len(users))
+                     if source[j] and users[j] == users[r] and times[j] < times[r])
+    kept = [j for _, j in earlier][-length:]
+    out[r, :len(kept)] = kept
+  return out
+
+
+def test_previous_among_keeps_only_source_ratings_strictly_earlier():
+  users = np.array([b"a", b"a", b"a", b"a", b"b"])
+  times = np.array([1.0, 2.0, 3.0, 3.0, 0.0])
+  source = np.array([True, False, True, True, True])  # row 1 is not a source (e.g. a test row)
+  rows = features.previous_among(users, times, source, 2)
+  np.testing.assert_array_equal(rows, [
+      [-1, -1],  # a@1: first
+      [0, -1],   # a@2: a@1
+      [0, -1],   # a@3: a@2 is no source; a@3 of row 3 ties
+      [0, -1],   # a@3 (row 3): its own and the tie excluded
+      [-1, -1],  # b@0
+  ])
+
+
+def test_previous_among_matches_the_definition_on_random_logs():
+  rng = np.random.default_rng(1)
+  for length in (1, 4):
+    users = rng.integers(0, 4, size=50)
+    times = rng.integers(0, 10, size=50).astype(np.float64)
+    source = rng.random(50) < 0.5
+    np.testing.assert_array_equal(features.previous_among(users, times, source, length),
+                                  _brute_force_among(users, times, source, length))
+  none = np.zeros(50, bool)
+  assert (features.previous_among(users, times, none, 3) == -1).all()
+
+
 def test_genre_bags_hold_every_token_left_aligned():
   classes = np.array([b"Animation Children's Comedy", b"", b"Drama", b"Animation Children's Comedy"])
   bags = features.genre_bags(classes, 3)
@@ -86,6 +123,15 @@ def test_no_bag_and_no_history_means_no_layout():
   assert not features.FeatureOptions("first", 0).uses_layout
   assert features.FeatureOptions("first", 1).uses_layout
   assert features.FeatureOptions("all", 0).uses_layout
+  assert features.FeatureOptions("first", 0, 5).uses_layout
+  assert features.FeatureOptions("first", 0, 5).needs_times
+  assert not features.FeatureOptions("all", 0).needs_times
+
+
+def test_bad_label_history_names_the_field():
+  cfg = ml_collections.ConfigDict({"genres": "all", "history": 0, "label_history": -2})
+  with pytest.raises(ConfigError, match=r"^config field data.movielens.label_history: "):
+    features.feature_options(cfg)
 
 
 @pytest.mark.parametrize("genres, history, field", [

@@ -246,6 +246,54 @@ def test_recbole_history_never_holds_its_own_or_a_later_rating():
 
 
 @pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
+def test_recbole_label_histories_hold_only_earlier_train_ratings_of_that_label():
+  folder = _recbole_dir()
+  length = 20
+  cfg = _config(genres="all", history=0)
+  cfg.movielens.label_history = length
+  ds = movielens.MovieLensDataset(cfg)
+  inter = _raw_inter(folder)
+  raw, _ = movielens._load_movielens(folder, with_times=True)
+  train = set(ds.split_rows["train"].tolist())
+  by_user = collections.defaultdict(list)  # user -> [(time, row)] of TRAIN ratings only
+  for r, (user, _, time) in enumerate(inter):
+    if r in train:
+      by_user[user].append((float(time), r))
+  for ratings in by_user.values():
+    ratings.sort()
+  item_ids = {}
+  for split in movielens._SPLITS:
+    item_ids.update(_item_ids(ds, split, raw))
+  names = [f.name for f in ds.spec.layout.features]
+  checked = 0
+  for name, label in (("liked_history", 1.0), ("disliked_history", 0.0)):
+    cols = ds.spec.layout.columns(names.index(name))
+    for split in movielens._SPLITS:
+      ids = ds._batches[split].ids[:, cols].tolist()
+      for k, r in enumerate(ds.split_rows[split].tolist()):
+        user, _, time = inter[r]
+        # The definition: train ratings of `user` with this label, strictly earlier.
+        earlier = [j for t, j in by_user[user] if t < float(time) and raw.labels[j] == label]
+        earlier = earlier[-length:]
+        assert r not in earlier and all(j in train for j in earlier)
+        expected = [item_ids[inter[j][1].encode()] for j in earlier]
+        assert ids[k] == expected + [-1] * (length - len(expected)), (name, split, r)
+        checked += 1
+  assert checked == 200_000
+  # A valid/test label reaches no feature: flipping them leaves every id unchanged.
+  flipped = raw.labels.copy()
+  held_out = np.concatenate([ds.split_rows["valid"], ds.split_rows["test"]])
+  flipped[held_out] = 1.0 - flipped[held_out]
+  in_train = np.zeros(flipped.shape[0], bool)
+  in_train[ds.split_rows["train"]] = True
+  users = raw.values[:, 0]
+  for label in (1.0, 0.0):
+    np.testing.assert_array_equal(
+        movielens.features.previous_among(users, raw.times, in_train & (raw.labels == label), 5),
+        movielens.features.previous_among(users, raw.times, in_train & (flipped == label), 5))
+
+
+@pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
 def test_recbole_genre_bags_hold_every_genre_of_a_movie():
   _recbole_dir()
   ds = movielens.MovieLensDataset(_config(genres="all"))
