@@ -80,17 +80,31 @@ def _maskable(spec: Mapping[str, Any]) -> bool:
   return not gated and len(set(ids)) == len(ids)
 
 
-def bucket_blocks(text: str, pad_rows: bool = True) -> str:
+def _without_dense(spec: dict[str, Any]) -> dict[str, Any]:
+  """`spec` as its key sees it on data without dense features: no bottom MLP (it is not
+  built when Nd = 0) and no "dense"/"bottom" tower inputs (they read 0 columns)."""
+  tower = spec["tower"]
+  if tower is not None:
+    inputs = [n for n in tower["inputs"] if n not in ("dense", "bottom")]
+    tower = {**tower, "inputs": inputs or tower["inputs"]}
+  return {**spec, "tower": tower, "dense": {**spec["dense"], "bottom_mlp": None}}
+
+
+def bucket_blocks(text: str, pad_rows: bool = True, num_dense: int | None = None) -> str:
   """The bucket key text of spec JSON `text` (see the module docstring); not a valid spec.
 
   `pad_rows`: whether the trial's row optimizer leaves a zero padded row column still
   (element-wise ones, `bucket_layout.rows_paddable`); when not, the rows' layout (the
   dims and whether there is a first-order column) stays in the key (a padded column
-  would change a row-wise optimizer's mean over the row).
+  would change a row-wise optimizer's mean over the row). `num_dense`: the data's dense
+  feature count Nd, when known; with 0 the bottom MLP and the "dense"/"bottom" tower
+  inputs leave the key (nothing is built for them).
   """
   spec = block_spec.spec_from_json(text)
   if not _maskable(spec):
     return block_spec.spec_to_json(spec)
+  if num_dense == 0:
+    spec = _without_dense(spec)
   has_first_order = any(b["type"] == "first_order" for b in spec["interactions"])
   if pad_rows:  # the group count fixes which fields share a dim; the dims are gated
     rows: Any = {"groups": len(spec["embedding"]["dims"]), "dims": _MASKED}
@@ -103,15 +117,16 @@ def bucket_blocks(text: str, pad_rows: bool = True) -> str:
                 "bias": _MASKED, "dense": {**spec["dense"], "linear": _MASKED}})
 
 
-def superset_blocks(texts: Sequence[str]) -> str:
-  """The canonical spec JSON of the smallest model holding each spec of one bucket.
+def superset_blocks(texts: Sequence[str], num_dense: int | None = None) -> str:
+  """The canonical spec JSON of the smallest model holding each spec of one bucket
+  (`bucket_blocks(..., num_dense=num_dense)`).
 
   Raises:
     ValueError: `texts` is empty or spans several buckets.
   """
   if not texts:
     raise ValueError("superset_blocks: no specs")
-  if len({bucket_blocks(t) for t in texts}) != 1:
+  if len({bucket_blocks(t, num_dense=num_dense) for t in texts}) != 1:
     raise ValueError("superset_blocks: the specs are in different buckets")
   specs = [block_spec.spec_from_json(t) for t in texts]
   first = specs[0]
@@ -125,14 +140,17 @@ def superset_blocks(texts: Sequence[str]) -> str:
   entries = {_entry_id(b): b for spec in specs for b in spec["interactions"]}
   blocks = [{**b, "layers": layers[_entry_id(b)]} if b["type"] == "cross" else b
             for b in sorted(entries.values(), key=_order)]
+  bottoms = [s["dense"]["bottom_mlp"] for s in specs if s["dense"]["bottom_mlp"] is not None]
   sup = {**first, "interactions": blocks, "bias": any(s["bias"] for s in specs),
-         "dense": {**first["dense"], "linear": any(s["dense"]["linear"] for s in specs)},
+         "dense": {"linear": any(s["dense"]["linear"] for s in specs),
+                   "bottom_mlp": bottoms[0] if bottoms else None},  # all equal unless Nd = 0
          "embedding": {"dims": [max(d) for d in zip(*(s["embedding"]["dims"] for s in specs),
                                                     strict=True)]}}
   towers = [s["tower"] for s in specs if s["tower"] is not None]
-  if towers and towers[0]["dims"]:  # masked: the widest, deepest, the union of the inputs
+  if towers:  # the widest, deepest (masked, else all equal), the union of the inputs
     dims = [t["dims"] for t in towers]
-    sup["tower"] = {"dims": [max(max(d) for d in dims)] * max(len(d) for d in dims),
+    sup["tower"] = {"dims": [max(max(d) for d in dims)] * max(len(d) for d in dims)
+                    if dims[0] else [],
                     "inputs": [n for n in _TOWER_INPUTS if any(n in t["inputs"] for t in towers)]}
   ids = [_entry_id(b) for b in blocks]
   if first["combine"] == "parallel" and any(

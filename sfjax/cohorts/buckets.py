@@ -91,7 +91,8 @@ _BLOCKS_HPARAM = "blocks"
 _MASKED = "masked"
 
 
-def bucket_key(arch: ArchSpec, merge_optimizers: bool = False) -> ArchSpec:
+def bucket_key(arch: ArchSpec, merge_optimizers: bool = False,
+               num_dense: int | None = None) -> ArchSpec:
   """`arch` with its maskable sizes replaced by a placeholder: equal keys share a program.
 
   An MLP of depth 0 keeps its `()` (it cannot be padded), so it has its own bucket;
@@ -99,11 +100,13 @@ def bucket_key(arch: ArchSpec, merge_optimizers: bool = False) -> ArchSpec:
   model's block spec becomes `padded_blocks.bucket_blocks` of it. With
   `merge_optimizers` (a search's `study.fill_cohorts`) the row optimizer is masked
   too: the bucket's program picks each lane's (`lane_optimizers`); a key with it
-  is coarser than one without (equal plain keys give equal merged keys).
+  is coarser than one without (equal plain keys give equal merged keys). `num_dense`:
+  the data's dense feature count, when known (0 drops a composed spec's bottom MLP and
+  "dense"/"bottom" tower inputs from its key, `padded_blocks.bucket_blocks`).
   """
   pad_rows = padded_layout.rows_paddable(arch.embedding_optimizer)
   hparams = tuple((k, _MASKED if k in _MASKED_HPARAMS and v != () else
-                   padded_blocks.bucket_blocks(v, pad_rows) if k == _BLOCKS_HPARAM else v)
+                   padded_blocks.bucket_blocks(v, pad_rows, num_dense) if k == _BLOCKS_HPARAM else v)
                   for k, v in arch.model_hparams)
   # A composed model's row width follows its spec, whose key (above) holds what fixes it.
   embed_dim = (_MASKED if padded_layout.embed_maskable(arch.model_name, arch.embedding_optimizer)
@@ -128,19 +131,19 @@ def fixed_config_keys(config: Mapping[str, Any], keys: Sequence[str]) -> tuple[s
   return tuple(k for k in keys if k not in _MASKED_CONFIG_KEYS or (k == _EMBED_KEY and not free_embed))
 
 
-def superset(archs: Sequence[ArchSpec]) -> ArchSpec:
+def superset(archs: Sequence[ArchSpec], num_dense: int | None = None) -> ArchSpec:
   """The smallest architecture of the bucket of `archs` that holds each of them.
 
   The bucket is the merged one (`bucket_key(..., merge_optimizers=True)`): trials of
   several row optimizers give a superset whose `embedding_optimizer` serves them all,
-  one per lane (`lane_optimizers.lanes_name`).
+  one per lane (`lane_optimizers.lanes_name`); `num_dense` as `bucket_key`'s.
 
   Raises:
     ValueError: `archs` is empty or spans several buckets.
   """
   if not archs:
     raise ValueError("superset: no architectures")
-  keys = {bucket_key(a, merge_optimizers=True) for a in archs}
+  keys = {bucket_key(a, merge_optimizers=True, num_dense=num_dense) for a in archs}
   if len(keys) != 1:
     raise ValueError(f"superset: architectures of {len(keys)} buckets: "
                      f"{sorted(a.describe() for a in set(archs))}")
@@ -153,7 +156,8 @@ def superset(archs: Sequence[ArchSpec]) -> ArchSpec:
     hparams["cross_layers"] = max(h["cross_layers"] for h in all_hparams)
   embed_dim = max(a.embed_dim for a in archs)
   if _BLOCKS_HPARAM in hparams:
-    hparams[_BLOCKS_HPARAM] = padded_blocks.superset_blocks([h[_BLOCKS_HPARAM] for h in all_hparams])
+    hparams[_BLOCKS_HPARAM] = padded_blocks.superset_blocks([h[_BLOCKS_HPARAM] for h in all_hparams],
+                                                           num_dense)
     embed_dim = padded_blocks.spec_width(hparams[_BLOCKS_HPARAM])
   return dataclasses.replace(archs[0], model_hparams=tuple(sorted(hparams.items())),
                              embed_dim=embed_dim,

@@ -183,7 +183,8 @@ class CohortRunner:
     (`host_cohort`: no padded, mixed or ragged programs).
     """
     cache = self.task.embedding_backend == "cache"
-    keys = list(archs) if cache else [buckets.bucket_key(a, merge_optimizers) for a in archs]
+    keys = list(archs) if cache else [buckets.bucket_key(a, merge_optimizers, self.spec.num_dense)
+                                        for a in archs]
     return chunk_plan.plan_chunks(
         keys, start_steps, end_steps, resumes,
         ragged=False if cache else self.ragged if ragged is None else ragged, archs=archs,
@@ -291,7 +292,7 @@ class CohortRunner:
     """One chunk of a bucket's trials with different architectures: each trial's exact
     state (its resume state, or its fresh init drawn from its seed) padded to the
     chunk's superset, one masked program call, results cut back to exact shapes."""
-    sup = buckets.superset(archs)
+    sup = buckets.superset(archs, self.spec.num_dense)
     template = self.state_template(sup)
     states, masks = [], []
     for arch, state in zip(archs, self._host_states(archs, hparams, seeds, init_states),

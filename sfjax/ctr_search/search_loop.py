@@ -272,10 +272,10 @@ def ask_round(study: Study, n: int) -> list[Suggestion]:
   return study.ask(n)
 
 
-def form_cohorts(archs: Sequence[ArchSpec], merge_optimizers: bool) -> list[list[int]]:
+def form_cohorts(archs: Sequence[ArchSpec], merge_optimizers: bool,
+                 num_dense: int | None = None) -> list[list[int]]:
   """Indices of a round's trials grouped into cohorts (one `CohortJob` each), in order of
-  each cohort's first trial.
-
+  each cohort's first trial (`num_dense`: the data's, `buckets.bucket_key`).
   Trials of one shape bucket (`buckets.bucket_key`) share a group; with
   `merge_optimizers` (`study.fill_cohorts`) the row optimizer leaves the key, so trials
   that differ only in it (and in the bucket's masked sizes) share one program, each
@@ -284,7 +284,7 @@ def form_cohorts(archs: Sequence[ArchSpec], merge_optimizers: bool) -> list[list
   """
   groups: dict[ArchSpec, list[int]] = {}
   for i, arch in enumerate(archs):
-    groups.setdefault(buckets.bucket_key(arch, merge_optimizers), []).append(i)
+    groups.setdefault(buckets.bucket_key(arch, merge_optimizers, num_dense), []).append(i)
   return list(groups.values())
 
 
@@ -331,7 +331,7 @@ def _batch_jobs(study: Study, runner: CohortRunner, batch: Sequence[Suggestion],
       continue
     built.append((s, arch, hparams))
   pairs = []  # equal architectures run unpadded
-  for group in form_cohorts([arch for _, arch, _ in built], merge_optimizers):
+  for group in form_cohorts([a for _, a, _ in built], merge_optimizers, runner.spec.num_dense):
     members = [built[i] for i in group]
     starts, ends, init_states = [], [], []
     for s, arch, _ in members:

@@ -7,6 +7,7 @@ import jax
 import numpy as np
 import pytest
 
+from experiments.configs import ctr as ctr_config
 from search_spaces import blocks as block_space_lib
 from sfjax.automl.algorithms import Objective, RandomSearch
 from sfjax.automl.study import Study
@@ -16,6 +17,7 @@ from sfjax.cohorts import buckets as padded
 from sfjax.cohorts import cohort_call, trial_states
 from sfjax.cohorts import cohort_runner as cohort
 from sfjax.cohorts import program as trial_program
+from sfjax.cohorts import task as trial_data
 from sfjax.ctr_search import search_loop
 from sfjax.train import step as step_lib
 
@@ -389,3 +391,83 @@ def test_block_space_bucket_keys_fix_used_sub_spaces_and_free_the_masked_sizes()
   stacked = set(block_space_lib.bucket_fixed_keys({**first, "model.combine": "stacked"},
                                                   space.keys))
   assert {"model.fm.use", "model.cross.use"} <= stacked and "model.cross.layers" not in stacked
+
+
+@pytest.fixture(scope="module")
+def nodense():
+  """The `data` fixture's task without dense features (Nd = 0, as the smoke search's data)."""
+  d = ctr_config.get_config().data
+  d.synthetic.cardinality_scale, d.synthetic.num_eval, d.synthetic.num_dense = 1e-4, 4096, 0
+  task = trial_data.CTRTask(d, batch_size=128, eval_rows=1500, steps_per_budget_unit=STEPS,
+                            eval_batch_size=512)
+  return trial_data.TrialData(task)
+
+
+def test_without_dense_features_the_bottom_mlp_and_dense_inputs_leave_the_key():
+  # Issue #26: with Nd = 0 no bottom MLP is built and "dense"/"bottom" read 0 columns.
+  base = _arch([FO, FM])
+  # (a hidden tower's inputs are masked whatever Nd; its bottom MLP only when Nd = 0)
+  same = [_arch([FO, FM], bottom=[4]), _arch([FM], bottom=[4], inputs=["bottom", "embeddings"]),
+          _arch([IP], bottom=[8, 4], inputs=["embeddings", "dense"], tower=(16,))]
+  for arch in same:
+    assert padded.bucket_key(arch, True, 0) == padded.bucket_key(base, True, 0), arch.describe()
+    assert padded.bucket_key(arch, True, 13) != padded.bucket_key(base, True, 13)
+    assert padded.bucket_key(arch, True) != padded.bucket_key(base, True)  # Nd unknown
+  flat = _arch([FO, FM], tower=(), inputs=["embeddings"])
+  assert (padded.bucket_key(_arch([IP], tower=(), inputs=["dense", "embeddings"]), True, 0)
+          == padded.bucket_key(flat, True, 0))
+  assert padded.bucket_key(_arch([FO, FM], tower=(), inputs=["dense"]), True, 0) != (
+      padded.bucket_key(flat, True, 0))  # no embeddings read: not the same tower
+  sup = _spec(padded.superset([_arch([FO, FM], tower=(), inputs=["embeddings"]),
+                               _arch([IP], tower=(), inputs=["dense", "embeddings"])], 0))
+  assert sup["tower"] == {"dims": [], "inputs": ["embeddings", "dense"]}
+  with pytest.raises(ValueError, match="different buckets"):
+    padded_blocks.superset_blocks([dict(_arch([FM]).model_hparams)["blocks"],
+                                   dict(_arch([FM], bottom=[4]).model_hparams)["blocks"]], 13)
+
+
+NODENSE_CASES = {
+    "bottom_and_inputs": (dict(interactions=[FO, FM], bottom=[4], inputs=["bottom", "embeddings"]),
+                          dict(interactions=[FO, IP], tower=(16,), dims=(8,),
+                               inputs=["embeddings", "dense"])),
+    "flat_tower": (dict(interactions=[FO, FM], tower=(), inputs=["dense", "embeddings"]),
+                   dict(interactions=[IP, _cross(1)], tower=(), bottom=[4], dims=(8,),
+                        inputs=["embeddings", "bottom"])),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NODENSE_CASES))
+def test_without_dense_features_a_padded_model_gives_the_exact_models_logits(nodense, case):
+  data = nodense
+  small, wide = (_arch(**kw) for kw in NODENSE_CASES[case])
+  sup = padded.superset([small, wide], data.spec.num_dense)
+  state = jax.device_get(trial_program.init_trial_state(
+      small, data.spec, arch_lib.resolve_hparams({}), jax.random.key(1)))
+  template = trial_states.state_template(sup, data.spec)
+  padded_state, _ = padded.pad_state(state, template, arch=small, sup_arch=sup)
+  batch = jax.tree.map(lambda x: x[0], data.eval_batches)
+
+  def logits(arch, s):
+    return step_lib.eval_logits(
+        trial_program.abstract_graphdef(arch, data.spec), s.params, s.table.values, batch)
+
+  chex.assert_trees_all_close(logits(sup, padded_state), logits(small, state), atol=1e-5)
+  back = padded.unpad_state(padded_state, trial_states.state_template(small, data.spec),
+                            arch=small, sup_arch=sup)
+  chex.assert_trees_all_equal(back, jax.tree.map(np.asarray, state))
+
+
+@pytest.mark.slow  # a padded program and two solo ones
+def test_without_dense_features_a_padded_cohort_equals_each_trial_alone(nodense):
+  data = nodense
+  archs = [_arch([FO, FM], bottom=[4], inputs=["bottom", "embeddings", "dense"], dims=(2,)),
+           _arch([IP, _cross(1)], tower=(16,), bias=True, **{"embedding.optimizer": "adam"})]
+  assert len({padded.bucket_key(a, True, 0) for a in archs}) == 1
+  hparams = [{"embedding.learning_rate": 0.02, "optimizer.learning_rate": 3e-3}] * 2
+  runner = cohort.CohortRunner(data.task, cohort_width=4, data=data)
+  alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
+  traces = cohort_call._num_traces()
+  got = runner.run(archs, hparams, [0, 1], [0, 0], STEPS, [None, None], merge_optimizers=True)
+  assert cohort_call._num_traces() - traces == 1  # one padded program for both
+  for i, arch in enumerate(archs):
+    _assert_same(got[i], alone.run(arch, [hparams[i]], [i], [0], STEPS, [None])[0])
