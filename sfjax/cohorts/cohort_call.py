@@ -105,7 +105,7 @@ def stack_hparams(hparams: Sequence[Mapping[str, Any]],
   return stacked
 
 
-def _full_hparams(hparams: Mapping[str, Any], width: int) -> dict[str, np.ndarray]:
+def stacked_hparams(hparams: Mapping[str, Any], width: int) -> dict[str, np.ndarray]:
   """`arch.DYNAMIC_KEYS` -> [W] float32: the given values (checked), defaults elsewhere;
   bags' pooling codes only when given (the program pools the others the data set's way);
   a mixed program's `lane_optimizers.LANE_KEY` -> [W] int32 when given."""
@@ -168,7 +168,7 @@ def _placer(mesh, width: int):
   return place
 
 
-def _eval_metrics(data: TrialData, logits: np.ndarray, alive: np.ndarray) -> np.ndarray:
+def cohort_eval_metrics(data: TrialData, logits: np.ndarray, alive: np.ndarray) -> np.ndarray:
   """[4, W] auc, logloss, test_auc, test_logloss of [W, N] eval logits (NaN if not alive)."""
   labels = data.eval_labels
   valid_mask, test_mask = split_eval_mask(data.eval_mask)
@@ -207,7 +207,7 @@ def call_cohort(data: TrialData, mesh, arch: ArchSpec, hparams: Mapping[str, Any
   """
   seeds = np.asarray(seeds, np.int32).reshape(-1)
   width = seeds.shape[0]
-  stacked = _full_hparams(hparams, width)
+  stacked = stacked_hparams(hparams, width)
   starts = np.broadcast_to(np.asarray(start, np.int64), (width,))
   ends = np.broadcast_to(np.asarray(end, np.int64), (width,))
   if (starts < 0).any() or (ends < starts).any():
@@ -245,6 +245,6 @@ def call_cohort(data: TrialData, mesh, arch: ArchSpec, hparams: Mapping[str, Any
   alive, steps, losses, applied, logits = jax.device_get(
       (out.alive, out.state.step, out.losses, out.applied, out.logits))
   seconds = time.perf_counter() - t0
-  auc, logloss, test_auc, test_logloss = _eval_metrics(data, logits.reshape(width, -1), alive)
+  auc, logloss, test_auc, test_logloss = cohort_eval_metrics(data, logits.reshape(width, -1), alive)
   return CohortOutput(out.state, alive, steps, losses, applied, auc, logloss, test_auc,
                       test_logloss, seconds)

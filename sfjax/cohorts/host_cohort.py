@@ -192,7 +192,7 @@ def _lane_eval(arch: ArchSpec, spec: DatasetSpec):
 
 def _slot_row(arch: ArchSpec) -> np.ndarray:
   """The initial optimizer slots `[S]` of a row of `arch`'s row optimizer."""
-  _, row_opt = trial_program._make_optimizers(arch, arch_lib.resolve_hparams({}))
+  _, row_opt = trial_program.trial_optimizers(arch, arch_lib.resolve_hparams({}))
   return np.asarray(row_opt.initial_slot_row(arch.embedding_width), np.float32)
 
 
@@ -235,7 +235,7 @@ def run_host_cohort(data: TrialData, arch: ArchSpec, hparams: Mapping[str, Any],
                      "(mixed-optimizer programs are not supported)")
   seeds = np.asarray(seeds, np.int32).reshape(-1)
   lanes, spec, width = seeds.shape[0], data.spec, arch.embedding_width
-  stacked = cohort_call._full_hparams(hparams, lanes)
+  stacked = cohort_call.stacked_hparams(hparams, lanes)
   slot_row = _slot_row(arch)
   t0 = time.perf_counter()
   planner = make_planner(data)
@@ -267,7 +267,7 @@ def run_host_cohort(data: TrialData, arch: ArchSpec, hparams: Mapping[str, Any],
   host_alive, steps = jax.device_get((alive, states.step))
   losses_wl = np.stack(jax.device_get(losses), axis=1) if losses else np.zeros((lanes, 0))
   applied_wl = np.stack(jax.device_get(applied), axis=1) if applied else np.zeros((lanes, 0), bool)
-  auc, logloss, test_auc, test_logloss = cohort_call._eval_metrics(
+  auc, logloss, test_auc, test_logloss = cohort_call.cohort_eval_metrics(
       data, logits.reshape(lanes, -1), host_alive)
   output = CohortOutput(states, host_alive, steps, losses_wl, applied_wl, auc, logloss, test_auc,
                         test_logloss, time.perf_counter() - t0)

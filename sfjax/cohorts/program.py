@@ -61,7 +61,7 @@ class TrialOutput(NamedTuple):
   logits: jax.Array
 
 
-def _make_optimizers(arch: ArchSpec, hparams: Hparams):
+def trial_optimizers(arch: ArchSpec, hparams: Hparams):
   """The trial's dense and row optimizers: the trainer's factories, with traced hyperparameters."""
   tx = optimizers.dense_optimizer(arch.dense_optimizer, hparams["optimizer.learning_rate"],
                                   hparams["optimizer.weight_decay"], field="optimizer.name")
@@ -103,7 +103,7 @@ def init_trial_state(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams,
   `spec.total_rows`; a task with `compact_rows` passes its touched rows).
   """
   num_rows = spec.total_rows if num_rows is None else int(num_rows)
-  tx, row_opt = _make_optimizers(arch, hparams)
+  tx, row_opt = trial_optimizers(arch, hparams)
   model_key, table_key = jax.random.split(key)
   params = nnx.split(arch.build_model(spec, nnx.Rngs(model_key)))[1]
   width = arch.embedding_width
@@ -141,7 +141,7 @@ def trial_step(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, hparam
     step (`step.make_train_step`, non-finite steps skipped) over `repool(batch)`, the batch
     with each bag's weights normalised by the trial's pooling codes.
   """
-  tx, row_opt = _make_optimizers(arch, hparams)
+  tx, row_opt = trial_optimizers(arch, hparams)
   repool = _repooler(spec, hparams)
   shared_step = step_lib.make_train_step(graphdef, tx, row_opt, l2=hparams["embedding.l2"],
                                          skip_non_finite=True, dense_mask=dense_mask)

@@ -81,7 +81,7 @@ def test_cohort_equals_its_one_lane_runs(cohort, solo):
 @pytest.mark.slow  # ~4 s each on 2 cores (one compile per swap shape and width)
 def test_one_lane_equals_the_device_table_trial(data, solo):
   """A one-lane cache run is the trial program over a device table holding the same rows."""
-  hparams = cohort_call._full_hparams(_lanes(HPARAMS, [0]), 1)
+  hparams = cohort_call.stacked_hparams(_lanes(HPARAMS, [0]), 1)
   ids = np.arange(data.full_rows)
   values, slots = host_cohort.lane_rows(SEEDS[:1], hparams["embedding.init_stddev"], ids,
                                         ARCH.embedding_width, host_cohort._slot_row(ARCH))

@@ -119,4 +119,4 @@ def test_without_merging_each_optimizer_runs_its_own_program(data):
 
 def test_bad_lane_indices_are_named():
   with pytest.raises(ValueError, match="embedding.optimizer_lane"):
-    cohort_call._full_hparams({lane_optimizers.LANE_KEY: np.asarray([0, -1])}, 2)
+    cohort_call.stacked_hparams({lane_optimizers.LANE_KEY: np.asarray([0, -1])}, 2)

@@ -58,7 +58,7 @@ def reference_step(graphdef):
   traced hyperparameters (no `skip_non_finite`: exactly what the trainer runs)."""
 
   def step(hparams, state, batch):
-    tx, row_opt = trial_program._make_optimizers(ARCH, hparams)
+    tx, row_opt = trial_program.trial_optimizers(ARCH, hparams)
     return step_lib.make_train_step(graphdef, tx, row_opt,
                                     l2=hparams["embedding.l2"])(state, batch)
 
@@ -129,7 +129,7 @@ def test_no_step_after_a_non_finite_one_even_if_finite(data, graphdef, resumed_t
   after_one, _ = _reference(reference_step, hparams, init, batches, 1)
   chex.assert_trees_all_close(out.state, after_one, rtol=1e-5, atol=1e-6)
   # Step 3 from that state would have been finite (and applied) in a live trial.
-  tx, row_opt = trial_program._make_optimizers(ARCH, hparams)
+  tx, row_opt = trial_program.trial_optimizers(ARCH, hparams)
   guarded = step_lib.make_train_step(graphdef, tx, row_opt, l2=hparams["embedding.l2"],
                                      skip_non_finite=True)
   _, metrics = jax.jit(guarded)(after_one, _step(batches, 2))
@@ -196,7 +196,7 @@ def test_traced_bag_poolings_equal_the_trainer_with_those_poolings(layout_data):
   for i, (bag1, long0) in enumerate(choices):
     static = feature_pooling.with_poolings(spec, {"bag1": bag1, "long0": long0})
     ref_graph = trial_program.abstract_graphdef(ARCH, static)
-    tx, row_opt = trial_program._make_optimizers(ARCH, _hparams())
+    tx, row_opt = trial_program.trial_optimizers(ARCH, _hparams())
     step = jax.jit(step_lib.make_train_step(ref_graph, tx, row_opt, l2=_hparams()["embedding.l2"]))
     state, losses = init, []
     for t in range(STEPS):
