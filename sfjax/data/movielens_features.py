@@ -96,25 +96,7 @@ def previous_ratings(users: np.ndarray, times: np.ndarray, length: int,
     the most recent last (earlier ties in index order), left-aligned, -1 padding;
     earlier [N] int64, the user's ratings strictly before this one (before truncation).
   """
-  n = users.shape[0]
-  _, user_codes = np.unique(users, return_inverse=True)
-  order = np.lexsort((np.arange(n), times, user_codes))  # by user, then time, then index
-  u, t = user_codes[order], times[order]
-  pos = np.arange(n)
-  new_user = np.r_[True, u[1:] != u[:-1]]
-  new_time = new_user | np.r_[True, t[1:] != t[:-1]]
-  user_start = np.maximum.accumulate(np.where(new_user, pos, 0))  # [N] sorted positions
-  time_start = np.maximum.accumulate(np.where(new_time, pos, 0))  # first rating at time t
-  count = time_start - user_start  # ratings strictly before: the sorted run before time_start
-  kept = np.minimum(count, length)
-  cols = np.arange(length)
-  src = time_start[:, None] - kept[:, None] + cols[None, :]  # [N, L]
-  sorted_rows = np.where(cols[None, :] < kept[:, None], order[np.clip(src, 0, n - 1)], PADDING_ID)
-  rows = np.empty((n, length), np.int64)
-  rows[order] = sorted_rows
-  earlier = np.empty(n, np.int64)
-  earlier[order] = count
-  return rows, earlier
+  return _previous(users, times, np.ones(users.shape[0], np.bool_), length)
 
 
 def previous_among(users: np.ndarray, times: np.ndarray, source: np.ndarray, length: int,
@@ -131,6 +113,12 @@ def previous_among(users: np.ndarray, times: np.ndarray, source: np.ndarray, len
     [N, L] int64 indices of source ratings, most recent last (ties in index order),
     left-aligned, -1 padding. Same-time ratings (the example itself included) never enter.
   """
+  return _previous(users, times, source, length)[0]
+
+
+def _previous(users: np.ndarray, times: np.ndarray, source: np.ndarray, length: int,
+              ) -> tuple[np.ndarray, np.ndarray]:
+  """(`previous_among`'s rows, [N] int64 count of the user's strictly earlier source ratings)."""
   _, user_codes = np.unique(users, return_inverse=True)
   _, time_ranks = np.unique(times, return_inverse=True)
   keys = user_codes.astype(np.int64) * (int(time_ranks.max(initial=0)) + 2) + time_ranks
@@ -140,11 +128,12 @@ def previous_among(users: np.ndarray, times: np.ndarray, source: np.ndarray, len
   end = np.searchsorted(src_keys, keys, "left")  # first source at or after (user, t)
   user_first = keys - time_ranks  # the user's key at time rank 0
   start = np.searchsorted(src_keys, user_first, "left")
-  kept = np.minimum(end - start, length)
+  earlier = (end - start).astype(np.int64)
+  kept = np.minimum(earlier, length)
   cols = np.arange(length)
   pick = end[:, None] - kept[:, None] + cols[None, :]  # [N, L]
   safe = src[np.clip(pick, 0, max(src.shape[0] - 1, 0))] if src.shape[0] else np.zeros_like(pick)
-  return np.where(cols[None, :] < kept[:, None], safe, PADDING_ID).astype(np.int64)
+  return np.where(cols[None, :] < kept[:, None], safe, PADDING_ID).astype(np.int64), earlier
 
 
 def genre_bags(classes: np.ndarray, capacity: int) -> np.ndarray:
