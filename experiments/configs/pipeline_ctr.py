@@ -21,7 +21,11 @@ merges them: `sfjax.ctr_pipeline.steps.nas_defaults` / `hpo_defaults`, the
 search's `sfjax.ctr_search.search_defaults()`; `train_steps.recipe_defaults` for
 `fully_train` / `baseline`); a misspelt key is an error naming the step and the
 closest valid key. Override any of them, e.g. `--config.steps.nas.study.num_trials=8`
-or `--config.steps.hpo.study.tpe.n_startup_trials=4`.
+or `--config.steps.hpo.study.tpe.n_startup_trials=4`. Hardware-aware NAS hands on the
+fastest model within ΔAUC of the best, latencies measured on the serving forward:
+`--config.steps.nas.study.algorithm=nsga2
+--config.steps.nas.study.objectives=auc:max,latency_ms:min
+--config.steps.nas.select_within_auc=0.002`.
 
 Variants: '' (full: several minutes on CPU, minutes on an accelerator), 'smoke'
 (a few minutes of CPU on 2 cores, most of it NAS compiling generated models: small

@@ -6,6 +6,11 @@ VEGA's CTR pipeline (arXiv 2011.01507) on `sfjax.automl.pipeline`:
                names one of the spaces the application passes in, e.g. the named
                families or the block generator's); output: `best_config` (a point of
                the space), `search_space`, `pareto_front` (AUC up, parameters down).
+               Hardware-aware (`select_within_auc` >= 0, with `study.objectives`
+               holding `auc:max` and `latency_ms:min`): `best_config` is the fastest
+               trial of the AUC-latency front within that much AUC of the front's best
+               (`sfjax.automl.study.select_within_auc`; latencies measured on the
+               serving forward, `study.latency_source`).
   hpo          `run_search` over `fixed_arch_space(arch_part(best_config))`: the
                hyperparameters of the previous step's architecture; its baseline
                ("default", `start_config_auc`) is that previous best, so
@@ -42,6 +47,7 @@ from typing import Any
 import ml_collections
 
 from sfjax.automl.pipeline import StepContext, StepKind, StepOutput
+from sfjax.automl.study import select_within_auc
 from sfjax.core import names
 from sfjax.core.errors import ConfigError
 from sfjax.ctr_pipeline import compress_step as pipeline_steps_compress
@@ -53,10 +59,11 @@ from sfjax.ctr_search.space_provider import CTRSearchSpace
 
 def nas_defaults() -> ml_collections.ConfigDict:
   """The library's `nas` block: the search's `space` and `study` defaults; `search_space`
-  ('' here) must name one of the application's spaces."""
+  ('' here) must name one of the application's spaces; `select_within_auc` < 0 hands on
+  the study's best trial, >= 0 the fastest front trial within that ΔAUC (module docstring)."""
   defaults = search_defaults()
   return ml_collections.ConfigDict({"search_space": "", "space": defaults.space,
-                                    "study": defaults.study})
+                                    "study": defaults.study, "select_within_auc": -1.0})
 
 
 def hpo_defaults() -> ml_collections.ConfigDict:
@@ -123,6 +130,38 @@ def _search_output(summary: Mapping[str, Any], workdir: str, space_name: str) ->
   return StepOutput(metrics, output)
 
 
+def _check_selection(block, field: str) -> None:
+  """`select_within_auc`: a number; when >= 0 the study must maximise AUC and minimise
+  latency_ms (the front it selects on)."""
+  delta = block.get("select_within_auc", -1.0)
+  if isinstance(delta, bool) or not isinstance(delta, (int, float)) or delta != delta:
+    raise ConfigError(f"config field {field}.select_within_auc: expected a number, got {delta!r}")
+  objective = search_config.make_objective(ml_collections.ConfigDict({"study": block.study}))
+  wanted = {("auc", "maximize"), ("latency_ms", "minimize")}
+  if delta >= 0 and not wanted <= {(o.metric, o.direction) for o in getattr(objective, "all", ())}:
+    raise ConfigError(f"config field {field}.select_within_auc: {delta} selects on the "
+                      "AUC-latency front; study.objectives must hold auc:max and latency_ms:min, "
+                      f"got {block.study.get('objectives', '')!r}")
+
+
+def select_fastest(output: StepOutput, delta: float) -> StepOutput:
+  """A nas step's `output` with `best_config` the fastest `pareto_front` trial within
+  `delta` AUC of the front's best (`select_within_auc`); its metrics gain the chosen
+  trial's `auc` and `latency_ms` (`best_auc`: the study's best AUC) and `beats_default`
+  compares the chosen trial's AUC with the default's.
+
+  Raises:
+    ValueError: an empty front, or a front trial without a finite auc / latency_ms.
+  """
+  chosen = select_within_auc(output.output["pareto_front"], delta)
+  auc, default_auc = chosen["metrics"]["auc"], output.best_metrics.get("default_auc")
+  metrics = {**output.best_metrics, "best_auc": output.best_metrics.get("auc"), "auc": auc,
+             "latency_ms": chosen["metrics"]["latency_ms"], "select_within_auc": delta,
+             "beats_default": bool(default_auc is not None and auc > default_auc)}
+  return StepOutput(metrics, {**output.output, "best_config": chosen["config"],
+                              "best_trial_id": chosen["trial_id"]})
+
+
 class _SearchSteps:
   """nas / hpo over the spaces the application passes in."""
 
@@ -137,12 +176,15 @@ class _SearchSteps:
     self.space(block.search_space, f"{field}.search_space")
     config = ml_collections.ConfigDict({"seed": 0, "study": block.study.to_dict()})
     _check_study(config, field)
+    _check_selection(block, field)
 
   def run_nas(self, ctx: StepContext) -> StepOutput:
     space = self.space(ctx.block.search_space, f"{ctx.spec.field}.search_space")
     config = _search_config(ctx.config, ctx.block.space.to_dict(), ctx.block.study)
     summary = search_loop.run_search(config, ctx.workdir, space)
-    return _search_output(summary, ctx.workdir, ctx.block.search_space)
+    output = _search_output(summary, ctx.workdir, ctx.block.search_space)
+    delta = ctx.block.get("select_within_auc", -1.0)
+    return select_fastest(output, float(delta)) if delta >= 0 else output
 
   def check_hpo(self, block, field: str) -> None:
     _require(block, field, ("study",))

@@ -134,3 +134,65 @@ def test_hpo_without_an_earlier_search_fails_naming_the_missing_input(tmp_path):
   report = pipeline.run_pipeline(c, str(tmp_path), _kinds())
   assert report["steps"][0]["status"] == "failed"
   assert "needs 'search_space'" in report["steps"][0]["error"]
+
+
+def _front_output():
+  """A nas step's output whose front trades AUC for latency (trial 2 is slower, better)."""
+  front = [{"trial_id": i, "config": {"model.name": name}, "metrics": {"auc": auc, "latency_ms": ms}}
+           for i, name, auc, ms in ((0, "lr", 0.700, 0.2), (1, "fm", 0.745, 0.5),
+                                    (2, "deepfm", 0.750, 3.0))]
+  return pipeline.StepOutput({"auc": 0.750, "default_auc": 0.740, "beats_default": True},
+                             {"best_config": front[2]["config"], "best_trial_id": 2,
+                              "pareto_front": front, "search_space": "ctr"})
+
+
+@pytest.mark.parametrize("delta, chosen, beats", [(0.0, 2, True), (0.01, 1, True), (0.06, 0, False)])
+def test_select_fastest_hands_on_the_fastest_front_trial_within_delta(delta, chosen, beats):
+  out = pipeline_steps.select_fastest(_front_output(), delta)
+  front = _front_output().output["pareto_front"]
+  assert out.output["best_trial_id"] == chosen
+  assert out.output["best_config"] == front[chosen]["config"]
+  assert out.best_metrics["auc"] == front[chosen]["metrics"]["auc"]
+  assert out.best_metrics["latency_ms"] == front[chosen]["metrics"]["latency_ms"]
+  assert out.best_metrics["best_auc"] == 0.750 and out.best_metrics["default_auc"] == 0.740
+  assert out.best_metrics["beats_default"] is beats  # the chosen trial against the default
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"select_within_auc": 0.01}, "study.objectives must hold auc:max and latency_ms:min"),
+    ({"select_within_auc": 0.01, "study": {"algorithm": "nsga2", "objectives": "auc:max,params:min"}},
+     "study.objectives must hold auc:max and latency_ms:min"),
+    ({"select_within_auc": float("nan")}, "expected a number"),
+])
+def test_a_latency_selection_without_its_front_is_refused_naming_the_field(edit, message):
+  kinds = _kinds()
+  block = pipeline.effective_blocks(_config(), kinds)["nas"]
+  for key, value in edit.items():
+    if key == "study":
+      block.study.update(value)
+    else:
+      block[key] = value
+  with pytest.raises(ConfigError, match=f"config field steps.s.select_within_auc: .*{message}"):
+    kinds["nas"].check(block, "steps.s")
+
+
+@pytest.mark.slow  # ~20 s: a hardware-aware NAS step, latencies measured on the serving forward
+def test_nas_selects_the_fastest_front_model_within_delta_of_measured_latencies(tmp_path):
+  c = _config()
+  c.pipeline.order = "nas"
+  c.steps.nas.study.update({"algorithm": "nsga2", "num_trials": 4, "objectives":
+                            "auc:max,latency_ms:min", "latency_repeats": 5,
+                            "latency_batch_size": 64})
+  c.steps.nas.space.families = "lr,fm,deepfm"
+  c.steps.nas.select_within_auc = 1.0  # any AUC: the fastest model of the front
+  report = pipeline.run_pipeline(c, str(tmp_path), _kinds())
+  assert report["status"] == "done", report
+  out = json.loads((tmp_path / "steps" / "0_nas" / "output.json").read_text())
+  front = out["pareto_front"]
+  # a real trade-off (seed 0: FM better and slower than LR), so the choice is not the best AUC
+  assert len(front) >= 2 and all(p["metrics"]["latency_ms"] > 0 for p in front)
+  fastest = min(front, key=lambda p: (p["metrics"]["latency_ms"], -p["metrics"]["auc"]))
+  assert out["best_trial_id"] == fastest["trial_id"] and out["best_config"] == fastest["config"]
+  metrics = report["steps"][0]["best_metrics"]
+  assert metrics["latency_ms"] == fastest["metrics"]["latency_ms"]
+  assert metrics["best_auc"] > metrics["auc"] == fastest["metrics"]["auc"]
