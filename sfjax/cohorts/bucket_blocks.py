@@ -15,18 +15,20 @@ A composed trial's architecture is its block spec (`model.blocks`,
     `ColumnLayout`), and in parallel a missing tower (a zero tower adds 0);
   * `dense.linear` and `bias` masked (a superset's DenseLinear or bias that is zero
     and frozen adds 0);
-  * the per-group embedding dims masked to their group count (which fields share a
-    dim): the superset has each group's largest dim and a `[F, E]` column gate
+  * the per-group embedding dims masked (and, when the data's field count F is
+    known, the group count too: trials of 1, 2 or 3 field groups share a superset
+    whose dims are per field, field f's the largest of the trials' dims of f,
+    `field_layout.field_dims`; with F unknown the group count stays in the key): the
+    superset has each group's (or field's) largest dim and a `[F, E]` column gate
     (`gated_columns`, `column_gate_row`) zeroing each trial's columns past its own
     dims, so they read 0 and take gradient exactly 0; `first_order` (the rows' last
     column) likewise: a trial without it has that column zero, its block gated or
-    its tower rows zero. Padded row columns stay 0 under an element-wise row
-    optimizer only: for a row-wise one (`bucket_blocks(..., pad_rows=False)`) the
-    dims and the first-order column stay in the key (its mean over the row would
-    change).
+    its tower rows zero. Padded row columns take gradient 0, so element-wise row
+    optimizers leave them still, and rowwise_adagrad averages over each lane's own
+    row width (`lane_optimizers.ROW_WIDTH_KEY`, set by the cohort runner).
 
 What stays: the combination, the bottom MLP (it adds an interaction vector), a tower
-without hidden layers (and its inputs), the group count. A spec with one block entry
+without hidden layers (and its inputs), the group count when F is not given. A spec with one block entry
 twice (an entry's identity: its type and parameters, cross `layers` left out) or an
 already gated spec is not maskable: its key is its full spec.
 
@@ -90,26 +92,23 @@ def _without_dense(spec: dict[str, Any]) -> dict[str, Any]:
   return {**spec, "tower": tower, "dense": {**spec["dense"], "bottom_mlp": None}}
 
 
-def bucket_blocks(text: str, pad_rows: bool = True, num_dense: int | None = None) -> str:
+def bucket_blocks(text: str, num_dense: int | None = None, num_fields: int | None = None) -> str:
   """The bucket key text of spec JSON `text` (see the module docstring); not a valid spec.
 
-  `pad_rows`: whether the trial's row optimizer leaves a zero padded row column still
-  (element-wise ones, `bucket_layout.rows_paddable`); when not, the rows' layout (the
-  dims and whether there is a first-order column) stays in the key (a padded column
-  would change a row-wise optimizer's mean over the row). `num_dense`: the data's dense
+  `num_dense`: the data's dense
   feature count Nd, when known; with 0 the bottom MLP and the "dense"/"bottom" tower
-  inputs leave the key (nothing is built for them).
+  inputs leave the key (nothing is built for them). `num_fields`: the data's field
+  count F, when known; then the group count leaves the key (`superset_blocks` gives
+  trials of different group counts per-field dims).
   """
   spec = block_spec.spec_from_json(text)
   if not _maskable(spec):
     return block_spec.spec_to_json(spec)
   if num_dense == 0:
     spec = _without_dense(spec)
-  has_first_order = any(b["type"] == "first_order" for b in spec["interactions"])
-  if pad_rows:  # the group count fixes which fields share a dim; the dims are gated
-    rows: Any = {"groups": len(spec["embedding"]["dims"]), "dims": _MASKED}
-  else:
-    rows = {**spec["embedding"], "first_order": has_first_order}
+  # The dims are gated; with F unknown, the group count fixes which fields share one.
+  rows: Any = {"dims": _MASKED} if num_fields is not None else {
+      "groups": len(spec["embedding"]["dims"]), "dims": _MASKED}
   tower = spec["tower"]
   if (tower is not None and tower["dims"]) or (tower is None and spec["combine"] == "parallel"):
     tower = _MASKED  # hidden layers pad; inputs and absent towers are zero rows
@@ -117,16 +116,19 @@ def bucket_blocks(text: str, pad_rows: bool = True, num_dense: int | None = None
                 "bias": _MASKED, "dense": {**spec["dense"], "linear": _MASKED}})
 
 
-def superset_blocks(texts: Sequence[str], num_dense: int | None = None) -> str:
+def superset_blocks(texts: Sequence[str], num_dense: int | None = None,
+                    num_fields: int | None = None) -> str:
   """The canonical spec JSON of the smallest model holding each spec of one bucket
-  (`bucket_blocks(..., num_dense=num_dense)`).
+  (`bucket_blocks(..., num_dense=num_dense, num_fields=num_fields)`). Its embedding dims
+  are per group when every spec has the same group count, else per field (F =
+  `num_fields`): field f's dim the largest of the specs' dims of field f.
 
   Raises:
     ValueError: `texts` is empty or spans several buckets.
   """
   if not texts:
     raise ValueError("superset_blocks: no specs")
-  if len({bucket_blocks(t, num_dense=num_dense) for t in texts}) != 1:
+  if len({bucket_blocks(t, num_dense=num_dense, num_fields=num_fields) for t in texts}) != 1:
     raise ValueError("superset_blocks: the specs are in different buckets")
   specs = [block_spec.spec_from_json(t) for t in texts]
   first = specs[0]
@@ -144,8 +146,8 @@ def superset_blocks(texts: Sequence[str], num_dense: int | None = None) -> str:
   sup = {**first, "interactions": blocks, "bias": any(s["bias"] for s in specs),
          "dense": {"linear": any(s["dense"]["linear"] for s in specs),
                    "bottom_mlp": bottoms[0] if bottoms else None},  # all equal unless Nd = 0
-         "embedding": {"dims": [max(d) for d in zip(*(s["embedding"]["dims"] for s in specs),
-                                                    strict=True)]}}
+         "embedding": {"dims": _superset_dims([s["embedding"]["dims"] for s in specs],
+                                              num_fields)}}
   towers = [s["tower"] for s in specs if s["tower"] is not None]
   if towers:  # the widest, deepest (masked, else all equal), the union of the inputs
     dims = [t["dims"] for t in towers]
@@ -163,6 +165,16 @@ def superset_blocks(texts: Sequence[str], num_dense: int | None = None) -> str:
                                             for s in specs)):
     sup["gated_columns"] = True  # dense axes to remap (`ColumnLayout`); its gates name F
   return block_spec.spec_to_json(sup)
+
+
+def _superset_dims(dims: Sequence[Sequence[int]], num_fields: int | None) -> list[int]:
+  """Per group the largest of `dims` (one list per spec) when their group counts agree, else
+  per field (`field_layout.field_dims` over F = `num_fields`) the largest."""
+  if len({len(d) for d in dims}) > 1:
+    if num_fields is None:  # `bucket_blocks` keeps the group count in the key without F
+      raise ValueError("superset_blocks: specs of different field-group counts need num_fields")
+    dims = [field_layout.field_dims(d, num_fields) for d in dims]
+  return [max(column) for column in zip(*dims, strict=True)]
 
 
 def spec_width(text: str) -> int:

@@ -200,14 +200,18 @@ def leaf_index(layout: EmbedLayout | None, path: str, shape, sup_shape, param_pa
 
 
 def slot_layout(layout: EmbedLayout | None, width: int, slot_width: int, sup_width: int,
-                sup_slot_width: int) -> tuple[np.ndarray, np.ndarray]:
+                sup_slot_width: int, row_wise: bool = False) -> tuple[np.ndarray, np.ndarray]:
   """(slot column index [S_e] into the superset's [S_E], fill row [S_E] of padded columns).
 
+  `row_wise`: the trial's row optimizer keeps one slot per row (rowwise_adagrad, S = 1
+  whatever the width): it lies in the superset's first slot column.
+
   Raises:
-    ValueError: the slots are not whole blocks of the row width (a row-wise optimizer).
+    ValueError: the slots are not whole blocks of the row width (a row-wise optimizer
+      not flagged `row_wise`).
   """
   cols = np.arange(width) if layout is None else layout.table_columns()
-  if layout is None:
+  if layout is None or row_wise:
     return np.arange(slot_width), np.zeros((sup_slot_width,), np.float32)
   blocks = slot_width // width
   # A superset of several row optimizers has more slot columns than this trial's blocks

@@ -37,8 +37,9 @@ The `composed` model (a block spec, `model.blocks`) is bucketed by `padded_block
 (its docstring has the rules): in either combination its interaction blocks (the
 superset holds their union), its tower's sizes and inputs (and in parallel its
 presence), its cross layers, `dense.linear`, `bias`, `first_order` and its per-group
-embedding dims (their group count stays) are masked; row-wise row optimizers keep
-the row layout in the key. Parallel blocks a trial lacks have gate 0
+embedding dims (and their group count, when F is given) are masked, whatever the row
+optimizer (rowwise_adagrad takes each lane's own row width, `lane_optimizers.ROW_WIDTH_KEY`,
+and averages over it). Parallel blocks a trial lacks have gate 0
 (`ComposedModel.gates`), stacked ones zero tower rows, and columns past a trial's own
 dims a column gate 0 (`ComposedModel.column_gates`): their outputs and gradients are
 exactly 0. A trial's rows lie in the superset's first columns, its first-order column
@@ -54,12 +55,12 @@ columns placed as for one optimizer, the rest untouched), so a trial of a mixed
 program still equals its own run.
 
 What stays in the bucket key (a different value means a different bucket): the
-model family, `embed_dim` for row-wise row optimizers (rowwise_adagrad's mean over
-a row changes with padding; a `composed` model's follows its spec), the row
+model family, a named model's `embed_dim` for row-wise row optimizers (rowwise_adagrad's
+mean over a row changes with padding; a `composed` model's row width is masked), the row
 optimizer (unless merged, above) and the dense optimizer, the cross rank and
 structure, attention and CIN sizes, a bottom MLP, an MLP of depth 0 (no hidden
 layer to hold an identity), and of a composed spec: the combination, the bottom
-MLP, the embedding group count, a tower without hidden layers, and the whole spec
+MLP, the embedding group count without F, a tower without hidden layers, and the whole spec
 when one block entry appears twice or the spec is gated.
 """
 
@@ -92,7 +93,7 @@ _MASKED = "masked"
 
 
 def bucket_key(arch: ArchSpec, merge_optimizers: bool = False,
-               num_dense: int | None = None) -> ArchSpec:
+               num_dense: int | None = None, num_fields: int | None = None) -> ArchSpec:
   """`arch` with its maskable sizes replaced by a placeholder: equal keys share a program.
 
   An MLP of depth 0 keeps its `()` (it cannot be padded), so it has its own bucket;
@@ -102,11 +103,13 @@ def bucket_key(arch: ArchSpec, merge_optimizers: bool = False,
   too: the bucket's program picks each lane's (`lane_optimizers`); a key with it
   is coarser than one without (equal plain keys give equal merged keys). `num_dense`:
   the data's dense feature count, when known (0 drops a composed spec's bottom MLP and
-  "dense"/"bottom" tower inputs from its key, `padded_blocks.bucket_blocks`).
+  "dense"/"bottom" tower inputs from its key, `padded_blocks.bucket_blocks`);
+  `num_fields`: the data's field count F, when known (a composed spec's field-group
+  count then leaves its key).
   """
-  pad_rows = padded_layout.rows_paddable(arch.embedding_optimizer)
   hparams = tuple((k, _MASKED if k in _MASKED_HPARAMS and v != () else
-                   padded_blocks.bucket_blocks(v, pad_rows, num_dense) if k == _BLOCKS_HPARAM else v)
+                   padded_blocks.bucket_blocks(v, num_dense, num_fields)
+                   if k == _BLOCKS_HPARAM else v)
                   for k, v in arch.model_hparams)
   # A composed model's row width follows its spec, whose key (above) holds what fixes it.
   embed_dim = (_MASKED if padded_layout.embed_maskable(arch.model_name, arch.embedding_optimizer)
@@ -131,19 +134,21 @@ def fixed_config_keys(config: Mapping[str, Any], keys: Sequence[str]) -> tuple[s
   return tuple(k for k in keys if k not in _MASKED_CONFIG_KEYS or (k == _EMBED_KEY and not free_embed))
 
 
-def superset(archs: Sequence[ArchSpec], num_dense: int | None = None) -> ArchSpec:
+def superset(archs: Sequence[ArchSpec], num_dense: int | None = None,
+             num_fields: int | None = None) -> ArchSpec:
   """The smallest architecture of the bucket of `archs` that holds each of them.
 
   The bucket is the merged one (`bucket_key(..., merge_optimizers=True)`): trials of
   several row optimizers give a superset whose `embedding_optimizer` serves them all,
-  one per lane (`lane_optimizers.lanes_name`); `num_dense` as `bucket_key`'s.
+  one per lane (`lane_optimizers.lanes_name`); `num_dense`, `num_fields` as `bucket_key`'s.
 
   Raises:
     ValueError: `archs` is empty or spans several buckets.
   """
   if not archs:
     raise ValueError("superset: no architectures")
-  keys = {bucket_key(a, merge_optimizers=True, num_dense=num_dense) for a in archs}
+  keys = {bucket_key(a, merge_optimizers=True, num_dense=num_dense, num_fields=num_fields)
+          for a in archs}
   if len(keys) != 1:
     raise ValueError(f"superset: architectures of {len(keys)} buckets: "
                      f"{sorted(a.describe() for a in set(archs))}")
@@ -157,7 +162,7 @@ def superset(archs: Sequence[ArchSpec], num_dense: int | None = None) -> ArchSpe
   embed_dim = max(a.embed_dim for a in archs)
   if _BLOCKS_HPARAM in hparams:
     hparams[_BLOCKS_HPARAM] = padded_blocks.superset_blocks([h[_BLOCKS_HPARAM] for h in all_hparams],
-                                                           num_dense)
+                                                           num_dense, num_fields)
     embed_dim = padded_blocks.spec_width(hparams[_BLOCKS_HPARAM])
   return dataclasses.replace(archs[0], model_hparams=tuple(sorted(hparams.items())),
                              embed_dim=embed_dim,
@@ -211,7 +216,8 @@ class _Layout:
                                                       self.sup_params, width, sup_width)
     self.slot_index, self.slot_fill = padded_layout.slot_layout(
         rows, width, exact_state.table.opt_slots.shape[1], sup_width,
-        sup_state.table.opt_slots.shape[1])
+        sup_state.table.opt_slots.shape[1],
+        row_wise=arch is not None and arch.embedding_optimizer == "rowwise_adagrad")
     self.columns = (np.arange(width) if rows is None else rows.table_columns())
 
   def index(self, path: str, shape, sup_shape):

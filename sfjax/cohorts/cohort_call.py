@@ -108,7 +108,8 @@ def stack_hparams(hparams: Sequence[Mapping[str, Any]],
 def stacked_hparams(hparams: Mapping[str, Any], width: int) -> dict[str, np.ndarray]:
   """`arch.DYNAMIC_KEYS` -> [W] float32: the given values (checked), defaults elsewhere;
   bags' pooling codes only when given (the program pools the others the data set's way);
-  a mixed program's `lane_optimizers.LANE_KEY` -> [W] int32 when given."""
+  a mixed program's `lane_optimizers.LANE_KEY` -> [W] int32 and a program of several row
+  widths' `lane_optimizers.ROW_WIDTH_KEY` -> [W] float32 (each >= 1) when given."""
   defaults = arch_lib.resolve_hparams({})
   stacked = {}
   for key, value in {**{k: None for k in arch_lib.DYNAMIC_KEYS}, **dict(hparams)}.items():
@@ -118,6 +119,13 @@ def stacked_hparams(hparams: Mapping[str, Any], width: int) -> dict[str, np.ndar
         raise ValueError(f"hparams[{key!r}] must be ({width},) non-negative integers, got "
                          f"{value.tolist()}")
       stacked[key] = value.astype(np.int32)
+      continue
+    if key == lane_optimizers.ROW_WIDTH_KEY:  # each lane's own row width (rowwise_adagrad)
+      value = np.asarray(jax.device_get(value), np.float32)
+      if value.shape != (width,) or not (np.isfinite(value) & (value >= 1)).all():
+        raise ValueError(f"hparams[{key!r}] must be ({width},) finite row widths >= 1, got "
+                         f"{value.tolist()}")
+      stacked[key] = value
       continue
     if value is None:
       value = np.full((width,), defaults[key], np.float32)

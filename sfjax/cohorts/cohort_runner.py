@@ -183,8 +183,8 @@ class CohortRunner:
     (`host_cohort`: no padded, mixed or ragged programs).
     """
     cache = self.task.embedding_backend == "cache"
-    keys = list(archs) if cache else [buckets.bucket_key(a, merge_optimizers, self.spec.num_dense)
-                                        for a in archs]
+    keys = list(archs) if cache else [buckets.bucket_key(a, merge_optimizers, self.spec.num_dense,
+                                                         self.spec.num_fields) for a in archs]
     return chunk_plan.plan_chunks(
         keys, start_steps, end_steps, resumes,
         ragged=False if cache else self.ragged if ragged is None else ragged, archs=archs,
@@ -292,7 +292,7 @@ class CohortRunner:
     """One chunk of a bucket's trials with different architectures: each trial's exact
     state (its resume state, or its fresh init drawn from its seed) padded to the
     chunk's superset, one masked program call, results cut back to exact shapes."""
-    sup = buckets.superset(archs, self.spec.num_dense)
+    sup = buckets.superset(archs, self.spec.num_dense, self.spec.num_fields)
     template = self.state_template(sup)
     states, masks = [], []
     for arch, state in zip(archs, self._host_states(archs, hparams, seeds, init_states),
@@ -308,6 +308,10 @@ class CohortRunner:
       hparams = {**hparams, lane_optimizers.LANE_KEY: np.asarray(
           [lane_optimizers.lane_index(sup.embedding_optimizer, a.embedding_optimizer)
            for a in archs], np.int32)}
+    if "rowwise_adagrad" in lane_optimizers.lane_names(sup.embedding_optimizer) and any(
+        a.embedding_width != sup.embedding_width for a in archs):  # a mean over each lane's row
+      hparams = {**hparams, lane_optimizers.ROW_WIDTH_KEY: np.asarray(
+          [a.embedding_width for a in archs], np.float32)}
     results = self._run_chunk(chunk, sup, hparams, seeds, start, end, stack(states),
                               dense_masks=stack(masks), archs=archs)
     return [r._replace(state=buckets.unpad_state(r.state, self.state_template(arch), arch=arch,

@@ -16,6 +16,13 @@ lane picks its optimizer by an index (`LANE_KEY`, a per-trial program input):
 
 The cost is the other optimizers' element-wise work on the touched rows, `[U, E]`
 per optimizer per step: small beside the model's forward and backward.
+
+Row widths: a composed trial's rows may be narrower than its program's (its columns past
+its own dims are padding of gradient exactly 0, `bucket_blocks`). Element-wise row
+optimizers leave such columns still; rowwise_adagrad averages over the row, so a program
+whose trials' widths differ takes each lane's own width e as `ROW_WIDTH_KEY` (a per-trial
+program input, float32) and divides the row's squared-gradient sum by it
+(`row_optimizers.rowwise_adagrad(..., row_width=e)`): the mean over the trial's own columns.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from sfjax.embedding import row_optimizers
 from sfjax.embedding.row_optimizers import RowOptimizer
 
 LANE_KEY = "embedding.optimizer_lane"  # per-trial program input: index into the lane set
+ROW_WIDTH_KEY = "embedding.row_width"  # per-trial program input: the trial's own row width e
 _PREFIX = "lanes:"
 _SEP = "|"
 
@@ -99,11 +107,19 @@ def choose_lane_optimizer(optimizers: Sequence[RowOptimizer], choice) -> RowOpti
 
 
 def make_lane_optimizer(name: str, learning_rate, settings, choice=0,
-         field: str = "embedding.optimizer") -> RowOptimizer:
+                        field: str = "embedding.optimizer", row_width=None) -> RowOptimizer:
   """The row optimizer of a program's `embedding_optimizer` `name`: `row_optimizers.make`
-  for a plain name, `choose_lane_optimizer` over its set (at lane index `choice`) for a lanes name."""
+  for a plain name, `choose_lane_optimizer` over its set (at lane index `choice`) for a lanes
+  name. `row_width`: None, or the lane's own row width e (`ROW_WIDTH_KEY`), which
+  rowwise_adagrad averages over (the element-wise optimizers do not read it)."""
+
+  def make(n):
+    if row_width is not None and n == "rowwise_adagrad":
+      return row_optimizers.rowwise_adagrad(learning_rate, settings.adagrad_initial_accumulator,
+                                            row_width=row_width)
+    return row_optimizers.make(n, learning_rate, settings, field=field)
+
   names = lane_names(name)
   if len(names) == 1:
-    return row_optimizers.make(name, learning_rate, settings, field=field)
-  return choose_lane_optimizer([row_optimizers.make(n, learning_rate, settings, field=field) for n in names],
-                choice)
+    return make(name)
+  return choose_lane_optimizer([make(n) for n in names], choice)

@@ -65,10 +65,12 @@ def trial_optimizers(arch: ArchSpec, hparams: Hparams):
   """The trial's dense and row optimizers: the trainer's factories, with traced hyperparameters."""
   tx = optimizers.dense_optimizer(arch.dense_optimizer, hparams["optimizer.learning_rate"],
                                   hparams["optimizer.weight_decay"], field="optimizer.name")
-  # A program of several row optimizers (a mixed cohort) takes each lane's by its index.
-  row_opt = lane_optimizers.make_lane_optimizer(arch.embedding_optimizer, hparams["embedding.learning_rate"], _EMB,
-                                 hparams.get(lane_optimizers.LANE_KEY, 0),
-                                 field="embedding.optimizer")
+  # A program of several row optimizers (a mixed cohort) takes each lane's by its index, and
+  # of several row widths each lane's own width (`lane_optimizers.ROW_WIDTH_KEY`).
+  row_opt = lane_optimizers.make_lane_optimizer(
+      arch.embedding_optimizer, hparams["embedding.learning_rate"], _EMB,
+      hparams.get(lane_optimizers.LANE_KEY, 0), field="embedding.optimizer",
+      row_width=hparams.get(lane_optimizers.ROW_WIDTH_KEY))
   return tx, row_opt
 
 

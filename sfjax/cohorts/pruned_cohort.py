@@ -205,7 +205,7 @@ def run_trials(runner: CohortRunner, trials: Sequence[LaneTrial], spec: PrunerSp
   chunks: list[Chunk] = []
 
   def key_of(t: LaneTrial) -> Hashable:
-    return buckets.bucket_key(t.arch, merge_optimizers, runner.spec.num_dense)
+    return buckets.bucket_key(t.arch, merge_optimizers, runner.spec.num_dense, runner.spec.num_fields)
 
   def refill(key: Hashable) -> LaneTrial | None:
     for i, t in enumerate(queue):

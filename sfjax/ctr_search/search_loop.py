@@ -272,10 +272,10 @@ def ask_round(study: Study, n: int) -> list[Suggestion]:
   return study.ask(n)
 
 
-def form_cohorts(archs: Sequence[ArchSpec], merge_optimizers: bool,
-                 num_dense: int | None = None) -> list[list[int]]:
+def form_cohorts(archs: Sequence[ArchSpec], merge_optimizers: bool, num_dense: int | None = None,
+                 num_fields: int | None = None) -> list[list[int]]:
   """Indices of a round's trials grouped into cohorts (one `CohortJob` each), in order of
-  each cohort's first trial (`num_dense`: the data's, `buckets.bucket_key`).
+  each cohort's first trial (`num_dense`, `num_fields`: the data's, `buckets.bucket_key`).
   Trials of one shape bucket (`buckets.bucket_key`) share a group; with
   `merge_optimizers` (`study.fill_cohorts`) the row optimizer leaves the key, so trials
   that differ only in it (and in the bucket's masked sizes) share one program, each
@@ -284,7 +284,8 @@ def form_cohorts(archs: Sequence[ArchSpec], merge_optimizers: bool,
   """
   groups: dict[ArchSpec, list[int]] = {}
   for i, arch in enumerate(archs):
-    groups.setdefault(buckets.bucket_key(arch, merge_optimizers, num_dense), []).append(i)
+    groups.setdefault(buckets.bucket_key(arch, merge_optimizers, num_dense, num_fields),
+                      []).append(i)
   return list(groups.values())
 
 
@@ -306,13 +307,12 @@ def default_metrics(workdir: str, executor, seed: int, steps: int,
   if result.status != TrialStatus.DONE:
     logging.warning("the default config failed: %s", result.error)
   search_config.write_json(path, {"config": config.to_dict(), "status": result.status.value,
-                     "metrics": result.metrics, "error": result.error})
+                                  "metrics": result.metrics, "error": result.error})
   return dict(result.metrics)
 
 
 def _batch_jobs(study: Study, runner: CohortRunner, batch: Sequence[Suggestion], workdir: str,
-                seed: int, max_steps: int,
-                split: Callable[[Any], tuple[ArchSpec, dict[str, float]]],
+                seed: int, max_steps: int, split: Callable[[Any], tuple[ArchSpec, dict[str, float]]],
                 merge_optimizers: bool) -> list[tuple[CohortJob, list]]:
   """`batch` as `(job, members)` pairs, one job per cohort (`form_cohorts`: trials whose
   architectures differ only in sizes a superset can hold, `buckets.bucket_key`, and with
@@ -331,7 +331,8 @@ def _batch_jobs(study: Study, runner: CohortRunner, batch: Sequence[Suggestion],
       continue
     built.append((s, arch, hparams))
   pairs = []  # equal architectures run unpadded
-  for group in form_cohorts([a for _, a, _ in built], merge_optimizers, runner.spec.num_dense):
+  data = runner.spec.num_dense, runner.spec.num_fields
+  for group in form_cohorts([a for _, a, _ in built], merge_optimizers, *data):
     members = [built[i] for i in group]
     starts, ends, init_states = [], [], []
     for s, arch, _ in members:

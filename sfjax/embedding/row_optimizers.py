@@ -15,7 +15,9 @@ Formulas (per element, g = gradient, t = `count`, 1-based global step):
   adagrad: a += g^2;  w -= lr * g / sqrt(a)              (a starts at initial_accumulator)
   rowwise_adagrad:  a_row += mean_j(g_j^2) over the row's E columns;  w -= lr * g / sqrt(a_row)
            (one accumulator per row, S = 1: FBGEMM's EXACT_ROWWISE_ADAGRAD, TorchRec's default,
-           without its eps, like adagrad here; a_row starts at initial_accumulator)
+           without its eps, like adagrad here; a_row starts at initial_accumulator). With
+           `row_width` e: a_row += sum_j(g_j^2) / e, the mean over a row's own e columns when
+           the others are padding of gradient 0 (a padded cohort lane, issue #26)
   adam:    m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2   (lazy / row-wise Adam:
            w -= lr * mhat / (sqrt(vhat) + eps)            only touched rows move;
            mhat = m / (1-b1^t), vhat = v / (1-b2^t)       bias correction uses the global step)
@@ -85,19 +87,28 @@ def adagrad(learning_rate, initial_accumulator: float = 0.1) -> RowOptimizer:
   )
 
 
-def rowwise_adagrad(learning_rate, initial_accumulator: float = 0.1) -> RowOptimizer:
+def rowwise_adagrad(learning_rate, initial_accumulator: float = 0.1,
+                    row_width=None) -> RowOptimizer:
   """Row-wise Adagrad: one accumulator per row, fed the mean squared gradient of the row.
 
   Stores 1 slot column instead of E (for a 1e9-row, E=16 table: 4 GB of
   accumulators instead of 64 GB). A padding row (zero slots, zero gradient)
   comes out NaN, like adagrad's; the scatter drops it.
+
+  `row_width`: None, the mean over the E columns; else e (a float or traced scalar):
+  the squared gradients' sum over the row divided by e, i.e. the mean over the row's
+  own e columns of a row padded with zero-gradient columns to E (a trial in a wider
+  cohort program: its update equals the one on its own e-column rows).
   """
   if not initial_accumulator > 0:
     raise ValueError(f"rowwise_adagrad initial_accumulator must be > 0, got {initial_accumulator}")
 
   def update(rows, slots, grads, count):
     del count
-    acc = slots + jnp.mean(grads * grads, axis=-1, keepdims=True)  # [U, 1]
+    if row_width is None:
+      acc = slots + jnp.mean(grads * grads, axis=-1, keepdims=True)  # [U, 1]
+    else:
+      acc = slots + jnp.sum(grads * grads, axis=-1, keepdims=True) / row_width
     return rows - learning_rate * grads * jnp.reciprocal(jnp.sqrt(acc)), acc
 
   def initial_slot_row(e):

@@ -120,3 +120,32 @@ def test_without_merging_each_optimizer_runs_its_own_program(data):
 def test_bad_lane_indices_are_named():
   with pytest.raises(ValueError, match="embedding.optimizer_lane"):
     cohort_call.stacked_hparams({lane_optimizers.LANE_KEY: np.asarray([0, -1])}, 2)
+
+
+@pytest.mark.parametrize("widths", [[4.0, 0.0], [4.0, np.nan], [4.0]])
+def test_bad_row_widths_are_named(widths):
+  with pytest.raises(ValueError, match="embedding.row_width"):
+    cohort_call.stacked_hparams({lane_optimizers.ROW_WIDTH_KEY: np.asarray(widths)}, 2)
+
+
+def test_a_lane_row_width_reaches_rowwise_adagrad_only():
+  # rowwise_adagrad's lane divides by the lane's own width; the element-wise lanes ignore it.
+  e, u = 5, 4
+  key = jax.random.split(jax.random.key(1), 2)
+  rows, grads = jax.random.normal(key[0], (u, e)), jax.random.normal(key[1], (u, e))
+  grads = grads.at[:, 3:].set(0.0)  # the lane's own rows are 3 wide
+  name = lane_optimizers.lanes_name(["rowwise_adagrad", "adam"])
+  slots = jnp.full((u, 2 * e), 0.1)
+  for choice, own in enumerate(lane_optimizers.lane_names(name)):
+    mixed = lane_optimizers.make_lane_optimizer(name, 0.05, _EMB, choice=jnp.int32(choice),
+                                                row_width=jnp.float32(3))
+    plain = (row_optimizers.rowwise_adagrad(0.05, _EMB.adagrad_initial_accumulator, row_width=3)
+             if own == "rowwise_adagrad" else row_optimizers.make(own, 0.05, _EMB))
+    width = plain.slot_width(e)
+    want = plain.update(rows, slots[:, :width], grads, jnp.int32(2))
+    got = mixed.update(rows, slots, grads, jnp.int32(2))
+    chex.assert_trees_all_close((got[0], got[1][:, :width]), want, rtol=1e-6)
+  single = lane_optimizers.make_lane_optimizer("rowwise_adagrad", 0.05, _EMB, row_width=3.0)
+  chex.assert_trees_all_close(single.update(rows, slots[:, :1], grads, jnp.int32(2)),
+                              row_optimizers.rowwise_adagrad(0.05, 0.1, row_width=3.0).update(
+                                  rows, slots[:, :1], grads, jnp.int32(2)), rtol=1e-6)

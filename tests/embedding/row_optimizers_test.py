@@ -71,6 +71,32 @@ def test_rowwise_adagrad_equals_adagrad_at_width_one():
     chex.assert_trees_all_close(got, want, atol=1e-7)
 
 
+@pytest.mark.parametrize("traced", [False, True])
+def test_rowwise_adagrad_row_width_averages_over_the_rows_own_columns(traced):
+  # Rows of width e = 3 padded with zero-gradient columns to E = 5 (a lane of a wider cohort
+  # program): with row_width=e the update is the e-column row's own, the padding stays put.
+  key = jax.random.split(jax.random.key(0), 3)
+  rows, grads = jax.random.normal(key[0], (4, 3)), jax.random.normal(key[1], (4, 3))
+  slots = jnp.abs(jax.random.normal(key[2], (4, 1))) + 0.1
+  pad = jnp.full((4, 2), 7.0)
+  want_rows, want_slots = ro.rowwise_adagrad(0.2, 0.1).update(rows, slots, grads, jnp.int32(1))
+
+  def padded(width):
+    opt = ro.rowwise_adagrad(0.2, 0.1, row_width=width)
+    return opt.update(jnp.concatenate([rows, pad], 1), slots,
+                      jnp.concatenate([grads, jnp.zeros((4, 2))], 1), jnp.int32(1))
+
+  got_rows, got_slots = jax.jit(padded)(jnp.float32(3)) if traced else padded(3)
+  chex.assert_trees_all_close(got_slots, want_slots, rtol=1e-6)
+  chex.assert_trees_all_close(got_rows[:, :3], want_rows, rtol=1e-6)
+  np.testing.assert_array_equal(got_rows[:, 3:], pad)
+  # without it the padded row's mean is over 5 columns: a smaller accumulator step
+  _, mean_slots = ro.rowwise_adagrad(0.2, 0.1).update(
+      jnp.concatenate([rows, pad], 1), slots, jnp.concatenate([grads, jnp.zeros((4, 2))], 1),
+      jnp.int32(1))
+  assert (np.asarray(mean_slots - slots) < 0.99 * np.asarray(want_slots - slots)).all()
+
+
 def test_rowwise_adagrad_padding_rows_are_harmless():
   """A padded unique set through the device table: padding (row V) reads zero slots and
   zero gradients, its NaN update is dropped, and real rows do not see it."""
