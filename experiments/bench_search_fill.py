@@ -28,6 +28,16 @@ their best AUCs agree to float tolerance; `free` asks other configs.
 `run(config)` returns the figures; the command ends stdout with them as one JSON
 line (also written to `config.out`).
 
+`config.group_only` (issue #26, 0a's width target): no training; a random search of
+`search.study.num_trials` trials over the space, for each ask batch of `group_asks`
+and each seed below `group_seeds`: the algorithm's own proposals, asked in rounds of
+the batch, formed into cohorts (`search_loop.form_cohorts` with the data's Nd and F)
+and each cohort planned into program calls at `search.study.cohort_width` (the
+runner's own `plan`). It reports, per ask batch, `mean_cohort_width` (trials per
+program call, as a search's summary counts them), `programs`, `pairs_tried` (mean
+over seeds) and `configs_digest` (of every asked config: equal across ask batches and
+to a search without fill, since grouping never changes what is asked).
+
 Old flag -> config field: `--config=FILE` (the search config) -> `config.search`
 (`--config.task.X` -> `--config.search.task.X`, and so on), `--modes` ->
 `config.modes`, `--space` -> `config.space`, `--out` -> `config.out`.
@@ -35,6 +45,7 @@ Old flag -> config field: `--config=FILE` (the search config) -> `config.search`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -45,13 +56,16 @@ from typing import Any
 
 import jax
 import ml_collections
+import numpy as np
 
 from experiments import cli
 from search_spaces import blocks as blocks_space
 from search_spaces import default as default_space
-from sfjax.cohorts import cohort_program
+from sfjax.automl.algorithms import Objective, RandomSearch
+from sfjax.automl.study import Study
+from sfjax.cohorts import CohortRunner, cohort_program, split_config
 from sfjax.core import ConfigError
-from sfjax.ctr_search import run_search
+from sfjax.ctr_search import form_cohorts, make_space, make_task, parse_cohort_width, run_search
 
 MODES = {"ragged": (True, True), "exact": (True, False), "free": (False, False)}
 # 'ctr': the default space (generated models; the named families when space.families names any).
@@ -102,6 +116,38 @@ def measure(search_config, modes: Sequence[str], space: str = "ctr") -> dict[str
   return out
 
 
+def group_widths(search, space: str, asks: Sequence[int], seeds: int) -> dict[str, Any]:
+  """Cohort widths of a random search's own proposals, grouped only (module docstring)."""
+  search_space = SPACES[space]
+  joint = make_space(search, search_space)
+  runner = CohortRunner(make_task(search), cohort_width=parse_cohort_width(search.study.cohort_width))
+  spec, n = runner.spec, search.study.num_trials
+  out = {}
+  for ask in asks:
+    calls, digest, pairs = [], hashlib.sha256(), []
+    for seed in range(seeds):
+      with tempfile.TemporaryDirectory() as workdir, Study.open(
+          workdir, joint, RandomSearch(seed=seed), Objective("auc", "maximize")) as study:
+        asked = []
+        while len(asked) < n:
+          batch = study.ask(min(ask, n - len(asked)))
+          asked += batch
+          archs = [split_config(search_space.runner_config(s.config))[0] for s in batch]
+          for group in form_cohorts(archs, True, spec.num_dense, spec.num_fields):
+            members = [archs[i] for i in group]
+            calls += [len(c.trials) for c in runner.plan(
+                members, [0] * len(members), [1] * len(members), [False] * len(members),
+                merge_optimizers=True)]
+      for s in asked:
+        digest.update(json.dumps(s.config.to_dict(), sort_keys=True).encode())
+      pairs.append(len({(_family(s.config), s.config.get("embedding.optimizer")) for s in asked}))
+    out[str(ask)] = {"mean_cohort_width": float(np.mean(calls)), "programs": len(calls),
+                     "pairs_tried": float(np.mean(pairs)),
+                     "configs_digest": digest.hexdigest()[:12]}
+    sys.stderr.write(f"ask {ask}: {json.dumps(out[str(ask)])}\n")
+  return out
+
+
 def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """The benchmark (see the module docstring); its figures.
 
@@ -112,6 +158,12 @@ def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
   if config.space not in SPACES:
     raise ConfigError(f"config field space: unknown {config.space!r} (known: {', '.join(SPACES)})")
   search = config.search
+  if config.get("group_only", False):
+    asks = [int(a) for a in str(config.group_asks).split(",") if a.strip()]
+    return {"benchmark": "bench_search_fill", "mode": "group_only", "space": config.space,
+            "algorithm": "random", "num_trials": search.study.num_trials,
+            "cohort_width": search.study.cohort_width, "seeds": config.group_seeds,
+            "asks": group_widths(search, config.space, asks, config.group_seeds)}
   return {"benchmark": "bench_search_fill", "space": config.space,
           "algorithm": search.study.algorithm, "num_trials": search.study.num_trials,
           "cohort_width": search.study.cohort_width,

@@ -10,9 +10,16 @@ TensorBoard events and the final report. Concrete spaces are passed in
 
 from sfjax.ctr_search.defaults import search_defaults
 from sfjax.ctr_search.dispatch import DISPATCH_FILE
-from sfjax.ctr_search.search_config import SearchConfigError, check_flag_overrides
-from sfjax.ctr_search.search_loop import run_search
+from sfjax.ctr_search.search_config import (
+  SearchConfigError,
+  check_flag_overrides,
+  make_space,
+  make_task,
+  parse_cohort_width,
+)
+from sfjax.ctr_search.search_loop import form_cohorts, run_search
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 
-__all__ = ["CTRSearchSpace", "DISPATCH_FILE", "SearchConfigError", "check_flag_overrides", "run_search",
+__all__ = ["CTRSearchSpace", "DISPATCH_FILE", "SearchConfigError", "check_flag_overrides",
+           "form_cohorts", "make_space", "make_task", "parse_cohort_width", "run_search",
            "search_defaults"]

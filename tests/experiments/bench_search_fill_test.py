@@ -37,3 +37,22 @@ def test_bad_mode_or_space_is_named_before_anything_runs(field, value, message):
   with pytest.raises(ConfigError) as err:
     bench_search_fill.run(config)
   assert message in str(err.value)
+
+
+def test_group_only_groups_the_same_proposals_at_every_ask_batch():
+  # Issue #26's width target without training: a random search's proposals, grouped.
+  config = bench_config.get_config("widths")
+  config.search.study.num_trials, config.group_seeds = 16, 2
+  config.search.task.data.synthetic.num_train = 4096
+  final = bench_search_fill.run(config)
+  assert final["mode"] == "group_only" and final["num_trials"] == 16
+  asks = final["asks"]
+  assert set(asks) == {"8", "32"}
+  # grouping never changes what is asked: one digest, the same pairs at both batches
+  assert asks["8"]["configs_digest"] == asks["32"]["configs_digest"]
+  assert asks["8"]["pairs_tried"] == asks["32"]["pairs_tried"] >= 10
+  for ask in asks.values():  # every trial in exactly one call of at most 8 lanes
+    assert ask["mean_cohort_width"] * ask["programs"] == pytest.approx(16 * 2)
+    assert 1.0 <= ask["mean_cohort_width"] <= 8.0
+  # a larger ask has more proposals to share programs
+  assert asks["32"]["mean_cohort_width"] > asks["8"]["mean_cohort_width"]
