@@ -82,11 +82,10 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   st.nas = ml_collections.ConfigDict({"type": "nas", "search_space": "ctr"})
   if smoke:  # 8 trials of 100 steps (the default config too), in cohorts of up to 4
     st.nas.space = {"mlp_widths": "32"}  # towers of width 32
-    # Each trial asked freely: filling a cohort inside its first trial's bucket (issue #26,
-    # 0a) made all 8 trials two (family, optimizer) pairs, and the search missed the fast
-    # learners (FM with Adam / row-wise Adagrad) the default config is measured against.
+    # Every trial is the algorithm's own proposal; `study.fill_cohorts` (the default) only
+    # groups them into shared padded programs (issue #26, 0a), never resamples.
     st.nas.study = {"algorithm": "random", "num_trials": 8, "min_budget": 2.0,
-                    "max_budget": 2.0, "cohort_width": "4", "fill_cohorts": False}
+                    "max_budget": 2.0, "cohort_width": "4"}
   else:
     st.nas.study = {"num_trials": 32}
   # ---- hpo: the winner's hyperparameters ------------------------------------------------
