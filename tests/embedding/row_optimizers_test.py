@@ -266,3 +266,47 @@ def test_row_dtype_rounds_the_float32_update_and_keeps_slots_float32():
   assert np.all(np.abs(out - np.asarray(want_rows)) < 2.0 ** -7)
   with pytest.raises(ConfigError, match=r"embedding\.dtype"):
     ro.row_optimizer_from_config(types.SimpleNamespace(**{**vars(cfg), "dtype": "fp8"}))
+
+
+def test_default_accumulators_and_float32_slot_rows():
+  # The documented defaults (0.1) and float32 slots, whatever the optimizer.
+  assert ro.adagrad(0.1).initial_slot_row(3).tolist() == pytest.approx([0.1] * 3)
+  assert ro.rowwise_adagrad(0.1).initial_slot_row(3).tolist() == pytest.approx([0.1])
+  for opt in (ro.sgd(0.1), ro.adagrad(0.1), ro.rowwise_adagrad(0.1), ro.adam(0.1), ro.ftrl(0.1)):
+    assert opt.initial_slot_row(3).dtype == np.float32, opt.name
+  assert ro.initial_slot_rows((ro.sgd(1.0), ro.adagrad(1.0)), 2).dtype == np.float32
+
+
+def test_unknown_name_names_the_field_and_the_kind():
+  with pytest.raises(ConfigError, match=r"embedding\.optimizer.*row optimizer"):
+    ro.make("lamb", 0.1, types.SimpleNamespace())
+
+
+def test_a_table_without_its_own_rate_takes_the_blocks():
+  cfg = types.SimpleNamespace(optimizer="sgd", learning_rate=0.2, adagrad_initial_accumulator=0.1)
+  opt = ro.row_optimizer_from_config(cfg, (fl.TableSpec("a", 3), fl.TableSpec("b", 4, "sgd", 0.5)))
+  rows, grads = np.ones((2, 2), np.float32), np.ones((2, 2), np.float32)
+  got, _ = opt.update(rows, np.zeros((2, 0), np.float32), grads, jnp.int32(1),
+                      row_tables=np.array([0, 1], np.int32))
+  np.testing.assert_allclose(np.asarray(got), [[0.8, 0.8], [0.5, 0.5]], rtol=1e-6)
+
+
+def test_half_width_rows_round_stochastically_when_asked_keyed_by_the_step():
+  cfg = types.SimpleNamespace(optimizer="sgd", learning_rate=1e-3, adagrad_initial_accumulator=0.1,
+                              dtype="bfloat16", stochastic_rounding=True)
+  opt = ro.row_optimizer_from_config(cfg)
+  rows = np.full((64, 8), 1.0, np.float32)  # 1 - 1e-3 g lies between two bf16 values
+  grads = np.random.default_rng(0).uniform(0.1, 0.9, (64, 8)).astype(np.float32)
+  nearest = (rows - 1e-3 * grads).astype(jnp.bfloat16)
+  first = np.asarray(opt.update(rows, np.zeros((64, 0)), grads, jnp.int32(1))[0])
+  second = np.asarray(opt.update(rows, np.zeros((64, 0)), grads, jnp.int32(2))[0])
+  assert (first != np.asarray(nearest)).any() and (first != second).any()
+  cfg.stochastic_rounding = False
+  plain = np.asarray(ro.row_optimizer_from_config(cfg).update(
+      rows, np.zeros((64, 0)), grads, jnp.int32(1))[0])
+  np.testing.assert_array_equal(plain, np.asarray(nearest))
+  # keyword arguments (a per-table optimizer's row_tables) reach the wrapped update
+  tables = ro.with_row_dtype(ro.per_table((ro.sgd(0.5),)), "bfloat16")
+  got = tables.update(rows[:2], np.zeros((2, 0)), grads[:2], jnp.int32(1),
+                      row_tables=np.zeros((2,), np.int32))[0]
+  assert got.dtype == jnp.bfloat16
