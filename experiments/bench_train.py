@@ -27,8 +27,9 @@ Honest by construction:
     machine noise);
     `repeats=R` interleaves R rounds of (floor, device, cache, floor alternated with
     device) and reports medians over rounds;
-  * `split_input=True` trains DeepFM with `model.split_input` (the same model up to float
-    rounding, laid out for speed: `DeepFM.from_unique_rows`).
+  * `split_input=False` trains DeepFM without `model.split_input` (the trainer's default:
+    the same model up to float rounding, laid out for speed, `DeepFM.from_unique_rows`),
+    i.e. with one concatenated `[B, F*D+Nd]` MLP input.
 The cache JSON carries hit rate, bytes per example each way, swap rows per step and the
 per-stage busy and wait seconds. `run(config)` returns the figures; the command ends
 stdout with them as one JSON line (also written to `config.out`).

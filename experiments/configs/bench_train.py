@@ -38,7 +38,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   e.stochastic_rounding = False  # half-width rows: stochastic rounding of the updates
   c.repeats = 1  # rounds of (floor, backends), interleaved; figures are medians over rounds
   c.chunk_steps = 5  # waited (device-only) and pipelined (end-to-end) steps alternate in chunks
-  c.split_input = False  # model.split_input (deepfm: no concatenated MLP input; issue #27)
+  c.split_input = True  # model.split_input, the trainer's default (deepfm: no concatenated MLP
+  #                      input; issue #27); False: the concatenated layout
   c.loader_nice = 10  # train.loader_nice: niceness of the device backend's loader thread
   c.floor = False  # also run the plain-JAX floor (experiments/floor_deepfm.py) in each round
   c.out = ""  # also write the JSON result here

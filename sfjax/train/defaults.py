@@ -88,9 +88,10 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   #                    | din (needs a data set with a sequence feature: format multihot, ...)
   mo.embed_dim = 16
   mo.mlp_dims = (400, 400, 400)
-  mo.split_input = False  # deepfm: gather vectors and weights as separate blocks, MLP's first
-  #                        layer split per block (no concatenated input): ~4% faster step on
-  #                        CPU, equal up to float rounding (issue #27; DeepFM.from_unique_rows)
+  mo.split_input = True  # deepfm: gather vectors and weights as separate blocks, MLP's first
+  #                       layer split per block (no concatenated input): 4-7% less step time
+  #                       on CPU; False: one [B, F*D+Nd] input, equal up to float rounding
+  #                       (issue #27; DeepFM.from_unique_rows). Search cohorts use False.
   mo.cross_layers = 3  # dcnv2
   mo.cross_rank = 0  # dcnv2: 0 = full-rank cross matrices
   mo.cross_structure = "stacked"  # dcnv2: stacked (cross then MLP) | parallel

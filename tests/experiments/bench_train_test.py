@@ -70,11 +70,11 @@ def test_device_backend_with_profile():
     assert math.isfinite(ms) and ms > 0, (key, ms)
 
 
-def test_split_input_deepfm_runs_and_is_reported():
-  final = bench_train.run(_config(backend="device", split_input=True, chunk_steps=3,
+def test_the_concatenated_deepfm_layout_runs_and_is_reported():
+  final = bench_train.run(_config(backend="device", split_input=False, chunk_steps=3,
                                   distinct_batches=12))
   _check_common(final, "device")
-  assert final["split_input"] and final["chunk_steps"] == 3
+  assert final["split_input"] is False and final["chunk_steps"] == 3
 
 
 def test_both_backends_on_fresh_batches():

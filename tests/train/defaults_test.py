@@ -1,5 +1,7 @@
 """The library's default CTR config: fresh, valid, and every choice a registered name."""
 
+from flax import nnx
+
 from sfjax import models
 from sfjax.data import dataset
 from sfjax.embedding import cache_planner, row_optimizers
@@ -42,3 +44,14 @@ def test_every_row_optimizer_finds_its_settings_in_the_defaults():
   for name in row_optimizers.ROW_OPTIMIZER_NAMES:
     opt = row_optimizers.make(name, e.learning_rate, e)
     assert opt.name == name and opt.initial_slot_row(17).shape == (opt.slot_width(17),)
+
+
+def test_the_default_deepfm_step_reads_the_unique_rows_itself():
+  # issue #27: the default step gathers DeepFM's vectors and first-order weights as two
+  # blocks (`model.split_input`); the concatenated layout is `split_input=False`.
+  c = defaults.ctr_defaults()
+  model = models.build_model_from_config(c.model, num_fields=3, num_dense=2, rngs=nnx.Rngs(0))
+  assert c.model.name == "deepfm" and model.reads_unique_rows
+  c.model.split_input = False
+  model = models.build_model_from_config(c.model, num_fields=3, num_dense=2, rngs=nnx.Rngs(0))
+  assert not model.reads_unique_rows
