@@ -114,10 +114,7 @@ def make_lane_optimizer(name: str, learning_rate, settings, choice=0,
   rowwise_adagrad averages over (the element-wise optimizers do not read it)."""
 
   def make(n):
-    if row_width is not None and n == "rowwise_adagrad":
-      return row_optimizers.rowwise_adagrad(learning_rate, settings.adagrad_initial_accumulator,
-                                            row_width=row_width)
-    return row_optimizers.make(n, learning_rate, settings, field=field)
+    return row_optimizers.make(n, learning_rate, settings, field=field, row_width=row_width)
 
   names = lane_names(name)
   if len(names) == 1:

@@ -18,8 +18,13 @@ id -1 and weight 0. Padding never reaches a table: VSI gives it no unique row
 
 All tables live in one concatenated table of V rows (each table a row range), so
 VSI deduplicates across features and tables before anything moves and both
-embedding backends stay unchanged. Every table has the model's row width E
-(per-feature widths are the composed model's field groups, `models.field_layout`).
+embedding backends stay unchanged. Every table is stored at the model's row width E;
+a table may declare a smaller embedding dim d (`TableSpec.dim`): the model then reads
+only the first d of the D latent columns of its rows (the others are multiplied by 0
+before pooling, so they get no gradient and never change; a first-order column stays),
+and row-wise Adagrad averages over the row's own columns. This sets the model's
+capacity per table; it saves no memory (rows stay E wide). Per-feature widths of a
+composed model are its field groups (`models.field_layout`).
 A table may set its own row optimizer, learning rate and initializer (issue #22
 Deliver 1; ""/0 = the `embedding` block's): the step then learns each unique row's
 table (`DeviceBatch.row_tables`, from `row_tables`) and applies
@@ -55,6 +60,8 @@ class TableSpec:
       "" = `embedding.optimizer`.
     learning_rate: its row learning rate (> 0); 0 = `embedding.learning_rate`.
     init_stddev: standard deviation of its initial rows (> 0); 0 = `embedding.init_stddev`.
+    dim: its embedding dim d (1 <= d <= `model.embed_dim`): the model reads the first d
+      latent columns of its rows; 0 = all of them.
   """
 
   name: str
@@ -62,6 +69,7 @@ class TableSpec:
   optimizer: str = ""
   learning_rate: float = 0.0
   init_stddev: float = 0.0
+  dim: int = 0
 
   @property
   def overrides(self) -> bool:
@@ -180,6 +188,12 @@ class FeatureLayout:
     """True when some table overrides the `embedding` optimizer, rate or initializer."""
     return any(t.overrides for t in self.tables)
 
+  @property
+  def column_dims(self) -> np.ndarray:
+    """[S] int64 embedding dim of each id column's table (0: the model's)."""
+    dims = np.asarray([self.tables[t].dim for t in self.feature_tables], np.int64)
+    return np.repeat(dims, [f.capacity for f in self.features])
+
   def sequence_features(self) -> tuple[int, ...]:
     """Indices of the sequence features."""
     return tuple(i for i, f in enumerate(self.features) if f.kind == "sequence")
@@ -217,6 +231,36 @@ def layout_from_json(data: dict) -> FeatureLayout:
                        tuple(FeatureSpec(**f) for f in data["features"]))
 
 
+def live_columns(layout: FeatureLayout, latent_dim: int, width: int) -> np.ndarray | None:
+  """[S, width] float32 1/0: the row columns the model reads through each id column
+  (`TableSpec.dim`); None when every table reads all of them.
+
+  Columns `[d, latent_dim)` of a table of dim d are 0; the latent columns come first in a
+  row and any after them (a first-order weight) stay 1.
+
+  Raises:
+    ConfigError: naming `features.tables.<name>.dim`, for a dim above `latent_dim`.
+  """
+  if not any(t.dim for t in layout.tables):
+    return None
+  for t in layout.tables:
+    if t.dim > latent_dim:
+      raise _bad(f"features.tables.{t.name}.dim", f"{t.dim} is above the model's embedding "
+                 f"dim {latent_dim} (model.embed_dim)")
+  dims = layout.column_dims
+  dims = np.where(dims == 0, latent_dim, dims)
+  col = np.arange(width)
+  live = (col[None, :] < dims[:, None]) | (col[None, :] >= latent_dim)
+  return live.astype(np.float32)
+
+
+def table_row_widths(layout: FeatureLayout, latent_dim: int, width: int
+                     ) -> tuple[int | None, ...]:
+  """[T] the columns each table's rows train (`dim` plus those after the latent ones:
+  row-wise Adagrad's `row_width`); None for a table of the model's dim."""
+  return tuple(None if not t.dim else int(t.dim) + width - latent_dim for t in layout.tables)
+
+
 def table_ranges(layout: FeatureLayout) -> list[dict]:
   """`[{"name", "rows"}]` per table, in row order: the concatenated table's row ranges."""
   return [{"name": t.name, "rows": int(t.num_rows)} for t in layout.tables]
@@ -238,6 +282,8 @@ def _check_table(t: TableSpec) -> None:
     raise _bad(f"{where}.num_rows", f"must be >= 1, got {t.num_rows}")
   if not isinstance(t.optimizer, str):
     raise _bad(f"{where}.optimizer", f"must be a row optimizer name, got {t.optimizer!r}")
+  if isinstance(t.dim, bool) or not isinstance(t.dim, (int, np.integer)) or t.dim < 0:
+    raise _bad(f"{where}.dim", f"must be an integer >= 1 (0: model.embed_dim), got {t.dim!r}")
   for name in ("learning_rate", "init_stddev"):
     value = getattr(t, name)
     if (isinstance(value, bool) or not isinstance(value, (int, float))

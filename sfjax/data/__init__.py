@@ -28,10 +28,12 @@ from sfjax.data.generated.synthetic import (
 )
 from sfjax.data.preprocessed import DEFAULT_ROWS_PER_SHARD, preprocess_files
 from sfjax.data.preprocessed_layout import dataset_digests
+from sfjax.data.table_settings import parse_table_settings
 from sfjax.data.types import Batch, DatasetSpec, FieldSpec, make_batch
 
 __all__ = [
   "parse_poolings",
+  "parse_table_settings",
   "DEFAULT_ROWS_PER_SHARD",
   "KNOWN_FORMATS",
   "Batch",

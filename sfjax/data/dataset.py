@@ -34,6 +34,7 @@ from sfjax.data import (
   feature_pooling,
   feature_select,
   movielens,
+  table_settings,
   text_io,
 )
 from sfjax.data.types import Batch, DatasetSpec, make_batch
@@ -173,7 +174,8 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, seed: int) -> CTRDataset:
   data = names.lookup(DATA_FORMATS, str(data_cfg.format), "data.format", "format")(
       data_cfg, seed)
   data = feature_select.with_features(data, str(data_cfg.get("use_features", "")))
-  return feature_pooling.with_pooling(data, str(data_cfg.get("pooling", "")))
+  data = feature_pooling.with_pooling(data, str(data_cfg.get("pooling", "")))
+  return table_settings.with_tables(data, str(data_cfg.get("tables", "")))
 
 
 def _synthetic(data_cfg, seed: int) -> CTRDataset:

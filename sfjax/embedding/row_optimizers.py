@@ -249,7 +249,8 @@ ROW_OPTIMIZERS: dict[str, Callable[[Any, Any], RowOptimizer]] = {
 ROW_OPTIMIZER_NAMES: tuple[str, ...] = tuple(ROW_OPTIMIZERS)
 
 
-def make(name: str, learning_rate, settings, field: str = "embedding.optimizer") -> RowOptimizer:
+def make(name: str, learning_rate, settings, field: str = "embedding.optimizer",
+         row_width=None) -> RowOptimizer:
   """Row optimizer `name` with `learning_rate` (a float or a traced scalar).
 
   Args:
@@ -258,14 +259,21 @@ def make(name: str, learning_rate, settings, field: str = "embedding.optimizer")
     settings: the `embedding` config block (its `adagrad_*` (also read by
       rowwise_adagrad), `adam_*`, `ftrl_*` fields).
     field: the config field named in the error for an unknown `name`.
+    row_width: None, or the columns a row trains (a float or a traced scalar), which
+      rowwise_adagrad averages over (`rowwise_adagrad(row_width=)`); the element-wise
+      optimizers do not read it.
 
   Raises:
     ConfigError: an unknown name (the message names `field`).
   """
-  return names.lookup(ROW_OPTIMIZERS, name, field, "row optimizer")(learning_rate, settings)
+  factory = names.lookup(ROW_OPTIMIZERS, name, field, "row optimizer")
+  if row_width is not None and name == "rowwise_adagrad":
+    return rowwise_adagrad(learning_rate, settings.adagrad_initial_accumulator,
+                           row_width=row_width)
+  return factory(learning_rate, settings)
 
 
-def row_optimizer_from_config(cfg, tables=None) -> RowOptimizer:
+def row_optimizer_from_config(cfg, tables=None, row_widths=None) -> RowOptimizer:
   """The row optimizer of an `embedding` config block (`optimizer`, `learning_rate`, ...).
 
   Rows stored as `cfg.dtype` (bfloat16 / float16) come out of the update rounded to it
@@ -274,14 +282,22 @@ def row_optimizer_from_config(cfg, tables=None) -> RowOptimizer:
   Args:
     cfg: the `embedding` config block.
     tables: None, or a feature layout's `TableSpec`s: when one sets its own `optimizer`
-      or `learning_rate` ("" / 0 mean the block's), a `per_table` optimizer over them.
+      or `learning_rate` ("" / 0 mean the block's), or a row-wise Adagrad table has a
+      row width of its own, a `per_table` optimizer over them.
+    row_widths: None, or [T] the columns each table's rows train (None: all; a table of a
+      smaller `dim`, `feature_layout.table_row_widths`), read by rowwise_adagrad.
   """
-  if tables is None or not any(t.optimizer or t.learning_rate for t in tables):
+  widths = [None] * len(tables or ()) if row_widths is None else list(row_widths)
+  if tables is not None and len(widths) != len(tables):
+    raise ValueError(f"{len(widths)} row widths for {len(tables)} tables")
+  settings = [(t.optimizer or cfg.optimizer, t.learning_rate or cfg.learning_rate,
+               w if (t.optimizer or cfg.optimizer) == "rowwise_adagrad" else None)
+              for t, w in zip(tables or (), widths, strict=True)]
+  if tables is None or not any(t.optimizer or t.learning_rate or s[2] is not None
+                               for t, s in zip(tables, settings, strict=True)):
     return _rows_of(cfg, make(cfg.optimizer, cfg.learning_rate, cfg))
-  settings = [(t.optimizer or cfg.optimizer, t.learning_rate or cfg.learning_rate)
-              for t in tables]
-  opts = tuple(make(name, lr, cfg, field=f"features.tables.{t.name}.optimizer")
-               for (name, lr), t in zip(settings, tables, strict=True))
+  opts = tuple(make(name, lr, cfg, field=f"features.tables.{t.name}.optimizer", row_width=w)
+               for (name, lr, w), t in zip(settings, tables, strict=True))
   return _rows_of(cfg, per_table(opts, keys=tuple(settings)))
 
 

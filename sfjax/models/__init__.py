@@ -37,6 +37,7 @@ from sfjax.models.registry import (
     embedding_width,
     model_class,
     model_hparams,
+    table_latent_dim,
 )
 from sfjax.models.wide_deep import WideDeep
 from sfjax.models.xdeepfm import CIN, XDeepFM
@@ -89,5 +90,6 @@ __all__ = [
   "spec_to_config",
   "SpecError",
   "spec_to_json",
+  "table_latent_dim",
   "tower_space",
 ]

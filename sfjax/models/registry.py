@@ -19,7 +19,8 @@ from typing import Any, Protocol
 
 from flax import nnx
 
-from sfjax.core import names
+from sfjax.core import feature_layout, names
+from sfjax.core.errors import ConfigError
 from sfjax.core.feature_layout import FeatureLayout
 from sfjax.models.autoint import AutoInt
 from sfjax.models.behavior import pooling
@@ -181,7 +182,28 @@ def build_model_from_config(model_cfg: Mapping[str, Any], *, num_fields: int, nu
     raise ValueError(f"model of {num_fields} fields for a layout of {layout.num_features} features")
   model = build_model(name, num_fields=num_fields, embed_dim=embed_dim, num_dense=num_dense,
                       rngs=rngs, layout=layout, **cfg)
-  return model if layout is None else pooling.PooledInput(model, layout)
+  return model if layout is None else pooling.PooledInput(
+      model, layout, latent_dim=table_latent_dim(name, embed_dim, layout))
+
+
+def table_latent_dim(name: str, embed_dim: int, layout: FeatureLayout | None) -> int | None:
+  """D, the latent columns leading model `name`'s rows, when `layout` has a table of its
+  own `dim` (`TableSpec.dim`); else None.
+
+  Raises:
+    ConfigError: naming the table's `dim`, for a model whose rows are not D latent
+      columns (plus a first-order weight): lr and composed; or a dim above D.
+  """
+  dims = [] if layout is None else [t for t in layout.tables if t.dim]
+  if layout is None or not dims:
+    return None
+  width = embedding_width(name, embed_dim)
+  if name == "composed" or width not in (embed_dim, embed_dim + 1):
+    raise ConfigError(f"config field features.tables.{dims[0].name}.dim: model {name!r} has "
+                      f"no per-table embedding dims (its rows are not model.embed_dim latent "
+                      f"columns; a composed model sets dims per field group)")
+  feature_layout.live_columns(layout, embed_dim, width)  # names a dim above embed_dim
+  return int(embed_dim)
 
 
 def sequence_args(name: str, layout: FeatureLayout | None) -> dict[str, Any]:

@@ -31,6 +31,9 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   #                       second thread (uses a second core, which XLA's step would otherwise get)
   d.use_features = ""  # comma-separated feature names to train on ('' = all; ablations)
   d.pooling = ""  # bags' poolings overridden, e.g. "tags:mean,long0:sqrtn" (a search's choice)
+  d.tables = ""  # a feature layout's tables' own settings, e.g. "item:dim=8,optimizer=adagrad,
+  #               learning_rate=0.05; user:dim=4" (keys optimizer, learning_rate, init_stddev,
+  #               dim: the model reads the first dim latent columns of the table's rows)
   d.synthetic = s = ml_collections.ConfigDict()
   s.num_train = 2_000_000  # rows, repeated as epochs
   s.num_eval = 200_000

@@ -91,9 +91,12 @@ def build_trainer(config, spec: types.DatasetSpec) -> Trainer:
       rngs=nnx.Rngs(config.seed), layout=spec.layout)
   graphdef, params = nnx.split(model)
   tx = optimizers.dense_optimizer_from_config(config.optimizer)
-  # A layout's tables may set their own optimizer and rate: then one `per_table` optimizer.
+  # A layout's tables may set their own optimizer, rate and dim: then one `per_table` optimizer.
+  layout = spec.layout
   row_opt = row_optimizers.row_optimizer_from_config(
-      ecfg, None if spec.layout is None else spec.layout.tables)
+      ecfg, None if layout is None else layout.tables,
+      None if layout is None or models.table_latent_dim(mcfg.name, mcfg.embed_dim, layout) is None
+      else feature_layout.table_row_widths(layout, mcfg.embed_dim, width))
   mesh = mesh_lib.make_mesh(config.train.num_devices)
   if config.train.batch_size % mesh.size:
     raise config_check.ConfigError(

@@ -1,0 +1,162 @@
+"""Per-table embedding dims (`TableSpec.dim`, `data.tables`, issue #22 Deliver 1).
+
+A table of dim d is read through its rows' first d latent columns: training a model of
+embed_dim D whose tables all have dim d equals training a model of embed_dim d (its
+parameters the wider model's, restricted to the columns read), step by step, for an
+element-wise and a row-wise row optimizer; the unread columns never change; tables of
+mixed dims train on both backends alike.
+"""
+
+import dataclasses
+import types
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from experiments.configs import ctr
+from sfjax import models
+from sfjax.core import feature_layout as fl
+from sfjax.core.errors import ConfigError
+from sfjax.embedding import device_table as dt
+from sfjax.embedding import row_optimizers as ro
+from sfjax.embedding import vsi
+from sfjax.train import loop
+from sfjax.train import state as state_lib
+from sfjax.train import step as step_lib
+from tests.train import bag_data
+
+B, D, NARROW = 24, 4, 2
+
+
+def _with_dims(layout, dims):
+  return dataclasses.replace(layout, tables=tuple(
+      dataclasses.replace(t, dim=d) for t, d in zip(layout.tables, dims, strict=True)))
+
+
+def _build(layout, embed_dim):
+  model = models.build_model_from_config(
+      {"name": "deepfm", "embed_dim": embed_dim, "mlp_dims": (8,)},
+      num_fields=layout.num_features, num_dense=bag_data.NUM_DENSE, rngs=nnx.Rngs(0),
+      layout=layout)
+  return nnx.split(model)
+
+
+def _train(graphdef, params, table, row_opt, layout, steps=3):
+  tx = optax.adam(0.01)
+  state = state_lib.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), table)
+  step = jax.jit(step_lib.make_train_step(graphdef, tx, row_opt))
+  losses = []
+  for seed in range(steps):
+    batch = bag_data.make_rows(B, seed=seed, layout=layout)
+    db, _ = vsi.prepare_batch(batch, layout.column_offsets, B * layout.num_columns + 1,
+                              layout.total_rows, layout.column_rows,
+                              table_starts=layout.table_offsets if row_opt.tables else None)
+    state, metrics = step(state, db)
+    losses.append(float(metrics["loss"]))
+  return losses, state.table
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "rowwise_adagrad"])
+def test_tables_of_a_smaller_dim_train_as_a_model_of_that_dim(optimizer):
+  layout = _with_dims(bag_data.LAYOUT, [NARROW] * 3)
+  cfg = types.SimpleNamespace(optimizer=optimizer, learning_rate=0.3,
+                              adagrad_initial_accumulator=0.1)
+  wide_width, narrow_width = D + 1, NARROW + 1  # DeepFM rows: latent columns + first order
+  live = [0, 1, D]  # the columns a dim-2 table's rows are read through
+  row_widths = fl.table_row_widths(layout, D, wide_width)
+  assert row_widths == (narrow_width,) * 3
+  wide_opt = ro.row_optimizer_from_config(cfg, layout.tables, row_widths)
+  narrow_opt = ro.row_optimizer_from_config(cfg, bag_data.LAYOUT.tables)
+  graphdef, params = _build(layout, D)
+  narrow_def, narrow_params = _build(bag_data.LAYOUT, NARROW)
+  # The narrow model's first MLP layer: the wide kernel's rows of the columns read.
+  kernel = params["inner"]["mlp"]["hidden"][0]["kernel"][...]
+  f = layout.num_features
+  rows = [i * D + j for i in range(f) for j in range(NARROW)] + [f * D + k for k in range(2)]
+  narrow_params["inner"]["mlp"]["hidden"][0]["kernel"][...] = kernel[np.asarray(rows)]
+  for path in (("inner", "mlp", "hidden", 0, "bias"), ("inner", "mlp", "out", "kernel"),
+               ("inner", "mlp", "out", "bias"), ("inner", "dense_linear", "kernel")):
+    src, dst = params, narrow_params
+    for key in path:
+      src, dst = src[key], dst[key]
+    dst[...] = src[...]
+  table = dt.init_table(layout.total_rows, wide_width, wide_opt, seed=3, stddev=0.3)
+  cols = np.asarray(live)
+
+  def read(slots):  # element-wise slots have a column per row column; row-wise ones one
+    return slots[:, cols] if slots.shape[1] == wide_width else slots
+
+  narrow_table = dt.TableState(table.values[:, cols], read(table.opt_slots))
+  losses, trained = _train(graphdef, params, table, wide_opt, layout)
+  narrow_losses, narrow_trained = _train(narrow_def, narrow_params, narrow_table, narrow_opt,
+                                         bag_data.LAYOUT)
+  np.testing.assert_allclose(losses, narrow_losses, rtol=1e-5)
+  chex.assert_trees_all_close(trained.values[:, cols], narrow_trained.values, atol=1e-6)
+  chex.assert_trees_all_close(read(trained.opt_slots), narrow_trained.opt_slots, atol=1e-6)
+  # The unread columns never change; the read ones did.
+  np.testing.assert_array_equal(trained.values[:, NARROW:D], table.values[:, NARROW:D])
+  assert not np.array_equal(trained.values[:, :NARROW], table.values[:, :NARROW])
+
+
+def test_without_its_row_width_rowwise_adagrad_drifts_from_the_narrow_model():
+  # The row width matters: averaging over all E columns gives another update.
+  layout = _with_dims(bag_data.LAYOUT, [NARROW] * 3)
+  cfg = types.SimpleNamespace(optimizer="rowwise_adagrad", learning_rate=0.3,
+                              adagrad_initial_accumulator=0.1)
+  graphdef, params = _build(layout, D)
+  with_widths = ro.row_optimizer_from_config(cfg, layout.tables,
+                                             fl.table_row_widths(layout, D, D + 1))
+  without = ro.row_optimizer_from_config(cfg, layout.tables)
+  table = dt.init_table(layout.total_rows, D + 1, without, seed=3, stddev=0.3)
+  _, a = _train(graphdef, params, table, with_widths, layout, steps=2)
+  _, b = _train(graphdef, params, table, without, layout, steps=2)
+  assert np.abs(np.asarray(a.values) - np.asarray(b.values)).max() > 1e-4
+
+
+def test_live_columns_keep_the_first_order_column_and_name_a_dim_too_large():
+  layout = _with_dims(bag_data.LAYOUT, [0, 3, 1])  # user: the model's dim
+  live = fl.live_columns(layout, 4, 5)
+  dims = layout.column_dims
+  assert live.shape == (layout.num_columns, 5)
+  for s, d in enumerate(dims):
+    want = np.array([1.0] * (d or 4) + [0.0] * (4 - (d or 4)) + [1.0], np.float32)
+    np.testing.assert_array_equal(live[s], want)
+  assert fl.live_columns(bag_data.LAYOUT, 4, 5) is None
+  assert fl.table_row_widths(layout, 4, 5) == (None, 4, 2)
+  with pytest.raises(ConfigError, match=r"features\.tables\.item\.dim: 5 is above .* 4"):
+    fl.live_columns(_with_dims(bag_data.LAYOUT, [0, 5, 0]), 4, 5)
+  with pytest.raises(ConfigError, match=r"features\.tables\.tag\.dim: must be an integer >= 1"):
+    _with_dims(bag_data.LAYOUT, [0, 0, -1])
+
+
+def test_models_without_latent_columns_refuse_table_dims():
+  layout = _with_dims(bag_data.LAYOUT, [0, 2, 0])
+  with pytest.raises(ConfigError, match=r"features\.tables\.item\.dim: model 'lr'"):
+    models.build_model_from_config({"name": "lr", "embed_dim": 4}, num_fields=6, num_dense=2,
+                                   rngs=nnx.Rngs(0), layout=layout)
+  assert models.table_latent_dim("dcnv2", 4, layout) == 4  # rows are the 4 latent columns
+  assert models.table_latent_dim("deepfm", 4, bag_data.LAYOUT) is None
+
+
+def _multihot_config(backend, tables):
+  c = ctr.get_config("multihot_smoke")
+  c.data.tables, c.embedding.backend, c.train.steps = tables, backend, 20
+  return c
+
+
+def test_data_tables_trains_alike_on_both_backends():
+  tables = "item:dim=4;user:dim=8,optimizer=adagrad,learning_rate=0.05"
+  finals = {}
+  for backend in ("device", "cache"):
+    final = loop.train_and_evaluate(_multihot_config(backend, tables))
+    finals[backend] = final[0] if isinstance(final, tuple) else final
+  assert finals["device"]["loss"] == finals["cache"]["loss"]
+  assert finals["device"]["auc"] == finals["cache"]["auc"]
+  plain = loop.train_and_evaluate(_multihot_config("device", ""))
+  plain = plain[0] if isinstance(plain, tuple) else plain
+  assert plain["loss"] != finals["device"]["loss"]  # the dims changed the model
