@@ -28,6 +28,12 @@ TABLES_LAYOUT = fl.FeatureLayout(
      fl.TableSpec("item", 500, "adagrad", 0.1, init_stddev=0.02),
      fl.TableSpec("tag", 40, "rowwise_adagrad", 0.05, init_stddev=0.1)),
     LAYOUT.features)
+# TABLES_LAYOUT's tables with their own embedding dims too (user: the model's).
+DIMS_LAYOUT = fl.FeatureLayout(
+    (TABLES_LAYOUT.tables[0],
+     fl.TableSpec("item", 500, "adagrad", 0.1, init_stddev=0.02, dim=2),
+     fl.TableSpec("tag", 40, "rowwise_adagrad", 0.05, init_stddev=0.1, dim=3)),
+    LAYOUT.features)
 NUM_DENSE = 2
 
 

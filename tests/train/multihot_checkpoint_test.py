@@ -41,12 +41,16 @@ def _run(c, workdir, data):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("first,second", [
-    (("device", 8), ("device", 1)),
-    (("cache", 1), ("cache", 8, {"cache_sharding": "row"})),  # a row-sharded cache on 8
-])
-def test_resume_elsewhere_and_export_carry_the_layout(tmp_path, first, second):
-  data = bag_data.BagDataset()
+@pytest.mark.parametrize("first,second,layout", [
+    (("device", 8), ("device", 1), bag_data.LAYOUT),
+    # a row-sharded cache on 8
+    (("cache", 1), ("cache", 8, {"cache_sharding": "row"}), bag_data.LAYOUT),
+    # tables of their own optimizers, rates, initializers and dims
+    (("device", 1), ("device", 8), bag_data.DIMS_LAYOUT),
+    (("cache", 8, {"cache_sharding": "row"}), ("cache", 1), bag_data.DIMS_LAYOUT),
+], ids=["device8-device1", "cache1-rowcache8", "dims-device1-device8", "dims-rowcache8-cache1"])
+def test_resume_elsewhere_and_export_carry_the_layout(tmp_path, first, second, layout):
+  data = bag_data.BagDataset(layout=layout)
   def config(backend, devices, embedding=None):
     return _ckpt_config(backend, devices, **(embedding or {}))
 
@@ -63,8 +67,7 @@ def test_resume_elsewhere_and_export_carry_the_layout(tmp_path, first, second):
   np.testing.assert_allclose(got["auc"], ref["auc"], **tol)
 
   manifest = export.export_checkpoint(run_dir, str(tmp_path / "export"))
-  layout = fl.layout_from_json(manifest["features"])
-  assert layout == bag_data.LAYOUT
+  assert fl.layout_from_json(manifest["features"]) == layout
   assert manifest["field_names"] == ["user", "item", "tag"]  # the tables' row ranges
   assert manifest["field_rows"] == [300, 500, 40] and manifest["num_rows"] == 840
   _, values, _ = export.read_export(str(tmp_path / "export"))
