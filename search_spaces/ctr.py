@@ -23,7 +23,10 @@ Bags (issue #22): `ctr_space(poolings={"tags": "mean"})` adds `features.tags.poo
 in {sum, mean, sqrtn} (a dynamic hyperparameter: trials that differ only in it share a
 cohort, `sfjax.cohorts.bag_pooling`); the baseline keeps the data set's pooling, given
 beside each name. The per-field embedding dims of the `composed` model's field groups
-over a layout's pooled fields are `search_spaces.blocks`.
+over a layout's pooled fields are `search_spaces.blocks`. DIN (target attention over a
+sequence feature) is a family when named (`families="deepfm,din"`; its activation unit
+under `model.din_attention.depth/width`); the default families leave it out, because
+it needs a data set with a sequence feature.
 
 Ranges are sized for CPU trials (widths <= 256 plus the baseline's 400, depth <= 3,
 embed_dim in {4, 8, 16}).
@@ -50,12 +53,16 @@ from sfjax.core import POOLINGS, ConfigError
 from sfjax.ctr_search import CTRSearchSpace
 from sfjax.data import parse_poolings
 from sfjax.embedding import ROW_OPTIMIZER_NAMES
-from sfjax.models import MODEL_NAMES, model_hparams
+from sfjax.models import MODEL_NAMES, SEQUENCE_MODEL_NAMES, model_hparams
 from sfjax.train import ctr_defaults
 
 # Derived from the registries: a registered model or row optimizer is searchable.
 FAMILIES = MODEL_NAMES
-MLP_FAMILIES = tuple(name for name in FAMILIES if "mlp_dims" in model_hparams(name))
+# Sequence models (DIN, issue #22) need a data set with a sequence feature: searched only
+# when named (`ctr_space(families="deepfm,din")`), never by default.
+SEQUENCE_FAMILIES = SEQUENCE_MODEL_NAMES
+MLP_FAMILIES = tuple(name for name in FAMILIES + SEQUENCE_FAMILIES
+                     if "mlp_dims" in model_hparams(name))
 MLP_WIDTHS = (32, 64, 128, 256, 400)  # 400: the baseline's (the trainer default's) width
 EMBEDDING_OPTIMIZERS = ROW_OPTIMIZER_NAMES
 # Gate key -> the log-scale key it switches on; off means an explicit 0.0.
@@ -85,9 +92,15 @@ def cin_space() -> Space:
   return Space({"depth": Int(1, 3), "width": Categorical((16, 32, 64))})
 
 
+def din_attention_space() -> Space:
+  """DIN's activation unit: `depth` PReLU layers of `width` over `[h, t, h - t, h * t]`."""
+  return Space({"depth": Int(1, 2), "width": Categorical((16, 32, 80))})
+
+
 # family -> (prefix under which its interaction sub-space lives, the sub-space factory)
 INTERACTIONS = {"dcnv2": ("model", cross_space), "autoint": ("model", attention_space),
-                "xdeepfm": ("model.cin", cin_space)}
+                "xdeepfm": ("model.cin", cin_space),
+                "din": ("model.din_attention", din_attention_space)}
 
 
 def embedding_hparam_space() -> Space:
@@ -194,8 +207,8 @@ def ctr_space(families: Sequence[str] | str = FAMILIES,
   """The joint architecture + hyperparameter space over `families`.
 
   Args:
-    families: model names (a subset of `FAMILIES`, or a comma-separated string),
-      the choices of `model.name`.
+    families: model names (a subset of `FAMILIES` and `SEQUENCE_FAMILIES`, or a
+      comma-separated string), the choices of `model.name`.
     mlp_widths: the MLP widths searched (smaller on CPU; the default includes the
       baseline's 400).
     poolings: bag name -> its baseline pooling, for the bags whose pooling is searched
@@ -229,9 +242,10 @@ def _check_families(families: Sequence[str]) -> tuple[str, ...]:
   if isinstance(families, str):
     families = tuple(f.strip() for f in families.split(",") if f.strip())
   families = tuple(families)
-  unknown = [f for f in families if f not in FAMILIES]
+  known = FAMILIES + SEQUENCE_FAMILIES
+  unknown = [f for f in families if f not in known]
   if unknown or not families or len(set(families)) != len(families):
-    raise SpaceError(f"ctr_space families {families!r}: need distinct names from {FAMILIES}"
+    raise SpaceError(f"ctr_space families {families!r}: need distinct names from {known}"
                      + (f"; unknown: {unknown}" if unknown else ""))
   return families
 

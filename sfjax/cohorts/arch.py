@@ -58,6 +58,7 @@ _LAYER_KEYS = {
     "mlp_dims": ("model.mlp.depth", "model.mlp.width"),
     "cin_dims": ("model.cin.depth", "model.cin.width"),
     "bottom_mlp_dims": ("model.bottom_mlp.depth", "model.bottom_mlp.width"),
+    "din_attention_dims": ("model.din_attention.depth", "model.din_attention.width"),
 }
 # Scalar model keyword arguments taken as they are: key -> (type, lowest value).
 # Model keyword arguments that change only how the train step lays its work out, not the
@@ -255,7 +256,7 @@ def split_config(config: Mapping[str, Any]) -> tuple[ArchSpec, dict[str, float]]
       _fail(key, f"unknown key (static: {', '.join(STATIC_KEYS)}; dynamic: "
                  f"{', '.join(DYNAMIC_KEYS)}, features.<bag>.pooling)")
   name = _as_choice("model.name", config.get("model.name", _CTR.model.name),
-                    models.ALL_MODEL_NAMES)
+                    (*models.ALL_MODEL_NAMES, *models.SEQUENCE_MODEL_NAMES))
   embed_dim = _as_int("model.embed_dim", config.get("model.embed_dim", _CTR.model.embed_dim), 1)
   if name == "lr":  # LR reads one weight per row whatever embed_dim says: one cohort for all.
     embed_dim = 1

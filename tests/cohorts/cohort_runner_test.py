@@ -227,3 +227,22 @@ def test_layout_trials_of_one_bucket_equal_their_solo_runs(layout_data):
   assert [c[0] for c in solo.calls] == [1, 1]
   _assert_results_close(got, want)
   assert got[0].metrics["params"] < got[1].metrics["params"]
+
+
+@pytest.mark.slow  # ~15 s: three compilations
+def test_din_trials_share_a_program_and_equal_their_solo_runs(layout_data):
+  """DIN as a cohort family (issue #22): trials attending over the layout's history,
+  differing in their rates, run as one vmapped program; each equals its own run."""
+  config = {"model.name": "din", "model.embed_dim": 4, "model.mlp.depth": 1,
+            "model.mlp.width": 16, "model.din_attention.depth": 1,
+            "model.din_attention.width": 8}
+  arch = arch_lib.split_config(config)[0]
+  assert dict(arch.model_hparams)["din_attention_dims"] == (8,)
+  hparams = [{"embedding.learning_rate": 0.1}, {"embedding.learning_rate": 0.02}]
+  together = CallRecorder(layout_data.task, cohort_width=2, data=layout_data)
+  solo = CallRecorder(layout_data.task, cohort_width=1, data=layout_data)
+  got = together.run([arch] * 2, hparams, [0, 1], [0] * 2, 6, [None] * 2)
+  want = solo.run([arch] * 2, hparams, [0, 1], [0] * 2, 6, [None] * 2)
+  assert [c[0] for c in together.calls] == [2] and [c[0] for c in solo.calls] == [1, 1]
+  _assert_results_close(got, want)
+  assert got[0].metrics["auc"] != got[1].metrics["auc"]

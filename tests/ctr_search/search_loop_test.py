@@ -471,3 +471,20 @@ def test_search_on_bags_and_sequences_runs_cohorts(tmp_path):
   assert math.isfinite(summary["best_metrics"]["auc"])
   assert summary["best_config"]["features.long0.pooling"] in ("sum", "mean", "sqrtn")
   assert 0.5 < summary["default_metrics"]["test_auc"] < 1  # the default deepfm learns the bags
+
+
+@pytest.mark.slow  # ~40 s
+def test_a_search_with_the_din_family_trains_din_cohorts(tmp_path):
+  """DIN as a searchable family (issue #22), named beside deepfm: its trials attend over
+  the history sequence of the multi-hot smoke data, in cohorts, end to end."""
+  c = tiny_config("random", num_trials=6)
+  c.task.data = ctr_config.get_config("multihot_smoke").data
+  c.task.batch_size, c.task.eval_rows, c.task.eval_batch_size = 128, 1024, 1024
+  c.space.families, c.space.mlp_widths = "deepfm,din", "16"
+  c.study.cohort_width, c.study.max_budget = "2", 2.0
+  summary = search_loop.run_search(c, str(tmp_path), SPACE)
+  assert summary["num_trials_done"] == 6 and summary["num_failed"] == 0
+  trials = read_jsonl(tmp_path / "trials.jsonl")
+  din = [t for t in trials if t["config"]["model.name"] == "din"]
+  assert din and all("model.din_attention.width" in t["config"] for t in din)
+  assert all(0.5 < t["metrics"]["auc"] < 1 for t in din)

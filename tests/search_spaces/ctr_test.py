@@ -169,3 +169,21 @@ def test_bag_poolings_are_searched_with_the_baseline_first():
     with pytest.raises(SpaceError, match=match):
       ctr.space_from_config(ml_collections.ConfigDict(dict(families="fm", mlp_widths="16",
                                                            poolings=text)))
+
+
+def test_din_is_searched_only_when_named_with_its_attention_keys():
+  assert "din" not in ctr.ctr_space()["model.name"].choices  # the default needs no sequence
+  space = ctr.ctr_space(families="deepfm,din")
+  din_keys = {"model.din_attention.depth", "model.din_attention.width"}
+  seen = set()
+  for config in _samples(space, n=100, seed=3):
+    seen.add(config["model.name"])
+    assert (din_keys <= set(config)) == (config["model.name"] == "din"), config
+    assert MLP_KEYS <= set(config)  # both families have an MLP
+    spec, _ = arch.split_config(ctr.runner_config(config))
+    if config["model.name"] == "din":
+      width, depth = config["model.din_attention.width"], config["model.din_attention.depth"]
+      assert dict(spec.model_hparams)["din_attention_dims"] == (width,) * depth
+  assert seen == {"deepfm", "din"}
+  with pytest.raises(SpaceError, match="unknown: \\['dien'\\]"):
+    ctr.ctr_space(families="deepfm,dien")
