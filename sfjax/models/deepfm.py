@@ -64,8 +64,9 @@ class DeepFM(nnx.Module):
     `[B, F]`; the FM term reads the gathered vectors, and the MLP's first layer
     multiplies the vectors and the dense features by their own kernel rows
     (`MLP.call_on_parts`): no `[B, F*D+Nd]` concatenation, no input gradient for the
-    dense features. Equal to `__call__` up to float rounding; ~4% less step time than
-    it on a 2-core CPU (bench_train, interleaved).
+    dense features. Equal to `__call__` up to float rounding; 4-9% less step time than
+    it on 2-core CPUs (bench_train, interleaved); the train step's default
+    (`model.split_input=True`).
 
     Args:
       rows: [U, D+1] the batch's unique rows.

@@ -76,6 +76,10 @@ def test_row_tables_maps_rows_to_their_table():
     (fl.TableSpec("user", 5, learning_rate=-0.1), "features.tables.user.learning_rate"),
     (fl.TableSpec("user", 5, init_stddev=float("nan")), "features.tables.user.init_stddev"),
     (fl.TableSpec("user", 5, optimizer=3), "features.tables.user.optimizer"),
+    (fl.TableSpec("user", 5, learning_rate="0.1"),
+     "features.tables.user.learning_rate: must be a finite number >= 0"),
+    (fl.TableSpec("user", 5, init_stddev=True), "features.tables.user.init_stddev"),
+    (fl.TableSpec("user", 5, dim=1.5), "features.tables.user.dim: must be an integer"),
 ])
 def test_bad_table_settings_name_the_field(table, field):
   with pytest.raises(ConfigError, match=field.replace(".", r"\.")):

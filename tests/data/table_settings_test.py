@@ -13,13 +13,16 @@ from tests.train import bag_data
 
 def test_parse_and_errors_name_the_field():
   got = table_settings.parse_table_settings(
-      " item:dim=8, optimizer=adagrad,learning_rate=0.05 ; user:init_stddev=0.02;")
+      " item:dim=8, optimizer=adagrad,learning_rate=0.05 ;; user:init_stddev=0.02;")
   assert got == {"item": {"dim": 8, "optimizer": "adagrad", "learning_rate": 0.05},
                  "user": {"init_stddev": 0.02}}
   assert table_settings.parse_table_settings("") == {}
   for text, match in (("item", "entry 'item' is not 'table:key=value,...'"),
                       ("item:", "entry 'item:' is not 'table:key=value,...'"),
-                      ("item:width=3", "item: 'width=3' is not key=value with a key among"),
+                      (":dim=2", "entry ':dim=2' is not 'table:key=value,...'"),
+                      ("item:width=3", "item: 'width=3' is not key=value with a key among "
+                                       "optimizer, learning_rate, init_stddev, dim"),
+                      ("item:dim=2=3", "item.dim: '2=3' is not an integer"),
                       ("item:dim", "item: 'dim' is not key=value"),
                       ("item:dim=2.5", "item.dim: '2.5' is not an integer"),
                       ("item:learning_rate=fast", "item.learning_rate: 'fast' is not a number"),

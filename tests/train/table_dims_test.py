@@ -127,11 +127,16 @@ def test_live_columns_keep_the_first_order_column_and_name_a_dim_too_large():
     want = np.array([1.0] * (d or 4) + [0.0] * (4 - (d or 4)) + [1.0], np.float32)
     np.testing.assert_array_equal(live[s], want)
   assert fl.live_columns(bag_data.LAYOUT, 4, 5) is None
+  full = fl.live_columns(_with_dims(bag_data.LAYOUT, [4, 0, 0]), 4, 5)  # dim D: all read
+  assert full is not None and (full == 1).all()
   assert fl.table_row_widths(layout, 4, 5) == (None, 4, 2)
   with pytest.raises(ConfigError, match=r"features\.tables\.item\.dim: 5 is above .* 4"):
     fl.live_columns(_with_dims(bag_data.LAYOUT, [0, 5, 0]), 4, 5)
   with pytest.raises(ConfigError, match=r"features\.tables\.tag\.dim: must be an integer >= 1"):
     _with_dims(bag_data.LAYOUT, [0, 0, -1])
+  for bad in ("2", 2.0, True):
+    with pytest.raises(ConfigError, match=r"features\.tables\.tag\.dim: must be an integer"):
+      _with_dims(bag_data.LAYOUT, [0, 0, bad])
 
 
 def test_models_without_latent_columns_refuse_table_dims():
