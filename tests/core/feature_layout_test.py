@@ -84,3 +84,13 @@ def test_row_tables_maps_rows_to_their_table():
 def test_bad_table_settings_name_the_field(table, field):
   with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
     fl.FeatureLayout((table,), (fl.FeatureSpec("u", "user"),))
+
+
+def test_table_field_errors_say_what_is_wrong_and_a_one_row_table_is_fine():
+  one = fl.FeatureLayout((fl.TableSpec("user", 1),), (fl.FeatureSpec("u", "user"),))
+  assert one.total_rows == 1
+  for table, message in ((fl.TableSpec("user", 0), "num_rows: must be >= 1, got 0"),
+                         (fl.TableSpec("user", 5, optimizer=3),
+                          "optimizer: must be a row optimizer name, got 3")):
+    with pytest.raises(ConfigError, match=f"features.tables.user.{message}"):
+      fl.FeatureLayout((table,), (fl.FeatureSpec("u", "user"),))
