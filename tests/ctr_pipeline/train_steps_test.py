@@ -25,7 +25,7 @@ from sfjax.serving import Features, Predictor
 from sfjax.train import defaults
 
 # Layer sizes are the only derived trial keys (`depth` x `width` -> `model.<name>_dims`).
-DERIVED = {f"model.{layers}.{size}" for layers in ("mlp", "cin", "bottom_mlp")
+DERIVED = {f"model.{layers}.{size}" for layers in ("mlp", "cin", "bottom_mlp", "din_attention")
            for size in ("depth", "width")}
 
 
@@ -370,3 +370,10 @@ def test_training_steps_take_overrides_of_the_librarys_recipe():
                                         r"setting of step 'fully_train' \(fully_train\); did you "
                                         r"mean steps\.fully_train\.trainer\.train\.steps\?"):
     pipeline.parse_steps(config, kinds)
+
+
+def test_a_din_trial_reaches_the_trainer_with_its_activation_unit():
+  arch, _ = arch_lib.split_config({"model.name": "din", "model.din_attention.depth": 2,
+                                   "model.din_attention.width": 16})
+  config = pst.trainer_config(defaults.ctr_defaults(), arch, {})
+  assert config.model.name == "din" and tuple(config.model.din_attention_dims) == (16, 16)
