@@ -243,15 +243,21 @@ def live_columns(layout: FeatureLayout, latent_dim: int, width: int) -> np.ndarr
   """
   if not any(t.dim for t in layout.tables):
     return None
-  for t in layout.tables:
-    if t.dim > latent_dim:
-      raise _bad(f"features.tables.{t.name}.dim", f"{t.dim} is above the model's embedding "
-                 f"dim {latent_dim} (model.embed_dim)")
+  check_table_dims(layout, latent_dim)
   dims = layout.column_dims
   dims = np.where(dims == 0, latent_dim, dims)
   col = np.arange(width)
   live = (col[None, :] < dims[:, None]) | (col[None, :] >= latent_dim)
   return live.astype(np.float32)
+
+
+def check_table_dims(layout: FeatureLayout, latent_dim: int) -> None:
+  """Raises ConfigError naming `features.tables.<name>.dim` of the first table whose dim
+  is above the model's `latent_dim`."""
+  for t in layout.tables:
+    if t.dim > latent_dim:
+      raise _bad(f"features.tables.{t.name}.dim", f"{t.dim} is above the model's embedding "
+                 f"dim {latent_dim} (model.embed_dim)")
 
 
 def table_row_widths(layout: FeatureLayout, latent_dim: int, width: int

@@ -202,7 +202,7 @@ def table_latent_dim(name: str, embed_dim: int, layout: FeatureLayout | None) ->
     raise ConfigError(f"config field features.tables.{dims[0].name}.dim: model {name!r} has "
                       f"no per-table embedding dims (its rows are not model.embed_dim latent "
                       f"columns; a composed model sets dims per field group)")
-  feature_layout.live_columns(layout, embed_dim, width)  # names a dim above embed_dim
+  feature_layout.check_table_dims(layout, embed_dim)
   return int(embed_dim)
 
 

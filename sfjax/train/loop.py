@@ -92,11 +92,12 @@ def build_trainer(config, spec: types.DatasetSpec) -> Trainer:
   graphdef, params = nnx.split(model)
   tx = optimizers.dense_optimizer_from_config(config.optimizer)
   # A layout's tables may set their own optimizer, rate and dim: then one `per_table` optimizer.
-  layout = spec.layout
+  # The model behind a layout (`PooledInput`) knows its latent columns when a table has a dim.
+  layout, latent_dim = spec.layout, getattr(model, "latent_dim", None)
   row_opt = row_optimizers.row_optimizer_from_config(
       ecfg, None if layout is None else layout.tables,
-      None if layout is None or models.table_latent_dim(mcfg.name, mcfg.embed_dim, layout) is None
-      else feature_layout.table_row_widths(layout, mcfg.embed_dim, width))
+      None if layout is None or latent_dim is None
+      else feature_layout.table_row_widths(layout, latent_dim, width))
   mesh = mesh_lib.make_mesh(config.train.num_devices)
   if config.train.batch_size % mesh.size:
     raise config_check.ConfigError(

@@ -69,22 +69,23 @@ class PooledInput(nnx.Module):
     layout: the static feature layout.
     inner: the wrapped model, built for F = `layout.num_features` fields.
     latent_dim: D, the latent columns that lead each row (tables of a smaller `dim` read
-      only their first `dim`); None when every table reads them all.
+      only their first `dim`, `feature_layout.live_columns`); None: every column is read.
   """
 
   def __init__(self, inner: nnx.Module, layout: FeatureLayout, latent_dim: int | None = None):
     """Wraps `inner` (built for `layout.num_features` fields); `latent_dim`: see above."""
     self.layout = layout
     self.inner = inner
-    self.latent_dim = latent_dim if any(t.dim for t in layout.tables) else None
+    self.latent_dim = latent_dim
 
   def __call__(self, emb: jax.Array, dense: jax.Array, weights: jax.Array) -> jax.Array:
     """Pools `emb [B, S, E]` by `weights [B, S]` and runs the inner model -> logits `[B]`."""
     if emb.shape[1] != self.layout.num_columns:
       raise ValueError(f"pooled input: {emb.shape[1]} id columns, the layout has "
                        f"{self.layout.num_columns}")
-    if self.latent_dim is not None:  # a table's columns past its dim read as 0 (no gradient)
-      live = live_columns(self.layout, self.latent_dim, emb.shape[2])
+    live = (None if self.latent_dim is None
+            else live_columns(self.layout, self.latent_dim, emb.shape[2]))
+    if live is not None:  # a table's columns past its dim read as 0 (no gradient)
       emb = emb * jnp.asarray(live, emb.dtype)[None]
     fields = pool_features(self.layout, emb, weights)
     if getattr(self.inner, "reads_sequences", False):
