@@ -41,6 +41,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.split_input = True  # model.split_input, the trainer's default (deepfm: no concatenated MLP
   #                      input; issue #27); False: the concatenated layout
   c.loader_nice = 10  # train.loader_nice: niceness of the device backend's loader thread
+  c.host_allocator = "tuned"  # train.host_allocator: tuned | system (glibc's defaults); once
+  #                             per process, so compare the two in separate runs
   c.floor = False  # also run the plain-JAX floor (experiments/floor_deepfm.py) in each round
   c.out = ""  # also write the JSON result here
   c.workload = "onehot"  # onehot (the fields above) | multihot (data.format=multihot rows)

@@ -2,8 +2,8 @@
 
 Errors that name the bad place, the per-step device input type, SplitMix64 hashing,
 background pipeline stages, exact metrics, atomic file writes, JSON-lines and
-TensorBoard event files, the quiet console of the entry points, and the workdir lock
-(one owner per workdir).
+TensorBoard event files, the quiet console of the entry points, the workdir lock (one
+owner per workdir) and the glibc malloc settings of a training process.
 """
 
 from sfjax.core.atomic import atomic_write, fsync_directory
@@ -12,6 +12,9 @@ from sfjax.core.console import set_up_console
 from sfjax.core.errors import ConfigError, DataFormatError, closest_name, unknown_key_error
 from sfjax.core.feature_layout import POOLINGS
 from sfjax.core.hashing import splitmix64
+from sfjax.core.host_allocator import HostAllocator
+from sfjax.core.host_allocator import applied as tuned_host_allocator
+from sfjax.core.host_allocator import tune as tune_host_allocator
 from sfjax.core.jsonl import read_jsonl
 from sfjax.core.metrics import auc, logloss, sigmoid
 from sfjax.core.tensorboard import EventWriter, read_scalars
@@ -25,6 +28,7 @@ __all__ = [
   "DataFormatError",
   "DeviceBatch",
   "EventWriter",
+  "HostAllocator",
   "WorkdirLock",
   "WorkdirLockedError",
   "atomic_write",
@@ -39,5 +43,7 @@ __all__ = [
   "set_up_console",
   "sigmoid",
   "splitmix64",
+  "tune_host_allocator",
+  "tuned_host_allocator",
   "unknown_key_error",
 ]

@@ -18,7 +18,7 @@ import os
 
 from sfjax import models
 from sfjax.checkpoint import checkpointer as checkpoint
-from sfjax.core import names
+from sfjax.core import host_allocator, names
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset
 from sfjax.data.generated import multihot, synthetic
@@ -251,6 +251,8 @@ def validate(config, *, default_host_path: bool = False) -> None:
   if "loader_nice" in config.train:
     _integer(config, "train.loader_nice", 0, 19)
   _integer(config, "train.num_devices", 0, 1 << 20)
+  _choice(config.train.get("host_allocator", "tuned"), "train.host_allocator",
+          host_allocator.CHOICES)
   _choice(config.get("resume", "strict"), "resume", resume_check.RESUME_POLICIES)
   checkpoint.checkpoint_settings(config)  # checkpoint.every_steps / keep, when the block exists
   if "distributed" in config:

@@ -26,7 +26,7 @@ from flax import nnx
 
 from sfjax import models
 from sfjax.checkpoint import checkpointer as checkpoint
-from sfjax.core import feature_layout, workdir_lock
+from sfjax.core import feature_layout, host_allocator, workdir_lock
 from sfjax.data import dataset as dataset_lib
 from sfjax.data import types
 from sfjax.embedding import host_table_files, row_optimizers
@@ -85,6 +85,7 @@ class Trainer(NamedTuple):
 def build_trainer(config, spec: types.DatasetSpec) -> Trainer:
   """Model, optimizers, embedding backend, initial state and compiled step for `spec`."""
   mcfg, ecfg = config.model, config.embedding
+  host_allocator.apply_choice(config.train.get("host_allocator", "tuned"))  # before any step runs
   width = models.embedding_width(mcfg.name, mcfg.embed_dim)
   model = models.build_model_from_config(
       mcfg, num_fields=spec.num_fields, num_dense=spec.num_dense,
@@ -313,6 +314,8 @@ def run_training(config, workdir: str | None = None, dataset=None, trainer: Trai
     As `train_and_evaluate`.
   """
   config_check.validate(config)
+  # Before the data set and XLA's worker threads allocate: they then share the tuned heap.
+  host_allocator.apply_choice(config.train.get("host_allocator", "tuned"))
   distributed.initialize_distributed(config)  # no-op for one process; else joins (before any JAX use)
   if jax.process_count() > 1:
     _check_multiprocess(config)

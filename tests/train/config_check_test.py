@@ -270,6 +270,8 @@ def _loose(fmt="criteo", **fields):
     ("seed", -1, "criteo"),  # numpy's default_rng refuses negative seeds
     ("train.prefetch", "4", "criteo"),
     ("train.loader_nice", 20, "criteo"),
+    ("train.host_allocator", "jemalloc", "criteo"),
+    ("train.host_allocator", 1, "criteo"),
     ("train.num_devices", 1.5, "criteo"),
     ("embedding.cache_rows", math.nan, "criteo"),
     ("embedding.cache_rows", 2.5, "criteo"),  # neither a row count nor a fraction

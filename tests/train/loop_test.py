@@ -126,3 +126,14 @@ def test_training_result_drops_only_the_per_process_metrics():
   assert loop.training_result(record) == {"step": 40, "auc": 0.7, "loss": 0.5,
                                           "best": {"step": 20, "auc": 0.71}}
   assert record["examples_per_sec"] == 1e4  # the input is left as it was
+
+
+
+@pytest.mark.parametrize("choice", ["tuned", "system"])
+def test_build_trainer_applies_the_host_allocator_choice(monkeypatch, choice):
+  seen = []
+  monkeypatch.setattr(loop.host_allocator, "apply_choice", seen.append)
+  c = _synthetic_config(host_allocator=choice)
+  c.data.synthetic.num_train, c.data.synthetic.num_eval = 2048, 1024
+  loop.build_trainer(c, dataset_lib.make_dataset(c.data, c.seed).spec)
+  assert seen == [choice]
