@@ -1,5 +1,6 @@
 """Tests for sfjax.core.host_allocator: glibc malloc keeps large buffers warm once tuned."""
 
+import ctypes
 import platform
 import subprocess
 import sys
@@ -86,3 +87,56 @@ def test_out_of_range_settings_name_the_field(field, value):
 def test_unknown_choice_names_the_config_field():
   with pytest.raises(ConfigError, match=r"train\.host_allocator: must be one of"):
     host_allocator.apply_choice("jemalloc")
+
+
+def test_zero_bytes_are_valid_settings():
+  assert host_allocator.mallopt_pairs(host_allocator.HostAllocator(0, 0))[1:3] == [(-2, 0), (-1, 0)]
+
+
+@pytest.fixture
+def fake_mallopt(monkeypatch):
+  """An untuned module whose mallopt records its calls (the process's malloc untouched)."""
+  calls = []
+  monkeypatch.setattr(host_allocator, "_applied", [])
+  monkeypatch.setattr(host_allocator, "_mallopt", lambda: lambda p, v: calls.append((p, v)) or 1)
+  return calls
+
+
+def test_tune_sets_every_pair_once(fake_mallopt):
+  settings = host_allocator.HostAllocator(4096, 8192)
+  assert host_allocator.tune(settings)
+  assert fake_mallopt == host_allocator.mallopt_pairs(settings)
+  assert host_allocator.applied() == settings
+  assert host_allocator.tune() and len(fake_mallopt) == 4  # a later call changes nothing
+  assert host_allocator.applied() == settings
+
+
+def test_apply_choice_tunes_only_when_tuned(fake_mallopt):
+  assert not host_allocator.apply_choice("system")
+  assert fake_mallopt == [] and host_allocator.applied() is None
+  assert host_allocator.apply_choice("tuned")
+  assert fake_mallopt == host_allocator.mallopt_pairs(host_allocator.HostAllocator())
+  assert host_allocator.apply_choice("system")  # tuned earlier: still in effect
+
+
+def test_a_refused_setting_raises_and_is_not_recorded(monkeypatch):
+  monkeypatch.setattr(host_allocator, "_applied", [])
+  monkeypatch.setattr(host_allocator, "_mallopt", lambda: lambda p, v: 0)
+  with pytest.raises(RuntimeError, match=r"mallopt\(-4, 0\) refused"):
+    host_allocator.tune()
+  assert host_allocator.applied() is None
+
+
+def test_without_glibc_nothing_is_tuned(monkeypatch):
+  monkeypatch.setattr(host_allocator, "_applied", [])
+  monkeypatch.setattr(host_allocator, "_mallopt", lambda: None)
+  assert not host_allocator.tune() and host_allocator.applied() is None
+  monkeypatch.setattr(host_allocator.platform, "system", lambda: "Darwin")
+  assert host_allocator._mallopt() is None
+
+
+@pytest.mark.skipif(not _GLIBC, reason="glibc malloc only")
+def test_glibc_mallopt_is_found_with_its_c_signature():
+  fn = host_allocator._mallopt()
+  assert fn is not None and fn.restype is ctypes.c_int
+  assert fn.argtypes == (ctypes.c_int, ctypes.c_int)
