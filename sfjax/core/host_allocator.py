@@ -36,7 +36,6 @@ later allocations, and is a no-op where the C library is not glibc (macOS, musl)
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import platform
 import threading
 from typing import NamedTuple
@@ -68,7 +67,7 @@ def _mallopt():
   """glibc's `mallopt`, or None where the C library is not glibc."""
   if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
     return None
-  libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+  libc = ctypes.CDLL(None)  # the process's own symbols, glibc's malloc among them
   fn = getattr(libc, "mallopt", None)
   if fn is not None:
     fn.argtypes, fn.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int

@@ -131,7 +131,12 @@ def test_without_glibc_nothing_is_tuned(monkeypatch):
   monkeypatch.setattr(host_allocator, "_applied", [])
   monkeypatch.setattr(host_allocator, "_mallopt", lambda: None)
   assert not host_allocator.tune() and host_allocator.applied() is None
-  monkeypatch.setattr(host_allocator.platform, "system", lambda: "Darwin")
+
+
+@pytest.mark.parametrize("system,libc", [("Darwin", ("glibc", "2.36")), ("Linux", ("musl", ""))])
+def test_mallopt_is_looked_up_only_on_linux_with_glibc(monkeypatch, system, libc):
+  monkeypatch.setattr(host_allocator.platform, "system", lambda: system)
+  monkeypatch.setattr(host_allocator.platform, "libc_ver", lambda: libc)
   assert host_allocator._mallopt() is None
 
 
