@@ -119,6 +119,11 @@ def applied() -> HostAllocator | None:
   return _applied[0] if _applied else None
 
 
+def choice_of(train_config) -> str:
+  """`train.host_allocator` of a config's `train` block ('tuned' for a block without it)."""
+  return train_config.get("host_allocator", CHOICES[0])
+
+
 def apply_choice(choice: str) -> bool:
   """`train.host_allocator`: 'tuned' -> `tune()`; 'system' -> nothing. Returns whether
   the tuned settings are in effect.

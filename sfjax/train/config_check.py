@@ -251,8 +251,7 @@ def validate(config, *, default_host_path: bool = False) -> None:
   if "loader_nice" in config.train:
     _integer(config, "train.loader_nice", 0, 19)
   _integer(config, "train.num_devices", 0, 1 << 20)
-  _choice(config.train.get("host_allocator", "tuned"), "train.host_allocator",
-          host_allocator.CHOICES)
+  _choice(host_allocator.choice_of(config.train), "train.host_allocator", host_allocator.CHOICES)
   _choice(config.get("resume", "strict"), "resume", resume_check.RESUME_POLICIES)
   checkpoint.checkpoint_settings(config)  # checkpoint.every_steps / keep, when the block exists
   if "distributed" in config:

@@ -85,7 +85,7 @@ class Trainer(NamedTuple):
 def build_trainer(config, spec: types.DatasetSpec) -> Trainer:
   """Model, optimizers, embedding backend, initial state and compiled step for `spec`."""
   mcfg, ecfg = config.model, config.embedding
-  host_allocator.apply_choice(config.train.get("host_allocator", "tuned"))  # before any step runs
+  host_allocator.apply_choice(host_allocator.choice_of(config.train))  # before any step runs
   width = models.embedding_width(mcfg.name, mcfg.embed_dim)
   model = models.build_model_from_config(
       mcfg, num_fields=spec.num_fields, num_dense=spec.num_dense,
@@ -315,7 +315,7 @@ def run_training(config, workdir: str | None = None, dataset=None, trainer: Trai
   """
   config_check.validate(config)
   # Before the data set and XLA's worker threads allocate: they then share the tuned heap.
-  host_allocator.apply_choice(config.train.get("host_allocator", "tuned"))
+  host_allocator.apply_choice(host_allocator.choice_of(config.train))
   distributed.initialize_distributed(config)  # no-op for one process; else joins (before any JAX use)
   if jax.process_count() > 1:
     _check_multiprocess(config)

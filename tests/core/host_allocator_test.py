@@ -145,3 +145,8 @@ def test_glibc_mallopt_is_found_with_its_c_signature():
   fn = host_allocator._mallopt()
   assert fn is not None and fn.restype is ctypes.c_int
   assert fn.argtypes == (ctypes.c_int, ctypes.c_int)
+
+
+def test_choice_of_reads_the_train_block_and_defaults_to_tuned():
+  assert host_allocator.choice_of({"host_allocator": "system"}) == "system"
+  assert host_allocator.choice_of({}) == "tuned"  # a config from before the field
