@@ -225,6 +225,10 @@ def space_from_config(space_cfg) -> Space:
   groups = space_cfg.get("max_field_groups", MAX_FIELD_GROUPS)
   if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
     raise SpaceError(f"space.max_field_groups: expected an integer >= 1, got {groups!r}")
+  if ctr.table_dims_from_config(space_cfg):
+    raise SpaceError("space.table_dims: the generated (composed) models set their dims per "
+                     "field group (searched already); table dims need named families "
+                     "(space.families)")
   return block_space(tower_widths=widths, max_groups=groups,
                      poolings=ctr.poolings_from_config(space_cfg))
 

@@ -22,8 +22,11 @@ trainer's default, 0.0, which no log-scale parameter contains) is part of the sp
 Bags (issue #22): `ctr_space(poolings={"tags": "mean"})` adds `features.tags.pooling`
 in {sum, mean, sqrtn} (a dynamic hyperparameter: trials that differ only in it share a
 cohort, `sfjax.cohorts.bag_pooling`); the baseline keeps the data set's pooling, given
-beside each name. The per-field embedding dims of the `composed` model's field groups
-over a layout's pooled fields are `search_spaces.blocks`. DIN (target attention over a
+beside each name. `ctr_space(table_dims={"item": (4, 8)})` adds `tables.item.dim` in
+{0 (the model's dim: the baseline), 4, 8} (dynamic too, `sfjax.cohorts.table_dims`: rows
+stay `model.embed_dim` wide, whose choices narrower than a searched dim are dropped). The
+per-field embedding dims of the `composed` model's field groups over a layout's pooled
+fields are `search_spaces.blocks`. DIN (target attention over a
 sequence feature) is a family when named (`families="deepfm,din"`; its activation unit
 under `model.din_attention.depth/width`); the default families leave it out, because
 it needs a data set with a sequence feature.
@@ -48,7 +51,7 @@ from sfjax.automl.space import (
   Space,
   SpaceError,
 )
-from sfjax.cohorts import check_not_renamed, pooled_feature, pooling_key
+from sfjax.cohorts import check_not_renamed, dim_key, dimmed_table, pooled_feature, pooling_key
 from sfjax.core import POOLINGS, ConfigError
 from sfjax.ctr_search import CTRSearchSpace
 from sfjax.data import parse_poolings
@@ -180,6 +183,50 @@ def pooling_space(poolings: Mapping[str, str]) -> Space:
                 for name, pooling in poolings.items()})
 
 
+def table_dim_space(table_dims: Mapping[str, Sequence[int]]) -> Space:
+  """`tables.<table>.dim` for each named table (issue #22): 0 (the model's dim, every
+  latent column: the baseline, first) or one of its given dims.
+
+  A dynamic hyperparameter (`sfjax.cohorts.table_dims`): trials that differ only in their
+  dims share a cohort; rows stay `model.embed_dim` wide.
+
+  Raises:
+    SpaceError: a table without dims, or a dim below 1.
+  """
+  out = {}
+  for name, dims in table_dims.items():
+    dims = tuple(sorted({int(d) for d in dims}))
+    if not dims or dims[0] < 1:
+      raise SpaceError(f"space.table_dims: {name}: expected dims >= 1, got {list(dims)}")
+    out[dim_key(name)] = Categorical((0,) + dims)
+  return Space(out)
+
+
+def table_dims_from_config(space_cfg) -> dict[str, tuple[int, ...]]:
+  """`space.table_dims` (`'item:4|8,user:2|4'`: each table's dims) as a dict.
+
+  Raises:
+    SpaceError: naming `space.table_dims`, for an entry that is not `table:d|d|...` with
+      integers >= 1, or a table named twice.
+  """
+  out: dict[str, tuple[int, ...]] = {}
+  for entry in (e.strip() for e in str(space_cfg.get("table_dims", "") or "").split(",")):
+    if not entry:
+      continue
+    name, sep, rest = (p.strip() for p in entry.partition(":"))
+    try:
+      dims = tuple(int(d) for d in rest.split("|"))
+    except ValueError:
+      dims = ()
+    if not sep or not name or not dims or min(dims) < 1:
+      raise SpaceError(f"space.table_dims: entry {entry!r} is not 'table:d|d|...' with "
+                       f"integer dims >= 1")
+    if name in out:
+      raise SpaceError(f"space.table_dims: table {name!r} is named twice")
+    out[name] = dims
+  return out
+
+
 def baseline_poolings(space: Space) -> dict[str, str]:
   """Pooling key -> the baseline's pooling (the first choice) of each bag `space` searches."""
   return {k: space[k].choices[0] for k in space.keys if pooled_feature(k) is not None}
@@ -197,13 +244,29 @@ def poolings_from_config(space_cfg) -> dict[str, str]:
     raise SpaceError(str(e).replace("data.pooling", "space.poolings")) from None
 
 
+def _wide_enough(embedding: Space, table_dims: Mapping[str, Sequence[int]]) -> Space:
+  """`embedding` whose `model.embed_dim` choices are those >= every searched table dim.
+
+  Raises:
+    SpaceError: no choice is that wide.
+  """
+  widest = max(int(d) for dims in table_dims.values() for d in dims)
+  choices = tuple(d for d in embedding["model.embed_dim"].choices if d >= widest)
+  if not choices:
+    raise SpaceError(f"space.table_dims: a dim of {widest} is above every model.embed_dim "
+                     f"choice {embedding['model.embed_dim'].choices}")
+  return Space({**{k: embedding[k] for k in embedding.keys},
+                "model.embed_dim": Categorical(choices)}).with_conditions(*embedding.conditions)
+
+
 def _gate(gate: str) -> Condition:
   return Condition(GATES[gate], gate, "eq", True)
 
 
 def ctr_space(families: Sequence[str] | str = FAMILIES,
               mlp_widths: Sequence[int] = MLP_WIDTHS,
-              poolings: Mapping[str, str] | None = None) -> Space:
+              poolings: Mapping[str, str] | None = None,
+              table_dims: Mapping[str, Sequence[int]] | None = None) -> Space:
   """The joint architecture + hyperparameter space over `families`.
 
   Args:
@@ -213,6 +276,9 @@ def ctr_space(families: Sequence[str] | str = FAMILIES,
       baseline's 400).
     poolings: bag name -> its baseline pooling, for the bags whose pooling is searched
       (`pooling_space`); none by default.
+    table_dims: table name -> its dims, for the tables whose embedding dim is searched
+      (`table_dim_space`; 0, the model's, is the baseline); none by default. The rows'
+      width `model.embed_dim` then takes only choices >= every dim searched.
 
   Returns:
     `model.name`, the embedding and optimizer sub-spaces, the MLP sub-space under
@@ -224,8 +290,12 @@ def ctr_space(families: Sequence[str] | str = FAMILIES,
     SpaceError: an unknown, repeated or empty family list.
   """
   families = _check_families(families)
-  space = Space.compose(Space({"model.name": Categorical(families)}), embedding_space(),
-                        optim_space(), *([pooling_space(poolings)] if poolings else []))
+  embedding = embedding_space()
+  if table_dims:
+    embedding = _wide_enough(embedding, table_dims)
+  space = Space.compose(Space({"model.name": Categorical(families)}), embedding,
+                        optim_space(), *([pooling_space(poolings)] if poolings else []),
+                        *([table_dim_space(table_dims)] if table_dims else []))
   if "lr" in families:
     space = space.with_conditions(Condition("model.embed_dim", "model.name", "ne", "lr"))
   with_mlp = tuple(f for f in families if f in MLP_FAMILIES)
@@ -289,6 +359,7 @@ def default_config(space: Space | None = None) -> Config:
       "optimizer.weight_decay": c.optimizer.weight_decay,
   }
   values.update(baseline_poolings(space))
+  values.update({k: 0 for k in space.keys if dimmed_table(k) is not None})  # every column
   active = {}
   for key in _parents_first(space):
     if key in values and space.is_active(key, active):
@@ -339,9 +410,10 @@ def _int_list(field: str, text: Any) -> tuple[int, ...]:
 
 def space_from_config(space_cfg) -> Space:
   """`ctr_space` of a search config's `space` block (`families`, `mlp_widths`: comma lists;
-  `poolings`: `bag:baseline` entries, the trainer's `data.pooling` syntax)."""
+  `poolings`: `bag:baseline` entries, the trainer's `data.pooling` syntax; `table_dims`:
+  `table:d|d` entries)."""
   return ctr_space(space_cfg.families, _int_list("space.mlp_widths", space_cfg.mlp_widths),
-                   poolings_from_config(space_cfg))
+                   poolings_from_config(space_cfg), table_dims_from_config(space_cfg))
 
 
 # What `sfjax.ctr_search.search_loop.run_search` is given (experiments/search.py passes it).

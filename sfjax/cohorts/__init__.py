@@ -6,7 +6,8 @@ the precomputed trial task (`task`), the whole trial as one jittable function
 architectures share one padded program (`buckets`, `bucket_blocks`,
 `bucket_layout`), the chunk plan of a cohort run (`chunk_plan`), one program call
 (`cohort_call`), the cohort runner and its trials' results (`trial_result`), cost
-metrics (`costs`), trial state files, PBT populations, and cohorts that share one host
+metrics (`costs`), bags' poolings and tables' dims as traced per-trial choices
+(`bag_pooling`, `table_dims`), trial state files, PBT populations, and cohorts that share one host
 table behind a device cache (`host_cohort`).
 """
 
@@ -27,11 +28,12 @@ from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.cohorts.host_cohort import run_host_cohort
 from sfjax.cohorts.latency import cost_dict
 from sfjax.cohorts.pbt_population import run_pbt
+from sfjax.cohorts.table_dims import dim_key, dimmed_table
 from sfjax.cohorts.task import CTRTask, TrialData
 from sfjax.cohorts.trial_result import CohortTrialResult
 
 __all__ = ["DYNAMIC_KEYS", "STATIC_KEYS", "ArchSpec", "CTRTask", "Chunk", "CohortRunner",
            "CohortTrialResult", "TrialData", "bucket_key", "check_not_renamed", "cohort_program",
-           "cost_dict", "count_params", "fixed_config_keys", "group_by_arch", "plan_chunks", "pooled_feature",
+           "cost_dict", "count_params", "dim_key", "dimmed_table", "fixed_config_keys", "group_by_arch", "plan_chunks", "pooled_feature",
            "pooling_key", "run_host_cohort", "run_pbt",
            "split_config", "trial_mesh"]

@@ -20,7 +20,9 @@ path; only the layer sizes are derived (`depth` x `width` -> a tuple of widths):
   dynamic  embedding.learning_rate, embedding.l2, embedding.init_stddev,
            optimizer.learning_rate, optimizer.weight_decay, and
            features.<bag>.pooling (sum | mean | sqrtn, kept as its code) for a multi_hot
-           feature of the data set's layout (`sfjax.cohorts.bag_pooling`, issue #22)
+           feature of the data set's layout (`sfjax.cohorts.bag_pooling`, issue #22), and
+           tables.<table>.dim (an integer <= model.embed_dim) for a table of the layout
+           (`sfjax.cohorts.table_dims`; refused for models without per-table dims)
 
 A key of the old trial vocabulary (`optim.embedding_lr`, ...) is a ConfigError naming
 its trainer path. Absent keys take the trainer's defaults. Only the model
@@ -43,7 +45,7 @@ import numpy as np
 from flax import nnx
 
 from sfjax import models
-from sfjax.cohorts import bag_pooling
+from sfjax.cohorts import bag_pooling, table_dims
 from sfjax.core.errors import ConfigError
 from sfjax.data.types import DatasetSpec
 from sfjax.embedding import row_optimizers
@@ -192,6 +194,8 @@ def dynamic_value(key: str, value: Any) -> float:
   """
   if bag_pooling.pooled_feature(key) is not None:
     return bag_pooling.pooling_code(key, value)
+  if table_dims.dimmed_table(key) is not None:
+    return table_dims.dim_value(key, value)
   if key not in DYNAMIC_DEFAULTS:
     check_not_renamed([key], "trial config")
     _fail(key, f"is not a dynamic hyperparameter (known: {', '.join(DYNAMIC_KEYS)})")
@@ -206,7 +210,8 @@ def dynamic_value(key: str, value: Any) -> float:
 
 def resolve_hparams(hparams: Mapping[str, Any]) -> dict[str, float]:
   """Dynamic hyperparameters with every `DYNAMIC_KEYS` entry present (defaults filled); a
-  bag's pooling key is kept only when given (its default is the data set's)."""
+  bag's pooling key and a table's dim key are kept only when given (their defaults are
+  the data set's)."""
   out = {k: d for k, (d, _, _) in DYNAMIC_DEFAULTS.items()}
   for key, value in hparams.items():
     out[key] = dynamic_value(key, value)
@@ -254,7 +259,7 @@ def split_config(config: Mapping[str, Any]) -> tuple[ArchSpec, dict[str, float]]
   for key in config:
     if key not in STATIC_KEYS and not _is_dynamic(key):
       _fail(key, f"unknown key (static: {', '.join(STATIC_KEYS)}; dynamic: "
-                 f"{', '.join(DYNAMIC_KEYS)}, features.<bag>.pooling)")
+                 f"{', '.join(DYNAMIC_KEYS)}, features.<bag>.pooling, tables.<table>.dim)")
   name = _as_choice("model.name", config.get("model.name", _CTR.model.name),
                     (*models.ALL_MODEL_NAMES, *models.SEQUENCE_MODEL_NAMES))
   embed_dim = _as_int("model.embed_dim", config.get("model.embed_dim", _CTR.model.embed_dim), 1)
@@ -281,6 +286,7 @@ def split_config(config: Mapping[str, Any]) -> tuple[ArchSpec, dict[str, float]]
                        "sfjax/cohorts/arch.py does not map from any config key")
   if "blocks" in hparams:
     hparams["blocks"], embed_dim = _composed_blocks(hparams["blocks"])
+  table_dims.check_dims(config, name, models.latent_dim(name, embed_dim))
   arch = ArchSpec(
       model_name=name, embed_dim=embed_dim, model_hparams=tuple(sorted(hparams.items())),
       embedding_optimizer=_as_choice(_EMBEDDING_OPTIMIZER_KEY, config.get(
@@ -291,7 +297,8 @@ def split_config(config: Mapping[str, Any]) -> tuple[ArchSpec, dict[str, float]]
 
 
 def _is_dynamic(key: str) -> bool:
-  return key in DYNAMIC_DEFAULTS or bag_pooling.pooled_feature(key) is not None
+  return (key in DYNAMIC_DEFAULTS or bag_pooling.pooled_feature(key) is not None
+          or table_dims.dimmed_table(key) is not None)
 
 
 def group_by_arch(configs: Sequence[Mapping[str, Any]]) -> dict[ArchSpec, list[int]]:

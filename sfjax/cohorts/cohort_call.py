@@ -29,7 +29,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import lane_optimizers
+from sfjax.cohorts import lane_optimizers, table_dims
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts.arch import ArchSpec
 from sfjax.cohorts.task import TrialData
@@ -86,19 +86,22 @@ def stack_hparams(hparams: Sequence[Mapping[str, Any]],
                   pooling_defaults: Mapping[str, float] | None = None) -> dict[str, np.ndarray]:
   """Per-trial dicts (defaults filled, checked) -> `arch.DYNAMIC_KEYS` -> [W] float32.
 
-  A bag's pooling key (`bag_pooling`) that some trial sets is stacked too, as codes; a
-  trial without it takes `pooling_defaults[key]` (the data set's pooling).
+  A bag's pooling key (`bag_pooling`) or a table's dim key (`table_dims`) that some trial
+  sets is stacked too (a pooling as its code); a trial without it takes
+  `pooling_defaults[key]` (the data set's: `bag_pooling.default_codes` and
+  `table_dims.default_dims`).
 
   Raises:
-    ValueError: a pooling key without a default (not a bag of the data set).
+    ValueError: a pooling or dim key without a default (not a bag or table of the data set).
   """
   resolved = [arch_lib.resolve_hparams(h) for h in hparams]
   defaults = dict(pooling_defaults or {})
   pooling = sorted({k for h in resolved for k in h if k not in arch_lib.DYNAMIC_DEFAULTS})
   for key in pooling:
     if key not in defaults:
-      raise ValueError(f"config key {key!r}: not a multi_hot feature of the data set (its "
-                       f"bags: {', '.join(sorted(defaults)) or 'none'})")
+      what = "a table" if table_dims.dimmed_table(key) is not None else "a multi_hot feature"
+      raise ValueError(f"config key {key!r}: not {what} of the data set (known: "
+                       f"{', '.join(sorted(defaults)) or 'none'})")
   stacked = {k: np.asarray([h[k] for h in resolved], np.float32) for k in arch_lib.DYNAMIC_KEYS}
   stacked.update({k: np.asarray([h.get(k, defaults[k]) for h in resolved], np.float32)
                   for k in pooling})

@@ -48,6 +48,7 @@ from sfjax.cohorts import (
   cohort_call,
   host_cohort,
   lane_optimizers,
+  table_dims,
   trial_states,
 )
 from sfjax.cohorts import program as trial_program
@@ -237,13 +238,17 @@ class CohortRunner:
                          f"not at start_steps={start}")
     plan = self.plan(archs, start_steps, end_steps, [s is not None for s in init_states], ragged,
                      merge_optimizers)
-    stacked = cohort_call.stack_hparams(hparams, bag_pooling.default_codes(self.spec))
+    stacked = cohort_call.stack_hparams(hparams, self._dynamic_defaults())
     results: dict[int, CohortTrialResult] = {}
     for chunk in plan:
       for i, result in zip(chunk.trials, self._run_planned(chunk, archs, stacked, seeds,
                                                            init_states), strict=True):
         results[i] = result
     return [results[i] for i in range(n)]  # the plan runs every trial once
+
+  def _dynamic_defaults(self) -> dict[str, float]:
+    """Each bag's pooling code and each table's dim in the data set (a trial's default)."""
+    return {**bag_pooling.default_codes(self.spec), **table_dims.default_dims(self.spec)}
 
   def run_chunk(self, chunk: Chunk, archs: Sequence[ArchSpec],
                 hparams: Sequence[Mapping[str, float]], seeds: Sequence[int],
@@ -259,7 +264,7 @@ class CohortRunner:
     Returns:
       The results of `chunk.trials`, in that order.
     """
-    stacked = cohort_call.stack_hparams(hparams, bag_pooling.default_codes(self.spec))
+    stacked = cohort_call.stack_hparams(hparams, self._dynamic_defaults())
     return self._run_planned(chunk, list(archs), stacked, seeds, init_states)
 
   def _run_planned(self, chunk: Chunk, archs, stacked, seeds, init_states) -> list[CohortTrialResult]:

@@ -154,7 +154,7 @@ def cohort_cache_step(arch: ArchSpec, spec: DatasetSpec, lanes: int):
                                      _lane_major(uniq.opt_slots, lanes))
 
     def lane(hp, state, ok, table):
-      train_step, _ = trial_program.trial_step(arch, spec, graphdef, hp)
+      train_step = trial_program.trial_step(arch, spec, graphdef, hp).train_step
       empty = state.table
       state, metrics = train_step(state._replace(table=table), lane_batch, ok)
       return state._replace(table=empty), state.table, metrics
@@ -182,10 +182,10 @@ def _lane_eval(arch: ArchSpec, spec: DatasetSpec):
   graphdef = trial_program.program_graphdef(arch, spec)
 
   def logits(state, values, hp, eval_batches):
-    _, repool = trial_program.trial_step(arch, spec, graphdef, hp)
+    _, repool, live = trial_program.trial_step(arch, spec, graphdef, hp)
     table = device_table.TableState(values, jnp.zeros((values.shape[0], 0), jnp.float32))
     return trial_program.stacked_eval_logits(graphdef, state._replace(table=table),
-                                             eval_batches, repool)
+                                             eval_batches, repool, live)
 
   return jax.jit(jax.vmap(logits, in_axes=(0, 0, 0, None)))
 

@@ -28,11 +28,14 @@ import jax.numpy as jnp
 from flax import nnx
 from jax import lax
 
-from sfjax.cohorts import bag_pooling, lane_optimizers
+from sfjax import models
+from sfjax.cohorts import bag_pooling, lane_optimizers, table_dims
 from sfjax.cohorts.arch import ArchSpec
+from sfjax.core.errors import ConfigError
 from sfjax.core.types import DeviceBatch
 from sfjax.data.types import DatasetSpec
 from sfjax.embedding import device_table
+from sfjax.embedding.row_optimizers import RowOptimizer
 from sfjax.train import defaults as ctr_defaults_lib
 from sfjax.train import optimizers
 from sfjax.train import step as step_lib
@@ -61,17 +64,55 @@ class TrialOutput(NamedTuple):
   logits: jax.Array
 
 
-def trial_optimizers(arch: ArchSpec, hparams: Hparams):
-  """The trial's dense and row optimizers: the trainer's factories, with traced hyperparameters."""
+def trial_optimizers(arch: ArchSpec, hparams: Hparams, spec: DatasetSpec | None = None):
+  """The trial's dense and row optimizers: the trainer's factories, with traced hyperparameters.
+
+  With `spec` and tables read through fewer columns (`table_dims`), a row-wise optimizer
+  averages each row over its table's own columns (`table_dims.row_width_optimizer`; the
+  step then passes each row's table, `table_dims.with_row_tables`).
+  """
   tx = optimizers.dense_optimizer(arch.dense_optimizer, hparams["optimizer.learning_rate"],
                                   hparams["optimizer.weight_decay"], field="optimizer.name")
+
   # A program of several row optimizers (a mixed cohort) takes each lane's by its index, and
   # of several row widths each lane's own width (`lane_optimizers.ROW_WIDTH_KEY`).
-  row_opt = lane_optimizers.make_lane_optimizer(
-      arch.embedding_optimizer, hparams["embedding.learning_rate"], _EMB,
-      hparams.get(lane_optimizers.LANE_KEY, 0), field="embedding.optimizer",
-      row_width=hparams.get(lane_optimizers.ROW_WIDTH_KEY))
-  return tx, row_opt
+  def make(row_width):
+    return lane_optimizers.make_lane_optimizer(
+        arch.embedding_optimizer, hparams["embedding.learning_rate"], _EMB,
+        hparams.get(lane_optimizers.LANE_KEY, 0), field="embedding.optimizer",
+        row_width=row_width)
+
+  if spec is not None and _reads_dims(arch, spec, hparams) and (
+      "rowwise_adagrad" in lane_optimizers.lane_names(arch.embedding_optimizer)):
+    widths = table_dims.row_widths(spec, _dims(hparams), _latent(arch), arch.embedding_width)
+    return tx, table_dims.row_width_optimizer(make, widths)
+  return tx, make(hparams.get(lane_optimizers.ROW_WIDTH_KEY))
+
+
+def _dims(hparams: Hparams) -> dict[str, Any]:
+  return {k: v for k, v in hparams.items() if table_dims.dimmed_table(k) is not None}
+
+
+def _latent(arch: ArchSpec) -> int:
+  latent = models.latent_dim(arch.model_name, arch.embed_dim)
+  if latent is None:
+    raise ConfigError(f"model {arch.model_name!r} has no per-table embedding dims (its rows "
+                      f"are not model.embed_dim latent columns)")
+  return latent
+
+
+def _reads_dims(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams) -> bool:
+  """Whether the trial reads some table of `spec` through fewer columns (its dim keys, or
+  the data set's own dims)."""
+  return spec.layout is not None and table_dims.uses_dims(spec, hparams)
+
+
+def trial_live_columns(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams) -> jax.Array | None:
+  """`[S, E]` 0/1 through which the trial's model reads each id column's rows (its tables'
+  dims, `table_dims.traced_live_columns`); None when it reads every column."""
+  if not _reads_dims(arch, spec, hparams):
+    return None
+  return table_dims.traced_live_columns(spec, _dims(hparams), _latent(arch), arch.embedding_width)
 
 
 def abstract_graphdef(arch: ArchSpec, spec: DatasetSpec) -> nnx.GraphDef:
@@ -81,8 +122,9 @@ def abstract_graphdef(arch: ArchSpec, spec: DatasetSpec) -> nnx.GraphDef:
 
 def program_graphdef(arch: ArchSpec, spec: DatasetSpec) -> nnx.GraphDef:
   """The graph of a trial program's model: `spec`'s bags pool by 'sum' over weights the
-  program renormalises per trial (`bag_pooling`); the parameters are the model's."""
-  return abstract_graphdef(arch, bag_pooling.summed_spec(spec))
+  program renormalises per trial (`bag_pooling`) and its tables are read in full through
+  the trial's live columns (`table_dims`); the parameters are the model's."""
+  return abstract_graphdef(arch, table_dims.undimmed_spec(bag_pooling.summed_spec(spec)))
 
 
 def _repooler(spec: DatasetSpec, hparams: Hparams) -> Callable[[DeviceBatch], DeviceBatch]:
@@ -93,6 +135,16 @@ def _repooler(spec: DatasetSpec, hparams: Hparams) -> Callable[[DeviceBatch], De
   codes = {k: v for k, v in hparams.items() if bag_pooling.pooled_feature(k) is not None}
   return lambda batch: batch._replace(
       weights=bag_pooling.repool_weights(spec, batch.weights, codes))
+
+
+def _preparer(spec: DatasetSpec, hparams: Hparams,
+              row_opt: RowOptimizer) -> Callable[[DeviceBatch], DeviceBatch]:
+  """`batch -> batch` the trial's train step reads: repooled (`_repooler`) and, for a
+  row optimizer that reads each row's table (`trial_optimizers`), with it."""
+  repool = _repooler(spec, hparams)
+  if not row_opt.tables:
+    return repool
+  return lambda batch: table_dims.with_row_tables(spec, repool(batch))
 
 
 def init_trial_state(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams,
@@ -107,7 +159,7 @@ def init_trial_state(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams,
   num_rows = spec.total_rows if num_rows is None else int(num_rows)
   tx, row_opt = trial_optimizers(arch, hparams)
   model_key, table_key = jax.random.split(key)
-  params = nnx.split(arch.build_model(spec, nnx.Rngs(model_key)))[1]
+  params = nnx.split(arch.build_model(table_dims.undimmed_spec(spec), nnx.Rngs(model_key)))[1]
   width = arch.embedding_width
   unit = jax.random.uniform(table_key, (num_rows, width), jnp.float32, -1.0, 1.0)
   values = unit * (math.sqrt(3.0) * hparams["embedding.init_stddev"])  # [V, E]
@@ -126,32 +178,48 @@ def _with_dense_hparams(state: TrainState, hparams: Hparams) -> TrainState:
 
 
 def stacked_eval_logits(graphdef: nnx.GraphDef, state: TrainState, eval_batches: DeviceBatch,
-                        prepare: Callable[[DeviceBatch], DeviceBatch] | None = None) -> jax.Array:
+                        prepare: Callable[[DeviceBatch], DeviceBatch] | None = None,
+                        live: jax.Array | None = None) -> jax.Array:
   """Logits `[Te, Be]` of every stacked eval batch (the trainer's `step.eval_logits`), each
-  batch first through `prepare` when given (a trial's bag pooling)."""
+  batch first through `prepare` when given (a trial's bag pooling), its rows read through
+  `live` (a trial's table dims, `trial_live_columns`)."""
   prepare = prepare or (lambda b: b)
   return lax.map(lambda b: step_lib.eval_logits(graphdef, state.params, state.table.values,
-                                                prepare(b)), eval_batches)
+                                                prepare(b), live), eval_batches)
+
+
+class TrialStep(NamedTuple):
+  """One trial's train step and how it reads a batch (`trial_step`).
+
+  Attributes:
+    train_step: `(state, batch, alive) -> (state, {'loss', 'applied'})`.
+    repool: `batch -> batch` with each bag's weights normalised by the trial's pooling.
+    live: None, or `[S, E]` 0/1 through which the model reads the rows (the trial's
+      table dims; an eval reads through it too, `stacked_eval_logits`).
+  """
+
+  train_step: Callable[..., Any]
+  repool: Callable[[DeviceBatch], DeviceBatch]
+  live: jax.Array | None
 
 
 def trial_step(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, hparams: Hparams,
-               dense_mask: Any = None):
-  """One trial's train step and its bag pooling, built from its (traced) hyperparameters.
-
-  Returns:
-    `(train_step(state, batch, alive) -> (state, {'loss', 'applied'}), repool)`: the shared
-    step (`step.make_train_step`, non-finite steps skipped) over `repool(batch)`, the batch
-    with each bag's weights normalised by the trial's pooling codes.
-  """
-  tx, row_opt = trial_optimizers(arch, hparams)
+               dense_mask: Any = None) -> TrialStep:
+  """One trial's train step, bag pooling and table dims, built from its (traced)
+  hyperparameters: the shared step (`step.make_train_step`, non-finite steps skipped)
+  over `repool(batch)`, its rows read through `live` (`trial_live_columns`)."""
+  tx, row_opt = trial_optimizers(arch, hparams, spec)
   repool = _repooler(spec, hparams)
+  prepare = _preparer(spec, hparams, row_opt)
+  live = trial_live_columns(arch, spec, hparams)
   shared_step = step_lib.make_train_step(graphdef, tx, row_opt, l2=hparams["embedding.l2"],
-                                         skip_non_finite=True, dense_mask=dense_mask)
+                                         skip_non_finite=True, dense_mask=dense_mask,
+                                         live_columns=live)
 
   def train_step(state, batch, alive):
-    return shared_step(state, repool(batch), alive)
+    return shared_step(state, prepare(batch), alive)
 
-  return train_step, repool
+  return TrialStep(train_step, repool, live)
 
 
 def _make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
@@ -193,8 +261,8 @@ def _make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
       state = _with_dense_hparams(init_state, hparams)
     else:
       state = init_trial_state(arch, spec, hparams, jax.random.key(seed), num_rows)
-    train_step, repool = trial_step(arch, spec, graphdef, hparams,
-                                    dense_mask if masked else None)
+    train_step, repool, live = trial_step(arch, spec, graphdef, hparams,
+                                          dense_mask if masked else None)
 
     def body(carry, batch):
       state, alive = carry
@@ -217,7 +285,7 @@ def _make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
     else:
       (state, alive), (losses, applied) = lax.scan(body, (state, jnp.bool_(True)), batches)
     return TrialOutput(state, alive, losses, applied,
-                       stacked_eval_logits(graphdef, state, eval_batches, repool))
+                       stacked_eval_logits(graphdef, state, eval_batches, repool, live))
 
   return trial
 

@@ -49,7 +49,7 @@ from sfjax.automl.pipeline import (
 )
 from sfjax.checkpoint import checkpointer as checkpoint_lib
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import bag_pooling
+from sfjax.cohorts import bag_pooling, table_dims
 from sfjax.core import metrics as metrics_lib
 from sfjax.core import names
 from sfjax.core.atomic import atomic_write
@@ -116,7 +116,8 @@ def trainer_config(recipe, arch: arch_lib.ArchSpec, hparams: Mapping[str, float]
     arch: the static part of a trial config (`arch.split_config`).
     hparams: its dynamic part (`arch.DYNAMIC_KEYS`, trainer paths such as
       `embedding.learning_rate`; absent keys keep the recipe's); a bag's
-      `features.<name>.pooling` becomes an entry of `data.pooling`.
+      `features.<name>.pooling` becomes an entry of `data.pooling`, a table's
+      `tables.<name>.dim` its `dim` in `data.tables`.
     kept_pairs: field pairs (i, j) to restrict the model's pairwise interactions to
       (AutoFIS): the model becomes `composed` with `_restricted_spec`.
 
@@ -134,13 +135,17 @@ def trainer_config(recipe, arch: arch_lib.ArchSpec, hparams: Mapping[str, float]
   config.embedding.optimizer = arch.embedding_optimizer
   config.optimizer.name = arch.dense_optimizer
   for key, value in hparams.items():
-    if bag_pooling.pooled_feature(key) is None:
+    if bag_pooling.pooled_feature(key) is None and table_dims.dimmed_table(key) is None:
       _set(config, key, arch_lib.dynamic_value(key, value))
   chosen = bag_pooling.trainer_pooling(hparams)  # a bag's pooling -> data.pooling (issue #22)
   if chosen:
     merged = {**feature_pooling.parse_poolings(config.data.get("pooling", "")),
               **feature_pooling.parse_poolings(chosen)}
     config.data.pooling = ",".join(f"{k}:{v}" for k, v in merged.items())
+  # a table's dim -> data.tables, beside the recipe's own table settings (issue #22)
+  tables = table_dims.trainer_tables(hparams, config.data.get("tables", ""))
+  if tables:
+    config.data.tables = tables
   if kept_pairs is not None:
     spec = _restricted_spec(arch, kept_pairs)
     config.model.name = generator.COMPOSED_NAME

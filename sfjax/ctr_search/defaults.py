@@ -171,6 +171,9 @@ def search_defaults() -> ml_collections.ConfigDict:
   # Bags whose pooling is searched, each with the baseline's (the data set's) pooling:
   # "bag1:mean,long0:sqrtn" -> features.<bag>.pooling in {sum, mean, sqrtn} (issue #22).
   s.poolings = ""
+  # Tables whose embedding dim is searched (named families only), e.g. "item:4|8,user:2|4"
+  # -> tables.<table>.dim in {0 (the model's), 4, 8} (issue #22; rows stay embed_dim wide).
+  s.table_dims = ""
 
   # ---- the study (sfjax.ctr_search.search_loop) -----------------------------
   c.study = study_defaults()

@@ -62,6 +62,13 @@ def parse_table_settings(text: str) -> dict[str, dict[str, Any]]:
   return out
 
 
+def format_table_settings(settings: dict[str, dict[str, Any]]) -> str:
+  """The `data.tables` text of `settings` (`parse_table_settings`'s inverse, tables and
+  keys in the order given): {'item': {'dim': 8}, 'user': {'dim': 4}} -> 'item:dim=8; user:dim=4'."""
+  return "; ".join(f"{name}:" + ",".join(f"{k}={v}" for k, v in keys.items())
+                   for name, keys in settings.items() if keys)
+
+
 def with_table_settings(spec: DatasetSpec, settings: dict[str, dict[str, Any]]) -> DatasetSpec:
   """`spec` whose named tables take `settings` (checked as any `TableSpec`: a bad value
   names `features.tables.<name>.<key>`).

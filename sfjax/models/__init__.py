@@ -35,6 +35,7 @@ from sfjax.models.registry import (
     build_model,
     build_model_from_config,
     embedding_width,
+    latent_dim,
     model_class,
     model_hparams,
     table_latent_dim,
@@ -90,6 +91,7 @@ __all__ = [
   "spec_to_config",
   "SpecError",
   "spec_to_json",
+  "latent_dim",
   "table_latent_dim",
   "tower_space",
 ]

@@ -186,6 +186,17 @@ def build_model_from_config(model_cfg: Mapping[str, Any], *, num_fields: int, nu
       model, layout, latent_dim=table_latent_dim(name, embed_dim, layout))
 
 
+def latent_dim(name: str, embed_dim: int) -> int | None:
+  """D = `embed_dim`, the latent columns leading model `name`'s rows (a first-order weight
+  may follow them), for a model that can read a table through fewer of them (per-table
+  dims); None for one whose rows are not such columns (lr, composed)."""
+  width = embedding_width(name, embed_dim)
+  # lr's row is its one weight (whatever embed_dim says); composed sets dims per field group.
+  if name in ("lr", "composed") or width not in (embed_dim, embed_dim + 1):
+    return None
+  return int(embed_dim)
+
+
 def table_latent_dim(name: str, embed_dim: int, layout: FeatureLayout | None) -> int | None:
   """D, the latent columns leading model `name`'s rows, when `layout` has a table of its
   own `dim` (`TableSpec.dim`); else None.
@@ -197,8 +208,7 @@ def table_latent_dim(name: str, embed_dim: int, layout: FeatureLayout | None) ->
   dims = [] if layout is None else [t for t in layout.tables if t.dim]
   if layout is None or not dims:
     return None
-  width = embedding_width(name, embed_dim)
-  if name == "composed" or width not in (embed_dim, embed_dim + 1):
+  if latent_dim(name, embed_dim) is None:
     raise ConfigError(f"config field features.tables.{dims[0].name}.dim: model {name!r} has "
                       f"no per-table embedding dims (its rows are not model.embed_dim latent "
                       f"columns; a composed model sets dims per field group)")

@@ -42,37 +42,48 @@ DenseLossFn = Callable[[Any, Any, Any], tuple[jax.Array, Any]]
 
 
 def forward_logits(graphdef: nnx.GraphDef, params: Any, uniq_values: jax.Array,
-                   batch: DeviceBatch) -> jax.Array:
-  """Model logits `[B]` from the batch's unique rows `[U, E]` and virtual ids."""
-  return call_model(nnx.merge(graphdef, params), uniq_values, batch)
+                   batch: DeviceBatch, live: jax.Array | None = None) -> jax.Array:
+  """Model logits `[B]` from the batch's unique rows `[U, E]` and virtual ids (`live`:
+  as `call_model`'s)."""
+  return call_model(nnx.merge(graphdef, params), uniq_values, batch, live)
 
 
-def call_model(model: nnx.Module, uniq_values: jax.Array, batch: DeviceBatch) -> jax.Array:
+def call_model(model: nnx.Module, uniq_values: jax.Array, batch: DeviceBatch,
+               live: jax.Array | None = None) -> jax.Array:
   """`model(rows[vids], dense)`, or with the per-id weights of a feature layout.
 
   `rows[vids]` is `[B, F, E]`, or `[B, S, E]` id columns that the model's input wrapper
   pools by `batch.weights [B, S]` (`sfjax.models.behavior.pooling`). A model built to
   read the unique rows itself (`reads_unique_rows`: DeepFM with `model.split_input`)
   gets `(rows [U, E], vids, dense)` and gathers the blocks it needs.
+
+  `live`: None, or `[S, E]` 0/1 (may be traced) multiplying each id column's rows
+  before the model reads them: a search trial's per-table embedding dims
+  (`sfjax.cohorts.table_dims`; the trainer's `PooledInput` applies the same mask from
+  the layout). It needs a layout's batch (`batch.weights`).
   """
+  if live is not None and batch.weights is None:
+    raise ValueError("call_model: live columns need a feature layout's batch (weights)")
   if batch.weights is None and getattr(model, "reads_unique_rows", False):
     from_rows = model.from_unique_rows  # type: ignore[attr-defined]
     return from_rows(uniq_values, batch.vids, batch.dense)
   emb = jnp.take(uniq_values, batch.vids, axis=0)
+  if live is not None:
+    emb = emb * live.astype(emb.dtype)[None]
   if batch.weights is None:
     return model(emb, batch.dense)
   return model(emb, batch.dense, batch.weights)
 
 
 def eval_logits(graphdef: nnx.GraphDef, params: Any, values: jax.Array,
-                batch: DeviceBatch) -> jax.Array:
+                batch: DeviceBatch, live: jax.Array | None = None) -> jax.Array:
   """Logits `[B]` of an eval batch whose `rows` index `values` (padding rows read zeros).
 
   `values` is whatever holds the rows: the device table `[V, E]`, a trial's
-  table, or the rows an eval batch gathered from the host table.
+  table, or the rows an eval batch gathered from the host table. `live`: as `call_model`'s.
   """
   uniq_values = jnp.take(values, batch.rows, axis=0, mode="fill", fill_value=0)  # [U, E]
-  return forward_logits(graphdef, params, uniq_values, batch)
+  return forward_logits(graphdef, params, uniq_values, batch, live)
 
 
 def _masked_loss(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Array:
@@ -92,8 +103,9 @@ def loss_and_grads(graphdef: nnx.GraphDef, params: Any, uniq_values: jax.Array,
   return (loss, logits), grads
 
 
-def _loss_and_grads(graphdef, params, variables, uniq_values, batch, l2):
-  """`loss_and_grads` of a model whose forward may update `variables` (None: no such state).
+def _loss_and_grads(graphdef, params, variables, uniq_values, batch, l2, live=None):
+  """`loss_and_grads` of a model whose forward may update `variables` (None: no such state),
+  its rows read through `live` (`call_model`; the L2 penalty is on the stored rows).
 
   Returns:
     (loss, logits, new variables or None), (param_grads, row_grads [U, E]).
@@ -104,11 +116,11 @@ def _loss_and_grads(graphdef, params, variables, uniq_values, batch, l2):
 
   def objective(p, values):
     if variables is None:
-      logits, new_variables = forward_logits(graphdef, p, values, batch), None
+      logits, new_variables = forward_logits(graphdef, p, values, batch, live), None
     else:
       # A copy made under this trace: NNX refuses to update variables of an outer trace.
       model = nnx.merge(graphdef, p, jax.tree.map(lambda x: x, variables))
-      logits = call_model(model, values, batch)
+      logits = call_model(model, values, batch, live)
       new_variables = nnx.state(model, nnx.Not(nnx.Param))
     loss = _masked_loss(logits, batch.labels, batch.mask)
     if no_l2:
@@ -128,7 +140,8 @@ def _all_finite(tree) -> jax.Array:
 def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
                     row_opt: row_optimizers.RowOptimizer, *, l2=0.0,
                     skip_non_finite: bool = False, row_axis: str | None = None,
-                    dense_mask: Any = None, model_variables: bool = False) -> TrainStep:
+                    dense_mask: Any = None, model_variables: bool = False,
+                    live_columns: jax.Array | None = None) -> TrainStep:
   """Builds the un-jitted step `(state, batch) -> (state, metrics)`; see `jit_train_step`.
 
   Args:
@@ -155,6 +168,9 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
       `state.params` is then its whole `nnx.State`, `tx` (and `dense_mask`) see only
       its `nnx.Param` part, and the other variables are written back after each
       forward. False: every variable is a parameter (the registered CTR models).
+    live_columns: None, or `[S, E]` 0/1 (may be traced) through which the model reads
+      each id column's rows (`call_model`): a search trial's per-table dims
+      (`sfjax.cohorts.table_dims`). Not with `row_axis`.
 
   Returns:
     `train_step(state, batch[, enabled]) -> (state, {'loss'[, 'applied']})`.
@@ -164,9 +180,9 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
     raise ValueError("make_train_step: model_variables is not supported with row_axis or "
                      "skip_non_finite")
   if row_axis is not None:
-    if skip_non_finite or dense_mask is not None:
-      raise ValueError("make_train_step: skip_non_finite and dense_mask are not supported "
-                       "with row_axis")
+    if skip_non_finite or dense_mask is not None or live_columns is not None:
+      raise ValueError("make_train_step: skip_non_finite, dense_mask and live_columns are not "
+                       "supported with row_axis")
     return _owner_train_step(graphdef, tx, row_opt, l2, row_axis)
 
   def train_step(state: TrainState, batch: DeviceBatch, enabled=True):
@@ -175,7 +191,7 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
     if model_variables:
       params, variables = nnx.split_state(state.params, nnx.Param, ...)
     (loss, _, variables), (param_grads, row_grads) = _loss_and_grads(
-        graphdef, params, variables, uniq.values, batch, l2)
+        graphdef, params, variables, uniq.values, batch, l2, live_columns)
     count = state.step + 1
     new_values, new_slots = update_rows(row_opt, uniq.values, uniq.opt_slots, row_grads, count,
                                         batch.row_tables)

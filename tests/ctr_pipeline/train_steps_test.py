@@ -55,6 +55,20 @@ def test_a_bags_pooling_becomes_an_entry_of_data_pooling():
   assert recipe.data.pooling == "long0:sum,bag1:mean"  # copied, not changed
 
 
+def test_a_tables_dim_becomes_its_dim_in_data_tables():
+  """Issue #22: a trial's `tables.<table>.dim` reaches the trainer in data.tables, beside the
+  recipe's own settings of that table; a trial without one keeps the recipe's."""
+  arch, _ = arch_lib.split_config({"model.name": "fm", "model.embed_dim": 8})
+  recipe = defaults.ctr_defaults()
+  recipe.data.tables = "item:optimizer=adagrad,dim=8"
+  config = pst.trainer_config(recipe, arch, {"tables.item.dim": 4.0, "tables.user.dim": 0.0,
+                                             "embedding.learning_rate": 0.1})
+  assert config.data.tables == "item:optimizer=adagrad,dim=4; user:dim=0"
+  assert config.embedding.learning_rate == 0.1
+  assert recipe.data.tables == "item:optimizer=adagrad,dim=8"  # copied, not changed
+  assert pst.trainer_config(recipe, arch, {}).data.tables == recipe.data.tables
+
+
 def test_trainer_config_refuses_a_key_that_is_not_dynamic():
   arch, _ = arch_lib.split_config({})
   with pytest.raises(ValueError, match="'embedding.optimizer': is not a dynamic hyperparameter"):

@@ -24,7 +24,9 @@ from sfjax.cohorts import trial_states
 from sfjax.cohorts.arch import split_config
 from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.core import WorkdirLockedError, tensorboard, workdir_lock
+from sfjax.ctr_pipeline import train_steps
 from sfjax.ctr_search import search_config, search_loop, search_report
+from sfjax.data import parse_table_settings
 from tests.cohorts.conftest import CallRecorder
 
 SUMMARY_KEYS = {"best_trial_id", "best_config", "best_metrics", "num_trials_done", "num_failed",
@@ -471,6 +473,46 @@ def test_search_on_bags_and_sequences_runs_cohorts(tmp_path):
   assert math.isfinite(summary["best_metrics"]["auc"])
   assert summary["best_config"]["features.long0.pooling"] in ("sum", "mean", "sqrtn")
   assert 0.5 < summary["default_metrics"]["test_auc"] < 1  # the default deepfm learns the bags
+
+
+class DimsRecorder(CohortRunner):
+  """The real runner, recording each program call's per-lane `tables.item.dim`."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.item_dims = []
+
+  def run_stacked(self, arch, hparams, seeds, start, end, init_states=None, dense_masks=None):
+    if "tables.item.dim" in hparams:
+      self.item_dims.append(sorted(np.asarray(hparams["tables.item.dim"]).tolist()))
+    return super().run_stacked(arch, hparams, seeds, start, end, init_states, dense_masks)
+
+
+@pytest.mark.slow  # ~60 s
+def test_a_search_over_table_dims_shares_cohorts_and_trains_the_winner(tmp_path):
+  """Issue #22, Deliver 7: the embedding dims of the item and user tables searched beside
+  the model (`space.table_dims`): trials whose dims differ share a program (the dims are
+  traced per lane), every trial trains, and the best trial's trainer config reads its
+  tables through those dims (`data.tables`), the way the fully-train step reproduces it."""
+  c = tiny_config("random", num_trials=8, ask_batch=8)
+  c.task.data = ctr_config.get_config("multihot_smoke").data
+  c.task.batch_size, c.task.eval_rows, c.task.eval_batch_size = 128, 1024, 1024
+  c.space.families, c.space.mlp_widths = "deepfm", "16"
+  c.space.table_dims = "item:2|4,user:2"
+  c.study.cohort_width, c.study.max_budget = "8", 2.0
+  runner = DimsRecorder(search_config.make_task(c), cohort_width=8)
+  summary = search_loop.run_search(c, str(tmp_path), SPACE, runner=runner)
+  assert summary["num_trials_done"] == 8 and summary["num_failed"] == 0
+  trials = read_jsonl(tmp_path / "trials.jsonl")
+  assert {t["config"]["tables.item.dim"] for t in trials} <= {0, 2, 4}
+  assert all(t["config"]["model.embed_dim"] >= 4 for t in trials)  # wide enough for item's 4
+  assert any(len(set(dims)) > 1 for dims in runner.item_dims), runner.item_dims
+  assert all(math.isfinite(t["metrics"]["auc"]) for t in trials)
+  best = summary["best_config"]
+  arch, hparams = split_config(SPACE.runner_config(best))
+  trainer = train_steps.trainer_config(ctr_config.get_config("multihot_smoke"), arch, hparams)
+  want = {"item": {"dim": best["tables.item.dim"]}, "user": {"dim": best["tables.user.dim"]}}
+  assert parse_table_settings(trainer.data.tables) == want
 
 
 @pytest.mark.slow  # ~40 s

@@ -32,6 +32,15 @@ def test_parse_and_errors_name_the_field():
       table_settings.parse_table_settings(text)
 
 
+def test_format_is_the_inverse_of_parse():
+  settings = {"item": {"dim": 8, "optimizer": "adagrad", "learning_rate": 0.05},
+              "user": {"init_stddev": 0.02}, "tag": {}}
+  text = table_settings.format_table_settings(settings)
+  assert text == "item:dim=8,optimizer=adagrad,learning_rate=0.05; user:init_stddev=0.02"
+  assert table_settings.parse_table_settings(text) == {k: v for k, v in settings.items() if v}
+  assert table_settings.format_table_settings({}) == ""
+
+
 def test_named_tables_take_the_settings_and_batches_are_unchanged():
   data = bag_data.BagDataset(num_train=64, num_eval=16)
   got = table_settings.with_tables(data, "item:dim=2,optimizer=sgd; tag:learning_rate=0.5")

@@ -171,6 +171,38 @@ def test_bag_poolings_are_searched_with_the_baseline_first():
                                                            poolings=text)))
 
 
+def test_table_dims_are_searched_with_the_full_width_baseline_first():
+  """Issue #22: `space.table_dims` adds `tables.<table>.dim` in {0 (the model's), dims...};
+  `model.embed_dim` keeps the choices at least as wide as every dim; the baseline reads
+  every column; trials differing only in dims share an architecture (one cohort)."""
+  space_cfg = ml_collections.ConfigDict(dict(families="fm,deepfm", mlp_widths="16,400",
+                                             table_dims="item:8|4, user:2"))
+  space = ctr.space_from_config(space_cfg)
+  assert space["tables.item.dim"].choices == (0, 4, 8)
+  assert space["tables.user.dim"].choices == (0, 2)
+  assert space["model.embed_dim"].choices == (8, 16)  # 4 is narrower than item's 8
+  base = ctr.default_config(space)
+  assert base["tables.item.dim"] == 0 and base["tables.user.dim"] == 0
+  assert base["model.embed_dim"] == 16  # the trainer's own
+  other = dict(base, **{"tables.item.dim": 4})
+  a, ha = arch.split_config(ctr.runner_config(base))
+  b, hb = arch.split_config(ctr.runner_config(other))
+  assert a == b and ha["tables.item.dim"] == 0.0 and hb["tables.item.dim"] == 4.0
+  for point in _samples(space, 30, seed=2):  # every point is a trial config the runner takes
+    arch.split_config(ctr.runner_config(point))
+  assert ctr.table_dims_from_config(ml_collections.ConfigDict(dict(table_dims=""))) == {}
+  assert ctr.table_dims_from_config(space_cfg) == {"item": (8, 4), "user": (2,)}
+  for text, match in (("item", "entry 'item' is not 'table:d|d|...'"),
+                      ("item:0|4", "entry 'item:0|4'"), ("item:a", "entry 'item:a'"),
+                      ("item:4,item:8", "table 'item' is named twice"),
+                      ("item:32", "a dim of 32 is above every model.embed_dim choice")):
+    with pytest.raises(SpaceError, match=match):
+      ctr.space_from_config(ml_collections.ConfigDict(dict(families="fm", mlp_widths="16",
+                                                           table_dims=text)))
+  with pytest.raises(SpaceError, match="space.table_dims: item: expected dims >= 1"):
+    ctr.table_dim_space({"item": ()})
+
+
 def test_din_is_searched_only_when_named_with_its_attention_keys():
   assert "din" not in ctr.ctr_space()["model.name"].choices  # the default needs no sequence
   space = ctr.ctr_space(families="deepfm,din")

@@ -146,6 +146,9 @@ def test_models_without_latent_columns_refuse_table_dims():
                                    rngs=nnx.Rngs(0), layout=layout)
   assert models.table_latent_dim("dcnv2", 4, layout) == 4  # rows are the 4 latent columns
   assert models.table_latent_dim("deepfm", 4, bag_data.LAYOUT) is None
+  assert models.latent_dim("deepfm", 4) == 4 and models.latent_dim("dcnv2", 4) == 4
+  assert models.latent_dim("lr", 1) is None and models.latent_dim("lr", 4) is None
+  assert models.latent_dim("composed", 4) is None
 
 
 def _multihot_config(backend, tables):
@@ -165,3 +168,38 @@ def test_data_tables_trains_alike_on_both_backends():
   plain = loop.train_and_evaluate(_multihot_config("device", ""))
   plain = plain[0] if isinstance(plain, tuple) else plain
   assert plain["loss"] != finals["device"]["loss"]  # the dims changed the model
+
+
+def test_a_step_reading_through_live_columns_equals_the_model_with_those_dims():
+  """`make_train_step(live_columns=)` on the undimmed model (what a search program runs,
+  `sfjax.cohorts.table_dims`) equals the step of the model built with the dims (its
+  `PooledInput` masks): same losses, rows and parameters, L2 included."""
+  dimmed = _with_dims(bag_data.LAYOUT, [0, NARROW, 1])
+  graph_dims, params = _build(dimmed, D)
+  graph_full, params_full = _build(bag_data.LAYOUT, D)
+  chex.assert_trees_all_equal(params, params_full)  # the dims add no parameter
+  live = jnp.asarray(fl.live_columns(dimmed, D, D + 1))
+  tx = optax.adam(0.01)
+  row_opt = ro.adagrad(0.05)
+  table = dt.init_table(bag_data.LAYOUT.total_rows, D + 1, row_opt, seed=1, stddev=0.1)
+  steps = {name: jax.jit(step_lib.make_train_step(graph, tx, row_opt, l2=1e-3, live_columns=lv))
+           for name, graph, lv in (("dims", graph_dims, None), ("live", graph_full, live))}
+  states = {name: state_lib.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), table)
+            for name in steps}
+  for seed in range(3):
+    batch = bag_data.make_rows(B, seed=seed, layout=bag_data.LAYOUT)
+    db, _ = vsi.prepare_batch(batch, bag_data.LAYOUT.column_offsets,
+                              B * bag_data.LAYOUT.num_columns + 1, bag_data.LAYOUT.total_rows,
+                              bag_data.LAYOUT.column_rows)
+    metrics = {}
+    for name, step in steps.items():
+      states[name], metrics[name] = step(states[name], db)
+    chex.assert_trees_all_close(metrics["live"], metrics["dims"], rtol=1e-6)
+    logits = {name: step_lib.eval_logits(graph, states[name].params, states[name].table.values,
+                                         db, lv)
+              for name, graph, lv in (("dims", graph_dims, None), ("live", graph_full, live))}
+    chex.assert_trees_all_close(logits["live"], logits["dims"], rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(states["live"], states["dims"], rtol=1e-5, atol=1e-7)
+  plain = db._replace(weights=None, vids=db.vids[:, :bag_data.LAYOUT.num_features])
+  with pytest.raises(ValueError, match="live columns need a feature layout's batch"):
+    step_lib.forward_logits(graph_full, params, table.values[:8], plain, live)
