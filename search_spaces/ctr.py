@@ -52,7 +52,7 @@ from sfjax.automl.space import (
   SpaceError,
 )
 from sfjax.cohorts import check_not_renamed, dim_key, dimmed_table, pooled_feature, pooling_key
-from sfjax.core import POOLINGS, ConfigError
+from sfjax.core import POOLINGS, ConfigError, named_entries
 from sfjax.ctr_search import CTRSearchSpace
 from sfjax.data import parse_poolings
 from sfjax.embedding import ROW_OPTIMIZER_NAMES
@@ -210,19 +210,19 @@ def table_dims_from_config(space_cfg) -> dict[str, tuple[int, ...]]:
       integers >= 1, or a table named twice.
   """
   out: dict[str, tuple[int, ...]] = {}
-  for entry in (e.strip() for e in str(space_cfg.get("table_dims", "") or "").split(",")):
-    if not entry:
-      continue
-    name, sep, rest = (p.strip() for p in entry.partition(":"))
+  try:
+    entries = named_entries(space_cfg.get("table_dims", "") or "", "space.table_dims",
+                            form="table:d|d|...", kind="table")
+  except ConfigError as e:
+    raise SpaceError(str(e).replace("config field ", "")) from None
+  for name, rest in entries:
     try:
       dims = tuple(int(d) for d in rest.split("|"))
     except ValueError:
       dims = ()
-    if not sep or not name or not dims or min(dims) < 1:
-      raise SpaceError(f"space.table_dims: entry {entry!r} is not 'table:d|d|...' with "
-                       f"integer dims >= 1")
-    if name in out:
-      raise SpaceError(f"space.table_dims: table {name!r} is named twice")
+    if not dims or min(dims) < 1:
+      raise SpaceError(f"space.table_dims: {name}: {rest!r} is not dims 'd|d|...' "
+                       f"(integers >= 1)")
     out[name] = dims
   return out
 

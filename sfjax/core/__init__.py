@@ -9,6 +9,7 @@ owner per workdir) and the glibc malloc settings of a training process.
 from sfjax.core.atomic import atomic_write, fsync_directory
 from sfjax.core.background import BackgroundIterator, map_in_background
 from sfjax.core.console import set_up_console
+from sfjax.core.entries import named_entries
 from sfjax.core.errors import ConfigError, DataFormatError, closest_name, unknown_key_error
 from sfjax.core.feature_layout import POOLINGS
 from sfjax.core.hashing import splitmix64
@@ -38,6 +39,7 @@ __all__ = [
   "hold_workdir",
   "logloss",
   "map_in_background",
+  "named_entries",
   "read_jsonl",
   "read_scalars",
   "set_up_console",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from sfjax.core import feature_layout as fl
+from sfjax.core.entries import named_entries
 from sfjax.core.errors import ConfigError
 from sfjax.data import feature_select
 from sfjax.data.types import DatasetSpec
@@ -27,17 +28,10 @@ def parse_poolings(text: str) -> dict[str, str]:
       pooling or a feature named twice.
   """
   out: dict[str, str] = {}
-  for entry in (e.strip() for e in str(text).split(",")):
-    if not entry:
-      continue
-    name, sep, pooling = (p.strip() for p in entry.partition(":"))
-    if not sep or not name:
-      raise ConfigError(f"config field {_FIELD}: entry {entry!r} is not 'feature:pooling'")
+  for name, pooling in named_entries(text, _FIELD, form="feature:pooling", kind="feature"):
     if pooling not in fl.POOLINGS:
       raise ConfigError(f"config field {_FIELD}: {name}: pooling must be one of "
                         f"{', '.join(fl.POOLINGS)}, got {pooling!r}")
-    if name in out:
-      raise ConfigError(f"config field {_FIELD}: feature {name!r} is named twice")
     out[name] = pooling
   return out
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from sfjax.core.entries import named_entries
 from sfjax.core.errors import ConfigError
 from sfjax.data import feature_select
 from sfjax.data.types import DatasetSpec
@@ -36,15 +37,8 @@ def parse_table_settings(text: str) -> dict[str, dict[str, Any]]:
       unknown key, a value of the wrong type, or a table or key named twice.
   """
   out: dict[str, dict[str, Any]] = {}
-  for entry in (e.strip() for e in str(text).split(";")):
-    if not entry:
-      continue
-    name, sep, rest = (p.strip() for p in entry.partition(":"))
-    if not sep or not name or not rest:
-      raise ConfigError(f"config field {_FIELD}: entry {entry!r} is not "
-                        f"'table:key=value,...'")
-    if name in out:
-      raise ConfigError(f"config field {_FIELD}: table {name!r} is named twice")
+  for name, rest in named_entries(text, _FIELD, form="table:key=value,...", kind="table",
+                                  separator=";"):
     settings: dict[str, Any] = {}
     for item in (i.strip() for i in rest.split(",")):
       key, eq, value = (p.strip() for p in item.partition("="))

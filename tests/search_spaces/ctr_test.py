@@ -192,9 +192,9 @@ def test_table_dims_are_searched_with_the_full_width_baseline_first():
     arch.split_config(ctr.runner_config(point))
   assert ctr.table_dims_from_config(ml_collections.ConfigDict(dict(table_dims=""))) == {}
   assert ctr.table_dims_from_config(space_cfg) == {"item": (8, 4), "user": (2,)}
-  for text, match in (("item", "entry 'item' is not 'table:d|d|...'"),
-                      ("item:0|4", "entry 'item:0|4'"), ("item:a", "entry 'item:a'"),
-                      ("item:4,item:8", "table 'item' is named twice"),
+  for text, match in (("item", "space.table_dims: entry 'item' is not 'table:d|d|...'"),
+                      ("item:0|4", "item: '0|4' is not dims"), ("item:a", "item: 'a' is not"),
+                      ("item:4,item:8", "space.table_dims: table 'item' is named twice"),
                       ("item:32", "a dim of 32 is above every model.embed_dim choice")):
     with pytest.raises(SpaceError, match=match):
       ctr.space_from_config(ml_collections.ConfigDict(dict(families="fm", mlp_widths="16",
