@@ -110,7 +110,8 @@ def stack_hparams(hparams: Sequence[Mapping[str, Any]],
 
 def stacked_hparams(hparams: Mapping[str, Any], width: int) -> dict[str, np.ndarray]:
   """`arch.DYNAMIC_KEYS` -> [W] float32: the given values (checked), defaults elsewhere;
-  bags' pooling codes only when given (the program pools the others the data set's way);
+  bags' pooling codes and tables' dims only when given (the program pools and reads the
+  others the data set's way);
   a mixed program's `lane_optimizers.LANE_KEY` -> [W] int32 and a program of several row
   widths' `lane_optimizers.ROW_WIDTH_KEY` -> [W] float32 (each >= 1) when given."""
   defaults = arch_lib.resolve_hparams({})
@@ -202,7 +203,8 @@ def call_cohort(data: TrialData, mesh, arch: ArchSpec, hparams: Mapping[str, Any
     mesh: None, or a ('trial',) mesh to shard the trial axis over.
     arch: their architecture.
     hparams: `arch.DYNAMIC_KEYS` -> [W] values (missing keys take defaults), and
-      optionally bags' pooling keys -> [W] codes (`bag_pooling`) and, for an `arch`
+      optionally bags' pooling keys -> [W] codes (`bag_pooling`), tables' dim keys ->
+      [W] dims (`table_dims`) and, for an `arch`
       of several row optimizers (`lane_optimizers`), `LANE_KEY` -> [W] lane indices.
     seeds: [W] ints; a fresh trial's parameters and table are drawn from its seed.
     start, end: the global step range: ints (all trials), or [W] ints, one range
