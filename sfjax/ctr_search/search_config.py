@@ -28,6 +28,7 @@ from sfjax.automl.algorithms import ALGORITHMS, PBT, AlgorithmSpec, Objective, O
 from sfjax.automl.pipeline.engine import config_differences
 from sfjax.automl.space import Space
 from sfjax.cohorts import arch as arch_lib
+from sfjax.cohorts import bag_pooling, table_dims
 from sfjax.cohorts.task import CTRTask
 from sfjax.core import names
 from sfjax.core.atomic import atomic_write
@@ -228,6 +229,18 @@ def make_space(config, search_space: CTRSearchSpace) -> Space:
     raise SearchConfigError(f"{field}: {e}") from None
   arch_lib.check_not_renamed(space.keys, "search space")
   return space
+
+
+def check_space_data(space: Space, spec) -> None:
+  """Raises SearchConfigError naming the first key of `space` that the data set cannot take:
+  a bag's pooling (`space.poolings`) of a feature that is not a multi_hot bag of `spec`, or a
+  table's dim (`space.table_dims`) of a table `spec` does not have (else every trial fails).
+  """
+  try:
+    bag_pooling.check_pooling_keys(spec, space.keys)
+    table_dims.check_dim_keys(spec, space.keys)
+  except ConfigError as e:
+    raise SearchConfigError(str(e).replace("config field ", "space: ", 1)) from None
 
 
 def _pbt_arch_config(search_space: CTRSearchSpace, model_name: str) -> dict[str, Any]:

@@ -166,14 +166,16 @@ def _run_search(config, workdir: str, search_space: CTRSearchSpace,
   except ValueError as e:
     raise SearchConfigError(str(e)) from None
   task = search_config.make_task(config)
-  os.makedirs(workdir, exist_ok=True)
-  search_config.check_search_settings(workdir, search_config.search_settings_record(config))
   if runner is None:
     runner = CohortRunner(task, cohort_width=width, measure_latency=needs_latency)
-  elif runner.task != task:
+  if runner.task == task:  # before the workdir records the study
+    search_config.check_space_data(space, runner.spec)
+  os.makedirs(workdir, exist_ok=True)
+  search_config.check_search_settings(workdir, search_config.search_settings_record(config))
+  if runner.task != task:
     raise SearchConfigError("run_search: the given runner was built for a different task "
                             "than config.task")
-  elif needs_latency:
+  if needs_latency:
     runner.costs.measure_latency = True
   runner.ragged = bool(field("ragged_cohorts"))
   runner.costs.set_latency_settings(latency)

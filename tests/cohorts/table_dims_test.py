@@ -47,6 +47,10 @@ def test_keys_values_and_defaults():
   with pytest.raises(ConfigError, match="tables.tags.dim: 'tags' is not a table of the data "
                                         "set \\(its tables: user, tag, item\\)"):
     table_dims.check_dim_keys(SPEC, ["tables.tags.dim"])
+  with pytest.raises(ConfigError, match=r"'item' is not a table of the data set \(its tables: "
+                                        r"none\)"):
+    table_dims.check_dim_keys(types.DatasetSpec((types.FieldSpec("a", 3),), 0),
+                              ["tables.item.dim"])
   assert [t.dim for t in table_dims.undimmed_spec(SPEC).layout.tables] == [0, 0, 0]
   assert table_dims.undimmed_spec(table_dims.undimmed_spec(SPEC)) == table_dims.undimmed_spec(SPEC)
   plain = types.DatasetSpec((types.FieldSpec("a", 3),), 0)
@@ -91,13 +95,20 @@ def test_row_width_optimizer_updates_each_row_by_its_tables_width():
     return row_optimizers.rowwise_adagrad(0.1, row_width=row_width)
 
   opt = table_dims.row_width_optimizer(make, widths)
-  assert opt.tables and opt.slot_width(5) == 1
+  assert opt.tables and opt.slot_width(5) == 1 and opt.name == "rowwise_adagrad"
+  np.testing.assert_array_equal(opt.initial_slot_row(5), make(None).initial_slot_row(5))
   got = opt.update(rows, slots, grads, 1, row_tables=jnp.asarray([1, 0, 1]))
   for i, w in enumerate((5.0, 3.0, 5.0)):
     want = make(w).update(rows[i:i + 1], slots[i:i + 1], grads[i:i + 1], 1)
     chex.assert_trees_all_close((got[0][i:i + 1], got[1][i:i + 1]), want, rtol=1e-6)
-  with pytest.raises(ValueError, match="needs row_tables"):
+  with pytest.raises(ValueError, match=r"^row_width_optimizer needs row_tables "
+                                       r"\(DeviceBatch\.row_tables\)$"):
     opt.update(rows, slots, grads, 1)
+  # An optimizer that reads the step count (adam's bias correction) gets it.
+  adam = table_dims.row_width_optimizer(lambda w: row_optimizers.adam(0.1), widths)
+  adam_slots = jnp.zeros((3, 10))
+  got = adam.update(rows, adam_slots, grads, 3, row_tables=jnp.asarray([1, 0, 1]))
+  chex.assert_trees_all_close(got, row_optimizers.adam(0.1).update(rows, adam_slots, grads, 3))
 
 
 def test_split_config_checks_dims_against_the_model():
@@ -123,6 +134,8 @@ def test_trainer_tables_keep_the_recipes_settings():
   assert table_dims.trainer_tables(config) == "item:dim=2; user:dim=4"
   # 0 (the model's dim) overrides the recipe's own dim of that table
   assert table_dims.trainer_tables({"tables.tag.dim": 0}, "tag:dim=1") == "tag:dim=0"
+  with pytest.raises(ValueError, match="config key 'tables.tag.dim': must be an integer"):
+    table_dims.trainer_tables({"tables.tag.dim": 2.5})
 
 
 def _hparams(**overrides):

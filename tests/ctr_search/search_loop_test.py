@@ -475,6 +475,24 @@ def test_search_on_bags_and_sequences_runs_cohorts(tmp_path):
   assert 0.5 < summary["default_metrics"]["test_auc"] < 1  # the default deepfm learns the bags
 
 
+@pytest.mark.parametrize("key, text, match", [
+    ("table_dims", "nope:4", r"space: tables\.nope\.dim: 'nope' is not a table of the data set "
+                             r"\(its tables: user, item, ctx0, ctx1, bag0, bag1, long0\)"),
+    ("poolings", "item:sum", r"space: features\.item\.pooling: 'item' is not a multi_hot "
+                             r"feature of the data set \(its bags: bag0, bag1, long0\)")])
+def test_a_space_key_the_data_lacks_fails_before_the_study_starts(tmp_path, key, text, match):
+  """A searched table or bag the data set does not have is one error naming it, raised
+  before the workdir records the study (a corrected rerun on the same workdir starts)."""
+  c = tiny_config("random", num_trials=2)
+  c.task.data = ctr_config.get_config("multihot_smoke").data
+  c.task.batch_size, c.task.eval_rows, c.task.eval_batch_size = 128, 1024, 1024
+  c.space.families, c.space.mlp_widths = "deepfm", "16"
+  c.space[key] = text
+  with pytest.raises(search_config.SearchConfigError, match=match):
+    search_loop.run_search(c, str(tmp_path), SPACE)
+  assert not (tmp_path / "search.json").exists() and not (tmp_path / "trials.jsonl").exists()
+
+
 class DimsRecorder(CohortRunner):
   """The real runner, recording each program call's per-lane `tables.item.dim`."""
 
