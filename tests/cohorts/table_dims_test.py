@@ -59,6 +59,8 @@ def test_keys_values_and_defaults():
   undimmed = table_dims.undimmed_spec(SPEC)
   assert not table_dims.uses_dims(undimmed, {"model.name": "fm"})
   assert table_dims.uses_dims(undimmed, {"tables.item.dim": 2.0})
+  one = table_settings.with_table_settings(undimmed, {"user": {"dim": 1}})
+  assert table_dims.uses_dims(one, {})  # a data set's own dim of 1 is a dim too
 
 
 def test_live_columns_equal_the_trainers_for_fixed_dims():
@@ -115,6 +117,9 @@ def test_split_config_checks_dims_against_the_model():
   arch, hparams = arch_lib.split_config({"model.name": "deepfm", "model.embed_dim": 4,
                                          "tables.item.dim": 2})
   assert hparams["tables.item.dim"] == 2.0
+  _, full = arch_lib.split_config({"model.name": "deepfm", "model.embed_dim": 4,
+                                   "tables.item.dim": 4})  # as wide as the model: allowed
+  assert full["tables.item.dim"] == 4.0
   assert arch == arch_lib.split_config({"model.name": "deepfm", "model.embed_dim": 4})[0]
   with pytest.raises(ValueError, match="'tables.item.dim': 8 is above the model's embedding "
                                        "dim 4"):
