@@ -82,7 +82,7 @@ def trial_optimizers(arch: ArchSpec, hparams: Hparams, spec: DatasetSpec | None 
         hparams.get(lane_optimizers.LANE_KEY, 0), field="embedding.optimizer",
         row_width=row_width)
 
-  if spec is not None and _reads_dims(arch, spec, hparams) and (
+  if spec is not None and _reads_dims(spec, hparams) and (
       "rowwise_adagrad" in lane_optimizers.lane_names(arch.embedding_optimizer)):
     widths = table_dims.row_widths(spec, _dims(hparams), _latent(arch), arch.embedding_width)
     return tx, table_dims.row_width_optimizer(make, widths)
@@ -101,7 +101,7 @@ def _latent(arch: ArchSpec) -> int:
   return latent
 
 
-def _reads_dims(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams) -> bool:
+def _reads_dims(spec: DatasetSpec, hparams: Hparams) -> bool:
   """Whether the trial reads some table of `spec` through fewer columns (its dim keys, or
   the data set's own dims)."""
   return spec.layout is not None and table_dims.uses_dims(spec, hparams)
@@ -110,7 +110,7 @@ def _reads_dims(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams) -> bool:
 def trial_live_columns(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams) -> jax.Array | None:
   """`[S, E]` 0/1 through which the trial's model reads each id column's rows (its tables'
   dims, `table_dims.traced_live_columns`); None when it reads every column."""
-  if not _reads_dims(arch, spec, hparams):
+  if not _reads_dims(spec, hparams):
     return None
   return table_dims.traced_live_columns(spec, _dims(hparams), _latent(arch), arch.embedding_width)
 
