@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sfjax.core import feature_layout
 from sfjax.core.errors import ConfigError
 from sfjax.core.types import DeviceBatch
 from sfjax.data import table_settings
@@ -115,17 +116,13 @@ def column_tables(spec: DatasetSpec) -> np.ndarray:
 
 
 def traced_live_columns(spec: DatasetSpec, dims: Mapping[str, Any], latent_dim: int,
-                 width: int) -> jax.Array:
+                        width: int) -> jax.Array:
   """`[S, width]` float32 1/0: the row columns the model reads through each id column,
-  `feature_layout.live_columns` with each table's dim from `dims` (traced or not).
-
-  Columns `[d, latent_dim)` of a table of dim d are 0; a column past the latent ones (a
-  first-order weight) stays 1.
+  `feature_layout.live_columns` with each table's dim from `dims` (traced or not):
+  `feature_layout.live_mask` of each column's table dim.
   """
   per_column = table_dims(spec, dims, latent_dim)[column_tables(spec)]  # [S]
-  col = jnp.arange(width, dtype=jnp.float32)
-  live = (col[None, :] < per_column[:, None]) | (col[None, :] >= latent_dim)
-  return live.astype(jnp.float32)
+  return feature_layout.live_mask(per_column, latent_dim, width).astype(jnp.float32)
 
 
 def row_widths(spec: DatasetSpec, dims: Mapping[str, Any], latent_dim: int,

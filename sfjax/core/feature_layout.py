@@ -244,11 +244,19 @@ def live_columns(layout: FeatureLayout, latent_dim: int, width: int) -> np.ndarr
   if not any(t.dim for t in layout.tables):
     return None
   check_table_dims(layout, latent_dim)
-  dims = layout.column_dims
-  dims = np.where(dims == 0, latent_dim, dims)
+  return live_mask(layout.column_dims, latent_dim, width).astype(np.float32)
+
+
+def live_mask(column_dims, latent_dim: int, width: int):
+  """`[S, width]` bool: column j of id column s's rows is read when `j < column_dims[s]`
+  (0: `latent_dim`, every latent column) or `j >= latent_dim` (a first-order weight).
+
+  `column_dims [S]` is a numpy array (a numpy mask comes back) or a jax array, traced or
+  not (a jax mask: a search trial's dims, `sfjax.cohorts.table_dims`).
+  """
+  dims = column_dims + (column_dims == 0) * latent_dim
   col = np.arange(width)
-  live = (col[None, :] < dims[:, None]) | (col[None, :] >= latent_dim)
-  return live.astype(np.float32)
+  return (col[None, :] < dims[:, None]) | (col[None, :] >= latent_dim)
 
 
 def check_table_dims(layout: FeatureLayout, latent_dim: int) -> None:

@@ -1,5 +1,7 @@
 """Feature layout: columns, offsets and shared tables; every bad field named."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -94,3 +96,14 @@ def test_table_field_errors_say_what_is_wrong_and_a_one_row_table_is_fine():
                           "optimizer: must be a row optimizer name, got 3")):
     with pytest.raises(ConfigError, match=f"features.tables.user.{message}"):
       fl.FeatureLayout((table,), (fl.FeatureSpec("u", "user"),))
+
+
+def test_live_mask_reads_each_columns_dim_alike_in_numpy_and_traced():
+  dims = np.asarray([0, 2, 3, 1])  # 0: every latent column
+  want = np.asarray([[1, 1, 1, 1, 1], [1, 1, 0, 0, 1], [1, 1, 1, 0, 1], [1, 0, 0, 0, 1]], bool)
+  got = fl.live_mask(dims, 4, 5)
+  assert isinstance(got, np.ndarray)
+  np.testing.assert_array_equal(got, want)
+  traced = jax.jit(lambda d: fl.live_mask(d, 4, 5))(jnp.asarray(dims, jnp.float32))
+  np.testing.assert_array_equal(np.asarray(traced), want)
+  np.testing.assert_array_equal(fl.live_mask(dims, 4, 4), want[:, :4])  # no first-order column
