@@ -83,28 +83,28 @@ def trial_mesh(num_devices: int = 0) -> jax.sharding.Mesh:
 
 
 def stack_hparams(hparams: Sequence[Mapping[str, Any]],
-                  pooling_defaults: Mapping[str, float] | None = None) -> dict[str, np.ndarray]:
+                  data_defaults: Mapping[str, float] | None = None) -> dict[str, np.ndarray]:
   """Per-trial dicts (defaults filled, checked) -> `arch.DYNAMIC_KEYS` -> [W] float32.
 
   A bag's pooling key (`bag_pooling`) or a table's dim key (`table_dims`) that some trial
   sets is stacked too (a pooling as its code); a trial without it takes
-  `pooling_defaults[key]` (the data set's: `bag_pooling.default_codes` and
+  `data_defaults[key]` (the data set's: `bag_pooling.default_codes` and
   `table_dims.default_dims`).
 
   Raises:
     ValueError: a pooling or dim key without a default (not a bag or table of the data set).
   """
   resolved = [arch_lib.resolve_hparams(h) for h in hparams]
-  defaults = dict(pooling_defaults or {})
-  pooling = sorted({k for h in resolved for k in h if k not in arch_lib.DYNAMIC_DEFAULTS})
-  for key in pooling:
+  defaults = dict(data_defaults or {})
+  data_keys = sorted({k for h in resolved for k in h if k not in arch_lib.DYNAMIC_DEFAULTS})
+  for key in data_keys:
     if key not in defaults:
       what = "a table" if table_dims.dimmed_table(key) is not None else "a multi_hot feature"
       raise ValueError(f"config key {key!r}: not {what} of the data set (known: "
                        f"{', '.join(sorted(defaults)) or 'none'})")
   stacked = {k: np.asarray([h[k] for h in resolved], np.float32) for k in arch_lib.DYNAMIC_KEYS}
   stacked.update({k: np.asarray([h.get(k, defaults[k]) for h in resolved], np.float32)
-                  for k in pooling})
+                  for k in data_keys})
   return stacked
 
 

@@ -137,11 +137,10 @@ def _repooler(spec: DatasetSpec, hparams: Hparams) -> Callable[[DeviceBatch], De
       weights=bag_pooling.repool_weights(spec, batch.weights, codes))
 
 
-def _preparer(spec: DatasetSpec, hparams: Hparams,
+def _preparer(spec: DatasetSpec, repool: Callable[[DeviceBatch], DeviceBatch],
               row_opt: RowOptimizer) -> Callable[[DeviceBatch], DeviceBatch]:
-  """`batch -> batch` the trial's train step reads: repooled (`_repooler`) and, for a
-  row optimizer that reads each row's table (`trial_optimizers`), with it."""
-  repool = _repooler(spec, hparams)
+  """`batch -> batch` the trial's train step reads: `repool(batch)` (`_repooler`) and, for
+  a row optimizer that reads each row's table (`trial_optimizers`), with it."""
   if not row_opt.tables:
     return repool
   return lambda batch: table_dims.with_row_tables(spec, repool(batch))
@@ -210,7 +209,7 @@ def trial_step(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, hparam
   over `repool(batch)`, its rows read through `live` (`trial_live_columns`)."""
   tx, row_opt = trial_optimizers(arch, hparams, spec)
   repool = _repooler(spec, hparams)
-  prepare = _preparer(spec, hparams, row_opt)
+  prepare = _preparer(spec, repool, row_opt)
   live = trial_live_columns(arch, spec, hparams)
   shared_step = step_lib.make_train_step(graphdef, tx, row_opt, l2=hparams["embedding.l2"],
                                          skip_non_finite=True, dense_mask=dense_mask,
