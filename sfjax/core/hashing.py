@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
+M1 = np.uint64(0xBF58476D1CE4E5B9)  # SplitMix64's two multipliers
+M2 = np.uint64(0x94D049BB133111EB)
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -18,6 +18,6 @@ def splitmix64(x: npt.ArrayLike) -> np.ndarray:
   """
   with np.errstate(over="ignore"):
     z = np.asarray(x, dtype=np.uint64) + GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
+    z = (z ^ (z >> np.uint64(30))) * M1
+    z = (z ^ (z >> np.uint64(27))) * M2
     return z ^ (z >> np.uint64(31))

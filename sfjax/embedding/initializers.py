@@ -14,7 +14,42 @@ import numpy as np
 
 from sfjax.core import feature_layout
 from sfjax.core.hashing import GOLDEN as _GOLDEN
+from sfjax.core.hashing import M1 as _M1
+from sfjax.core.hashing import M2 as _M2
 from sfjax.core.hashing import splitmix64
+
+# init_rows hashes this many rows at a time: the [block, E] uint64 temporaries stay in the
+# core's L2 cache (12k rows of 17 columns: 1.0 ms in blocks against 2.7 ms in one pass).
+_BLOCK_ROWS = 2048
+
+
+def _stream_base(seed: int, stream: int) -> np.uint64:
+  """The hash key of one (seed, stream) pair."""
+  return np.uint64(splitmix64(splitmix64(np.uint64(seed & 0xFFFFFFFFFFFFFFFF)) ^ np.uint64(stream)))
+
+
+def _mix_in_place(z: np.ndarray, scratch: np.ndarray) -> None:
+  """`z = splitmix64(z)` computed in place (`scratch`: an array of z's shape and dtype)."""
+  with np.errstate(over="ignore"):
+    z += _GOLDEN
+    for shift, mult in ((30, _M1), (27, _M2)):
+      np.right_shift(z, np.uint64(shift), out=scratch)
+      z ^= scratch
+      z *= mult
+    np.right_shift(z, np.uint64(31), out=scratch)
+    z ^= scratch
+
+
+def _uniform_block(base: np.uint64, keys: np.ndarray, width: int) -> np.ndarray:
+  """[N, width] uniform [0, 1) float64 of `keys` [N] under `base` (see `_hash_uniform`)."""
+  keys = np.asarray(keys).astype(np.uint64).reshape(-1, 1)
+  with np.errstate(over="ignore"):
+    z = splitmix64(keys ^ base) + np.arange(width, dtype=np.uint64).reshape(1, -1) * _GOLDEN
+  _mix_in_place(z, np.empty_like(z))
+  z >>= np.uint64(11)
+  u = z.astype(np.float64)
+  u *= 1.0 / 9007199254740992.0
+  return u
 
 
 def _hash_uniform(seed: int, stream: int, keys: np.ndarray, width: int) -> np.ndarray:
@@ -29,12 +64,7 @@ def _hash_uniform(seed: int, stream: int, keys: np.ndarray, width: int) -> np.nd
   Returns:
     [N, width] float64 in [0, 1), a pure function of (seed, stream, key, column).
   """
-  keys = np.asarray(keys).astype(np.uint64).reshape(-1, 1)
-  base = splitmix64(splitmix64(np.uint64(seed & 0xFFFFFFFFFFFFFFFF)) ^ np.uint64(stream))
-  with np.errstate(over="ignore"):
-    cols = np.arange(width, dtype=np.uint64).reshape(1, -1)
-    bits = splitmix64(splitmix64(keys ^ base) + cols * _GOLDEN)
-  return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+  return _uniform_block(_stream_base(seed, stream), keys, width)
 
 
 def init_rows(seed: int, table: int, rows: np.ndarray, width: int, stddev) -> np.ndarray:
@@ -51,11 +81,18 @@ def init_rows(seed: int, table: int, rows: np.ndarray, width: int, stddev) -> np
   Returns:
     [N, width] float32.
   """
-  u = _hash_uniform(seed, 0x5EED0000 + int(table), rows, width)
+  rows = np.asarray(rows).reshape(-1)
+  base = _stream_base(seed, 0x5EED0000 + int(table))
   half = np.asarray(stddev, np.float64) * np.sqrt(3.0)
-  if half.ndim:
-    half = half[:, None]
-  return ((2.0 * u - 1.0) * half).astype(np.float32)
+  out = np.empty((rows.shape[0], width), np.float32)
+  for start in range(0, rows.shape[0], _BLOCK_ROWS):
+    end = start + _BLOCK_ROWS
+    u = _uniform_block(base, rows[start:end], width)
+    u *= 2.0
+    u -= 1.0
+    u *= half[start:end, None] if half.ndim else half
+    out[start:end] = u
+  return out
 
 
 class TableInits(NamedTuple):

@@ -134,6 +134,13 @@ def _flat_rows(rows: np.ndarray, count: int) -> np.ndarray:
   return rows.reshape(count, rows.shape[-1])
 
 
+def _entries(mask: np.ndarray) -> slice | np.ndarray:
+  """An index selecting `mask`'s True entries: a slice when they are a prefix (one shard's
+  read-out: real rows first, padding after), which selects rows without copying them."""
+  at = np.flatnonzero(mask)
+  return slice(0, at.size) if not at.size or at[-1] == at.size - 1 else at
+
+
 def device_bytes(tree) -> int:
   """Bytes a pytree of placed arrays occupies over all devices (replicas counted);
   numpy leaves count their own size."""
@@ -171,6 +178,8 @@ class CachePipeline(Iterator[StepInputs]):
     table_starts: [T] first row of each table when the row optimizer differs per table:
       each DeviceBatch then carries the `row_tables` of its rows (same order, same
       blocks); None: it does not.
+    nice: niceness (0-19, Linux) of the loader, manager and write-back threads, so that
+      on a CPU they yield the cores to XLA's step threads; 0: as created.
 
   Each step's unique rows are padded to the smallest bucket of `swap_buckets(unique
   capacity)` that holds them, so gathers and the row-gradient all-reduce run over
@@ -185,7 +194,7 @@ class CachePipeline(Iterator[StepInputs]):
                sharded_swap: bool = False, owner_blocks: bool = False,
                bucket_unique: bool = True,
                owns: Callable[[np.ndarray], np.ndarray] | None = None,
-               table_starts: np.ndarray | None = None):
+               table_starts: np.ndarray | None = None, nice: int = 0):
     self.layout = layout or sharded_cache.SlotLayout(1, planner.num_slots)
     if self.layout.num_slots != planner.num_slots:
       raise ValueError(f"CachePipeline: layout holds {self.layout.num_slots} slots, the planner "
@@ -221,10 +230,11 @@ class CachePipeline(Iterator[StepInputs]):
     # The planner runs up to `lookahead` steps ahead, so its own slot map may already
     # include swaps the device has not executed; flushing must follow the device.
     self._device_slot_ids = np.full((planner.num_slots,), -1, np.int64)
+    self._nice = nice
     self._loader = background.map_in_background(self._load, batches, maxsize=loader_depth,
-                                              name="sfjax-data-loader")
+                                              name="sfjax-data-loader", nice=nice)
     self._manager = background.BackgroundIterator(self._manage(), maxsize=planner.lookahead,
-                                                name="sfjax-host-manager")
+                                                name="sfjax-host-manager", nice=nice)
     self._writer = threading.Thread(target=self._write_back_loop, name="sfjax-write-back",
                                     daemon=True)
     self._writer.start()
@@ -353,6 +363,8 @@ class CachePipeline(Iterator[StepInputs]):
     self._writeback.put((plan, inputs.evict_ids, evicted))
 
   def _write_back_loop(self) -> None:
+    if self._nice:
+      background.lower_thread_priority(self._nice)
     while True:
       item = self._writeback.get()
       if item is None:
@@ -361,9 +373,9 @@ class CachePipeline(Iterator[StepInputs]):
       try:
         t = time.perf_counter()
         if plan.num_evictions:
-          real = (evict_ids >= 0) & self._owned(evict_ids)  # rows this process owns
+          real = _entries((evict_ids >= 0) & self._owned(evict_ids))  # rows this process owns
           # Waits for the device step. Row-sharded: each row is read from its owner's shard.
-          values, opt_slots = (_flat_rows(np.asarray(x), real.size)[real] for x in evicted)
+          values, opt_slots = (_flat_rows(np.asarray(x), evict_ids.size)[real] for x in evicted)
           values = row_dtype.from_storage(values, self.host_table.dtype)  # bfloat16 bits
           self.host_table.scatter(evict_ids[real], values, opt_slots)
         self.planner.retire(plan.step)

@@ -128,6 +128,15 @@ def stage_swap(plan: cache_planner.CachePlan, fill_values: np.ndarray,
   Returns:
     StagedSwap.
   """
+  if layout.num_shards == 1:
+    return _stage_one_shard(plan, fill_values, fill_opt_slots, layout.rows_per_shard, buckets)
+  return _stage_by_owner(plan, fill_values, fill_opt_slots, layout, buckets)
+
+
+def _stage_by_owner(plan: cache_planner.CachePlan, fill_values: np.ndarray,
+                    fill_opt_slots: np.ndarray, layout: SlotLayout,
+                    buckets: tuple[int, ...]) -> StagedSwap:
+  """`stage_swap` for any number of shards: fills and evictions grouped by owner."""
   d, c = layout.num_shards, layout.rows_per_shard
   fills = layout.physical(plan.fill_slots[:plan.num_fills])
   evicts = layout.physical(plan.evict_slots[:plan.num_evictions])
@@ -148,6 +157,27 @@ def stage_swap(plan: cache_planner.CachePlan, fill_values: np.ndarray,
   evict_ids[e_owner, e_pos] = plan.evict_ids[:plan.num_evictions]
   return StagedSwap(cache_lib.CacheSwap(fill_slots, values, opt_slots, evict_slots),
                     evict_ids.reshape(-1))
+
+
+def _stage_one_shard(plan: cache_planner.CachePlan, fill_values: np.ndarray,
+                     fill_opt_slots: np.ndarray, num_slots: int,
+                     buckets: tuple[int, ...]) -> StagedSwap:
+  """`stage_swap` for one shard: the plan's slots are physical, so each buffer is a prefix
+  copy (no owner split), padded to the smallest bucket holding the fills and evictions."""
+  nf, ne = plan.num_fills, plan.num_evictions
+  size = buckets[min(int(np.searchsorted(buckets, max(nf, ne))), len(buckets) - 1)]
+
+  def padded(values: np.ndarray, count: int, fill) -> np.ndarray:
+    out = np.empty((size,) + values.shape[1:], values.dtype)
+    out[:count] = values[:count]
+    out[count:] = fill
+    return out[None]
+
+  return StagedSwap(
+      cache_lib.CacheSwap(padded(plan.fill_slots, nf, num_slots),
+                          padded(fill_values, nf, 0), padded(fill_opt_slots, nf, 0),
+                          padded(plan.evict_slots, ne, num_slots)),
+      padded(plan.evict_ids, ne, -1).reshape(-1))
 
 
 def block_by_owner(slots: np.ndarray, vids: np.ndarray, layout: SlotLayout,

@@ -214,6 +214,7 @@ class CacheBackend:
       self._blocks, self._rep = blocks, rep
     self._pipeline: pipeline_lib.CachePipeline | None = None
     self._loader_depth = max(1, config.train.prefetch)
+    self._host_nice = int(config.train.get("loader_nice", 0))
 
   def make_step(self, state_sharding) -> RunStep:
     """The jitted donated cache step; its evicted rows are queued for write-back."""
@@ -244,7 +245,7 @@ class CacheBackend:
         put_swap=self._put_swap, owns=self._owns,
         loader_depth=self._loader_depth, layout=self.layout,
         sharded_swap=row, owner_blocks=row, bucket_unique=self.bucket_unique,
-        table_starts=self._table_starts)
+        table_starts=self._table_starts, nice=self._host_nice)
     return self._pipeline
 
   def prepare_eval(self, batch: types.Batch) -> tuple[np.ndarray, DeviceBatch]:

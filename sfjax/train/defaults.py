@@ -160,8 +160,9 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   t.eval_batch_size = 8192
   t.log_every = 100
   t.prefetch = 4  # host batches prepared ahead of the device step
-  t.loader_nice = 10  # device backend: niceness (0-19, Linux) of the batch-preparation thread,
-  #                    so it yields the cores to XLA's step threads (issue #27); 0 = unchanged
+  t.loader_nice = 10  # niceness (0-19, Linux) of the host threads that prepare batches (device
+  #                    backend: the loader; cache: loader, manager, write-back), so they yield
+  #                    the cores to XLA's step threads (issue #27); 0 = unchanged
   t.host_allocator = "tuned"  # tuned: glibc malloc keeps XLA:CPU's per-step buffers warm instead
   #                            of mapping and faulting them in every step (25% faster steps on a
   #                            2-core Xeon; sfjax/core/host_allocator.py) | system: the defaults

@@ -75,3 +75,52 @@ def test_half_width_cache_moves_rows_as_stored():
   np.testing.assert_array_equal(row_dtype.from_storage(evicted2.values)[0],
                                 np.asarray(swap.fill_values[0]))
   assert new.values.dtype == jnp.uint16
+
+
+def _swap_then_update(cache, swap, rows):
+  """A cache step's table traffic: the swap, then a gather and an update of the batch's rows."""
+  cache, evicted = cache_lib.swap_rows(cache, swap)
+  taken = device_table.take_stored_rows(cache, rows)
+  return device_table.scatter_rows(cache, rows, device_table.TableState(
+      taken.values * 0.5, taken.opt_slots + 1.0)), evicted
+
+
+def _copies_of(hlo: str, shape: str) -> int:
+  return sum(1 for line in hlo.splitlines() if " copy(" in line and shape in line)
+
+
+def test_donated_swap_updates_the_cache_in_place_without_copying_it():
+  """XLA:CPU copied the whole cache twice per step to keep the victims readable; the swap's
+  fill indices now depend on the read-out, so the donated cache is updated in place."""
+  c, e, f = 4096, 5, 64
+  cache = cache_lib.init_cache(c, e, 1)
+  slots = jnp.arange(f, dtype=jnp.int32)
+  swap = cache_lib.CacheSwap(slots, jnp.ones((f, e)), jnp.ones((f, 1)), slots)
+  hlo = jax.jit(_swap_then_update, donate_argnums=0).lower(cache, swap, slots).compile().as_text()
+  assert _copies_of(hlo, f"[{c},{e}]") == 0 and _copies_of(hlo, f"[{c},1]") == 0
+
+
+def test_donated_swap_reads_each_victim_before_its_slot_is_refilled():
+  # Victims hold NaN, inf and large values: the read-out must carry them unchanged, and the
+  # dependency that orders it before the fills must not disturb the fill slots.
+  values = np.array([[np.nan, 1.0], [np.inf, -np.inf], [3e38, -2.0], [0.5, 0.25]], np.float32)
+  cache = device_table.TableState(jnp.array(values), jnp.array([[np.nan], [1.0], [2.0], [3.0]]))
+  swap = cache_lib.CacheSwap(
+      fill_slots=jnp.array([0, 1, 2, 4], jnp.int32), fill_values=jnp.full((4, 2), 7.0),
+      fill_opt_slots=jnp.full((4, 1), 70.0), evict_slots=jnp.array([0, 1, 2, 4], jnp.int32))
+  new, evicted = jax.jit(cache_lib.swap_rows, donate_argnums=0)(cache, swap)
+  chex.assert_trees_all_equal(evicted.values, np.concatenate([values[:3],
+                                                              np.zeros((1, 2), np.float32)]))
+  np.testing.assert_array_equal(evicted.opt_slots[:3, 0], [np.nan, 1.0, 2.0])
+  chex.assert_trees_all_equal(new, device_table.TableState(
+      jnp.array([[7.0, 7.0], [7.0, 7.0], [7.0, 7.0], [0.5, 0.25]]),
+      jnp.array([[70.0], [70.0], [70.0], [3.0]])))
+
+
+def test_read_before_keeps_the_indices_whatever_the_reads_hold():
+  idx = jnp.array([3, 0, 7], jnp.int32)
+  for first in (np.nan, np.inf, -np.inf, -0.5, 0.75, 3e38, -1e-40):
+    reads = (jnp.array([first, 2.0]), jnp.zeros((0, 3)), jnp.array([[first]], jnp.bfloat16))
+    got = jax.jit(cache_lib.read_before)(idx, reads)
+    assert got.dtype == jnp.int32
+    np.testing.assert_array_equal(got, [3, 0, 7])

@@ -1,5 +1,7 @@
 """MixCache host pipeline on hand-made batches: plans, fills, write-back ordering, shutdown."""
 
+import os
+import sys
 import threading
 import time
 import traceback
@@ -274,3 +276,27 @@ def test_unique_rows_are_padded_to_a_bucket_not_the_capacity():
       inputs = next(pipe)
       assert inputs.plan.num_unique == 600 and inputs.batch.rows.shape == (rows,)
       assert pipe.stats.steps_per_shape == {f"U{rows}/F768": 1}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
+def test_nice_lowers_the_pipeline_threads_only():
+  """`nice` (train.loader_nice) lowers the loader, manager and write-back threads, so on a
+  CPU they yield the cores to XLA's step threads; the trainer's own thread is untouched."""
+  own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+  planner = cache_planner.CachePlanner(NUM_SLOTS, 4, lookahead=1)
+  batches = [_batch([[i % 6, (i + 1) % 6], [(i + 2) % 6, 0]]) for i in range(40)]
+  pipe = pipeline_lib.CachePipeline(batches, field_offsets=OFFSETS, host_table=_table(),
+                                    planner=planner, put_batch=lambda x: x,
+                                    put_swap=jax.device_put, nice=min(19, own + 5))
+  try:
+    _drive(pipe, 3)
+    pipe.drain()
+    threads = {t.name: t.native_id for t in threading.enumerate()
+               if t.name in ("sfjax-data-loader", "sfjax-host-manager", "sfjax-write-back")
+               and t.is_alive()}
+    assert len(threads) == 3  # the loader and manager wait on full queues: all alive
+    for name, tid in threads.items():
+      assert os.getpriority(os.PRIO_PROCESS, tid) == min(19, own + 5), name
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
+  finally:
+    pipe.close()

@@ -64,6 +64,27 @@ def test_stage_swap_sends_each_fill_to_its_owner_only():
   assert staged.swap.evict_slots[phys // 2][ev[0] % d_size] == phys % 2
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_stage_swap_of_one_shard_equals_the_by_owner_staging(dtype):
+  """One shard takes a prefix-copy path; it must stage exactly what the owner split does."""
+  rng = np.random.default_rng(3)
+  planner = cache_planner.CachePlanner(24, 16, lookahead=1)
+  layout = sharded_cache.SlotLayout(1, 24)
+  evicted = 0
+  for step in range(6):
+    plan = planner.plan(step, np.sort(rng.choice(60, size=int(rng.integers(1, 17)),
+                                                 replace=False)))
+    evicted += plan.num_evictions
+    values = rng.normal(size=(plan.num_fills, 3)).astype(dtype)
+    opt = rng.uniform(size=(plan.num_fills, 2)).astype(np.float32)
+    fast = sharded_cache.stage_swap(plan, values, opt, layout, buckets=(4, 8, 16))
+    slow = sharded_cache._stage_by_owner(plan, values, opt, layout, buckets=(4, 8, 16))
+    chex.assert_trees_all_equal(fast, slow)
+    chex.assert_trees_all_equal_dtypes(fast, slow)
+    planner.retire(step)
+  assert evicted  # the comparison covered evictions too
+
+
 def _tables(seed=0, slot_width=E):
   rng = np.random.default_rng(seed)
   values = rng.normal(size=(D * C, E)).astype(np.float32)
