@@ -139,8 +139,7 @@ class CachePlanner:
                   and self.num_rows <= DENSE_INDEX_MAX_ROWS else None)
     self._index: slot_index.IdIndex | slot_index.DenseIdIndex = (
         slot_index.IdIndex(c) if dense_rows is None else slot_index.DenseIdIndex(c, dense_rows))
-    # Dense: [V] int32 last step that evicted each id (-1 never), in place of `_pending`.
-    self._evicted_at = None if dense_rows is None else np.full((dense_rows,), -1, np.int32)
+    # A dense index also records each absent id's last eviction step (in place of `_pending`).
     self._slot_marks = np.zeros((c,), bool)  # Scratch: `_ascending`'s marks, all False between calls.
     self._lru = slot_index.LruQueue(2 * (c + self.unique_capacity)) if policy == "lru" else None
     self._hit_mask = np.zeros((c,), bool)  # Scratch: slots hit by the batch being planned.
@@ -192,7 +191,10 @@ class CachePlanner:
       raise ValueError(f"plan: step {step} would put {step - self._oldest_unretired + 1} steps in "
                        f"flight (lookahead={self.lookahead}); retire({self._oldest_unretired}) first")
     ids = self._check_ids(uniq_ids)
-    slot_of = self._index.lookup(ids)  # [U] int64, -1 = miss
+    if isinstance(self._index, slot_index.DenseIdIndex):
+      slot_of, evicted_at = self._index.probe(ids)  # [U] int64, -1 = miss; [U] int64
+    else:
+      slot_of, evicted_at = self._index.lookup(ids), None
     hit = slot_of >= 0
     hit_slots, miss_ids = slot_of[hit], ids[~hit]
     n_miss = int(miss_ids.size)
@@ -201,22 +203,22 @@ class CachePlanner:
     occ = self._num_occupied
     n_new = min(n_miss, self.num_slots - occ)
     victims, lru_head = self._choose_victims(n_miss - n_new, hit_slots, step, n_miss)
-    fill_after = self._fill_after_step(miss_ids)
+    fill_after = self._fill_after_step(miss_ids, None if evicted_at is None else evicted_at[~hit])
 
     # Commit (nothing above mutated state).
     evict_ids = self._slot_ids[victims]
-    if victims.size:
+    if victims.size and isinstance(self._index, slot_index.DenseIdIndex):
+      self._index.remove_slots(victims, step)
+    elif victims.size:
       self._index.remove_slots(victims)
-      if self._evicted_at is None:
-        self._pending[step] = np.sort(evict_ids)
-      else:
-        self._evicted_at[evict_ids] = step
+      self._pending[step] = np.sort(evict_ids)
     fill_slots = np.concatenate([np.arange(occ, occ + n_new), victims]).astype(np.int32)
     self._slot_ids[fill_slots] = miss_ids
     self._last_used[fill_slots] = step
-    self._freq[fill_slots] = 1
     self._last_used[hit_slots] = step
-    self._freq[hit_slots] = np.minimum(self._freq[hit_slots] + 1, _FREQ_CAP)
+    if self._lru is None:  # lfu: use counts
+      self._freq[fill_slots] = 1
+      self._freq[hit_slots] = np.minimum(self._freq[hit_slots] + 1, _FREQ_CAP)
     self._index.insert(miss_ids, fill_slots)
     if self._lru is not None:
       if lru_head is not None:
@@ -229,9 +231,8 @@ class CachePlanner:
     self.total_evictions += int(victims.size)
 
     c = self.num_slots
-    slots = np.full((self.unique_capacity,), c, np.int32)
-    slots[np.flatnonzero(hit)] = hit_slots
-    slots[np.flatnonzero(~hit)] = fill_slots
+    slot_of[~hit] = fill_slots  # every unique id's slot, in the ids' order
+    slots = _pad(slot_of, self.unique_capacity, c, np.int32)
     return CachePlan(
         step=step, slots=slots,
         fill_slots=_pad(fill_slots, self.fill_capacity, c, np.int32),
@@ -321,12 +322,16 @@ class CachePlanner:
     marks[out] = False
     return out
 
-  def _fill_after_step(self, miss_ids: np.ndarray) -> int:
-    """The latest unretired step that evicted one of `miss_ids`, or -1."""
-    if self._evicted_at is not None:  # an id's latest eviction is its latest unretired one
+  def _fill_after_step(self, miss_ids: np.ndarray, evicted_at: np.ndarray | None) -> int:
+    """The latest unretired step that evicted one of `miss_ids`, or -1.
+
+    `evicted_at`: [M] the step that last evicted each miss (-1: none), from a dense
+    index; None: searched in the pending evictions.
+    """
+    if evicted_at is not None:  # an id's latest eviction is its latest unretired one
       if not miss_ids.size:
         return -1
-      after = int(self._evicted_at[miss_ids].max())
+      after = int(evicted_at.max())
       return after if after >= self._oldest_unretired else -1
     after = -1
     for evict_step, evicted in self._pending.items():

@@ -64,8 +64,10 @@ class SlotLayout(NamedTuple):
 
   def physical(self, logical: np.ndarray) -> np.ndarray:
     """Logical slots -> physical slots (int32); entries >= D*C (padding) -> D*C."""
-    logical = np.asarray(logical, np.int64)
     d, c = self.num_shards, self.rows_per_shard
+    if d == 1:  # one shard: the same slots, padding clipped to C
+      return np.minimum(np.asarray(logical), c).astype(np.int32)
+    logical = np.asarray(logical, np.int64)
     phys = (logical % d) * c + logical // d
     return np.where(logical >= d * c, d * c, phys).astype(np.int32)
 

@@ -92,24 +92,34 @@ class IdIndex:
 
 
 class DenseIdIndex:
-  """`IdIndex`'s interface over a dense `[V] int32` map (id -> slot, -1 absent).
+  """`IdIndex`'s interface over a dense `[V] int32` map (id -> slot), which also remembers
+  the step that last evicted each absent id (`probe`, `remove_slots(..., step)`).
 
   4 bytes per table row: meant for tables of at most a few tens of millions of rows
-  (`cache_planner.DENSE_INDEX_MAX_ROWS`), where it replaces every probe by one gather.
-  Ids must lie in [0, V).
+  (`cache_planner.DENSE_INDEX_MAX_ROWS`), where it replaces every probe by one gather. One
+  entry holds both facts (a slot >= 0; -1: never evicted; -2 - t: evicted at step t), so a
+  plan reads each id once and writes each victim once (a second `[V]` array of eviction
+  steps cost two more random accesses per miss). Ids must lie in [0, V).
   """
 
   def __init__(self, num_slots: int, num_rows: int):
-    self._slot_of = np.full((int(num_rows),), -1, np.int32)  # [V] slot of each id, or -1
+    self._slot_of = np.full((int(num_rows),), -1, np.int32)  # [V] slot, or -1 / -2 - step
     self._id_of = np.zeros((int(num_slots),), np.int64)  # [C] id held by each slot
 
   def lookup(self, ids: np.ndarray) -> np.ndarray:
     """[N] int64 slot of each id, -1 where absent."""
-    return self._slot_of[ids].astype(np.int64)
+    return np.maximum(self._slot_of[ids], -1).astype(np.int64)
 
-  def remove_slots(self, slots: np.ndarray) -> None:
-    """Removes the ids held by `slots` (which must be occupied)."""
-    self._slot_of[self._id_of[slots]] = -1
+  def probe(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """([N] int64 slot of each id, -1 where absent; [N] int64 the step that last evicted
+    each absent id, -1 where none did or the id is held)."""
+    entry = self._slot_of[ids].astype(np.int64)
+    return np.maximum(entry, -1), np.maximum(-2 - entry, -1)
+
+  def remove_slots(self, slots: np.ndarray, step: int = -1) -> None:
+    """Removes the ids held by `slots` (which must be occupied), evicted at `step` (-1:
+    not recorded)."""
+    self._slot_of[self._id_of[slots]] = -2 - step
 
   def insert(self, ids: np.ndarray, slots: np.ndarray) -> None:
     """Inserts distinct ids that are absent, held by `slots`."""

@@ -53,3 +53,21 @@ def test_dense_index_answers_like_the_hash_map():
     np.testing.assert_array_equal(dense.lookup(probe), want)
     np.testing.assert_array_equal(hashed.lookup(probe), want)
     assert dense.lookup(probe).dtype == np.int64
+
+
+def test_dense_index_remembers_the_step_that_last_evicted_each_absent_id():
+  index = slot_index.DenseIdIndex(4, 20)
+  index.insert(np.array([3, 7, 11], np.int64), np.array([0, 1, 2], np.int32))
+  index.remove_slots(np.array([0, 2]), step=5)  # ids 3 and 11 evicted at step 5
+  index.insert(np.array([12], np.int64), np.array([0], np.int32))
+  index.remove_slots(np.array([0]), step=9)  # id 12 evicted at step 9
+  index.insert(np.array([11], np.int64), np.array([3], np.int32))  # 11 back in: held again
+  index.remove_slots(np.array([1]))  # id 7 removed, no step recorded
+  probe = np.array([3, 7, 11, 12, 0, 19], np.int64)
+  slots, evicted = index.probe(probe)
+  assert slots.tolist() == [-1, -1, 3, -1, -1, -1]
+  assert evicted.tolist() == [5, -1, -1, 9, -1, -1]  # held (11) and never-held ids: -1
+  assert slots.dtype == evicted.dtype == np.int64
+  np.testing.assert_array_equal(index.lookup(probe), slots)
+  index.remove_slots(np.array([3]), step=0)  # step 0 is a step (not "none")
+  assert index.probe(np.array([11]))[1].tolist() == [0]
