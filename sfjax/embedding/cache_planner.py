@@ -196,14 +196,15 @@ class CachePlanner:
     else:
       slot_of, evicted_at = self._index.lookup(ids), None
     hit = slot_of >= 0
-    hit_slots, miss_ids = slot_of[hit], ids[~hit]
+    miss = ~hit
+    hit_slots, miss_ids = slot_of[hit], ids[miss]
     n_miss = int(miss_ids.size)
     if n_miss > self.fill_capacity:
       raise ValueError(f"plan: step {step} has {n_miss} misses > fill_capacity={self.fill_capacity}")
     occ = self._num_occupied
     n_new = min(n_miss, self.num_slots - occ)
     victims, lru_head = self._choose_victims(n_miss - n_new, hit_slots, step, n_miss)
-    fill_after = self._fill_after_step(miss_ids, None if evicted_at is None else evicted_at[~hit])
+    fill_after = self._fill_after_step(miss_ids, None if evicted_at is None else evicted_at[miss])
 
     # Commit (nothing above mutated state).
     evict_ids = self._slot_ids[victims]
@@ -231,7 +232,7 @@ class CachePlanner:
     self.total_evictions += int(victims.size)
 
     c = self.num_slots
-    slot_of[~hit] = fill_slots  # every unique id's slot, in the ids' order
+    slot_of[miss] = fill_slots  # every unique id's slot, in the ids' order
     slots = _pad(slot_of, self.unique_capacity, c, np.int32)
     return CachePlan(
         step=step, slots=slots,
@@ -266,7 +267,7 @@ class CachePlanner:
       raise ValueError(f"plan: uniq_ids must be a 1-D integer array, got {ids.dtype} {ids.shape}")
     if ids.size > self.unique_capacity:
       raise ValueError(f"plan: {ids.size} unique ids > unique_capacity={self.unique_capacity}")
-    ids = ids.astype(np.int64)
+    ids = ids.astype(np.int64, copy=False)
     if ids.size and ids.min() < 0:
       raise ValueError(f"plan: row id {int(ids[ids < 0][0])} is negative")
     if ids.size and self.num_rows is not None and ids.max() >= self.num_rows:
