@@ -45,6 +45,10 @@ def test_init_rows_in_blocks_equal_row_by_row_with_per_row_stddevs():
   for block in np.array_split(unit, 4):  # ~3k samples each: std error ~1.3 %
     assert abs(block.std() - 1.0) < 0.06
   chex.assert_shape(initializers.init_rows(1, 0, rows[:0], 3, 0.1), (0, 3))
+  # The spread is computed in float64 whatever the stddevs' dtype (the values any run gives).
+  chex.assert_trees_all_equal(
+      initializers.init_rows(1, 0, rows, 3, stddevs.astype(np.float32)),
+      initializers.init_rows(1, 0, rows, 3, stddevs.astype(np.float32).astype(np.float64)))
 
 
 def test_seed_table_and_row_all_matter():
