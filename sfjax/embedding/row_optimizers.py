@@ -287,22 +287,31 @@ def row_optimizer_from_config(cfg, tables=None, row_widths=None) -> RowOptimizer
     row_widths: None, or [T] the columns each table's rows train (None: all; a table of a
       smaller `dim`, `feature_layout.table_row_widths`), read by rowwise_adagrad.
   """
-  if tables is None:
+  settings = _table_settings(cfg, tables, row_widths)
+  if settings is None:
     return _rows_of(cfg, make(cfg.optimizer, cfg.learning_rate, cfg))
+  opts = tuple(make(name, lr, cfg, field=f"features.tables.{t.name}.optimizer", row_width=w)
+               for (name, lr, w), t in zip(settings, tables, strict=True))
+  return _rows_of(cfg, per_table(opts, keys=tuple(settings)))
+
+
+def _table_settings(cfg, tables, row_widths) -> list[tuple[str, float, int | None]] | None:
+  """Per table (optimizer name, learning rate, rowwise_adagrad's row width), or None when
+  every table trains with the block's own optimizer (no tables, or none sets anything)."""
+  if tables is None:
+    return None
   widths = [None] * len(tables) if row_widths is None else list(row_widths)
   if len(widths) != len(tables):
     raise ValueError(f"{len(widths)} row widths for {len(tables)} tables")
-  settings = []  # per table: (optimizer name, learning rate, rowwise_adagrad's row width)
+  settings = []
   for t, w in zip(tables, widths, strict=True):
     name = t.optimizer or cfg.optimizer
     settings.append((name, t.learning_rate or cfg.learning_rate,
                      w if name == "rowwise_adagrad" else None))
   if not any(t.optimizer or t.learning_rate or s[2] is not None
              for t, s in zip(tables, settings, strict=True)):
-    return _rows_of(cfg, make(cfg.optimizer, cfg.learning_rate, cfg))
-  opts = tuple(make(name, lr, cfg, field=f"features.tables.{t.name}.optimizer", row_width=w)
-               for (name, lr, w), t in zip(settings, tables, strict=True))
-  return _rows_of(cfg, per_table(opts, keys=tuple(settings)))
+    return None
+  return settings
 
 
 def _rows_of(cfg, opt: RowOptimizer) -> RowOptimizer:
