@@ -69,6 +69,30 @@ def test_capacity_error_names_needed_capacity_and_keeps_state():
   assert p.plan(1, np.array([3, 4])).num_evictions == 1
 
 
+def test_counters_add_up_over_steps():
+  p = CachePlanner(2, 2)
+  plans = []
+  for step, ids in enumerate([[1, 2], [2, 3], [1, 3], [4]]):
+    plans.append(p.plan(step, np.array(ids)))
+    p.retire(step)
+  assert p.total_hits == sum(q.hits for q in plans) == 2
+  assert p.total_misses == sum(q.misses for q in plans) == 5
+  assert p.total_evictions == sum(q.num_evictions for q in plans) == 3
+
+
+def test_errors_name_the_step_and_the_counts():
+  p = CachePlanner(3, 3, lookahead=2)
+  p.plan(0, np.array([1, 2]))
+  with pytest.raises(CacheCapacityError, match="cache too small at step 1: 2 misses"):
+    p.plan(1, np.array([3, 4]))
+  p.plan(1, np.array([1]))
+  with pytest.raises(ValueError, match=r"plan: step 2 would put 3 steps in flight \(lookahead=2\)"):
+    p.plan(2, np.array([5]))
+  q = CachePlanner(4, 3, fill_capacity=1)
+  with pytest.raises(ValueError, match=r"plan: step 0 has 2 misses > fill_capacity=1"):
+    q.plan(0, np.array([1, 2]))
+
+
 def test_bad_input_is_rejected():
   p = CachePlanner(4, 3)
   with pytest.raises(ValueError, match="expected step 0"):
