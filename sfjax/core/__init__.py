@@ -12,7 +12,7 @@ from sfjax.core.console import set_up_console
 from sfjax.core.entries import named_entries
 from sfjax.core.errors import ConfigError, DataFormatError, closest_name, unknown_key_error
 from sfjax.core.feature_layout import POOLINGS
-from sfjax.core.hashing import splitmix64
+from sfjax.core.hashing import splitmix64, splitmix64_in_place
 from sfjax.core.host_allocator import HostAllocator
 from sfjax.core.host_allocator import applied as tuned_host_allocator
 from sfjax.core.host_allocator import tune as tune_host_allocator
@@ -45,6 +45,7 @@ __all__ = [
   "set_up_console",
   "sigmoid",
   "splitmix64",
+  "splitmix64_in_place",
   "tune_host_allocator",
   "tuned_host_allocator",
   "unknown_key_error",

@@ -14,9 +14,7 @@ import numpy as np
 
 from sfjax.core import feature_layout
 from sfjax.core.hashing import GOLDEN as _GOLDEN
-from sfjax.core.hashing import M1 as _M1
-from sfjax.core.hashing import M2 as _M2
-from sfjax.core.hashing import splitmix64
+from sfjax.core.hashing import splitmix64, splitmix64_in_place
 
 # init_rows hashes this many rows at a time: the [block, E] uint64 temporaries stay in the
 # core's L2 cache (12k rows of 17 columns: 1.0 ms in blocks against 2.7 ms in one pass).
@@ -28,43 +26,25 @@ def _stream_base(seed: int, stream: int) -> np.uint64:
   return np.uint64(splitmix64(splitmix64(np.uint64(seed & 0xFFFFFFFFFFFFFFFF)) ^ np.uint64(stream)))
 
 
-def _mix_in_place(z: np.ndarray, scratch: np.ndarray) -> None:
-  """`z = splitmix64(z)` computed in place (`scratch`: an array of z's shape and dtype)."""
-  with np.errstate(over="ignore"):
-    z += _GOLDEN
-    for shift, mult in ((30, _M1), (27, _M2)):
-      np.right_shift(z, np.uint64(shift), out=scratch)
-      z ^= scratch
-      z *= mult
-    np.right_shift(z, np.uint64(31), out=scratch)
-    z ^= scratch
-
-
 def _uniform_block(base: np.uint64, keys: np.ndarray, width: int) -> np.ndarray:
-  """[N, width] uniform [0, 1) float64 of `keys` [N] under `base` (see `_hash_uniform`)."""
-  keys = np.asarray(keys).astype(np.uint64).reshape(-1, 1)
-  with np.errstate(over="ignore"):
-    z = splitmix64(keys ^ base) + np.arange(width, dtype=np.uint64).reshape(1, -1) * _GOLDEN
-  _mix_in_place(z, np.empty_like(z))
-  z >>= np.uint64(11)
-  u = z.astype(np.float64)
-  u *= 1.0 / 9007199254740992.0
-  return u
-
-
-def _hash_uniform(seed: int, stream: int, keys: np.ndarray, width: int) -> np.ndarray:
   """Uniform [0, 1) float64 values, one row of `width` per key.
 
   Args:
-    seed: run seed.
-    stream: an independent stream id (e.g. a table id).
+    base: the (seed, stream) key, `_stream_base`.
     keys: [N] non-negative integer keys (int64/uint64).
     width: values per key.
 
   Returns:
-    [N, width] float64 in [0, 1), a pure function of (seed, stream, key, column).
+    [N, width] float64 in [0, 1), a pure function of (base, key, column).
   """
-  return _uniform_block(_stream_base(seed, stream), keys, width)
+  keys = np.asarray(keys).astype(np.uint64).reshape(-1, 1)
+  with np.errstate(over="ignore"):
+    z = splitmix64(keys ^ base) + np.arange(width, dtype=np.uint64).reshape(1, -1) * _GOLDEN
+  splitmix64_in_place(z)
+  z >>= np.uint64(11)
+  u = z.astype(np.float64)
+  u *= 1.0 / 9007199254740992.0
+  return u
 
 
 def init_rows(seed: int, table: int, rows: np.ndarray, width: int, stddev) -> np.ndarray:

@@ -49,3 +49,16 @@ def test_wraps_without_overflow_warnings():
     with np.errstate(all="raise"):  # the function's own errstate must suppress the overflow
       out = hashing.splitmix64(np.array([_MASK, _MASK - 1], np.uint64))
   assert [int(v) for v in out] == [_reference(_MASK), _reference(_MASK - 1)]
+
+
+def test_in_place_form_overwrites_its_array_with_the_hash():
+  xs = np.array([0, 1, 2**63, _MASK], np.uint64)
+  z = xs.copy()
+  hashing.splitmix64_in_place(z)
+  assert [int(v) for v in z] == [_reference(int(x)) for x in xs]
+  scratch = np.empty_like(z)
+  z2 = xs.reshape(2, 2).copy()
+  hashing.splitmix64_in_place(z2, scratch.reshape(2, 2))
+  np.testing.assert_array_equal(z2.ravel(), z)
+  assert xs.tolist() == [0, 1, 2**63, _MASK]  # splitmix64 itself never touches its input
+  np.testing.assert_array_equal(hashing.splitmix64(xs), z)

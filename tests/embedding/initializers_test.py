@@ -70,17 +70,21 @@ def test_init_rows_spread_matches_stddev():
   chex.assert_trees_all_equal(zero, np.zeros((3, 2), np.float32))
 
 
+def _hash_uniform(seed, stream, keys, width):
+  return initializers._uniform_block(initializers._stream_base(seed, stream), keys, width)
+
+
 def test_hash_uniform_in_unit_interval():
-  u = initializers._hash_uniform(1, 2, np.arange(5000, dtype=np.uint64), 4)
+  u = _hash_uniform(1, 2, np.arange(5000, dtype=np.uint64), 4)
   chex.assert_shape(u, (5000, 4))
   assert u.dtype == np.float64
   assert u.min() >= 0.0 and u.max() < 1.0
   assert abs(u.mean() - 0.5) < 0.01
   # Stream and seed select independent values; the key is reduced mod 2**64 in either dtype.
-  assert not np.any(initializers._hash_uniform(1, 3, np.arange(5000), 4) == u)
-  chex.assert_trees_all_equal(initializers._hash_uniform(1, 2, np.arange(5000, dtype=np.int64), 4), u)
-  chex.assert_trees_all_equal(initializers._hash_uniform(-1, 2, np.arange(3), 1),
-                              initializers._hash_uniform(2**64 - 1, 2, np.arange(3), 1))
+  assert not np.any(_hash_uniform(1, 3, np.arange(5000), 4) == u)
+  chex.assert_trees_all_equal(_hash_uniform(1, 2, np.arange(5000, dtype=np.int64), 4), u)
+  chex.assert_trees_all_equal(_hash_uniform(-1, 2, np.arange(3), 1),
+                              _hash_uniform(2**64 - 1, 2, np.arange(3), 1))
 
 
 def test_init_table_rows_gives_each_table_its_stddev_and_slots():
