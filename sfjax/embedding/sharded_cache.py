@@ -131,7 +131,7 @@ def stage_swap(plan: cache_planner.CachePlan, fill_values: np.ndarray,
     StagedSwap.
   """
   if layout.num_shards == 1:
-    return _stage_one_shard(plan, fill_values, fill_opt_slots, layout.rows_per_shard, buckets)
+    return _stage_one_shard(plan, fill_values, fill_opt_slots, buckets)
   return _stage_by_owner(plan, fill_values, fill_opt_slots, layout, buckets)
 
 
@@ -162,24 +162,23 @@ def _stage_by_owner(plan: cache_planner.CachePlan, fill_values: np.ndarray,
 
 
 def _stage_one_shard(plan: cache_planner.CachePlan, fill_values: np.ndarray,
-                     fill_opt_slots: np.ndarray, num_slots: int,
-                     buckets: tuple[int, ...]) -> StagedSwap:
-  """`stage_swap` for one shard: the plan's slots are physical, so each buffer is a prefix
-  copy (no owner split), padded to the smallest bucket holding the fills and evictions."""
+                     fill_opt_slots: np.ndarray, buckets: tuple[int, ...]) -> StagedSwap:
+  """`stage_swap` for one shard: the plan's slots are physical and its buffers already padded
+  (slots with C, ids with -1), so they are cut to the smallest bucket holding the fills and
+  evictions; only the fill rows are padded (with zeros)."""
   nf, ne = plan.num_fills, plan.num_evictions
   size = buckets[min(int(np.searchsorted(buckets, max(nf, ne))), len(buckets) - 1)]
 
-  def padded(values: np.ndarray, count: int, fill) -> np.ndarray:
-    out = np.empty((size,) + values.shape[1:], values.dtype)
-    out[:count] = values[:count]
-    out[count:] = fill
-    return out[None]
+  def rows(values: np.ndarray) -> np.ndarray:
+    out = np.empty((1, size) + values.shape[1:], values.dtype)
+    out[0, :nf] = values[:nf]
+    out[0, nf:] = 0
+    return out
 
   return StagedSwap(
-      cache_lib.CacheSwap(padded(plan.fill_slots, nf, num_slots),
-                          padded(fill_values, nf, 0), padded(fill_opt_slots, nf, 0),
-                          padded(plan.evict_slots, ne, num_slots)),
-      padded(plan.evict_ids, ne, -1).reshape(-1))
+      cache_lib.CacheSwap(plan.fill_slots[None, :size], rows(fill_values), rows(fill_opt_slots),
+                          plan.evict_slots[None, :size]),
+      plan.evict_ids[:size])
 
 
 def block_by_owner(slots: np.ndarray, vids: np.ndarray, layout: SlotLayout,
