@@ -11,7 +11,7 @@
   apply_row_grads / pull_rows      a host parameter server: rows pulled per id, updated on the
                                    host in numpy (`host_ps`, SFCTR's baseline)
 
-Modules: `host_table` (+ `host_table_files`), `device_table`, `vsi`, `cache` (the device
+Modules: `host_table` (+ `host_table_files`, `host_rows`), `device_table`, `vsi`, `cache` (the device
 cache state), `cache_planner` (+ `slot_index`), `pipeline`, `sharded_cache` (row-sharded
 over devices), `row_optimizers`, `row_dtype`, `host_ps`, `initializers` and `belady` (the offline optimum).
 """
