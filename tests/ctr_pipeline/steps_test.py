@@ -177,11 +177,14 @@ def test_a_latency_selection_without_its_front_is_refused_naming_the_field(edit,
 
 
 @pytest.mark.slow  # ~20 s: a hardware-aware NAS step, latencies measured on the serving forward
-def test_nas_selects_the_fastest_front_model_within_delta_of_measured_latencies(tmp_path):
+def test_nas_selects_the_fastest_front_model_within_delta_of_its_latencies(tmp_path):
   c = _config()
   c.pipeline.order = "nas"
+  # The roofline latency: deterministic, so the front below does not hang on wall-time
+  # noise (measured latencies of models this small are ~0.1 ms apart and swap order on a
+  # busy machine; the measured source is tested in tests/cohorts/latency_test.py).
   c.steps.nas.study.update({"algorithm": "nsga2", "num_trials": 4, "objectives":
-                            "auc:max,latency_ms:min", "latency_repeats": 5,
+                            "auc:max,latency_ms:min", "latency_source": "model",
                             "latency_batch_size": 64})
   c.steps.nas.space.families = "lr,fm,deepfm"
   c.steps.nas.select_within_auc = 1.0  # any AUC: the fastest model of the front

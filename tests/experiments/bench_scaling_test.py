@@ -109,6 +109,20 @@ def test_model_check_calibrates_on_one_process():
   assert check[1]["predicted_input_s"] == pytest.approx(32 / 1e6 + 2 * 64 * 100 / 1e8)
 
 
+def test_a_link_latency_longer_than_the_step_is_dropped_and_its_bandwidth_kept():
+  fine = _row(1)
+  assert scaling_projection.model_check([fine])[0][0]["intra_link_latency_dropped"] is False
+  slow_calls = _row(1)  # 4 devices: the fit gives 1e9 B/s and 2e-3 s a hop (12 ms a call)
+  slow_calls["per_process"][0]["allreduce_seconds"] = [1.215e-2, 1.35e-2]
+  (check,), _, calibrated = scaling_projection.model_check([slow_calls])
+  assert check["intra_link_latency_dropped"] is True and check["intra_link_latency_s"] == 0.0
+  assert check["intra_link_bytes_per_s"] == pytest.approx(1e9)
+  coll = (1.5 * 4e5 + 2 * 0.75 * 6.4e4) / 1e9  # bandwidth only
+  assert check["predicted_collectives_s"] == pytest.approx(coll)
+  assert check["predicted_device_step_s"] == pytest.approx(0.01)
+  assert calibrated.device_flops == pytest.approx(2e6 / (0.01 - coll))
+
+
 def test_projection_is_input_or_device_bound():
   _, profile, _ = scaling_projection.model_check([_row(1)])
   fast, slow = (scaling_projection.project(profile, (8, 64), rate, 1e12) for rate in (1e12, 1e3))
