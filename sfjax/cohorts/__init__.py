@@ -7,7 +7,8 @@ architectures share one padded program (`buckets`, `bucket_blocks`,
 `bucket_layout`), the chunk plan of a cohort run (`chunk_plan`), one program call
 (`cohort_call`), the cohort runner and its trials' results (`trial_result`), cost
 metrics (`costs`), bags' poolings and tables' dims as traced per-trial choices
-(`bag_pooling`, `table_dims`), trial state files, PBT populations, and cohorts that share one host
+(`bag_pooling`, `table_dims`), a layout's per-table learning rates and initializers in
+trial programs (`table_overrides`), trial state files, PBT populations, and cohorts that share one host
 table behind a device cache (`host_cohort`).
 """
 

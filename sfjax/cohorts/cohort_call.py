@@ -154,19 +154,21 @@ def _num_traces() -> int:
 
 @functools.lru_cache(maxsize=64)
 def cohort_program(arch: ArchSpec, spec, resume: bool, masked: bool = False,
-                   num_rows: int | None = None, ragged: bool = False):
+                   num_rows: int | None = None, ragged: bool = False,
+                   table_starts: tuple[int, ...] | None = None):
   """The jitted cohort program of `arch` on data set `spec` (cached, shared by runners).
 
   `jax.jit` then keeps one executable per (width, step count, input shardings).
   Resumed states are donated. `masked`: the padded program of a shape bucket whose
   superset is `arch` (`sfjax.cohorts.buckets`; it takes per-trial dense masks).
-  `num_rows`: rows of a fresh trial's table (`TrialData.num_rows`). `ragged`: each
+  `num_rows`, `table_starts`: rows of a fresh trial's table and where each table's begin
+  (`TrialData.num_rows`, `TrialData.table_starts`). `ragged`: each
   trial takes its own step range (`trial_program.make_trial_fn`).
   """
   graphdef = trial_program.program_graphdef(arch, spec)
   fn = trial_program.make_cohort_fn(
       arch, spec, graphdef, resume=resume, masked=masked, num_rows=num_rows, ragged=ragged,
-      on_trace=lambda: _TRACES.update([(arch, resume, masked, ragged)]))
+      table_starts=table_starts, on_trace=lambda: _TRACES.update([(arch, resume, masked, ragged)]))
   return jax.jit(fn, donate_argnums=(2,) if resume or masked or ragged else ())
 
 
@@ -245,7 +247,7 @@ def call_cohort(data: TrialData, mesh, arch: ArchSpec, hparams: Mapping[str, Any
   lo, hi = int(starts.min()), int(ends.max())
   masked = dense_masks is not None
   program = cohort_program(arch, data.spec, init_states is not None, masked, data.num_rows,
-                           ragged)
+                           ragged, data.table_starts)
   args = [place(stacked, True), place(seeds, True),
           None if init_states is None else place(init_states, True),
           place(data.train_steps(lo, hi), False), place(data.eval_batches, False),

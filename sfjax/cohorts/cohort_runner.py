@@ -332,14 +332,16 @@ class CohortRunner:
       if state is None:
         trial_hparams = {k: jnp.float32(v[i]) for k, v in hparams.items()}
         state = jax.device_get(trial_program.init_trial_state(
-            arch, self.spec, trial_hparams, jax.random.key(int(seeds[i])), self.data.num_rows))
+            arch, self.spec, trial_hparams, jax.random.key(int(seeds[i])), self.data.num_rows,
+            self.data.table_starts))
       out.append(state)
     return out
 
   def state_template(self, arch: ArchSpec):
     """The abstract TrainState of `arch` on this task's data set (cached)."""
     if arch not in self._templates:
-      self._templates[arch] = trial_states.state_template(arch, self.spec, self.data.num_rows)
+      self._templates[arch] = trial_states.state_template(arch, self.spec, self.data.num_rows,
+                                                          self.data.table_starts)
     return self._templates[arch]
 
   def _run_chunk(self, chunk, arch, hparams, seeds, start, end, states, dense_masks=None,

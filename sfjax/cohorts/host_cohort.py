@@ -13,7 +13,8 @@ vmapped over lanes: each lane its hyperparameters, dense state and non-finite
 guard) and scatters the lanes' rows back into the cache.
 
 Initial rows: lane w's row `r` is `init_rows(seed_w, 0, [r], E, init_stddev_w)`, the
-trainer's host-table rule with the trial's seed and `embedding.init_stddev`, written
+trainer's host-table rule with the trial's seed and `embedding.init_stddev` (or the row's
+table's own, `table_overrides`), written
 into the host table the first time a batch names the row (`FirstTouch`); a cohort
 of W trials therefore equals W one-lane cohorts (each a cache-backend run of its
 trial), and a one-lane run equals the device-table trial program started from
@@ -38,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import cohort_call, lane_optimizers
+from sfjax.cohorts import cohort_call, lane_optimizers, table_overrides
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts.arch import ArchSpec
 from sfjax.cohorts.cohort_call import CohortOutput
@@ -70,16 +71,22 @@ class HostCohortRun(NamedTuple):
   stats: dict[str, Any]
 
 
-def lane_rows(seeds, stddevs, ids: np.ndarray, width: int,
-              slot_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """Initial rows of `ids [N]` for W lanes side by side.
+def lane_rows(seeds, stddevs, ids: np.ndarray, width: int, slot_row: np.ndarray,
+              spec: DatasetSpec | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """Initial rows of global `ids [N]` for W lanes side by side.
 
   Returns:
-    values [N, W*E] float32 (lane w: `init_rows(seeds[w], 0, ids, E, stddevs[w])`) and
-    slots [N, W*S] float32 (`slot_row [S]` in every lane).
+    values [N, W*E] float32 (lane w: `init_rows(seeds[w], 0, ids, E, stddevs[w])`; with a
+    `spec` whose tables set their own `init_stddev`, those tables' rows take it,
+    `table_overrides.row_stddevs`) and slots [N, W*S] float32 (`slot_row [S]` in every lane).
   """
   ids = np.asarray(ids, np.int64)
-  values = np.concatenate([init_rows(int(seed), 0, ids, width, float(stddev))
+  own = spec if table_overrides.own_stddevs(spec) is not None else None
+
+  def stddev_of(stddev):
+    return float(stddev) if own is None else table_overrides.row_stddevs(own, stddev, ids, xp=np)
+
+  values = np.concatenate([init_rows(int(seed), 0, ids, width, stddev_of(stddev))
                            for seed, stddev in zip(seeds, stddevs, strict=True)], axis=1)
   slots = np.tile(np.asarray(slot_row, np.float32).reshape(1, -1), (ids.size, len(seeds)))
   return values, slots
@@ -97,8 +104,9 @@ class FirstTouch:
   """
 
   def __init__(self, table: host_table_lib.HostTable, seeds, stddevs, width: int,
-               slot_row: np.ndarray):
-    self.table, self.width = table, width
+               slot_row: np.ndarray, spec: DatasetSpec | None = None):
+    """`spec`: the data set, when its tables may set their own `init_stddev` (`lane_rows`)."""
+    self.table, self.width, self.spec = table, width, spec
     self._seeds, self._stddevs, self._slot_row = list(seeds), list(stddevs), slot_row
     self._seen = np.zeros((table.num_rows,), np.bool_)  # calloc'd: free until touched
 
@@ -108,7 +116,8 @@ class FirstTouch:
     ids = ids[(ids >= 0) & (ids < self.table.num_rows)]
     fresh = np.unique(ids[~self._seen[ids]])
     if fresh.size:
-      values, slots = lane_rows(self._seeds, self._stddevs, fresh, self.width, self._slot_row)
+      values, slots = lane_rows(self._seeds, self._stddevs, fresh, self.width, self._slot_row,
+                                self.spec)
       self.table.scatter(fresh, values, slots)
       self._seen[fresh] = True
 
@@ -242,7 +251,7 @@ def run_host_cohort(data: TrialData, arch: ArchSpec, hparams: Mapping[str, Any],
   table = host_table_lib.HostTable.create_ram(
       data.full_rows, lanes * width, lanes * slot_row.size, seed=0, init_stddev=0.0,
       initial_slot_row=np.tile(slot_row, lanes))
-  touch = FirstTouch(table, seeds, stacked["embedding.init_stddev"], width, slot_row)
+  touch = FirstTouch(table, seeds, stacked["embedding.init_stddev"], width, slot_row, spec)
   batches = itertools.islice(data.dataset.train_batches(data.task.batch_size, data.task.seed),
                              int(end))
   states = _lane_inits(arch, spec)(stacked, seeds)

@@ -29,12 +29,12 @@ from flax import nnx
 from jax import lax
 
 from sfjax import models
-from sfjax.cohorts import bag_pooling, lane_optimizers, table_dims
+from sfjax.cohorts import bag_pooling, lane_optimizers, table_dims, table_overrides
 from sfjax.cohorts.arch import ArchSpec
 from sfjax.core.errors import ConfigError
 from sfjax.core.types import DeviceBatch
 from sfjax.data.types import DatasetSpec
-from sfjax.embedding import device_table
+from sfjax.embedding import device_table, row_optimizers
 from sfjax.embedding.row_optimizers import RowOptimizer
 from sfjax.train import defaults as ctr_defaults_lib
 from sfjax.train import optimizers
@@ -67,26 +67,45 @@ class TrialOutput(NamedTuple):
 def trial_optimizers(arch: ArchSpec, hparams: Hparams, spec: DatasetSpec | None = None):
   """The trial's dense and row optimizers: the trainer's factories, with traced hyperparameters.
 
-  With `spec` and tables read through fewer columns (`table_dims`), a row-wise optimizer
-  averages each row over its table's own columns (`table_dims.row_width_optimizer`; the
-  step then passes each row's table, `table_dims.with_row_tables`).
+  With `spec`: tables that set their own learning rate train at it (`table_overrides`:
+  one `per_table` optimizer, the trainer's `row_optimizer_from_config`), and with tables
+  read through fewer columns (`table_dims`) a row-wise optimizer averages each row over its
+  table's own columns (`table_dims.row_width_optimizer`). Either way the step passes each
+  row's table (`table_dims.with_row_tables`).
+
+  Raises:
+    ConfigError: a table of `spec` sets a row optimizer other than the trial's
+      (`table_overrides.check_table_optimizers`).
   """
   tx = optimizers.dense_optimizer(arch.dense_optimizer, hparams["optimizer.learning_rate"],
                                   hparams["optimizer.weight_decay"], field="optimizer.name")
 
   # A program of several row optimizers (a mixed cohort) takes each lane's by its index, and
   # of several row widths each lane's own width (`lane_optimizers.ROW_WIDTH_KEY`).
-  def make(row_width):
+  def make(learning_rate, row_width):
     return lane_optimizers.make_lane_optimizer(
-        arch.embedding_optimizer, hparams["embedding.learning_rate"], _EMB,
+        arch.embedding_optimizer, learning_rate, _EMB,
         hparams.get(lane_optimizers.LANE_KEY, 0), field="embedding.optimizer",
         row_width=row_width)
 
-  if spec is not None and _reads_dims(spec, hparams) and (
-      "rowwise_adagrad" in lane_optimizers.lane_names(arch.embedding_optimizer)):
-    widths = table_dims.row_widths(spec, _dims(hparams), _latent(arch), arch.embedding_width)
-    return tx, table_dims.row_width_optimizer(make, widths)
-  return tx, make(hparams.get(lane_optimizers.ROW_WIDTH_KEY))
+  learning_rate = hparams["embedding.learning_rate"]
+  widths = None
+  if spec is not None:
+    table_overrides.check_table_optimizers(spec, arch.embedding_optimizer)
+    if _reads_dims(spec, hparams) and (
+        "rowwise_adagrad" in lane_optimizers.lane_names(arch.embedding_optimizer)):
+      widths = table_dims.row_widths(spec, _dims(hparams), _latent(arch), arch.embedding_width)
+  rates = table_overrides.own_rates(spec)
+  if rates is not None:  # 0: the trial's rate
+    own_width = hparams.get(lane_optimizers.ROW_WIDTH_KEY)
+    tables = tuple(make(rate or learning_rate, own_width if widths is None else widths[t])
+                   for t, rate in enumerate(rates))
+    # tables of one rate (and no width of their own) share one update
+    keys = rates if widths is None else tuple(range(len(rates)))
+    return tx, row_optimizers.per_table(tables, keys)
+  if widths is not None:
+    return tx, table_dims.row_width_optimizer(lambda w: make(learning_rate, w), widths)
+  return tx, make(learning_rate, hparams.get(lane_optimizers.ROW_WIDTH_KEY))
 
 
 def _dims(hparams: Hparams) -> dict[str, Any]:
@@ -147,13 +166,16 @@ def _preparer(spec: DatasetSpec, repool: Callable[[DeviceBatch], DeviceBatch],
 
 
 def init_trial_state(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams,
-                     key: jax.Array, num_rows: int | None = None) -> TrainState:
+                     key: jax.Array, num_rows: int | None = None,
+                     table_starts: tuple[int, ...] | None = None) -> TrainState:
   """A fresh trial: model parameters and table drawn from `key`.
 
   Table values are uniform with standard deviation `embedding.init_stddev` (the
-  distribution of `initializers.init_rows`, drawn on device); slots start at
+  distribution of `initializers.init_rows`, drawn on device), or a table's own
+  `init_stddev` for its rows (`table_overrides.row_stddevs`); slots start at
   the row optimizer's initial values. The table has `num_rows` rows (default
-  `spec.total_rows`; a task with `compact_rows` passes its touched rows).
+  `spec.total_rows`; a task with `compact_rows` passes its touched rows, and
+  `table_starts`, where each table's rows begin among them, `TrialData.table_starts`).
   """
   num_rows = spec.total_rows if num_rows is None else int(num_rows)
   tx, row_opt = trial_optimizers(arch, hparams)
@@ -161,7 +183,14 @@ def init_trial_state(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams,
   params = nnx.split(arch.build_model(table_dims.undimmed_spec(spec), nnx.Rngs(model_key)))[1]
   width = arch.embedding_width
   unit = jax.random.uniform(table_key, (num_rows, width), jnp.float32, -1.0, 1.0)
-  values = unit * (math.sqrt(3.0) * hparams["embedding.init_stddev"])  # [V, E]
+  stddev = hparams["embedding.init_stddev"]
+  if num_rows and table_overrides.own_stddevs(spec) is not None:  # [V, 1]: its table's
+    if table_starts is None and num_rows != spec.total_rows:
+      raise ValueError(f"init_trial_state: {num_rows} compact rows of {spec.total_rows} "
+                       f"need their table_starts (tables with their own init_stddev)")
+    stddev = table_overrides.row_stddevs(spec, stddev, jnp.arange(num_rows),
+                                         table_starts=table_starts)[:, None]
+  values = unit * (math.sqrt(3.0) * stddev)  # [V, E]
   slot_row = jnp.asarray(row_opt.initial_slot_row(width))
   slots = jnp.broadcast_to(slot_row, (num_rows, slot_row.shape[0]))  # [V, S]
   return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params),
@@ -223,7 +252,8 @@ def trial_step(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, hparam
 
 def _make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
                    resume: bool, masked: bool = False, num_rows: int | None = None,
-                   ragged: bool = False) -> Callable[..., TrialOutput]:
+                   ragged: bool = False, table_starts: tuple[int, ...] | None = None
+                   ) -> Callable[..., TrialOutput]:
   """The pure function of one trial.
 
   Args:
@@ -233,7 +263,8 @@ def _make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
     resume: start from `init_state` instead of drawing one from the seed.
     masked: a padded trial of a shape bucket (`sfjax.cohorts.buckets`): it
       resumes from its padded `init_state` and `dense_mask` freezes the padding.
-    num_rows: rows of a fresh trial's table (`init_trial_state`).
+    num_rows, table_starts: rows of a fresh trial's table and where each table's begin
+      (`init_trial_state`).
     ragged: the trial takes its own step range inside a longer shared one (it
       resumes from `init_state`): `batches` span the cohort's steps `[lo, hi)`,
       the trial starts at batch `offset` and takes `length` steps; the scan runs
@@ -259,7 +290,8 @@ def _make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
     if resume:
       state = _with_dense_hparams(init_state, hparams)
     else:
-      state = init_trial_state(arch, spec, hparams, jax.random.key(seed), num_rows)
+      state = init_trial_state(arch, spec, hparams, jax.random.key(seed), num_rows,
+                               table_starts)
     train_step, repool, live = trial_step(arch, spec, graphdef, hparams,
                                           dense_mask if masked else None)
 
@@ -291,9 +323,9 @@ def _make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
 
 def make_cohort_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *, resume: bool,
                    on_trace: Callable[[], Any] | None = None,
-                   masked: bool = False, num_rows: int | None = None, ragged: bool = False
-                   ) -> Callable[..., TrialOutput]:
-  """`jax.vmap` of `_make_trial_fn` over trials (`masked`, `num_rows`, `ragged`: as
+                   masked: bool = False, num_rows: int | None = None, ragged: bool = False,
+                   table_starts: tuple[int, ...] | None = None) -> Callable[..., TrialOutput]:
+  """`jax.vmap` of `_make_trial_fn` over trials (`masked`, `num_rows`, `ragged`, `table_starts`: as
   there); batches (and a ragged cohort's clock) are shared (not vmapped).
 
   Returns:
@@ -303,7 +335,7 @@ def make_cohort_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
     offsets, lengths and clock only when `ragged`); `on_trace` runs each time it is traced.
   """
   trial = _make_trial_fn(arch, spec, graphdef, resume=resume, masked=masked, num_rows=num_rows,
-                         ragged=ragged)
+                         ragged=ragged, table_starts=table_starts)
   stacked_states = 0 if resume or masked or ragged else None
   per_trial = 0 if ragged else None
 

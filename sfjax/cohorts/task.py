@@ -34,6 +34,7 @@ import ml_collections
 import numpy as np
 from jax import lax
 
+from sfjax.cohorts import table_overrides
 from sfjax.data import dataset as dataset_lib
 from sfjax.data.types import Batch
 from sfjax.embedding import vsi
@@ -142,6 +143,8 @@ class TrialData:
       embedding table's rows, or with `task.compact_rows` U, the rows the task touches.
     full_rows: V.
     row_ids: [U] int64 global id of each compact row (None without compact_rows).
+    table_starts: with compact_rows and a feature layout, the first compact row of each
+      table (`table_overrides.compact_table_starts`); None otherwise (rows are global ids).
     capacity: padded unique rows per train step.
     eval_batches: DeviceBatch with leading [Te] axis, rows [Te, Be*S (+1)], vids [Te, Be, S],
       weights [Te, Be, S] with a feature layout (else None), ...
@@ -156,6 +159,7 @@ class TrialData:
     self.spec = self.dataset.spec
     self.num_rows = self.full_rows = self.spec.total_rows
     self.row_ids: np.ndarray | None = None
+    self.table_starts: tuple[int, ...] | None = None
     self.capacity = task.unique_capacity or vsi.unique_capacity(
         task.batch_size, self.spec.num_columns, self.spec.has_padding)
     self.max_unique = 0
@@ -177,6 +181,7 @@ class TrialData:
     ids = np.unique(np.concatenate([eval_rows.reshape(-1), train_rows.reshape(-1)]))
     row_ids = self.row_ids = ids[ids < self.full_rows].astype(np.int64)
     self.num_rows = int(row_ids.shape[0])  # U: also the new padding row
+    self.table_starts = table_overrides.compact_table_starts(self.spec, row_ids)
 
     def renumber(rows: np.ndarray) -> jax.Array:
       compact = np.searchsorted(row_ids, rows)

@@ -36,12 +36,14 @@ def state_path(directory: str, trial_id: int) -> str:
   return os.path.join(directory, f"{int(trial_id)}.npz")
 
 
-def state_template(arch: ArchSpec, spec: DatasetSpec, num_rows: int | None = None) -> Any:
+def state_template(arch: ArchSpec, spec: DatasetSpec, num_rows: int | None = None,
+                   table_starts: tuple[int, ...] | None = None) -> Any:
   """The abstract `TrainState` of `arch` on `spec` (`jax.ShapeDtypeStruct` leaves), with a
-  table of `num_rows` rows (default `spec.total_rows`; `TrialData.num_rows`)."""
+  table of `num_rows` rows (default `spec.total_rows`; `TrialData.num_rows`, and
+  `TrialData.table_starts` for a compact one)."""
   hparams = arch_lib.resolve_hparams({})
   return jax.eval_shape(lambda: trial_program.init_trial_state(
-      arch, spec, hparams, jax.random.key(0), num_rows))
+      arch, spec, hparams, jax.random.key(0), num_rows, table_starts))
 
 
 def save_state(path: str, state: Any) -> None:

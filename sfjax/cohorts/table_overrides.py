@@ -1,0 +1,97 @@
+"""A feature layout's per-table settings in trial programs: a table's own learning rate and
+initializer (`data.tables = "item:learning_rate=0.05,init_stddev=0.02"`, issue #22).
+
+The trainer applies them through `row_optimizers.row_optimizer_from_config(cfg, tables)`
+(one `per_table` optimizer) and `device_table.table_inits` (each table's stddev). A trial
+program does the same with its traced hyperparameters: a table that sets its own rate
+trains at it, the others at the trial's `embedding.learning_rate`
+(`own_rates`, `program.trial_optimizers`); a table that sets its own stddev draws its
+initial rows with it, the others with the trial's `embedding.init_stddev`
+(`row_stddevs`: the device program's uniform draw and the host cohort's `init_rows`).
+
+A table's own row optimizer (`optimizer=`) is refused (`check_table_optimizers`): a
+program's slots are laid out for the trial's `embedding.optimizer` (shape buckets pad
+them, mixed cohorts index them by lane), so a table of another optimizer would need
+slots of another width. Search `embedding.optimizer` instead, or train such a layout
+with the trainer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from sfjax.core.errors import ConfigError
+from sfjax.core.feature_layout import row_tables
+from sfjax.data.types import DatasetSpec
+
+
+def check_table_optimizers(spec: DatasetSpec, embedding_optimizer: str | None = None) -> None:
+  """Raises ConfigError naming the first table of `spec` that sets a row optimizer other
+  than `embedding_optimizer` (the trial's; a table naming it is a no-op), or with None
+  (a search, whose trials' optimizers vary) any row optimizer."""
+  if spec.layout is None:
+    return
+  for t in spec.layout.tables:
+    if t.optimizer and t.optimizer != embedding_optimizer:
+      trials = "" if embedding_optimizer is None else f" ({embedding_optimizer!r})"
+      raise ConfigError(
+          f"data.tables: table {t.name!r} sets optimizer={t.optimizer!r}, but trial programs "
+          f"train every table with the trial's embedding.optimizer{trials}; drop it from the "
+          f"search's data.tables (or search embedding.optimizer)")
+
+
+def own_rates(spec: DatasetSpec | None) -> tuple[float, ...] | None:
+  """[T] each table's own row learning rate (`TableSpec.learning_rate`; 0: the trial's
+  `embedding.learning_rate`), or None when no table sets one."""
+  if spec is None or spec.layout is None:
+    return None
+  own = tuple(float(t.learning_rate) for t in spec.layout.tables)
+  return own if any(own) else None
+
+
+def own_stddevs(spec: DatasetSpec | None) -> np.ndarray | None:
+  """[T] float64 each table's own initial stddev (0: the trial's; float64 as the trainer's
+  `device_table.table_inits`), or None when no table sets one."""
+  if spec is None or spec.layout is None:
+    return None
+  own = np.asarray([t.init_stddev for t in spec.layout.tables], np.float64)
+  return own if own.any() else None
+
+
+def row_stddevs(spec: DatasetSpec, stddev: Any, rows: Any, xp: Any = jnp,
+                table_starts: Any = None) -> Any:
+  """[N] the initial stddev of each row `rows [N]`: its table's own `init_stddev`, else
+  `stddev` (the trial's, maybe traced); float32 under `jnp`, float64 under `np`.
+
+  Args:
+    spec: the data set (its layout's tables; raises ValueError when none sets a stddev).
+    stddev: the trial's `embedding.init_stddev`.
+    rows: [N] rows of the trial's table.
+    xp: `jnp` (the device program; `rows` may be traced) or `np` (the host cohort).
+    table_starts: [T] ascending first row of each table in the trial's table: None, the
+      layout's `table_offsets` (rows are global ids); a compact task's
+      (`TrialData.table_starts`).
+  """
+  own = own_stddevs(spec)
+  if own is None:
+    raise ValueError("row_stddevs: no table of the data set sets its own init_stddev")
+  assert spec.layout is not None  # own_stddevs found tables
+  starts = spec.layout.table_offsets if table_starts is None else np.asarray(table_starts)
+  if xp is np:  # float64, as the trainer's host initial rows (`init_table_rows`)
+    mine = own[row_tables(starts, np.asarray(rows))]
+    return np.where(mine > 0, mine, np.float64(stddev))
+  mine = jnp.asarray(own, jnp.float32)[  # traced rows: the same search, in the program
+      jnp.maximum(jnp.searchsorted(jnp.asarray(starts), rows, side="right") - 1, 0)]
+  return jnp.where(mine > 0, mine, jnp.asarray(stddev, jnp.float32))
+
+
+def compact_table_starts(spec: DatasetSpec, row_ids: np.ndarray) -> tuple[int, ...] | None:
+  """The first row of each table among compact rows `row_ids [U]` (ascending global ids,
+  `TrialData.row_ids`): a table's touched rows are contiguous there. None without a
+  layout."""
+  if spec.layout is None:
+    return None
+  return tuple(int(x) for x in np.searchsorted(np.asarray(row_ids), spec.layout.table_offsets))

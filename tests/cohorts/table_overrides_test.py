@@ -1,0 +1,249 @@
+"""A layout's per-table learning rates and initializers in trial programs
+(`sfjax/cohorts/table_overrides.py`): each trial trains as the trainer does with the same
+`data.tables`, on the device program and through the host cohort's first touch."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from experiments.configs import ctr as ctr_config
+from sfjax.cohorts import arch as arch_lib
+from sfjax.cohorts import cohort_call, host_cohort, table_overrides
+from sfjax.cohorts import program as trial_program
+from sfjax.cohorts import task as trial_data
+from sfjax.core import feature_layout as fl
+from sfjax.core.errors import ConfigError
+from sfjax.data import table_settings
+from sfjax.embedding import device_table, initializers, row_optimizers
+from sfjax.train import step as step_lib
+
+STEPS = 4
+TABLES = "item:learning_rate=0.3; user:init_stddev=0.2,learning_rate=0.01"
+
+
+@pytest.fixture(scope="module")
+def tables_data():
+  """The multi-hot smoke task (`ctr.py:multihot_smoke`) with `data.tables = TABLES`."""
+  d = ctr_config.get_config("multihot_smoke").data
+  d.tables = TABLES
+  task = trial_data.CTRTask(d, batch_size=64, eval_rows=512, steps_per_budget_unit=4,
+                            eval_batch_size=256)
+  return trial_data.TrialData(task)
+
+
+def _hparams(**overrides):
+  values = arch_lib.resolve_hparams({"embedding.learning_rate": 0.05,
+                                     "optimizer.learning_rate": 1e-2, "embedding.l2": 1e-4,
+                                     "embedding.init_stddev": 0.01, **overrides})
+  return {k: jnp.float32(v) for k, v in values.items()}
+
+
+def test_own_settings_are_read_off_the_layout(tables_data):
+  spec = tables_data.spec
+  names = [t.name for t in spec.layout.tables]
+  rates = dict(zip(names, table_overrides.own_rates(spec), strict=True))
+  assert rates == {"user": 0.01, "item": 0.3, "ctx0": 0.0, "ctx1": 0.0, "bag0": 0.0,
+                   "bag1": 0.0, "long0": 0.0}
+  stddevs = dict(zip(names, table_overrides.own_stddevs(spec).tolist(), strict=True))
+  assert stddevs["user"] == pytest.approx(0.2) and sum(stddevs.values()) == pytest.approx(0.2)
+  plain = table_settings.with_table_settings(spec, {})  # the fixture's own, unchanged
+  assert plain is spec
+  bare = ctr_config.get_config("multihot_smoke").data
+  bare_spec = trial_data.TrialData(trial_data.CTRTask(
+      bare, batch_size=64, eval_rows=512, steps_per_budget_unit=4, eval_batch_size=256)).spec
+  assert table_overrides.own_rates(bare_spec) is None
+  assert table_overrides.own_stddevs(bare_spec) is None
+  assert table_overrides.own_rates(None) is None and table_overrides.own_stddevs(None) is None
+
+
+def test_row_stddevs_take_each_rows_table(tables_data):
+  spec = tables_data.spec
+  starts = spec.layout.table_offsets  # user [0, 500), item [500, 1300), ...
+  rows = np.asarray([0, 499, 500, 1299, 1300, 1839])
+  want = [0.2, 0.2, 0.07, 0.07, 0.07, 0.07]
+  host = table_overrides.row_stddevs(spec, 0.07, rows, xp=np)
+  assert host.dtype == np.float64  # as the trainer's host initial rows
+  np.testing.assert_allclose(host, want, rtol=1e-6)
+  traced = jax.jit(lambda s, r: table_overrides.row_stddevs(spec, s, r))(jnp.float32(0.07),
+                                                                          jnp.asarray(rows))
+  np.testing.assert_allclose(traced, want, rtol=1e-6)
+  # compact rows: 3 user rows, 2 item rows, one ctx0 row, one long0 row: each contiguous
+  row_ids = np.asarray([3, 40, 400, 600, 700, 1310, 1800])
+  compact = table_overrides.compact_table_starts(spec, row_ids)
+  assert compact == (0, 3, 5, 6, 6, 6, 6) and len(compact) == len(starts)
+  got = table_overrides.row_stddevs(spec, 0.07, np.arange(7), xp=np, table_starts=compact)
+  np.testing.assert_allclose(got, [0.2] * 3 + [0.07] * 4, rtol=1e-6)
+  with pytest.raises(ValueError, match="no table of the data set sets its own init_stddev"):
+    table_overrides.row_stddevs(table_settings.with_table_settings(
+        spec, {"user": {"init_stddev": 0.0}}), 0.1, rows)
+
+
+def test_a_tables_own_optimizer_is_refused_by_name(tables_data):
+  adam = table_settings.with_table_settings(tables_data.spec, {"bag0": {"optimizer": "adam"}})
+  with pytest.raises(ConfigError, match=r"data.tables: table 'bag0' sets optimizer='adam', but "
+                     r"trial programs train every table with the trial's embedding.optimizer "
+                     r"\('adagrad'\); drop it"):
+    table_overrides.check_table_optimizers(adam, "adagrad")
+  table_overrides.check_table_optimizers(adam, "adam")  # the trial's own: nothing to do
+  with pytest.raises(ConfigError, match=r"embedding.optimizer; drop it from the search's"):
+    table_overrides.check_table_optimizers(adam)
+  table_overrides.check_table_optimizers(tables_data.spec)  # rates and stddevs: taken
+  arch, _ = arch_lib.split_config({"model.name": "fm", "embedding.optimizer": "adagrad"})
+  with pytest.raises(ConfigError, match="table 'bag0' sets optimizer='adam'"):
+    trial_program.trial_optimizers(arch, _hparams(), adam)
+
+
+def test_fresh_rows_take_their_tables_stddev(tables_data):
+  spec = tables_data.spec
+  arch, _ = arch_lib.split_config({"model.name": "fm", "model.embed_dim": 4})
+  key = jax.random.key(5)
+  got = trial_program.init_trial_state(arch, spec, _hparams(), key).table.values
+  # the same unit draw scaled per row: user rows by 0.2, every other row by the trial's 0.01
+  wide = trial_program.init_trial_state(arch, spec, _hparams(**{"embedding.init_stddev": 0.2}),
+                                        key).table.values
+  narrow = trial_program.init_trial_state(
+      arch, table_settings.with_table_settings(spec, {"user": {"init_stddev": 0.0}}),
+      _hparams(), key).table.values
+  np.testing.assert_allclose(got[:500], wide[:500], rtol=1e-6)
+  np.testing.assert_allclose(got[500:], narrow[500:], rtol=1e-6)
+  assert float(jnp.std(got[:500])) == pytest.approx(0.2, rel=0.05)
+  assert float(jnp.std(got[500:])) == pytest.approx(0.01, rel=0.05)
+  # compact rows (3 user rows, then others) take their tables' stddevs through table_starts
+  compact = trial_program.init_trial_state(arch, spec, _hparams(), key, 7,
+                                           (0, 3, 5, 6, 6, 6, 6)).table.values
+  unit = jax.random.uniform(jax.random.split(key)[1], (7, arch.embedding_width), jnp.float32,
+                            -1.0, 1.0) * np.sqrt(3.0)
+  np.testing.assert_allclose(compact, unit * np.asarray([[0.2]] * 3 + [[0.01]] * 4),
+                             rtol=1e-6)
+  with pytest.raises(ValueError, match="7 compact rows of 1840 need their table_starts"):
+    trial_program.init_trial_state(arch, spec, _hparams(), key, 7)
+
+
+def _trainer_reference(arch, spec, hparams, init, batches, eval_batches, tables, widths=None):
+  """The trainer's row optimizer for layout tables `tables` (`row_optimizer_from_config`),
+  each row's table from the layout's row ranges (as VSI gives it), the shared step."""
+  graph = trial_program.abstract_graphdef(arch, spec)
+  tx, _ = trial_program.trial_optimizers(arch, hparams)
+  cfg = ml_collections.ConfigDict(trial_program._EMB.to_dict())
+  cfg.optimizer = arch.embedding_optimizer
+  cfg.learning_rate = float(hparams["embedding.learning_rate"])
+  row_opt = row_optimizers.row_optimizer_from_config(cfg, tables, widths)
+  step = jax.jit(step_lib.make_train_step(graph, tx, row_opt, l2=hparams["embedding.l2"]))
+  state, losses = init, []
+  for t in range(STEPS):
+    batch = jax.tree.map(lambda x, t=t: x[t], batches)
+    row_tables = fl.row_tables(spec.layout.table_offsets, np.asarray(batch.rows))
+    state, metrics = step(state, batch._replace(row_tables=jnp.asarray(row_tables, jnp.int32)))
+    losses.append(metrics["loss"])
+  return state, jnp.stack(losses), trial_program.stacked_eval_logits(graph, state, eval_batches)
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "rowwise_adagrad"])
+def test_trials_train_each_table_at_its_own_rate_as_the_trainer(tables_data, optimizer):
+  """Two trials of one program (embedding rates 0.05 and 0.2, fresh from their seeds), each
+  equal step by step (losses, rows, slots, dense parameters, eval logits) to the trainer with
+  the same `data.tables`: item at 0.3, user at 0.01, the rest at the trial's rate."""
+  spec = tables_data.spec
+  arch, _ = arch_lib.split_config({"model.name": "deepfm", "model.embed_dim": 4,
+                                   "model.mlp.depth": 1, "model.mlp.width": 8,
+                                   "embedding.optimizer": optimizer})
+  lanes = [_hparams(), _hparams(**{"embedding.learning_rate": 0.2})]
+  batches = tables_data.train_steps(0, STEPS)
+  graphdef = trial_program.program_graphdef(arch, spec)
+  cohort = jax.jit(trial_program.make_cohort_fn(arch, spec, graphdef, resume=False))
+  stacked = {k: jnp.stack([h[k] for h in lanes]) for k in lanes[0]}
+  seeds = jnp.asarray([3, 4], jnp.int32)
+  out = cohort(stacked, seeds, None, batches, tables_data.eval_batches)
+  for i, hparams in enumerate(lanes):
+    init = trial_program.init_trial_state(arch, spec, hparams, jax.random.key(int(seeds[i])))
+    state, losses, logits = _trainer_reference(arch, spec, hparams, init, batches,
+                                               tables_data.eval_batches, spec.layout.tables)
+    got = jax.tree.map(lambda x, i=i: x[i], out.state)
+    chex.assert_trees_all_close(out.losses[i], losses, rtol=1e-5, atol=1e-6)
+    chex.assert_trees_all_close(got, state, rtol=1e-4, atol=1e-6)
+    chex.assert_trees_all_close(out.logits[i], logits, rtol=1e-4, atol=1e-5)
+    # the tables' own rates matter: every table at the trial's rate trains otherwise
+    _, plain, _ = _trainer_reference(arch, spec, hparams, init, batches,
+                                     tables_data.eval_batches, None)
+    assert not np.allclose(out.losses[i], plain, rtol=1e-5, atol=1e-6)
+
+
+def test_own_rates_with_table_dims_equal_the_trainer(tables_data):
+  """Rates and dims together (rowwise_adagrad averages a row over its table's dim): a trial
+  reading item through 2 columns equals the trainer whose item table has dim 2 too."""
+  spec = tables_data.spec
+  arch, _ = arch_lib.split_config({"model.name": "deepfm", "model.embed_dim": 4,
+                                   "model.mlp.depth": 1, "model.mlp.width": 8,
+                                   "embedding.optimizer": "rowwise_adagrad"})
+  hparams = {**_hparams(), "tables.item.dim": jnp.float32(2)}
+  batches = tables_data.train_steps(0, STEPS)
+  graphdef = trial_program.program_graphdef(arch, spec)
+  cohort = jax.jit(trial_program.make_cohort_fn(arch, spec, graphdef, resume=False))
+  out = cohort({k: v[None] for k, v in hparams.items()}, jnp.asarray([3], jnp.int32), None,
+               batches, tables_data.eval_batches)
+  dimmed = table_settings.with_table_settings(spec, {"item": {"dim": 2}})
+  init = trial_program.init_trial_state(arch, spec, _hparams(), jax.random.key(3))
+  widths = fl.table_row_widths(dimmed.layout, arch.embed_dim, arch.embedding_width)
+  state, losses, _ = _trainer_reference(arch, dimmed, _hparams(), init, batches,
+                                        tables_data.eval_batches, dimmed.layout.tables, widths)
+  chex.assert_trees_all_close(out.losses[0], losses, rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(jax.tree.map(lambda x: x[0], out.state.table), state.table,
+                              rtol=1e-4, atol=1e-6)
+
+
+def test_host_cohort_first_touch_takes_each_tables_stddev(tables_data):
+  spec = tables_data.spec
+  ids = np.asarray([1, 499, 500, 1839])
+  slot_row = np.asarray([0.1, 0.1], np.float32)
+  values, slots = host_cohort.lane_rows([7, 8], [0.01, 0.05], ids, 2, slot_row, spec)
+  for w, (seed, stddev) in enumerate([(7, 0.01), (8, 0.05)]):
+    want = initializers.init_rows(seed, 0, ids, 2, np.asarray([0.2, 0.2, stddev, stddev]))
+    np.testing.assert_array_equal(values[:, 2 * w:2 * w + 2], want)
+  np.testing.assert_array_equal(slots, np.tile(slot_row, (4, 2)))
+  plain, _ = host_cohort.lane_rows([7], [0.01], ids, 2, slot_row)  # no spec: one stddev
+  np.testing.assert_array_equal(plain, initializers.init_rows(7, 0, ids, 2, 0.01))
+
+
+@pytest.mark.slow  # ~20 s: a cache program and a device program
+def test_a_host_table_cohort_takes_the_tables_rates_and_stddevs_as_the_device_program():
+  """Two lanes through one host table and a device cache (`host_cohort`) with TABLES: the
+  first touch draws user rows at 0.2, and the lanes equal the device-table program started
+  from the same rows (losses, written rows, eval AUC), each table at its own rate."""
+  d = ctr_config.get_config("multihot_smoke").data
+  d.tables = TABLES
+  task = trial_data.CTRTask(d, batch_size=64, eval_rows=512, eval_batch_size=256,
+                            unique_capacity=800, embedding_backend="cache", cache_rows=900,
+                            cache_lookahead=1)
+  data = trial_data.TrialData(task)
+  arch, _ = arch_lib.split_config({"model.name": "deepfm", "model.embed_dim": 4,
+                                   "model.mlp.depth": 1, "model.mlp.width": 8})
+  seeds, steps = (3, 4), 5
+  hparams = cohort_call.stacked_hparams({"embedding.learning_rate": np.float32([0.05, 0.2])}, 2)
+  run = host_cohort.run_host_cohort(data, arch, hparams, seeds, steps)
+  assert run.stats["evictions"] > 0
+  ids = np.arange(data.full_rows)
+  values, slots = host_cohort.lane_rows(seeds, hparams["embedding.init_stddev"], ids,
+                                        arch.embedding_width, host_cohort._slot_row(arch),
+                                        data.spec)
+  states = host_cohort._lane_inits(arch, data.spec)(hparams, np.asarray(seeds, np.int32))
+  e, s = arch.embedding_width, slots.shape[1] // 2
+  states = jax.device_get(states._replace(table=device_table.TableState(
+      jnp.asarray(np.stack([values[:, w * e:(w + 1) * e] for w in range(2)])),
+      jnp.asarray(np.stack([slots[:, w * s:(w + 1) * s] for w in range(2)])))))
+  ref = cohort_call.call_cohort(data, None, arch, hparams, seeds, 0, steps, init_states=states)
+  np.testing.assert_allclose(run.output.losses, ref.losses, rtol=1e-5, atol=1e-6)
+  written = run.host_table.written_ids()
+  got_values, _ = run.host_table.gather(written)
+  for w in range(2):
+    np.testing.assert_allclose(got_values[:, w * e:(w + 1) * e],
+                               np.asarray(ref.states.table.values[w])[written],
+                               rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(run.output.auc, ref.auc, atol=1e-6)
+  # the first touch drew user rows at the table's 0.2, the others at the lane's 0.01
+  lane0 = values[:, :e]
+  assert float(np.std(lane0[:500])) == pytest.approx(0.2, rel=0.05)
+  assert float(np.std(lane0[500:])) == pytest.approx(
+      float(hparams["embedding.init_stddev"][0]), rel=0.05)
