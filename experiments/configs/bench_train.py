@@ -40,7 +40,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.chunk_steps = 5  # waited (device-only) and pipelined (end-to-end) steps alternate in chunks
   c.split_input = True  # model.split_input, the trainer's default (deepfm: no concatenated MLP
   #                      input; issue #27); False: the concatenated layout
-  c.loader_nice = 10  # train.loader_nice: niceness of the device backend's loader thread
+  c.loader_nice = 10  # train.loader_nice: niceness of both backends' host threads
+  c.loader_idle = False  # train.loader_idle: those threads under SCHED_IDLE instead (opt-in)
   c.host_allocator = "tuned"  # train.host_allocator: tuned | system (glibc's defaults); once
   #                             per process, so compare the two in separate runs
   c.floor = False  # also run the plain-JAX floor (experiments/floor_deepfm.py) in each round

@@ -8,6 +8,10 @@ stops the thread without leaving it hanging on a full queue.
 A stage may run at a lower CPU priority (`nice`, Linux): a host-preparation thread
 then takes the cores when XLA's step threads leave them idle instead of preempting
 them mid-matmul (issue #27: on 2 cores the end-to-end step gained ~2-4% at nice 10).
+`nice=IDLE` puts it under SCHED_IDLE instead: any other thread that wakes takes its core
+at once (nice 19 still lets it finish a slice first). That hides more host work behind
+XLA on a dedicated machine, but the thread all but stops while other processes keep
+every core busy, so it is an opt-in (`train.loader_idle`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 _DONE = object()
+IDLE = 20  # `nice` value of a stage under SCHED_IDLE (below every niceness; Linux)
 
 
 class _Failure:
@@ -38,15 +43,16 @@ class BackgroundIterator(Iterator[T]):
     source: an iterable; iterated only on the background thread.
     maxsize: queue bound (>= 1): how far the producer may run ahead.
     name: thread name, shown in tracebacks and debuggers.
-    nice: the producer thread's niceness (0-19; `lower_thread_priority`), 0: as created.
+    nice: the producer thread's niceness (0-19, or `IDLE`; `lower_thread_priority`), 0: as
+      created.
   """
 
   def __init__(self, source: Iterable[T], maxsize: int = 2, name: str = "sfjax-stage",
                nice: int = 0):
     if maxsize < 1:
       raise ValueError(f"maxsize must be >= 1, got {maxsize}")
-    if not 0 <= nice <= 19:
-      raise ValueError(f"nice must be in [0, 19], got {nice}")
+    if not 0 <= nice <= IDLE:
+      raise ValueError(f"nice must be in [0, 19] or IDLE ({IDLE}), got {nice}")
     self._nice = nice
     self._queue: queue.Queue = queue.Queue(maxsize=maxsize)
     self._stop = threading.Event()
@@ -129,16 +135,20 @@ def map_in_background(fn: Callable[[T], U], source: Iterable[T], maxsize: int = 
 
 def lower_thread_priority(nice: int) -> bool:
   """Raises the calling thread's niceness to at least `nice` (Linux schedules threads
-  apart: the rest of the process keeps its priority).
+  apart: the rest of the process keeps its priority); `nice=IDLE`: puts it under
+  SCHED_IDLE (it runs only on a core no other thread wants; it cannot come back).
 
   Returns:
-    Whether the niceness was set (False off Linux, or if the system refused).
+    Whether the priority was set (False off Linux, or if the system refused).
   """
   if not sys.platform.startswith("linux"):
     return False
   tid = threading.get_native_id()
   try:
-    os.setpriority(os.PRIO_PROCESS, tid, max(nice, os.getpriority(os.PRIO_PROCESS, tid)))
+    if nice >= IDLE:
+      os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+    else:
+      os.setpriority(os.PRIO_PROCESS, tid, max(nice, os.getpriority(os.PRIO_PROCESS, tid)))
   except OSError:
     return False
   return True

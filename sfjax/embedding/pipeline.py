@@ -179,7 +179,8 @@ class CachePipeline(Iterator[StepInputs]):
       each DeviceBatch then carries the `row_tables` of its rows (same order, same
       blocks); None: it does not.
     nice: niceness (0-19, Linux) of the loader, manager and write-back threads, so that
-      on a CPU they yield the cores to XLA's step threads; 0: as created.
+      on a CPU they yield the cores to XLA's step threads, or `background.IDLE`
+      (SCHED_IDLE); 0: as created.
 
   Each step's unique rows are padded to the smallest bucket of `swap_buckets(unique
   capacity)` that holds them, so gathers and the row-gradient all-reduce run over

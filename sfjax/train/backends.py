@@ -55,6 +55,7 @@ from sfjax.train.device_backend import BuildStep as BuildStep
 from sfjax.train.device_backend import DeviceBackend as DeviceBackend
 from sfjax.train.device_backend import RunStep as RunStep
 from sfjax.train.device_backend import StepFn as StepFn
+from sfjax.train.device_backend import host_priority
 from sfjax.train.state import TrainState
 
 # embedding.cache_sharding values: one copy per device, or rows partitioned over the devices.
@@ -214,7 +215,7 @@ class CacheBackend:
       self._blocks, self._rep = blocks, rep
     self._pipeline: pipeline_lib.CachePipeline | None = None
     self._loader_depth = max(1, config.train.prefetch)
-    self._host_nice = int(config.train.get("loader_nice", 0))
+    self._host_nice = host_priority(config.train)
 
   def make_step(self, state_sharding) -> RunStep:
     """The jitted donated cache step; its evicted rows are queued for write-back."""

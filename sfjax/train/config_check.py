@@ -250,6 +250,8 @@ def validate(config, *, default_host_path: bool = False) -> None:
   _integer(config, "train.prefetch", 0, 1024)
   if "loader_nice" in config.train:
     _integer(config, "train.loader_nice", 0, 19)
+  if "loader_idle" in config.train:
+    _boolean(config, "train.loader_idle")
   _integer(config, "train.num_devices", 0, 1 << 20)
   _choice(host_allocator.choice_of(config.train), "train.host_allocator", host_allocator.CHOICES)
   _choice(config.get("resume", "strict"), "resume", resume_check.RESUME_POLICIES)

@@ -163,6 +163,11 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   t.loader_nice = 10  # niceness (0-19, Linux) of the host threads that prepare batches (device
   #                    backend: the loader; cache: loader, manager, write-back), so they yield
   #                    the cores to XLA's step threads (issue #27); 0 = unchanged
+  t.loader_idle = False  # True: those threads run under SCHED_IDLE (Linux) instead, taking a
+  #                       core only when XLA's threads leave one free: on a quiet 2-core Xeon
+  #                       the cache backend ran 0.6-6% faster end to end (4 paired runs,
+  #                       issue #27), but beside busy processes they all but stop (a 14 s
+  #                       smoke run took > 100 s beside two busy loops): off by default
   t.host_allocator = "tuned"  # tuned: glibc malloc keeps XLA:CPU's per-step buffers warm instead
   #                            of mapping and faulting them in every step (25% faster steps on a
   #                            2-core Xeon; sfjax/core/host_allocator.py) | system: the defaults

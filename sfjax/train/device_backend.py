@@ -70,6 +70,14 @@ class RunStep:
     return self.run(state, inputs)
 
 
+def host_priority(train_cfg) -> int:
+  """The `background` priority of the host threads that prepare batches (both backends):
+  `background.IDLE` with `train.loader_idle`, else `train.loader_nice` (0: unchanged)."""
+  if train_cfg.get("loader_idle", False):
+    return background.IDLE
+  return int(train_cfg.get("loader_nice", 0))
+
+
 def _row_step(build_step: BuildStep, mesh) -> Callable:
   """The per-device step of a row-sharded table, mapped over 'data' (no swap: every row
   is resident). State: table split on 'data', the rest replicated; batch: all on 'data'."""
@@ -129,7 +137,7 @@ class DeviceBackend:
       self._eval_step = jax.jit(lambda params, values, db: step_lib.forward_logits(
           graphdef, params, device_table.gather_values(values, db.rows), db))
     self._prefetch = max(1, config.train.prefetch)
-    self._loader_nice = config.train.get("loader_nice", 0)
+    self._loader_nice = host_priority(config.train)
 
   @property
   def rows_per_device(self) -> int:

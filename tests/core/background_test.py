@@ -72,5 +72,19 @@ def test_a_nice_stage_lowers_its_own_thread_only():
   assert seen == [max(7, before)] * 3
   assert list(background.map_in_background(lambda _: _niceness(), range(2))) == [before] * 2
   assert _niceness() == before  # the consumer's thread is untouched
-  with pytest.raises(ValueError, match=r"nice must be in \[0, 19\], got 20"):
-    background.BackgroundIterator(range(3), nice=20)
+  with pytest.raises(ValueError, match=r"nice must be in \[0, 19\] or IDLE \(20\), got 21"):
+    background.BackgroundIterator(range(3), nice=21)
+  with pytest.raises(ValueError, match=r"got -1"):
+    background.BackgroundIterator(range(3), nice=-1)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is Linux's")
+def test_an_idle_stage_runs_under_sched_idle_and_the_consumer_does_not():
+  def policy(_):
+    return os.sched_getscheduler(threading.get_native_id())
+
+  before = policy(None)
+  assert list(background.map_in_background(policy, range(3), nice=background.IDLE)) == [
+      os.SCHED_IDLE] * 3
+  assert policy(None) == before != os.SCHED_IDLE
+  assert list(background.map_in_background(policy, range(2), nice=19)) == [before] * 2

@@ -13,6 +13,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from sfjax.core import background
 from sfjax.data import types
 from sfjax.embedding import cache as cache_lib
 from sfjax.embedding import cache_planner, sharded_cache, vsi
@@ -298,5 +299,29 @@ def test_nice_lowers_the_pipeline_threads_only():
     for name, tid in threads.items():
       assert os.getpriority(os.PRIO_PROCESS, tid) == min(19, own + 5), name
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
+  finally:
+    pipe.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is Linux's")
+def test_idle_puts_the_pipeline_threads_under_sched_idle():
+  """`nice=background.IDLE` (train.loader_idle): the loader, manager and write-back threads
+  run under SCHED_IDLE, the trainer's own thread as it was."""
+  own = os.sched_getscheduler(threading.get_native_id())
+  planner = cache_planner.CachePlanner(NUM_SLOTS, 4, lookahead=1)
+  batches = [_batch([[i % 6, (i + 1) % 6], [(i + 2) % 6, 0]]) for i in range(40)]
+  pipe = pipeline_lib.CachePipeline(batches, field_offsets=OFFSETS, host_table=_table(),
+                                    planner=planner, put_batch=lambda x: x,
+                                    put_swap=jax.device_put, nice=background.IDLE)
+  try:
+    _drive(pipe, 3)
+    pipe.drain()
+    threads = {t.name: t.native_id for t in threading.enumerate()
+               if t.name in ("sfjax-data-loader", "sfjax-host-manager", "sfjax-write-back")
+               and t.is_alive()}
+    assert len(threads) == 3
+    for name, tid in threads.items():
+      assert os.sched_getscheduler(tid) == os.SCHED_IDLE, name
+    assert os.sched_getscheduler(threading.get_native_id()) == own != os.SCHED_IDLE
   finally:
     pipe.close()

@@ -269,7 +269,9 @@ def _loose(fmt="criteo", **fields):
     ("data.synthetic.num_dense", 2**63, "synthetic"),  # past int64
     ("seed", -1, "criteo"),  # numpy's default_rng refuses negative seeds
     ("train.prefetch", "4", "criteo"),
-    ("train.loader_nice", 20, "criteo"),
+    ("train.loader_nice", 20, "criteo"),  # SCHED_IDLE is train.loader_idle
+    ("train.loader_idle", 1, "criteo"),
+    ("train.loader_idle", "yes", "criteo"),
     ("train.host_allocator", "jemalloc", "criteo"),
     ("train.host_allocator", 1, "criteo"),
     ("train.num_devices", 1.5, "criteo"),

@@ -10,13 +10,15 @@ no all-reduce of the `[U, E]` row gradient) and compile once per block shape.
 
 import chex
 import jax
+import ml_collections
 import numpy as np
 import pytest
 
 from experiments.configs import ctr
+from sfjax.core import background
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import row_optimizers
-from sfjax.train import config_check, loop
+from sfjax.train import config_check, device_backend, loop
 from tests.train import bag_data, training_runs
 from tests.train import multihot_backends_test as multihot
 
@@ -136,3 +138,15 @@ def test_row_sharded_trains_bags_and_per_table_optimizers_like_one_device(layout
   assert abs(got.final["auc"] - ref.final["auc"]) < 1e-5
   if layout == "per_table_optimizers":
     assert got.trainer.backend.batch_sharding.row_tables is not None
+
+
+def test_host_priority_is_the_loaders_niceness_or_sched_idle():
+  """`train.loader_nice` / `train.loader_idle` -> the priority both backends give their host
+  threads (`background.IDLE`: SCHED_IDLE)."""
+  train = ctr.get_config().train
+  assert device_backend.host_priority(train) == 10  # the default niceness
+  train.loader_nice = 3
+  assert device_backend.host_priority(train) == 3
+  train.loader_idle = True
+  assert device_backend.host_priority(train) == background.IDLE
+  assert device_backend.host_priority(ml_collections.ConfigDict({})) == 0  # an old config

@@ -31,7 +31,8 @@ def _config(steps=20):
     ("train.eval_every", "meaning"), ("data.train_path files", "meaning"),
     ("some.new_field", "meaning"),  # unknown: counted as meaning, never passed silently
     ("train.steps", "free"), ("train.log_every", "free"), ("train.eval_batch_size", "free"),
-    ("train.num_devices", "free"), ("train.host_allocator", "free"), ("train.loader_nice", "free"), ("embedding.cache_rows", "free"),
+    ("train.num_devices", "free"), ("train.host_allocator", "free"), ("train.loader_nice", "free"),
+    ("train.loader_idle", "free"), ("embedding.cache_rows", "free"),
     ("checkpoint.every_steps", "free"), ("distributed.process_id", "free"), ("resume", "free"),
     ("model", "meaning"),  # a prefix rule matches only whole dotted parts
 ])
