@@ -31,7 +31,7 @@ line (also written to `config.out`).
 `config.group_only` (issue #26, 0a's width target): no training; a random search of
 `search.study.num_trials` trials over the space, for each ask batch of `group_asks`
 and each seed below `group_seeds`: the algorithm's own proposals, asked in rounds of
-the batch, formed into cohorts (`search_loop.form_cohorts` with the data's Nd and F)
+the batch, formed into cohorts (`search_round.form_cohorts` with the data's Nd and F)
 and each cohort planned into program calls at `search.study.cohort_width` (the
 runner's own `plan`). It reports, per ask batch, `mean_cohort_width` (trials per
 program call, as a search's summary counts them), `programs`, `pairs_tried` (mean

@@ -131,7 +131,7 @@ def measure(data: TrialData, arch, count: int, mesh) -> dict[str, float]:
 def joint_draws(space, count: int, batch: int, fill: bool, rng) -> list:
   """`count` (arch, hparams) draws of `space` in rounds of `batch`, as a search asks them.
 
-  With `fill` a round is architecture-aware (`search_loop.ask_round`): its first draw
+  With `fill` a round is architecture-aware (`search_round.ask_round`): its first draw
   is free, the others are drawn from `space.fixing` its shape-bucket keys
   (`buckets.fixed_config_keys`).
   """

@@ -123,7 +123,7 @@ def bucket_key(arch: ArchSpec, merge_optimizers: bool = False,
 def fixed_config_keys(config: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, ...]:
   """The keys of `keys` to fix to `config`'s values so that new configs share its bucket.
 
-  Architecture-aware asking (`search_loop.ask_round`): the static keys of the space
+  Architecture-aware asking (`search_round.ask_round`): the static keys of the space
   (`keys`) less the masked ones; `model.embed_dim` stays fixed unless `config`
   names a model and a row optimizer that mask it (`padded_layout.embed_maskable`;
   one it does not name, e.g. a key outside the space, could be anything).

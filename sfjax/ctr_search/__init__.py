@@ -17,7 +17,8 @@ from sfjax.ctr_search.search_config import (
   make_task,
   parse_cohort_width,
 )
-from sfjax.ctr_search.search_loop import form_cohorts, run_search
+from sfjax.ctr_search.search_loop import run_search
+from sfjax.ctr_search.search_round import form_cohorts
 from sfjax.ctr_search.space_provider import CTRSearchSpace
 
 __all__ = ["CTRSearchSpace", "DISPATCH_FILE", "SearchConfigError", "check_flag_overrides",

@@ -199,7 +199,7 @@ class Loop:
 
   Args:
     study: the open study.
-    ask: `ask(study, n) -> suggestions` (`search_loop.ask_round`).
+    ask: `ask(study, n) -> suggestions` (`search_round.ask_round`).
     ask_batch: trials per ask.
     num_trials: the loop ends once this many trials ran to a final status.
     executor: runs the jobs (`executor.py`); its `busy_seconds` are read before and after.

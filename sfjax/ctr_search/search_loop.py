@@ -3,7 +3,7 @@
 One round of the loop (VEGA's search step, arXiv 2011.01507):
 
   study.ask(n)            the round's n trials, every one the algorithm's own
-                          free proposal (`ask_round`; never resampled inside a
+                          free proposal (`search_round.ask_round`; never resampled inside a
                           bucket, issue #26); quota filters (`study.max_params`,
                           `max_flops`, `max_latency_ms`) reject configs before
                           training (recorded, not counted);
@@ -63,7 +63,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from absl import logging
@@ -72,21 +72,25 @@ from sfjax.automl.algorithms import (
   ENDED_STATUSES,
   Objective,
   Objectives,
-  Suggestion,
   TrialStatus,
-  all_objectives,
   directions_of,
 )
 from sfjax.automl.algorithms.pbt import PBT
 from sfjax.automl.study import Study, TrialRecord, limit_quotas
-from sfjax.cohorts import buckets, chunk_plan, trial_states
-from sfjax.cohorts.arch import ArchSpec, split_config
+from sfjax.cohorts import chunk_plan
+from sfjax.cohorts.arch import split_config
 from sfjax.cohorts.chunk_plan import Chunk
 from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.cohorts.latency import LatencySettings
-from sfjax.cohorts.trial_result import CohortTrialResult
 from sfjax.core import workdir_lock
-from sfjax.ctr_search import dispatch, search_config, search_events, search_pbt, search_report
+from sfjax.ctr_search import (
+  dispatch,
+  search_config,
+  search_events,
+  search_pbt,
+  search_report,
+  search_round,
+)
 from sfjax.ctr_search.executor import CohortJob, make_executor
 from sfjax.ctr_search.search_config import SearchConfigError
 from sfjax.ctr_search.search_pruning import pruner_of, pruning_summary, run_pruned_round
@@ -96,12 +100,6 @@ _AUTO_ASK_BATCH = 8  # trials asked per round with cohort_width='auto'
 OBJECTIVE = Objective("auc", "maximize")
 DIRECTIONS = {"auc": "maximize", "params": "minimize"}
 _DEFAULT_FILE = "default.json"
-_STATES_DIR = "states"
-
-
-def _trial_seed(base_seed: int, trial_id: int) -> int:
-  """Init seed of a fresh trial: distinct per trial and per study seed, < 2^31."""
-  return (base_seed * 1_000_003 + trial_id + 1) % (2**31 - 1)
 
 
 def run_search(config, workdir: str, search_space: CTRSearchSpace,
@@ -203,27 +201,30 @@ def _run_search(config, workdir: str, search_space: CTRSearchSpace,
     pbt = algorithm
 
     def run_round(study, batch):  # one vmapped population: every member in one program
+      seeds = [search_round.trial_seed(config.seed, s.trial_id) for s in batch]
       return search_pbt.run_population(
-          study, runner, batch, [_trial_seed(config.seed, s.trial_id) for s in batch],
-          pbt.rounds(config.study.max_budget),
+          study, runner, batch, seeds, pbt.rounds(config.study.max_budget),
           task.steps_for_budget(pbt.pbt_interval), (config.seed, batch[0].trial_id),
           search_pbt.pbt_bounds(space, search_space.zero_allowed), search_space.runner_config,
           pbt.quantile)
   else:
+    states_dir = os.path.join(workdir, search_round.STATES_DIR)
+
     def run_round(study, batch):
       if pruner is not None:  # study.pruner: members pruned at eval points, lanes refilled
         return run_pruned_round(
             study, runner, batch, pruner, config, max_steps,
-            lambda ss: _batch_jobs(study, runner, ss, workdir, config.seed, max_steps, split, False),
-            lambda s, result, end: _record(study, s, result, os.path.join(workdir, _STATES_DIR),
-                                           algorithm.multi_fidelity and end < max_steps))
-      return _run_batch(study, executor, runner, batch, workdir, config.seed, max_steps,
-                        keep_states=algorithm.multi_fidelity, split=split,
-                        merge_optimizers=bool(field("fill_cohorts")))
+            lambda ss: search_round.batch_jobs(study, runner, ss, workdir, config.seed,
+                                               max_steps, split, False),
+            lambda s, result, end: search_round.record_result(
+                study, s, result, states_dir, algorithm.multi_fidelity and end < max_steps))
+      return search_round.run_batch(study, executor, runner, batch, workdir, config.seed,
+                                    max_steps, keep_states=algorithm.multi_fidelity,
+                                    split=split, merge_optimizers=bool(field("fill_cohorts")))
 
     def cohort_jobs(study, batch):  # the asynchronous schedule's cohorts of one ask
-      return _batch_jobs(study, runner, batch, workdir, config.seed, max_steps, split,
-                         bool(field("fill_cohorts")))
+      return search_round.batch_jobs(study, runner, batch, workdir, config.seed, max_steps,
+                                     split, bool(field("fill_cohorts")))
   started = time.perf_counter()
   events = search_events.SearchEvents(workdir, objective.metric, objective.direction,
                                       mirror=search_events.open_mirror(
@@ -243,11 +244,13 @@ def _run_search(config, workdir: str, search_space: CTRSearchSpace,
           config.study.num_trials, time.perf_counter() - started))
       sys.stderr.flush()
 
-    loop = dispatch.Loop(study, ask_round, int(ask_batch), config.study.num_trials, executor,
+    loop = dispatch.Loop(study, search_round.ask_round, int(ask_batch),
+                         config.study.num_trials, executor,
                          on_asked=lambda: events.update(study.trials()))  # mirror: running
     if schedule == "async":  # a queue of cohorts that free workers take (`dispatch.py`)
       loop.run_async(lambda batch: cohort_jobs(study, batch), lambda job, members, results: told(
-          _tell_job(study, job, members, results, workdir, max_steps, algorithm.multi_fidelity)))
+          search_round.tell_job(study, job, members, results, workdir, max_steps,
+                                algorithm.multi_fidelity)))
     else:
       loop.run_rounds(lambda batch: told(run_round(study, batch)))
     if not isinstance(algorithm, PBT):  # PBT trains in the driver: no workers to measure
@@ -258,37 +261,6 @@ def _run_search(config, workdir: str, search_space: CTRSearchSpace,
     pruned = {} if pruner is None else pruning_summary(study.trials(), task.steps_for_budget,
                                                         max_steps)
     return dict(_summarize(study, default), **chunk_plan.program_summary(programs), **pruned)
-
-
-def ask_round(study: Study, n: int) -> list[Suggestion]:
-  """Up to `n` suggestions for one round: the algorithm's own proposals, asked freely.
-
-  Cohorts are formed from them afterwards (`_run_batch` groups them by shape bucket,
-  `form_cohorts`), never by resampling inside a bucket (issue #26: fixing a round to
-  its first trial's bucket narrowed a 16-trial smoke search to one family and one
-  row optimizer). So `study.fill_cohorts` never changes what is asked: a round's
-  suggestions are those of `study.ask(n)` whatever it is (for a seed, the same).
-  Promotions of multi-fidelity algorithms come back as they are (they resume a
-  saved state).
-  """
-  return study.ask(n)
-
-
-def form_cohorts(archs: Sequence[ArchSpec], merge_optimizers: bool, num_dense: int | None = None,
-                 num_fields: int | None = None) -> list[list[int]]:
-  """Indices of a round's trials grouped into cohorts (one `CohortJob` each), in order of
-  each cohort's first trial (`num_dense`, `num_fields`: the data's, `buckets.bucket_key`).
-  Trials of one shape bucket (`buckets.bucket_key`) share a group; with
-  `merge_optimizers` (`study.fill_cohorts`) the row optimizer leaves the key, so trials
-  that differ only in it (and in the bucket's masked sizes) share one program, each
-  lane taking its own (`sfjax.cohorts.lane_optimizers`). Only grouping: the trials
-  are the ones given, none added, dropped or changed.
-  """
-  groups: dict[ArchSpec, list[int]] = {}
-  for i, arch in enumerate(archs):
-    groups.setdefault(buckets.bucket_key(arch, merge_optimizers, num_dense, num_fields),
-                      []).append(i)
-  return list(groups.values())
 
 
 def default_metrics(workdir: str, executor, seed: int, steps: int,
@@ -304,127 +276,13 @@ def default_metrics(workdir: str, executor, seed: int, steps: int,
   config = search_space.default_config(None)
   arch, hparams = split_config(search_space.runner_config(config))
   logging.info("training the default config (%s) for %d steps", arch.describe(), steps)
-  job = CohortJob(arch, [hparams], [_trial_seed(seed, -1)], [0], [steps], [None], [-1])
+  job = CohortJob(arch, [hparams], [search_round.trial_seed(seed, -1)], [0], [steps], [None], [-1])
   result = next(iter(executor.map([job])))[0]
   if result.status != TrialStatus.DONE:
     logging.warning("the default config failed: %s", result.error)
   search_config.write_json(path, {"config": config.to_dict(), "status": result.status.value,
                                   "metrics": result.metrics, "error": result.error})
   return dict(result.metrics)
-
-
-def _batch_jobs(study: Study, runner: CohortRunner, batch: Sequence[Suggestion], workdir: str,
-                seed: int, max_steps: int, split: Callable[[Any], tuple[ArchSpec, dict[str, float]]],
-                merge_optimizers: bool) -> list[tuple[CohortJob, list]]:
-  """`batch` as `(job, members)` pairs, one job per cohort (`form_cohorts`: trials whose
-  architectures differ only in sizes a superset can hold, `buckets.bucket_key`, and with
-  `merge_optimizers` in row optimizers, run as one padded vmapped program per chunk).
-
-  The driver's `runner` reads saved states for promotions; `split` maps a point of the
-  space to its (ArchSpec, hyperparameters); a config it cannot build is told FAILED.
-  """
-  states_dir = os.path.join(workdir, _STATES_DIR)
-  built: list[tuple[Suggestion, ArchSpec, dict[str, float]]] = []
-  for s in batch:
-    try:
-      arch, hparams = split(s.config)
-    except ValueError as e:  # a config the runner cannot build: that trial fails
-      study.tell(s.trial_id, {}, TrialStatus.FAILED, reason=f"bad config: {e}")
-      continue
-    built.append((s, arch, hparams))
-  pairs = []  # equal architectures run unpadded
-  data = runner.spec.num_dense, runner.spec.num_fields
-  for group in form_cohorts([a for _, a, _ in built], merge_optimizers, *data):
-    members = [built[i] for i in group]
-    starts, ends, init_states = [], [], []
-    for s, arch, _ in members:
-      start, state = _resume_point(runner, arch, s, states_dir)
-      end = max_steps if s.budget is None else runner.task.steps_for_budget(s.budget)
-      starts.append(start)
-      ends.append(max(end, start))
-      init_states.append(state)
-    archs = tuple(arch for _, arch, _ in members)
-    pairs.append((CohortJob(archs[0] if len(set(archs)) == 1 else archs,
-                            [h for _, _, h in members],
-                            [_trial_seed(seed, s.trial_id) for s, _, _ in members], starts, ends,
-                            init_states, [s.trial_id for s, _, _ in members], runner.ragged,
-                            merge_optimizers), members))
-  return pairs
-
-
-def _tell_job(study: Study, job: CohortJob, members: list, results: list[CohortTrialResult],
-              workdir: str, max_steps: int, keep_states: bool) -> list[Chunk]:
-  """Records one job's results (`_record`); the chunks (program calls) that ran it, each once
-  (chunk mates share it; its trial indices are its own)."""
-  states_dir = os.path.join(workdir, _STATES_DIR)
-  for (s, _, _), result, end in zip(members, results, job.end_steps, strict=True):
-    _record(study, s, result, states_dir, keep_states and end < max_steps)
-  return list(dict.fromkeys(r.chunk for r in results if r.chunk is not None))
-
-
-def _run_batch(study: Study, executor, runner: CohortRunner, batch: Sequence[Suggestion],
-               workdir: str, seed: int, max_steps: int, keep_states: bool,
-               split: Callable[[Any], tuple[ArchSpec, dict[str, float]]],
-               merge_optimizers: bool = False) -> list[Chunk]:
-  """Trains `batch` grouped by shape bucket (`_batch_jobs`) and tells the study.
-
-  `executor` runs the jobs (`executor.make_executor`); results are told in group
-  order whatever the executor. With `keep_states` (multi-fidelity algorithms), the
-  state of each successful trial below the full budget is saved for a later
-  promotion. A job submitted again after its worker died is journaled as a re-queue
-  of its trials.
-
-  Returns:
-    The chunks (program calls) that ran the batch, as its results name them
-    (`CohortTrialResult.chunk`; whichever executor ran them), for `mean_cohort_width`
-    and `lane_utilization`.
-  """
-  pairs = _batch_jobs(study, runner, batch, workdir, seed, max_steps, split, merge_optimizers)
-  programs: list[Chunk] = []
-  results_of = executor.map([job for job, _ in pairs],
-                            lambda job, _: study.record_retry(job.trial_ids))
-  for (job, members), results in zip(pairs, results_of, strict=True):
-    programs += _tell_job(study, job, members, results, workdir, max_steps, keep_states)
-  return programs
-
-
-def _resume_point(runner: CohortRunner, arch: ArchSpec, s: Suggestion,
-                  states_dir: str) -> tuple[int, Any]:
-  """(start step, init state) of a trial: the parent's saved state for a promotion."""
-  if s.resume_from is None:
-    return 0, None
-  path = trial_states.state_path(states_dir, s.resume_from)
-  try:
-    state = trial_states.load_state(path, runner.state_template(arch))
-  except (FileNotFoundError, trial_states.StateFileError) as e:
-    logging.warning("trial %d: cannot resume from trial %d (%s); training from scratch",
-                    s.trial_id, s.resume_from, e)
-    return 0, None
-  return int(state.step), state
-
-
-def _record(study: Study, s: Suggestion, result: CohortTrialResult, states_dir: str,
-            keep_state: bool) -> None:
-  """Saves the trial's state if it may be promoted, tells the study, drops the parent's.
-
-  A trial that trained to the end but has no finite held-out AUC (e.g. one class only
-  in the valid half) is told as FAILED: the study needs the objective of a DONE trial.
-  """
-  status, reason = result.status, result.error
-  if status == TrialStatus.DONE and not math.isfinite(float(result.metrics.get("auc", math.nan))):
-    status, reason = TrialStatus.FAILED, "held-out AUC is not finite"
-  for o in all_objectives(study.objective):
-    value = float(result.metrics.get(o.metric, math.nan))
-    if status == TrialStatus.DONE and not math.isfinite(value):
-      status, reason = TrialStatus.FAILED, f"objective metric {o.metric!r} is not finite"
-  if status == TrialStatus.DONE and keep_state and result.state is not None:
-    trial_states.save_state(trial_states.state_path(states_dir, s.trial_id), result.state)
-  metrics = {k: float(v) for k, v in result.metrics.items() if math.isfinite(float(v))}
-  study.tell(s.trial_id, metrics, status, elapsed_s=result.metrics.get("seconds"), reason=reason)
-  if s.resume_from is not None:  # each trial is promoted at most once (ASHA, Hyperband)
-    parent = trial_states.state_path(states_dir, s.resume_from)
-    if os.path.exists(parent):
-      os.remove(parent)
 
 
 def _summarize(study: Study, default: Mapping[str, float]) -> dict[str, Any]:

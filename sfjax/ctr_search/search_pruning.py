@@ -34,9 +34,9 @@ from sfjax.ctr_search import search_config
 from sfjax.ctr_search.search_config import SearchConfigError
 
 # suggestions -> `(CohortJob, members)` pairs, members `(suggestion, arch, hparams)`
-# (`search_loop._batch_jobs`: a config that cannot be built is told failed there)
+# (`search_round.batch_jobs`: a config that cannot be built is told failed there)
 JobsOf = Callable[[Sequence[Suggestion]], Sequence[tuple[Any, Sequence[tuple]]]]
-# (suggestion, result, its end step) -> the study is told (`search_loop._record`)
+# (suggestion, result, its end step) -> the study is told (`search_round.record_result`)
 Record = Callable[[Suggestion, CohortTrialResult, int], None]
 
 

@@ -28,7 +28,7 @@ class CTRSearchSpace(NamedTuple):
     runner_config: a point -> the trial runner's keys (`arch.split_config`).
     zero_allowed: hyperparameter keys whose value may be exactly 0 (gated
       regularisers): PBT clips them from 0, not from the space's lower bound.
-    bucket_fixed_keys: architecture-aware asking (`search_loop.ask_round`): given
+    bucket_fixed_keys: architecture-aware asking (`search_round.ask_round`): given
       the first config of a round and every key of the space, the keys to fix to
       its values so that new configs share its shape bucket (`padded.bucket_key`).
       None: `padded.fixed_config_keys` over the space's `arch.STATIC_KEYS`.

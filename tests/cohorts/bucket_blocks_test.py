@@ -18,7 +18,7 @@ from sfjax.cohorts import cohort_call, trial_states
 from sfjax.cohorts import cohort_runner as cohort
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts import task as trial_data
-from sfjax.ctr_search import search_loop
+from sfjax.ctr_search import search_round
 from sfjax.train import step as step_lib
 
 STEPS = 12  # the shared `data` fixture's steps per budget unit (conftest.py)
@@ -370,13 +370,13 @@ def test_block_space_rounds_are_free_proposals_merged_by_gated_buckets(tmp_path)
   for seed in range(3):
     with Study.open(str(tmp_path / str(seed)), space, RandomSearch(seed=seed),
                     Objective("auc", "maximize")) as study:
-      batch = search_loop.ask_round(study, 8)
+      batch = search_round.ask_round(study, 8)
     with Study.open(str(tmp_path / f"free{seed}"), space, RandomSearch(seed=seed),
                     Objective("auc", "maximize")) as study:
       free = study.ask(8)
     assert [s.config for s in batch] == [s.config for s in free]
     archs = [arch_lib.split_config(block_space_lib.runner_config(s.config))[0] for s in batch]
-    groups = search_loop.form_cohorts(archs, merge_optimizers=True)
+    groups = search_round.form_cohorts(archs, merge_optimizers=True)
     assert sorted(i for g in groups for i in g) == list(range(8))
     for g in groups:
       assert len({padded.bucket_key(archs[i], True) for i in g}) == 1

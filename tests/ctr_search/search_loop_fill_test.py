@@ -24,7 +24,7 @@ from sfjax.automl.algorithms import Objective, RandomSearch
 from sfjax.automl.study import Study
 from sfjax.cohorts import buckets
 from sfjax.cohorts.arch import split_config
-from sfjax.ctr_search import search_loop
+from sfjax.ctr_search import search_loop, search_round
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NUM_TRIALS, ROUND = 240, 8
@@ -50,8 +50,8 @@ def _formed_rounds(path, seed, fill):
   trials, widths = [], []
   with _study(path, seed) as study:
     while len(trials) < NUM_TRIALS:
-      batch = search_loop.ask_round(study, ROUND)
-      groups = search_loop.form_cohorts(_archs(batch), merge_optimizers=fill)
+      batch = search_round.ask_round(study, ROUND)
+      groups = search_round.form_cohorts(_archs(batch), merge_optimizers=fill)
       assert sorted(i for g in groups for i in g) == list(range(len(batch)))  # none lost
       trials += [batch[i].config for g in groups for i in g]
       widths += [len(g) for g in groups]

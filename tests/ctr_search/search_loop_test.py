@@ -5,7 +5,6 @@ shared by the module so compiled trial programs are reused across studies.
 """
 
 import json
-import logging
 import math
 import os
 
@@ -25,7 +24,7 @@ from sfjax.cohorts.arch import split_config
 from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.core import WorkdirLockedError, tensorboard, workdir_lock
 from sfjax.ctr_pipeline import train_steps
-from sfjax.ctr_search import search_config, search_loop, search_report
+from sfjax.ctr_search import search_config, search_loop, search_report, search_round
 from sfjax.data import parse_table_settings
 from tests.cohorts.conftest import CallRecorder
 
@@ -133,8 +132,8 @@ def test_asha_promotions_resume_from_the_parents_saved_state(tmp_path, runner):
   calls = [c for c in runner.calls if c["arch"].model_name != "deepfm"]  # drop the default run
   for t in promoted:
     parent = trials[t["resume_from"]]
-    call = next(c for c in calls if search_loop._trial_seed(0, t["trial_id"]) in c["seeds"])
-    i = call["seeds"].index(search_loop._trial_seed(0, t["trial_id"]))
+    call = next(c for c in calls if search_round.trial_seed(0, t["trial_id"]) in c["seeds"])
+    i = call["seeds"].index(search_round.trial_seed(0, t["trial_id"]))
     assert call["start_steps"][i] == parent["metrics"]["steps"] > 0
     assert call["init_steps"][i] == parent["metrics"]["steps"]
     assert t["metrics"]["steps"] == 4 * t["budget"] > parent["metrics"]["steps"]
@@ -166,16 +165,6 @@ def test_pbt_population_explores_one_architecture(tmp_path, runner):
   assert summary["beats_default"] == (best["metrics"]["auc"] > summary["default_metrics"]["auc"])
 
 
-def test_missing_parent_state_trains_from_scratch_and_logs(tmp_path, runner, caplog):
-  arch, _ = split_config({"model.name": "fm", "model.embed_dim": 4})
-  s = Suggestion(5, Config({"model.name": "fm"}), budget=2, rung=1, parent_trial_id=3,
-                 resume_from=3)
-  with caplog.at_level(logging.WARNING):
-    start, state = search_loop._resume_point(runner, arch, s, str(tmp_path))
-  assert (start, state) == (0, None)
-  assert "from scratch" in caplog.text and "trial 3" in caplog.text
-
-
 def test_resume_runs_only_new_trials(tmp_path, runner):
   search_loop.run_search(tiny_config("evolution", num_trials=2), str(tmp_path), SPACE, runner=runner)
   runner.calls.clear()
@@ -183,7 +172,7 @@ def test_resume_runs_only_new_trials(tmp_path, runner):
                                    runner=runner)
   assert summary["num_trials_done"] == 4
   seeds = [seed for c in runner.calls for seed in c["seeds"]]
-  assert sorted(seeds) == [search_loop._trial_seed(0, i) for i in (2, 3)]  # no default rerun either
+  assert sorted(seeds) == [search_round.trial_seed(0, i) for i in (2, 3)]  # no default rerun either
   assert [t["trial_id"] for t in read_jsonl(tmp_path / "trials.jsonl")] == [0, 1, 2, 3]
   # TensorBoard: rebuilt from the journal on resume, every done trial once
   done = [t["trial_id"] for t in read_jsonl(tmp_path / "trials.jsonl") if t["status"] == "done"]
@@ -363,30 +352,6 @@ def test_state_files_round_trip_and_reject_other_archs(tmp_path, runner):
   assert math.isfinite(result.metrics["auc"])
 
 
-class _TellRecorder:
-  """Records `study.tell` calls (the searcher would refuse a DONE trial without 'auc')."""
-
-  objective = search_loop.OBJECTIVE
-
-  def __init__(self):
-    self.told = []
-
-  def tell(self, trial_id, metrics, status, **kwargs):
-    assert status != TrialStatus.DONE or "auc" in metrics
-    self.told.append((trial_id, dict(metrics), status, kwargs.get("reason")))
-
-
-def test_trial_without_finite_auc_is_told_failed_and_keeps_no_state(tmp_path):
-  # e.g. the valid half of the eval rows holds one class only: AUC is NaN for a live trial.
-  study = _TellRecorder()
-  s = Suggestion(5, Config({"model.name": "fm"}))
-  result = search_loop.CohortTrialResult({"auc": math.nan, "steps": 3.0}, TrialStatus.DONE,
-                                   {"leaf": np.zeros(2)}, None)
-  search_loop._record(study, s, result, str(tmp_path), keep_state=True)
-  assert study.told == [(5, {"steps": 3.0}, TrialStatus.FAILED, "held-out AUC is not finite")]
-  assert not os.listdir(tmp_path)
-
-
 def test_multi_objective_search_with_a_flops_quota(tmp_path, runner, capsys):
   # lr costs ~400 FLOPs per example of this task's eval forward, fm ~900: the quota keeps lr.
   config = tiny_config("nsga2", num_trials=3, objectives="auc:max,flops:min,latency_ms:min",
@@ -432,7 +397,7 @@ def test_architecture_aware_rounds_fill_cohorts_on_the_joint_space(tmp_path):
     assert on["metrics"]["logloss"] == pytest.approx(off["metrics"]["logloss"], rel=1e-4)
     assert on["metrics"]["auc"] == pytest.approx(off["metrics"]["auc"], abs=5e-5)
   archs = [split_config(SPACE.runner_config(Config(t["config"])))[0] for t in trials[True]]
-  merged = len(search_loop.form_cohorts(archs, merge_optimizers=True))
+  merged = len(search_round.form_cohorts(archs, merge_optimizers=True))
   assert summaries[True]["mean_cohort_width"] == 8 / merged
   assert summaries[True]["mean_cohort_width"] >= summaries[False]["mean_cohort_width"]
 

@@ -12,7 +12,7 @@ from sfjax.automl.space import Fixed, Float, Space
 from sfjax.automl.study import Study
 from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts.cohort_runner import CohortRunner
-from sfjax.ctr_search import search_config, search_loop, search_pbt
+from sfjax.ctr_search import search_config, search_loop, search_pbt, search_round
 
 ARCH = {"model.name": "fm", "model.embed_dim": 4, "embedding.optimizer": "adagrad"}
 POPULATION, ROUNDS, STEPS_PER_ROUND = 4, 2, 2
@@ -62,7 +62,7 @@ def _run(path, runner, runner_config=SEARCH_SPACE.runner_config, num_rounds=ROUN
     members = study.ask(POPULATION)
     assert len(members) == POPULATION
     chunks = search_pbt.run_population(
-        study, runner, members, [search_loop._trial_seed(0, m.trial_id) for m in members],
+        study, runner, members, [search_round.trial_seed(0, m.trial_id) for m in members],
         num_rounds, STEPS_PER_ROUND, (0, members[0].trial_id),
         search_pbt.pbt_bounds(space, SEARCH_SPACE.zero_allowed), runner_config)
     # One program call per round over the whole population, unless the population failed.
