@@ -1,12 +1,15 @@
 """Fixtures shared by the cohort and search tests: one tiny synthetic task's precomputed
 trial data, and a runner that records the program calls it makes."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from experiments.configs import ctr as ctr_config
-from sfjax.cohorts import CohortRunner
+from sfjax.cohorts import CohortRunner, cohort_call, host_cohort
 from sfjax.cohorts import task as trial_data
+from sfjax.embedding import device_table
 
 STEPS = 12  # steps per budget unit of the tiny task
 
@@ -53,3 +56,32 @@ class CallRecorder(CohortRunner):
       lengths = np.broadcast_to(np.asarray(end) - np.asarray(start), (len(seeds),))
       self.calls.append((len(seeds), int(lengths.max()), [int(s) for s in seeds]))
     return out
+
+
+def assert_host_cohort_equals_device_program(data, arch, hparams, seeds, steps) -> np.ndarray:
+  """Runs `seeds`' lanes through one host table and a device cache (`run_host_cohort`, at
+  least one eviction) and checks them against the device-table program started from the
+  same first-touch rows: losses, written rows and eval AUC per lane. Returns the lanes'
+  initial rows `[V, W*E]`."""
+  run = host_cohort.run_host_cohort(data, arch, hparams, seeds, steps)
+  assert run.stats["evictions"] > 0  # rows went back to the host table and came again
+  lanes = len(seeds)
+  values, slots = host_cohort.lane_rows(seeds, hparams["embedding.init_stddev"],
+                                        np.arange(data.full_rows), arch.embedding_width,
+                                        host_cohort._slot_row(arch), data.spec)
+  states = host_cohort._lane_inits(arch, data.spec)(hparams, np.asarray(seeds, np.int32))
+  e, s = arch.embedding_width, slots.shape[1] // lanes
+  states = jax.device_get(states._replace(table=device_table.TableState(
+      jnp.asarray(np.stack([values[:, w * e:(w + 1) * e] for w in range(lanes)])),
+      jnp.asarray(np.stack([slots[:, w * s:(w + 1) * s] for w in range(lanes)])))))
+  ref = cohort_call.call_cohort(data, None, arch, hparams, seeds, 0, steps, init_states=states)
+  np.testing.assert_allclose(run.output.losses, ref.losses, rtol=1e-5, atol=1e-6)
+  written = run.host_table.written_ids()
+  got_values, _ = run.host_table.gather(written)
+  for w in range(lanes):
+    np.testing.assert_allclose(got_values[:, w * e:(w + 1) * e],
+                               np.asarray(ref.states.table.values[w])[written],
+                               rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(run.output.auc, ref.auc, atol=1e-6)
+  assert not np.allclose(run.output.losses[0], run.output.losses[1])
+  return values

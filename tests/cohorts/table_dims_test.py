@@ -9,7 +9,7 @@ import pytest
 
 from experiments.configs import ctr as ctr_config
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import cohort_call, host_cohort, table_dims
+from sfjax.cohorts import cohort_call, table_dims
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts import task as trial_data
 from sfjax.cohorts.cohort_runner import CohortRunner
@@ -17,9 +17,9 @@ from sfjax.core import feature_layout as fl
 from sfjax.core.errors import ConfigError
 from sfjax.core.types import DeviceBatch
 from sfjax.data import table_settings, types
-from sfjax.embedding import device_table, row_optimizers
+from sfjax.embedding import row_optimizers
 from sfjax.train import step as step_lib
-from tests.cohorts.conftest import CallRecorder
+from tests.cohorts.conftest import CallRecorder, assert_host_cohort_equals_device_program
 
 LAYOUT = fl.FeatureLayout(
     (fl.TableSpec("user", 5), fl.TableSpec("tag", 7, dim=3), fl.TableSpec("item", 9)),
@@ -247,28 +247,7 @@ def test_a_host_table_cohort_reads_each_lanes_dims_as_the_device_program():
   seeds, steps = (3, 4), 5
   hparams = cohort_call.stacked_hparams({"tables.item.dim": np.float32([2, 0]),
                                          "tables.bag1.dim": np.float32([1, 3])}, 2)
-  run = host_cohort.run_host_cohort(data, arch, hparams, seeds, steps)
-  assert run.stats["evictions"] > 0  # rows went back to the host table and came again
-  ids = np.arange(data.full_rows)
-  values, slots = host_cohort.lane_rows(seeds, hparams["embedding.init_stddev"], ids,
-                                        arch.embedding_width, host_cohort._slot_row(arch))
-  states = host_cohort._lane_inits(arch, data.spec)(hparams, np.asarray(seeds, np.int32))
-  e, s = arch.embedding_width, slots.shape[1] // 2
-  lane_values = np.stack([values[:, w * e:(w + 1) * e] for w in range(2)])
-  lane_slots = np.stack([slots[:, w * s:(w + 1) * s] for w in range(2)])
-  states = jax.device_get(states._replace(table=device_table.TableState(
-      jnp.asarray(lane_values), jnp.asarray(lane_slots))))
-  ref = cohort_call.call_cohort(data, None, arch, hparams, seeds, 0, steps, init_states=states)
-  np.testing.assert_allclose(run.output.losses, ref.losses, rtol=1e-5, atol=1e-6)
-  written = run.host_table.written_ids()
-  got_values, _ = run.host_table.gather(written)
-  for w in range(2):
-    np.testing.assert_allclose(got_values[:, w * e:(w + 1) * e],
-                               np.asarray(ref.states.table.values[w])[written],
-                               rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(run.output.auc, ref.auc, atol=1e-6)
-  assert not np.allclose(run.output.losses[0], run.output.losses[1])
-
+  assert_host_cohort_equals_device_program(data, arch, hparams, seeds, steps)
 
 @pytest.mark.slow  # ~30 s: a padded program and two solo ones
 def test_dims_inside_a_padded_program_of_wider_rows_equal_solo_runs(layout_data):

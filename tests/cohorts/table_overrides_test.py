@@ -17,8 +17,9 @@ from sfjax.cohorts import task as trial_data
 from sfjax.core import feature_layout as fl
 from sfjax.core.errors import ConfigError
 from sfjax.data import table_settings
-from sfjax.embedding import device_table, initializers, row_optimizers
+from sfjax.embedding import initializers, row_optimizers
 from sfjax.train import step as step_lib
+from tests.cohorts.conftest import assert_host_cohort_equals_device_program
 
 STEPS = 4
 TABLES = "item:learning_rate=0.3; user:init_stddev=0.2,learning_rate=0.01"
@@ -222,26 +223,8 @@ def test_a_host_table_cohort_takes_the_tables_rates_and_stddevs_as_the_device_pr
                                    "model.mlp.depth": 1, "model.mlp.width": 8})
   seeds, steps = (3, 4), 5
   hparams = cohort_call.stacked_hparams({"embedding.learning_rate": np.float32([0.05, 0.2])}, 2)
-  run = host_cohort.run_host_cohort(data, arch, hparams, seeds, steps)
-  assert run.stats["evictions"] > 0
-  ids = np.arange(data.full_rows)
-  values, slots = host_cohort.lane_rows(seeds, hparams["embedding.init_stddev"], ids,
-                                        arch.embedding_width, host_cohort._slot_row(arch),
-                                        data.spec)
-  states = host_cohort._lane_inits(arch, data.spec)(hparams, np.asarray(seeds, np.int32))
-  e, s = arch.embedding_width, slots.shape[1] // 2
-  states = jax.device_get(states._replace(table=device_table.TableState(
-      jnp.asarray(np.stack([values[:, w * e:(w + 1) * e] for w in range(2)])),
-      jnp.asarray(np.stack([slots[:, w * s:(w + 1) * s] for w in range(2)])))))
-  ref = cohort_call.call_cohort(data, None, arch, hparams, seeds, 0, steps, init_states=states)
-  np.testing.assert_allclose(run.output.losses, ref.losses, rtol=1e-5, atol=1e-6)
-  written = run.host_table.written_ids()
-  got_values, _ = run.host_table.gather(written)
-  for w in range(2):
-    np.testing.assert_allclose(got_values[:, w * e:(w + 1) * e],
-                               np.asarray(ref.states.table.values[w])[written],
-                               rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(run.output.auc, ref.auc, atol=1e-6)
+  values = assert_host_cohort_equals_device_program(data, arch, hparams, seeds, steps)
+  e = arch.embedding_width
   # the first touch drew user rows at the table's 0.2, the others at the lane's 0.01
   lane0 = values[:, :e]
   assert float(np.std(lane0[:500])) == pytest.approx(0.2, rel=0.05)

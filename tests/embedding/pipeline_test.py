@@ -279,28 +279,35 @@ def test_unique_rows_are_padded_to_a_bucket_not_the_capacity():
       assert pipe.stats.steps_per_shape == {f"U{rows}/F768": 1}
 
 
+def _pipeline_threads(nice: int, probe) -> dict[str, object]:
+  """`probe(native thread id)` of the loader, manager and write-back threads of a pipeline
+  run with `nice` (all alive: the loader and manager wait on full queues)."""
+  planner = cache_planner.CachePlanner(NUM_SLOTS, 4, lookahead=1)
+  batches = [_batch([[i % 6, (i + 1) % 6], [(i + 2) % 6, 0]]) for i in range(40)]
+  pipe = pipeline_lib.CachePipeline(batches, field_offsets=OFFSETS, host_table=_table(),
+                                    planner=planner, put_batch=lambda x: x,
+                                    put_swap=jax.device_put, nice=nice)
+  try:
+    _drive(pipe, 3)
+    pipe.drain()
+    threads = {t.name: probe(t.native_id) for t in threading.enumerate()
+               if t.name in ("sfjax-data-loader", "sfjax-host-manager", "sfjax-write-back")
+               and t.is_alive()}
+    assert len(threads) == 3
+    return threads
+  finally:
+    pipe.close()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
 def test_nice_lowers_the_pipeline_threads_only():
   """`nice` (train.loader_nice) lowers the loader, manager and write-back threads, so on a
   CPU they yield the cores to XLA's step threads; the trainer's own thread is untouched."""
   own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-  planner = cache_planner.CachePlanner(NUM_SLOTS, 4, lookahead=1)
-  batches = [_batch([[i % 6, (i + 1) % 6], [(i + 2) % 6, 0]]) for i in range(40)]
-  pipe = pipeline_lib.CachePipeline(batches, field_offsets=OFFSETS, host_table=_table(),
-                                    planner=planner, put_batch=lambda x: x,
-                                    put_swap=jax.device_put, nice=min(19, own + 5))
-  try:
-    _drive(pipe, 3)
-    pipe.drain()
-    threads = {t.name: t.native_id for t in threading.enumerate()
-               if t.name in ("sfjax-data-loader", "sfjax-host-manager", "sfjax-write-back")
-               and t.is_alive()}
-    assert len(threads) == 3  # the loader and manager wait on full queues: all alive
-    for name, tid in threads.items():
-      assert os.getpriority(os.PRIO_PROCESS, tid) == min(19, own + 5), name
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
-  finally:
-    pipe.close()
+  niceness = _pipeline_threads(min(19, own + 5),
+                               lambda tid: os.getpriority(os.PRIO_PROCESS, tid))
+  assert niceness == dict.fromkeys(niceness, min(19, own + 5))
+  assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is Linux's")
@@ -308,20 +315,6 @@ def test_idle_puts_the_pipeline_threads_under_sched_idle():
   """`nice=background.IDLE` (train.loader_idle): the loader, manager and write-back threads
   run under SCHED_IDLE, the trainer's own thread as it was."""
   own = os.sched_getscheduler(threading.get_native_id())
-  planner = cache_planner.CachePlanner(NUM_SLOTS, 4, lookahead=1)
-  batches = [_batch([[i % 6, (i + 1) % 6], [(i + 2) % 6, 0]]) for i in range(40)]
-  pipe = pipeline_lib.CachePipeline(batches, field_offsets=OFFSETS, host_table=_table(),
-                                    planner=planner, put_batch=lambda x: x,
-                                    put_swap=jax.device_put, nice=background.IDLE)
-  try:
-    _drive(pipe, 3)
-    pipe.drain()
-    threads = {t.name: t.native_id for t in threading.enumerate()
-               if t.name in ("sfjax-data-loader", "sfjax-host-manager", "sfjax-write-back")
-               and t.is_alive()}
-    assert len(threads) == 3
-    for name, tid in threads.items():
-      assert os.sched_getscheduler(tid) == os.SCHED_IDLE, name
-    assert os.sched_getscheduler(threading.get_native_id()) == own != os.SCHED_IDLE
-  finally:
-    pipe.close()
+  policies = _pipeline_threads(background.IDLE, os.sched_getscheduler)
+  assert policies == dict.fromkeys(policies, os.SCHED_IDLE)
+  assert os.sched_getscheduler(threading.get_native_id()) == own != os.SCHED_IDLE
