@@ -77,7 +77,8 @@ def test_row_stddevs_take_each_rows_table(tables_data):
   assert compact == (0, 3, 5, 6, 6, 6, 6) and len(compact) == len(starts)
   got = table_overrides.row_stddevs(spec, 0.07, np.arange(7), xp=np, table_starts=compact)
   np.testing.assert_allclose(got, [0.2] * 3 + [0.07] * 4, rtol=1e-6)
-  with pytest.raises(ValueError, match="no table of the data set sets its own init_stddev"):
+  with pytest.raises(ValueError,
+                     match="^row_stddevs: no table of the data set sets its own init_stddev$"):
     table_overrides.row_stddevs(table_settings.with_table_settings(
         spec, {"user": {"init_stddev": 0.0}}), 0.1, rows)
 
