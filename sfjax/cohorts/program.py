@@ -176,6 +176,10 @@ def init_trial_state(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams,
   the row optimizer's initial values. The table has `num_rows` rows (default
   `spec.total_rows`; a task with `compact_rows` passes its touched rows, and
   `table_starts`, where each table's rows begin among them, `TrialData.table_starts`).
+
+  Raises:
+    ValueError: compact rows (`num_rows` below `spec.total_rows`) of tables with their own
+      `init_stddev` and no `table_starts`.
   """
   num_rows = spec.total_rows if num_rows is None else int(num_rows)
   tx, row_opt = trial_optimizers(arch, hparams)
