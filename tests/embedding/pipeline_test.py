@@ -279,7 +279,7 @@ def test_unique_rows_are_padded_to_a_bucket_not_the_capacity():
       assert pipe.stats.steps_per_shape == {f"U{rows}/F768": 1}
 
 
-def _pipeline_threads(nice: int, probe) -> dict[str, object]:
+def _probe_stage_threads(nice: int, probe) -> dict[str, object]:
   """`probe(native thread id)` of the loader, manager and write-back threads of a pipeline
   run with `nice` (all alive: the loader and manager wait on full queues)."""
   planner = cache_planner.CachePlanner(NUM_SLOTS, 4, lookahead=1)
@@ -304,8 +304,8 @@ def test_nice_lowers_the_pipeline_threads_only():
   """`nice` (train.loader_nice) lowers the loader, manager and write-back threads, so on a
   CPU they yield the cores to XLA's step threads; the trainer's own thread is untouched."""
   own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-  niceness = _pipeline_threads(min(19, own + 5),
-                               lambda tid: os.getpriority(os.PRIO_PROCESS, tid))
+  niceness = _probe_stage_threads(min(19, own + 5),
+                                  lambda tid: os.getpriority(os.PRIO_PROCESS, tid))
   assert niceness == dict.fromkeys(niceness, min(19, own + 5))
   assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
 
@@ -315,6 +315,6 @@ def test_idle_puts_the_pipeline_threads_under_sched_idle():
   """`nice=background.IDLE` (train.loader_idle): the loader, manager and write-back threads
   run under SCHED_IDLE, the trainer's own thread as it was."""
   own = os.sched_getscheduler(threading.get_native_id())
-  policies = _pipeline_threads(background.IDLE, os.sched_getscheduler)
+  policies = _probe_stage_threads(background.IDLE, os.sched_getscheduler)
   assert policies == dict.fromkeys(policies, os.SCHED_IDLE)
   assert os.sched_getscheduler(threading.get_native_id()) == own != os.SCHED_IDLE
