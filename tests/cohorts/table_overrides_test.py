@@ -143,6 +143,34 @@ def _trainer_reference(arch, spec, hparams, init, batches, eval_batches, tables,
   return state, jnp.stack(losses), trial_program.stacked_eval_logits(graph, state, eval_batches)
 
 
+@pytest.mark.parametrize("optimizer", ["adagrad", "rowwise_adagrad", "adam"])
+def test_a_trials_row_update_takes_each_tables_own_rate_as_the_trainers(tables_data, optimizer):
+  """The row optimizer of a trial (traced rate 0.05) updates rows of every table as the
+  trainer's `row_optimizer_from_config` with the same tables: item at 0.3, user at 0.01, the
+  other tables at the trial's rate (and unlike the trial's rate alone on item and user)."""
+  spec = tables_data.spec
+  arch, _ = arch_lib.split_config({"model.name": "fm", "model.embed_dim": 4,
+                                   "embedding.optimizer": optimizer})
+  _, row_opt = trial_program.trial_optimizers(arch, _hparams(), spec)
+  _, plain = trial_program.trial_optimizers(arch, _hparams())
+  cfg = ml_collections.ConfigDict(trial_program._EMB.to_dict())
+  cfg.optimizer, cfg.learning_rate = optimizer, 0.05
+  want = row_optimizers.row_optimizer_from_config(cfg, spec.layout.tables)
+  e = arch.embedding_width
+  keys = jax.random.split(jax.random.key(0), 2)
+  rows = jax.random.normal(keys[0], (7, e))
+  grads = jax.random.normal(keys[1], (7, e))
+  slots = jnp.tile(jnp.asarray(want.initial_slot_row(e)), (7, 1))
+  tables = jnp.asarray([0, 1, 2, 3, 4, 5, 6], jnp.int32)  # user, item, ctx0, ..., long0
+  got = jax.jit(lambda r, s, g: row_opt.update(r, s, g, 1, row_tables=tables))(rows, slots, grads)
+  ref = jax.jit(lambda r, s, g: want.update(r, s, g, 1, row_tables=tables))(rows, slots, grads)
+  chex.assert_trees_all_close(got, ref, rtol=1e-6, atol=1e-7)
+  alone = plain.update(rows, slots, grads, 1)
+  assert not np.allclose(got[0][:2], alone[0][:2])  # user and item: their own rates
+  chex.assert_trees_all_close(got[0][2:], alone[0][2:], rtol=1e-6)  # the rest: the trial's
+
+
+@pytest.mark.slow  # ~8 s each: a cohort program and the trainer's step, twice
 @pytest.mark.parametrize("optimizer", ["adagrad", "rowwise_adagrad"])
 def test_trials_train_each_table_at_its_own_rate_as_the_trainer(tables_data, optimizer):
   """Two trials of one program (embedding rates 0.05 and 0.2, fresh from their seeds), each
@@ -173,6 +201,7 @@ def test_trials_train_each_table_at_its_own_rate_as_the_trainer(tables_data, opt
     assert not np.allclose(out.losses[i], plain, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # ~5 s
 def test_own_rates_with_table_dims_equal_the_trainer(tables_data):
   """Rates and dims together (rowwise_adagrad averages a row over its table's dim): a trial
   reading item through 2 columns equals the trainer whose item table has dim 2 too."""
