@@ -81,13 +81,11 @@ def lane_rows(seeds, stddevs, ids: np.ndarray, width: int, slot_row: np.ndarray,
     `table_overrides.row_stddevs`) and slots [N, W*S] float32 (`slot_row [S]` in every lane).
   """
   ids = np.asarray(ids, np.int64)
-  own = spec if table_overrides.own_stddevs(spec) is not None else None
-
-  def stddev_of(stddev):
-    return float(stddev) if own is None else table_overrides.row_stddevs(own, stddev, ids, xp=np)
-
-  values = np.concatenate([init_rows(int(seed), 0, ids, width, stddev_of(stddev))
-                           for seed, stddev in zip(seeds, stddevs, strict=True)], axis=1)
+  lane_stddevs = np.asarray(stddevs, np.float64)  # [W]
+  if spec is not None and table_overrides.own_stddevs(spec) is not None:  # [W, N]
+    lane_stddevs = table_overrides.row_stddevs(spec, lane_stddevs[:, None], ids, xp=np)
+  values = np.concatenate([init_rows(int(seed), 0, ids, width, stddev)
+                           for seed, stddev in zip(seeds, lane_stddevs, strict=True)], axis=1)
   slots = np.tile(np.asarray(slot_row, np.float32).reshape(1, -1), (ids.size, len(seeds)))
   return values, slots
 
