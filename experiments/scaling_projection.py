@@ -190,18 +190,19 @@ def model_check(rows: list[dict]) -> tuple[list[dict], StepProfile, Cluster]:
     intra = fit_allreduce_link(first["allreduce_sizes"], first["allreduce_seconds"],
                                one["devices"])
   input_rate = one["read_examples_per_sec_per_process"]
+
+  def calibrate(link: Link) -> Cluster:
+    return calibrate_compute(profile, local_cluster(one, link, input_rate),
+                             one["device_step_seconds"])
+
   try:
-    calibrated = calibrate_compute(profile, local_cluster(one, intra, input_rate),
-                                   one["device_step_seconds"])
-    latency_dropped = False
+    calibrated, latency_dropped = calibrate(intra), False
   except ValueError:
     # Each timed all-reduce is a call of its own and pays a dispatch that the step's fused
     # collectives do not; on a busy machine the fitted per-hop latency can then outlast the
     # whole measured step. The step bounds it: keep the link's bandwidth, drop its latency.
     intra = intra._replace(latency_s=0.0)
-    calibrated = calibrate_compute(profile, local_cluster(one, intra, input_rate),
-                                   one["device_step_seconds"])
-    latency_dropped = True
+    calibrated, latency_dropped = calibrate(intra), True
   out = []
   for row in rows:
     cluster = local_cluster(row, intra, input_rate)._replace(
