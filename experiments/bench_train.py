@@ -107,7 +107,7 @@ def workload_config(config: ml_collections.ConfigDict, backend: str,
   c.embedding.unique_capacity = unique_capacity
   c.embedding.update(dict(config.get("embedding", {})))  # dtype, stochastic_rounding
   c.model.split_input, c.train.loader_nice = config.split_input, config.loader_nice
-  c.train.loader_idle = bool(config.get("loader_idle", False))
+  c.train.loader_idle = config.loader_idle
   c.train.host_allocator = config.get("host_allocator", "tuned")
   return c
 
@@ -349,7 +349,7 @@ def run(config: ml_collections.ConfigDict) -> dict:
          {"multihot": dict(config.multihot), "num_fields": spec.num_fields}),
       "embedding_optimizer": config.embedding_optimizer, "timed_steps": config.steps,
       "embedding_dtype": config.embedding.dtype, "split_input": config.split_input,
-      "loader_nice": config.loader_nice, "loader_idle": bool(config.get("loader_idle", False)),
+      "loader_nice": config.loader_nice, "loader_idle": config.loader_idle,
       "host_allocator_tuned": tuned_host_allocator() is not None,
       "chunk_steps": config.chunk_steps, "distinct_batches": pool, "fresh_batches": pool >= total_steps,
       "data_generation_s": gen_seconds, "devices": jax.device_count(),
