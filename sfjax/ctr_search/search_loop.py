@@ -208,7 +208,7 @@ def _run_search(config, workdir: str, search_space: CTRSearchSpace,
           search_pbt.pbt_bounds(space, search_space.zero_allowed), search_space.runner_config,
           pbt.quantile)
   else:
-    states_dir = os.path.join(workdir, search_round.STATES_DIR)
+    states_dir = search_round.states_dir_of(workdir)
 
     def run_round(study, batch):
       if pruner is not None:  # study.pruner: members pruned at eval points, lanes refilled

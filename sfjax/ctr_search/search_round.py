@@ -28,7 +28,12 @@ from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.cohorts.trial_result import CohortTrialResult
 from sfjax.ctr_search.executor import CohortJob
 
-STATES_DIR = "states"  # workdir/states/<trial id>.npz: states kept for promotions
+_STATES_DIR = "states"
+
+
+def states_dir_of(workdir: str) -> str:
+  """Where a search keeps trial states for promotions: `workdir/states/<trial id>.npz`."""
+  return os.path.join(workdir, _STATES_DIR)
 
 
 def trial_seed(base_seed: int, trial_id: int) -> int:
@@ -77,7 +82,7 @@ def batch_jobs(study: Study, runner: CohortRunner, batch: Sequence[Suggestion], 
   The driver's `runner` reads saved states for promotions; `split` maps a point of the
   space to its (ArchSpec, hyperparameters); a config it cannot build is told FAILED.
   """
-  states_dir = os.path.join(workdir, STATES_DIR)
+  states_dir = states_dir_of(workdir)
   built: list[tuple[Suggestion, ArchSpec, dict[str, float]]] = []
   for s in batch:
     try:
@@ -110,7 +115,7 @@ def tell_job(study: Study, job: CohortJob, members: list, results: list[CohortTr
              workdir: str, max_steps: int, keep_states: bool) -> list[Chunk]:
   """Records one job's results (`record_result`); the chunks (program calls) that ran it, each once
   (chunk mates share it; its trial indices are its own)."""
-  states_dir = os.path.join(workdir, STATES_DIR)
+  states_dir = states_dir_of(workdir)
   for (s, _, _), result, end in zip(members, results, job.end_steps, strict=True):
     record_result(study, s, result, states_dir, keep_states and end < max_steps)
   return list(dict.fromkeys(r.chunk for r in results if r.chunk is not None))

@@ -77,8 +77,8 @@ def test_jobs_fail_unbuildable_configs_and_resume_promotions(tmp_path, runner):
   # a promotion starts from its parent's saved state, at the step it reached
   arch, _ = split_config(arch_config)
   state = runner.run(arch, [{}], [7], [0], [2], [None])[0].state
-  trial_states.save_state(trial_states.state_path(
-      str(tmp_path / search_round.STATES_DIR), 1), state)
+  trial_states.save_state(trial_states.state_path(search_round.states_dir_of(str(tmp_path)), 1),
+                          state)
   promoted = Suggestion(9, Config(arch_config), budget=2.0, rung=1, parent_trial_id=1,
                         resume_from=1)
   ((job, _),) = search_round.batch_jobs(study, runner, [promoted], str(tmp_path), 0, 12, _split,
