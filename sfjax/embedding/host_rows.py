@@ -24,7 +24,7 @@ def put_rows(table: np.ndarray, at: np.ndarray, rows: np.ndarray) -> None:
 
 
 def check_rows(rows, shape: tuple[int, int], where: str, name: str,
-                dtype=np.float32) -> np.ndarray:
+               dtype=np.float32) -> np.ndarray:
   """Validates a [N, W] block of rows to be written; returns it as `dtype` (rounded to nearest;
   a value beyond a half-width dtype's range is then not finite)."""
   rows = np.asarray(rows)

@@ -295,8 +295,8 @@ class HostTable:
       host_rows.put_rows(values, fresh, fresh_values)
       host_rows.put_rows(slots, fresh, fresh_slots)
     elif fresh.size:
-      host_rows.put_rows(values, fresh, init_rows(self.spec.seed, 0, ids[fresh], self.spec.width,
-                                         self.spec.init_stddev))
+      host_rows.put_rows(values, fresh, init_rows(self.spec.seed, 0, ids[fresh],
+                                                  self.spec.width, self.spec.init_stddev))
       slots[fresh] = self._initial_slot_row
     return values, slots
 
