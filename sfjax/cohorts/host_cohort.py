@@ -31,15 +31,16 @@ from __future__ import annotations
 import functools
 import itertools
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sfjax import models
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import cohort_call, lane_optimizers, table_overrides
+from sfjax.cohorts import cohort_call, lane_optimizers, table_dims, table_overrides
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts.arch import ArchSpec
 from sfjax.cohorts.cohort_call import CohortOutput
@@ -72,20 +73,28 @@ class HostCohortRun(NamedTuple):
 
 
 def lane_rows(seeds, stddevs, ids: np.ndarray, width: int, slot_row: np.ndarray,
-              spec: DatasetSpec | None = None) -> tuple[np.ndarray, np.ndarray]:
+              spec: DatasetSpec | None = None, dims: Sequence[Mapping[str, Any]] | None = None,
+              latent_dim: int = 0) -> tuple[np.ndarray, np.ndarray]:
   """Initial rows of global `ids [N]` for W lanes side by side.
 
   Returns:
     values [N, W*E] float32 (lane w: `init_rows(seeds[w], 0, ids, E, stddevs[w])`; with a
     `spec` whose tables set their own `init_stddev`, those tables' rows take it,
-    `table_overrides.row_stddevs`) and slots [N, W*S] float32 (`slot_row [S]` in every lane).
+    `table_overrides.row_stddevs`; with `dims` [W] (each lane's dim keys, `latent_dim` the
+    model's D), 0 in the columns past a row's table dim, `table_dims.row_live_columns`)
+    and slots [N, W*S] float32 (`slot_row [S]` in every lane).
   """
   ids = np.asarray(ids, np.int64)
   lane_stddevs = np.asarray(stddevs, np.float64)  # [W]
   if spec is not None and table_overrides.own_stddevs(spec) is not None:  # [W, N]
     lane_stddevs = table_overrides.row_stddevs(spec, lane_stddevs[:, None], ids, xp=np)
-  values = np.concatenate([init_rows(int(seed), 0, ids, width, stddev)
-                           for seed, stddev in zip(seeds, lane_stddevs, strict=True)], axis=1)
+  lanes = [init_rows(int(seed), 0, ids, width, stddev)
+           for seed, stddev in zip(seeds, lane_stddevs, strict=True)]
+  if dims is not None:
+    assert spec is not None  # dims name the tables of a layout
+    for lane, lane_dims in zip(lanes, dims, strict=True):
+      lane[~table_dims.row_live_columns(spec, lane_dims, latent_dim, width, ids, xp=np)] = 0.0
+  values = np.concatenate(lanes, axis=1)
   slots = np.tile(np.asarray(slot_row, np.float32).reshape(1, -1), (ids.size, len(seeds)))
   return values, slots
 
@@ -102,9 +111,12 @@ class FirstTouch:
   """
 
   def __init__(self, table: host_table_lib.HostTable, seeds, stddevs, width: int,
-               slot_row: np.ndarray, spec: DatasetSpec | None = None):
-    """`spec`: the data set, when its tables may set their own `init_stddev` (`lane_rows`)."""
+               slot_row: np.ndarray, spec: DatasetSpec | None = None,
+               dims: Sequence[Mapping[str, Any]] | None = None, latent_dim: int = 0):
+    """`spec`: the data set, when its tables may set their own `init_stddev`; `dims`,
+    `latent_dim`: each lane's table dims (`lane_rows`)."""
     self.table, self.width, self.spec = table, width, spec
+    self._dims, self._latent = dims, latent_dim
     self._seeds, self._stddevs, self._slot_row = list(seeds), list(stddevs), slot_row
     self._seen = np.zeros((table.num_rows,), np.bool_)  # calloc'd: free until touched
 
@@ -115,7 +127,7 @@ class FirstTouch:
     fresh = np.unique(ids[~self._seen[ids]])
     if fresh.size:
       values, slots = lane_rows(self._seeds, self._stddevs, fresh, self.width, self._slot_row,
-                                self.spec)
+                                self.spec, self._dims, self._latent)
       self.table.scatter(fresh, values, slots)
       self._seen[fresh] = True
 
@@ -221,6 +233,19 @@ def make_planner(data: TrialData) -> cache_planner.CachePlanner:
                                     num_rows=rows)
 
 
+def _lane_dims(arch: ArchSpec, spec: DatasetSpec, stacked: Mapping[str, Any], lanes: int
+               ) -> tuple[list[dict[str, float]] | None, int]:
+  """(each lane's dim keys, the model's latent dim) when the lanes read some table through
+  fewer columns (`FirstTouch` zeroes the others), else (None, 0)."""
+  if spec.layout is None or not table_dims.uses_dims(spec, stacked):
+    return None, 0
+  keys = [k for k in stacked if table_dims.dimmed_table(k) is not None]
+  latent = models.latent_dim(arch.model_name, arch.embed_dim)
+  assert latent is not None  # the lanes' program refuses dims of a model without latent columns
+  return [{k: float(np.asarray(stacked[k]).reshape(-1)[w]) for k in keys}
+          for w in range(lanes)], latent
+
+
 def run_host_cohort(data: TrialData, arch: ArchSpec, hparams: Mapping[str, Any], seeds,
                     end: int) -> HostCohortRun:
   """Trains W fresh trials of `arch` over steps `[0, end)` through one host table.
@@ -249,7 +274,9 @@ def run_host_cohort(data: TrialData, arch: ArchSpec, hparams: Mapping[str, Any],
   table = host_table_lib.HostTable.create_ram(
       data.full_rows, lanes * width, lanes * slot_row.size, seed=0, init_stddev=0.0,
       initial_slot_row=np.tile(slot_row, lanes))
-  touch = FirstTouch(table, seeds, stacked["embedding.init_stddev"], width, slot_row, spec)
+  dims, latent = _lane_dims(arch, spec, stacked, lanes)
+  touch = FirstTouch(table, seeds, stacked["embedding.init_stddev"], width, slot_row, spec,
+                     dims, latent)
   batches = itertools.islice(data.dataset.train_batches(data.task.batch_size, data.task.seed),
                              int(end))
   states = _lane_inits(arch, spec)(stacked, seeds)

@@ -172,14 +172,15 @@ def init_trial_state(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams,
 
   Table values are uniform with standard deviation `embedding.init_stddev` (the
   distribution of `initializers.init_rows`, drawn on device), or a table's own
-  `init_stddev` for its rows (`table_overrides.row_stddevs`); slots start at
+  `init_stddev` for its rows (`table_overrides.row_stddevs`), and 0 in the columns past
+  a table's dim (the trial's or the data set's, `table_dims.row_live_columns`); slots start at
   the row optimizer's initial values. The table has `num_rows` rows (default
   `spec.total_rows`; a task with `compact_rows` passes its touched rows, and
   `table_starts`, where each table's rows begin among them, `TrialData.table_starts`).
 
   Raises:
     ValueError: compact rows (`num_rows` below `spec.total_rows`) of tables with their own
-      `init_stddev` and no `table_starts`.
+      `init_stddev` or dims and no `table_starts`.
   """
   num_rows = spec.total_rows if num_rows is None else int(num_rows)
   tx, row_opt = trial_optimizers(arch, hparams)
@@ -195,6 +196,13 @@ def init_trial_state(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams,
     stddev = table_overrides.row_stddevs(spec, stddev, jnp.arange(num_rows),
                                          table_starts=table_starts)[:, None]
   values = unit * (math.sqrt(3.0) * stddev)  # [V, E]
+  if num_rows and _reads_dims(spec, hparams):  # columns past a table's dim start at 0
+    if table_starts is None and num_rows != spec.total_rows:
+      raise ValueError(f"init_trial_state: {num_rows} compact rows of {spec.total_rows} "
+                       f"need their table_starts (tables with their own dims)")
+    live = table_dims.row_live_columns(spec, _dims(hparams), _latent(arch), width,
+                                       jnp.arange(num_rows), table_starts)
+    values = jnp.where(live, values, 0.0)
   slot_row = jnp.asarray(row_opt.initial_slot_row(width))
   slots = jnp.broadcast_to(slot_row, (num_rows, slot_row.shape[0]))  # [V, S]
   return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params),

@@ -108,6 +108,33 @@ def table_dims(spec: DatasetSpec, dims: Mapping[str, Any], latent_dim: int) -> j
   return jnp.where(values > 0, values, float(latent_dim))
 
 
+def row_live_columns(spec: DatasetSpec, dims: Mapping[str, Any], latent_dim: int, width: int,
+                     rows: Any, table_starts: Any = None, xp: Any = jnp) -> Any:
+  """`[N, width]` bool: the columns of rows `rows [N]` their table's model reads (its dim from
+  `dims`, else the data set's; `feature_layout.live_mask`). A fresh row starts at 0 in the
+  others, as the trainer's (`initializers.TableInits.dims`), and they stay 0.
+
+  Args:
+    spec: the data set (with a feature layout).
+    dims: dim key -> dim (traced under `jnp`; numbers under `np`).
+    latent_dim, width: the model's latent columns D and row width E.
+    rows: [N] rows of the trial's table.
+    table_starts: [T] first row of each table among the trial's rows (a compact task's);
+      None: the layout's `table_offsets` (rows are global ids).
+    xp: `jnp` (the device program) or `np` (the host cohort).
+  """
+  assert spec.layout is not None  # dims exist only in a layout
+  starts = spec.layout.table_offsets if table_starts is None else np.asarray(table_starts)
+  per_table: Any
+  if xp is np:
+    per_table = np.asarray([float(dims.get(k, d)) for k, d in default_dims(spec).items()])
+    per_table = np.where(per_table > 0, per_table, float(latent_dim))
+  else:
+    per_table = table_dims(spec, dims, latent_dim)
+  tables = xp.maximum(xp.searchsorted(xp.asarray(starts), rows, side="right") - 1, 0)
+  return feature_layout.live_mask(per_table[tables], latent_dim, width)
+
+
 def column_tables(spec: DatasetSpec) -> np.ndarray:
   """`[S]` int32 the table index of each id column of `spec`'s layout."""
   assert spec.layout is not None  # dims exist only in a layout

@@ -70,19 +70,27 @@ def init_table(num_rows: int, width: int, row_opt: row_optimizers.RowOptimizer, 
 
 
 def table_inits(layout, width: int, row_opt: row_optimizers.RowOptimizer,
-                stddev: float) -> initializers.TableInits | None:
-  """Per-table initial rows of a feature layout whose tables set their own initializer or
-  optimizer (`TableSpec.init_stddev`, 0 = `stddev`; the initial slots of each table's
-  optimizer, `row_opt.tables`); None when every row is alike (no layout, or no override).
+                stddev: float, latent_dim: int | None = None) -> initializers.TableInits | None:
+  """Per-table initial rows of a feature layout whose tables set their own initializer,
+  optimizer or dim (`TableSpec.init_stddev`, 0 = `stddev`; the initial slots of each table's
+  optimizer, `row_opt.tables`; with `latent_dim`, the model's D, each table's `dim`, whose
+  unread columns start at 0); None when every row is alike (no layout, or no override).
   """
-  if layout is None or not layout.has_table_settings:
+  dimmed = layout is not None and latent_dim is not None and any(
+      0 < t.dim < latent_dim for t in layout.tables)
+  if layout is None or not (layout.has_table_settings or dimmed):
     return None
   stddevs = np.asarray([t.init_stddev or stddev for t in layout.tables], np.float64)
   if row_opt.tables:
     slot_rows = row_optimizers.initial_slot_rows(row_opt.tables, width)
   else:
     slot_rows = np.tile(row_opt.initial_slot_row(width), (len(layout.tables), 1))
-  return initializers.TableInits(layout.table_offsets, stddevs, slot_rows.astype(np.float32))
+  if not dimmed:
+    return initializers.TableInits(layout.table_offsets, stddevs, slot_rows.astype(np.float32))
+  dims = np.asarray([t.dim for t in layout.tables], np.int64)
+  assert latent_dim is not None  # `dimmed` needs it
+  return initializers.TableInits(layout.table_offsets, stddevs, slot_rows.astype(np.float32),
+                                 dims, int(latent_dim))
 
 
 def take_stored_rows(table: TableState, rows: jax.Array) -> TableState:

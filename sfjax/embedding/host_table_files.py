@@ -3,10 +3,12 @@
   meta.json          {"format", "version", "num_rows", "width", "slot_width", "seed",
                       "init_stddev", "initial_slot_row", "num_materialised", "clean",
                       "tables" (optional: {"starts", "stddevs", "slot_rows"} of a layout
-                      whose tables set their own initializer or optimizer),
+                      whose tables set their own initializer or optimizer, and "dims",
+                      "latent_dim" when a table has its own embedding dim),
                       "dtype" (optional: the rows' dtype, default "float32")}
-  values.npy         [V, E] float32, float16, or uint16 (the bits of bfloat16 rows)
-  slots.npy          [V, S] float32 (absent when S == 0)
+  values.npy         [V, E] float32, float16, or uint16 (the bits of bfloat16 rows); flat
+                     [size] when a table stores fewer columns (`packed_rows`)
+  slots.npy          [V, S] float32 (absent when S == 0); flat when packed
   materialised.npy   [V] bool
 
 The `.npy` files are created sparse (only headers are written), so a 1e9-row table
@@ -43,34 +45,38 @@ Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # values [V,E], slots [V,S],
 
 
 def create_arrays(path: str, num_rows: int, width: int, slot_width: int,
-                  dtype="float32") -> Arrays:
+                  dtype="float32", shapes=None) -> Arrays:
   """Creates the sparse `.npy` files in the existing directory `path`; returns their maps
-  (values viewed as rows of `dtype`)."""
-  v, e, s = num_rows, width, slot_width
+  (values viewed as rows of `dtype`). `shapes`: (values, slots) shapes other than
+  `[V, E]`, `[V, S]` (a packed table's flat buffers)."""
+  v, s = num_rows, slot_width
+  value_shape, slot_shape = shapes or ((v, width), (v, s))
   fmt = np.lib.format
   dtype = row_dtype.row_dtype(dtype)
   values = row_dtype.from_storage(fmt.open_memmap(
-      os.path.join(path, _VALUES_FILE), "w+", row_dtype.storage_dtype(dtype), (v, e)), dtype)
-  slots = (fmt.open_memmap(os.path.join(path, _SLOTS_FILE), "w+", np.float32, (v, s))
+      os.path.join(path, _VALUES_FILE), "w+", row_dtype.storage_dtype(dtype), value_shape), dtype)
+  slots = (fmt.open_memmap(os.path.join(path, _SLOTS_FILE), "w+", np.float32, slot_shape)
            if s else np.zeros((v, 0), np.float32))
   flags = fmt.open_memmap(os.path.join(path, _FLAGS_FILE), "w+", np.bool_, (v,))
   return values, slots, flags
 
 
 def open_arrays(path: str, num_rows: int, width: int, slot_width: int, writable: bool,
-                dtype="float32") -> Arrays:
+                dtype="float32", shapes=None) -> Arrays:
   """Maps the `.npy` files of directory `path` after checking each header and size (values:
-  rows of `dtype`).
+  rows of `dtype`; `shapes` as in `create_arrays`).
 
   Raises:
     FileNotFoundError / ValueError: naming the missing or mismatched file.
   """
-  v, e, s = num_rows, width, slot_width
+  v, s = num_rows, slot_width
+  value_shape, slot_shape = shapes or ((v, width), (v, s))
   mode: Literal["r", "r+"] = "r+" if writable else "r"
   dtype = row_dtype.row_dtype(dtype)
   values = row_dtype.from_storage(_open_npy(os.path.join(path, _VALUES_FILE),
-                                            row_dtype.storage_dtype(dtype), (v, e), mode), dtype)
-  slots = (_open_npy(os.path.join(path, _SLOTS_FILE), np.float32, (v, s), mode)
+                                            row_dtype.storage_dtype(dtype), value_shape, mode),
+                                  dtype)
+  slots = (_open_npy(os.path.join(path, _SLOTS_FILE), np.float32, slot_shape, mode)
            if s else np.zeros((v, 0), np.float32))
   flags = _open_npy(os.path.join(path, _FLAGS_FILE), np.bool_, (v,), mode)
   return values, slots, flags
@@ -113,8 +119,11 @@ def tables_json(spec) -> dict | None:
   if spec.tables is None:
     return None
   starts, stddevs, slot_rows = spec.tables
-  return {"starts": list(starts), "stddevs": list(stddevs),
-          "slot_rows": [list(r) for r in slot_rows]}
+  out = {"starts": list(starts), "stddevs": list(stddevs),
+         "slot_rows": [list(r) for r in slot_rows]}
+  if spec.table_dims is not None:
+    out.update(dims=list(spec.table_dims), latent_dim=spec.latent_dim)
+  return out
 
 
 def meta_tables(meta: dict) -> TableInits | None:
@@ -123,9 +132,12 @@ def meta_tables(meta: dict) -> TableInits | None:
   if tables is None:
     return None
   try:
+    dims = tables.get("dims")
     return TableInits(np.asarray(tables["starts"], np.int64),
                       np.asarray(tables["stddevs"], np.float64),
-                      np.asarray(tables["slot_rows"], np.float32))
+                      np.asarray(tables["slot_rows"], np.float32),
+                      None if dims is None else np.asarray(dims, np.int64),
+                      int(tables.get("latent_dim", 0)))
   except (KeyError, TypeError, ValueError) as err:
     raise ValueError(f"corrupt host table metadata: key 'tables': {err}") from err
 

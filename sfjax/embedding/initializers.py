@@ -82,11 +82,19 @@ class TableInits(NamedTuple):
     starts: [T] int64 first row of each table (`FeatureLayout.table_offsets`).
     stddevs: [T] float64 `init_rows` standard deviation of each table.
     slot_rows: [T, S] float32 initial optimizer slots of each table's rows.
+    dims: None, or [T] int64 each table's embedding dim (`TableSpec.dim`; 0: `latent_dim`):
+      columns `[dim, latent_dim)` of its rows, which the model never reads, start at 0
+      (and stay 0: a zero gradient keeps a zero weight under every row optimizer), so a
+      host table may store only the others (`packed_rows`).
+    latent_dim: the model's latent columns D (the row's first D; any after them, e.g. a
+      first-order weight, are always read); used with `dims`.
   """
 
   starts: np.ndarray
   stddevs: np.ndarray
   slot_rows: np.ndarray
+  dims: np.ndarray | None = None
+  latent_dim: int = 0
 
 
 def init_table_rows(seed: int, rows: np.ndarray, width: int,
@@ -94,7 +102,8 @@ def init_table_rows(seed: int, rows: np.ndarray, width: int,
   """Initial values and slots of rows `rows [N]` of the concatenated table, each by its table.
 
   Row r of table t gets `init_rows(seed, 0, [r], E, stddevs[t])` (the values any
-  one-table run would give it, scaled) and slots `slot_rows[t]`.
+  one-table run would give it, scaled), with columns `[dims[t], latent_dim)` zeroed when
+  the table has a dim below `latent_dim`, and slots `slot_rows[t]`.
 
   Returns:
     values [N, E] float32, slots [N, S] float32.
@@ -102,4 +111,9 @@ def init_table_rows(seed: int, rows: np.ndarray, width: int,
   rows = np.asarray(rows, np.int64)
   index = feature_layout.row_tables(tables.starts, rows)
   values = init_rows(seed, 0, rows, width, np.asarray(tables.stddevs, np.float64)[index])
+  if tables.dims is not None:
+    dims = np.asarray(tables.dims, np.int64)
+    latent = int(tables.latent_dim)
+    row_dims = np.where(dims > 0, dims, latent)[index]  # [N]
+    values[:, :latent][np.arange(latent)[None, :] >= row_dims[:, None]] = 0.0
   return values, np.asarray(tables.slot_rows, np.float32)[index]

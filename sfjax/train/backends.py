@@ -172,7 +172,8 @@ class CacheBackend:
     self.host_table = HOST_STORAGES[e.host_storage](
         e, self.num_rows, width, slot_width, seed=config.seed, init_stddev=e.init_stddev,
         initial_slot_row=row_opt.initial_slot_row(width),
-        tables=device_table.table_inits(spec.layout, width, row_opt, e.init_stddev),
+        tables=device_table.table_inits(spec.layout, width, row_opt, e.init_stddev,
+                                        config.model.embed_dim),
         dtype=row_dtype.dtype_name(dtype))
     self._table_starts = (spec.layout.table_offsets
                           if row_opt.tables and spec.layout is not None else None)

@@ -115,7 +115,8 @@ class DeviceBackend:
     self.batch_sharding = mesh_lib.batch_shardings(mesh, row, row_tables=bool(row_opt.tables))
     stddev = config.embedding.init_stddev
     self.dtype = row_dtype.row_dtype(config.embedding.get("dtype", "float32"))
-    tables = device_table.table_inits(spec.layout, width, row_opt, stddev)
+    tables = device_table.table_inits(spec.layout, width, row_opt, stddev,
+                                      config.model.embed_dim)
     table_sharding = mesh_lib.rows_on_devices(mesh) if row else mesh_lib.replicated(mesh)
     self._table_sharding = device_table.TableState._make((table_sharding, table_sharding))
     if row:

@@ -66,9 +66,11 @@ def assert_host_cohort_equals_device_program(data, arch, hparams, seeds, steps) 
   run = host_cohort.run_host_cohort(data, arch, hparams, seeds, steps)
   assert run.stats["evictions"] > 0  # rows went back to the host table and came again
   lanes = len(seeds)
+  dims, latent = host_cohort._lane_dims(arch, data.spec,
+                                        cohort_call.stacked_hparams(hparams, lanes), lanes)
   values, slots = host_cohort.lane_rows(seeds, hparams["embedding.init_stddev"],
                                         np.arange(data.full_rows), arch.embedding_width,
-                                        host_cohort._slot_row(arch), data.spec)
+                                        host_cohort._slot_row(arch), data.spec, dims, latent)
   states = host_cohort._lane_inits(arch, data.spec)(hparams, np.asarray(seeds, np.int32))
   e, s = arch.embedding_width, slots.shape[1] // lanes
   states = jax.device_get(states._replace(table=device_table.TableState(

@@ -266,3 +266,44 @@ def test_dims_inside_a_padded_program_of_wider_rows_equal_solo_runs(layout_data)
     alone = solo.run(arch, [h], [i + 1], [0], 6, [None])[0]
     chex.assert_trees_all_close(together[i].state, alone.state, rtol=1e-5, atol=1e-6)
     assert together[i].metrics["auc"] == pytest.approx(alone.metrics["auc"], abs=1e-6)
+
+
+def test_fresh_rows_start_at_zero_past_each_tables_dim_as_the_trainers():
+  # SPEC: user 5 rows, tag 7 (its own dim 3), item 9; a trial sets item's dim to 1.
+  arch, _ = arch_lib.split_config({"model.name": "deepfm", "model.embed_dim": 4})
+  width = arch.embedding_width  # 4 latent columns + the first-order one
+  hparams = _hparams(**{"tables.item.dim": 1})
+  values = np.asarray(trial_program.init_trial_state(arch, SPEC, hparams,
+                                                     jax.random.key(0)).table.values)
+  assert values.shape == (SPEC.total_rows, width)
+  assert (values[:5] != 0).all()  # user: the model's dim, every column
+  assert (values[5:12, 3:4] == 0).all() and (values[5:12, [0, 1, 2, 4]] != 0).all()
+  assert (values[12:, 1:4] == 0).all() and (values[12:, [0, 4]] != 0).all()
+  # The same mask as numpy (the host cohort's) and for compact rows: rows 0, 6, 13 and 20.
+  live = table_dims.row_live_columns(SPEC, {"tables.item.dim": 1.0}, 4, width,
+                                     np.arange(SPEC.total_rows), xp=np)
+  chex.assert_trees_all_equal(live, values != 0)
+  compact = trial_program.init_trial_state(arch, SPEC, hparams, jax.random.key(0), num_rows=4,
+                                           table_starts=(0, 1, 2)).table.values
+  chex.assert_trees_all_equal(np.asarray(compact) != 0, live[[0, 6, 13, 20]])
+  with pytest.raises(ValueError, match="4 compact rows of 21 need their table_starts "
+                                       r"\(tables with their own dims\)"):
+    trial_program.init_trial_state(arch, SPEC, hparams, jax.random.key(0), num_rows=4)
+  # Without dims (an undimmed data set, no dim key) every column is drawn.
+  plain = trial_program.init_trial_state(arch, table_dims.undimmed_spec(SPEC), _hparams(),
+                                         jax.random.key(0)).table.values
+  assert (np.asarray(plain) != 0).all()
+
+
+def test_lane_rows_zero_each_lanes_columns_past_its_tables_dim():
+  from sfjax.cohorts import host_cohort  # pylint: disable=import-outside-toplevel
+  ids = np.array([2, 6, 15], np.int64)  # a user, a tag and an item row
+  slot_row = np.asarray([0.1], np.float32)
+  dims = [{"tables.item.dim": 2.0}, {}]  # lane 1: the data set's dims (tag 3)
+  values, _ = host_cohort.lane_rows([7, 8], [0.1, 0.2], ids, 5, slot_row, SPEC, dims, 4)
+  plain, _ = host_cohort.lane_rows([7, 8], [0.1, 0.2], ids, 5, slot_row, SPEC)
+  want = plain.copy()
+  want[1, 3:4] = want[1, 8:9] = 0.0  # the tag row: dim 3 in both lanes
+  want[2, 2:4] = 0.0  # the item row: dim 2 in lane 0 only
+  chex.assert_trees_all_equal(values, want)
+  assert (plain != 0).all()

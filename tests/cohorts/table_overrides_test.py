@@ -216,7 +216,8 @@ def test_own_rates_with_table_dims_equal_the_trainer(tables_data):
   out = cohort({k: v[None] for k, v in hparams.items()}, jnp.asarray([3], jnp.int32), None,
                batches, tables_data.eval_batches)
   dimmed = table_settings.with_table_settings(spec, {"item": {"dim": 2}})
-  init = trial_program.init_trial_state(arch, spec, _hparams(), jax.random.key(3))
+  # The program's own draw: item's columns past its dim start at 0, as the trainer's.
+  init = trial_program.init_trial_state(arch, spec, hparams, jax.random.key(3))
   widths = fl.table_row_widths(dimmed.layout, arch.embed_dim, arch.embedding_width)
   state, losses, _ = _trainer_reference(arch, dimmed, _hparams(), init, batches,
                                         tables_data.eval_batches, dimmed.layout.tables, widths)

@@ -54,3 +54,28 @@ def test_half_width_rows_are_stored_rounded_and_computed_in_float32():
   assert new.values.dtype == np.uint16  # rounded to nearest on the way in
   np.testing.assert_array_equal(row_dtype.from_storage(new.values)[[7, 2]],
                                 np.full((2, 3), 0.1 + 1e-4, np.float32).astype(bf16))
+
+
+def test_table_inits_records_table_dims_below_the_latent_dim():
+  from sfjax.core import feature_layout as fl  # pylint: disable=import-outside-toplevel
+
+  def layout(**item):
+    tables = (fl.TableSpec("user", 6), fl.TableSpec("item", 10, **item))
+    return fl.FeatureLayout(tables, (fl.FeatureSpec("user", "user"), fl.FeatureSpec("item", "item")))
+
+  opt = ro.rowwise_adagrad(0.1, 0.2)
+  assert dt.table_inits(layout(), 5, opt, 0.1, latent_dim=4) is None  # rows alike
+  assert dt.table_inits(layout(dim=4), 5, opt, 0.1, latent_dim=4) is None  # the model's dim
+  assert dt.table_inits(layout(dim=2), 5, opt, 0.1) is None  # no latent dim: no dims recorded
+  inits = dt.table_inits(layout(dim=2), 5, opt, 0.1, latent_dim=4)
+  chex.assert_trees_all_equal((inits.starts, inits.stddevs, inits.slot_rows, inits.dims),
+                              (np.array([0, 6]), np.array([0.1, 0.1]),
+                               np.full((2, 1), 0.2, np.float32), np.array([0, 2])))
+  assert inits.latent_dim == 4
+  values = dt.init_table_host(16, 5, opt, seed=1, stddev=0.1, tables=inits)[0]
+  assert (values[6:, 2:4] == 0).all() and (values[6:, [0, 1, 4]] != 0).all()
+  assert (values[:6] != 0).all()
+  with_rate = dt.table_inits(layout(dim=2, init_stddev=0.5), 5, opt, 0.1, latent_dim=4)
+  chex.assert_trees_all_equal((with_rate.stddevs, with_rate.dims),
+                              (np.array([0.1, 0.5]), np.array([0, 2])))
+  assert dt.table_inits(layout(init_stddev=0.5), 5, opt, 0.1, latent_dim=4).dims is None

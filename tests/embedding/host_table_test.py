@@ -506,3 +506,70 @@ def test_half_width_rows_halve_bytes_and_survive_reopen(tmp_path, name):
 def test_unknown_row_dtype_is_refused_naming_the_field():
   with pytest.raises(ValueError, match="HostTableSpec.dtype: unknown row dtype 'int8'"):
     HostTable.create_ram(4, 2, 0, seed=0, init_stddev=0.1, initial_slot_row=[], dtype="int8")
+
+
+@pytest.mark.parametrize("slot_row", [[0.1], [0.1] * 5, [0.0] * 5 + [0.1] * 5],
+                         ids=["rowwise", "adagrad", "adam"])
+def test_a_table_of_a_smaller_dim_stores_its_own_width_and_reads_like_a_full_one(tmp_path,
+                                                                                 slot_row):
+  # 4 latent columns + 1 first-order (E = 5); tables of dim 2, the model's (0) and 1.
+  from sfjax.embedding.initializers import TableInits, init_table_rows  # pylint: disable=import-outside-toplevel
+  e, s = 5, len(slot_row)
+  slot_rows = np.tile(np.asarray(slot_row, np.float32), (3, 1))
+  tables = TableInits(np.array([0, 10, 30]), np.array([0.1, 0.5, 0.02]), slot_rows,
+                      np.array([2, 0, 1]), 4)
+  kw = dict(seed=3, init_stddev=0.1, initial_slot_row=slot_row)
+  plain = HostTable.create_ram(50, e, s, **kw, tables=tables._replace(dims=None))  # its size
+  ram = HostTable.create_ram(50, e, s, **kw, tables=tables)
+  mm = HostTable.create_mmap(str(tmp_path / "t"), 50, e, s, **kw, tables=tables)
+  assert ram.spec.packed and mm.spec.packed and not plain.spec.packed
+  kept = 10 * 3 + 20 * 5 + 20 * 2  # columns stored per table: dim + the first-order column
+  slots_kept = kept * (s // e) if s > 1 else 50  # per-element slots pack alike, group by group
+  assert ram.nbytes == kept * 4 + slots_kept * 4 + 50 < plain.nbytes
+  ids = np.arange(50, dtype=np.int64)
+  initial = init_table_rows(3, ids, e, tables)
+  for table in (ram, mm):
+    chex.assert_trees_all_equal(table.gather(ids), initial)
+  assert (initial[0][:10, 2:4] == 0).all() and (initial[0][30:, 1:4] == 0).all()
+  rng = np.random.default_rng(0)
+  live = initial[0] != 0
+  dense_values, dense_slots = initial[0].copy(), initial[1].copy()  # the reference: dense rows
+  written = np.zeros(50, bool)
+  for _ in range(3):
+    at = rng.choice(50, 17, replace=False).astype(np.int64)
+    values = np.where(live, rng.normal(size=(50, e)), 0.0).astype(np.float32)[at]
+    slots = rng.random((50, s)).astype(np.float32)
+    if s > 1:  # per-element slots: unread columns keep their initial value
+      slots = np.where(np.tile(live, (1, s // e)), slots, initial[1])
+    for table in (ram, mm):
+      table.scatter(at, values, slots[at])
+    dense_values[at], dense_slots[at], written[at] = values, slots[at], True
+    order = rng.permutation(50).astype(np.int64)
+    for table in (ram, mm):
+      chex.assert_trees_all_equal(table.gather(order), (dense_values[order], dense_slots[order]))
+      chunk_values, chunk_slots, flags = table.read_chunk(0)  # stored rows: the written ones
+      chex.assert_trees_all_equal((chunk_values[written], chunk_slots[written], flags),
+                                  (dense_values[written], dense_slots[written], written))
+  assert ram.num_materialised == mm.num_materialised == written.sum()
+  # A write that would drop a value is refused, naming it, and changes nothing.
+  before = ram.read_all()
+  bad = ram.gather(np.array([12, 4]))[0]
+  bad[1, 3] = 0.25
+  with pytest.raises(ValueError, match=r"scatter: values\[1, 3\] \(row id 4, table 0\) is 0.25"):
+    ram.scatter(np.array([12, 4]), bad, ram.gather(np.array([12, 4]))[1])
+  with pytest.raises(ValueError, match=r"load_rows: values\[1, 3\] \(row id 4, table 0\)"):
+    ram.load_rows(np.array([12, 4]), bad, ram.gather(np.array([12, 4]))[1])
+  chex.assert_trees_all_equal(ram.read_all(), before)
+  if s > 1:
+    bad_slots = ram.gather(np.array([33]))[1]
+    bad_slots[0, 2] = 9.0  # table 2 keeps column 0 and the first-order column only
+    with pytest.raises(ValueError, match=r"scatter: slots\[0, 2\] \(row id 33, table 2\) is 9.0"):
+      ram.scatter(np.array([33]), ram.gather(np.array([33]))[0], bad_slots)
+  # Reopened from its files, the packed table reads the same.
+  mm.close()
+  again = HostTable.open_mmap(str(tmp_path / "t"))
+  assert again.spec == mm.spec
+  chex.assert_trees_all_equal(again.read_all(), (dense_values, dense_slots))
+  assert np.load(str(tmp_path / "t" / "values.npy")).shape == (kept,)
+  meta = json.loads((tmp_path / "t" / "meta.json").read_text())
+  assert meta["tables"]["dims"] == [2, 0, 1] and meta["tables"]["latent_dim"] == 4

@@ -118,3 +118,18 @@ def test_host_table_initialises_each_table_lazily_and_records_it(tmp_path):
   chex.assert_trees_all_equal(reopened.gather(np.array([8, 0, 3, 4])),
                               tuple(x[[8, 0, 3, 4]] for x in want))
   reopened.close()
+
+
+def test_init_table_rows_zeroes_the_columns_past_a_tables_dim():
+  # 4 latent columns + 1 first-order; table 0 of dim 2, table 1 of the model's dim (0), table 2
+  # of dim 4 (= latent: every column), table 3 of dim 1.
+  tables = initializers.TableInits(np.array([0, 5, 9, 12]), np.full(4, 0.3),
+                                   np.zeros((4, 1), np.float32), np.array([2, 0, 4, 1]), 4)
+  rows = np.arange(16, dtype=np.int64)
+  values, _ = initializers.init_table_rows(3, rows, 5, tables)
+  full, _ = initializers.init_table_rows(3, rows, 5, tables._replace(dims=None))
+  want = full.copy()
+  want[0:5, 2:4] = 0.0
+  want[12:16, 1:4] = 0.0
+  chex.assert_trees_all_equal(values, want)
+  assert (full[0:5, 2:4] != 0).all() and (full[12:, 1:4] != 0).all()  # the live columns kept

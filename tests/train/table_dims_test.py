@@ -203,3 +203,56 @@ def test_a_step_reading_through_live_columns_equals_the_model_with_those_dims():
   plain = db._replace(weights=None, vids=db.vids[:, :bag_data.LAYOUT.num_features])
   with pytest.raises(ValueError, match="live columns need a feature layout's batch"):
     step_lib.forward_logits(graph_full, params, table.values[:8], plain, live)
+
+
+@pytest.mark.parametrize("backend", ["device", "cache"])
+def test_unread_columns_start_and_stay_zero_and_the_host_table_stores_each_tables_width(backend):
+  # item: dim 4 of the model's 16 (+ DeepFM's first-order column); user: dim 2, adagrad slots.
+  from sfjax.data import make_dataset  # pylint: disable=import-outside-toplevel
+  from sfjax.embedding.host_table import HostTable  # pylint: disable=import-outside-toplevel
+  from sfjax.train.runner import run_steps  # pylint: disable=import-outside-toplevel
+
+  c = _multihot_config(backend, "item:dim=4;user:dim=2,optimizer=adagrad")
+  c.embedding.l2 = 1e-3  # an L2 keeps a zero column zero too
+  data = make_dataset(c.data, seed=c.seed)
+  spec = data.spec
+  trainer = loop.build_trainer(c, spec)
+  be = trainer.backend
+  latent = c.model.embed_dim
+  dims = np.asarray([t.dim for t in spec.layout.tables])
+  starts = np.append(spec.layout.table_offsets, spec.total_rows)
+
+  def dead(values):  # [V, E] -> the columns past each table's dim, all tables
+    return np.concatenate([values[starts[t]:starts[t + 1], d:latent].ravel()
+                           for t, d in enumerate(dims) if 0 < d < latent])
+
+  if backend == "cache":
+    host = be.host_table
+    assert host.spec.packed
+    plain = HostTable.create_ram(
+        host.num_rows, host.width, host.slot_width, seed=0, init_stddev=0.1,
+        initial_slot_row=np.zeros(host.slot_width),
+        tables=host.spec.table_inits()._replace(dims=None))
+    assert not plain.spec.packed
+    sizes = np.diff(starts)
+    stored = sum(int(n) * ((d + 1 if 0 < d < latent else latent + 1) * (4 + 4 * (host.slot_width > 1)))
+                 for n, d in zip(sizes, dims, strict=True))
+    assert host.nbytes - host.num_rows == stored < plain.nbytes - plain.num_rows
+  else:
+    chex.assert_trees_all_equal(dead(np.asarray(trainer.state.table.values)), 0.0)
+  inputs = be.train_inputs(data.train_batches(c.train.batch_size, seed=c.seed))
+  try:
+    state, _ = run_steps(trainer.run_step, trainer.state, inputs, 1, 6, c.train.batch_size)
+    be.sync(state)
+  finally:
+    inputs.close()
+  values = (be.host_table.read_all()[0] if backend == "cache"
+            else np.asarray(state.table.values))
+  chex.assert_trees_all_equal(dead(values), 0.0)
+  initial = dt.init_table_host(spec.total_rows, values.shape[1], ro.sgd(0.1), seed=c.seed,
+                               stddev=c.embedding.init_stddev,
+                               tables=dt.table_inits(spec.layout, values.shape[1], ro.sgd(0.1),
+                                                     c.embedding.init_stddev, latent))[0]
+  assert (values[:, :4] != initial[:, :4]).any()  # the read columns trained
+  if backend == "cache":
+    be.close()

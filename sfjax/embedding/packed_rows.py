@@ -1,0 +1,225 @@
+"""Rows of a concatenated table stored at each table's own width (issue #22).
+
+A table of embedding dim d below the model's D is read through its rows' first d latent
+columns (and any columns after the D latent ones, e.g. a first-order weight): columns
+`[d, D)` start at 0 and stay 0 (`initializers.TableInits.dims`), and their per-element
+optimizer slots stay at the table's initial slot values. `PackedRows` keeps a logical
+`[V, W]` array (host-table values or slots) with only each table's KEPT columns stored:
+table t's rows `[starts[t], starts[t+1])` as a `[rows_t, width_t]` block of one flat
+buffer (a numpy array or a memory map), so a table of dim 4 in a model of dim 64 stores
+5 of 65 columns. Reads fill the other columns with the table's constant row (`fill`);
+writes check that those columns still hold it, so no value is ever dropped silently (a
+-0.0 there equals the constant 0.0 and reads back as 0.0).
+
+`column_ranges` gives the kept columns of a table of dim d; `PackedLayout` the blocks'
+geometry (`PackedLayout.size` elements in all).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from sfjax.embedding import host_rows
+
+Ranges = tuple[tuple[int, int], ...]  # kept columns [lo, hi) of a logical row, ascending
+
+
+def column_ranges(dim: int, latent_dim: int, width: int, slot_groups: int = 0) -> Ranges:
+  """The kept columns of a table of embedding dim `dim` (0: all) in rows of `width`.
+
+  Args:
+    dim: the table's dim d (0, or >= `latent_dim`: every column is kept).
+    latent_dim: D, the model's latent columns (the first D of a value row).
+    width: E, columns of a value row.
+    slot_groups: 0 for value rows; k >= 1 for optimizer slots of k * E columns, one value
+      row's layout per group (adagrad: 1; adam, ftrl: 2); their kept columns are the
+      value row's, group by group.
+
+  Returns:
+    ascending `(lo, hi)` column ranges; `[(0, columns)]` when every column is kept.
+  """
+  if not 0 < dim < latent_dim:
+    return ((0, width * max(1, slot_groups)),)
+  value = [(0, dim)] + ([(latent_dim, width)] if width > latent_dim else [])
+  ranges: list[tuple[int, int]] = []
+  for g in range(max(1, slot_groups)):
+    for lo, hi in value:
+      lo, hi = lo + g * width, hi + g * width
+      if ranges and ranges[-1][1] == lo:
+        ranges[-1] = (ranges[-1][0], hi)
+      else:
+        ranges.append((lo, hi))
+  return tuple(ranges)
+
+
+class PackedLayout(NamedTuple):
+  """Where each table's rows live in the flat buffer.
+
+  Attributes:
+    starts: [T] int64 first logical row of each table (ascending, from 0).
+    num_rows: V, logical rows.
+    columns: W, logical columns.
+    ranges: [T] each table's kept column ranges (`column_ranges`).
+    offsets: [T] int64 each table's first element in the buffer.
+  """
+
+  starts: np.ndarray
+  num_rows: int
+  columns: int
+  ranges: tuple[Ranges, ...]
+  offsets: np.ndarray
+
+  @property
+  def widths(self) -> np.ndarray:
+    """[T] int64 kept columns per table."""
+    return np.asarray([sum(hi - lo for lo, hi in r) for r in self.ranges], np.int64)
+
+  @property
+  def rows(self) -> np.ndarray:
+    """[T] int64 rows per table."""
+    return np.diff(np.append(self.starts, self.num_rows))
+
+  @property
+  def size(self) -> int:
+    """Elements of the flat buffer."""
+    return int((self.rows * self.widths).sum())
+
+
+def packed_layout(starts, num_rows: int, columns: int, ranges: tuple[Ranges, ...]
+                  ) -> PackedLayout:
+  """The `PackedLayout` of tables starting at `starts` with kept column `ranges`.
+
+  Raises:
+    ValueError: starts not ascending from 0 inside `[0, num_rows)`, or a range outside
+      `[0, columns)`.
+  """
+  starts = np.asarray(starts, np.int64).reshape(-1)
+  if (not starts.size or starts[0] != 0 or (np.diff(starts) < 0).any()
+      or starts[-1] >= max(int(num_rows), 1)):
+    raise ValueError(f"packed rows: table starts must ascend from 0 below {num_rows}, "
+                     f"got {starts.tolist()}")
+  if len(ranges) != starts.size:
+    raise ValueError(f"packed rows: {len(ranges)} column ranges for {starts.size} tables")
+  for t, rs in enumerate(ranges):
+    if any(not 0 <= lo < hi <= columns for lo, hi in rs):
+      raise ValueError(f"packed rows: table {t}'s columns {rs} are outside [0, {columns})")
+  rows = np.diff(np.append(starts, int(num_rows)))
+  widths = np.asarray([sum(hi - lo for lo, hi in r) for r in ranges], np.int64)
+  offsets = np.concatenate([[0], np.cumsum(rows * widths)[:-1]]).astype(np.int64)
+  return PackedLayout(starts, int(num_rows), int(columns), tuple(ranges), offsets)
+
+
+class PackedRows:
+  """A logical `[V, W]` array whose tables store only their kept columns.
+
+  Consecutive tables that keep the same columns and share a constant row are one block of
+  the buffer (`runs`): a layout whose tables all have one dim reads and writes with one
+  `np.take` and one scatter, as a dense array would.
+
+  Args:
+    layout: the blocks' geometry.
+    buffer: [layout.size] the flat storage (zeros, a memory map, ...); viewed, not copied.
+    fill: [T, W] each table's constant row: the value of every column it does not keep.
+  """
+
+  def __init__(self, layout: PackedLayout, buffer: np.ndarray, fill: np.ndarray):
+    if buffer.ndim != 1 or buffer.size != layout.size:
+      raise ValueError(f"packed rows: the buffer must be 1-D of {layout.size} elements, got "
+                       f"shape {buffer.shape}")
+    fill = np.asarray(fill)
+    if fill.shape != (layout.starts.size, layout.columns):
+      raise ValueError(f"packed rows: fill must be [{layout.starts.size}, {layout.columns}], "
+                       f"got {fill.shape}")
+    self.layout, self.buffer = layout, buffer
+    self.dtype = buffer.dtype
+    self.fill = fill.astype(buffer.dtype)
+    self.shape = (layout.num_rows, layout.columns)
+    # Runs of tables [first, last] keeping the same columns with the same constant row.
+    firsts = [0] + [t for t in range(1, layout.starts.size)
+                    if layout.ranges[t] != layout.ranges[t - 1]
+                    or not np.array_equal(self.fill[t], self.fill[t - 1])]
+    self.runs = np.asarray(firsts, np.int64)
+    self._run_starts = layout.starts[self.runs]  # first logical row of each run
+    ends = list(layout.offsets[self.runs[1:]]) + [layout.size]
+    self._blocks = []
+    for r, t in enumerate(firsts):
+      width = int(layout.widths[t])
+      self._blocks.append(buffer[layout.offsets[t]:ends[r]].reshape(-1, width))
+    self._dropped = []  # per run: bool [W], the columns it does not keep
+    for t in firsts:
+      dropped = np.ones(layout.columns, bool)
+      for lo, hi in layout.ranges[t]:
+        dropped[lo:hi] = False
+      self._dropped.append(dropped)
+
+  @property
+  def nbytes(self) -> int:
+    """Bytes stored (the buffer's)."""
+    return int(self.buffer.nbytes)
+
+  def _by_run(self, ids: np.ndarray):
+    """(run, positions in `ids`, rows local to the run) for each run `ids` [N] touches."""
+    if self.runs.size == 1:
+      yield 0, slice(None), ids
+      return
+    runs = np.searchsorted(self._run_starts, ids, side="right") - 1
+    order = np.argsort(runs, kind="stable")
+    bounds = np.searchsorted(runs[order], np.arange(self.runs.size + 1))
+    for r in range(self.runs.size):
+      lo, hi = int(bounds[r]), int(bounds[r + 1])
+      if lo < hi:
+        at = order[lo:hi]
+        yield r, at, ids[at] - self._run_starts[r]
+
+  def take(self, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Rows `ids` [N] (int64 in [0, V)) as [N, W] (into `out` when given)."""
+    if out is None:
+      out = np.empty((ids.shape[0], self.layout.columns), self.dtype)
+    for r, at, local in self._by_run(ids):
+      rows = np.take(self._blocks[r], local, axis=0)
+      ranges = self.layout.ranges[int(self.runs[r])]
+      whole = isinstance(at, slice)
+      block = out if whole else np.empty((rows.shape[0], self.layout.columns), self.dtype)
+      block[:, self._dropped[r]] = self.fill[int(self.runs[r])][self._dropped[r]]
+      p = 0
+      for lo, hi in ranges:
+        block[:, lo:hi] = rows[:, p:p + hi - lo]
+        p += hi - lo
+      if not whole:
+        out[at] = block
+    return out
+
+  def check(self, ids: np.ndarray, rows: np.ndarray, where: str, name: str) -> None:
+    """Raises ValueError naming the first row of `rows` [N, W] (for `ids`) whose unkept
+    column differs from its table's constant (it would be lost)."""
+    if self.runs.size == 1:
+      if not self._dropped[0].any():
+        return
+      bad = (rows != self.fill[0]) & self._dropped[0]
+    else:
+      run = np.searchsorted(self._run_starts, ids, side="right") - 1
+      bad = (rows != self.fill[self.runs[run]]) & np.asarray(self._dropped)[run]
+    if not bad.any():
+      return
+    row, col = (int(x) for x in np.argwhere(bad)[0])
+    table = int(np.searchsorted(self.layout.starts, ids[row], side="right") - 1)
+    raise ValueError(
+        f"{where}: {name}[{row}, {col}] (row id {int(ids[row])}, table {table}) is "
+        f"{rows[row, col]}, but that table stores {int(self.layout.widths[table])} of "
+        f"{self.layout.columns} columns and column {col} must stay {self.fill[table][col]} "
+        f"(a column past the table's dim)")
+
+  def put(self, ids: np.ndarray, rows: np.ndarray) -> None:
+    """Writes rows `rows` [N, W] at `ids` [N] (distinct; `check` them first)."""
+    for r, at, local in self._by_run(ids):
+      ranges = self.layout.ranges[int(self.runs[r])]
+      mine = rows[at]
+      kept = (mine if len(ranges) == 1 and ranges[0] == (0, self.layout.columns)
+              else np.concatenate([mine[:, lo:hi] for lo, hi in ranges], axis=1))
+      host_rows.put_rows(self._blocks[r], local, kept)
+
+  def read(self, lo: int, hi: int) -> np.ndarray:
+    """Rows `[lo, hi)` as a fresh [hi - lo, W] array."""
+    return self.take(np.arange(lo, hi, dtype=np.int64))

@@ -1,0 +1,134 @@
+"""Tests for sfjax.embedding.packed_rows: rows stored at each table's own width."""
+
+import chex
+import numpy as np
+import pytest
+
+from sfjax.embedding import packed_rows as pr
+
+
+def test_column_ranges_of_values_and_slot_groups():
+  # D = 4 latent columns + 1 first-order column (E = 5).
+  assert pr.column_ranges(2, 4, 5) == ((0, 2), (4, 5))
+  assert pr.column_ranges(1, 4, 4) == ((0, 1),)  # no column past the latent ones
+  assert pr.column_ranges(0, 4, 5) == ((0, 5),)  # the model's dim: every column
+  assert pr.column_ranges(4, 4, 5) == ((0, 5),)
+  assert pr.column_ranges(2, 4, 5, slot_groups=1) == ((0, 2), (4, 5))
+  # adam / ftrl slots [m | v]: the value row's kept columns in each group; touching ranges merge.
+  assert pr.column_ranges(2, 4, 5, slot_groups=2) == ((0, 2), (4, 7), (9, 10))
+  assert pr.column_ranges(0, 4, 5, slot_groups=2) == ((0, 10),)
+
+
+def test_layout_sizes_offsets_and_bad_geometry():
+  layout = pr.packed_layout([0, 10, 30], 50, 5, (((0, 2), (4, 5)), ((0, 5),), ((0, 1),)))
+  chex.assert_trees_all_equal(layout.rows, np.array([10, 20, 20]))
+  chex.assert_trees_all_equal(layout.widths, np.array([3, 5, 1]))
+  chex.assert_trees_all_equal(layout.offsets, np.array([0, 30, 130]))
+  assert layout.size == 150
+  with pytest.raises(ValueError, match="ascend from 0"):
+    pr.packed_layout([1, 10], 50, 5, (((0, 5),), ((0, 5),)))
+  with pytest.raises(ValueError, match="ascend from 0"):
+    pr.packed_layout([0, 60], 50, 5, (((0, 5),), ((0, 5),)))
+  with pytest.raises(ValueError, match="2 column ranges for 3 tables"):
+    pr.packed_layout([0, 10, 30], 50, 5, (((0, 5),), ((0, 5),)))
+  with pytest.raises(ValueError, match=r"table 1's columns \(\(0, 6\),\) are outside \[0, 5\)"):
+    pr.packed_layout([0, 10], 50, 5, (((0, 5),), ((0, 6),)))
+
+
+def _packed(fill=None):
+  layout = pr.packed_layout([0, 10, 30], 50, 5, (((0, 2), (4, 5)), ((0, 5),), ((0, 1),)))
+  fill = np.zeros((3, 5), np.float32) if fill is None else fill
+  return pr.PackedRows(layout, np.zeros(layout.size, np.float32), fill)
+
+
+def _dense_rows(fill, rng):
+  """[50, 5] rows whose unkept columns hold each table's constant."""
+  rows = rng.normal(size=(50, 5)).astype(np.float32)
+  rows[:10, 2:4] = fill[0, 2:4]
+  rows[30:, 1:] = fill[2, 1:]
+  return rows
+
+
+def test_put_take_round_trip_equals_a_dense_array_in_any_order():
+  rng = np.random.default_rng(0)
+  fill = np.arange(15, dtype=np.float32).reshape(3, 5)
+  packed = _packed(fill)
+  # Untouched rows read as zeros in their kept columns and the constant elsewhere.
+  want = np.zeros((50, 5), np.float32)
+  want[:10, 2:4] = fill[0, 2:4]
+  want[30:, 1:] = fill[2, 1:]
+  chex.assert_trees_all_equal(packed.read(0, 50), want)
+  dense = want.copy()
+  for _ in range(4):
+    rows = _dense_rows(fill, rng)
+    ids = rng.choice(50, 17, replace=False).astype(np.int64)
+    packed.check(ids, rows[ids], "put", "values")
+    packed.put(ids, rows[ids])
+    dense[ids] = rows[ids]
+    order = rng.permutation(50).astype(np.int64)
+    chex.assert_trees_all_equal(packed.take(order), dense[order])
+  chex.assert_trees_all_equal(packed.read(7, 33), dense[7:33])
+  out = np.full((3, 5), -1.0, np.float32)
+  packed.take(np.array([31, 2, 12]), out=out)
+  chex.assert_trees_all_equal(out, dense[[31, 2, 12]])
+  assert packed.nbytes == 150 * 4  # against 250 * 4 dense
+
+
+def test_one_table_packs_too():
+  layout = pr.packed_layout([0], 6, 3, (((0, 1), (2, 3)),))
+  packed = pr.PackedRows(layout, np.zeros(layout.size, np.float32), np.zeros((1, 3)))
+  rows = np.array([[1, 0, 2], [3, 0, 4]], np.float32)
+  packed.put(np.array([4, 1]), rows)
+  chex.assert_trees_all_equal(packed.take(np.array([1, 4, 0])),
+                              np.array([[3, 0, 4], [1, 0, 2], [0, 0, 0]], np.float32))
+  assert packed.nbytes == 12 * 4
+
+
+def test_check_names_the_row_column_id_and_table_and_changes_nothing():
+  rng = np.random.default_rng(1)
+  fill = np.ones((3, 5), np.float32)
+  packed = _packed(fill)
+  rows = _dense_rows(fill, rng)
+  ids = np.array([35, 3, 12], np.int64)
+  bad = rows[ids].copy()
+  bad[1, 3] = 0.5  # row id 3 (table 0) keeps columns 0, 1 and 4 only
+  before = packed.buffer.copy()
+  with pytest.raises(ValueError, match=r"^scatter: values\[1, 3\] \(row id 3, table 0\) is 0.5, but "
+                                       r"that table stores 3 of 5 columns and column 3 must stay "
+                                       r"1.0 \(a column past the table's dim\)$"):
+    packed.check(ids, bad, "scatter", "values")
+  chex.assert_trees_all_equal(packed.buffer, before)
+  bad = rows[ids].copy()
+  bad[0, 2] = 7.0  # row id 35: table 2 keeps column 0 only
+  with pytest.raises(ValueError, match=r"values\[0, 2\] \(row id 35, table 2\) is 7.0"):
+    packed.check(ids, bad, "scatter", "values")
+  packed.check(ids, rows[ids], "scatter", "values")  # table 1 keeps everything: any values
+
+
+def test_bad_buffer_or_fill_shapes_are_refused():
+  layout = pr.packed_layout([0, 10], 20, 3, (((0, 1),), ((0, 3),)))
+  with pytest.raises(ValueError, match="1-D of 40 elements"):
+    pr.PackedRows(layout, np.zeros(39, np.float32), np.zeros((2, 3)))
+  with pytest.raises(ValueError, match=r"fill must be \[2, 3\]"):
+    pr.PackedRows(layout, np.zeros(40, np.float32), np.zeros((3, 3)))
+
+
+def test_tables_keeping_the_same_columns_with_the_same_constant_share_one_run():
+  ranges = (((0, 2),), ((0, 2),), ((0, 3),), ((0, 3),), ((0, 3),))
+  layout = pr.packed_layout([0, 4, 6, 9, 10], 12, 3, ranges)
+  fill = np.zeros((5, 3), np.float32)
+  fill[4, 2] = 0.5  # the last table's constant differs: a run of its own
+  packed = pr.PackedRows(layout, np.zeros(layout.size, np.float32), fill)
+  chex.assert_trees_all_equal(packed.runs, np.array([0, 2, 4]))
+  assert [b.shape for b in packed._blocks] == [(6, 2), (4, 3), (2, 3)]
+  rng = np.random.default_rng(2)
+  rows = rng.normal(size=(12, 3)).astype(np.float32)
+  rows[:6, 2] = 0.0
+  ids = rng.permutation(12).astype(np.int64)
+  packed.check(ids, rows[ids], "put", "values")
+  packed.put(ids, rows[ids])
+  chex.assert_trees_all_equal(packed.read(0, 12), rows)
+  order = rng.permutation(12).astype(np.int64)
+  chex.assert_trees_all_equal(packed.take(order), rows[order])
+  same = pr.PackedRows(layout, np.zeros(layout.size, np.float32), np.zeros((5, 3)))
+  chex.assert_trees_all_equal(same.runs, np.array([0, 2]))
