@@ -135,7 +135,6 @@ class PackedRows:
     self.layout, self.buffer = layout, buffer
     self.dtype = buffer.dtype
     self.fill = fill.astype(buffer.dtype)
-    self.shape = (layout.num_rows, layout.columns)
     # Runs of tables [first, last] keeping the same columns with the same constant row.
     firsts = [0] + [t for t in range(1, layout.starts.size)
                     if layout.ranges[t] != layout.ranges[t - 1]

@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 from sfjax.core import feature_layout
 from sfjax.core.errors import ConfigError
-from sfjax.embedding import row_sharded_table
+from sfjax.embedding import packed_rows, row_sharded_table
 
 PLACEMENTS = ("replicated", "row", "cache")  # lightest to heaviest
 SETTINGS = ("", "auto", *PLACEMENTS)  # embedding.placement ('' = embedding.backend as set)
@@ -54,6 +54,9 @@ class TableCost:
     value_bytes: bytes per value (4: float32).
     slot_bytes: optimizer-state bytes per row (S x 4 for S float32 slots).
     ids_per_example: ids an example holds in this table (its features' capacities).
+    host_row_bytes: bytes of one row with its state in a host table, when less than
+      `row_bytes` (a table of a smaller dim stores only its read columns there,
+      `packed_rows`); 0: `row_bytes`.
   """
 
   name: str
@@ -62,11 +65,17 @@ class TableCost:
   value_bytes: int = 4
   slot_bytes: int = 0
   ids_per_example: int = 1
+  host_row_bytes: int = 0
 
   @property
   def row_bytes(self) -> int:
     """Bytes of one row with its optimizer state."""
     return self.width * self.value_bytes + self.slot_bytes
+
+  @property
+  def host_bytes(self) -> int:
+    """Bytes of the whole table with its optimizer state in a host table."""
+    return self.num_rows * (self.host_row_bytes or self.row_bytes)
 
   @property
   def total_bytes(self) -> int:
@@ -165,16 +174,28 @@ class Plan(NamedTuple):
 
 
 def table_costs(layout: feature_layout.FeatureLayout | None, num_rows: int, num_columns: int,
-                width: int, slot_width: int) -> tuple[TableCost, ...]:
+                width: int, slot_width: int, latent_dim: int | None = None
+                ) -> tuple[TableCost, ...]:
   """The tables of a run: a feature layout's (`TableSpec`s; ids per example = the
   capacities of the features reading each), or the one concatenated table of `num_rows`
-  rows and `num_columns` ids per example. Float32 values and `slot_width` float32 slots."""
+  rows and `num_columns` ids per example. Float32 values and `slot_width` float32 slots;
+  with `latent_dim` (the model's D), a table of a smaller dim costs its kept columns on a
+  host (`packed_rows.column_ranges`: per-element slots pack alike)."""
   if layout is None:
     return (TableCost("table", int(num_rows), width, 4, 4 * slot_width, int(num_columns)),)
   ids = {t.name: 0 for t in layout.tables}
   for f in layout.features:
     ids[f.table] += int(f.capacity)
-  return tuple(TableCost(t.name, int(t.num_rows), width, 4, 4 * slot_width, max(1, ids[t.name]))
+
+  def host_row_bytes(dim: int) -> int:
+    if latent_dim is None or not 0 < dim < latent_dim:
+      return 0
+    kept = sum(hi - lo for lo, hi in packed_rows.column_ranges(dim, latent_dim, width))
+    slots = kept * (slot_width // width) if slot_width and not slot_width % width else slot_width
+    return 4 * (kept + slots)
+
+  return tuple(TableCost(t.name, int(t.num_rows), width, 4, 4 * slot_width, max(1, ids[t.name]),
+                         host_row_bytes(t.dim))
                for t in layout.tables)
 
 
@@ -225,7 +246,7 @@ def _costs(table: TableCost, placement: str, budget: Budget, batch_size: int,
                           row_sharded_table.exchange_bytes(u, grad_bytes, d, "row"), 0)
   cache_rows = max(1, math.ceil(round(table.num_rows * CACHE_FRACTION, 6)))
   return TablePlacement(table, "cache", cache_rows * table.row_bytes,
-                        -(-table.total_bytes // budget.num_hosts), u,
+                        -(-table.host_bytes // budget.num_hosts), u,
                         row_sharded_table.exchange_bytes(u, grad_bytes, d, "replicated"),
                         2 * u * table.row_bytes)
 

@@ -413,7 +413,7 @@ def resolve_placement(config, spec: types.DatasetSpec, width: int,
   if chosen == "auto":
     budget = plan_budget(e.plan, num_devices)
     tables = placement.table_costs(spec.layout, spec.total_rows, spec.num_columns, width,
-                                   row_opt.slot_width(width))
+                                   row_opt.slot_width(width), config.model.embed_dim)
     plan = placement.plan_placement(tables, budget, config.train.batch_size,
                                     float(e.plan.unique_fraction))
     logging.info("embedding.placement=auto\n%s", plan.describe())

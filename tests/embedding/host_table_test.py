@@ -573,3 +573,22 @@ def test_a_table_of_a_smaller_dim_stores_its_own_width_and_reads_like_a_full_one
   assert np.load(str(tmp_path / "t" / "values.npy")).shape == (kept,)
   meta = json.loads((tmp_path / "t" / "meta.json").read_text())
   assert meta["tables"]["dims"] == [2, 0, 1] and meta["tables"]["latent_dim"] == 4
+
+
+def test_a_packed_half_width_table_keeps_its_dtype_in_ram_and_in_its_files(tmp_path):
+  from sfjax.embedding.initializers import TableInits  # pylint: disable=import-outside-toplevel
+  tables = TableInits(np.array([0, 10]), np.array([0.1, 0.1]), np.full((2, 1), 0.1, np.float32),
+                      np.array([2, 0]), 4)
+  kw = dict(seed=1, init_stddev=0.1, initial_slot_row=[0.1], tables=tables, dtype="bfloat16")
+  ids = np.arange(20, dtype=np.int64)
+  for table in (HostTable.create_ram(20, 5, 1, **kw),
+                HostTable.create_mmap(str(tmp_path / "h"), 20, 5, 1, **kw)):
+    values, slots = table.gather(ids)
+    assert values.dtype == row_dtype.ROW_DTYPES["bfloat16"] and (values[:10, 2:4] == 0).all()
+    assert table.nbytes == (10 * 3 + 10 * 5) * 2 + 20 * 4 + 20  # 2-byte values, f32 slots
+    values[3, 0] = 0.75
+    table.scatter(ids, values, slots)
+    chex.assert_trees_all_equal(table.gather(ids)[0].astype(np.float32), values.astype(np.float32))
+  table.close()
+  again = HostTable.open_mmap(str(tmp_path / "h"))
+  chex.assert_trees_all_equal(again.gather(ids)[0].astype(np.float32), values.astype(np.float32))

@@ -17,6 +17,7 @@ def test_column_ranges_of_values_and_slot_groups():
   # adam / ftrl slots [m | v]: the value row's kept columns in each group; touching ranges merge.
   assert pr.column_ranges(2, 4, 5, slot_groups=2) == ((0, 2), (4, 7), (9, 10))
   assert pr.column_ranges(0, 4, 5, slot_groups=2) == ((0, 10),)
+  assert pr.column_ranges(2, 4, 5, slot_groups=3) == ((0, 2), (4, 7), (9, 12), (14, 15))
 
 
 def test_layout_sizes_offsets_and_bad_geometry():
@@ -33,6 +34,15 @@ def test_layout_sizes_offsets_and_bad_geometry():
     pr.packed_layout([0, 10, 30], 50, 5, (((0, 5),), ((0, 5),)))
   with pytest.raises(ValueError, match=r"table 1's columns \(\(0, 6\),\) are outside \[0, 5\)"):
     pr.packed_layout([0, 10], 50, 5, (((0, 5),), ((0, 6),)))
+  with pytest.raises(ValueError, match=r"table 0's columns \(\(0, 1\), \(2, 2\)\) are outside"):
+    pr.packed_layout([0], 50, 5, (((0, 1), (2, 2)),))  # an empty range
+  with pytest.raises(ValueError, match="ascend from 0 below 50"):
+    pr.packed_layout([0, 50], 50, 5, (((0, 5),), ((0, 5),)))  # a table past the rows
+  with pytest.raises(ValueError, match="ascend from 0 below 1"):
+    pr.packed_layout([0, 1], 1, 5, (((0, 5),), ((0, 5),)))
+  empty = pr.packed_layout([0, 10, 10], 20, 5, (((0, 1),), ((0, 2),), ((0, 3),)))  # no rows
+  chex.assert_trees_all_equal((empty.rows, empty.offsets), (np.array([10, 0, 10]),
+                                                            np.array([0, 10, 10])))
 
 
 def _packed(fill=None):
@@ -78,6 +88,10 @@ def test_one_table_packs_too():
   layout = pr.packed_layout([0], 6, 3, (((0, 1), (2, 3)),))
   packed = pr.PackedRows(layout, np.zeros(layout.size, np.float32), np.zeros((1, 3)))
   rows = np.array([[1, 0, 2], [3, 0, 4]], np.float32)
+  packed.check(np.array([4, 1]), rows, "put", "values")
+  with pytest.raises(ValueError, match=r"put: values\[1, 1\] \(row id 1, table 0\) is 5.0"):
+    packed.check(np.array([4, 1]), rows + np.array([0, 5, 0], np.float32) * [[0], [1]], "put",
+                 "values")
   packed.put(np.array([4, 1]), rows)
   chex.assert_trees_all_equal(packed.take(np.array([1, 4, 0])),
                               np.array([[3, 0, 4], [1, 0, 2], [0, 0, 0]], np.float32))
@@ -132,3 +146,36 @@ def test_tables_keeping_the_same_columns_with_the_same_constant_share_one_run():
   chex.assert_trees_all_equal(packed.take(order), rows[order])
   same = pr.PackedRows(layout, np.zeros(layout.size, np.float32), np.zeros((5, 3)))
   chex.assert_trees_all_equal(same.runs, np.array([0, 2]))
+
+
+def test_one_run_checks_its_dropped_columns_too_and_names_the_table_at_its_start():
+  layout = pr.packed_layout([0, 4], 8, 3, (((0, 1),), ((0, 1),)))  # one run: both keep column 0
+  packed = pr.PackedRows(layout, np.zeros(layout.size, np.float32), np.zeros((2, 3)))
+  assert packed.runs.size == 1
+  good = np.array([[1.0, 0, 0], [2.0, 0, 0]], np.float32)
+  packed.check(np.array([4, 0]), good, "scatter", "values")
+  bad = good.copy()
+  bad[0, 2] = 3.0
+  with pytest.raises(ValueError, match=r"values\[0, 2\] \(row id 4, table 1\) is 3.0, but that "
+                                       r"table stores 1 of 3 columns"):
+    packed.check(np.array([4, 0]), bad, "scatter", "values")
+  bad = good.copy()
+  bad[1, 1] = -1.0
+  with pytest.raises(ValueError, match=r"values\[1, 1\] \(row id 0, table 0\) is -1.0"):
+    packed.check(np.array([4, 0]), bad, "scatter", "values")
+  full = pr.packed_layout([0], 8, 3, (((0, 3),),))  # keeps everything: nothing to refuse
+  pr.PackedRows(full, np.zeros(24, np.float32), np.zeros((1, 3))).check(
+      np.array([1]), np.full((1, 3), 5.0, np.float32), "scatter", "values")
+
+
+def test_rows_keep_the_buffers_dtype_and_its_rounded_constants():
+  # Half-width values: the constant 0.1 becomes float16(0.1), which rows read back and pass.
+  layout = pr.packed_layout([0, 3], 6, 2, (((0, 1),), ((0, 2),)))
+  packed = pr.PackedRows(layout, np.zeros(layout.size, np.float16), np.full((2, 2), 0.1))
+  rows = packed.take(np.array([0, 5, 2]))
+  assert rows.dtype == np.float16 and packed.read(0, 6).dtype == np.float16
+  assert rows[0, 1] == np.float16(0.1)
+  rows[:, 0] = np.float16(0.5)
+  packed.check(np.array([0, 5, 2]), rows, "scatter", "values")
+  packed.put(np.array([0, 5, 2]), rows)
+  chex.assert_trees_all_equal(packed.take(np.array([2, 0])), rows[[2, 0]])

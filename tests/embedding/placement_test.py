@@ -1,5 +1,7 @@
 """The placement planner against hand-computed plans, its budget boundaries and its errors."""
 
+import dataclasses
+
 import pytest
 
 from sfjax.core import feature_layout as fl
@@ -96,3 +98,25 @@ def test_table_costs_of_a_layout_and_of_one_table():
   costs = pl.table_costs(layout, 800, 7, width=4, slot_width=4)
   assert costs == (pl.TableCost("user", 300, 4, 4, 16, 1), pl.TableCost("item", 500, 4, 4, 16, 6))
   assert pl.table_costs(None, 800, 7, 4, 1) == (pl.TableCost("table", 800, 4, 4, 4, 7),)
+
+
+def test_a_table_of_a_smaller_dim_costs_its_stored_columns_on_a_host():
+  # DeepFM-like rows: 4 latent columns + 1 first-order (E = 5); item has dim 1.
+  layout = fl.FeatureLayout(
+      (fl.TableSpec("user", 300), fl.TableSpec("item", 500, dim=1)),
+      (fl.FeatureSpec("user", "user"), fl.FeatureSpec("item", "item")))
+  adagrad = pl.table_costs(layout, 800, 2, width=5, slot_width=5, latent_dim=4)
+  assert [t.host_row_bytes for t in adagrad] == [0, 4 * (2 + 2)]  # columns 0 and 4, and slots
+  rowwise = pl.table_costs(layout, 800, 2, width=5, slot_width=1, latent_dim=4)
+  assert [t.host_row_bytes for t in rowwise] == [0, 4 * (2 + 1)]
+  adam = pl.table_costs(layout, 800, 2, width=5, slot_width=10, latent_dim=4)
+  assert adam[1].host_row_bytes == 4 * (2 + 4) and adam[1].row_bytes == 4 * 15
+  assert pl.table_costs(layout, 800, 2, 5, 5)[1].host_row_bytes == 0  # no latent dim given
+  item = adagrad[1]
+  assert (item.total_bytes, item.host_bytes) == (500 * 40, 500 * 16)
+  # On a host the packed table fits a budget its full rows would not.
+  budget = pl.Budget(1, 1000, 1, 8000, 0.0)
+  placed = pl.plan_placement([item], budget, 8).tables[0]
+  assert (placed.placement, placed.host_bytes) == ("cache", 8000)
+  with pytest.raises(ConfigError, match="nor the hosts"):
+    pl.plan_placement([dataclasses.replace(item, host_row_bytes=0)], budget, 8)
