@@ -1,0 +1,142 @@
+"""Host-table rows at each table's own width against rows at the model's width (issue #22).
+
+  python -m experiments.bench_table_widths [--config=experiments/configs/bench_table_widths.py[:smoke]]
+
+A table whose embedding dim d is below the model's D is read through its rows' first d
+latent columns; the others start at 0 and stay 0, so the host table stores only the
+kept columns (`sfjax.embedding.packed_rows`). For `full` (every table stored at the
+model's width: the same rows, dims not recorded) and `packed` (dims recorded), each in
+turn on a fresh in-RAM host table:
+
+  1. every row is written once, in blocks, with the initial rows of the tables' dims
+     (`initializers.init_table_rows`: 0 past a dim, in both tables): the table's `nbytes`
+     and the growth of this process's resident memory (VmRSS) it caused;
+  2. `steps` timed steps, each gathering `ids_per_step` fresh distinct rows and writing
+     them back (a cache's fills and write-backs): median milliseconds of each.
+
+Both tables then read the same rows (`same_rows`). Ends with one JSON line:
+`bytes_per_row` and `rss_mb` of each, `bytes_ratio` (packed / full), `gather_ms`,
+`scatter_ms`.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+
+import ml_collections
+import numpy as np
+
+from experiments import cli
+from sfjax.core import ConfigError
+from sfjax.embedding import ROW_OPTIMIZERS
+from sfjax.embedding.host_table import HostTable
+from sfjax.embedding.initializers import TableInits, init_table_rows
+
+_SLOT_GROUPS = {"rowwise_adagrad": 0, "adagrad": 1, "adam": 2}  # slots: 1, E or 2E columns
+_BLOCK = 1 << 18  # rows written per block while every row is written once
+
+
+def _rss_bytes() -> int:
+  """This process's resident memory (VmRSS), bytes."""
+  with open("/proc/self/status", encoding="utf-8") as f:
+    for line in f:
+      if line.startswith("VmRSS:"):
+        return int(line.split()[1]) * 1024
+  raise RuntimeError("no VmRSS line in /proc/self/status")
+
+
+def table_inits(config: ml_collections.ConfigDict, packed: bool) -> tuple[TableInits, int, int]:
+  """(the tables' initial rows, row width E, slot width S): tables of equal size, with
+  their dims recorded only when `packed`."""
+  dims = np.asarray([int(d) for d in str(config.dims).split(",")], np.int64)
+  width = int(config.embed_dim) + int(config.first_order)
+  groups = _SLOT_GROUPS[config.optimizer]
+  slot_width = width * groups if groups else 1
+  slot_row = np.zeros(slot_width, np.float32) if config.optimizer == "adam" else np.full(
+      slot_width, 0.1, np.float32)
+  starts = (np.arange(dims.size) * (int(config.num_rows) // dims.size)).astype(np.int64)
+  inits = TableInits(starts, np.full(dims.size, 0.05), np.tile(slot_row, (dims.size, 1)),
+                     dims, int(config.embed_dim))
+  return (inits if packed else inits._replace(dims=None)), width, slot_width
+
+
+def measure(config: ml_collections.ConfigDict, packed: bool, steps_ids: list[np.ndarray]
+            ) -> tuple[dict, HostTable]:
+  """One table's figures (see the module docstring) and the table."""
+  inits, width, slot_width = table_inits(config, packed)
+  dimmed, _, _ = table_inits(config, True)
+  gc.collect()
+  before = _rss_bytes()
+  table = HostTable.create_ram(int(config.num_rows), width, slot_width, seed=0,
+                               init_stddev=0.05, initial_slot_row=inits.slot_rows[0],
+                               tables=inits)
+  for lo in range(0, table.num_rows, _BLOCK):
+    ids = np.arange(lo, min(lo + _BLOCK, table.num_rows), dtype=np.int64)
+    # The same rows either way: the initial rows of the tables' dims (0 past a dim).
+    table.scatter(ids, *init_table_rows(0, ids, width, dimmed))
+  rss = _rss_bytes() - before
+  gathers, scatters = [], []
+  for ids in steps_ids:
+    t0 = time.perf_counter()
+    values, slots = table.gather(ids)
+    t1 = time.perf_counter()
+    table.scatter(ids, values, slots)
+    scatters.append(time.perf_counter() - t1)
+    gathers.append(t1 - t0)
+  return {"packed": bool(table.spec.packed), "bytes_per_row": table.nbytes / table.num_rows,
+          "rss_mb": rss / 1e6, "gather_ms": 1e3 * statistics.median(gathers),
+          "scatter_ms": 1e3 * statistics.median(scatters)}, table
+
+
+def run(config: ml_collections.ConfigDict) -> dict:
+  """The benchmark (see the module docstring); its figures.
+
+  Raises:
+    ConfigError: an unknown optimizer, a bad dim, or fewer rows than tables or ids per step.
+  """
+  if config.optimizer not in _SLOT_GROUPS:
+    known = ", ".join(k for k in _SLOT_GROUPS if k in ROW_OPTIMIZERS)
+    raise ConfigError(f"config field optimizer: {config.optimizer!r} is not one of {known}")
+  try:
+    dims = [int(d) for d in str(config.dims).split(",")]
+  except ValueError as err:
+    raise ConfigError(f"config field dims: expected comma-separated integers, got "
+                      f"{config.dims!r}") from err
+  if any(not 0 <= d <= config.embed_dim for d in dims):
+    raise ConfigError(f"config field dims: each must be in [0, embed_dim={config.embed_dim}], "
+                      f"got {config.dims!r}")
+  if config.num_rows < max(len(dims), config.ids_per_step):
+    raise ConfigError(f"config field num_rows: {config.num_rows} is below the {len(dims)} "
+                      f"tables or ids_per_step={config.ids_per_step}")
+  rng = np.random.default_rng(0)
+  steps_ids = [np.sort(rng.choice(config.num_rows, config.ids_per_step, replace=False))
+               for _ in range(config.steps)]
+  full, full_table = measure(config, False, steps_ids)
+  check = np.sort(rng.choice(config.num_rows, min(config.num_rows, 100_000), replace=False))
+  want = full_table.gather(check)
+  del full_table
+  packed, packed_table = measure(config, True, steps_ids)
+  got = packed_table.gather(check)
+  same = all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+  return {"benchmark": "bench_table_widths", "num_rows": int(config.num_rows),
+          "dims": dims, "embed_dim": int(config.embed_dim),
+          "width": int(config.embed_dim) + int(config.first_order),
+          "optimizer": config.optimizer, "ids_per_step": int(config.ids_per_step),
+          "full": full, "packed": packed,
+          "bytes_ratio": packed["bytes_per_row"] / full["bytes_per_row"],
+          "rss_ratio": packed["rss_mb"] / max(full["rss_mb"], 1e-9), "same_rows": same}
+
+
+def print_summary(result: dict) -> None:
+  """One line per table kind to stderr."""
+  import sys  # pylint: disable=import-outside-toplevel
+  for kind in ("full", "packed"):
+    r = result[kind]
+    print(f"{kind:>6}: {r['bytes_per_row']:.1f} B/row, RSS {r['rss_mb']:.0f} MB, gather "
+          f"{r['gather_ms']:.2f} ms, write-back {r['scatter_ms']:.2f} ms", file=sys.stderr)
+
+
+if __name__ == "__main__":
+  cli.run_benchmark("bench_table_widths", run, print_summary)
