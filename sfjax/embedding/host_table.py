@@ -7,6 +7,10 @@ device (DESIGN.md §2). A `HostTable` stores
   slots[V, S]  float32   row-optimizer slots (`RowOptimizer.slot_width(E)` columns)
   materialised[V] bool   True once a row has been written by `scatter`
 
+(values and per-element slots stored at each table's own width when a table's embedding
+dim is below the model's: `HostTableSpec.table_dims`, `sfjax.embedding.packed_rows`; reads
+and writes still speak full rows)
+
 addressed by int64 global row ids (V may exceed 2**31). Two backends share one
 interface: in-RAM numpy arrays (`create_ram`) and memory-mapped `.npy` files in a
 directory (`create_mmap` / `open_mmap`) for tables larger than RAM.

@@ -592,3 +592,31 @@ def test_a_packed_half_width_table_keeps_its_dtype_in_ram_and_in_its_files(tmp_p
   table.close()
   again = HostTable.open_mmap(str(tmp_path / "h"))
   chex.assert_trees_all_equal(again.gather(ids)[0].astype(np.float32), values.astype(np.float32))
+
+
+def test_table_dims_are_checked_and_a_packed_load_refuses_a_dropped_slot():
+  from sfjax.embedding.host_table import HostTableSpec  # pylint: disable=import-outside-toplevel
+  from sfjax.embedding.initializers import TableInits  # pylint: disable=import-outside-toplevel
+  tables = ((0, 10), (0.1, 0.1), ((0.1,) * 5, (0.1,) * 5))
+  base = dict(num_rows=20, width=5, slot_width=5, seed=0, init_stddev=0.1,
+              initial_slot_row=(0.1,) * 5, tables=tables)
+  with pytest.raises(ValueError, match=r"^HostTableSpec.table_dims must give one dim per table "
+                                       r"of `tables`, got \(2,\)$"):
+    HostTableSpec(**base, table_dims=(2,), latent_dim=4)
+  with pytest.raises(ValueError, match="one dim per table"):
+    HostTableSpec(**{**base, "tables": None}, table_dims=(2, 0), latent_dim=4)
+  for dims, latent in (((2, -1), 4), ((2, 0), 0), ((2, 0), 6)):
+    with pytest.raises(ValueError, match=r"need dims >= 0 and a latent_dim in \[1, 5\]"):
+      HostTableSpec(**base, table_dims=dims, latent_dim=latent)
+  assert HostTableSpec(**base, table_dims=(2, 0), latent_dim=4).packed
+  assert not HostTableSpec(**base, table_dims=(4, 0), latent_dim=4).packed  # the model's dim
+  inits = TableInits(np.array([0, 10]), np.array([0.1, 0.1]), np.full((2, 5), 0.1, np.float32),
+                     np.array([2, 0]), 4)
+  table = HostTable.create_ram(20, 5, 5, seed=0, init_stddev=0.1, initial_slot_row=[0.1] * 5,
+                               tables=inits)
+  assert table.spec.table_inits().slot_rows.dtype == np.float32
+  values, slots = table.gather(np.array([3]))
+  slots[0, 2] = 0.5  # table 0 keeps slot columns 0, 1 and 4 only
+  with pytest.raises(ValueError, match=r"^load_rows: slots\[0, 2\] \(row id 3, table 0\) is 0.5"):
+    table.load_rows(np.array([3]), values, slots)
+  assert table.num_materialised == 0
