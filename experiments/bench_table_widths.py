@@ -30,9 +30,7 @@ import numpy as np
 
 from experiments import cli
 from sfjax.core import ConfigError
-from sfjax.embedding import ROW_OPTIMIZERS
-from sfjax.embedding.host_table import HostTable
-from sfjax.embedding.initializers import TableInits, init_table_rows
+from sfjax.embedding import ROW_OPTIMIZERS, HostTable, TableInits, init_table_rows
 
 _SLOT_GROUPS = {"rowwise_adagrad": 0, "adagrad": 1, "adam": 2}  # slots: 1, E or 2E columns
 _BLOCK = 1 << 18  # rows written per block while every row is written once

@@ -1,6 +1,8 @@
 """sfjax.embedding: huge embedding tables, the device cache in front of them, row optimizers.
 
-  HostTable                        the whole table on the host (numpy, or memory-mapped)
+  HostTable                        the whole table on the host (numpy, or memory-mapped; a
+                                   table of a smaller dim stored at its own width, `packed_rows`)
+  TableInits / init_table_rows     per-table initial rows of the concatenated table
   TableState / init_table          a table (and its optimizer slots) on the device
   prepare_batch                    VSI: a batch's unique rows and virtual ids (IdRangeError
                                    for an id outside its field's rows)
@@ -11,7 +13,7 @@
   apply_row_grads / pull_rows      a host parameter server: rows pulled per id, updated on the
                                    host in numpy (`host_ps`, SFCTR's baseline)
 
-Modules: `host_table` (+ `host_table_files`, `host_rows`), `device_table`, `vsi`, `cache` (the device
+Modules: `host_table` (+ `host_table_files`, `host_rows`, `packed_rows`), `device_table`, `vsi`, `cache` (the device
 cache state), `cache_planner` (+ `slot_index`), `pipeline`, `sharded_cache` (row-sharded
 over devices), `row_optimizers`, `row_dtype`, `host_ps`, `initializers` and `belady` (the offline optimum).
 """
@@ -28,6 +30,7 @@ from sfjax.embedding.host_ps import (
   pull_rows,
 )
 from sfjax.embedding.host_table import CHUNK_ROWS, HostTable, HostTableSpec
+from sfjax.embedding.initializers import TableInits, init_table_rows
 from sfjax.embedding.pipeline import CachePipeline, bucket_for, device_bytes, swap_buckets
 from sfjax.embedding.row_dtype import ROW_DTYPE_NAMES, ROW_DTYPES
 from sfjax.embedding.row_optimizers import (
@@ -54,6 +57,7 @@ __all__ = [
   "HostTableSpec",
   "IdRangeError",
   "RowOptimizer",
+  "TableInits",
   "TableState",
   "aggregate_row_grads",
   "apply_row_grads",
@@ -65,6 +69,7 @@ __all__ = [
   "host_row_optimizer_from_config",
   "init_cache",
   "init_table",
+  "init_table_rows",
   "prepare_batch",
   "pull_rows",
   "row_optimizer_from_config",

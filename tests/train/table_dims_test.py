@@ -205,6 +205,7 @@ def test_a_step_reading_through_live_columns_equals_the_model_with_those_dims():
     step_lib.forward_logits(graph_full, params, table.values[:8], plain, live)
 
 
+@pytest.mark.slow  # ~8 s each: a trainer per backend (the fast tier stays under 5 minutes)
 @pytest.mark.parametrize("backend", ["device", "cache"])
 def test_unread_columns_start_and_stay_zero_and_the_host_table_stores_each_tables_width(backend):
   # item: dim 4 of the model's 16 (+ DeepFM's first-order column); user: dim 2, adagrad slots.
