@@ -100,12 +100,13 @@ def undimmed_spec(spec: DatasetSpec) -> DatasetSpec:
   return dataclasses.replace(spec, layout=dataclasses.replace(layout, tables=tables))
 
 
-def table_dims(spec: DatasetSpec, dims: Mapping[str, Any], latent_dim: int) -> jax.Array:
+def table_dims(spec: DatasetSpec, dims: Mapping[str, Any], latent_dim: int,
+               xp: Any = jnp) -> Any:
   """`[T]` float32 each table's dim: `dims[key]` (a traced scalar or a number), else the
-  data set's; 0 (the model's) becomes `latent_dim`."""
+  data set's; 0 (the model's) becomes `latent_dim`. `xp`: `jnp`, or `np` for numbers."""
   defaults = default_dims(spec)
-  values = jnp.stack([jnp.asarray(dims.get(k, d), jnp.float32) for k, d in defaults.items()])
-  return jnp.where(values > 0, values, float(latent_dim))
+  values = xp.stack([xp.asarray(dims.get(k, d), xp.float32) for k, d in defaults.items()])
+  return xp.where(values > 0, values, float(latent_dim))
 
 
 def row_live_columns(spec: DatasetSpec, dims: Mapping[str, Any], latent_dim: int, width: int,
@@ -125,14 +126,9 @@ def row_live_columns(spec: DatasetSpec, dims: Mapping[str, Any], latent_dim: int
   """
   assert spec.layout is not None  # dims exist only in a layout
   starts = spec.layout.table_offsets if table_starts is None else np.asarray(table_starts)
-  per_table: Any
-  if xp is np:
-    per_table = np.asarray([float(dims.get(k, d)) for k, d in default_dims(spec).items()])
-    per_table = np.where(per_table > 0, per_table, float(latent_dim))
-  else:
-    per_table = table_dims(spec, dims, latent_dim)
   tables = xp.maximum(xp.searchsorted(xp.asarray(starts), rows, side="right") - 1, 0)
-  return feature_layout.live_mask(per_table[tables], latent_dim, width)
+  return feature_layout.live_mask(table_dims(spec, dims, latent_dim, xp)[tables], latent_dim,
+                                  width)
 
 
 def column_tables(spec: DatasetSpec) -> np.ndarray:

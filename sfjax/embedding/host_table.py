@@ -112,11 +112,12 @@ class HostTableSpec:
     e, s, d = self.width, self.slot_width, self.latent_dim
     values = packed_rows.packed_layout(
         starts, self.num_rows, e, tuple(packed_rows.column_ranges(t, d, e) for t in self.table_dims))
-    if not s or s % e:
+    groups = packed_rows.slot_groups(s, e)
+    if not groups:
       return values, None
     slots = packed_rows.packed_layout(
         starts, self.num_rows, s,
-        tuple(packed_rows.column_ranges(t, d, e, s // e) for t in self.table_dims))
+        tuple(packed_rows.column_ranges(t, d, e, groups) for t in self.table_dims))
     return values, slots
 
   def __post_init__(self):
@@ -165,17 +166,17 @@ def _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row,
                        dims, latent)
 
 
-def _packed_arrays(spec: HostTableSpec, values, slots):
-  """`values` / `slots` (flat buffers of a packed table) as `PackedRows`; others as they are."""
+def _row_stores(spec: HostTableSpec, values, slots):
+  """`values` / `slots` as `PackedRows` (flat buffers of a packed table) or `DenseRows`."""
   if not spec.packed:
-    return values, slots
+    return packed_rows.DenseRows(values), packed_rows.DenseRows(slots)
   value_layout, slot_layout = spec.packing()
   inits = spec.table_inits()
   assert inits is not None
   values = packed_rows.PackedRows(value_layout, values,
                                   np.zeros((value_layout.starts.size, spec.width)))
-  if slot_layout is not None:
-    slots = packed_rows.PackedRows(slot_layout, slots, inits.slot_rows)
+  slots = (packed_rows.DenseRows(slots) if slot_layout is None
+           else packed_rows.PackedRows(slot_layout, slots, inits.slot_rows))
   return values, slots
 
 
@@ -188,27 +189,6 @@ def _array_shapes(spec: HostTableSpec) -> tuple[tuple[int, ...], tuple[int, ...]
     values = (value_layout.size,)
     slots = slots if slot_layout is None else (slot_layout.size,)
   return values, slots
-
-
-def _take(array, rows: np.ndarray) -> np.ndarray:
-  """Stored rows `rows` of a `[V, W]` array or `PackedRows` (np.take: ~4x faster than fancy
-  indexing on [V, E] tables)."""
-  return array.take(rows) if isinstance(array, packed_rows.PackedRows) else np.take(
-      array, rows, axis=0)
-
-
-def _put(array, ids: np.ndarray, rows: np.ndarray) -> None:
-  """Writes `rows` at `ids` of a `[V, W]` array or `PackedRows` (checked before)."""
-  if isinstance(array, packed_rows.PackedRows):
-    array.put(ids, rows)
-  else:
-    host_rows.put_rows(array, ids, rows)
-
-
-def _check_packed(array, ids: np.ndarray, rows: np.ndarray, where: str, name: str) -> None:
-  """A packed array's check that no written column would be dropped (others: nothing)."""
-  if isinstance(array, packed_rows.PackedRows):
-    array.check(ids, rows, where, name)
 
 
 class HostTable:
@@ -225,8 +205,8 @@ class HostTable:
     """Internal; use the `create_ram` / `create_mmap` / `open_mmap` constructors."""
     self.spec = spec
     self.path = path
-    # [V, E] spec.dtype and [V, S] float32 (`PackedRows` over flat buffers when packed)
-    self._values, self._slots = _packed_arrays(spec, values, slots)
+    # [V, E] spec.dtype and [V, S] float32 rows (`PackedRows` over flat buffers when packed)
+    self._values, self._slots = _row_stores(spec, values, slots)
     self.dtype = row_dtype.row_dtype(spec.dtype)
     self._flags = flags  # [V] bool
     self._num_materialised = int(num_materialised)
@@ -375,8 +355,8 @@ class HostTable:
       at = np.flatnonzero(stored)
       if at.size:
         rows = ids[at]
-        host_rows.put_rows(values, at, _take(self._values, rows))
-        host_rows.put_rows(slots, at, _take(self._slots, rows))
+        host_rows.put_rows(values, at, self._values.take(rows))
+        host_rows.put_rows(slots, at, self._slots.take(rows))
     fresh = np.flatnonzero(~stored)
     if fresh.size and self._table_inits is not None:
       fresh_values, fresh_slots = init_table_rows(self.spec.seed, ids[fresh], self.spec.width,
@@ -422,16 +402,16 @@ class HostTable:
       dup = ordered[1:] == ordered[:-1]
       if dup.any():
         raise ValueError(f"scatter: row id {int(ordered[1:][dup][0])} appears more than once")
-    _check_packed(self._values, ids, values, "scatter", "values")
-    _check_packed(self._slots, ids, slots, "scatter", "slots")
+    self._values.check(ids, values, "scatter", "values")
+    self._slots.check(ids, slots, "scatter", "slots")
     with self._lock:
       for observer in self._observers:  # e.g. copy on write for a checkpoint being written
         observer(ids)
       if self.path is not None and self._clean:
         self._write_meta(clean=False)
       newly = int(np.count_nonzero(~self._flags[ids]))
-      _put(self._values, ids, values)
-      _put(self._slots, ids, slots)
+      self._values.put(ids, values)
+      self._slots.put(ids, slots)
       self._flags[ids] = True  # Last: a half-finished write reads as initial rows.
       self._num_materialised += newly
 
@@ -460,7 +440,7 @@ class HostTable:
     """Copies of chunk `chunk`'s stored values [n,E], slots [n,S] and materialised flags [n]."""
     lo, hi = self.chunk_range(chunk)
     with self._lock:
-      return (_read(self._values, lo, hi), _read(self._slots, lo, hi),
+      return (self._values.read(lo, hi), self._slots.read(lo, hi),
               np.array(self._flags[lo:hi]))
 
   def load_rows(self, ids, values, slots) -> None:
@@ -475,14 +455,14 @@ class HostTable:
     ids = self._check_ids(ids, "load_rows")
     values = host_rows.check_rows(values, (ids.size, self.width), "load_rows", "values", self.dtype)
     slots = host_rows.check_rows(slots, (ids.size, self.slot_width), "load_rows", "slots")
-    _check_packed(self._values, ids, values, "load_rows", "values")
-    _check_packed(self._slots, ids, slots, "load_rows", "slots")
+    self._values.check(ids, values, "load_rows", "values")
+    self._slots.check(ids, slots, "load_rows", "slots")
     with self._lock:
       if self.path is not None and self._clean:
         self._write_meta(clean=False)
       self._num_materialised += int(np.count_nonzero(~self._flags[ids]))
-      _put(self._values, ids, values)
-      _put(self._slots, ids, slots)
+      self._values.put(ids, values)
+      self._slots.put(ids, slots)
       self._flags[ids] = True
 
   def flush(self) -> None:
@@ -490,9 +470,7 @@ class HostTable:
     if self.path is None or not self._writable:
       return
     with self._lock:
-      for array in (self._values, self._slots, self._flags):
-        if isinstance(array, packed_rows.PackedRows):
-          array = array.buffer
+      for array in (self._values.buffer, self._slots.buffer, self._flags):
         if isinstance(array, np.memmap):
           array.flush()
       self._write_meta(clean=True)
@@ -530,10 +508,3 @@ class HostTable:
       raise ValueError("an in-memory host table has no meta.json to write")
     files.write_meta(self.path, self.spec, self._num_materialised, clean)
     self._clean = clean
-
-
-def _read(array, lo: int, hi: int) -> np.ndarray:
-  """A copy of rows `[lo, hi)` of a `[V, W]` array or `PackedRows`."""
-  if isinstance(array, packed_rows.PackedRows):
-    return array.read(lo, hi)
-  return np.array(array[lo:hi])

@@ -191,7 +191,8 @@ def table_costs(layout: feature_layout.FeatureLayout | None, num_rows: int, num_
     if latent_dim is None or not 0 < dim < latent_dim:
       return 0
     kept = sum(hi - lo for lo, hi in packed_rows.column_ranges(dim, latent_dim, width))
-    slots = kept * (slot_width // width) if slot_width and not slot_width % width else slot_width
+    groups = packed_rows.slot_groups(slot_width, width)
+    slots = kept * groups if groups else slot_width
     return 4 * (kept + slots)
 
   return tuple(TableCost(t.name, int(t.num_rows), width, 4, 4 * slot_width, max(1, ids[t.name]),

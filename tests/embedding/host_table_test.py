@@ -163,7 +163,7 @@ def test_unflushed_table_recounts_materialised_rows(tmp_path):
   path = str(tmp_path / "t")
   table = HostTable.create_mmap(path, 30, 2, 0, seed=1, init_stddev=0.1, initial_slot_row=[])
   table.scatter(np.array([4, 9]), np.ones((2, 2), np.float32), np.zeros((2, 0), np.float32))
-  for array in (table._values, table._flags):
+  for array in (table._values.buffer, table._flags):
     array.flush()  # Data reached the disk but flush() (metadata) never ran: a crash.
   with open(os.path.join(path, "meta.json")) as f:
     assert json.load(f)["clean"] is False
@@ -487,7 +487,7 @@ def test_half_width_rows_halve_bytes_and_survive_reopen(tmp_path, name):
   np.testing.assert_array_equal(values, device)
   mm = HostTable.create_mmap(str(tmp_path / "t"), 20, 8, 0, seed=SEED, init_stddev=STD,
                              initial_slot_row=[], dtype=name)
-  assert isinstance(mm._values, np.memmap)  # a view of the file's bits that flush() reaches
+  assert isinstance(mm._values.buffer, np.memmap)  # a view of the file's bits that flush() reaches
   rows = np.full((2, 8), 0.1 + 1e-4, np.float32)  # float32 writes round to nearest
   for table in (ram, mm):
     table.scatter(np.array([3, 11]), rows, np.zeros((2, 0), np.float32))
