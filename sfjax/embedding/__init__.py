@@ -13,7 +13,7 @@
   apply_row_grads / pull_rows      a host parameter server: rows pulled per id, updated on the
                                    host in numpy (`host_ps`, SFCTR's baseline)
 
-Modules: `host_table` (+ `host_table_files`, `host_rows`, `packed_rows`), `device_table`, `vsi`, `cache` (the device
+Modules: `host_table` (+ `host_table_spec`, `host_table_files`, `host_rows`, `packed_rows`), `device_table`, `vsi`, `cache` (the device
 cache state), `cache_planner` (+ `slot_index`), `pipeline`, `sharded_cache` (row-sharded
 over devices), `row_optimizers`, `row_dtype`, `host_ps`, `initializers` and `belady` (the offline optimum).
 """
@@ -29,7 +29,8 @@ from sfjax.embedding.host_ps import (
   host_row_optimizer_from_config,
   pull_rows,
 )
-from sfjax.embedding.host_table import CHUNK_ROWS, HostTable, HostTableSpec
+from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
+from sfjax.embedding.host_table_spec import HostTableSpec
 from sfjax.embedding.initializers import TableInits, init_table_rows
 from sfjax.embedding.pipeline import CachePipeline, bucket_for, device_bytes, swap_buckets
 from sfjax.embedding.row_dtype import ROW_DTYPE_NAMES, ROW_DTYPES

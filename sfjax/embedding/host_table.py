@@ -24,7 +24,8 @@ initializer or optimizer gives each table's rows its own stddev and initial slot
 lazily (calloc for RAM, sparse files for mmap): a 1e9-row table costs almost nothing until
 rows are touched.
 
-The mmap backend's directory (meta.json, values.npy, slots.npy, materialised.npy) is
+The table's static description is `sfjax.embedding.host_table_spec.HostTableSpec`. The
+mmap backend's directory (meta.json, values.npy, slots.npy, materialised.npy) is
 `sfjax.embedding.host_table_files`. `clean` is false while writes are not yet flushed; a
 table reopened in that state recounts `num_materialised` from the flags instead of trusting
 the stored count. Every write validates ids, shapes and finiteness before touching any
@@ -38,16 +39,15 @@ the ids of every `scatter` before its rows change.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import threading
 from collections.abc import Callable
 
 import numpy as np
 
-from sfjax.embedding import host_rows, packed_rows, row_dtype
+from sfjax.embedding import host_rows, row_dtype
 from sfjax.embedding import host_table_files as files
+from sfjax.embedding.host_table_spec import HostTableSpec, array_shapes, row_stores, spec_from_args
 from sfjax.embedding.initializers import TableInits, init_rows, init_table_rows
 
 # Rows per chunk: the block of `read_chunk`; checkpoints (`sfjax.checkpoint`) save chunks this size.
@@ -55,140 +55,6 @@ CHUNK_ROWS = 1 << 16
 
 # Called with the ids [N] int64 (distinct, validated) of a write, before its rows change.
 WriteObserver = Callable[[np.ndarray], None]
-
-
-@dataclasses.dataclass(frozen=True)
-class HostTableSpec:
-  """Static description of a host table.
-
-  Attributes:
-    num_rows: V, number of rows (global ids are in [0, V)).
-    width: E, embedding row width.
-    slot_width: S, optimizer slot columns per row (0 for SGD).
-    seed: seed of the deterministic row initialiser.
-    init_stddev: standard deviation of `init_rows`.
-    initial_slot_row: the S slot values of a never-written row.
-    tables: None (every row alike), or per-table `(starts [T], stddevs [T], slot rows
-      [T][S])` of a never-written row, which then override the two above.
-    dtype: the dtype rows are stored in ('float32', 'bfloat16', 'float16'; slots stay
-      float32); initial rows are rounded to it (nearest even), like the device table's.
-    table_dims: None, or [T] each table's embedding dim (0: `latent_dim`), with `tables`:
-      a table of dim d < `latent_dim` STORES only its kept columns (`packed_rows`: the
-      first d, and those past `latent_dim`), and its per-element slots likewise.
-    latent_dim: the model's latent columns D (used with `table_dims`).
-  """
-
-  num_rows: int
-  width: int
-  slot_width: int
-  seed: int
-  init_stddev: float
-  initial_slot_row: tuple[float, ...]
-  tables: tuple[tuple[int, ...], tuple[float, ...], tuple[tuple[float, ...], ...]] | None = None
-  dtype: str = "float32"
-  table_dims: tuple[int, ...] | None = None
-  latent_dim: int = 0
-
-  def table_inits(self) -> TableInits | None:
-    """`tables` as the initializer's arrays (None when every row is alike)."""
-    if self.tables is None:
-      return None
-    starts, stddevs, slot_rows = self.tables
-    dims = None if self.table_dims is None else np.asarray(self.table_dims, np.int64)
-    return TableInits(np.asarray(starts, np.int64), np.asarray(stddevs, np.float64),
-                      np.asarray(slot_rows, np.float32).reshape(len(starts), self.slot_width),
-                      dims, int(self.latent_dim))
-
-  @property
-  def packed(self) -> bool:
-    """True when some table stores fewer columns than the row's (`table_dims`)."""
-    return self.table_dims is not None and any(0 < d < self.latent_dim for d in self.table_dims)
-
-  def packing(self) -> tuple[packed_rows.PackedLayout, packed_rows.PackedLayout | None]:
-    """(values, slots) `PackedLayout`s of a `packed` table; slots None when they are not
-    per-element (a row-wise accumulator: every table keeps its column)."""
-    assert self.tables is not None and self.table_dims is not None
-    starts = self.tables[0]
-    e, s, d = self.width, self.slot_width, self.latent_dim
-    values = packed_rows.packed_layout(
-        starts, self.num_rows, e, tuple(packed_rows.column_ranges(t, d, e) for t in self.table_dims))
-    groups = packed_rows.slot_groups(s, e)
-    if not groups:
-      return values, None
-    slots = packed_rows.packed_layout(
-        starts, self.num_rows, s,
-        tuple(packed_rows.column_ranges(t, d, e, groups) for t in self.table_dims))
-    return values, slots
-
-  def __post_init__(self):
-    row_dtype.row_dtype(self.dtype, "HostTableSpec.dtype")
-    for name, low in (("num_rows", 1), ("width", 1), ("slot_width", 0)):
-      value = getattr(self, name)
-      if not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"HostTableSpec.{name} must be an int >= {low}, got {value!r}")
-    if not (math.isfinite(self.init_stddev) and self.init_stddev >= 0):
-      raise ValueError(f"HostTableSpec.init_stddev must be finite and >= 0, got {self.init_stddev}")
-    if len(self.initial_slot_row) != self.slot_width:
-      raise ValueError(f"HostTableSpec.initial_slot_row has {len(self.initial_slot_row)} values, "
-                       f"slot_width is {self.slot_width}")
-    if not all(math.isfinite(v) for v in self.initial_slot_row):
-      raise ValueError(f"HostTableSpec.initial_slot_row must be finite, got {self.initial_slot_row}")
-    if self.tables is not None:
-      starts, stddevs, slot_rows = self.tables
-      ok = (len(starts) == len(stddevs) == len(slot_rows) > 0 and starts[0] == 0
-            and all(len(r) == self.slot_width for r in slot_rows)
-            and all(math.isfinite(v) and v >= 0 for v in stddevs))
-      if not ok:
-        raise ValueError(f"HostTableSpec.tables must be T starts (from 0), T finite stddevs "
-                         f">= 0 and T slot rows of {self.slot_width}, got {self.tables}")
-    if self.table_dims is not None:
-      if self.tables is None or len(self.table_dims) != len(self.tables[0]):
-        raise ValueError(f"HostTableSpec.table_dims must give one dim per table of `tables`, "
-                         f"got {self.table_dims}")
-      if not (0 < self.latent_dim <= self.width and all(d >= 0 for d in self.table_dims)):
-        raise ValueError(f"HostTableSpec.table_dims {self.table_dims} need dims >= 0 and a "
-                         f"latent_dim in [1, {self.width}], got {self.latent_dim}")
-
-
-def _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row,
-               tables: TableInits | None = None, dtype="float32") -> HostTableSpec:
-  row = tuple(float(v) for v in np.asarray(initial_slot_row, np.float32).reshape(-1))
-  per_table, dims, latent = None, None, 0
-  if tables is not None:
-    slot_rows = np.asarray(tables.slot_rows, np.float32).reshape(len(tables.starts), -1)
-    per_table = (tuple(int(x) for x in tables.starts),
-                 tuple(float(x) for x in tables.stddevs),
-                 tuple(tuple(float(v) for v in r) for r in slot_rows))
-    if tables.dims is not None:
-      dims, latent = tuple(int(d) for d in tables.dims), int(tables.latent_dim)
-  return HostTableSpec(int(num_rows), int(width), int(slot_width), int(seed), float(init_stddev),
-                       row, per_table, dtype if isinstance(dtype, str) else row_dtype.dtype_name(dtype),
-                       dims, latent)
-
-
-def _row_stores(spec: HostTableSpec, values, slots):
-  """`values` / `slots` as `PackedRows` (flat buffers of a packed table) or `DenseRows`."""
-  if not spec.packed:
-    return packed_rows.DenseRows(values), packed_rows.DenseRows(slots)
-  value_layout, slot_layout = spec.packing()
-  inits = spec.table_inits()
-  assert inits is not None
-  values = packed_rows.PackedRows(value_layout, values,
-                                  np.zeros((value_layout.starts.size, spec.width)))
-  slots = (packed_rows.DenseRows(slots) if slot_layout is None
-           else packed_rows.PackedRows(slot_layout, slots, inits.slot_rows))
-  return values, slots
-
-
-def _array_shapes(spec: HostTableSpec) -> tuple[tuple[int, ...], tuple[int, ...]]:
-  """Shapes of the stored values and slots: `[V, E]`, `[V, S]`, or flat when packed."""
-  values: tuple[int, ...] = (spec.num_rows, spec.width)
-  slots: tuple[int, ...] = (spec.num_rows, spec.slot_width)
-  if spec.packed:
-    value_layout, slot_layout = spec.packing()
-    values = (value_layout.size,)
-    slots = slots if slot_layout is None else (slot_layout.size,)
-  return values, slots
 
 
 class HostTable:
@@ -206,7 +72,7 @@ class HostTable:
     self.spec = spec
     self.path = path
     # [V, E] spec.dtype and [V, S] float32 rows (`PackedRows` over flat buffers when packed)
-    self._values, self._slots = _row_stores(spec, values, slots)
+    self._values, self._slots = row_stores(spec, values, slots)
     self.dtype = row_dtype.row_dtype(spec.dtype)
     self._flags = flags  # [V] bool
     self._num_materialised = int(num_materialised)
@@ -228,9 +94,9 @@ class HostTable:
     `tables`: per-table initial rows (None: every row `init_stddev`, `initial_slot_row`);
     `dtype`: the rows' dtype (`HostTableSpec.dtype`).
     """
-    spec = _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row, tables,
-                      dtype)
-    values, slots = _array_shapes(spec)
+    spec = spec_from_args(num_rows, width, slot_width, seed, init_stddev, initial_slot_row,
+                          tables, dtype)
+    values, slots = array_shapes(spec)
     return cls(spec, np.zeros(values, row_dtype.row_dtype(dtype)), np.zeros(slots, np.float32),
                np.zeros((spec.num_rows,), np.bool_), 0, None, True)
 
@@ -250,8 +116,8 @@ class HostTable:
       FileExistsError: `path` is a file or a non-empty directory.
       OSError: the creation failed (same errno; the message names `path`).
     """
-    spec = _make_spec(num_rows, width, slot_width, seed, init_stddev, initial_slot_row, tables,
-                      dtype)
+    spec = spec_from_args(num_rows, width, slot_width, seed, init_stddev, initial_slot_row,
+                          tables, dtype)
     path = os.fspath(path)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
       raise FileExistsError(f"{path}: refusing to create a host table over an existing "
@@ -260,7 +126,7 @@ class HostTable:
     os.makedirs(path, exist_ok=True)
     try:
       arrays = files.create_arrays(path, spec.num_rows, spec.width, spec.slot_width, spec.dtype,
-                                   _array_shapes(spec))
+                                   array_shapes(spec))
       table = cls(spec, *arrays, 0, path, True)
       table._write_meta(clean=True)
     except BaseException as err:
@@ -288,13 +154,13 @@ class HostTable:
       raise FileNotFoundError(f"{meta_path}: host table metadata file is missing")
     meta = files.read_table_meta(meta_path)
     try:
-      spec = _make_spec(meta["num_rows"], meta["width"], meta["slot_width"], meta["seed"],
-                        meta["init_stddev"], meta["initial_slot_row"], files.meta_tables(meta),
-                        meta.get("dtype", "float32"))
+      spec = spec_from_args(meta["num_rows"], meta["width"], meta["slot_width"], meta["seed"],
+                            meta["init_stddev"], meta["initial_slot_row"],
+                            files.meta_tables(meta), meta.get("dtype", "float32"))
     except (TypeError, ValueError) as err:
       raise ValueError(f"{meta_path}: corrupt host table metadata: {err}") from err
     values, slots, flags = files.open_arrays(path, spec.num_rows, spec.width, spec.slot_width,
-                                             writable, spec.dtype, _array_shapes(spec))
+                                             writable, spec.dtype, array_shapes(spec))
     # Not flushed after its last write: the stored count may be stale.
     count = meta["num_materialised"] if meta["clean"] else files.count_written(flags)
     return cls(spec, values, slots, flags, count, path, writable)

@@ -279,36 +279,6 @@ def test_failed_create_mmap_metadata_write_keeps_no_files(tmp_path, monkeypatch)
   assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("args, msg", [
-    ((10, 2, 3, 0.1, [0.0, 1.0]), "initial_slot_row has 2 values, slot_width is 3"),
-    ((0, 2, 0, 0.1, []), "num_rows must be an int >= 1, got 0"),
-    ((10, 0, 0, 0.1, []), "width must be an int >= 1, got 0"),
-    ((10, 2, -1, 0.1, []), "slot_width must be an int >= 0, got -1"),
-    ((10, 2, 0, float("inf"), []), "init_stddev must be finite and >= 0, got inf"),
-    ((10, 2, 0, -0.5, []), "init_stddev must be finite and >= 0, got -0.5"),
-    ((10, 2, 1, 0.1, [np.nan]), r"initial_slot_row must be finite, got \(nan,\)"),
-])
-def test_bad_spec_rejected(args, msg):
-  num_rows, width, slot_width, std, row = args
-  with pytest.raises(ValueError, match=f"^HostTableSpec.{msg}$"):
-    HostTable.create_ram(num_rows, width, slot_width, seed=0, init_stddev=std, initial_slot_row=row)
-
-
-def test_smallest_spec_and_zero_stddev_are_accepted():
-  table = HostTable.create_ram(1, 1, 0, seed=0, init_stddev=0.0, initial_slot_row=[])
-  values, slots = table.read_all()
-  chex.assert_trees_all_equal((values, slots), (np.zeros((1, 1), np.float32),
-                                                np.zeros((1, 0), np.float32)))
-
-
-def test_initial_slot_row_is_flattened_and_rounded_to_float32():
-  table = HostTable.create_ram(4, 2, 3, seed=0, init_stddev=0.1,
-                               initial_slot_row=np.array([[0.1, 0.2, 0.3]]))  # [1, S]
-  as_f32 = np.array([0.1, 0.2, 0.3], np.float32)
-  assert table.spec.initial_slot_row == tuple(float(v) for v in as_f32) != (0.1, 0.2, 0.3)
-  chex.assert_trees_all_equal(table.gather(np.array([2]))[1], as_f32[None])
-
-
 def test_rows_are_stored_as_float32(tmp_path):
   for table in _tables(tmp_path):
     table.scatter(np.array([1]), np.full((1, 4), 0.1), np.full((1, 3), 0.2))  # float64 in
@@ -503,11 +473,6 @@ def test_half_width_rows_halve_bytes_and_survive_reopen(tmp_path, name):
       reopened.scatter([4], np.full((1, 8), 1e5, np.float32), np.zeros((1, 0), np.float32))
 
 
-def test_unknown_row_dtype_is_refused_naming_the_field():
-  with pytest.raises(ValueError, match="HostTableSpec.dtype: unknown row dtype 'int8'"):
-    HostTable.create_ram(4, 2, 0, seed=0, init_stddev=0.1, initial_slot_row=[], dtype="int8")
-
-
 @pytest.mark.parametrize("slot_row", [[0.1], [0.1] * 5, [0.0] * 5 + [0.1] * 5],
                          ids=["rowwise", "adagrad", "adam"])
 def test_a_table_of_a_smaller_dim_stores_its_own_width_and_reads_like_a_full_one(tmp_path,
@@ -594,22 +559,8 @@ def test_a_packed_half_width_table_keeps_its_dtype_in_ram_and_in_its_files(tmp_p
   chex.assert_trees_all_equal(again.gather(ids)[0].astype(np.float32), values.astype(np.float32))
 
 
-def test_table_dims_are_checked_and_a_packed_load_refuses_a_dropped_slot():
-  from sfjax.embedding.host_table import HostTableSpec  # pylint: disable=import-outside-toplevel
+def test_a_packed_load_refuses_a_dropped_slot():
   from sfjax.embedding.initializers import TableInits  # pylint: disable=import-outside-toplevel
-  tables = ((0, 10), (0.1, 0.1), ((0.1,) * 5, (0.1,) * 5))
-  base = dict(num_rows=20, width=5, slot_width=5, seed=0, init_stddev=0.1,
-              initial_slot_row=(0.1,) * 5, tables=tables)
-  with pytest.raises(ValueError, match=r"^HostTableSpec.table_dims must give one dim per table "
-                                       r"of `tables`, got \(2,\)$"):
-    HostTableSpec(**base, table_dims=(2,), latent_dim=4)
-  with pytest.raises(ValueError, match="one dim per table"):
-    HostTableSpec(**{**base, "tables": None}, table_dims=(2, 0), latent_dim=4)
-  for dims, latent in (((2, -1), 4), ((2, 0), 0), ((2, 0), 6)):
-    with pytest.raises(ValueError, match=r"need dims >= 0 and a latent_dim in \[1, 5\]"):
-      HostTableSpec(**base, table_dims=dims, latent_dim=latent)
-  assert HostTableSpec(**base, table_dims=(2, 0), latent_dim=4).packed
-  assert not HostTableSpec(**base, table_dims=(4, 0), latent_dim=4).packed  # the model's dim
   inits = TableInits(np.array([0, 10]), np.array([0.1, 0.1]), np.full((2, 5), 0.1, np.float32),
                      np.array([2, 0]), 4)
   table = HostTable.create_ram(20, 5, 5, seed=0, init_stddev=0.1, initial_slot_row=[0.1] * 5,
