@@ -84,6 +84,17 @@ SLOW = (
     "tests/ctr_pipeline/train_steps_test.py::test_fully_train_on_both_backends_scores_the_test",
     # table dims on both backends (the step's live columns and cohorts' dims stay fast)
     "tests/train/table_dims_test.py::test_data_tables_trains_alike_on_both_backends",
+    # an mmap table under the trainer (host_table_test's mmap tables and loop_test's rerun on
+    # an mmap table stay fast)
+    "tests/train/cache_backend_test.py::test_mmap_table_trained_flushed_reopened",
+    # the heaviest block cases of padded buckets (the other nine stay fast)
+    "tests/cohorts/bucket_blocks_test.py::test_column_gated_model_gives_the_exact_models_logits"
+    "[attention]",
+    "tests/cohorts/bucket_blocks_test.py::test_column_gated_model_gives_the_exact_models_logits"
+    "[outer_cin]",
+    # one group-count superset stays fast ([three_in_two], [two_in_one_stacked])
+    "tests/cohorts/bucket_row_layouts_test.py::"
+    "test_a_trial_in_a_superset_of_other_group_counts_gives_its_exact_logits[one_in_three]",
     # searches: `test_each_algorithm_exports_trials_and_best[random]` stays fast
     "tests/ctr_search/search_loop_test.py::test_asha_promotions_resume_from_the_parents_saved",
     "tests/ctr_search/search_loop_test.py::test_failed_cohort_is_told_failed_and_the_search",
