@@ -49,6 +49,7 @@ from sfjax.cohorts import (
   host_cohort,
   lane_optimizers,
   table_dims,
+  table_overrides,
   trial_states,
 )
 from sfjax.cohorts import program as trial_program
@@ -313,8 +314,10 @@ class CohortRunner:
       hparams = {**hparams, lane_optimizers.LANE_KEY: np.asarray(
           [lane_optimizers.lane_index(sup.embedding_optimizer, a.embedding_optimizer)
            for a in archs], np.int32)}
-    if "rowwise_adagrad" in lane_optimizers.lane_names(sup.embedding_optimizer) and any(
-        a.embedding_width != sup.embedding_width for a in archs):  # a mean over each lane's row
+    rowwise = ("rowwise_adagrad" in lane_optimizers.lane_names(sup.embedding_optimizer)
+               or "rowwise_adagrad" in (table_overrides.own_optimizers(self.spec) or ()))
+    if rowwise and any(a.embedding_width != sup.embedding_width
+                       for a in archs):  # a mean over each lane's row
       hparams = {**hparams, lane_optimizers.ROW_WIDTH_KEY: np.asarray(
           [a.embedding_width for a in archs], np.float32)}
     results = self._run_chunk(chunk, sup, hparams, seeds, start, end, stack(states),

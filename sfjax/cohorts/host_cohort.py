@@ -48,7 +48,7 @@ from sfjax.cohorts.task import TrialData
 from sfjax.data import types
 from sfjax.data.types import DatasetSpec
 from sfjax.embedding import cache as cache_lib
-from sfjax.embedding import cache_planner, device_table, vsi
+from sfjax.embedding import cache_planner, device_table, row_optimizers, vsi
 from sfjax.embedding import host_table as host_table_lib
 from sfjax.embedding import pipeline as pipeline_lib
 from sfjax.embedding.initializers import init_rows
@@ -82,7 +82,8 @@ def lane_rows(seeds, stddevs, ids: np.ndarray, width: int, slot_row: np.ndarray,
     `spec` whose tables set their own `init_stddev`, those tables' rows take it,
     `table_overrides.row_stddevs`; with `dims` [W] (each lane's dim keys, `latent_dim` the
     model's D), 0 in the columns past a row's table dim, `table_dims.row_live_columns`)
-    and slots [N, W*S] float32 (`slot_row [S]` in every lane).
+    and slots [N, W*S] float32 (`slot_row [S]` in every lane; `[T, S]` with a `spec` whose
+    tables name their own row optimizer: each row its table's, `table_overrides.row_slot_rows`).
   """
   ids = np.asarray(ids, np.int64)
   lane_stddevs = np.asarray(stddevs, np.float64)  # [W]
@@ -95,7 +96,12 @@ def lane_rows(seeds, stddevs, ids: np.ndarray, width: int, slot_row: np.ndarray,
     for lane, lane_dims in zip(lanes, dims, strict=True):
       lane[~table_dims.row_live_columns(spec, lane_dims, latent_dim, width, ids, xp=np)] = 0.0
   values = np.concatenate(lanes, axis=1)
-  slots = np.tile(np.asarray(slot_row, np.float32).reshape(1, -1), (ids.size, len(seeds)))
+  slot_row = np.asarray(slot_row, np.float32)
+  if slot_row.ndim == 2:
+    assert spec is not None  # per-table slot rows name the tables of a layout
+    slots = np.tile(table_overrides.row_slot_rows(spec, slot_row, ids, xp=np), (1, len(seeds)))
+  else:
+    slots = np.tile(slot_row.reshape(1, -1), (ids.size, len(seeds)))
   return values, slots
 
 
@@ -209,9 +215,14 @@ def _lane_eval(arch: ArchSpec, spec: DatasetSpec):
   return jax.jit(jax.vmap(logits, in_axes=(0, 0, 0, None)))
 
 
-def _slot_row(arch: ArchSpec) -> np.ndarray:
-  """The initial optimizer slots `[S]` of a row of `arch`'s row optimizer."""
-  _, row_opt = trial_program.trial_optimizers(arch, arch_lib.resolve_hparams({}))
+def _slot_rows(arch: ArchSpec, spec: DatasetSpec) -> np.ndarray:
+  """The initial optimizer slots of a row of `arch`'s row optimizer: `[S]`, or `[T, S]`
+  (each table's) when `spec`'s tables name their own row optimizer."""
+  hparams = arch_lib.resolve_hparams({})
+  if table_overrides.own_optimizers(spec) is not None:
+    _, row_opt = trial_program.trial_optimizers(arch, hparams, spec)
+    return row_optimizers.initial_slot_rows(row_opt.tables, arch.embedding_width)
+  _, row_opt = trial_program.trial_optimizers(arch, hparams)
   return np.asarray(row_opt.initial_slot_row(arch.embedding_width), np.float32)
 
 
@@ -268,12 +279,13 @@ def run_host_cohort(data: TrialData, arch: ArchSpec, hparams: Mapping[str, Any],
   seeds = np.asarray(seeds, np.int32).reshape(-1)
   lanes, spec, width = seeds.shape[0], data.spec, arch.embedding_width
   stacked = cohort_call.stacked_hparams(hparams, lanes)
-  slot_row = _slot_row(arch)
+  slot_row = _slot_rows(arch, spec)  # [S] or [T, S]
+  slot_width = slot_row.shape[-1]
   t0 = time.perf_counter()
   planner = make_planner(data)
   table = host_table_lib.HostTable.create_ram(
-      data.full_rows, lanes * width, lanes * slot_row.size, seed=0, init_stddev=0.0,
-      initial_slot_row=np.tile(slot_row, lanes))
+      data.full_rows, lanes * width, lanes * slot_width, seed=0, init_stddev=0.0,
+      initial_slot_row=np.tile(slot_row.reshape(-1, slot_width)[0], lanes))  # (first touch)
   dims, latent = _lane_dims(arch, spec, stacked, lanes)
   touch = FirstTouch(table, seeds, stacked["embedding.init_stddev"], width, slot_row, spec,
                      dims, latent)
@@ -281,7 +293,7 @@ def run_host_cohort(data: TrialData, arch: ArchSpec, hparams: Mapping[str, Any],
                              int(end))
   states = _lane_inits(arch, spec)(stacked, seeds)
   alive = jnp.ones((lanes,), jnp.bool_)
-  cache = cache_lib.init_cache(planner.num_slots, lanes * width, lanes * slot_row.size)
+  cache = cache_lib.init_cache(planner.num_slots, lanes * width, lanes * slot_width)
   step = cohort_cache_step(arch, spec, lanes)
   losses, applied = [], []
   with pipeline_lib.CachePipeline(

@@ -67,15 +67,12 @@ class TrialOutput(NamedTuple):
 def trial_optimizers(arch: ArchSpec, hparams: Hparams, spec: DatasetSpec | None = None):
   """The trial's dense and row optimizers: the trainer's factories, with traced hyperparameters.
 
-  With `spec`: tables that set their own learning rate train at it (`table_overrides`:
-  one `per_table` optimizer, the trainer's `row_optimizer_from_config`), and with tables
+  With `spec`: tables that name their own row optimizer train with it, and tables that set
+  their own learning rate train at it (`table_overrides`: one `per_table` optimizer, the
+  trainer's `row_optimizer_from_config`; its slots are the widest table's), and with tables
   read through fewer columns (`table_dims`) a row-wise optimizer averages each row over its
   table's own columns (`table_dims.row_width_optimizer`). Either way the step passes each
   row's table (`table_dims.with_row_tables`).
-
-  Raises:
-    ConfigError: a table of `spec` sets a row optimizer other than the trial's
-      (`table_overrides.check_table_optimizers`).
   """
   tx = optimizers.dense_optimizer(arch.dense_optimizer, hparams["optimizer.learning_rate"],
                                   hparams["optimizer.weight_decay"], field="optimizer.name")
@@ -89,20 +86,31 @@ def trial_optimizers(arch: ArchSpec, hparams: Hparams, spec: DatasetSpec | None 
         row_width=row_width)
 
   learning_rate = hparams["embedding.learning_rate"]
+  names = table_overrides.own_optimizers(spec)
   widths = None
-  if spec is not None:
-    table_overrides.check_table_optimizers(spec, arch.embedding_optimizer)
-    if _reads_dims(spec, hparams) and (
-        "rowwise_adagrad" in lane_optimizers.lane_names(arch.embedding_optimizer)):
-      widths = table_dims.row_widths(spec, _dims(hparams), _latent(arch), arch.embedding_width)
+  if spec is not None and _reads_dims(spec, hparams) and "rowwise_adagrad" in (
+      *lane_optimizers.lane_names(arch.embedding_optimizer), *(names or ())):
+    widths = table_dims.row_widths(spec, _dims(hparams), _latent(arch), arch.embedding_width)
   rates = table_overrides.own_rates(spec)
-  if rates is not None:  # 0: the trial's rate
+  if rates is not None or names is not None:
+    assert spec is not None and spec.layout is not None  # own settings come from its tables
+    count = len(spec.layout.tables)
+    rates, names = rates or (0.0,) * count, names or ("",) * count
     own_width = hparams.get(lane_optimizers.ROW_WIDTH_KEY)
-    tables = tuple(make(rate or learning_rate, own_width if widths is None else widths[t])
-                   for t, rate in enumerate(rates))
-    # tables of one rate (and no width of their own) share one update
-    keys = rates if widths is None else tuple(range(len(rates)))
-    return tx, row_optimizers.per_table(tables, keys)
+    tables: list[RowOptimizer] = []
+    keys: list[tuple[str, float]] = []
+    for t, (rate, name) in enumerate(zip(rates, names, strict=True)):
+      width = own_width if widths is None else widths[t]
+      if name:  # the table's own optimizer, in every lane (0: the trial's rate)
+        tables.append(row_optimizers.make(
+            name, rate or learning_rate, _EMB,
+            row_width=width if name == "rowwise_adagrad" else None,
+            field=f"features.tables.{spec.layout.tables[t].name}.optimizer"))
+        keys.append(("own", t))
+      else:  # the trial's optimizer: tables at one rate (no width of their own) share an update
+        tables.append(make(rate or learning_rate, width))
+        keys.append(("trial", rate) if widths is None else ("trial", t))
+    return tx, row_optimizers.per_table(tuple(tables), tuple(keys))
   if widths is not None:
     return tx, table_dims.row_width_optimizer(lambda w: make(learning_rate, w), widths)
   return tx, make(learning_rate, hparams.get(lane_optimizers.ROW_WIDTH_KEY))
@@ -203,8 +211,17 @@ def init_trial_state(arch: ArchSpec, spec: DatasetSpec, hparams: Hparams,
     live = table_dims.row_live_columns(spec, _dims(hparams), _latent(arch), width,
                                        jnp.arange(num_rows), table_starts)
     values = jnp.where(live, values, 0.0)
-  slot_row = jnp.asarray(row_opt.initial_slot_row(width))
-  slots = jnp.broadcast_to(slot_row, (num_rows, slot_row.shape[0]))  # [V, S]
+  if table_overrides.own_optimizers(spec) is not None:  # [V, S]: its table's initial slots
+    if table_starts is None and num_rows not in (0, spec.total_rows):
+      raise ValueError(f"init_trial_state: {num_rows} compact rows of {spec.total_rows} "
+                       f"need their table_starts (tables with their own row optimizer)")
+    _, row_opt = trial_optimizers(arch, hparams, spec)
+    slots = table_overrides.row_slot_rows(
+        spec, row_optimizers.initial_slot_rows(row_opt.tables, width), jnp.arange(num_rows),
+        table_starts=table_starts)
+  else:
+    slot_row = jnp.asarray(row_opt.initial_slot_row(width))
+    slots = jnp.broadcast_to(slot_row, (num_rows, slot_row.shape[0]))  # [V, S]
   return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params),
                               device_table.TableState(values, slots))
 

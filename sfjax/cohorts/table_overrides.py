@@ -1,19 +1,19 @@
-"""A feature layout's per-table settings in trial programs: a table's own learning rate and
-initializer (`data.tables = "item:learning_rate=0.05,init_stddev=0.02"`, issue #22).
+"""A feature layout's per-table settings in trial programs: a table's own row optimizer,
+learning rate and initializer (`data.tables = "item:optimizer=adam,learning_rate=0.05;
+user:init_stddev=0.02"`, issue #22).
 
 The trainer applies them through `row_optimizers.row_optimizer_from_config(cfg, tables)`
-(one `per_table` optimizer) and `device_table.table_inits` (each table's stddev). A trial
-program does the same with its traced hyperparameters: a table that sets its own rate
-trains at it, the others at the trial's `embedding.learning_rate`
-(`own_rates`, `program.trial_optimizers`); a table that sets its own stddev draws its
-initial rows with it, the others with the trial's `embedding.init_stddev`
+(one `per_table` optimizer) and `device_table.table_inits` (each table's stddev and
+initial slots). A trial program does the same with its traced hyperparameters: a table
+that names its own optimizer trains with it (`own_optimizers`), every trial and every lane
+of a mixed cohort alike, the others with the trial's `embedding.optimizer`; a table that
+sets its own rate trains at it, the others at the trial's `embedding.learning_rate`
+(`own_rates`; both in `program.trial_optimizers`); a table that sets its own stddev draws
+its initial rows with it, the others with the trial's `embedding.init_stddev`
 (`row_stddevs`: the device program's uniform draw and the host cohort's `init_rows`).
-
-A table's own row optimizer (`optimizer=`) is refused (`check_table_optimizers`): a
-program's slots are laid out for the trial's `embedding.optimizer` (shape buckets pad
-them, mixed cohorts index them by lane), so a table of another optimizer would need
-slots of another width. Search `embedding.optimizer` instead, or train such a layout
-with the trainer.
+With own optimizers the slots are as wide as the widest table's, and each row starts from
+its table's initial slots (`row_slot_rows`: the program's draw, the host cohort's first
+touch), as in the trainer.
 """
 
 from __future__ import annotations
@@ -23,24 +23,17 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from sfjax.core.errors import ConfigError
 from sfjax.core.feature_layout import row_tables
 from sfjax.data.types import DatasetSpec
 
 
-def check_table_optimizers(spec: DatasetSpec, embedding_optimizer: str | None = None) -> None:
-  """Raises ConfigError naming the first table of `spec` that sets a row optimizer other
-  than `embedding_optimizer` (the trial's; a table naming it is a no-op), or with None
-  (a search, whose trials' optimizers vary) any row optimizer."""
-  if spec.layout is None:
-    return
-  for t in spec.layout.tables:
-    if t.optimizer and t.optimizer != embedding_optimizer:
-      trials = "" if embedding_optimizer is None else f" ({embedding_optimizer!r})"
-      raise ConfigError(
-          f"data.tables: table {t.name!r} sets optimizer={t.optimizer!r}, but trial programs "
-          f"train every table with the trial's embedding.optimizer{trials}; drop it from the "
-          f"search's data.tables (or search embedding.optimizer)")
+def own_optimizers(spec: DatasetSpec | None) -> tuple[str, ...] | None:
+  """[T] each table's own row optimizer name (`TableSpec.optimizer`; "": the trial's
+  `embedding.optimizer`), or None when no table names one."""
+  if spec is None or spec.layout is None:
+    return None
+  own = tuple(t.optimizer or "" for t in spec.layout.tables)
+  return own if any(own) else None
 
 
 def own_rates(spec: DatasetSpec | None) -> tuple[float, ...] | None:
@@ -86,6 +79,26 @@ def row_stddevs(spec: DatasetSpec, stddev: Any, rows: Any, xp: Any = jnp,
   mine = jnp.asarray(own, jnp.float32)[  # traced rows: the same search, in the program
       jnp.maximum(jnp.searchsorted(jnp.asarray(starts), rows, side="right") - 1, 0)]
   return jnp.where(mine > 0, mine, jnp.asarray(stddev, jnp.float32))
+
+
+def row_slot_rows(spec: DatasetSpec, slot_rows: Any, rows: Any, xp: Any = jnp,
+                  table_starts: Any = None) -> Any:
+  """[N, S] the initial slots of each row `rows [N]`: its table's row of `slot_rows [T, S]`
+  (`row_optimizers.initial_slot_rows` of a `per_table` optimizer's tables).
+
+  Args:
+    spec: the data set (its layout gives each row's table).
+    slot_rows: [T, S] each table's initial slots.
+    rows: [N] rows of the trial's table (traced under `jnp`).
+    xp: `jnp` (the device program) or `np` (the host cohort).
+    table_starts: as in `row_stddevs`.
+  """
+  assert spec.layout is not None
+  starts = spec.layout.table_offsets if table_starts is None else np.asarray(table_starts)
+  if xp is np:
+    return np.asarray(slot_rows, np.float32)[row_tables(starts, np.asarray(rows))]
+  at = jnp.maximum(jnp.searchsorted(jnp.asarray(starts), rows, side="right") - 1, 0)
+  return jnp.asarray(slot_rows, jnp.float32)[at]
 
 
 def compact_table_starts(spec: DatasetSpec, row_ids: np.ndarray) -> tuple[int, ...] | None:

@@ -23,8 +23,9 @@ a table may declare a smaller embedding dim d (`TableSpec.dim`): the model then 
 only the first d of the D latent columns of its rows (the others are multiplied by 0
 before pooling, so they get no gradient and never change; a first-order column stays),
 and row-wise Adagrad averages over the row's own columns. This sets the model's
-capacity per table; it saves no memory (rows stay E wide). Per-feature widths of a
-composed model are its field groups (`models.field_layout`).
+capacity per table; the host table stores such a table's rows at their own width
+(`sfjax.embedding.packed_rows`), the device table and cache keep them E wide. Per-feature
+widths of a composed model are its field groups (`models.field_layout`).
 A table may set its own row optimizer, learning rate and initializer (issue #22
 Deliver 1; ""/0 = the `embedding` block's): the step then learns each unique row's
 table (`DeviceBatch.row_tables`, from `row_tables`) and applies

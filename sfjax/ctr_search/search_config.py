@@ -28,7 +28,7 @@ from sfjax.automl.algorithms import ALGORITHMS, PBT, AlgorithmSpec, Objective, O
 from sfjax.automl.pipeline.engine import config_differences
 from sfjax.automl.space import Space
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import bag_pooling, table_dims, table_overrides
+from sfjax.cohorts import bag_pooling, table_dims
 from sfjax.cohorts.task import CTRTask
 from sfjax.core import names
 from sfjax.core.atomic import atomic_write
@@ -234,14 +234,11 @@ def make_space(config, search_space: CTRSearchSpace) -> Space:
 def check_space_data(space: Space, spec) -> None:
   """Raises SearchConfigError naming the first key of `space` that the data set cannot take:
   a bag's pooling (`space.poolings`) of a feature that is not a multi_hot bag of `spec`, or a
-  table's dim (`space.table_dims`) of a table `spec` does not have (else every trial fails);
-  or a table of `spec` that sets its own row optimizer (`table_overrides`: trial programs
-  take a table's own learning rate and init_stddev, not its optimizer).
+  table's dim (`space.table_dims`) of a table `spec` does not have (else every trial fails).
   """
   try:
     bag_pooling.check_pooling_keys(spec, space.keys)
     table_dims.check_dim_keys(spec, space.keys)
-    table_overrides.check_table_optimizers(spec)
   except ConfigError as e:
     raise SearchConfigError(str(e).replace("config field ", "space: ", 1)) from None
 

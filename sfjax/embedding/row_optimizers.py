@@ -73,14 +73,19 @@ def sgd(learning_rate) -> RowOptimizer:
 
 
 def adagrad(learning_rate, initial_accumulator: float = 0.1) -> RowOptimizer:
-  """Element-wise Adagrad; the accumulator starts at `initial_accumulator` (> 0)."""
+  """Element-wise Adagrad; the accumulator starts at `initial_accumulator` (> 0).
+
+  An element whose accumulator is still 0 (never initialised: a padded column of a search
+  program's slots, which only ever sees zero gradients) keeps its value instead of 0/0.
+  """
   if not initial_accumulator > 0:
     raise ValueError(f"adagrad initial_accumulator must be > 0, got {initial_accumulator}")
 
   def update(rows, slots, grads, count):
     del count
     acc = slots + grads * grads
-    return rows - learning_rate * grads * jnp.reciprocal(jnp.sqrt(acc)), acc
+    scaled = jnp.where(acc > 0, grads * jnp.reciprocal(jnp.sqrt(acc)), 0.0)
+    return rows - learning_rate * scaled, acc
 
   return RowOptimizer(
       "adagrad", lambda e: e, lambda e: np.full((e,), initial_accumulator, np.float32), update

@@ -70,7 +70,8 @@ def assert_host_cohort_equals_device_program(data, arch, hparams, seeds, steps) 
                                         cohort_call.stacked_hparams(hparams, lanes), lanes)
   values, slots = host_cohort.lane_rows(seeds, hparams["embedding.init_stddev"],
                                         np.arange(data.full_rows), arch.embedding_width,
-                                        host_cohort._slot_row(arch), data.spec, dims, latent)
+                                        host_cohort._slot_rows(arch, data.spec), data.spec, dims,
+                                        latent)
   states = host_cohort._lane_inits(arch, data.spec)(hparams, np.asarray(seeds, np.int32))
   e, s = arch.embedding_width, slots.shape[1] // lanes
   states = jax.device_get(states._replace(table=device_table.TableState(

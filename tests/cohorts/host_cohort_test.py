@@ -84,7 +84,8 @@ def test_one_lane_equals_the_device_table_trial(data, solo):
   hparams = cohort_call.stacked_hparams(_lanes(HPARAMS, [0]), 1)
   ids = np.arange(data.full_rows)
   values, slots = host_cohort.lane_rows(SEEDS[:1], hparams["embedding.init_stddev"], ids,
-                                        ARCH.embedding_width, host_cohort._slot_row(ARCH))
+                                        ARCH.embedding_width,
+                                        host_cohort._slot_rows(ARCH, data.spec))
   state = host_cohort._lane_inits(ARCH, data.spec)(hparams, np.asarray(SEEDS[:1], np.int32))
   state = jax.device_get(state._replace(table=device_table.TableState(
       jnp.asarray(values[None]), jnp.asarray(slots[None]))))

@@ -11,13 +11,12 @@ import pytest
 
 from experiments.configs import ctr as ctr_config
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import cohort_call, host_cohort, table_overrides
+from sfjax.cohorts import cohort_call, cohort_runner, host_cohort, table_overrides
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts import task as trial_data
 from sfjax.core import feature_layout as fl
-from sfjax.core.errors import ConfigError
 from sfjax.data import table_settings
-from sfjax.embedding import initializers, row_optimizers
+from sfjax.embedding import device_table, initializers, row_optimizers
 from sfjax.train import step as step_lib
 from tests.cohorts.conftest import assert_host_cohort_equals_device_program
 
@@ -83,19 +82,85 @@ def test_row_stddevs_take_each_rows_table(tables_data):
         spec, {"user": {"init_stddev": 0.0}}), 0.1, rows)
 
 
-def test_a_tables_own_optimizer_is_refused_by_name(tables_data):
-  adam = table_settings.with_table_settings(tables_data.spec, {"bag0": {"optimizer": "adam"}})
-  with pytest.raises(ConfigError, match=r"data.tables: table 'bag0' sets optimizer='adam', but "
-                     r"trial programs train every table with the trial's embedding.optimizer "
-                     r"\('adagrad'\); drop it"):
-    table_overrides.check_table_optimizers(adam, "adagrad")
-  table_overrides.check_table_optimizers(adam, "adam")  # the trial's own: nothing to do
-  with pytest.raises(ConfigError, match=r"embedding.optimizer; drop it from the search's"):
-    table_overrides.check_table_optimizers(adam)
-  table_overrides.check_table_optimizers(tables_data.spec)  # rates and stddevs: taken
-  arch, _ = arch_lib.split_config({"model.name": "fm", "embedding.optimizer": "adagrad"})
-  with pytest.raises(ConfigError, match="table 'bag0' sets optimizer='adam'"):
-    trial_program.trial_optimizers(arch, _hparams(), adam)
+OWN = {"bag0": {"optimizer": "adam"}, "user": {"optimizer": "rowwise_adagrad"},
+       "long0": {"optimizer": "sgd", "learning_rate": 0.5}}
+
+
+def test_own_optimizers_are_read_off_the_layout(tables_data):
+  spec = table_settings.with_table_settings(tables_data.spec, OWN)
+  names = dict(zip([t.name for t in spec.layout.tables], table_overrides.own_optimizers(spec),
+                   strict=True))
+  assert names == {"user": "rowwise_adagrad", "item": "", "ctx0": "", "ctx1": "",
+                   "bag0": "adam", "bag1": "", "long0": "sgd"}
+  assert table_overrides.own_optimizers(tables_data.spec) is None  # rates and stddevs only
+  assert table_overrides.own_optimizers(None) is None
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "rowwise_adagrad", "sgd"])
+def test_a_trials_row_update_takes_each_tables_own_optimizer_as_the_trainers(tables_data,
+                                                                             optimizer):
+  """A trial's row optimizer over tables naming their own (bag0 adam, user rowwise_adagrad,
+  long0 sgd at 0.5) and own rates (item 0.3) equals the trainer's `row_optimizer_from_config`
+  with the same tables: slots as wide as adam's, each table's rows updated by its own."""
+  spec = table_settings.with_table_settings(tables_data.spec, OWN)
+  arch, _ = arch_lib.split_config({"model.name": "fm", "model.embed_dim": 4,
+                                   "embedding.optimizer": optimizer})
+  _, row_opt = trial_program.trial_optimizers(arch, _hparams(), spec)
+  cfg = ml_collections.ConfigDict(trial_program._EMB.to_dict())
+  cfg.optimizer, cfg.learning_rate = optimizer, 0.05
+  want = row_optimizers.row_optimizer_from_config(cfg, spec.layout.tables)
+  e = arch.embedding_width
+  assert row_opt.slot_width(e) == want.slot_width(e) == 2 * e  # adam's two moments
+  tables = jnp.asarray([0, 1, 2, 3, 4, 5, 6, 4], jnp.int32)  # user, item, ..., long0, bag0
+  keys = jax.random.split(jax.random.key(1), 2)
+  rows = jax.random.normal(keys[0], (8, e))
+  grads = jax.random.normal(keys[1], (8, e))
+  slot_rows = row_optimizers.initial_slot_rows(want.tables, e)
+  chex.assert_trees_all_equal(row_optimizers.initial_slot_rows(row_opt.tables, e), slot_rows)
+  slots = jnp.asarray(slot_rows)[tables]
+  for count in (1, 2):  # adam's bias correction reads the count
+    got = jax.jit(lambda r, s, g, c=count: row_opt.update(r, s, g, c, row_tables=tables))(
+        rows, slots, grads)
+    ref = jax.jit(lambda r, s, g, c=count: want.update(r, s, g, c, row_tables=tables))(
+        rows, slots, grads)
+    chex.assert_trees_all_close(got, ref, rtol=1e-6, atol=1e-7)
+  adam = row_optimizers.make("adam", 0.05, trial_program._EMB)
+  moved, _ = adam.update(rows[4:5], slots[4:5], grads[4:5], 2)
+  chex.assert_trees_all_close(got[0][4:5], moved, rtol=1e-6)  # bag0 by adam at the trial's rate
+  sgd = rows[6] - 0.5 * grads[6]
+  chex.assert_trees_all_close(got[0][6], sgd, rtol=1e-6)  # long0 by sgd at its own 0.5
+
+
+def test_fresh_slots_take_their_tables_optimizer(tables_data):
+  """The program's draw starts each row from its table's initial slots (bag0 adam: zeros;
+  user rowwise_adagrad: one accumulator; the rest the trial's adagrad), as the trainer's
+  `device_table.table_inits`; compact rows through their table_starts."""
+  spec = table_settings.with_table_settings(tables_data.spec, OWN)
+  arch, _ = arch_lib.split_config({"model.name": "fm", "model.embed_dim": 4,
+                                   "embedding.optimizer": "adagrad"})
+  e, key = arch.embedding_width, jax.random.key(5)
+  slots = trial_program.init_trial_state(arch, spec, _hparams(), key).table.opt_slots
+  cfg = ml_collections.ConfigDict(trial_program._EMB.to_dict())
+  cfg.optimizer, cfg.learning_rate = "adagrad", 0.05
+  trainer = row_optimizers.row_optimizer_from_config(cfg, spec.layout.tables)
+  inits = device_table.table_inits(spec.layout, e, trainer, 0.01)
+  want = inits.slot_rows[fl.row_tables(spec.layout.table_offsets, np.arange(spec.total_rows))]
+  chex.assert_trees_all_equal(np.asarray(slots), want)
+  assert slots.shape == (spec.total_rows, 2 * e)
+  rowwise = row_optimizers.make("rowwise_adagrad", 0.05, trial_program._EMB).initial_slot_row(e)
+  np.testing.assert_array_equal(slots[0], [*rowwise] + [0.0] * (2 * e - 1))  # user: row-wise
+  acc = np.float32(trial_program._EMB.adagrad_initial_accumulator)
+  np.testing.assert_array_equal(slots[600], [acc] * e + [0.0] * e)  # item: the trial's adagrad
+  bag0 = spec.layout.table_offsets[4]
+  np.testing.assert_array_equal(slots[bag0], [0.0] * (2 * e))  # bag0: adam's moments
+  starts = (0, 3, 5, 6, 6, 6, 7)  # 3 user rows, 2 item, 1 ctx0, 1 bag1, 1 long0
+  compact = trial_program.init_trial_state(arch, spec, _hparams(), key, 8, starts)
+  np.testing.assert_array_equal(compact.table.opt_slots,
+                                inits.slot_rows[[0, 0, 0, 1, 1, 2, 5, 6]])
+  no_stddev = table_settings.with_table_settings(spec, {"user": {"init_stddev": 0.0}})
+  with pytest.raises(ValueError, match="8 compact rows of 1840 need their table_starts "
+                                       r"\(tables with their own row optimizer\)"):
+    trial_program.init_trial_state(arch, no_stddev, _hparams(), key, 8)
 
 
 def test_fresh_rows_take_their_tables_stddev(tables_data):
@@ -201,6 +266,41 @@ def test_trials_train_each_table_at_its_own_rate_as_the_trainer(tables_data, opt
     assert not np.allclose(out.losses[i], plain, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # ~10 s each: a cohort program and the trainer's step
+@pytest.mark.parametrize("optimizer", ["adagrad", "rowwise_adagrad"])
+def test_trials_train_each_table_with_its_own_optimizer_as_the_trainer(tables_data, optimizer):
+  """Two trials of one program with OWN's tables (bag0 adam, user rowwise_adagrad, long0 sgd
+  at 0.5, item at 0.3), each fresh from its seed and equal step by step (losses, rows,
+  slots, dense parameters, eval logits) to the trainer with the same `data.tables`."""
+  spec = table_settings.with_table_settings(tables_data.spec, OWN)
+  arch, _ = arch_lib.split_config({"model.name": "deepfm", "model.embed_dim": 4,
+                                   "model.mlp.depth": 1, "model.mlp.width": 8,
+                                   "embedding.optimizer": optimizer})
+  lanes = [_hparams(), _hparams(**{"embedding.learning_rate": 0.2})]
+  batches = tables_data.train_steps(0, STEPS)
+  graphdef = trial_program.program_graphdef(arch, spec)
+  cohort = jax.jit(trial_program.make_cohort_fn(arch, spec, graphdef, resume=False))
+  stacked = {k: jnp.stack([h[k] for h in lanes]) for k in lanes[0]}
+  seeds = jnp.asarray([3, 4], jnp.int32)
+  out = cohort(stacked, seeds, None, batches, tables_data.eval_batches)
+  for i, hparams in enumerate(lanes):
+    init = trial_program.init_trial_state(arch, spec, hparams, jax.random.key(int(seeds[i])))
+    state, losses, logits = _trainer_reference(arch, spec, hparams, init, batches,
+                                               tables_data.eval_batches, spec.layout.tables)
+    got = jax.tree.map(lambda x, i=i: x[i], out.state)
+    chex.assert_trees_all_close(out.losses[i], losses, rtol=1e-5, atol=1e-6)
+    chex.assert_trees_all_close(got, state, rtol=1e-4, atol=1e-6)
+    chex.assert_trees_all_close(out.logits[i], logits, rtol=1e-4, atol=1e-5)
+  # the tables' own optimizers matter: the trainer with the rates alone trains otherwise
+  # (from the same rows; the trial's adagrad slots are as wide as its rows)
+  init = trial_program.init_trial_state(arch, spec, lanes[0], jax.random.key(3))
+  plain = trial_program.init_trial_state(arch, tables_data.spec, lanes[0], jax.random.key(3))
+  init = init._replace(table=init.table._replace(opt_slots=plain.table.opt_slots))
+  _, alone, _ = _trainer_reference(arch, spec, lanes[0], init, batches, tables_data.eval_batches,
+                                   tables_data.spec.layout.tables)
+  assert not np.allclose(out.losses[0], alone, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.slow  # ~5 s
 def test_own_rates_with_table_dims_equal_the_trainer(tables_data):
   """Rates and dims together (rowwise_adagrad averages a row over its table's dim): a trial
@@ -239,6 +339,14 @@ def test_host_cohort_first_touch_takes_each_tables_stddev(tables_data):
   np.testing.assert_array_equal(plain, initializers.init_rows(7, 0, ids, 2, 0.01))
 
 
+def test_host_cohort_first_touch_takes_each_tables_initial_slots(tables_data):
+  spec = table_settings.with_table_settings(tables_data.spec, OWN)
+  ids = np.asarray([1, 600, spec.layout.table_offsets[4], 1839])  # user, item, bag0, long0
+  slot_rows = np.arange(7 * 3, dtype=np.float32).reshape(7, 3)  # [T, S]
+  _, slots = host_cohort.lane_rows([7, 8], [0.01, 0.05], ids, 2, slot_rows, spec)
+  np.testing.assert_array_equal(slots, np.tile(slot_rows[[0, 1, 4, 6]], (1, 2)))
+
+
 @pytest.mark.slow  # ~20 s: a cache program and a device program
 def test_a_host_table_cohort_takes_the_tables_rates_and_stddevs_as_the_device_program():
   """Two lanes through one host table and a device cache (`host_cohort`) with TABLES: the
@@ -261,3 +369,65 @@ def test_a_host_table_cohort_takes_the_tables_rates_and_stddevs_as_the_device_pr
   assert float(np.std(lane0[:500])) == pytest.approx(0.2, rel=0.05)
   assert float(np.std(lane0[500:])) == pytest.approx(
       float(hparams["embedding.init_stddev"][0]), rel=0.05)
+
+
+@pytest.mark.slow  # ~20 s: a cache program and a device program
+def test_a_host_table_cohort_takes_the_tables_own_optimizers_as_the_device_program():
+  """Two lanes through one host table and a device cache with tables naming their own row
+  optimizer (user rowwise_adagrad, bag0 adam): the first touch writes each row its table's
+  initial slots, and the lanes equal the device-table program started from the same rows."""
+  d = ctr_config.get_config("multihot_smoke").data
+  d.tables = ("item:learning_rate=0.3; user:init_stddev=0.2,learning_rate=0.01,"
+              "optimizer=rowwise_adagrad; bag0:optimizer=adam")
+  task = trial_data.CTRTask(d, batch_size=64, eval_rows=512, eval_batch_size=256,
+                            unique_capacity=800, embedding_backend="cache", cache_rows=900,
+                            cache_lookahead=1)
+  data = trial_data.TrialData(task)
+  assert table_overrides.own_optimizers(data.spec) == (
+      "rowwise_adagrad", "", "", "", "adam", "", "")
+  arch, _ = arch_lib.split_config({"model.name": "deepfm", "model.embed_dim": 4,
+                                   "model.mlp.depth": 1, "model.mlp.width": 8})
+  hparams = cohort_call.stacked_hparams({"embedding.learning_rate": np.float32([0.05, 0.2])}, 2)
+  assert_host_cohort_equals_device_program(data, arch, hparams, (3, 4), 5)
+
+
+def _cohort_equals_each_trial_alone(data, archs, hparams, merge_optimizers):
+  """Fresh then resumed, one cohort of `archs` (one program) equals each trial run alone."""
+  n = len(archs)
+  runner = cohort_runner.CohortRunner(data.task, cohort_width=4, data=data)
+  alone = cohort_runner.CohortRunner(data.task, cohort_width=1, data=data)
+  traces = cohort_call._num_traces()
+  half = runner.run(archs, hparams, list(range(n)), [0] * n, STEPS // 2, [None] * n,
+                    merge_optimizers=merge_optimizers)
+  assert cohort_call._num_traces() - traces == 1
+  full = runner.run(archs, hparams, list(range(n)), [STEPS // 2] * n, STEPS,
+                    [r.state for r in half], merge_optimizers=merge_optimizers)
+  for i, arch in enumerate(archs):
+    ref_half = alone.run(arch, [hparams[i]], [i], [0], STEPS // 2, [None])[0]
+    ref_full = alone.run(arch, [hparams[i]], [i], [STEPS // 2], STEPS, [ref_half.state])[0]
+    for got, want in ((half[i], ref_half), (full[i], ref_full)):
+      assert got.status == want.status == "done"
+      for key in ("auc", "logloss", "train_loss"):
+        assert got.metrics[key] == pytest.approx(want.metrics[key], rel=1e-5, abs=1e-5), key
+      chex.assert_trees_all_close(got.state, want.state, atol=5e-5, rtol=1e-4)
+      chex.assert_tree_all_finite(got.state)
+
+
+@pytest.mark.slow  # ~60 s: two cohorts and their trials alone, fresh and resumed
+def test_padded_and_mixed_cohorts_with_tables_own_optimizers_equal_each_trial_alone():
+  """Tables naming their own optimizer (bag0 adam, user rowwise_adagrad) inside a padded
+  program (fm of embed_dim 2 and 5: adagrad's padded accumulators start at 0 there and stay
+  put) and inside a mixed program (adagrad and sgd lanes): each trial as it trains alone."""
+  d = ctr_config.get_config("multihot_smoke").data
+  d.tables = "item:learning_rate=0.3; user:optimizer=rowwise_adagrad; bag0:optimizer=adam"
+  data = trial_data.TrialData(trial_data.CTRTask(d, batch_size=64, eval_rows=512,
+                                                 steps_per_budget_unit=4, eval_batch_size=256))
+  hparams = [{"embedding.learning_rate": 0.05, "optimizer.learning_rate": 1e-2},
+             {"embedding.learning_rate": 0.02, "optimizer.learning_rate": 3e-3}]
+  padded = [arch_lib.split_config({"model.name": "fm", "model.embed_dim": dim,
+                                   "embedding.optimizer": "adagrad"})[0] for dim in (2, 5)]
+  _cohort_equals_each_trial_alone(data, padded, hparams, False)
+  mixed = [arch_lib.split_config({"model.name": "deepfm", "model.embed_dim": 4,
+                                  "model.mlp.depth": 1, "model.mlp.width": 8,
+                                  "embedding.optimizer": name})[0] for name in ("adagrad", "sgd")]
+  _cohort_equals_each_trial_alone(data, mixed, hparams, True)

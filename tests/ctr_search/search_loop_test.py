@@ -458,28 +458,15 @@ def test_a_space_key_the_data_lacks_fails_before_the_study_starts(tmp_path, key,
   assert not (tmp_path / "search.json").exists() and not (tmp_path / "trials.jsonl").exists()
 
 
-def test_a_tables_own_optimizer_fails_before_the_study_starts(tmp_path):
-  """Issue #22: a search takes a table's own learning rate and init_stddev (`data.tables`,
-  `sfjax.cohorts.table_overrides`) but not its own row optimizer: one error naming the
-  table, before the workdir records the study."""
-  c = tiny_config("random", num_trials=2)
-  c.task.data = ctr_config.get_config("multihot_smoke").data
-  c.task.data.tables = "user:learning_rate=0.01; item:optimizer=adam"
-  c.task.batch_size, c.task.eval_rows, c.task.eval_batch_size = 128, 1024, 1024
-  with pytest.raises(search_config.SearchConfigError,
-                     match=r"data.tables: table 'item' sets optimizer='adam', but trial programs"):
-    search_loop.run_search(c, str(tmp_path), SPACE)
-  assert not (tmp_path / "search.json").exists() and not (tmp_path / "trials.jsonl").exists()
-
-
 @pytest.mark.slow  # ~15 s
-def test_a_search_over_tables_with_their_own_rates_and_stddevs_trains_every_trial(tmp_path):
-  """Issue #22: `data.tables` rates and init stddevs reach every trial program of a joint
-  search (shape buckets of several embed_dims, cohorts of mixed row optimizers), and the
-  best trial's trainer config keeps them."""
+def test_a_search_over_tables_with_their_own_settings_trains_every_trial(tmp_path):
+  """Issue #22: `data.tables` row optimizers, rates and init stddevs reach every trial
+  program of a joint search (shape buckets of several embed_dims, cohorts of mixed row
+  optimizers), and the best trial's trainer config keeps them."""
   c = tiny_config("random", num_trials=8, ask_batch=8)
   c.task.data = ctr_config.get_config("multihot_smoke").data
-  c.task.data.tables = "item:learning_rate=0.3; user:init_stddev=0.2,learning_rate=0.01"
+  c.task.data.tables = ("item:learning_rate=0.3; user:init_stddev=0.2,learning_rate=0.01,"
+                        "optimizer=rowwise_adagrad; bag0:optimizer=adam")
   c.task.batch_size, c.task.eval_rows, c.task.eval_batch_size = 128, 1024, 1024
   c.space.families, c.space.mlp_widths = "fm,deepfm", "16"
   c.study.cohort_width, c.study.max_budget = "8", 2.0
@@ -495,7 +482,8 @@ def test_a_search_over_tables_with_their_own_rates_and_stddevs_trains_every_tria
   arch, hparams = split_config(SPACE.runner_config(summary["best_config"]))
   trainer = train_steps.trainer_config(recipe, arch, hparams)
   assert parse_table_settings(trainer.data.tables) == {
-      "item": {"learning_rate": 0.3}, "user": {"init_stddev": 0.2, "learning_rate": 0.01}}
+      "item": {"learning_rate": 0.3}, "bag0": {"optimizer": "adam"},
+      "user": {"init_stddev": 0.2, "learning_rate": 0.01, "optimizer": "rowwise_adagrad"}}
 
 
 class DimsRecorder(CohortRunner):

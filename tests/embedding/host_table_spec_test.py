@@ -107,3 +107,33 @@ def test_an_unpacked_spec_keeps_dense_rows():
   assert not spec.packed and array_shapes(spec) == ((12, 5), (12, 5))
   values, slots = row_stores(spec, np.zeros((12, 5), np.float32), np.zeros((12, 5), np.float32))
   assert isinstance(values, packed_rows.DenseRows) and isinstance(slots, packed_rows.DenseRows)
+
+
+@pytest.mark.parametrize("tables", [
+    ((0, 10), (0.1,), ((0.1,), (0.1,))),  # one stddev for two tables
+    ((0, 10), (0.1, 0.1), ((0.1,),)),  # one slot row for two tables
+    ((), (), ()),  # no table
+    ((1, 10), (0.1, 0.1), ((0.1,), (0.1,))),  # not from row 0
+    ((0, 10), (0.1, -0.1), ((0.1,), (0.1,))),  # a negative stddev
+    ((0, 10), (0.1, float("nan")), ((0.1,), (0.1,))),  # a stddev that is not finite
+    ((0, 10), (0.1, 0.1), ((0.1,), (0.1, 0.2))),  # a slot row of another width
+], ids=["stddevs", "slot_rows", "empty", "start", "negative", "nan", "slot_width"])
+def test_bad_per_table_rows_are_rejected(tables):
+  base = dict(num_rows=20, width=2, slot_width=1, seed=0, init_stddev=0.1,
+              initial_slot_row=(0.1,))
+  with pytest.raises(ValueError, match=r"^HostTableSpec.tables must be T starts \(from 0\), T "
+                                       r"finite stddevs >= 0 and T slot rows of 1, got "):
+    HostTableSpec(**base, tables=tables)
+  ok = HostTableSpec(**base, tables=((0, 10), (0.1, 0.0), ((0.1,), (0.2,))))  # 0: a zero table
+  assert ok.table_inits().stddevs.tolist() == [0.1, 0.0]
+
+
+def test_the_smallest_latent_dim_and_the_packing_of_a_table_without_dims():
+  tables = ((0, 10), (0.1, 0.1), ((0.1,) * 3, (0.1,) * 3))
+  base = dict(num_rows=20, width=3, slot_width=3, seed=0, init_stddev=0.1,
+              initial_slot_row=(0.1,) * 3, tables=tables)
+  spec = HostTableSpec(**base, table_dims=(0, 0), latent_dim=1)  # D = 1: nothing packs
+  assert not spec.packed and spec.table_inits().dims.dtype == np.int64
+  with pytest.raises(AssertionError):
+    HostTableSpec(**base).packing()  # a spec without dims has no packing
+  assert spec_from_args(20, 3, 3, 0, 0.1, [0.1] * 3, dtype="bfloat16").dtype == "bfloat16"

@@ -40,6 +40,21 @@ def test_adagrad_two_steps():
   chex.assert_trees_all_close(w2, np.asarray(w) - 0.1 * G / np.sqrt([[0.18, 0.42]]), atol=1e-6)
 
 
+def test_adagrad_element_never_initialised_keeps_its_value():
+  """A padded slot column of a search program (accumulator 0, gradient always 0) keeps its
+  value and its 0 (not 0/0); an element with a gradient on a 0 accumulator moves by the
+  gradient's sign, as Adagrad's first step from 0 does."""
+  rows = np.array([[0.5, -1.0, 2.0]], np.float32)
+  grads = np.array([[0.2, 0.0, -0.5]], np.float32)
+  slots = np.array([[0.1, 0.0, 0.0]], np.float32)
+  w, s = _run(ro.adagrad(0.1), rows, grads, slots=slots)
+  acc = 0.1 + 0.2**2
+  chex.assert_trees_all_close(w, np.array([[0.5 - 0.1 * 0.2 / np.sqrt(acc), -1.0, 2.0 + 0.1]]),
+                              atol=1e-6)
+  chex.assert_trees_all_close(s, np.array([[acc, 0.0, 0.25]]), atol=1e-7)
+  chex.assert_tree_all_finite((w, s))
+
+
 def test_rowwise_adagrad_two_rows_two_steps():
   # lr 0.3, a0 = 1; one accumulator per row, fed mean_j(g_j^2) over the row's E = 2 columns.
   opt = ro.rowwise_adagrad(0.3, initial_accumulator=1.0)
