@@ -20,6 +20,7 @@ from sfjax.cohorts import program as trial_program
 from sfjax.cohorts import task as trial_data
 from sfjax.ctr_search import search_round
 from sfjax.train import step as step_lib
+from tests.cohorts.conftest import assert_cohort_equals_each_trial_alone, assert_same_trial
 
 STEPS = 12  # the shared `data` fixture's steps per budget unit (conftest.py)
 FO, FM, IP = {"type": "first_order"}, {"type": "fm"}, {"type": "inner_product"}
@@ -301,13 +302,6 @@ def test_padded_model_gives_the_exact_models_logits(data, case):
   chex.assert_trees_all_close(logits(sup, padded_state), logits(small, state), atol=1e-5)
 
 
-def _assert_same(got, want):
-  assert got.status == want.status == "done"
-  for key in ("auc", "logloss", "train_loss", "test_auc", "params", "flops", "steps"):
-    assert abs(got.metrics[key] - want.metrics[key]) <= 1e-5 * max(1.0, abs(want.metrics[key])), key
-  chex.assert_trees_all_close(got.state, want.state, atol=5e-5, rtol=1e-4)
-
-
 def test_padded_cohort_of_block_subsets_equals_each_trial_alone_fresh_and_resumed(data):
   adamw = {"optimizer.name": "adamw"}
   # Field dims differ (gated columns); the second has no tower; the third no first_order
@@ -320,21 +314,8 @@ def test_padded_cohort_of_block_subsets_equals_each_trial_alone_fresh_and_resume
   hparams = [{"embedding.learning_rate": 0.01, "optimizer.learning_rate": 1e-3, "optimizer.weight_decay": 1e-3},
              {"embedding.learning_rate": 0.03, "optimizer.learning_rate": 3e-3},
              {"embedding.learning_rate": 0.005, "optimizer.learning_rate": 1e-2, "optimizer.weight_decay": 1e-2}]
-  n = len(archs)
-  runner = cohort.CohortRunner(data.task, cohort_width=4, data=data)
-  alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
-  traces = cohort_call._num_traces()
-  half = runner.run(archs, hparams, list(range(n)), [0] * n, STEPS // 2, [None] * n,
-                    merge_optimizers=True)
-  assert cohort_call._num_traces() - traces == 1  # one padded program for the 3 block sets
-  full = runner.run(archs, hparams, list(range(n)), [STEPS // 2] * n, STEPS,
-                    [r.state for r in half], merge_optimizers=True)
-  for i, arch in enumerate(archs):
-    ref_half = alone.run(arch, [hparams[i]], [i], [0], STEPS // 2, [None])[0]
-    ref_full = alone.run(arch, [hparams[i]], [i], [STEPS // 2], STEPS, [ref_half.state])[0]
-    _assert_same(half[i], ref_half)
-    _assert_same(full[i], ref_full)
-    chex.assert_trees_all_equal_shapes(full[i].state, trial_states.state_template(arch, data.spec))
+  assert_cohort_equals_each_trial_alone(data, archs, hparams, STEPS, merge_optimizers=True,
+                                        num_programs=1)  # one padded program for the 3 sets
 
 
 @pytest.mark.slow  # ~65 s on 2 cores: a padded program and three solo ones, twice each
@@ -348,17 +329,7 @@ def test_padded_cohort_of_stacked_block_sets_equals_each_trial_alone(data):
                  inputs=["dense", "blocks"], **{"embedding.optimizer": "sgd"})]
   assert len({padded.bucket_key(a, True) for a in archs}) == 1
   hparams = [{"embedding.learning_rate": 0.02, "optimizer.learning_rate": 3e-3}] * 3
-  runner = cohort.CohortRunner(data.task, cohort_width=4, data=data)
-  alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
-  half = runner.run(archs, hparams, [0, 1, 2], [0] * 3, STEPS // 2, [None] * 3,
-                    merge_optimizers=True)
-  full = runner.run(archs, hparams, [0, 1, 2], [STEPS // 2] * 3, STEPS, [r.state for r in half],
-                    merge_optimizers=True)
-  for i, arch in enumerate(archs):
-    ref_half = alone.run(arch, [hparams[i]], [i], [0], STEPS // 2, [None])[0]
-    ref_full = alone.run(arch, [hparams[i]], [i], [STEPS // 2], STEPS, [ref_half.state])[0]
-    _assert_same(half[i], ref_half)
-    _assert_same(full[i], ref_full)
+  assert_cohort_equals_each_trial_alone(data, archs, hparams, STEPS, merge_optimizers=True)
 
 
 def test_block_space_rounds_are_free_proposals_merged_by_gated_buckets(tmp_path):
@@ -461,4 +432,4 @@ def test_without_dense_features_a_padded_cohort_equals_each_trial_alone(nodense)
   got = runner.run(archs, hparams, [0, 1], [0, 0], STEPS, [None, None], merge_optimizers=True)
   assert cohort_call._num_traces() - traces == 1  # one padded program for both
   for i, arch in enumerate(archs):
-    _assert_same(got[i], alone.run(arch, [hparams[i]], [i], [0], STEPS, [None])[0])
+    assert_same_trial(got[i], alone.run(arch, [hparams[i]], [i], [0], STEPS, [None])[0])

@@ -29,10 +29,10 @@ from tests.cohorts.bucket_blocks_test import (
   STEPS,
   _arch,
   _assert_padded_is_exact,
-  _assert_same,
   _cross,
   _spec,
 )
+from tests.cohorts.conftest import assert_same_trial
 
 F = 26  # the `data` fixture's fields (synthetic Criteo): 3 groups split them 9 / 9 / 8
 
@@ -112,7 +112,7 @@ def test_a_padded_cohort_of_one_two_and_three_groups_equals_each_trial_alone(dat
   assert cohort_call._num_traces() - traces == 1  # one per-field padded program for all three
   for i, arch in enumerate(archs):
     want = alone.run(arch, [hparams[i]], [i], [0], STEPS, [None])[0]
-    _assert_same(got[i], want)
+    assert_same_trial(got[i], want)
     chex.assert_trees_all_equal_shapes(got[i].state, want.state)
 
 
@@ -156,7 +156,7 @@ def test_a_padded_cohort_of_rowwise_trials_of_other_widths_equals_each_trial_alo
   archs, hparams, got = _run_rowwise(data)
   alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
   for i, arch in enumerate(archs):
-    _assert_same(got[i], alone.run(arch, [hparams[i]], [i], [0], STEPS, [None])[0])
+    assert_same_trial(got[i], alone.run(arch, [hparams[i]], [i], [0], STEPS, [None])[0])
 
 
 @pytest.mark.slow  # the padded program once more, each lane averaging over the program's width

@@ -9,10 +9,10 @@ import pytest
 
 from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts import buckets as padded
-from sfjax.cohorts import cohort_call, trial_states
-from sfjax.cohorts import cohort_runner as cohort
 from sfjax.cohorts import program as trial_program
+from sfjax.cohorts import trial_states
 from sfjax.train import step as step_lib
+from tests.cohorts.conftest import assert_cohort_equals_each_trial_alone
 
 STEPS = 12  # the shared `data` fixture's steps per budget unit (conftest.py)
 
@@ -170,29 +170,9 @@ HPARAMS = [
 ]
 
 
-def _assert_same(got, want):
-  assert got.status == want.status == "done"
-  for key in ("auc", "logloss", "train_loss", "test_auc", "params", "flops", "steps"):
-    assert abs(got.metrics[key] - want.metrics[key]) <= 1e-5 * max(1.0, abs(want.metrics[key])), key
-  chex.assert_trees_all_close(got.state, want.state, atol=5e-5, rtol=1e-4)
-
-
 def _check_against_alone(data, archs, hparams, num_programs):
   """Fresh then resumed padded cohorts of `archs` equal each trial run alone."""
-  n = len(archs)
-  runner = cohort.CohortRunner(data.task, cohort_width=4, data=data)
-  alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
-  seeds = list(range(n))
-  traces = cohort_call._num_traces()
-  half = runner.run(archs, hparams, seeds, [0] * n, STEPS // 2, [None] * n)
-  assert cohort_call._num_traces() - traces == num_programs
-  full = runner.run(archs, hparams, seeds, [STEPS // 2] * n, STEPS, [r.state for r in half])
-  for i, arch in enumerate(archs):
-    ref_half = alone.run(arch, [hparams[i]], [seeds[i]], [0], STEPS // 2, [None])[0]
-    ref_full = alone.run(arch, [hparams[i]], [seeds[i]], [STEPS // 2], STEPS, [ref_half.state])[0]
-    _assert_same(half[i], ref_half)
-    _assert_same(full[i], ref_full)
-    chex.assert_trees_all_equal_shapes(full[i].state, trial_states.state_template(arch, data.spec))
+  assert_cohort_equals_each_trial_alone(data, archs, hparams, STEPS, num_programs=num_programs)
 
 
 def test_padded_cohort_equals_each_trial_alone_fresh_and_resumed(data):

@@ -1,13 +1,14 @@
 """Fixtures shared by the cohort and search tests: one tiny synthetic task's precomputed
 trial data, and a runner that records the program calls it makes."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from experiments.configs import ctr as ctr_config
-from sfjax.cohorts import CohortRunner, cohort_call, host_cohort
+from sfjax.cohorts import CohortRunner, cohort_call, host_cohort, trial_states
 from sfjax.cohorts import task as trial_data
 from sfjax.embedding import device_table
 
@@ -88,3 +89,44 @@ def assert_host_cohort_equals_device_program(data, arch, hparams, seeds, steps) 
   np.testing.assert_allclose(run.output.auc, ref.auc, atol=1e-6)
   assert not np.allclose(run.output.losses[0], run.output.losses[1])
   return values
+
+
+_SAME_METRICS = ("auc", "logloss", "train_loss", "test_auc", "params", "flops", "steps")
+
+
+def assert_same_trial(got, want) -> None:
+  """Two finished trials of one config: the same metrics (those `want` has, to 1e-5) and
+  states (to float tolerance)."""
+  assert got.status == want.status == "done"
+  for key in _SAME_METRICS:
+    if key in want.metrics:
+      tolerance = 1e-5 * max(1.0, abs(want.metrics[key]))
+      assert abs(got.metrics[key] - want.metrics[key]) <= tolerance, key
+  chex.assert_trees_all_close(got.state, want.state, atol=5e-5, rtol=1e-4)
+
+
+def assert_cohort_equals_each_trial_alone(data, archs, hparams, steps: int, *,
+                                          merge_optimizers: bool = False,
+                                          num_programs: int | None = None) -> list:
+  """Runs `archs` as one cohort for `steps // 2` steps, resumes it to `steps`, and checks
+  each trial against itself run alone (fresh, then resumed from its own state): metrics,
+  states and the state's shapes (`trial_states.state_template`). `num_programs`: the
+  programs the first half must compile (None: not checked). Returns the first half's
+  results."""
+  n = len(archs)
+  runner = CohortRunner(data.task, cohort_width=4, data=data)
+  alone = CohortRunner(data.task, cohort_width=1, data=data)
+  traces = cohort_call._num_traces()
+  half = runner.run(archs, hparams, list(range(n)), [0] * n, steps // 2, [None] * n,
+                    merge_optimizers=merge_optimizers)
+  if num_programs is not None:
+    assert cohort_call._num_traces() - traces == num_programs
+  full = runner.run(archs, hparams, list(range(n)), [steps // 2] * n, steps,
+                    [r.state for r in half], merge_optimizers=merge_optimizers)
+  for i, arch in enumerate(archs):
+    ref_half = alone.run(arch, [hparams[i]], [i], [0], steps // 2, [None])[0]
+    ref_full = alone.run(arch, [hparams[i]], [i], [steps // 2], steps, [ref_half.state])[0]
+    assert_same_trial(half[i], ref_half)
+    assert_same_trial(full[i], ref_full)
+    chex.assert_trees_all_equal_shapes(full[i].state, trial_states.state_template(arch, data.spec))
+  return half

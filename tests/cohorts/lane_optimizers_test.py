@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import buckets, cohort_call, lane_optimizers, trial_states
+from sfjax.cohorts import buckets, cohort_call, lane_optimizers
 from sfjax.cohorts import cohort_runner as cohort
 from sfjax.embedding import row_optimizers
 from sfjax.train import defaults as ctr_defaults_lib
+from tests.cohorts.conftest import assert_cohort_equals_each_trial_alone
 
 STEPS = 12  # the shared `data` fixture's steps per budget unit (conftest.py)
 _EMB = ctr_defaults_lib.ctr_defaults().embedding
@@ -74,13 +75,6 @@ HPARAMS = [
 ]
 
 
-def _assert_same(got, want):
-  assert got.status == want.status == "done"
-  for key in ("auc", "logloss", "train_loss", "test_auc", "params", "steps"):
-    assert abs(got.metrics[key] - want.metrics[key]) <= 1e-5 * max(1.0, abs(want.metrics[key])), key
-  chex.assert_trees_all_close(got.state, want.state, atol=5e-5, rtol=1e-4)
-
-
 @pytest.mark.slow  # ~2 min on 2 cores: 10 compiled programs
 def test_mixed_optimizer_cohort_equals_each_trial_alone_fresh_and_resumed(data):
   """sgd, adagrad, adam and ftrl rows (and two embed dims, widths) in one program."""
@@ -88,24 +82,10 @@ def test_mixed_optimizer_cohort_equals_each_trial_alone_fresh_and_resumed(data):
            _arch(**{"embedding.optimizer": "adagrad", "model.embed_dim": 8}),
            _arch(**{"embedding.optimizer": "adam", "model.mlp.width": 8}),
            _arch(**{"embedding.optimizer": "ftrl", "model.mlp.depth": 2})]
-  n = len(archs)
-  runner = cohort.CohortRunner(data.task, cohort_width=4, data=data)
-  alone = cohort.CohortRunner(data.task, cohort_width=1, data=data)
-  seeds = list(range(n))
-  traces = cohort_call._num_traces()
-  half = runner.run(archs, HPARAMS, seeds, [0] * n, STEPS // 2, [None] * n,
-                    merge_optimizers=True)
-  assert cohort_call._num_traces() - traces == 1  # one program serves the four optimizers
+  half = assert_cohort_equals_each_trial_alone(
+      data, archs, HPARAMS, STEPS, merge_optimizers=True,
+      num_programs=1)  # one program serves the four optimizers
   assert {r.chunk for r in half} == {half[0].chunk} and half[0].chunk.masked
-  full = runner.run(archs, HPARAMS, seeds, [STEPS // 2] * n, STEPS, [r.state for r in half],
-                    merge_optimizers=True)
-  for i, arch in enumerate(archs):
-    ref_half = alone.run(arch, [HPARAMS[i]], [seeds[i]], [0], STEPS // 2, [None])[0]
-    ref_full = alone.run(arch, [HPARAMS[i]], [seeds[i]], [STEPS // 2], STEPS,
-                         [ref_half.state])[0]
-    _assert_same(half[i], ref_half)
-    _assert_same(full[i], ref_full)
-    chex.assert_trees_all_equal_shapes(full[i].state, trial_states.state_template(arch, data.spec))
 
 
 def test_without_merging_each_optimizer_runs_its_own_program(data):

@@ -11,14 +11,17 @@ import pytest
 
 from experiments.configs import ctr as ctr_config
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import cohort_call, cohort_runner, host_cohort, table_overrides
+from sfjax.cohorts import cohort_call, host_cohort, table_overrides
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts import task as trial_data
 from sfjax.core import feature_layout as fl
 from sfjax.data import table_settings
 from sfjax.embedding import device_table, initializers, row_optimizers
 from sfjax.train import step as step_lib
-from tests.cohorts.conftest import assert_host_cohort_equals_device_program
+from tests.cohorts.conftest import (
+  assert_cohort_equals_each_trial_alone,
+  assert_host_cohort_equals_device_program,
+)
 
 STEPS = 4
 TABLES = "item:learning_rate=0.3; user:init_stddev=0.2,learning_rate=0.01"
@@ -129,6 +132,23 @@ def test_a_trials_row_update_takes_each_tables_own_optimizer_as_the_trainers(tab
   chex.assert_trees_all_close(got[0][4:5], moved, rtol=1e-6)  # bag0 by adam at the trial's rate
   sgd = rows[6] - 0.5 * grads[6]
   chex.assert_trees_all_close(got[0][6], sgd, rtol=1e-6)  # long0 by sgd at its own 0.5
+
+
+def test_row_slot_rows_take_each_rows_table_on_the_host_and_traced(tables_data):
+  spec = tables_data.spec
+  slot_rows = np.arange(7 * 2, dtype=np.float64).reshape(7, 2)  # [T, S]
+  rows = np.asarray([0, 499, 500, 1299, 1300, 1839])  # user, user, item, item, ctx0, long0
+  want = slot_rows[[0, 0, 1, 1, 2, 6]].astype(np.float32)
+  host = table_overrides.row_slot_rows(spec, slot_rows, rows, xp=np)
+  assert type(host) is np.ndarray and host.dtype == np.float32
+  np.testing.assert_array_equal(host, want)
+  traced = jax.jit(lambda r: table_overrides.row_slot_rows(spec, slot_rows, r))(
+      jnp.asarray(rows))
+  assert traced.dtype == jnp.float32
+  np.testing.assert_array_equal(traced, want)
+  compact = table_overrides.row_slot_rows(spec, slot_rows, np.arange(3), xp=np,
+                                          table_starts=(0, 1, 2, 3, 3, 3, 3))
+  np.testing.assert_array_equal(compact, slot_rows[[0, 1, 2]])
 
 
 def test_fresh_slots_take_their_tables_optimizer(tables_data):
@@ -391,28 +411,6 @@ def test_a_host_table_cohort_takes_the_tables_own_optimizers_as_the_device_progr
   assert_host_cohort_equals_device_program(data, arch, hparams, (3, 4), 5)
 
 
-def _cohort_equals_each_trial_alone(data, archs, hparams, merge_optimizers):
-  """Fresh then resumed, one cohort of `archs` (one program) equals each trial run alone."""
-  n = len(archs)
-  runner = cohort_runner.CohortRunner(data.task, cohort_width=4, data=data)
-  alone = cohort_runner.CohortRunner(data.task, cohort_width=1, data=data)
-  traces = cohort_call._num_traces()
-  half = runner.run(archs, hparams, list(range(n)), [0] * n, STEPS // 2, [None] * n,
-                    merge_optimizers=merge_optimizers)
-  assert cohort_call._num_traces() - traces == 1
-  full = runner.run(archs, hparams, list(range(n)), [STEPS // 2] * n, STEPS,
-                    [r.state for r in half], merge_optimizers=merge_optimizers)
-  for i, arch in enumerate(archs):
-    ref_half = alone.run(arch, [hparams[i]], [i], [0], STEPS // 2, [None])[0]
-    ref_full = alone.run(arch, [hparams[i]], [i], [STEPS // 2], STEPS, [ref_half.state])[0]
-    for got, want in ((half[i], ref_half), (full[i], ref_full)):
-      assert got.status == want.status == "done"
-      for key in ("auc", "logloss", "train_loss"):
-        assert got.metrics[key] == pytest.approx(want.metrics[key], rel=1e-5, abs=1e-5), key
-      chex.assert_trees_all_close(got.state, want.state, atol=5e-5, rtol=1e-4)
-      chex.assert_tree_all_finite(got.state)
-
-
 @pytest.mark.slow  # ~60 s: two cohorts and their trials alone, fresh and resumed
 def test_padded_and_mixed_cohorts_with_tables_own_optimizers_equal_each_trial_alone():
   """Tables naming their own optimizer (bag0 adam, user rowwise_adagrad) inside a padded
@@ -426,8 +424,9 @@ def test_padded_and_mixed_cohorts_with_tables_own_optimizers_equal_each_trial_al
              {"embedding.learning_rate": 0.02, "optimizer.learning_rate": 3e-3}]
   padded = [arch_lib.split_config({"model.name": "fm", "model.embed_dim": dim,
                                    "embedding.optimizer": "adagrad"})[0] for dim in (2, 5)]
-  _cohort_equals_each_trial_alone(data, padded, hparams, False)
+  assert_cohort_equals_each_trial_alone(data, padded, hparams, STEPS, num_programs=1)
   mixed = [arch_lib.split_config({"model.name": "deepfm", "model.embed_dim": 4,
                                   "model.mlp.depth": 1, "model.mlp.width": 8,
                                   "embedding.optimizer": name})[0] for name in ("adagrad", "sgd")]
-  _cohort_equals_each_trial_alone(data, mixed, hparams, True)
+  assert_cohort_equals_each_trial_alone(data, mixed, hparams, STEPS, merge_optimizers=True,
+                                        num_programs=1)
