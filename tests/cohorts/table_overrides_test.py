@@ -255,13 +255,11 @@ def test_a_trials_row_update_takes_each_tables_own_rate_as_the_trainers(tables_d
   chex.assert_trees_all_close(got[0][2:], alone[0][2:], rtol=1e-6)  # the rest: the trial's
 
 
-@pytest.mark.slow  # ~8 s each: a cohort program and the trainer's step, twice
-@pytest.mark.parametrize("optimizer", ["adagrad", "rowwise_adagrad"])
-def test_trials_train_each_table_at_its_own_rate_as_the_trainer(tables_data, optimizer):
-  """Two trials of one program (embedding rates 0.05 and 0.2, fresh from their seeds), each
-  equal step by step (losses, rows, slots, dense parameters, eval logits) to the trainer with
-  the same `data.tables`: item at 0.3, user at 0.01, the rest at the trial's rate."""
-  spec = tables_data.spec
+def _lanes_equal_the_trainer(tables_data, spec, optimizer):
+  """Two trials of one program (embedding rates 0.05 and 0.2, fresh from their seeds 3 and
+  4) over `spec`'s tables, each equal step by step (losses, rows, slots, dense parameters,
+  eval logits) to the trainer with the same tables. Returns (arch, lanes, the program's
+  losses [2, STEPS], batches)."""
   arch, _ = arch_lib.split_config({"model.name": "deepfm", "model.embed_dim": 4,
                                    "model.mlp.depth": 1, "model.mlp.width": 8,
                                    "embedding.optimizer": optimizer})
@@ -280,37 +278,29 @@ def test_trials_train_each_table_at_its_own_rate_as_the_trainer(tables_data, opt
     chex.assert_trees_all_close(out.losses[i], losses, rtol=1e-5, atol=1e-6)
     chex.assert_trees_all_close(got, state, rtol=1e-4, atol=1e-6)
     chex.assert_trees_all_close(out.logits[i], logits, rtol=1e-4, atol=1e-5)
-    # the tables' own rates matter: every table at the trial's rate trains otherwise
-    _, plain, _ = _trainer_reference(arch, spec, hparams, init, batches,
-                                     tables_data.eval_batches, None)
-    assert not np.allclose(out.losses[i], plain, rtol=1e-5, atol=1e-6)
+  return arch, lanes, out.losses, batches
+
+
+@pytest.mark.slow  # ~8 s each: a cohort program and the trainer's step, twice
+@pytest.mark.parametrize("optimizer", ["adagrad", "rowwise_adagrad"])
+def test_trials_train_each_table_at_its_own_rate_as_the_trainer(tables_data, optimizer):
+  """Item at 0.3, user at 0.01, the rest at the trial's rate, as the trainer."""
+  spec = tables_data.spec
+  arch, lanes, losses, batches = _lanes_equal_the_trainer(tables_data, spec, optimizer)
+  # the tables' own rates matter: every table at the trial's rate trains otherwise
+  init = trial_program.init_trial_state(arch, spec, lanes[0], jax.random.key(3))
+  _, plain, _ = _trainer_reference(arch, spec, lanes[0], init, batches,
+                                   tables_data.eval_batches, None)
+  assert not np.allclose(losses[0], plain, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow  # ~10 s each: a cohort program and the trainer's step
 @pytest.mark.parametrize("optimizer", ["adagrad", "rowwise_adagrad"])
 def test_trials_train_each_table_with_its_own_optimizer_as_the_trainer(tables_data, optimizer):
-  """Two trials of one program with OWN's tables (bag0 adam, user rowwise_adagrad, long0 sgd
-  at 0.5, item at 0.3), each fresh from its seed and equal step by step (losses, rows,
-  slots, dense parameters, eval logits) to the trainer with the same `data.tables`."""
+  """OWN's tables (bag0 adam, user rowwise_adagrad, long0 sgd at 0.5; item at 0.3) train
+  with their own optimizers, the rest with the trial's, as the trainer."""
   spec = table_settings.with_table_settings(tables_data.spec, OWN)
-  arch, _ = arch_lib.split_config({"model.name": "deepfm", "model.embed_dim": 4,
-                                   "model.mlp.depth": 1, "model.mlp.width": 8,
-                                   "embedding.optimizer": optimizer})
-  lanes = [_hparams(), _hparams(**{"embedding.learning_rate": 0.2})]
-  batches = tables_data.train_steps(0, STEPS)
-  graphdef = trial_program.program_graphdef(arch, spec)
-  cohort = jax.jit(trial_program.make_cohort_fn(arch, spec, graphdef, resume=False))
-  stacked = {k: jnp.stack([h[k] for h in lanes]) for k in lanes[0]}
-  seeds = jnp.asarray([3, 4], jnp.int32)
-  out = cohort(stacked, seeds, None, batches, tables_data.eval_batches)
-  for i, hparams in enumerate(lanes):
-    init = trial_program.init_trial_state(arch, spec, hparams, jax.random.key(int(seeds[i])))
-    state, losses, logits = _trainer_reference(arch, spec, hparams, init, batches,
-                                               tables_data.eval_batches, spec.layout.tables)
-    got = jax.tree.map(lambda x, i=i: x[i], out.state)
-    chex.assert_trees_all_close(out.losses[i], losses, rtol=1e-5, atol=1e-6)
-    chex.assert_trees_all_close(got, state, rtol=1e-4, atol=1e-6)
-    chex.assert_trees_all_close(out.logits[i], logits, rtol=1e-4, atol=1e-5)
+  arch, lanes, losses, batches = _lanes_equal_the_trainer(tables_data, spec, optimizer)
   # the tables' own optimizers matter: the trainer with the rates alone trains otherwise
   # (from the same rows; the trial's adagrad slots are as wide as its rows)
   init = trial_program.init_trial_state(arch, spec, lanes[0], jax.random.key(3))
@@ -318,7 +308,7 @@ def test_trials_train_each_table_with_its_own_optimizer_as_the_trainer(tables_da
   init = init._replace(table=init.table._replace(opt_slots=plain.table.opt_slots))
   _, alone, _ = _trainer_reference(arch, spec, lanes[0], init, batches, tables_data.eval_batches,
                                    tables_data.spec.layout.tables)
-  assert not np.allclose(out.losses[0], alone, rtol=1e-5, atol=1e-6)
+  assert not np.allclose(losses[0], alone, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow  # ~5 s
