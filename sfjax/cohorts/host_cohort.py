@@ -285,7 +285,8 @@ def run_host_cohort(data: TrialData, arch: ArchSpec, hparams: Mapping[str, Any],
   planner = make_planner(data)
   table = host_table_lib.HostTable.create_ram(
       data.full_rows, lanes * width, lanes * slot_width, seed=0, init_stddev=0.0,
-      initial_slot_row=np.tile(slot_row.reshape(-1, slot_width)[0], lanes))  # (first touch)
+      initial_slot_row=np.tile(slot_row if slot_row.ndim == 1 else slot_row[0],
+                               lanes))  # unread: the first touch writes each row's
   dims, latent = _lane_dims(arch, spec, stacked, lanes)
   touch = FirstTouch(table, seeds, stacked["embedding.init_stddev"], width, slot_row, spec,
                      dims, latent)
