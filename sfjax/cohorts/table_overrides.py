@@ -71,14 +71,21 @@ def row_stddevs(spec: DatasetSpec, stddev: Any, rows: Any, xp: Any = jnp,
   own = own_stddevs(spec)
   if own is None:
     raise ValueError("row_stddevs: no table of the data set sets its own init_stddev")
-  assert spec.layout is not None  # own_stddevs found tables
-  starts = spec.layout.table_offsets if table_starts is None else np.asarray(table_starts)
+  at = _row_tables(spec, rows, xp, table_starts)
   if xp is np:  # float64, as the trainer's host initial rows (`init_table_rows`)
-    mine = own[row_tables(starts, np.asarray(rows))]
+    mine = own[at]
     return np.where(mine > 0, mine, np.float64(stddev))
-  mine = jnp.asarray(own, jnp.float32)[  # traced rows: the same search, in the program
-      jnp.maximum(jnp.searchsorted(jnp.asarray(starts), rows, side="right") - 1, 0)]
+  mine = jnp.asarray(own, jnp.float32)[at]  # traced rows: the same search, in the program
   return jnp.where(mine > 0, mine, jnp.asarray(stddev, jnp.float32))
+
+
+def _row_tables(spec: DatasetSpec, rows: Any, xp: Any, table_starts: Any) -> Any:
+  """[N] the table of each row `rows [N]` (numpy, or traced under `jnp`)."""
+  assert spec.layout is not None  # a layout's tables set their own settings
+  starts = spec.layout.table_offsets if table_starts is None else np.asarray(table_starts)
+  if xp is np:
+    return row_tables(starts, np.asarray(rows))
+  return jnp.maximum(jnp.searchsorted(jnp.asarray(starts), rows, side="right") - 1, 0)
 
 
 def row_slot_rows(spec: DatasetSpec, slot_rows: Any, rows: Any, xp: Any = jnp,
@@ -93,11 +100,9 @@ def row_slot_rows(spec: DatasetSpec, slot_rows: Any, rows: Any, xp: Any = jnp,
     xp: `jnp` (the device program) or `np` (the host cohort).
     table_starts: as in `row_stddevs`.
   """
-  assert spec.layout is not None
-  starts = spec.layout.table_offsets if table_starts is None else np.asarray(table_starts)
+  at = _row_tables(spec, rows, xp, table_starts)
   if xp is np:
-    return np.asarray(slot_rows, np.float32)[row_tables(starts, np.asarray(rows))]
-  at = jnp.maximum(jnp.searchsorted(jnp.asarray(starts), rows, side="right") - 1, 0)
+    return np.asarray(slot_rows, np.float32)[at]
   return jnp.asarray(slot_rows, jnp.float32)[at]
 
 
