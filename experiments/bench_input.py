@@ -19,8 +19,9 @@
      block      the same with `data.shuffle=block` (blocks of `block_rows` in a random
                 order, rows permuted within windows of `shuffle_buffer`; whole blocks
                 read; one thread: the training default) -> `binary_block_examples_per_s`;
-     block_ahead  the same with `data.shuffle_threads=2`: the next window copied and
-                permuted on a second thread (a second core) ->
+     block_ahead  the same with `data.shuffle_threads=2`: the next window copied (and
+                every other window's permutation drawn) on a second thread (a second
+                core) ->
                 `binary_block_ahead_examples_per_s`.
    The dataset reads and batches on its background thread; the caller only
    counts, so these are the rates at which it can feed a trainer.

@@ -94,7 +94,9 @@ class Batch(NamedTuple):
   Attributes:
     ids: [B, S] int64 row ids local to each column's table: 0 <= ids[:, s] < its rows,
       or -1 (padding) in the unused columns of a bag or a sequence. Without a feature
-      layout S = F and column f is field f.
+      layout S = F and column f is field f. The block shuffle of preprocessed shards
+      keeps them as the shards store them (int32 when every field fits): consumers widen
+      them where they add offsets (`vsi.global_row_ids`).
     dense: [B, Nd] float32, already transformed (e.g. log(1+x)); Nd may be 0.
     labels: [B] float32 in {0, 1}.
     mask: [B] float32, 1 for real examples and 0 for padding.

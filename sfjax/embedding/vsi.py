@@ -81,7 +81,8 @@ def global_row_ids(local_ids: np.ndarray, field_offsets: np.ndarray,
   """[B, S] per-column rows -> [B, S] int64 rows of the concatenated table.
 
   Args:
-    local_ids: [B, S] ids local to each column's table.
+    local_ids: [B, S] ids local to each column's table (int32 or int64; others are
+      made int64).
     field_offsets: [S] start of each column's table in the concatenated table.
     num_rows: V, the table size, which bounds the last field; None: the last
       field's ids are only checked to be >= 0.
@@ -93,7 +94,11 @@ def global_row_ids(local_ids: np.ndarray, field_offsets: np.ndarray,
   Raises:
     IdRangeError: an id lies outside its field's rows (the first one, in row-major order).
   """
-  ids = np.asarray(local_ids, np.int64)
+  ids = np.asarray(local_ids)
+  if ids.dtype not in (np.int32, np.int64):
+    ids = ids.astype(np.int64)
+  # int32 ids (as preprocessed shards store them) are checked as they are and widened by
+  # the offsets' sum: no int64 copy of the batch first.
   rows = field_rows(field_offsets, num_rows) if column_rows is None else np.asarray(
       column_rows, np.int64)
   pad = (ids == -1) if allow_padding else None

@@ -162,6 +162,8 @@ def test_block_shuffle_is_its_index_order_split_over_processes(pre_dir):
   d.shuffle_threads = 2
   ahead = dataset.make_dataset(d, seed=0).train_batches(100, seed=5)
   _assert_same_batches(list(itertools.islice(ahead, 30)), stream)
+  # The block shuffle keeps the ids as the shards store them (the reader by index too).
+  assert stream[0].ids.dtype == ds.split("train").shard(0).ids.dtype == np.int32
   # shuffle_buffer <= 1: file order in either mode.
   unshuffled = dataset.make_dataset(_block_config(pre_dir, shuffle_buffer=0), seed=0)
   np.testing.assert_array_equal(next(unshuffled.train_batches(1200, seed=5)).ids, plain.ids)
@@ -189,8 +191,9 @@ def test_block_shuffle_settings_are_checked(pre_dir):
     config_check.validate(c)
 
 
-def test_background_reader_stops_when_the_stream_is_dropped(pre_dir):
-  ds = dataset.make_dataset(_binary_config(pre_dir), seed=0)
+@pytest.mark.parametrize("make_config", [_binary_config, _block_config])
+def test_background_reader_stops_when_the_stream_is_dropped(pre_dir, make_config):
+  ds = dataset.make_dataset(make_config(pre_dir), seed=0)
   batches = ds.train_batches(64, seed=0)
   next(batches)
   assert any(t.name == "sfjax-shards-train" for t in threading.enumerate())

@@ -64,6 +64,27 @@ def test_without_the_table_size_the_last_field_is_only_bounded_below():
   np.testing.assert_array_equal(vsi.field_rows(OFFSETS, 35), [10, 20, 5])
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int16, np.uint32])
+def test_narrow_ids_are_checked_and_widened_past_their_own_range(dtype):
+  """int32 ids (as preprocessed shards and the block shuffle's batches hold them) plus
+  offsets past 2**31 give int64 rows, never wrapped; other dtypes are made int64 first."""
+  top = np.iinfo(dtype).max
+  offsets = np.array([0, 2**33 + 5])
+  ids = np.array([[top, 7], [0, top]], dtype)
+  g = vsi.global_row_ids(ids, offsets)
+  assert g.dtype == np.int64
+  np.testing.assert_array_equal(g, [[top, 2**33 + 12], [0, 2**33 + 5 + int(top)]])
+  if np.dtype(dtype).kind == "i":
+    bad = np.array([[0, -1]], dtype)
+    with pytest.raises(vsi.IdRangeError, match=r"field 1: id -1 outside"):
+      vsi.global_row_ids(bad, offsets)
+    np.testing.assert_array_equal(vsi.global_row_ids(bad, offsets, allow_padding=True),
+                                  [[0, -1]])
+  rows = np.array([int(top), 10])  # the first field ends at the dtype's largest id + 1
+  with pytest.raises(vsi.IdRangeError, match=f"field 0: id {top} outside"):
+    vsi.global_row_ids(ids, offsets, column_rows=rows)
+
+
 def test_padding_ids_get_the_spare_entry_and_no_unique_row():
   ids = np.array([[3, -1, 3], [-1, -1, 7]], np.int64)
   out = vsi.dedup_ids(ids, capacity=3, pad_id=99)

@@ -7,15 +7,19 @@ serves any indices (the per-process reader by index, `sfjax.train.input_feed`), 
 the blocks it copied; `BlockReader.batches` streams a `BlockOrder` window by window.
 
 Where an example's time goes (`experiments/bench_input.py`'s `block_stage_ns_per_example`,
-one thread, 2048-row blocks, windows of 65536, batches of 4096, ~41 ns/example on a quiet
-core): the block copy ~10 ns, the window's permutation ~9 (numpy's Fisher-Yates: fixed
-by the order), the gathers ~15, ids made int64 ~5, Python per batch and block ~5. A
-window's arrays are reused (fresh ones fault their pages in: ~+10 ns), rows are
-gathered `_GATHER_ROWS` at a time (a whole window at once misses the caches: ~+12 ns),
-the ids stay in the shards' dtype until gathered (int64 in the window doubles the bytes
-the gather reads: ~+20 ns), and the columns stay separate arrays (one record per row:
-~+15 ns); copying and permuting the next window on a second thread (`ahead`) moves
-~20 ns off the gathering thread when a second core is free.
+one thread, 2048-row blocks, windows of 65536, batches of 4096; 2-core Xeon, 2026-12-06,
+~52 ns/example): the block copy ~19 ns, the window's permutation ~9-10 (numpy's
+Fisher-Yates: fixed by the order), the gathers and batch assembly ~23. A window's arrays
+are reused (fresh ones fault their pages in: ~+10 ns), rows are gathered `_GATHER_ROWS` at
+a time (a whole window at once misses the caches: ~+12 ns), the ids stay in the shards'
+dtype (int32 unless a field has more than 2**31 rows), also in the batches: making them
+int64 cost ~10 ns of the gathers' ~33, and the one consumer that needs them wide
+(`vsi.global_row_ids`) widens them in the offsets' sum it does anyway; the columns stay
+separate arrays (one record per row: ~+15 ns). With `ahead`, a second thread copies the
+next window's blocks while this one gathers, and the permutations are split between the
+two threads (every other window each): the copies plus all the permutations outweighed the
+gathers. `batch_groups` hands a window's batches over at once (one thread hand-off per
+window, not per batch).
 """
 
 from __future__ import annotations
@@ -56,8 +60,8 @@ class BlockReader:
 
   Block k (`BlockOrder`'s: examples `[k*block_rows, (k+1)*block_rows)` of the
   split, maybe straddling shards) is copied from the shards' maps once, in contiguous
-  slices, into a slot of the cache's arrays (ids in the shards' dtype, made int64 as they
-  are read; with a feature layout padded, with their weights: `bag_shards.to_batch`'s
+  slices, into a slot of the cache's arrays (ids in the shards' dtype, also in the batches
+  read; with a feature layout padded, with their weights: `bag_shards.to_batch`'s
   form); the rows of a read are then gathered from the slots (memory, not the maps: one
   `np.take` per array; separate arrays gather faster than packed rows). The least
   recently read blocks are replaced; a read that needs more blocks than the cache holds
@@ -169,10 +173,15 @@ class BlockReader:
     """Window `w` of `epoch` of `order`: its blocks copied, in order, into `arrays` (ids,
     dense, labels, weights: all None at first, then allocated, and reused by the caller for
     a later window: no page faults per window), and its permutation."""
+    rows = self._fill(order, epoch, w, arrays)
+    return Window(arrays, rows, order.permutation(epoch, w, rows))
+
+  def _fill(self, order: BlockOrder, epoch: int, w: int, arrays: list) -> int:
+    """Copies window `w` of `epoch`'s blocks, in order, into `arrays`; its examples."""
     rows = 0
     for block in order.window_blocks_of(epoch, w).tolist():
       rows += self._copy(block, arrays, rows, order.window_blocks * self.block_rows)
-    return Window(arrays, rows, order.permutation(epoch, w, rows))
+    return rows
 
   def windows(self, order: BlockOrder, ahead: bool = False) -> Iterator[Window]:
     """`window` after window of `order`, epoch after epoch; each is the caller's until it
@@ -180,8 +189,9 @@ class BlockReader:
 
     Args:
       order: a `BlockOrder` (its windows are read here only).
-      ahead: prepare the next window on a second thread while the caller reads this one
-        (two sets of arrays, in turns).
+      ahead: copy the next window's blocks on a second thread while the caller reads this
+        one (two sets of arrays, in turns); the second thread also draws the permutations
+        of windows 0, 2, 4, ..., the caller's thread those of windows 1, 3, 5, ...
     """
     numbers = ((epoch, w) for epoch in itertools.count() for w in range(order.num_windows))
     slots: list[list[Any]] = [[None] * 4, [None] * 4]
@@ -189,45 +199,63 @@ class BlockReader:
       for epoch, w in numbers:
         yield self.window(order, epoch, w, slots[0])
       return
+
+    def prepare(k: int, epoch: int, w: int) -> Window:  # on the second thread
+      rows = self._fill(order, epoch, w, slots[k % 2])
+      return Window(slots[k % 2], rows, None if k % 2 else order.permutation(epoch, w, rows))
+
     with futures.ThreadPoolExecutor(1, thread_name_prefix="sfjax-block-window") as pool:
-      pending = pool.submit(self.window, order, *next(numbers), slots[0])
-      for k, (epoch, w) in enumerate(numbers, 1):
+      current = next(numbers)
+      pending = pool.submit(prepare, 0, *current)
+      for k, following in enumerate(numbers, 1):
         ready = pending.result()
         # The caller is done with window k - 2, whose arrays window k now takes.
-        pending = pool.submit(self.window, order, epoch, w, slots[k % 2])
+        pending = pool.submit(prepare, k, *following)
+        if ready.permutation is None:  # every other window's permutation: drawn here
+          ready = ready._replace(permutation=order.permutation(*current, ready.rows))
         yield ready
+        current = following
 
   def batches(self, order: BlockOrder, ahead: bool = False) -> Iterator[Batch]:
-    """`order`'s batches from its start, each equal to `read(order.next_batch())`: window
-    by window (`windows`), each gathered from the window's arrays by its permutation,
-    `_GATHER_ROWS` rows at a time (they stay in the caches), whole batches as views of
-    one gather. `order` is this generator's alone.
+    """`order`'s batches from its start, each equal to `read(order.next_batch())`: the
+    batches of `batch_groups`, one by one. `order` is this generator's alone."""
+    for group in self.batch_groups(order, ahead):
+      yield from group
+
+  def batch_groups(self, order: BlockOrder, ahead: bool = False) -> Iterator[list[Batch]]:
+    """`order`'s batches from its start, a list per window: the batches completed while
+    reading it (a batch that straddles two windows is in the second one's list; a window
+    smaller than a batch may give an empty list). Window by window (`windows`), rows are
+    gathered from the window's arrays by its permutation, `_GATHER_ROWS` at a time (they
+    stay in the caches), whole batches as views of one gather. A thread that hands the
+    batches to another one hands a window's at once: one hand-off per window, not per batch
+    (`PreprocessedDataset`'s background reader). `order` is this generator's alone.
 
     Args:
       order: a `BlockOrder` at its start.
-      ahead: copy the next window and draw its permutation on a second thread while this
-        one gathers (numpy releases the GIL while it copies, permutes and gathers: a second
+      ahead: copy the next window (and draw every other window's permutation) on a
+        second thread while this one gathers (numpy releases the GIL while it copies, permutes and gathers: a second
         free core takes that share; without one, the switches cost more than they save).
     """
     size, carry, count = order.batch_size, [], 0  # rows of the next batch gathered so far
     for arrays, filled, permutation in self.windows(order, ahead):
-      start = 0
+      start, group = 0, []
       while start < filled:
         if count == 0 and filled - start >= size:  # whole batches, several per gather
           take = min(max(1, _GATHER_ROWS // size), (filled - start) // size) * size
           columns = _gather(arrays, permutation[start:start + take])
           start += take
-          for lo in range(0, take, size):  # views of this gather's fresh arrays
-            yield _batch(columns, slice(lo, lo + size))
-          continue
+          group.extend(_batch(columns, slice(lo, lo + size)) for lo in range(0, take, size))
+          continue  # (views of this gather's fresh arrays)
         take = min(size - count, filled - start)
         carry.append(_gather(arrays, permutation[start:start + take]))
         start += take
         count += take
         if count == size:
-          yield _batch([None if parts[0] is None else np.concatenate(parts)
-                        for parts in zip(*carry, strict=True)])
+          group.append(_batch([None if parts[0] is None else np.concatenate(parts)
+                               for parts in zip(*carry, strict=True)]))
           carry, count = [], 0
+      yield group
 
 
 def _empty(like: Sequence[np.ndarray | None], rows: int) -> list[np.ndarray | None]:
@@ -236,11 +264,12 @@ def _empty(like: Sequence[np.ndarray | None], rows: int) -> list[np.ndarray | No
 
 
 def _gather(arrays, local: np.ndarray) -> _Columns:
-  """The rows `local` [n] of `arrays` (ids, dense, labels, weights), fresh; ids int64."""
+  """The rows `local` [n] of `arrays` (ids, dense, labels, weights), fresh, in their
+  dtypes (ids as the shards store them: `Batch.ids` may be int32)."""
   ids, dense, labels, weights = (None if a is None else np.take(a, local, axis=0)
                                  for a in arrays)
   assert ids is not None and dense is not None and labels is not None
-  return ids.astype(np.int64, copy=False), dense, labels, weights
+  return ids, dense, labels, weights
 
 
 def _batch(columns: Sequence[np.ndarray | None], rows: slice | None = None) -> Batch:

@@ -26,7 +26,9 @@ def split(tmp_path_factory):
 
 
 def _whole(split):
-  return concat_batches(list(split.chunks(1000)))
+  """The split in file order, ids in the shards' dtype (int32 here): the reader's."""
+  whole = concat_batches(list(split.chunks(1000)))
+  return whole._replace(ids=whole.ids.astype(split.shard(0).ids.dtype))
 
 
 def _same(a, b):
@@ -50,7 +52,7 @@ def test_reads_by_index_equal_a_plain_gather(split):
     indices = rng.integers(0, _ROWS, size)
     got = reader.read(indices)
     _same(got, _take(whole, indices))
-    assert got.ids.dtype == np.int64 and got.ids.flags.owndata  # fresh arrays
+    assert got.ids.dtype == np.int32 and got.ids.flags.owndata  # fresh, as stored
   assert reader.read(np.zeros(0, np.int64)).size == 0
 
 
@@ -128,3 +130,23 @@ def test_a_failing_shard_read_reaches_the_reader_of_the_batches(split, ahead):
 def test_block_rows_must_be_positive(split):
   with pytest.raises(ValueError, match="block_rows must be >= 1, got 0"):
     BlockReader(split, split.shard, 0, 1)
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+@pytest.mark.parametrize("batch_size,window_rows", [(50, 192), (500, 128)])
+def test_a_group_holds_the_batches_completed_in_its_window(split, batch_size, window_rows,
+                                                           ahead):
+  order = BlockOrder(_ROWS, 64, window_rows, seed=4, batch_size=batch_size)
+  groups = BlockReader(split, split.shard, 64, capacity=1).batch_groups(
+      BlockOrder(_ROWS, 64, window_rows, seed=4, batch_size=batch_size), ahead=ahead)
+  stream = BlockReader(split, split.shard, 64, capacity=1).batches(
+      BlockOrder(_ROWS, 64, window_rows, seed=4, batch_size=batch_size), ahead=ahead)
+  done, rows = 0, 0  # batches completed so far, stream rows read so far
+  for epoch, w in itertools.product(range(3), range(order.num_windows)):
+    rows += order.window(epoch, w).size
+    group = next(groups)
+    assert len(group) == rows // batch_size - done  # those the window's rows complete
+    done += len(group)
+    for batch in group:
+      _same(batch, next(stream))
+  assert done == 3 * _ROWS // batch_size
