@@ -112,6 +112,11 @@ class BlockReader:
 
 
   @property
+  def num_slots(self) -> int:
+    """Blocks the cache can hold now (it grows only for a read needing more)."""
+    return int(self._block_in.size)
+
+  @property
   def _capacity_rows(self) -> int:
     return self._block_in.size * self.block_rows
 

@@ -66,6 +66,8 @@ def test_an_epoch_of_the_block_shuffle_copies_each_block_once(split):
     if step == _ROWS // 50:  # most of the first epoch: every block once, the last ones now
       assert order.num_blocks - order.window_blocks <= reader.blocks_loaded <= order.num_blocks
   assert reader.blocks_loaded <= 2 * order.num_blocks
+  # Least recently read blocks make room: a read of at most 2 windows never grows it.
+  assert reader.num_slots == 2 * order.window_blocks + 1
 
 
 @pytest.mark.parametrize("ahead", [False, True])
