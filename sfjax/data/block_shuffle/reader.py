@@ -205,20 +205,20 @@ class BlockReader:
         yield self.window(order, epoch, w, slots[0])
       return
 
-    def prepare(k: int, epoch: int, w: int) -> Window:  # on the second thread
+    def prepare(k: int, epoch: int, w: int) -> tuple[int, np.ndarray | None]:  # 2nd thread
       rows = self._fill(order, epoch, w, slots[k % 2])
-      return Window(slots[k % 2], rows, None if k % 2 else order.permutation(epoch, w, rows))
+      return rows, None if k % 2 else order.permutation(epoch, w, rows)
 
     with futures.ThreadPoolExecutor(1, thread_name_prefix="sfjax-block-window") as pool:
       current = next(numbers)
       pending = pool.submit(prepare, 0, *current)
       for k, following in enumerate(numbers, 1):
-        ready = pending.result()
+        rows, permutation = pending.result()
         # The caller is done with window k - 2, whose arrays window k now takes.
         pending = pool.submit(prepare, k, *following)
-        if ready.permutation is None:  # every other window's permutation: drawn here
-          ready = ready._replace(permutation=order.permutation(*current, ready.rows))
-        yield ready
+        if permutation is None:  # every other window's permutation: drawn here
+          permutation = order.permutation(*current, rows)
+        yield Window(slots[(k - 1) % 2], rows, permutation)
         current = following
 
   def batches(self, order: BlockOrder, ahead: bool = False) -> Iterator[Batch]:
@@ -244,7 +244,7 @@ class BlockReader:
     """
     size, carry, count = order.batch_size, [], 0  # rows of the next batch gathered so far
     for arrays, filled, permutation in self.windows(order, ahead):
-      start, group = 0, []
+      start, group = 0, list[Batch]()
       while start < filled:
         if count == 0 and filled - start >= size:  # whole batches, several per gather
           take = min(max(1, _GATHER_ROWS // size), (filled - start) // size) * size
