@@ -23,7 +23,7 @@ spec is the named model's (`generator.named_model_spec`). This is the default CT
 Forbidden: a stacked model without a tower, and a stacked model with no block.
 
 Architecture-aware asking (`bucket_fixed_keys`, `BLOCK_SEARCH_SPACE`): a round's
-configs share the shape bucket of its first (`sfjax.cohorts.bucket_blocks`),
+configs share the shape bucket of its first (`sfjax.cohorts.shape_buckets.bucket_blocks`),
 so they may differ in the tower's depth and width, the cross layers, the dense
 linear term and, in parallel combination, which interaction blocks they use.
 """

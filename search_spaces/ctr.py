@@ -21,9 +21,9 @@ trainer's default, 0.0, which no log-scale parameter contains) is part of the sp
 
 Bags (issue #22): `ctr_space(poolings={"tags": "mean"})` adds `features.tags.pooling`
 in {sum, mean, sqrtn} (a dynamic hyperparameter: trials that differ only in it share a
-cohort, `sfjax.cohorts.bag_pooling`); the baseline keeps the data set's pooling, given
+cohort, `sfjax.cohorts.table_choices.bag_pooling`); the baseline keeps the data set's pooling, given
 beside each name. `ctr_space(table_dims={"item": (4, 8)})` adds `tables.item.dim` in
-{0 (the model's dim: the baseline), 4, 8} (dynamic too, `sfjax.cohorts.table_dims`: rows
+{0 (the model's dim: the baseline), 4, 8} (dynamic too, `sfjax.cohorts.table_choices.table_dims`: rows
 stay `model.embed_dim` wide, whose choices narrower than a searched dim are dropped). The
 per-field embedding dims of the `composed` model's field groups over a layout's pooled
 fields are `search_spaces.blocks`. DIN (target attention over a
@@ -187,7 +187,7 @@ def table_dim_space(table_dims: Mapping[str, Sequence[int]]) -> Space:
   """`tables.<table>.dim` for each named table (issue #22): 0 (the model's dim, every
   latent column: the baseline, first) or one of its given dims.
 
-  A dynamic hyperparameter (`sfjax.cohorts.table_dims`): trials that differ only in their
+  A dynamic hyperparameter (`sfjax.cohorts.table_choices.table_dims`): trials that differ only in their
   dims share a cohort; rows stay `model.embed_dim` wide.
 
   Raises:

@@ -20,9 +20,9 @@ path; only the layer sizes are derived (`depth` x `width` -> a tuple of widths):
   dynamic  embedding.learning_rate, embedding.l2, embedding.init_stddev,
            optimizer.learning_rate, optimizer.weight_decay, and
            features.<bag>.pooling (sum | mean | sqrtn, kept as its code) for a multi_hot
-           feature of the data set's layout (`sfjax.cohorts.bag_pooling`, issue #22), and
+           feature of the data set's layout (`sfjax.cohorts.table_choices.bag_pooling`, issue #22), and
            tables.<table>.dim (an integer <= model.embed_dim) for a table of the layout
-           (`sfjax.cohorts.table_dims`; refused for models without per-table dims)
+           (`sfjax.cohorts.table_choices.table_dims`; refused for models without per-table dims)
 
 A key of the old trial vocabulary (`optim.embedding_lr`, ...) is a ConfigError naming
 its trainer path. Absent keys take the trainer's defaults. Only the model
@@ -45,7 +45,7 @@ import numpy as np
 from flax import nnx
 
 from sfjax import models
-from sfjax.cohorts import bag_pooling, table_dims
+from sfjax.cohorts.table_choices import bag_pooling, table_dims
 from sfjax.core.errors import ConfigError
 from sfjax.data.types import DatasetSpec
 from sfjax.embedding import row_optimizers

@@ -38,7 +38,7 @@ class Chunk(NamedTuple):
       at most `width`.
     key: the trials' shape bucket (`buckets.bucket_key`, or any hashable).
     masked: its trials' architectures differ: one padded program of the bucket's
-      superset (`sfjax.cohorts.buckets`).
+      superset (`sfjax.cohorts.shape_buckets.buckets`).
     starts, ends: per real trial, its global step range `[start, end)`.
     resumes: per real trial, whether it resumes from a given state.
   """

@@ -29,9 +29,10 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import lane_optimizers, table_dims
+from sfjax.cohorts import lane_optimizers
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts.arch import ArchSpec
+from sfjax.cohorts.table_choices import table_dims
 from sfjax.cohorts.task import TrialData
 from sfjax.core import metrics as metrics_lib
 
@@ -160,7 +161,7 @@ def cohort_program(arch: ArchSpec, spec, resume: bool, masked: bool = False,
 
   `jax.jit` then keeps one executable per (width, step count, input shardings).
   Resumed states are donated. `masked`: the padded program of a shape bucket whose
-  superset is `arch` (`sfjax.cohorts.buckets`; it takes per-trial dense masks).
+  superset is `arch` (`sfjax.cohorts.shape_buckets.buckets`; it takes per-trial dense masks).
   `num_rows`, `table_starts`: rows of a fresh trial's table and where each table's begin
   (`TrialData.num_rows`, `TrialData.table_starts`). `ragged`: each
   trial takes its own step range (`trial_program.make_trial_fn`).

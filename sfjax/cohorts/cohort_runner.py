@@ -21,7 +21,7 @@ Choices:
     takes its trials longest first).
   * A bucket's trials whose architectures differ run one masked program of the
     bucket's superset: each trial's exact state is padded in and cut back out
-    (`sfjax.cohorts.buckets`). With `merge_optimizers` the bucket ignores the row
+    (`sfjax.cohorts.shape_buckets.buckets`). With `merge_optimizers` the bucket ignores the row
     optimizer: a chunk of several picks each lane's by an index (`lane_optimizers`).
   * 'auto' width: `measure_widths` times one budget unit of trials per candidate
     width (compiled first) and keeps the best trials/hour, per arch.
@@ -41,17 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sfjax.cohorts import (
-  bag_pooling,
-  buckets,
-  chunk_plan,
-  cohort_call,
-  host_cohort,
-  lane_optimizers,
-  table_dims,
-  table_overrides,
-  trial_states,
-)
+from sfjax.cohorts import chunk_plan, cohort_call, host_cohort, lane_optimizers, trial_states
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts.arch import ArchSpec
 from sfjax.cohorts.chunk_plan import Chunk
@@ -62,6 +52,8 @@ from sfjax.cohorts.cohort_call import cohort_program as cohort_program
 from sfjax.cohorts.cohort_call import split_eval_mask as split_eval_mask
 from sfjax.cohorts.cohort_call import trial_mesh as trial_mesh
 from sfjax.cohorts.costs import TrialCosts
+from sfjax.cohorts.shape_buckets import buckets
+from sfjax.cohorts.table_choices import bag_pooling, table_dims, table_overrides
 from sfjax.cohorts.task import CTRTask, TrialData
 from sfjax.cohorts.trial_result import CohortTrialResult, chunk_results, failed_chunk_results
 
@@ -201,7 +193,7 @@ class CohortRunner:
     Args:
       arch: the trials' ArchSpec, or one ArchSpec per trial. Trials of one bucket
         (`buckets.bucket_key`) whose architectures differ share a padded program
-        (`sfjax.cohorts.buckets`); trials of other buckets run apart. Trials of
+        (`sfjax.cohorts.shape_buckets.buckets`); trials of other buckets run apart. Trials of
         one bucket with different step ranges share a program only when the
         run is `ragged` (`chunk_plan._group_trials`).
       hparams: per trial, dynamic hyperparameters (`arch.DYNAMIC_KEYS`; missing -> defaults;

@@ -40,10 +40,11 @@ import numpy as np
 
 from sfjax import models
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import cohort_call, lane_optimizers, table_dims, table_overrides
+from sfjax.cohorts import cohort_call, lane_optimizers
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts.arch import ArchSpec
 from sfjax.cohorts.cohort_call import CohortOutput
+from sfjax.cohorts.table_choices import table_dims, table_overrides
 from sfjax.cohorts.task import TrialData
 from sfjax.data import types
 from sfjax.data.types import DatasetSpec

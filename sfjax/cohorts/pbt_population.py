@@ -23,10 +23,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sfjax.automl.algorithms.pbt import gather_members, pbt_exploit_explore
-from sfjax.cohorts import buckets, chunk_plan
+from sfjax.cohorts import chunk_plan
 from sfjax.cohorts.arch import ArchSpec
 from sfjax.cohorts.chunk_plan import Chunk
 from sfjax.cohorts.cohort_runner import CohortRunner
+from sfjax.cohorts.shape_buckets import buckets
 
 
 class PBTHistory(NamedTuple):

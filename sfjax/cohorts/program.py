@@ -29,8 +29,9 @@ from flax import nnx
 from jax import lax
 
 from sfjax import models
-from sfjax.cohorts import bag_pooling, lane_optimizers, table_dims, table_overrides
+from sfjax.cohorts import lane_optimizers
 from sfjax.cohorts.arch import ArchSpec
+from sfjax.cohorts.table_choices import bag_pooling, table_dims, table_overrides
 from sfjax.core.errors import ConfigError
 from sfjax.core.types import DeviceBatch
 from sfjax.data.types import DatasetSpec
@@ -290,7 +291,7 @@ def _make_trial_fn(arch: ArchSpec, spec: DatasetSpec, graphdef: nnx.GraphDef, *,
       and the model's graph definition (`program_graphdef`: bags pool by 'sum' over
       the weights this function normalises by the trial's pooling codes).
     resume: start from `init_state` instead of drawing one from the seed.
-    masked: a padded trial of a shape bucket (`sfjax.cohorts.buckets`): it
+    masked: a padded trial of a shape bucket (`sfjax.cohorts.shape_buckets.buckets`): it
       resumes from its padded `init_state` and `dense_mask` freezes the padding.
     num_rows, table_starts: rows of a fresh trial's table and where each table's begin
       (`init_trial_state`).

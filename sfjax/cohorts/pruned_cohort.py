@@ -45,11 +45,12 @@ import numpy as np
 
 from sfjax.automl.algorithms import TrialStatus
 from sfjax.automl.study.optuna_mirror import reported_metrics
-from sfjax.cohorts import buckets, chunk_plan, pruning
+from sfjax.cohorts import chunk_plan, pruning
 from sfjax.cohorts.arch import ArchSpec
 from sfjax.cohorts.chunk_plan import Chunk
 from sfjax.cohorts.cohort_runner import CohortRunner
 from sfjax.cohorts.pruning import PrunerSpec
+from sfjax.cohorts.shape_buckets import buckets
 from sfjax.cohorts.trial_result import CohortTrialResult
 
 

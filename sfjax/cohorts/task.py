@@ -34,7 +34,7 @@ import ml_collections
 import numpy as np
 from jax import lax
 
-from sfjax.cohorts import table_overrides
+from sfjax.cohorts.table_choices import table_overrides
 from sfjax.data import dataset as dataset_lib
 from sfjax.data.types import Batch
 from sfjax.embedding import vsi

@@ -253,7 +253,7 @@ def live_mask(column_dims, latent_dim: int, width: int):
   (0: `latent_dim`, every latent column) or `j >= latent_dim` (a first-order weight).
 
   `column_dims [S]` is a numpy array (a numpy mask comes back) or a jax array, traced or
-  not (a jax mask: a search trial's dims, `sfjax.cohorts.table_dims`).
+  not (a jax mask: a search trial's dims, `sfjax.cohorts.table_choices.table_dims`).
   """
   dims = column_dims + (column_dims == 0) * latent_dim
   col = np.arange(width)

@@ -49,7 +49,7 @@ from sfjax.automl.pipeline import (
 )
 from sfjax.checkpoint import checkpointer as checkpoint_lib
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import bag_pooling, table_dims
+from sfjax.cohorts.table_choices import bag_pooling, table_dims
 from sfjax.core import metrics as metrics_lib
 from sfjax.core import names
 from sfjax.core.atomic import atomic_write

@@ -75,7 +75,7 @@ def study_defaults() -> ml_collections.ConfigDict:
   # Merge a round's proposals into as few programs as possible (issue #26). Every trial is
   # the algorithm's own free proposal either way (never resampled inside a bucket); on, the
   # proposals' shape buckets (MLP widths/depth, cross layers, maskable embed_dim, gated block
-  # sets: sfjax.cohorts.buckets) also ignore the row optimizer: each lane of a padded
+  # sets: sfjax.cohorts.shape_buckets.buckets) also ignore the row optimizer: each lane of a padded
   # vmapped program picks its own (sfjax.cohorts.lane_optimizers). False: one program per
   # shape bucket with its row optimizer (the grouping before the merge).
   st.fill_cohorts = True

@@ -28,7 +28,7 @@ from sfjax.automl.algorithms import ALGORITHMS, PBT, AlgorithmSpec, Objective, O
 from sfjax.automl.pipeline.engine import config_differences
 from sfjax.automl.space import Space
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import bag_pooling, table_dims
+from sfjax.cohorts.table_choices import bag_pooling, table_dims
 from sfjax.cohorts.task import CTRTask
 from sfjax.core import names
 from sfjax.core.atomic import atomic_write

@@ -10,7 +10,7 @@ One round of the loop (VEGA's search step, arXiv 2011.01507):
   group by bucket         cohorts are formed from those proposals: trials whose
                           architectures differ only in MLP widths / depth, cross
                           layers or (where `bucket_layout` can remap it) embed_dim
-                          share one padded vmapped program (`sfjax.cohorts.buckets`),
+                          share one padded vmapped program (`sfjax.cohorts.shape_buckets.buckets`),
                           one `executor.CohortJob` per bucket; `study.fill_cohorts`
                           merges proposals into as few programs as possible: the
                           row optimizer leaves the bucket too (each lane picks its

@@ -1,7 +1,7 @@
 """One round of a cohort search: its suggestions trained as cohort jobs and told.
 
 `ask_round` takes the algorithm's own proposals; `form_cohorts` groups them by shape
-bucket (`sfjax.cohorts.buckets`; with `study.fill_cohorts` row optimizers share a program
+bucket (`sfjax.cohorts.shape_buckets.buckets`; with `study.fill_cohorts` row optimizers share a program
 too); `batch_jobs` makes one `executor.CohortJob` per group, promotions resuming their
 parent's saved state (`resume_point`); `run_batch` runs the jobs on an executor and tells
 the study every result in group order (`tell_job`, `record_result`: a state kept for a
@@ -21,10 +21,11 @@ from absl import logging
 
 from sfjax.automl.algorithms import Suggestion, TrialStatus, all_objectives
 from sfjax.automl.study import Study
-from sfjax.cohorts import buckets, trial_states
+from sfjax.cohorts import trial_states
 from sfjax.cohorts.arch import ArchSpec
 from sfjax.cohorts.chunk_plan import Chunk
 from sfjax.cohorts.cohort_runner import CohortRunner
+from sfjax.cohorts.shape_buckets import buckets
 from sfjax.cohorts.trial_result import CohortTrialResult
 from sfjax.ctr_search.executor import CohortJob
 

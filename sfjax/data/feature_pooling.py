@@ -1,7 +1,7 @@
 """Overriding the pooling of a data set's bags (`data.pooling`, issue #22).
 
 A search may choose each multi_hot feature's pooling (`features.<name>.pooling` of a
-trial config, `sfjax.cohorts.bag_pooling`); the trainer reproduces the choice with
+trial config, `sfjax.cohorts.table_choices.bag_pooling`); the trainer reproduces the choice with
 `data.pooling = "tags:mean,long0:sqrtn"`. `RepooledFeatures` wraps any data set and
 replaces those features' poolings in its layout; ids, weights, labels, dense features
 and the oracle are the wrapped data set's (pooling is the model's, `models.pooling`).

@@ -20,7 +20,7 @@ The logit is `bias + dense @ w + parallel blocks + tower`.
 
 `gated` (parallel only) multiplies each block's logit term by its own scalar
 parameter `gates[i]` (init 1): a shape bucket's superset model
-(`sfjax.cohorts.bucket_blocks`) holds the union of its trials' blocks and
+(`sfjax.cohorts.shape_buckets.bucket_blocks`) holds the union of its trials' blocks and
 switches off, per trial, those the trial lacks (gate 0, frozen). The canonical
 form carries `"gated": true` only when set, so specs without it keep their text.
 `gated_columns` (canonical only when set, likewise) multiplies the embedding rows `[B, F, E]`

@@ -59,7 +59,7 @@ def call_model(model: nnx.Module, uniq_values: jax.Array, batch: DeviceBatch,
 
   `live`: None, or `[S, E]` 0/1 (may be traced) multiplying each id column's rows
   before the model reads them: a search trial's per-table embedding dims
-  (`sfjax.cohorts.table_dims`; the trainer's `PooledInput` applies the same mask from
+  (`sfjax.cohorts.table_choices.table_dims`; the trainer's `PooledInput` applies the same mask from
   the layout). It needs a layout's batch (`batch.weights`).
   """
   if live is not None and batch.weights is None:
@@ -162,7 +162,7 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
     dense_mask: None, or a pytree like the dense parameters (0/1 values, may be
       traced) that multiplies both their gradients and their updates: entries at 0
       never change (a padded program's unused units and identity layers,
-      `sfjax.cohorts.buckets`), entries at 1 follow exactly the unmasked step.
+      `sfjax.cohorts.shape_buckets.buckets`), entries at 1 follow exactly the unmasked step.
     model_variables: the model has variables besides `nnx.Param`s that its forward
       updates (batch-norm moments, an `nnx.Rngs` counter: AutoFIS, AutoGroup):
       `state.params` is then its whole `nnx.State`, `tx` (and `dense_mask`) see only
@@ -170,7 +170,7 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
       forward. False: every variable is a parameter (the registered CTR models).
     live_columns: None, or `[S, E]` 0/1 (may be traced) through which the model reads
       each id column's rows (`call_model`): a search trial's per-table dims
-      (`sfjax.cohorts.table_dims`). Not with `row_axis`.
+      (`sfjax.cohorts.table_choices.table_dims`). Not with `row_axis`.
 
   Returns:
     `train_step(state, batch[, enabled]) -> (state, {'loss'[, 'applied']})`.

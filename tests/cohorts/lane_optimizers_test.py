@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import buckets, cohort_call, lane_optimizers
+from sfjax.cohorts import cohort_call, lane_optimizers
 from sfjax.cohorts import cohort_runner as cohort
+from sfjax.cohorts.shape_buckets import buckets
 from sfjax.embedding import row_optimizers
 from sfjax.train import defaults as ctr_defaults_lib
 from tests.cohorts.conftest import assert_cohort_equals_each_trial_alone

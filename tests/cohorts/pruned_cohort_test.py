@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import buckets, pruned_cohort
 from sfjax.cohorts import cohort_runner as cohort
+from sfjax.cohorts import pruned_cohort
 from sfjax.cohorts.pruned_cohort import LaneTrial
 from sfjax.cohorts.pruning import PrunerSpec
+from sfjax.cohorts.shape_buckets import buckets
 
 STEPS = 12  # the shared `data` fixture's steps per budget unit (conftest.py)
 GOOD = [{"embedding.learning_rate": 0.05, "optimizer.learning_rate": 3e-2},

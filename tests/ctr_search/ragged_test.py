@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import buckets, cohort_call
+from sfjax.cohorts import cohort_call
 from sfjax.cohorts import cohort_runner as cohort
+from sfjax.cohorts.shape_buckets import buckets
 
 HALF = 6  # steps; the `data` fixture has 12 steps per budget unit (conftest.py)
 HPARAMS = [

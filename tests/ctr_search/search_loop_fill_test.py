@@ -22,8 +22,8 @@ from search_spaces.ctr import SEARCH_SPACE as SPACE
 from search_spaces.ctr import ctr_space
 from sfjax.automl.algorithms import Objective, RandomSearch
 from sfjax.automl.study import Study
-from sfjax.cohorts import buckets
 from sfjax.cohorts.arch import split_config
+from sfjax.cohorts.shape_buckets import buckets
 from sfjax.ctr_search import search_loop, search_round
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -172,7 +172,7 @@ def test_data_tables_trains_alike_on_both_backends():
 
 def test_a_step_reading_through_live_columns_equals_the_model_with_those_dims():
   """`make_train_step(live_columns=)` on the undimmed model (what a search program runs,
-  `sfjax.cohorts.table_dims`) equals the step of the model built with the dims (its
+  `sfjax.cohorts.table_choices.table_dims`) equals the step of the model built with the dims (its
   `PooledInput` masks): same losses, rows and parameters, L2 included."""
   dimmed = _with_dims(bag_data.LAYOUT, [0, NARROW, 1])
   graph_dims, params = _build(dimmed, D)

@@ -20,7 +20,7 @@ updates of the dense parameters (`step.make_train_step(dense_mask=...)`), so the
 padding never moves, whatever the optimizer (AdamW's decay included), and every
 real entry takes exactly the step it takes in the trial's own exact-shape program.
 Results therefore equal running each trial alone with its own shapes, to float
-tolerance (summation order); `tests/cohorts/buckets_test.py` checks it.
+tolerance (summation order); `tests/cohorts/shape_buckets/buckets_test.py` checks it.
 
 Each trial is initialised with its own exact shapes (`trial_program.init_trial_state`
 from its seed, on the host) and then padded (`pad_state`), so its initial values
@@ -73,10 +73,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from sfjax.cohorts import bucket_blocks as padded_blocks
-from sfjax.cohorts import bucket_layout as padded_layout
 from sfjax.cohorts import lane_optimizers
 from sfjax.cohorts.arch import ArchSpec
+from sfjax.cohorts.shape_buckets import bucket_blocks as padded_blocks
+from sfjax.cohorts.shape_buckets import bucket_layout as padded_layout
 
 # Model keyword arguments a superset can hold, masked per trial.
 _MASKED_HPARAMS = ("mlp_dims", "cross_layers")

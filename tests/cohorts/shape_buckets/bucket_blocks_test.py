@@ -12,12 +12,12 @@ from search_spaces import blocks as block_space_lib
 from sfjax.automl.algorithms import Objective, RandomSearch
 from sfjax.automl.study import Study
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import bucket_blocks as padded_blocks
-from sfjax.cohorts import buckets as padded
 from sfjax.cohorts import cohort_call, trial_states
 from sfjax.cohorts import cohort_runner as cohort
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts import task as trial_data
+from sfjax.cohorts.shape_buckets import bucket_blocks as padded_blocks
+from sfjax.cohorts.shape_buckets import buckets as padded
 from sfjax.ctr_search import search_round
 from sfjax.train import step as step_lib
 from tests.cohorts.conftest import assert_cohort_equals_each_trial_alone, assert_same_trial

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from sfjax.cohorts import bucket_layout as pl
+from sfjax.cohorts.shape_buckets import bucket_layout as pl
 
 LAYOUT = pl.EmbedLayout(first_order=True, num_fields=3, num_dense=2, dim=2, sup_dim=4)
 

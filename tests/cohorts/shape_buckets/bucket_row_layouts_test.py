@@ -15,12 +15,13 @@ import chex
 import numpy as np
 import pytest
 
-from sfjax.cohorts import bucket_blocks as padded_blocks
-from sfjax.cohorts import buckets as padded
 from sfjax.cohorts import cohort_call, lane_optimizers
 from sfjax.cohorts import cohort_runner as cohort
+from sfjax.cohorts.shape_buckets import bucket_blocks as padded_blocks
+from sfjax.cohorts.shape_buckets import buckets as padded
 from sfjax.models import field_layout
-from tests.cohorts.bucket_blocks_test import (
+from tests.cohorts.conftest import assert_same_trial
+from tests.cohorts.shape_buckets.bucket_blocks_test import (
   _WIDE,
   FM,
   FO,
@@ -32,7 +33,6 @@ from tests.cohorts.bucket_blocks_test import (
   _cross,
   _spec,
 )
-from tests.cohorts.conftest import assert_same_trial
 
 F = 26  # the `data` fixture's fields (synthetic Criteo): 3 groups split them 9 / 9 / 8
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import buckets as padded
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts import trial_states
+from sfjax.cohorts.shape_buckets import buckets as padded
 from sfjax.train import step as step_lib
 from tests.cohorts.conftest import assert_cohort_equals_each_trial_alone
 

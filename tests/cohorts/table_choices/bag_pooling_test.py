@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sfjax.cohorts import bag_pooling
+from sfjax.cohorts.table_choices import bag_pooling
 from sfjax.core import feature_layout as fl
 from sfjax.core.errors import ConfigError
 from sfjax.data import types

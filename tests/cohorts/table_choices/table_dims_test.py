@@ -9,10 +9,11 @@ import pytest
 
 from experiments.configs import ctr as ctr_config
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import cohort_call, table_dims
+from sfjax.cohorts import cohort_call
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts import task as trial_data
 from sfjax.cohorts.cohort_runner import CohortRunner
+from sfjax.cohorts.table_choices import table_dims
 from sfjax.core import feature_layout as fl
 from sfjax.core.errors import ConfigError
 from sfjax.core.types import DeviceBatch

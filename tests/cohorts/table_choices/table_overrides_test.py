@@ -1,5 +1,5 @@
 """A layout's per-table learning rates and initializers in trial programs
-(`sfjax/cohorts/table_overrides.py`): each trial trains as the trainer does with the same
+(`sfjax/cohorts/table_choices/table_overrides.py`): each trial trains as the trainer does with the same
 `data.tables`, on the device program and through the host cohort's first touch."""
 
 import chex
@@ -11,9 +11,10 @@ import pytest
 
 from experiments.configs import ctr as ctr_config
 from sfjax.cohorts import arch as arch_lib
-from sfjax.cohorts import cohort_call, host_cohort, table_overrides
+from sfjax.cohorts import cohort_call, host_cohort
 from sfjax.cohorts import program as trial_program
 from sfjax.cohorts import task as trial_data
+from sfjax.cohorts.table_choices import table_overrides
 from sfjax.core import feature_layout as fl
 from sfjax.data import table_settings
 from sfjax.embedding import device_table, initializers, row_optimizers
