@@ -58,18 +58,20 @@ MATRICES = {
     "tests/train/resume_corrupt_test.py::"
     "test_a_corrupt_latest_checkpoint_falls_back_to_the_previous": "corrupt_meta_json",
     "tests/ctr_search/search_loop_test.py::test_each_algorithm_exports_trials_and_best": "random",
-    "tests/cohorts/shape_buckets/buckets_test.py::test_padded_model_gives_the_exact_models_logits":
-        "deepfm-extra0",
+    "tests/cohorts/shape_buckets/buckets_test.py::"
+    "test_padded_model_gives_the_exact_models_logits": "deepfm-extra0",
     "tests/checkpoint/export_test.py::test_export_reads_back_with_numpy_as_the_final_table":
         "device",
-    "tests/cohorts/shape_buckets/bucket_blocks_test.py::test_padded_model_gives_the_exact_models_logits": "fm",
-    "tests/cohorts/table_choices/table_dims_test.py::test_traced_dims_equal_the_trainer_with_those_dims":
-        "adagrad",  # rowwise_adagrad's per-row width is also checked fast (row_width test)
+    "tests/cohorts/shape_buckets/bucket_blocks_test.py::"
+    "test_padded_model_gives_the_exact_models_logits": "fm",
+    "tests/cohorts/table_choices/table_dims_test.py::"
+    "test_traced_dims_equal_the_trainer_with_those_dims": "adagrad",  # rowwise_adagrad's per-row width is also checked fast (row_width test)
 }
 # Slow by node-id prefix: long in-process runs (searches, pipelines, benchmarks, cohorts
 # trained fresh and resumed) of files whose owners mark them from here.
 SLOW = (
-    "tests/cohorts/shape_buckets/buckets_test.py::test_padded_cohort_equals_each_trial_alone_fresh_and_resumed",
+    "tests/cohorts/shape_buckets/buckets_test.py::"
+    "test_padded_cohort_equals_each_trial_alone_fresh_and_resumed",
     "tests/cohorts/shape_buckets/bucket_blocks_test.py::"
     "test_padded_cohort_of_block_subsets_equals_each_trial_alone_fresh_and_resumed",
     "tests/cohorts/shape_buckets/buckets_test.py::"
@@ -87,14 +89,18 @@ SLOW = (
     # an mmap table under the trainer (host_table_test's mmap tables and loop_test's rerun on
     # an mmap table stay fast)
     "tests/train/cache_backend_test.py::test_mmap_table_trained_flushed_reopened",
-    # the heaviest block cases of padded buckets (the other nine stay fast)
-    "tests/cohorts/shape_buckets/bucket_blocks_test.py::test_column_gated_model_gives_the_exact_models_logits"
-    "[attention]",
-    "tests/cohorts/shape_buckets/bucket_blocks_test.py::test_column_gated_model_gives_the_exact_models_logits"
-    "[outer_cin]",
-    # one group-count superset stays fast ([three_in_two], [two_in_one_stacked])
+    # the heaviest block cases of padded buckets (the other eight stay fast)
+    "tests/cohorts/shape_buckets/bucket_blocks_test.py::"
+    "test_column_gated_model_gives_the_exact_models_logits[attention]",
+    "tests/cohorts/shape_buckets/bucket_blocks_test.py::"
+    "test_column_gated_model_gives_the_exact_models_logits[outer_cin]",
+    "tests/cohorts/shape_buckets/bucket_blocks_test.py::"
+    "test_column_gated_model_gives_the_exact_models_logits[cross]",
+    # one group-count superset stays fast ([two_in_one_stacked])
     "tests/cohorts/shape_buckets/bucket_row_layouts_test.py::"
     "test_a_trial_in_a_superset_of_other_group_counts_gives_its_exact_logits[one_in_three]",
+    "tests/cohorts/shape_buckets/bucket_row_layouts_test.py::"
+    "test_a_trial_in_a_superset_of_other_group_counts_gives_its_exact_logits[three_in_two]",
     # searches: `test_each_algorithm_exports_trials_and_best[random]` stays fast
     "tests/ctr_search/search_loop_test.py::test_asha_promotions_resume_from_the_parents_saved",
     "tests/ctr_search/search_loop_test.py::test_failed_cohort_is_told_failed_and_the_search",
