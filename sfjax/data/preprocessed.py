@@ -32,7 +32,7 @@ from sfjax.core import feature_layout as fl
 from sfjax.core.errors import ConfigError
 from sfjax.data import batching, dataset, index_stream, shards
 from sfjax.data import preprocessed_layout as layout
-from sfjax.data.block_shuffle import BlockOrder, BlockReader
+from sfjax.data.block_shuffle import GROUP_ROWS, BlockOrder, BlockReader
 from sfjax.data.types import Batch, DatasetSpec
 
 DEFAULT_ROWS_PER_SHARD = 1 << 20  # ~170 MB per shard for Criteo (26 int32 ids, 13 floats)
@@ -264,7 +264,8 @@ class PreprocessedDataset:
     return BlockReader(self._splits["train"], self._train_shard, self.block_rows, 2 * window + 1)
 
   def _block_groups(self, batch_size: int, seed: int) -> Iterator[list[Batch]]:
-    """`train_order`'s batches, a list per window, read by a `BlockReader` of their own."""
+    """`train_order`'s batches in lists (a window's, up to `GROUP_ROWS` rows each), read
+    by a `BlockReader` of their own."""
     order = self.train_order(batch_size, seed)
     assert isinstance(order, BlockOrder)
     yield from self._block_reader().batch_groups(order, ahead=self.shuffle_threads == 2)
@@ -272,10 +273,10 @@ class PreprocessedDataset:
   def train_batches(self, batch_size: int, seed: int) -> Iterator[Batch]:
     """Infinite full batches over epochs (shuffled iff shuffle_buffer > 1), on a thread."""
     if self._blocks:
-      per_window = max(1, self.block_rows * -(-self.shuffle_buffer // self.block_rows)
-                       // int(batch_size))  # batches of a window's group (about)
+      window = self.block_rows * -(-self.shuffle_buffer // self.block_rows)
+      per_group = max(1, min(window, GROUP_ROWS) // int(batch_size))  # batches (about)
       return _groups_in_background(self._block_groups(batch_size, seed),
-                                   -(-self.prefetch // per_window), "sfjax-shards-train")
+                                   -(-self.prefetch // per_group), "sfjax-shards-train")
     train = self._splits["train"]
     shuffle = self.shuffle_buffer > 1  # batching's own rule for an active buffer
     # A stream of its own for the shard/block order; the buffer's rng is seeded by `seed`.

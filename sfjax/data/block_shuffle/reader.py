@@ -19,7 +19,7 @@ separate arrays (one record per row: ~+15 ns). With `ahead`, a second thread cop
 next window's blocks while this one gathers, and the permutations are split between the
 two threads (every other window each): the copies plus all the permutations outweighed the
 gathers. `batch_groups` hands a window's batches over at once (one thread hand-off per
-window, not per batch).
+window of up to `GROUP_ROWS` rows, not per batch).
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ from sfjax.data.types import Batch
 
 _Columns = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"]
 _GATHER_ROWS = 8192  # rows per gather in `batches` (fewer calls: less GIL traffic per batch)
+# Rows of batches handed over at once by `batch_groups` (a window's, up to this many: the
+# groups a background reader holds stay ~10 MB each however large the window).
+GROUP_ROWS = 1 << 16
 
 
 class Window(NamedTuple):
@@ -227,27 +230,37 @@ class BlockReader:
     for group in self.batch_groups(order, ahead):
       yield from group
 
-  def batch_groups(self, order: BlockOrder, ahead: bool = False) -> Iterator[list[Batch]]:
-    """`order`'s batches from its start, a list per window: the batches completed while
-    reading it (a batch that straddles two windows is in the second one's list; a window
+  def batch_groups(self, order: BlockOrder, ahead: bool = False,
+                   group_rows: int = GROUP_ROWS) -> Iterator[list[Batch]]:
+    """`order`'s batches from its start, in lists: the batches completed while reading a
+    window, in lists of at most `max(1, group_rows // batch_size)` batches (a window's last
+    list at its end; a batch that straddles two windows is in the second one's; a window
     smaller than a batch may give an empty list). Window by window (`windows`), rows are
     gathered from the window's arrays by its permutation, `_GATHER_ROWS` at a time (they
     stay in the caches), whole batches as views of one gather. A thread that hands the
-    batches to another one hands a window's at once: one hand-off per window, not per batch
-    (`PreprocessedDataset`'s background reader). `order` is this generator's alone.
+    batches to another one hands a list at once: one hand-off per window (of up to
+    `group_rows`), not per batch (`PreprocessedDataset`'s background reader). `order` is
+    this generator's alone.
 
     Args:
       order: a `BlockOrder` at its start.
       ahead: copy the next window (and draw every other window's permutation) on a
-        second thread while this one gathers (numpy releases the GIL while it copies, permutes and gathers: a second
-        free core takes that share; without one, the switches cost more than they save).
+        second thread while this one gathers (numpy releases the GIL while it copies,
+        permutes and gathers: a second free core takes that share; without one, the
+        switches cost more than they save).
+      group_rows: rows of batches per list at most (at least one batch).
     """
     size, carry, count = order.batch_size, [], 0  # rows of the next batch gathered so far
+    most = max(1, int(group_rows) // size)
     for arrays, filled, permutation in self.windows(order, ahead):
       start, group = 0, list[Batch]()
       while start < filled:
+        if len(group) >= most:
+          yield group
+          group = []
         if count == 0 and filled - start >= size:  # whole batches, several per gather
-          take = min(max(1, _GATHER_ROWS // size), (filled - start) // size) * size
+          whole = min(max(1, _GATHER_ROWS // size), (filled - start) // size, most - len(group))
+          take = whole * size
           columns = _gather(arrays, permutation[start:start + take])
           start += take
           group.extend(_batch(columns, slice(lo, lo + size)) for lo in range(0, take, size))

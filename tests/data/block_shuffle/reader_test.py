@@ -152,3 +152,23 @@ def test_a_group_holds_the_batches_completed_in_its_window(split, batch_size, wi
     for batch in group:
       _same(batch, next(stream))
   assert done == 3 * _ROWS // batch_size
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+def test_groups_are_cut_at_group_rows_and_keep_the_stream(split, ahead):
+  def order():
+    return BlockOrder(_ROWS, 64, 192, seed=4, batch_size=50)
+
+  groups = BlockReader(split, split.shard, 64, capacity=1).batch_groups(order(), ahead=ahead,
+                                                                       group_rows=120)
+  stream = BlockReader(split, split.shard, 64, capacity=1).batches(order(), ahead=ahead)
+  lengths, done = [], 0
+  while done < 3 * _ROWS // 50:  # three epochs
+    group = next(groups)
+    lengths.append(len(group))
+    for batch in group:
+      _same(batch, next(stream))
+    done += len(group)
+  assert max(lengths) == 2  # 120 rows: two batches of 50 at most
+  # A window of 192 rows completes 3 or 4 batches: cut into a list of 2 and the rest.
+  assert lengths.count(2) > len(lengths) // 2
