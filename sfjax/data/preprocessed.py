@@ -258,10 +258,15 @@ class PreprocessedDataset:
       arrays = self._train_maps.setdefault(index, self._splits["train"].shard(index))
     return arrays
 
+  @property
+  def _window_blocks(self) -> int:
+    """Blocks of a block-shuffle window (`BlockOrder.window_blocks`: shuffle_buffer > 1)."""
+    return -(-self.shuffle_buffer // self.block_rows)
+
   def _block_reader(self) -> BlockReader:
     """A `BlockReader` of the train split holding two windows of blocks."""
-    window = -(-self.shuffle_buffer // self.block_rows)
-    return BlockReader(self._splits["train"], self._train_shard, self.block_rows, 2 * window + 1)
+    return BlockReader(self._splits["train"], self._train_shard, self.block_rows,
+                       2 * self._window_blocks + 1)
 
   def _block_groups(self, batch_size: int, seed: int) -> Iterator[list[Batch]]:
     """`train_order`'s batches in lists (a window's, up to `GROUP_ROWS` rows each), read
@@ -273,7 +278,7 @@ class PreprocessedDataset:
   def train_batches(self, batch_size: int, seed: int) -> Iterator[Batch]:
     """Infinite full batches over epochs (shuffled iff shuffle_buffer > 1), on a thread."""
     if self._blocks:
-      window = self.block_rows * -(-self.shuffle_buffer // self.block_rows)
+      window = self.block_rows * self._window_blocks
       per_group = max(1, min(window, GROUP_ROWS) // int(batch_size))  # batches (about)
       return _groups_in_background(self._block_groups(batch_size, seed),
                                    -(-self.prefetch // per_group), "sfjax-shards-train")
