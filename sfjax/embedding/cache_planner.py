@@ -35,6 +35,16 @@ after step `fill_after_step`'s evicted rows have been scattered to the host
 table (or must forward them). Callers scatter before `retire`, so
 `fill_after_step < planner.oldest_unretired` means the fills are safe to read.
 
+Upcoming rows (`plan(..., upcoming=ids)`). A caller that already holds the next batches'
+unique ids passes them: a cached row among them is not chosen as a victim while any other
+slot is evictable (both policies; otherwise the policy's order is unchanged). Each wait
+for a write-back puts write-back + gather + transfer on the critical path (the next step
+cannot start before this one's evicted rows land); with the next `lookahead - 1` batches'
+ids passed, a step can only miss an id evicted at a step that has retired, so
+`fill_after_step` stays -1 unless the cache was too full to keep them. The rows it keeps
+are the ones about to be used, so the hit rate rises too. Plans remain exact whichever
+rows are kept: only the choice of victims changes.
+
 Policies (ties are always broken by the lowest slot index):
   lru: evict the least recently used slot (last step that used it).
   lfu: evict the slot whose id was used in the fewest steps since it was
@@ -143,6 +153,7 @@ class CachePlanner:
     self._slot_marks = np.zeros((c,), bool)  # Scratch: `_ascending`'s marks, all False between calls.
     self._lru = slot_index.LruQueue(2 * (c + self.unique_capacity)) if policy == "lru" else None
     self._hit_mask = np.zeros((c,), bool)  # Scratch: slots hit by the batch being planned.
+    self._keep_mask = np.zeros((c,), bool)  # Scratch: slots of the upcoming batches' rows.
     self._next_step = 0
     self._oldest_unretired = 0
     self._pending: dict[int, np.ndarray] = {}  # step -> sorted ids evicted, not yet retired
@@ -165,13 +176,16 @@ class CachePlanner:
       k = self._num_occupied
       return np.arange(k, dtype=np.int32), self._slot_ids[:k].copy()
 
-  def plan(self, step: int, uniq_ids) -> CachePlan:
+  def plan(self, step: int, uniq_ids, upcoming=None) -> CachePlan:
     """Plans step `step`'s cache moves for its unique ids.
 
     Args:
       step: must equal `next_step` (0, 1, 2, ...).
       uniq_ids: [U] distinct non-negative int64 row ids, U <= unique_capacity
         (`VirtualIds.uniq[:num_unique]`).
+      upcoming: optional [N] non-negative int row ids the next steps will use (any order,
+        repeats allowed): their cached rows are evicted only if nothing else can be (see
+        the module docstring). None: the policy alone chooses.
 
     Returns:
       The CachePlan. The planner state is unchanged if this raises.
@@ -181,9 +195,9 @@ class CachePlanner:
       CacheCapacityError: no free or evictable slot for a miss.
     """
     with self._retired:
-      return self._plan_locked(step, uniq_ids)
+      return self._plan_locked(step, uniq_ids, upcoming)
 
-  def _plan_locked(self, step: int, uniq_ids) -> CachePlan:
+  def _plan_locked(self, step: int, uniq_ids, upcoming=None) -> CachePlan:
     """`plan`'s body; the caller holds the lock."""
     if step != self._next_step:
       raise ValueError(f"plan: expected step {self._next_step}, got {step}")
@@ -203,7 +217,8 @@ class CachePlanner:
       raise ValueError(f"plan: step {step} has {n_miss} misses > fill_capacity={self.fill_capacity}")
     occ = self._num_occupied
     n_new = min(n_miss, self.num_slots - occ)
-    victims, lru_head = self._choose_victims(n_miss - n_new, hit_slots, step, n_miss)
+    keep = None if upcoming is None or n_miss == n_new else self._cached_slots(upcoming)
+    victims, lru_head = self._choose_victims(n_miss - n_new, hit_slots, step, n_miss, keep)
     fill_after = self._fill_after_step(miss_ids, None if evicted_at is None else evicted_at[miss])
 
     # Commit (nothing above mutated state).
@@ -280,31 +295,43 @@ class CachePlanner:
         raise ValueError(f"plan: row id {int(ordered[1:][dup][0])} appears more than once")
     return ids
 
-  def _choose_victims(self, k: int, hit_slots: np.ndarray, step: int, n_miss: int):
+  def _cached_slots(self, ids) -> np.ndarray:
+    """[K] int64 slots holding any of `ids` (non-negative ints, any order; absent ids skipped)."""
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+      raise ValueError(f"plan: upcoming ids must be a 1-D integer array, got {ids.dtype} {ids.shape}")
+    ids = ids.astype(np.int64, copy=False)
+    limit = _MAX_KEY if self.num_rows is None else self.num_rows
+    if ids.size and (ids.min() < 0 or ids.max() >= limit):
+      raise ValueError(f"plan: upcoming row id {int(ids[(ids < 0) | (ids >= limit)][0])} is "
+                       f"outside the table's rows [0, {limit})")
+    slots = self._index.lookup(ids)
+    return slots[slots >= 0]
+
+  def _choose_victims(self, k: int, hit_slots: np.ndarray, step: int, n_miss: int,
+                      keep: np.ndarray | None = None):
     """k evictable slots in policy order (ties: lowest slot), and the LRU queue's new head (or None).
 
     lru walks the queue (O(U) amortised); lfu selects among all occupied slots
     (O(C): key = (uses, last use), in-flight slots and this batch's hits excluded).
+    `keep`: slots passed over while others are evictable (an upcoming batch's rows); if
+    fewer than k others are, the choice is made again without it.
     """
     if k == 0:
       return np.zeros((0,), np.int64), None
-    occ, oldest = self._num_occupied, self._oldest_unretired
-    last_used = self._last_used[:occ]
-    if self._lru is not None:
-      self._hit_mask[hit_slots] = True
-      victims, head = self._lru.find(k, self._last_used, oldest, self._hit_mask)
-      self._hit_mask[hit_slots] = False
+    if keep is not None and keep.size:
+      self._keep_mask[keep] = True
+      try:
+        victims, head = self._search_victims(k, hit_slots, self._keep_mask)
+      finally:
+        self._keep_mask[keep] = False
       if victims is not None:
         return victims, head
-    else:
-      key = (self._freq[:occ] << 41) | last_used  # last_used < 2**41 steps.
-      np.putmask(key, last_used >= oldest, _MAX_KEY)  # Used by an in-flight step.
-      key[hit_slots] = _MAX_KEY  # Used by the current batch.
-      kth = np.partition(key, k - 1)[k - 1] if k <= occ else _MAX_KEY
-      if kth < _MAX_KEY:
-        victims = np.flatnonzero(key <= kth)  # Ascending; drop the surplus ties at kth.
-        tie = np.flatnonzero(key[victims] == kth)
-        return np.delete(victims, tie[tie.size - (victims.size - k):]), None
+    victims, head = self._search_victims(k, hit_slots, None)
+    if victims is not None:
+      return victims, head
+    occ, oldest = self._num_occupied, self._oldest_unretired
+    last_used = self._last_used[:occ]
     evictable = int(np.count_nonzero(last_used < oldest)) - int(np.count_nonzero(last_used[hit_slots] < oldest))
     needed = occ - evictable + n_miss
     raise CacheCapacityError(
@@ -313,6 +340,30 @@ class CachePlanner:
         f"in-flight steps {oldest}..{step} use {needed} distinct ids, so the cache capacity "
         f"must be >= {needed} (a safe bound: {self.lookahead} x the unique capacity "
         f"{self.unique_capacity})")
+
+  def _search_victims(self, k: int, hit_slots: np.ndarray, keep_mask: np.ndarray | None):
+    """`_choose_victims`' search, the slots in `keep_mask` also passed over: (victims, the
+    LRU queue's new head or None), or (None, None) when fewer than k slots qualify."""
+    occ, oldest = self._num_occupied, self._oldest_unretired
+    last_used = self._last_used[:occ]
+    if self._lru is not None:
+      self._hit_mask[hit_slots] = True
+      try:
+        victims, head = self._lru.find(k, self._last_used, oldest, self._hit_mask, keep_mask)
+      finally:
+        self._hit_mask[hit_slots] = False
+      return (victims, head) if victims is not None else (None, None)
+    key = (self._freq[:occ] << 41) | last_used  # last_used < 2**41 steps.
+    np.putmask(key, last_used >= oldest, _MAX_KEY)  # Used by an in-flight step.
+    key[hit_slots] = _MAX_KEY  # Used by the current batch.
+    if keep_mask is not None:
+      np.putmask(key, keep_mask[:occ], _MAX_KEY)
+    kth = np.partition(key, k - 1)[k - 1] if k <= occ else _MAX_KEY
+    if kth == _MAX_KEY:
+      return None, None
+    victims = np.flatnonzero(key <= kth)  # Ascending; drop the surplus ties at kth.
+    tie = np.flatnonzero(key[victims] == kth)
+    return np.delete(victims, tie[tie.size - (victims.size - k):]), None
 
   def _ascending(self, *slots: np.ndarray) -> np.ndarray:
     """The distinct slots of `slots` in ascending order (int64): marks over C, no sort."""

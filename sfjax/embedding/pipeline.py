@@ -3,9 +3,11 @@
 ScaleFreeCTR's three roles, overlapped by bounded queues (DESIGN.md §2):
 
   Data-Loader thread    host batches -> VSI (np.unique) -> uniq ids + int32 vids
-  Host-Manager thread   planner.plan(step) -> wait for the write-back the plan depends on
-                        (`fill_after_step`) -> gather fill rows + optimizer slots from the
-                        host table -> pad -> device_put            (runs `lookahead` steps ahead)
+  Host-Manager thread   planner.plan(step, upcoming=the next batches' ids) -> wait for the
+                        write-back the plan depends on (`fill_after_step`; none when the
+                        next `lookahead - 1` batches are passed) -> gather fill rows +
+                        optimizer slots from the host table -> pad -> device_put
+                                                                   (runs `lookahead` steps ahead)
   Device-Worker         the caller: `next(pipeline)` -> jitted cache step (async dispatch)
                         -> `pipeline.submit(inputs, evicted)`
   Write-back thread     waits for step t's evicted rows, scatters them into the host
@@ -23,6 +25,7 @@ rows it owns (its shard of the host table).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import queue
 import threading
@@ -181,6 +184,11 @@ class CachePipeline(Iterator[StepInputs]):
     nice: niceness (0-19, Linux) of the loader, manager and write-back threads, so that
       on a CPU they yield the cores to XLA's step threads, or `background.IDLE`
       (SCHED_IDLE); 0: as created.
+    keep_upcoming: how many of the next batches the Host-Manager reads before planning a
+      step, passing their unique ids to `planner.plan(upcoming=)` so that their cached
+      rows are not evicted. `lookahead - 1` (the default, None) means a plan never waits
+      for a write-back while the cache has room to keep them: each such wait stalls the
+      device for a write-back, a gather and a transfer. 0: the policy alone.
 
   Each step's unique rows are padded to the smallest bucket of `swap_buckets(unique
   capacity)` that holds them, so gathers and the row-gradient all-reduce run over
@@ -195,7 +203,8 @@ class CachePipeline(Iterator[StepInputs]):
                sharded_swap: bool = False, owner_blocks: bool = False,
                bucket_unique: bool = True,
                owns: Callable[[np.ndarray], np.ndarray] | None = None,
-               table_starts: np.ndarray | None = None, nice: int = 0):
+               table_starts: np.ndarray | None = None, nice: int = 0,
+               keep_upcoming: int | None = None):
     self.layout = layout or sharded_cache.SlotLayout(1, planner.num_slots)
     if self.layout.num_slots != planner.num_slots:
       raise ValueError(f"CachePipeline: layout holds {self.layout.num_slots} slots, the planner "
@@ -232,6 +241,9 @@ class CachePipeline(Iterator[StepInputs]):
     # include swaps the device has not executed; flushing must follow the device.
     self._device_slot_ids = np.full((planner.num_slots,), -1, np.int64)
     self._nice = nice
+    self.keep_upcoming = planner.lookahead - 1 if keep_upcoming is None else int(keep_upcoming)
+    if self.keep_upcoming < 0:
+      raise ValueError(f"CachePipeline: keep_upcoming must be >= 0, got {keep_upcoming}")
     self._loader = background.map_in_background(self._load, batches, maxsize=loader_depth,
                                               name="sfjax-data-loader", nice=nice)
     self._manager = background.BackgroundIterator(self._manage(), maxsize=planner.lookahead,
@@ -286,12 +298,31 @@ class CachePipeline(Iterator[StepInputs]):
     return rows, vids, sharded_cache.blocked_like(slots, tables, self.layout,
                                                   rows.shape[0] // shards)
 
+  def _with_upcoming(self) -> Iterator[tuple[types.Batch, vsi.VirtualIds, np.ndarray | None]]:
+    """The loader's (batch, virt), each with the unique ids of the next `keep_upcoming`
+    batches (read ahead from the loader; None when none is asked for or left)."""
+    window: collections.deque = collections.deque()
+    loaded = iter(self._loader)
+    for item in loaded:
+      window.append(item)
+      if len(window) > self.keep_upcoming:
+        yield self._upcoming_of(window)
+        window.popleft()
+    while window:
+      yield self._upcoming_of(window)
+      window.popleft()
+
+  @staticmethod
+  def _upcoming_of(window) -> tuple[types.Batch, vsi.VirtualIds, np.ndarray | None]:
+    (batch, virt), later = window[0], [v.uniq[:v.num_unique] for _, v in list(window)[1:]]
+    return batch, virt, (np.concatenate(later) if later else None)
+
   def _manage(self) -> Iterator[StepInputs]:
-    for step, (batch, virt) in enumerate(self._loader):
+    for step, (batch, virt, upcoming) in enumerate(self._with_upcoming()):
       # At most `lookahead` planned-but-unretired steps, this one included.
       self._wait_retired(step - self.planner.lookahead)
       t = time.perf_counter()
-      plan = self.planner.plan(step, virt.uniq[:virt.num_unique])
+      plan = self.planner.plan(step, virt.uniq[:virt.num_unique], upcoming=upcoming)
       self._wait_retired(plan.fill_after_step)  # the write-back ordering rule
       values, opt_slots = self._gather_owned(plan.fill_ids[:plan.num_fills])
       staged = sharded_cache.stage_swap(plan, values, opt_slots, self.layout, self.buckets)

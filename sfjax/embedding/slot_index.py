@@ -141,23 +141,37 @@ class LruQueue:
     self._stamps = np.zeros((size,), np.int64)
     self._head = self._tail = 0
 
-  def find(self, k: int, last_used: np.ndarray, oldest: int, hit_mask: np.ndarray):
-    """The first k live entries with stamp < oldest whose slot is not in `hit_mask`.
+  def find(self, k: int, last_used: np.ndarray, oldest: int, hit_mask: np.ndarray,
+           keep_mask: np.ndarray | None = None):
+    """The first k live entries with stamp < oldest whose slot is in neither mask.
+
+    `hit_mask` marks the current batch's slots (re-pushed by the step, so entries the new
+    head passes may be dropped); `keep_mask` marks slots to pass over but keep queued (an
+    upcoming batch's rows): the new head stops at the first such live entry it passed.
 
     Returns:
       ([k] int64 slots, new head) or (None, count found) if there are fewer.
     """
-    found, pos = [], self._head
+    found, pos, kept_at = [], self._head, None
     while k and pos < self._tail:
       end = min(self._tail, pos + 2 * k + 1024)
       stamps = self._stamps[pos:end]
       cut = int(np.searchsorted(stamps, oldest))  # Entries from `cut` on are in flight.
       slots = self._slots[pos:pos + cut]
-      take = np.flatnonzero((last_used[slots] == stamps[:cut]) & ~hit_mask[slots])[:k]
+      ok = (last_used[slots] == stamps[:cut]) & ~hit_mask[slots]
+      kept = None
+      if keep_mask is not None:
+        kept = ok & keep_mask[slots]
+        ok &= ~kept
+      take = np.flatnonzero(ok)[:k]
       found.append(slots[take])
       k -= take.size
+      if kept is not None and kept_at is None:
+        passed = np.flatnonzero(kept[:int(take[-1]) + 1 if not k else cut])
+        kept_at = pos + int(passed[0]) if passed.size else None
       if not k:
-        return np.concatenate(found), pos + int(take[-1]) + 1
+        head = pos + int(take[-1]) + 1
+        return np.concatenate(found), head if kept_at is None else min(head, kept_at)
       if cut < end - pos:
         break
       pos = end

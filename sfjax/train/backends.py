@@ -217,6 +217,8 @@ class CacheBackend:
     self._pipeline: pipeline_lib.CachePipeline | None = None
     self._loader_depth = max(1, config.train.prefetch)
     self._host_nice = host_priority(config.train)
+    keep = e.get("keep_upcoming", -1)
+    self._keep_upcoming = None if keep < 0 else keep  # None: lookahead - 1
 
   def make_step(self, state_sharding) -> RunStep:
     """The jitted donated cache step; its evicted rows are queued for write-back."""
@@ -247,7 +249,8 @@ class CacheBackend:
         put_swap=self._put_swap, owns=self._owns,
         loader_depth=self._loader_depth, layout=self.layout,
         sharded_swap=row, owner_blocks=row, bucket_unique=self.bucket_unique,
-        table_starts=self._table_starts, nice=self._host_nice)
+        table_starts=self._table_starts, nice=self._host_nice,
+        keep_upcoming=self._keep_upcoming)
     return self._pipeline
 
   def prepare_eval(self, batch: types.Batch) -> tuple[np.ndarray, DeviceBatch]:

@@ -196,6 +196,8 @@ def _validate_embedding(config, default_host_path: bool) -> None:
     _choice(e.host_storage, "embedding.host_storage", tuple(backends.HOST_STORAGES))
     _choice(e.cache_sharding, "embedding.cache_sharding", backends.CACHE_SHARDINGS)
     _integer(config, "embedding.lookahead", 1, 1024)
+    if "keep_upcoming" in e:
+      _integer(config, "embedding.keep_upcoming", -1, 1024)
     _cache_rows(config)
     _string(config, "embedding.host_path")
     _require(e.host_storage != "mmap" or bool(e.host_path) or default_host_path,

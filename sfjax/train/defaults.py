@@ -124,6 +124,9 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   #                    0 = auto: 5% of the table, raised to the minimum lookahead x unique capacity
   e.cache_policy = "lru"  # cache backend: lru | lfu
   e.lookahead = 2  # cache backend: steps planned ahead of the device (in flight at once)
+  e.keep_upcoming = -1  # cache backend: the next batches whose cached rows are kept from
+  #                      eviction while others can go (their ids are read before planning);
+  #                      -1 = lookahead - 1: no step waits for a write-back; 0 = the policy alone
   e.cache_sharding = "replicated"  # cache backend: replicated (every device holds the same
   #                                 cache_rows rows) | row (device d owns its own cache_rows rows:
   #                                 cache_rows x devices distinct rows in all)

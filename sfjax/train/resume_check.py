@@ -65,7 +65,7 @@ _SHAPE = ("model.", "embedding.backend", "embedding.optimizer", "optimizer.name"
 _FREE = ("train.steps", "train.log_every", "train.eval_batch_size", "train.prefetch",
          "train.loader_nice", "train.loader_idle", "train.host_allocator",
          "train.num_devices", "embedding.cache_rows", "embedding.cache_policy",
-         "embedding.lookahead", "embedding.cache_sharding", "embedding.unique_capacity",
+         "embedding.lookahead", "embedding.keep_upcoming", "embedding.cache_sharding", "embedding.unique_capacity",
          "embedding.host_storage", "embedding.host_path", "embedding.sharding",
          "embedding.placement", "embedding.plan.", "checkpoint.", "distributed.", "resume")
 

@@ -109,8 +109,12 @@ def test_bad_input_is_rejected():
     CachePlanner(4, 3, policy="fifo")
 
 
-def _reference_victims(policy, meta, in_flight_slots, need):
-  """Evictable slots ordered by policy key, then slot (the documented rule)."""
+def _reference_victims(policy, meta, in_flight_slots, need, kept_slots=frozenset()):
+  """Evictable slots ordered by policy key, then slot (the documented rule); the slots of
+  upcoming rows only if the others are too few."""
+  others = [s for s in meta if s not in in_flight_slots and s not in kept_slots]
+  if kept_slots and len(others) >= need:
+    return _reference_victims(policy, {s: meta[s] for s in others}, set(), need)
   cands = [s for s in meta if s not in in_flight_slots]
   if policy == "lru":
     cands.sort(key=lambda s: (meta[s]["last"], s))
@@ -124,14 +128,15 @@ batches_st = st.lists(
 
 
 def _simulate(batches, capacity, lookahead, policy, retire_draws, obey_fill_after_step=True,
-              num_rows=None):
+              num_rows=None, keep=0):
   """Simulates host table + device cache following the plans, checking every plan.
 
   Each use of a row adds 1 on the device, so a row's final host value must equal
   the number of batches that used it: a lost write-back or a stale fill breaks it.
   Fills are gathered from the host at plan time (as a look-ahead Host-Manager
   does) unless `fill_after_step` says the host row is stale; then the gather
-  waits until the device runs the step.
+  waits until the device runs the step. `keep` > 0 passes the next `keep` batches' ids
+  as `upcoming`.
 
   Returns:
     (host, truth, counters) or None when the planner (correctly) ran out of capacity.
@@ -146,7 +151,7 @@ def _simulate(batches, capacity, lookahead, policy, retire_draws, obey_fill_afte
   pending_evictions = {}  # unretired step -> ids it evicted
   truth = {}  # id -> number of batches that used it
   plan_ids_of = {}  # step -> its unique ids
-  counters = {"evictions": 0, "flagged": 0}
+  counters = {"evictions": 0, "flagged": 0, "kept_evicted": 0}
 
   def execute_and_retire(step):
     """The device runs `step`, then the host writes back its evicted rows and retires it."""
@@ -180,8 +185,9 @@ def _simulate(batches, capacity, lookahead, policy, retire_draws, obey_fill_afte
     while len(in_flight) >= lookahead:
       execute_and_retire(min(in_flight))
     window = set(ids.tolist()).union(*[used_ids for _, _, used_ids, _ in in_flight.values()])
+    upcoming = sorted(set().union(*batches[t + 1:t + 1 + keep]))
     try:
-      plan = planner.plan(t, ids)
+      plan = planner.plan(t, ids, upcoming=np.array(upcoming, np.int64) if keep else None)
     except CacheCapacityError as err:
       assert len(window) > c, err  # Raised only when the in-flight window cannot fit.
       assert f">= {len(window)}" in str(err)
@@ -205,7 +211,9 @@ def _simulate(batches, capacity, lookahead, policy, retire_draws, obey_fill_afte
     busy |= {s for s, i in model.items() if i in set(ids.tolist())}
     evicted = plan.evict_slots[:plan.num_evictions].tolist()
     assert not busy & set(evicted)
-    assert sorted(evicted) == _reference_victims(policy, meta, busy, plan.num_evictions)
+    kept = {s for s, i in model.items() if i in set(upcoming)}
+    assert sorted(evicted) == _reference_victims(policy, meta, busy, plan.num_evictions, kept)
+    counters["kept_evicted"] += len(kept & set(evicted))
     for s, i in zip(evicted, plan.evict_ids[:plan.num_evictions], strict=True):
       assert model.pop(s) == i
       meta.pop(s)
@@ -261,13 +269,18 @@ def random_streams(draw):
   return batches, capacity, lookahead, rng.integers(0, 2, steps).tolist()
 
 
-def _check_simulation(batches, capacity, lookahead, policy, retire_draws, num_rows=None):
-  result = _simulate(batches, capacity, lookahead, policy, retire_draws, num_rows=num_rows)
+def _check_simulation(batches, capacity, lookahead, policy, retire_draws, num_rows=None, keep=0):
+  result = _simulate(batches, capacity, lookahead, policy, retire_draws, num_rows=num_rows,
+                     keep=keep)
   if result is not None:
     host, truth, counters = result
     assert host == truth
     if lookahead == 1:
       assert counters["flagged"] == 0  # Synchronous pipeline: no hazard possible.
+    if keep >= lookahead - 1 and not counters["kept_evicted"]:
+      assert counters["flagged"] == 0  # Only a row evicted although upcoming can be waited for.
+    return counters
+  return None
 
 
 @settings(max_examples=100, deadline=None)
@@ -275,6 +288,66 @@ def _check_simulation(batches, capacity, lookahead, policy, retire_draws, num_ro
 def test_plans_keep_cache_consistent_and_never_lose_rows(case, policy):
   batches, capacity, lookahead, retire_draws = case
   _check_simulation(batches, capacity, lookahead, policy, retire_draws)
+
+
+@settings(max_examples=100, deadline=None)
+@given(case=random_streams(), policy=st.sampled_from(cache_planner.CACHE_POLICIES),
+       keep=st.integers(1, 3), dense=st.booleans())
+def test_upcoming_rows_are_evicted_last_and_plans_stay_exact(case, policy, keep, dense):
+  batches, capacity, lookahead, retire_draws = case
+  num_rows = max(max(b) for b in batches) + 1 if dense else None
+  _check_simulation(batches, capacity, lookahead, policy, retire_draws, num_rows, keep)
+
+
+@pytest.mark.parametrize("policy", cache_planner.CACHE_POLICIES)
+def test_keeping_the_next_batches_rows_removes_the_write_back_waits(policy):
+  rng = np.random.default_rng(1)
+  # 12 slots: the two in-flight batches and the next one fit (3 x 4 ids) among 20 ids.
+  batches = [sorted(rng.choice(20, size=4, replace=False).tolist()) for _ in range(60)]
+  _, _, plain = _simulate(batches, 12, 2, policy, [0] * 60)
+  host, truth, kept = _simulate(batches, 12, 2, policy, [0] * 60, keep=1)
+  assert host == truth and plain["flagged"] > 0
+  assert kept["flagged"] == 0 and kept["kept_evicted"] == 0 and kept["evictions"] > 0
+  assert kept["evictions"] < plain["evictions"]  # the kept rows are hits, not refills
+
+
+def test_upcoming_rows_are_evicted_when_nothing_else_can_be():
+  for policy in cache_planner.CACHE_POLICIES:
+    p = CachePlanner(3, 3, policy=policy, lookahead=1)
+    p.plan(0, np.array([1, 2, 3]))
+    p.retire(0)
+    plan = p.plan(1, np.array([4]), upcoming=np.array([1, 3, 9]))
+    assert plan.evict_ids[:1].tolist() == [2], policy  # 1 is older, but upcoming
+    p.retire(1)
+    # Only upcoming rows are evictable: the policy's order among all of them.
+    plan = p.plan(2, np.array([5, 6]), upcoming=np.array([1, 3, 4]))
+    assert sorted(plan.evict_ids[:2].tolist()) == [1, 3], policy
+    p.retire(2)
+
+
+def test_an_upcoming_row_passed_over_stays_next_in_lru_order():
+  p = CachePlanner(4, 4, lookahead=1)
+  p.plan(0, np.array([1, 2, 3, 4]))
+  p.retire(0)
+  assert p.plan(1, np.array([5]), upcoming=np.array([1])).evict_ids[:1].tolist() == [2]
+  p.retire(1)
+  # Id 1 was not used after all: it is still the least recently used row.
+  assert p.plan(2, np.array([6])).evict_ids[:1].tolist() == [1]
+  p.retire(2)
+  assert p.plan(3, np.array([7])).evict_ids[:1].tolist() == [3]
+
+
+def test_bad_upcoming_ids_are_rejected_and_the_state_kept():
+  p = CachePlanner(2, 2, num_rows=10)
+  p.plan(0, np.array([1, 2]))
+  p.retire(0)
+  for bad, match in ((np.array([11]), "upcoming row id 11 is outside"),
+                     (np.array([-1]), "upcoming row id -1"),
+                     (np.array([[1]]), "1-D integer"), (np.array([1.0]), "1-D integer")):
+    with pytest.raises(ValueError, match=match):
+      p.plan(1, np.array([3]), upcoming=bad)
+  assert p.next_step == 1 and p.total_misses == 2
+  assert p.plan(1, np.array([3]), upcoming=np.array([2])).evict_ids[:1].tolist() == [1]
 
 
 @settings(max_examples=50, deadline=None)
@@ -302,8 +375,9 @@ def test_dense_index_plans_keep_the_cache_consistent(case, policy):
   _check_simulation(batches, capacity, lookahead, policy, retire_draws, num_rows=num_rows)
 
 
-def _plan_stream(batches, capacity, lookahead, policy, retire_draws, num_rows):
-  """Every plan (or the capacity error) of one planner, retiring as `retire_draws` says."""
+def _plan_stream(batches, capacity, lookahead, policy, retire_draws, num_rows, keep=0):
+  """Every plan (or the capacity error) of one planner, retiring as `retire_draws` says
+  (the next `keep` batches' ids passed as upcoming)."""
   planner = CachePlanner(capacity, U_CAP, policy=policy, lookahead=lookahead, num_rows=num_rows)
   out, retired = [], 0
   for step, ids in enumerate(batches):
@@ -311,7 +385,8 @@ def _plan_stream(batches, capacity, lookahead, policy, retire_draws, num_rows):
       planner.retire(retired)
       retired += 1
     try:
-      out.append(planner.plan(step, np.array(ids, np.int64)))
+      upcoming = np.array(sorted(set().union(*batches[step + 1:step + 1 + keep])), np.int64)
+      out.append(planner.plan(step, np.array(ids, np.int64), upcoming=upcoming if keep else None))
     except CacheCapacityError as e:
       out.append(str(e))
       break
@@ -319,12 +394,13 @@ def _plan_stream(batches, capacity, lookahead, policy, retire_draws, num_rows):
 
 
 @settings(max_examples=80, deadline=None)
-@given(case=random_streams(), policy=st.sampled_from(cache_planner.CACHE_POLICIES))
-def test_dense_and_hashed_indexes_make_identical_plans(case, policy):
+@given(case=random_streams(), policy=st.sampled_from(cache_planner.CACHE_POLICIES),
+       keep=st.integers(0, 2))
+def test_dense_and_hashed_indexes_make_identical_plans(case, policy, keep):
   batches, capacity, lookahead, retire_draws = case
   num_rows = max(max(b) for b in batches) + 1
-  hashed = _plan_stream(batches, capacity, lookahead, policy, retire_draws, None)
-  dense = _plan_stream(batches, capacity, lookahead, policy, retire_draws, num_rows)
+  hashed = _plan_stream(batches, capacity, lookahead, policy, retire_draws, None, keep)
+  dense = _plan_stream(batches, capacity, lookahead, policy, retire_draws, num_rows, keep)
   assert len(hashed) == len(dense)
   for a, b in zip(hashed, dense, strict=True):
     if isinstance(a, str):

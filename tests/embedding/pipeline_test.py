@@ -38,10 +38,11 @@ def _batch(ids):
   return types.make_batch(ids, np.zeros((ids.shape[0], 1)), np.zeros(ids.shape[0]))
 
 
-def _pipeline(batches, lookahead, unique_capacity):
+def _pipeline(batches, lookahead, unique_capacity, keep_upcoming=None):
   planner = cache_planner.CachePlanner(NUM_SLOTS, unique_capacity, lookahead=lookahead)
   return pipeline_lib.CachePipeline(batches, field_offsets=OFFSETS, host_table=_table(),
-                                    planner=planner, put_batch=lambda x: x, put_swap=jax.device_put)
+                                    planner=planner, put_batch=lambda x: x, put_swap=jax.device_put,
+                                    keep_upcoming=keep_upcoming)
 
 
 @jax.jit
@@ -51,12 +52,12 @@ def _device_step(cache, swap, rows):
   return cache._replace(values=cache.values.at[rows].add(1.0, mode="drop")), evicted
 
 
-def _drive(pipe, steps, submit_last=True):
+def _drive(pipe, steps, submit_last=True, num_slots=NUM_SLOTS):
   """Runs `steps` steps as the trainer does (next -> device step -> submit); returns inputs, cache.
 
   With `submit_last=False` the last step is only fetched: the caller runs and submits it.
   """
-  cache = cache_lib.init_cache(NUM_SLOTS, 2, 1)
+  cache = cache_lib.init_cache(num_slots, 2, 1)
   seen = []
   for i in range(steps):
     inputs = next(pipe)
@@ -141,7 +142,9 @@ def test_lookahead_fill_waits_for_the_write_back_it_depends_on():
   batches = [_batch([[0, 0]]), _batch([[1, 1]]),  # ids {0, 6} -> slots 0, 1; {1, 7} -> 2, 3
              _batch([[2, 2]]),  # {2, 8} evicts slots 0, 1 (ids 0 and 6, step 0 retired)
              _batch([[0, 0]])]  # {0, 6} again, planned while step 2's write-back is held back
-  with _pipeline(batches, lookahead=2, unique_capacity=2) as pipe:
+  # keep_upcoming=0: the policy alone (kept, ids 0 and 6 would stay cached whenever step 1
+  # retired before step 2 was planned).
+  with _pipeline(batches, lookahead=2, unique_capacity=2, keep_upcoming=0) as pipe:
     (_, _, s2), cache = _drive(pipe, 3, submit_last=False)
     np.testing.assert_array_equal(s2.plan.evict_ids[:2], [0, 6])
     cache, evicted = _device_step(cache, s2.swap, s2.batch.rows)
@@ -159,6 +162,59 @@ def test_lookahead_fill_waits_for_the_write_back_it_depends_on():
     chex.assert_trees_all_close(s3.swap.fill_values, _init([0, 6]) + 1.0)
     assert pipe.stats.ordering_waits == 1
   assert not _pipeline_threads()
+
+
+class _RecordingPlanner(cache_planner.CachePlanner):
+  """A real planner that also records the `upcoming` ids of each plan."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.upcoming = []
+
+  def plan(self, step, uniq_ids, upcoming=None):
+    self.upcoming.append(None if upcoming is None else sorted(upcoming.tolist()))
+    return super().plan(step, uniq_ids, upcoming=upcoming)
+
+
+@pytest.mark.parametrize("lookahead,keep,expected", [
+    (3, None, [[1, 2, 7, 8], [2, 3, 8, 9], [3, 9], None]),  # default: lookahead - 1 batches
+    (2, None, [[1, 7], [2, 8], [3, 9], None]),
+    (2, 0, [None, None, None, None])])
+def test_the_manager_passes_the_next_batches_ids_to_the_planner(lookahead, keep, expected):
+  planner = _RecordingPlanner(12, 2, lookahead=lookahead)
+  batches = [_batch([[i, i]]) for i in range(4)]  # ids {i, i + 6}
+  with pipeline_lib.CachePipeline(batches, field_offsets=OFFSETS, host_table=_table(),
+                                  planner=planner, put_batch=lambda x: x,
+                                  put_swap=jax.device_put, keep_upcoming=keep) as pipe:
+    _drive(pipe, 4, num_slots=12)
+    assert planner.upcoming == expected
+  with pytest.raises(ValueError, match="keep_upcoming must be >= 0, got -1"):
+    pipeline_lib.CachePipeline([], field_offsets=OFFSETS, host_table=_table(), planner=planner,
+                               put_batch=lambda x: x, put_swap=lambda x: x, keep_upcoming=-1)
+  assert not _pipeline_threads()
+
+
+def test_kept_upcoming_rows_spare_the_manager_every_write_back_wait():
+  """Step 4 must evict ids {1, 7} or {2, 8}; step 5 uses {1, 7} again."""
+  batches = [_batch([[0, 0]]), _batch([[1, 1]]), _batch([[2, 2]]), _batch([[0, 0]]),
+             _batch([[3, 3]]), _batch([[1, 1]])]
+  runs = {}
+  for keep in (0, None):
+    planner = cache_planner.CachePlanner(6, 2, lookahead=2)  # two steps in flight + the next
+    with pipeline_lib.CachePipeline(batches, field_offsets=OFFSETS, host_table=_table(),
+                                    planner=planner, put_batch=lambda x: x,
+                                    put_swap=jax.device_put, keep_upcoming=keep) as pipe:
+      seen, cache = _drive(pipe, len(batches), num_slots=6)
+      pipe.flush(cache)
+      runs[keep] = (seen, pipe.stats.ordering_waits, pipe.host_table.gather(np.arange(12))[0])
+  plain, kept = runs[0][0], runs[None][0]
+  # The policy alone evicts the least recent {1, 7}, which step 5 must refill (from the host
+  # table, after step 4's write-back if step 4 has not retired by then).
+  assert plain[4].plan.evict_ids[:2].tolist() == [1, 7] and plain[5].plan.misses == 2
+  # Kept: step 4 evicts {2, 8} instead, step 5 hits both, and no plan waits.
+  assert kept[4].plan.evict_ids[:2].tolist() == [2, 8] and kept[5].plan.hits == 2
+  assert runs[None][1] == 0
+  np.testing.assert_array_equal(runs[None][2], runs[0][2])  # the same training either way
 
 
 def _failing_source():

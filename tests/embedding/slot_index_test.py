@@ -71,3 +71,17 @@ def test_dense_index_remembers_the_step_that_last_evicted_each_absent_id():
   np.testing.assert_array_equal(index.lookup(probe), slots)
   index.remove_slots(np.array([3]), step=0)  # step 0 is a step (not "none")
   assert index.probe(np.array([11]))[1].tolist() == [0]
+
+
+def test_lru_queue_passes_over_kept_slots_and_keeps_them_queued():
+  queue = slot_index.LruQueue(16)
+  last_used = np.zeros((6,), np.int64)
+  queue.push(np.arange(6), 0, last_used)
+  hits, keep = np.zeros((6,), bool), np.zeros((6,), bool)
+  hits[0], keep[[1, 3]] = True, True
+  victims, head = queue.find(2, last_used, 1, hits, keep)
+  assert victims.tolist() == [2, 4] and head == 1  # the head stops at kept slot 1
+  victims, head = queue.find(2, last_used, 1, hits)  # no keep mask: the plain order
+  assert victims.tolist() == [1, 2] and head == 3
+  assert queue.find(5, last_used, 1, hits, keep) == (None, 3)  # slots 2, 4, 5 only
+  assert queue.find(1, last_used, 0, hits, keep) == (None, 0)  # all in flight

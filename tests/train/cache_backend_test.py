@@ -50,7 +50,9 @@ OPTIMIZERS = [pytest.param(name, marks=() if name == "adagrad" else pytest.mark.
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_cache_training_equals_device_reference(optimizer):
   ref = _train(_config(optimizer, "device"))
-  got = _train(_config(optimizer, "cache", cache_policy="lru"))
+  # keep_upcoming=0: the policy alone, so evicted rows come back while their write-back is
+  # in flight (the ordering rule); the default keeps them (next test).
+  got = _train(_config(optimizer, "cache", cache_policy="lru", keep_upcoming=0))
   stats = got.final["cache_stats"]
   assert stats["evictions"] > 0 and stats["d2h_rows"] > 0, stats  # write-back was exercised
   assert stats["ordering_waits"] > 0, stats  # an evicted id was re-admitted within the window
@@ -81,6 +83,21 @@ def test_host_table_state_bytes_per_row(optimizer, slot_width, row_bytes):
   _, slots = table.gather(np.array([0, table.num_rows - 1], np.int64))  # lazily initialised
   np.testing.assert_array_equal(
       slots, np.full((2, slot_width), c.embedding.adagrad_initial_accumulator, np.float32))
+
+
+@pytest.mark.parametrize("policy", ["lru", pytest.param("lfu", marks=pytest.mark.slow)])
+def test_keeping_the_next_batch_rows_removes_every_write_back_wait(policy):
+  ref = _train(_config("adagrad", "device"))
+  plain = _train(_config("adagrad", "cache", cache_policy=policy, keep_upcoming=0))
+  got = _train(_config("adagrad", "cache", cache_policy=policy))  # keep_upcoming=-1: lookahead-1
+  stats, before = got.final["cache_stats"], plain.final["cache_stats"]
+  assert before["ordering_waits"] > 0 and stats["evictions"] > 0, (before, stats)
+  assert stats["ordering_waits"] == 0, stats
+  assert stats["hits"] > before["hits"], (stats["hits"], before["hits"])  # kept rows are hit
+  chex.assert_trees_all_close(got.losses, ref.losses, rtol=1e-5, atol=1e-6)
+  values, slots = _host_rows(got)
+  chex.assert_trees_all_close(values, np.asarray(ref.state.table.values), rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(slots, np.asarray(ref.state.table.opt_slots), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow  # another policy of test_cache_training_equals_device_reference

@@ -170,6 +170,7 @@ _COMMON_FIELDS = {
     "model.cross_layers": _int_in(0, config_check._MAX_COUNT),
     "model.attention_heads": _int_in(1, config_check._MAX_COUNT),
     "embedding.lookahead": _int_in(1, 1024),
+    "embedding.keep_upcoming": _int_in(-1, 1024),
     "embedding.cache_rows": _cache_rows_ok,
     "embedding.learning_rate": _real(0.0, low_ok=False),
     "embedding.l2": _real(0.0),
@@ -278,6 +279,7 @@ def _loose(fmt="criteo", **fields):
     ("embedding.cache_rows", math.nan, "criteo"),
     ("embedding.cache_rows", 2.5, "criteo"),  # neither a row count nor a fraction
     ("embedding.lookahead", 0, "criteo"),
+    ("embedding.keep_upcoming", -2, "criteo"),
     ("embedding.adam_b2", 1.0, "criteo"),
     ("model.mlp_dims", (64, 0), "criteo"),
     ("checkpoint.keep", 0, "criteo"),

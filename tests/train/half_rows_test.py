@@ -26,7 +26,8 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def _config(backend, dtype, stochastic=False, optimizer="adagrad"):
-  c = cache_backend_test._config(optimizer, backend, cache_policy="lru")
+  # keep_upcoming=0: evicted rows come back while their write-back is in flight.
+  c = cache_backend_test._config(optimizer, backend, cache_policy="lru", keep_upcoming=0)
   c.embedding.dtype, c.embedding.stochastic_rounding = dtype, stochastic
   return c
 
