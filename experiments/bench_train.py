@@ -105,7 +105,7 @@ def workload_config(config: ml_collections.ConfigDict, backend: str,
   c.embedding.cache_rows = float(config.cache_rows)
   c.embedding.lookahead = config.lookahead
   c.embedding.unique_capacity = unique_capacity
-  c.embedding.update(dict(config.get("embedding", {})))  # dtype, stochastic_rounding
+  c.embedding.update(dict(config.get("embedding", {})))  # dtype, stochastic_rounding, keep_upcoming
   c.model.split_input, c.train.loader_nice = config.split_input, config.loader_nice
   c.train.loader_idle = config.loader_idle
   c.train.host_allocator = config.get("host_allocator", "tuned")

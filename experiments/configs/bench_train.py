@@ -36,6 +36,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.embedding = e = ml_collections.ConfigDict()  # copied into the trainer's embedding block
   e.dtype = "float32"  # table rows: float32 | bfloat16 | float16 (sfjax/embedding/row_dtype.py)
   e.stochastic_rounding = False  # half-width rows: stochastic rounding of the updates
+  e.keep_upcoming = -1  # cache backend: next batches whose rows are evicted last (-1: lookahead-1;
+  #                      0: the policy alone, every refill of a just-evicted row waits for it)
   c.repeats = 1  # rounds of (floor, backends), interleaved; figures are medians over rounds
   c.chunk_steps = 5  # waited (device-only) and pipelined (end-to-end) steps alternate in chunks
   c.split_input = True  # model.split_input, the trainer's default (deepfm: no concatenated MLP

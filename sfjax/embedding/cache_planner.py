@@ -217,6 +217,7 @@ class CachePlanner:
       raise ValueError(f"plan: step {step} has {n_miss} misses > fill_capacity={self.fill_capacity}")
     occ = self._num_occupied
     n_new = min(n_miss, self.num_slots - occ)
+    upcoming = None if upcoming is None else self._check_upcoming(upcoming)
     keep = None if upcoming is None or n_miss == n_new else self._cached_slots(upcoming)
     victims, lru_head = self._choose_victims(n_miss - n_new, hit_slots, step, n_miss, keep)
     fill_after = self._fill_after_step(miss_ids, None if evicted_at is None else evicted_at[miss])
@@ -295,8 +296,8 @@ class CachePlanner:
         raise ValueError(f"plan: row id {int(ordered[1:][dup][0])} appears more than once")
     return ids
 
-  def _cached_slots(self, ids) -> np.ndarray:
-    """[K] int64 slots holding any of `ids` (non-negative ints, any order; absent ids skipped)."""
+  def _check_upcoming(self, ids) -> np.ndarray:
+    """`plan`'s upcoming ids as [N] int64, checked: 1-D integers inside the table."""
     ids = np.asarray(ids)
     if ids.ndim != 1 or ids.dtype.kind not in "iu":
       raise ValueError(f"plan: upcoming ids must be a 1-D integer array, got {ids.dtype} {ids.shape}")
@@ -305,6 +306,10 @@ class CachePlanner:
     if ids.size and (ids.min() < 0 or ids.max() >= limit):
       raise ValueError(f"plan: upcoming row id {int(ids[(ids < 0) | (ids >= limit)][0])} is "
                        f"outside the table's rows [0, {limit})")
+    return ids
+
+  def _cached_slots(self, ids: np.ndarray) -> np.ndarray:
+    """[K] int64 slots holding any of the int64 `ids` (absent ids skipped)."""
     slots = self._index.lookup(ids)
     return slots[slots >= 0]
 

@@ -315,7 +315,9 @@ class CachePipeline(Iterator[StepInputs]):
   @staticmethod
   def _upcoming_of(window) -> tuple[types.Batch, vsi.VirtualIds, np.ndarray | None]:
     (batch, virt), later = window[0], [v.uniq[:v.num_unique] for _, v in list(window)[1:]]
-    return batch, virt, (np.concatenate(later) if later else None)
+    if len(later) <= 1:  # one batch ahead (lookahead 2, the default): its ids as they are
+      return batch, virt, later[0] if later else None
+    return batch, virt, np.concatenate(later)
 
   def _manage(self) -> Iterator[StepInputs]:
     for step, (batch, virt, upcoming) in enumerate(self._with_upcoming()):

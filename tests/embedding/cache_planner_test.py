@@ -69,6 +69,29 @@ def test_capacity_error_names_needed_capacity_and_keeps_state():
   assert p.plan(1, np.array([3, 4])).num_evictions == 1
 
 
+def test_capacity_error_counts_the_evictable_slots():
+  p = CachePlanner(3, 3, lookahead=2)
+  p.plan(0, np.array([1]))
+  p.retire(0)
+  p.plan(1, np.array([2, 3]))  # in flight; id 1 (step 0) is the one evictable row
+  with pytest.raises(CacheCapacityError, match="only 1 of 3 slots are free or evictable"):
+    p.plan(2, np.array([4, 5]))
+
+
+def test_lfu_picks_the_k_least_used_among_many_slots():
+  """64 slots with distinct use counts: the k least used go, in any k (numpy partitions
+  arrays this large by selection, not by sorting them)."""
+  for k in (1, 5, 17):
+    p = CachePlanner(64, 64, policy="lfu", lookahead=1)
+    rng = np.random.default_rng(k)
+    order = rng.permutation(64)  # id order[j] is used in j + 1 steps
+    for step in range(64):
+      p.plan(step, np.sort(order[step:]) if step else np.arange(64))
+      p.retire(step)
+    plan = p.plan(64, np.arange(100, 100 + k))
+    assert sorted(plan.evict_ids[:k].tolist()) == sorted(order[:k].tolist()), k
+
+
 def test_counters_add_up_over_steps():
   p = CachePlanner(2, 2)
   plans = []
@@ -348,6 +371,9 @@ def test_bad_upcoming_ids_are_rejected_and_the_state_kept():
       p.plan(1, np.array([3]), upcoming=bad)
   assert p.next_step == 1 and p.total_misses == 2
   assert p.plan(1, np.array([3]), upcoming=np.array([2])).evict_ids[:1].tolist() == [1]
+  p.retire(1)
+  with pytest.raises(ValueError, match="upcoming row id 10 is outside"):  # checked without evictions
+    p.plan(2, np.array([3]), upcoming=np.array([10]))
 
 
 @settings(max_examples=50, deadline=None)
