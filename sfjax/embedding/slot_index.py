@@ -166,8 +166,8 @@ class LruQueue:
       take = np.flatnonzero(ok)[:k]
       found.append(slots[take])
       k -= take.size
-      if kept is not None and kept_at is None:
-        passed = np.flatnonzero(kept[:int(take[-1]) + 1 if not k else cut])
+      if kept is not None and kept_at is None:  # (a kept entry past the new head stays anyway)
+        passed = np.flatnonzero(kept)
         kept_at = pos + int(passed[0]) if passed.size else None
       if not k:
         head = pos + int(take[-1]) + 1

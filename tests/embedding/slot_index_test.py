@@ -85,3 +85,17 @@ def test_lru_queue_passes_over_kept_slots_and_keeps_them_queued():
   assert victims.tolist() == [1, 2] and head == 3
   assert queue.find(5, last_used, 1, hits, keep) == (None, 3)  # slots 2, 4, 5 only
   assert queue.find(1, last_used, 0, hits, keep) == (None, 0)  # all in flight
+
+
+def test_lru_queue_search_goes_on_past_its_first_chunk():
+  queue = slot_index.LruQueue(8192)
+  last_used = np.zeros((3000,), np.int64)
+  queue.push(np.arange(3000), 0, last_used)
+  hits = np.zeros((3000,), bool)
+  hits[:2500] = True  # more than one chunk (2k + 1024 entries) to pass over
+  keep = np.zeros((3000,), bool)
+  keep[2600] = True
+  victims, head = queue.find(2, last_used, 1, hits, keep)
+  assert victims.tolist() == [2500, 2501] and head == 2502
+  victims, head = queue.find(150, last_used, 1, hits, keep)
+  assert victims.tolist() == [*range(2500, 2600), *range(2601, 2651)] and head == 2600
