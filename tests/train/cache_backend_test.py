@@ -1,5 +1,6 @@
 """MixCache backend: equals the on-device reference (the oracle), fails cleanly, never recompiles."""
 
+import functools
 import threading
 import traceback
 
@@ -38,6 +39,13 @@ def _config(optimizer, backend, **embedding):
 _train = training_runs.train_run
 
 
+@functools.cache
+def _cache_run(optimizer, policy, keep_upcoming):
+  """One cache-backend training of `_config` (shared by the tests of this module: the
+  reference equality and the kept-rows test read the same keep_upcoming=0 run)."""
+  return _train(_config(optimizer, "cache", cache_policy=policy, keep_upcoming=keep_upcoming))
+
+
 def _host_rows(run):
   return run.trainer.backend.host_table.read_all()
 
@@ -52,7 +60,7 @@ def test_cache_training_equals_device_reference(optimizer):
   ref = _train(_config(optimizer, "device"))
   # keep_upcoming=0: the policy alone, so evicted rows come back while their write-back is
   # in flight (the ordering rule); the default keeps them (next test).
-  got = _train(_config(optimizer, "cache", cache_policy="lru", keep_upcoming=0))
+  got = _cache_run(optimizer, "lru", 0)
   stats = got.final["cache_stats"]
   assert stats["evictions"] > 0 and stats["d2h_rows"] > 0, stats  # write-back was exercised
   assert stats["ordering_waits"] > 0, stats  # an evicted id was re-admitted within the window
@@ -88,8 +96,8 @@ def test_host_table_state_bytes_per_row(optimizer, slot_width, row_bytes):
 @pytest.mark.parametrize("policy", ["lru", pytest.param("lfu", marks=pytest.mark.slow)])
 def test_keeping_the_next_batch_rows_removes_every_write_back_wait(policy):
   # The policy alone (keep_upcoming=0) equals the device reference (the test above).
-  plain = _train(_config("adagrad", "cache", cache_policy=policy, keep_upcoming=0))
-  got = _train(_config("adagrad", "cache", cache_policy=policy))  # keep_upcoming=-1: lookahead-1
+  plain = _cache_run("adagrad", policy, 0)
+  got = _cache_run("adagrad", policy, -1)  # keep_upcoming=-1: lookahead - 1
   stats, before = got.final["cache_stats"], plain.final["cache_stats"]
   assert before["ordering_waits"] > 0 and stats["evictions"] > 0, (before, stats)
   assert stats["ordering_waits"] == 0, stats
@@ -110,6 +118,7 @@ def test_lfu_and_longer_lookahead_also_match():
                               rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # scale_out_test's 8-device replicated cache (adagrad) stays fast
 def test_cache_on_eight_devices_matches_one_device_reference():
   ref = _train(_config("adam", "device"))
   c = _config("adam", "cache")
