@@ -120,7 +120,8 @@ DENSE_ROWS_PER_ID = 64
 
 
 class _Scratch(threading.local):
-  """Per-thread marker flags `[V] bool` (all False between calls) and positions `[V] int32`."""
+  """Per-thread marker flags `[V rounded up to 8] bool` (all False between calls) and
+  positions `[V] int32`."""
   seen: np.ndarray | None = None
   pos: np.ndarray | None = None
 
@@ -129,9 +130,24 @@ _SCRATCH = _Scratch()
 
 
 def _scratch(num_rows: int) -> tuple[np.ndarray, np.ndarray]:
-  if _SCRATCH.seen is None or _SCRATCH.seen.shape[0] != num_rows:
-    _SCRATCH.seen, _SCRATCH.pos = np.zeros(num_rows, bool), np.empty(num_rows, np.int32)
+  if _SCRATCH.pos is None or _SCRATCH.pos.shape[0] != num_rows:
+    # The flags as whole 8-byte words (`_marked`), the tail past V always False.
+    _SCRATCH.seen = np.zeros(-(-num_rows // 8) * 8, bool)
+    _SCRATCH.pos = np.empty(num_rows, np.int32)
   return _SCRATCH.seen, _SCRATCH.pos  # type: ignore[return-value]
+
+
+def _marked(seen: np.ndarray) -> np.ndarray:
+  """The ascending int64 indices of the True flags of `seen` (bool, length a multiple of 8).
+
+  `np.flatnonzero(seen)`, faster when few are set: the flags are scanned 8 at a time as
+  uint64 words, and only the non-zero words' bytes are searched (0.6 of the time for a
+  batch's ~42k ids among 2.6M rows; the result is identical).
+  """
+  words = seen.view(np.uint64)
+  hot = np.flatnonzero(words != 0)
+  at = np.flatnonzero(words[hot].view(np.bool_))  # byte j of hot word i at 8 i + j
+  return hot[at >> 3] * 8 + (at & 7)
 
 
 def unique_inverse(ids: np.ndarray, num_rows: int | None = None
@@ -158,8 +174,10 @@ def unique_inverse(ids: np.ndarray, num_rows: int | None = None
   except IndexError:
     seen[:] = False  # an id past the table may have left flags behind
     raise
-  uniq = np.flatnonzero(seen).astype(np.int64, copy=False)
+  uniq = _marked(seen)
   seen[uniq] = False  # the flags are all False again for the next call
+  if uniq.size and uniq[-1] >= num_rows:  # inside the scratch's rounding to 8 flags
+    raise IndexError(f"index {int(uniq[-1])} is out of bounds for axis 0 with size {num_rows}")
   pos[uniq] = np.arange(uniq.shape[0], dtype=np.int32)
   return uniq, pos[flat]
 
@@ -201,7 +219,7 @@ def dedup_ids(ids: np.ndarray, capacity: int, pad_id: int,
     vids = np.full(ids.shape, n, np.int32)
     vids[real] = inverse
   else:
-    vids = inverse.reshape(ids.shape).astype(np.int32)
+    vids = inverse.reshape(ids.shape).astype(np.int32, copy=False)
   return VirtualIds(padded, vids, n, has_padding)
 
 

@@ -158,6 +158,22 @@ def test_the_marker_pass_with_padding_and_an_id_past_the_table():
   np.testing.assert_array_equal(uniq, [5])
 
 
+def test_an_id_inside_the_scratch_rounding_is_still_past_the_table():
+  for bad in (5, 7):  # 5 rows: the flags are rounded up to 8
+    with pytest.raises(IndexError, match=f"index {bad} is out of bounds"):
+      vsi.unique_inverse(np.array([1, bad, 3, 4, 0, 2, 1]), 5)
+    uniq, inverse = vsi.unique_inverse(np.array([4, 0, 4, 0, 3, 1, 2]), 5)  # no flag left
+    np.testing.assert_array_equal(uniq, [0, 1, 2, 3, 4])
+    np.testing.assert_array_equal(inverse, [4, 0, 4, 0, 3, 1, 2])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.floats(0.0, 1.0), st.integers(0, 2**31))
+def test_marked_flags_equal_flatnonzero(words, density, seed):
+  flags = np.random.default_rng(seed).random(8 * words) < density
+  np.testing.assert_array_equal(vsi._marked(flags), np.flatnonzero(flags))
+
+
 def test_the_marker_scratch_is_per_thread():
   import threading
   results, errors = {}, []
