@@ -118,7 +118,6 @@ def test_lfu_and_longer_lookahead_also_match():
                               rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.slow  # scale_out_test's 8-device replicated cache (adagrad) stays fast
 def test_cache_on_eight_devices_matches_one_device_reference():
   ref = _train(_config("adam", "device"))
   c = _config("adam", "cache")
