@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import queue
 import threading
 import time
@@ -302,22 +303,15 @@ class CachePipeline(Iterator[StepInputs]):
     """The loader's (batch, virt), each with the unique ids of the next `keep_upcoming`
     batches (read ahead from the loader; None when none is asked for or left)."""
     window: collections.deque = collections.deque()
-    loaded = iter(self._loader)
-    for item in loaded:
+    # `keep_upcoming` Nones after the last batch let the window drain through one loop.
+    for item in itertools.chain(self._loader, itertools.repeat(None, self.keep_upcoming)):
       window.append(item)
       if len(window) > self.keep_upcoming:
-        yield self._upcoming_of(window)
+        (batch, virt), *later = window
+        ids = [v.uniq[:v.num_unique] for _, v in filter(None, later)]
+        # One batch ahead (lookahead 2, the default): its ids as they are, no copy.
+        yield batch, virt, (ids[0] if len(ids) == 1 else np.concatenate(ids) if ids else None)
         window.popleft()
-    while window:
-      yield self._upcoming_of(window)
-      window.popleft()
-
-  @staticmethod
-  def _upcoming_of(window) -> tuple[types.Batch, vsi.VirtualIds, np.ndarray | None]:
-    (batch, virt), later = window[0], [v.uniq[:v.num_unique] for _, v in list(window)[1:]]
-    if len(later) <= 1:  # one batch ahead (lookahead 2, the default): its ids as they are
-      return batch, virt, later[0] if later else None
-    return batch, virt, np.concatenate(later)
 
   def _manage(self) -> Iterator[StepInputs]:
     for step, (batch, virt, upcoming) in enumerate(self._with_upcoming()):
