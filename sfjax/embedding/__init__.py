@@ -32,7 +32,7 @@ from sfjax.embedding.host_ps import (
 from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
 from sfjax.embedding.host_table_spec import HostTableSpec
 from sfjax.embedding.initializers import TableInits, init_table_rows
-from sfjax.embedding.pipeline import CachePipeline, bucket_for, device_bytes, swap_buckets
+from sfjax.embedding.pipeline import CachePipeline, device_bytes
 from sfjax.embedding.row_dtype import ROW_DTYPE_NAMES, ROW_DTYPES
 from sfjax.embedding.row_optimizers import (
   ROW_OPTIMIZER_NAMES,
@@ -40,6 +40,7 @@ from sfjax.embedding.row_optimizers import (
   RowOptimizer,
   row_optimizer_from_config,
 )
+from sfjax.embedding.swap_shapes import bucket_for, owner_buckets, swap_buckets
 from sfjax.embedding.vsi import IdRangeError, dedup_ids, global_row_ids, prepare_batch
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
   "init_cache",
   "init_table",
   "init_table_rows",
+  "owner_buckets",
   "prepare_batch",
   "pull_rows",
   "row_optimizer_from_config",

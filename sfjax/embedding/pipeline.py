@@ -41,7 +41,7 @@ from sfjax.core import background, feature_layout
 from sfjax.core.types import DeviceBatch
 from sfjax.data import types
 from sfjax.embedding import cache as cache_lib
-from sfjax.embedding import cache_planner, device_table, row_dtype, sharded_cache, vsi
+from sfjax.embedding import cache_planner, device_table, row_dtype, sharded_cache, swap_shapes, vsi
 from sfjax.embedding import host_table as host_table_lib
 
 
@@ -108,31 +108,6 @@ def _step_stats(plan: cache_planner.CachePlan, row_bytes: int) -> dict[str, int]
           "h2d_bytes": plan.num_fills * row_bytes, "d2h_bytes": plan.num_evictions * row_bytes}
 
 
-def swap_buckets(capacity: int, eighths: int = 8, halvings: int = 2,
-                 multiple: int = 256) -> tuple[int, ...]:
-  """The few swap lengths a cache step is compiled for.
-
-  Fill and evict buffers are sized by the step's real misses (the smallest bucket that
-  holds them), not padded to the unique capacity every step: at a 45% hit rate a step
-  moves about half of the padded rows. Buckets are `k/8` of the capacity (k = 1..8,
-  so a step pads by at most an eighth of the capacity) plus `1/16`, `1/32`, ... for
-  nearly-all-hit steps, rounded up to a multiple of `multiple`. Each bucket compiles
-  once (at most `eighths + halvings` programs), so steps never recompile after warm-up.
-  """
-  fractions = [(k, eighths) for k in range(1, eighths + 1)]
-  fractions += [(1, eighths << h) for h in range(1, halvings + 1)]
-  sizes = {capacity}
-  for num, den in fractions:
-    size = -(-capacity * num // den)  # ceil: never 0
-    sizes.add(min(capacity, -(-size // multiple) * multiple))
-  return tuple(sorted(sizes))
-
-
-def bucket_for(count: int, buckets: tuple[int, ...]) -> int:
-  """The smallest bucket >= `count` (buckets sorted ascending; the last is the capacity)."""
-  return buckets[min(int(np.searchsorted(buckets, count)), len(buckets) - 1)]
-
-
 def _flat_rows(rows: np.ndarray, count: int) -> np.ndarray:
   """[..., W] read-out rows as [count, W] (a [D, Fd, W] row-sharded read-out flattened)."""
   return rows.reshape(count, rows.shape[-1])
@@ -191,7 +166,7 @@ class CachePipeline(Iterator[StepInputs]):
       for a write-back while the cache has room to keep them: each such wait stalls the
       device for a write-back, a gather and a transfer. 0: the policy alone.
 
-  Each step's unique rows are padded to the smallest bucket of `swap_buckets(unique
+  Each step's unique rows are padded to the smallest bucket of `swap_shapes.swap_buckets(unique
   capacity)` that holds them, so gathers and the row-gradient all-reduce run over
   the real unique rows, not the padded capacity.
   """
@@ -215,18 +190,18 @@ class CachePipeline(Iterator[StepInputs]):
     self._sharded_swap, self._owner_blocks = sharded_swap, owner_blocks
     self._bucket_unique = bucket_unique
     self._owns = owns
-    self.unique_buckets = (swap_buckets(planner.unique_capacity) if bucket_unique
+    self.unique_buckets = (swap_shapes.swap_buckets(planner.unique_capacity) if bucket_unique
                            else (planner.unique_capacity,))
     # Per-owner blocks and per-device swaps hold about 1/D of the rows: finer buckets.
-    self.block_buckets = sharded_cache.owner_buckets(planner.unique_capacity,
+    self.block_buckets = swap_shapes.owner_buckets(planner.unique_capacity,
                                                      self.layout.num_shards)
     self.host_table, self.planner = host_table, planner
     self._offsets = np.asarray(field_offsets, np.int64)
     self._column_rows = column_rows
     self._table_starts = table_starts
     self._put_batch, self._put_swap = put_batch, put_swap
-    self.buckets = (sharded_cache.owner_buckets(planner.fill_capacity, self.layout.num_shards)
-                    if sharded_swap else swap_buckets(planner.fill_capacity))
+    self.buckets = (swap_shapes.owner_buckets(planner.fill_capacity, self.layout.num_shards)
+                    if sharded_swap else swap_shapes.swap_buckets(planner.fill_capacity))
     # A row moves its values (the table's dtype: 2 bytes when half-width) and float32 slots.
     self.stats = _CacheStats(row_bytes=host_table.dtype.itemsize * host_table.width
                              + 4 * host_table.slot_width)
@@ -285,7 +260,7 @@ class CachePipeline(Iterator[StepInputs]):
     vids = virt.vids
     starts = self._table_starts
     if not self._owner_blocks:
-      unique = bucket_for(plan.num_unique + int(virt.has_padding), self.unique_buckets)
+      unique = swap_shapes.bucket_for(plan.num_unique + int(virt.has_padding), self.unique_buckets)
       tables = None if starts is None else feature_layout.row_tables(starts, virt.uniq[:unique])
       return self.layout.physical(plan.slots[:unique]), vids, tables
     shards = self.layout.num_shards

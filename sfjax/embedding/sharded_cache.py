@@ -86,23 +86,6 @@ class StagedSwap(NamedTuple):
   evict_ids: np.ndarray
 
 
-def owner_buckets(capacity: int, num_shards: int, ratio: float = 1.125) -> tuple[int, ...]:
-  """Per-device buffer lengths of a row-sharded cache (row blocks, fills, evictions).
-
-  A device holds about 1/D of a step's rows, which k/8-of-the-capacity buckets would pad
-  by up to capacity/8 (more than the whole share at D = 8). Instead the lengths grow
-  geometrically by `ratio` (at most 12.5% padding) in multiples of max(8, 128 // D), up
-  to `capacity` (a device may own every row of a step). A run visits the few lengths
-  near its usual share; each compiles once.
-  """
-  multiple = max(8, 128 // max(num_shards, 1))
-  sizes, size = [], multiple
-  while size < capacity:
-    sizes.append(size)
-    size = max(size + multiple, -(-int(size * ratio) // multiple) * multiple)
-  return tuple(sizes) + (int(capacity),)
-
-
 def _by_owner(slots: np.ndarray, layout: SlotLayout):
   """(owner [n], local slot [n], position within its owner's list [n]) of physical slots."""
   owner, local = np.divmod(slots.astype(np.int64), layout.rows_per_shard)

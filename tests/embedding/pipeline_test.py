@@ -263,18 +263,6 @@ def test_close_mid_stream_stops_threads():
   assert not _pipeline_threads()
 
 
-def test_swap_buckets_are_eighths_of_the_capacity_and_cover_every_count():
-  assert pipeline_lib.swap_buckets(45_056) == (
-      1536, 2816, 5632, 11264, 16896, 22528, 28160, 33792, 39424, 45056)
-  assert pipeline_lib.swap_buckets(100, multiple=8) == (8, 16, 32, 40, 56, 64, 80, 88, 100)
-  buckets = pipeline_lib.swap_buckets(10_000)
-  for count in (0, 1, 255, 256, 257, 2500, 9999, 10_000):
-    size = pipeline_lib.bucket_for(count, buckets)
-    assert size >= count and size in buckets
-    smaller = [b for b in buckets if b < size]
-    assert not smaller or smaller[-1] < count  # the smallest bucket that holds the count
-
-
 def test_row_sharded_pipeline_sends_fills_to_owners_and_writes_back_the_same_rows():
   """The first test's stream on a cache split over 2 devices (2 slots each): same host table."""
   mesh = mesh_lib.make_mesh(2)

@@ -151,13 +151,3 @@ def test_sharded_swap_reads_out_then_fills_on_each_owner():
   want_slots = slots.copy()
   want_slots[[10, 42, 47]] = 7.0
   np.testing.assert_array_equal(np.asarray(new.opt_slots), want_slots)
-
-
-def test_owner_buckets_grow_geometrically_up_to_the_capacity():
-  buckets = sharded_cache.owner_buckets(13312, 8)
-  assert buckets[0] == 16 and buckets[-1] == 13312
-  assert all(b % 16 == 0 for b in buckets[:-1]) and list(buckets) == sorted(set(buckets))
-  for small, big in zip(buckets[:-2], buckets[1:-1], strict=True):
-    assert big <= small * 1.125 + 16  # padding at most 12.5% plus one multiple
-  assert sharded_cache.owner_buckets(100, 1) == (100,)  # multiple 128 > capacity
-  assert sharded_cache.owner_buckets(300, 2) == (64, 128, 192, 256, 300)
