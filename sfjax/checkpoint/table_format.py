@@ -15,6 +15,14 @@ A checkpoint of the host table is a directory
   delta_<s>_<p>.ids.npy   int64 [m] sorted row ids written since the previous checkpoint
   delta_<s>_<p>.rows.npy  float32 [m, E + S] their values | optimizer slots
 
+A table whose tables have their own embedding dims (`HostTableSpec.packed`) writes its
+rows at each table's own width (version 3, entries marked `"packed": true`): a chunk file
+is float32 `[m + P]`, the m rows' indices in the chunk then their kept values and kept
+slots (`RowCodec`: `packed_rows.pack_sorted`, row after row, values before slots), and a
+delta's rows file float32 `[P]` likewise; the columns past a table's dim are its
+constants (0, the initial slot), restored on reading. Entries without the mark (written
+before, linked into a later checkpoint) hold full rows and read as before.
+
 The table is the chunk files (the *base*; a chunk absent from it holds only initial
 rows) with the deltas applied in order. A checkpoint is one of two kinds
 (`plan_save`):
@@ -56,11 +64,11 @@ from sfjax.checkpoint.read_retry import CheckpointReadError, read_retrying
 from sfjax.core import digest
 from sfjax.core.atomic import atomic_write
 from sfjax.embedding import host_table as host_table_lib
-from sfjax.embedding import host_table_files
+from sfjax.embedding import host_table_files, host_table_spec, packed_rows
 
 _FORMAT_NAME = "sfjax.table_checkpoint"
-_FORMAT_VERSION = 2
-_READABLE_VERSIONS = (1, 2)  # version 1: chunks only, no deltas
+_FORMAT_VERSION = 3
+_READABLE_VERSIONS = (1, 2, 3)  # version 1: chunks only, no deltas; 3: packed entries
 MANIFEST_FILE = "manifest.json"
 CHUNK_ROWS = host_table_lib.CHUNK_ROWS
 _DELTA_PIECE_ROWS = 1 << 20  # rows per delta file (bounds one file's memory when loaded)
@@ -77,6 +85,83 @@ def _spec_dict(table: host_table_lib.HostTable) -> dict[str, Any]:
   if s.dtype != "float32":  # half-width rows: stored as float32 (exact), read back as `dtype`
     out["dtype"] = s.dtype
   return out
+
+
+class RowCodec(NamedTuple):
+  """How a packed table's rows are stored in its checkpoint files: each table's kept
+  columns (`HostTableSpec.packing`), the others its constants.
+
+  Attributes:
+    values: the values' `PackedLayout`; value_fill: [T, E] their constants (0).
+    slots: the slots' `PackedLayout`, or None (a row-wise accumulator: stored whole);
+      slot_fill: [T, S] each table's initial slots.
+  """
+
+  values: packed_rows.PackedLayout
+  value_fill: np.ndarray
+  slots: packed_rows.PackedLayout | None
+  slot_fill: np.ndarray
+
+  def size(self, ids: np.ndarray) -> int:
+    """float32 values `encode` stores for the ascending row ids `ids`."""
+    slots = (ids.size * self.slot_fill.shape[1] if self.slots is None
+             else packed_rows.packed_size(self.slots, ids))
+    return packed_rows.packed_size(self.values, ids) + slots
+
+  def encode(self, ids: np.ndarray, values: np.ndarray, slots: np.ndarray,
+             where: str) -> np.ndarray:
+    """float32 [size(ids)]: the rows' kept values, then their kept slots (ValueError naming
+    `where` and the row for an unkept column that is not its table's constant)."""
+    packed_values = packed_rows.pack_sorted(self.values, self.value_fill, ids,
+                                            np.asarray(values, np.float32), where)
+    packed_slots = (np.asarray(slots, np.float32).reshape(-1) if self.slots is None
+                    else packed_rows.pack_sorted(self.slots, self.slot_fill, ids,
+                                                 np.asarray(slots, np.float32), where))
+    return np.concatenate([packed_values, packed_slots])
+
+  def decode(self, ids: np.ndarray, flat: np.ndarray,
+             where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values [m, E], slots [m, S]) of `encode`'s `flat` for the same ids."""
+    if flat.ndim != 1 or flat.size != self.size(ids):
+      raise ValueError(f"{where}: holds {flat.size} values, the packed rows of its "
+                       f"{ids.size} row ids take {self.size(ids)}")
+    split = packed_rows.packed_size(self.values, ids)
+    values = packed_rows.unpack_sorted(self.values, self.value_fill, ids, flat[:split], where)
+    slots = (flat[split:].reshape(ids.size, self.slot_fill.shape[1]) if self.slots is None
+             else packed_rows.unpack_sorted(self.slots, self.slot_fill, ids, flat[split:], where))
+    return values, slots
+
+
+def row_codec(spec: host_table_spec.HostTableSpec) -> RowCodec | None:
+  """The `RowCodec` of a packed table's spec; None when every row is stored whole."""
+  if not spec.packed:
+    return None
+  value_layout, slot_layout = spec.packing()
+  inits = spec.table_inits()
+  assert inits is not None
+  t = value_layout.starts.size
+  return RowCodec(value_layout, np.zeros((t, spec.width), np.float32), slot_layout,
+                  np.asarray(inits.slot_rows, np.float32).reshape(t, spec.slot_width))
+
+
+def manifest_codec(manifest: dict[str, Any], where: str) -> RowCodec:
+  """The `RowCodec` of the table a manifest records (its packed entries' layout).
+
+  Raises:
+    ValueError: naming `where`, when the manifest's table is not packed or not readable.
+  """
+  try:
+    spec = host_table_spec.spec_from_args(
+        manifest["num_rows"], manifest["width"], manifest["slot_width"], manifest["seed"],
+        manifest["init_stddev"], manifest.get("initial_slot_row", [0.0] * manifest["slot_width"]),
+        host_table_files.meta_tables(manifest), manifest.get("dtype", "float32"))
+  except (KeyError, TypeError, ValueError) as err:
+    raise ValueError(f"{where}: the table of packed rows is not readable: {err}") from err
+  codec = row_codec(spec)
+  if codec is None:
+    raise ValueError(f"{where}: holds packed rows, but the manifest's tables all store full "
+                     "rows (no table dim below latent_dim)")
+  return codec
 
 
 def _chunk_file(chunk: int) -> str:
@@ -188,8 +273,10 @@ def plan_save(tracker: ChangeTracker, previous: str | None,
   if previous:
     old = read_manifest(previous)
     check_compatible(old, table, os.path.join(previous, MANIFEST_FILE))
-    row_bytes = 8 + 4 * (table.width + table.slot_width)
-    if _delta_bytes(old) + rows.size * row_bytes <= compact_ratio * _base_bytes(old):
+    codec = row_codec(table.spec)
+    stored = (rows.size * 4 * (table.width + table.slot_width) if codec is None
+              else 4 * codec.size(rows))
+    if _delta_bytes(old) + 8 * rows.size + stored <= compact_ratio * _base_bytes(old):
       return SavePlan("delta", np.unique(rows // CHUNK_ROWS), rows)
   return SavePlan("base", tracker.pop_dirty_chunks(), rows)
 
@@ -240,16 +327,14 @@ def write_table(snapshot: TableSnapshot, table: host_table_lib.HostTable, direct
                          else {"chunks": {}, "deltas": [], "delta_seq": 0})
   chunks: dict[str, dict[str, Any]] = {}
   deltas: list[dict[str, Any]] = []
+  codec = row_codec(table.spec)
   if plan.kind == "base":
     rewritten = {int(k) for k in plan.chunks}
     for k in sorted(rewritten):
       values, slots, flags = snapshot.read_chunk(k)
       if flags.any():
         local = np.flatnonzero(flags)  # only written rows: a sparse table's base stays small
-        block = np.concatenate([values[local].astype(np.float32), slots[local],
-                                local[:, None].astype(np.float32)], axis=1)  # exact below 2**24
-        chunks[str(k)] = dict(_write_file(directory, _chunk_file(k), _npy_bytes(block)),
-                              rows=int(local.size))
+        chunks[str(k)] = _write_chunk(directory, k, local, values[local], slots[local], codec)
     for key, entry in old["chunks"].items():
       if int(key) not in rewritten:
         chunks[key] = _link(previous, directory, entry)
@@ -259,7 +344,7 @@ def write_table(snapshot: TableSnapshot, table: host_table_lib.HostTable, direct
     for d in old["deltas"]:
       deltas.append({"ids": _link(previous, directory, d["ids"]),
                      "rows": _link(previous, directory, d["rows"]), "count": d["count"]})
-    deltas += _write_deltas(snapshot, directory, plan, f"delta_{old['delta_seq']:06d}")
+    deltas += _write_deltas(snapshot, directory, plan, f"delta_{old['delta_seq']:06d}", codec)
   manifest = {"format": _FORMAT_NAME, "version": _FORMAT_VERSION, "chunk_rows": CHUNK_ROWS,
               **_spec_dict(table),
               "chunks": dict(sorted(chunks.items(), key=lambda x: int(x[0]))),
@@ -284,9 +369,23 @@ def save_table(tracker: ChangeTracker, directory: str, previous: str | None,
     snapshot.close()
 
 
+def _write_chunk(directory: str, k: int, local: np.ndarray, values: np.ndarray,
+                 slots: np.ndarray, codec: RowCodec | None) -> dict[str, Any]:
+  """Writes chunk `k`'s written rows (`local` [m]: their indices in the chunk); its entry."""
+  where = os.path.join(directory, _chunk_file(k))
+  index = local.astype(np.float32)  # exact below 2**24
+  if codec is None:
+    block = np.concatenate([values.astype(np.float32), slots, index[:, None]], axis=1)
+    return dict(_write_file(directory, _chunk_file(k), _npy_bytes(block)), rows=int(local.size))
+  flat = np.concatenate([index, codec.encode(k * CHUNK_ROWS + local, values, slots, where)])
+  return dict(_write_file(directory, _chunk_file(k), _npy_bytes(flat)), rows=int(local.size),
+              packed=True)
+
+
 def _write_deltas(snapshot: TableSnapshot, directory: str, plan: SavePlan,
-                  prefix: str) -> list[dict[str, Any]]:
-  """The dirty rows, read chunk by chunk from the snapshot, in files of <= DELTA_PIECE_ROWS."""
+                  prefix: str, codec: RowCodec | None) -> list[dict[str, Any]]:
+  """The dirty rows, read chunk by chunk from the snapshot, in files of <= DELTA_PIECE_ROWS
+  (at each table's own width with a `codec`)."""
   out: list[dict[str, Any]] = []
   ids_buf: list[np.ndarray] = []
   rows_buf: list[np.ndarray] = []
@@ -295,11 +394,17 @@ def _write_deltas(snapshot: TableSnapshot, directory: str, plan: SavePlan,
   def emit():
     nonlocal ids_buf, rows_buf, count
     name = f"{prefix}_{len(out):04d}"
-    ids = np.concatenate(ids_buf)
+    ids, rows = np.concatenate(ids_buf), np.concatenate(rows_buf)
+    rows_entry: dict[str, Any]
+    if codec is None:
+      rows_entry = _write_file(directory, name + ".rows.npy", _npy_bytes(rows))
+    else:
+      width = codec.values.columns
+      flat = codec.encode(ids, rows[:, :width], rows[:, width:],
+                          os.path.join(directory, name + ".rows.npy"))
+      rows_entry = dict(_write_file(directory, name + ".rows.npy", _npy_bytes(flat)), packed=True)
     out.append({"ids": _write_file(directory, name + ".ids.npy", _npy_bytes(ids)),
-                "rows": _write_file(directory, name + ".rows.npy",
-                                    _npy_bytes(np.concatenate(rows_buf))),
-                "count": int(ids.size)})
+                "rows": rows_entry, "count": int(ids.size)})
     ids_buf, rows_buf, count = [], [], 0
 
   if plan.gathered is not None:

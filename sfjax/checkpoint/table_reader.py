@@ -20,7 +20,9 @@ from sfjax.checkpoint.read_retry import MISSING, read_retrying
 from sfjax.checkpoint.table_format import (
   CHUNK_ROWS,
   MANIFEST_FILE,
+  RowCodec,
   check_compatible,
+  manifest_codec,
   read_manifest,
 )
 from sfjax.core import digest
@@ -106,6 +108,7 @@ class TableReader:
                          f"distinct and in [0, {self.num_rows})")
       self._delta_ids.append(ids)
     self._delta_rows: list[np.ndarray | None] = [None] * len(m["deltas"])
+    self._codec: RowCodec | None = None  # made for the first packed entry
     touched = {int(k) for k in m["chunks"]}
     for ids in self._delta_ids:
       touched.update(np.unique(ids // CHUNK_ROWS).tolist())
@@ -117,14 +120,38 @@ class TableReader:
       return np.zeros((0,), np.int64)
     return np.unique(np.concatenate([ids // CHUNK_ROWS for ids in self._delta_ids]))
 
+  def _row_codec(self) -> RowCodec:
+    if self._codec is None:
+      self._codec = manifest_codec(self.manifest, os.path.join(self.directory, MANIFEST_FILE))
+    return self._codec
+
   def _rows(self, i: int) -> np.ndarray:
     rows = self._delta_rows[i]
     if rows is None:
       d = self.manifest["deltas"][i]
-      rows = self._delta_rows[i] = _load_npy(self.directory, d["rows"],
-                                             (d["count"], self.width + self.slot_width),
-                                             np.float32)
+      if d["rows"].get("packed"):  # at each table's own width
+        codec, ids = self._row_codec(), self._delta_ids[i]
+        flat = _load_npy(self.directory, d["rows"], (codec.size(ids),), np.float32)
+        values, slots = codec.decode(ids, flat, os.path.join(self.directory, d["rows"]["file"]))
+        rows = np.concatenate([values, slots], axis=1)
+      else:
+        rows = _load_npy(self.directory, d["rows"], (d["count"], self.width + self.slot_width),
+                         np.float32)
+      self._delta_rows[i] = rows
     return rows
+
+  def _packed_chunk(self, k: int, entry: dict[str, Any],
+                    n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The written rows of a packed chunk file: (indices in the chunk [m], values, slots)."""
+    path = os.path.join(self.directory, entry["file"])
+    m = entry["rows"]
+    flat = np.load(io.BytesIO(_read_file(self.directory, entry)))
+    if flat.ndim != 1 or flat.dtype != np.float32 or flat.size < m:
+      raise ValueError(f"{path}: holds {flat.shape} {flat.dtype}, expected float32 [{m} + "
+                       "the packed rows]")
+    local = _local_rows(flat[:m], n, path)
+    values, slots = self._row_codec().decode(k * CHUNK_ROWS + local, flat[m:], path)
+    return local, values, slots
 
   def read(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Chunk `k`'s stored (values [n,E], slots [n,S], flags [n] bool); unwritten rows 0/False."""
@@ -141,16 +168,16 @@ class TableReader:
       block = _load_npy(self.directory, entry, (n, e + s + 1), np.float32)
       values, slots = np.ascontiguousarray(block[:, :e]), np.ascontiguousarray(block[:, e:e + s])
       flags = block[:, -1] > 0.5
-    else:  # the written rows only, last column their index in the chunk
-      block = _load_npy(self.directory, entry, (entry["rows"], e + s + 1), np.float32)
-      local = block[:, -1].astype(np.int64)
-      if local.size and (local[0] < 0 or local[-1] >= n or np.any(np.diff(local) <= 0)
-                         or not np.array_equal(local, block[:, -1])):
-        raise ValueError(f"{os.path.join(self.directory, entry['file'])}: row indices are not "
-                         f"sorted, distinct integers in [0, {n})")
+    else:  # the written rows only, with their indices in the chunk
+      if entry.get("packed"):  # at each table's own width
+        local, stored_values, stored_slots = self._packed_chunk(k, entry, n)
+      else:  # full rows, last column the index
+        block = _load_npy(self.directory, entry, (entry["rows"], e + s + 1), np.float32)
+        local = _local_rows(block[:, -1], n, os.path.join(self.directory, entry["file"]))
+        stored_values, stored_slots = block[:, :e], block[:, e:e + s]
       values, slots = np.zeros((n, e), np.float32), np.zeros((n, s), np.float32)
       flags = np.zeros((n,), np.bool_)
-      values[local], slots[local], flags[local] = block[:, :e], block[:, e:e + s], True
+      values[local], slots[local], flags[local] = stored_values, stored_slots, True
     for i, ids in enumerate(self._delta_ids):
       a, b = np.searchsorted(ids, [lo, lo + n])
       if a == b:
@@ -158,6 +185,16 @@ class TableReader:
       local, rows = ids[a:b] - lo, self._rows(i)[a:b]
       values[local], slots[local], flags[local] = rows[:, :e], rows[:, e:], True
     return values, slots, flags
+
+
+def _local_rows(column: np.ndarray, n: int, path: str) -> np.ndarray:
+  """A chunk file's row indices (float32, exact below 2**24) as int64, checked sorted,
+  distinct integers in `[0, n)`."""
+  local = column.astype(np.int64)
+  if local.size and (local[0] < 0 or local[-1] >= n or np.any(np.diff(local) <= 0)
+                     or not np.array_equal(local, column)):
+    raise ValueError(f"{path}: row indices are not sorted, distinct integers in [0, {n})")
+  return local
 
 
 def load_table(table: host_table_lib.HostTable, directory: str,

@@ -14,7 +14,9 @@ writes check that those columns still hold it, so no value is ever dropped silen
 `column_ranges` gives the kept columns of a table of dim d; `PackedLayout` the blocks'
 geometry (`PackedLayout.size` elements in all); `DenseRows` is a plain `[V, W]` array
 behind the same interface (every column stored), so a host table reads and writes either
-alike.
+alike. `pack_sorted` / `unpack_sorted` store the rows of a sorted set of ids at their
+tables' own widths, row after row (a table checkpoint's chunk and delta files,
+`sfjax.checkpoint.table_format.RowCodec`).
 """
 
 from __future__ import annotations
@@ -263,3 +265,80 @@ class DenseRows:
   def read(self, lo: int, hi: int) -> np.ndarray:
     """Rows `[lo, hi)` as a fresh [hi - lo, W] array."""
     return np.array(self.buffer[lo:hi])
+
+
+def _sorted_ids(layout: PackedLayout, ids, where: str) -> np.ndarray:
+  """`ids` as int64, checked strictly ascending inside `[0, V)` (ValueError naming `where`)."""
+  ids = np.asarray(ids, np.int64).reshape(-1)
+  if ids.size and (ids[0] < 0 or ids[-1] >= layout.num_rows or np.any(np.diff(ids) <= 0)):
+    raise ValueError(f"{where}: row ids must ascend strictly inside [0, {layout.num_rows})")
+  return ids
+
+
+def _segments(layout: PackedLayout, ids: np.ndarray):
+  """(table, lo, hi) for each table with rows in the ascending `ids`: `ids[lo:hi]`."""
+  bounds = np.searchsorted(ids, np.append(layout.starts, layout.num_rows))
+  for t in range(layout.starts.size):
+    lo, hi = int(bounds[t]), int(bounds[t + 1])
+    if lo < hi:
+      yield t, lo, hi
+
+
+def packed_size(layout: PackedLayout, ids: np.ndarray) -> int:
+  """Elements `pack_sorted` stores for the ascending row ids `ids` [N]."""
+  counts = np.diff(np.searchsorted(ids, np.append(layout.starts, layout.num_rows)))
+  return int((counts * layout.widths).sum())
+
+
+def pack_sorted(layout: PackedLayout, fill: np.ndarray, ids: np.ndarray, rows: np.ndarray,
+                where: str) -> np.ndarray:
+  """The kept columns of rows `rows` [N, W] at the strictly ascending ids `ids` [N], row
+  after row, as one flat array of `packed_size(layout, ids)` elements (a checkpoint's
+  rows at each table's own width; `unpack_sorted` reverses it).
+
+  Raises:
+    ValueError: naming `where`, the row id, its table and the column, when an unkept
+      column differs from its table's constant `fill` [T, W] (it would be lost).
+  """
+  ids = _sorted_ids(layout, ids, where)
+  parts = []
+  for t, lo, hi in _segments(layout, ids):
+    block, ranges = rows[lo:hi], layout.ranges[t]
+    dropped = np.ones(layout.columns, bool)
+    for a, b in ranges:
+      dropped[a:b] = False
+    bad = (block != fill[t]) & dropped
+    if bad.any():
+      row, col = (int(x) for x in np.argwhere(bad)[0])
+      raise ValueError(f"{where}: row id {int(ids[lo + row])} (table {t}) holds "
+                       f"{block[row, col]} in column {col}, past the table's "
+                       f"{int(layout.widths[t])} stored columns (must be {fill[t][col]})")
+    parts.append(np.concatenate([block[:, a:b] for a, b in ranges], axis=1).reshape(-1))
+  return np.concatenate(parts) if parts else np.zeros((0,), rows.dtype)
+
+
+def unpack_sorted(layout: PackedLayout, fill: np.ndarray, ids: np.ndarray, flat: np.ndarray,
+                  where: str) -> np.ndarray:
+  """Rows [N, W] of the ascending ids `ids` [N] from `pack_sorted`'s `flat` array: the
+  kept columns from it, the others each table's constant `fill` [T, W].
+
+  Raises:
+    ValueError: naming `where`, when `flat` does not hold exactly those rows' kept columns.
+  """
+  ids = _sorted_ids(layout, ids, where)
+  expected = packed_size(layout, ids)
+  if flat.ndim != 1 or flat.size != expected:
+    raise ValueError(f"{where}: holds {flat.size} values of shape {flat.shape}, the {ids.size} "
+                     f"rows' tables store {expected}")
+  out = np.empty((ids.size, layout.columns), flat.dtype)
+  p = 0
+  for t, lo, hi in _segments(layout, ids):
+    width = int(layout.widths[t])
+    block = flat[p:p + (hi - lo) * width].reshape(hi - lo, width)
+    out[lo:hi] = fill[t]
+    q = 0
+    for a, b in layout.ranges[t]:
+      out[lo:hi, a:b] = block[:, q:q + b - a]
+      q += b - a
+    p += (hi - lo) * width
+  return out

@@ -14,6 +14,7 @@ from sfjax.checkpoint import table_format as table_checkpoint
 from sfjax.checkpoint.change_tracking import ChangeTracker
 from sfjax.checkpoint.table_reader import load_table, verify_table
 from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
+from sfjax.embedding.initializers import TableInits
 
 ROWS = 3 * CHUNK_ROWS + 5  # three full chunks and a short one
 
@@ -184,3 +185,117 @@ def test_the_manifest_records_the_initial_slots_and_refuses_other_ones(tmp_path)
   del old["initial_slot_row"]
   path.write_text(json.dumps(old))
   assert load_table(other, str(tmp_path / "c")) == 1
+
+
+# Tables at their own width: 4 latent columns + a first-order one (E = 5); tables of dim 2,
+# the model's (0) and 1, the first two straddling chunk boundaries.
+_STARTS = np.array([0, CHUNK_ROWS - 3, 2 * CHUNK_ROWS + 10])
+_DIMS = np.array([2, 0, 1])
+_SLOTS = {"rowwise": [0.1], "adagrad": [0.1] * 5, "adam": [0.0] * 5 + [0.2] * 5}
+
+
+def _packed_table(slot_row, dims=_DIMS):
+  slot_rows = np.tile(np.asarray(slot_row, np.float32), (3, 1))
+  slot_rows[1] *= 2  # each table its own initial slots
+  tables = TableInits(_STARTS, np.array([0.1, 0.5, 0.02]), slot_rows, dims, 4)
+  return HostTable.create_ram(ROWS, 5, len(slot_row), seed=3, init_stddev=0.1,
+                              initial_slot_row=slot_row, tables=tables)
+
+
+def _write_live(table, ids, rng):
+  """Random values and slots at `ids`, their unread columns left at their constants."""
+  ids = np.asarray(ids, np.int64)
+  values, slots = table.gather(ids)
+  dims = _DIMS[np.searchsorted(_STARTS, ids, side="right") - 1]
+  live = np.ones(values.shape, bool)
+  for row, d in enumerate(dims):
+    live[row, d:4] = d == 0
+  values = np.where(live, rng.normal(size=values.shape), 0.0).astype(np.float32)
+  groups = slots.shape[1] // 5
+  fresh = rng.random(slots.shape).astype(np.float32)
+  slots = fresh if groups == 0 else np.where(np.tile(live, (1, groups)), fresh, slots)
+  table.scatter(ids, values, slots)
+
+
+@pytest.mark.parametrize("slot_row", list(_SLOTS.values()), ids=list(_SLOTS))
+def test_a_packed_table_checkpoints_each_tables_own_width(tmp_path, slot_row):
+  rng = np.random.default_rng(0)
+  table = _packed_table(slot_row)
+  tracker = _tracked(table)
+  written = np.unique(np.concatenate([rng.choice(ROWS, 3000, replace=False),
+                                      _STARTS, _STARTS[1:] - 1, [ROWS - 1]])).astype(np.int64)
+  _write_live(table, written, rng)
+  base = table_checkpoint.save_table(tracker, str(tmp_path / "a"), None)
+  assert base["version"] == 3 and all(e["packed"] for e in base["chunks"].values())
+  codec = table_checkpoint.row_codec(table.spec)
+  for key, entry in base["chunks"].items():  # m indices + the rows' kept columns
+    k = int(key)
+    ids = written[written // CHUNK_ROWS == k]
+    stored = np.load(tmp_path / "a" / entry["file"])
+    assert entry["rows"] == ids.size and stored.shape == (ids.size + codec.size(ids),)
+    if k == 3:  # table 2's rows only (dim 1): columns 0 and 4 of 5, slots alike
+      per_row = 2 + {1: 1, 5: 2, 10: 4}[len(slot_row)]  # a row-wise accumulator: whole
+      assert codec.size(ids) == ids.size * per_row
+  # a delta of packed rows, then a base with it folded in
+  _write_live(table, [1, CHUNK_ROWS - 4, CHUNK_ROWS - 3, 3 * CHUNK_ROWS + 4], rng)
+  delta = table_checkpoint.save_table(tracker, str(tmp_path / "b"), str(tmp_path / "a"))
+  (rows_entry,) = [d["rows"] for d in delta["deltas"]]
+  assert rows_entry["packed"]
+  ids = np.load(tmp_path / "b" / delta["deltas"][0]["ids"]["file"])
+  assert np.load(tmp_path / "b" / rows_entry["file"]).shape == (codec.size(ids),)
+  for name, when in (("b", None), ("c", 0.0)):
+    if when is not None:
+      manifest = table_checkpoint.save_table(tracker, str(tmp_path / name), str(tmp_path / "b"),
+                                             compact_ratio=when)
+      assert manifest["deltas"] == []
+    restored = _packed_table(slot_row)
+    load_table(restored, str(tmp_path / name))
+    chex.assert_trees_all_equal(restored.read_all(), table.read_all())
+    assert restored.num_materialised == table.num_materialised
+
+
+def test_packed_files_are_smaller_by_the_columns_they_leave_out(tmp_path):
+  ids = np.arange(2 * CHUNK_ROWS + 10, 2 * CHUNK_ROWS + 2010, dtype=np.int64)  # table 2 only
+  sizes = {}
+  for name, dims in (("own", _DIMS), ("full", None)):  # the same rows, stored whole
+    table = _packed_table(_SLOTS["adagrad"], dims)
+    _write_live(table, ids, np.random.default_rng(1))
+    manifest = table_checkpoint.save_table(_tracked(table), str(tmp_path / name), None)
+    sizes[name] = manifest["chunks"]["2"]["bytes"]
+  # 2000 rows: 2 of 5 value and 2 of 5 slot columns + the index, against 5 + 5 + 1.
+  assert sizes["own"] < 2000 * 4 * 5 + 256 and sizes["full"] > 2000 * 4 * 11
+
+
+def test_a_full_width_base_of_a_packed_table_reads_and_takes_packed_deltas(tmp_path, monkeypatch):
+  rng = np.random.default_rng(2)
+  table = _packed_table(_SLOTS["adam"])
+  tracker = _tracked(table)
+  _write_live(table, np.arange(0, ROWS, 101), rng)
+  with monkeypatch.context() as m:  # the writer before packed files: full rows
+    m.setattr(table_checkpoint, "row_codec", lambda spec: None)
+    old = table_checkpoint.save_table(tracker, str(tmp_path / "a"), None)
+  assert not any(e.get("packed") for e in old["chunks"].values())
+  _write_live(table, [2, CHUNK_ROWS + 7], rng)
+  new = table_checkpoint.save_table(tracker, str(tmp_path / "b"), str(tmp_path / "a"))
+  assert new["deltas"][0]["rows"]["packed"] and not new["chunks"]["0"].get("packed")
+  restored = _packed_table(_SLOTS["adam"])
+  load_table(restored, str(tmp_path / "b"))
+  chex.assert_trees_all_equal(restored.read_all(), table.read_all())
+
+
+def test_a_delta_is_priced_at_its_packed_bytes(tmp_path):
+  rng = np.random.default_rng(4)
+  table = _packed_table(_SLOTS["adagrad"])
+  tracker = _tracked(table)
+  _write_live(table, np.arange(0, 3000, dtype=np.int64), rng)
+  base = table_checkpoint.save_table(tracker, str(tmp_path / "a"), None)
+  base_bytes = sum(e["bytes"] for e in base["chunks"].values())
+  dirty = np.arange(3 * CHUNK_ROWS, 3 * CHUNK_ROWS + 5, dtype=np.int64)  # table 2: 4 of 10
+  packed = 8 * 5 + 4 * table_checkpoint.row_codec(table.spec).size(dirty)
+  full = 8 * 5 + 4 * 5 * 10
+  assert packed < full
+  for ratio, kind in (((packed + full) / 2, "delta"), (packed - 1, "base")):
+    _write_live(table, dirty, rng)
+    plan = table_checkpoint.plan_save(tracker, str(tmp_path / "a"), ratio / base_bytes)
+    assert plan.kind == kind
+    table_checkpoint.unplan_save(tracker, plan)

@@ -1,5 +1,6 @@
 """Reading host-table checkpoints: every file verified, corrupt ones named, the wrong table refused."""
 
+import io
 import json
 
 import numpy as np
@@ -7,7 +8,9 @@ import pytest
 
 from sfjax.checkpoint import table_format, table_reader
 from sfjax.checkpoint.change_tracking import ChangeTracker
+from sfjax.core import digest
 from sfjax.embedding.host_table import CHUNK_ROWS, HostTable
+from sfjax.embedding.initializers import TableInits
 
 ROWS = 2 * CHUNK_ROWS + 5
 
@@ -75,3 +78,65 @@ def test_refuses_another_table_or_a_used_one(tmp_path):
   (tmp_path / "c" / "manifest.json").write_text("{")
   with pytest.raises(ValueError, match="manifest.json: unreadable"):
     table_reader.load_table(_table(), str(tmp_path / "c"))
+
+
+def _packed_saved(directory, ids):
+  """A base checkpoint of a table of two tables of dims 1 and 2 (of 2 latent columns + a
+  first-order one, adagrad slots) with rows `ids` written; returns the table."""
+  tables = TableInits(np.array([0, 100]), np.array([0.1, 0.1]), np.full((2, 3), 0.5, np.float32),
+                      np.array([1, 2]), 2)
+  table = HostTable.create_ram(ROWS, 3, 3, seed=1, init_stddev=0.1,
+                               initial_slot_row=np.full(3, 0.5, np.float32), tables=tables)
+  ids = np.asarray(ids, np.int64)
+  values, slots = table.gather(ids)
+  table.scatter(ids, values + (values != 0), slots + 1.0 * np.array([1, 0, 1]))
+  table_format.save_table(ChangeTracker(table), str(directory), None)
+  return table
+
+
+def _rewrite(directory, entry_of, array):
+  """Replaces a checkpoint file with `array`, its manifest entry updated to match (a file
+  that verifies but holds the wrong rows)."""
+  manifest = json.loads((directory / "manifest.json").read_text())
+  entry = entry_of(manifest)
+  buf = io.BytesIO()
+  np.save(buf, array)
+  (directory / entry["file"]).write_bytes(buf.getvalue())
+  entry.update(digest.bytes_digest(buf.getvalue()))
+  (directory / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_packed_rows_of_the_wrong_size_or_without_packed_tables_are_named(tmp_path):
+  table = _packed_saved(tmp_path / "c", [3, 150])
+  reader = table_reader.TableReader(str(tmp_path / "c"))
+  values, slots, flags = reader.read(0)
+  np.testing.assert_array_equal(values[[3, 150]], table.gather(np.array([3, 150]))[0])
+  np.testing.assert_array_equal(slots[[3, 150]], table.gather(np.array([3, 150]))[1])
+  assert np.flatnonzero(flags).tolist() == [3, 150]
+  stored = np.load(tmp_path / "c" / "chunk_00000000.npy")
+  assert stored.shape == (2 + (2 + 2) + (3 + 3),)  # indices; dim 1 keeps 2 of 3, dim 2 all
+  _rewrite(tmp_path / "c", lambda m: m["chunks"]["0"], stored[:-1])
+  with pytest.raises(ValueError, match=r"chunk_00000000.npy: holds 9 values, the packed rows "
+                                       r"of its 2 row ids take 10"):
+    table_reader.TableReader(str(tmp_path / "c")).read(0)
+  _rewrite(tmp_path / "c", lambda m: m["chunks"]["0"], stored[:1])  # fewer than the indices
+  with pytest.raises(ValueError, match=r"chunk_00000000.npy: holds \(1,\) float32, expected "
+                                       r"float32 \[2 \+ the packed rows\]"):
+    table_reader.TableReader(str(tmp_path / "c")).read(0)
+  bad = stored.copy()
+  bad[:2] = [150, 3]  # indices out of order
+  _rewrite(tmp_path / "c", lambda m: m["chunks"]["0"], bad)
+  with pytest.raises(ValueError, match="chunk_00000000.npy: row indices are not sorted"):
+    table_reader.TableReader(str(tmp_path / "c")).read(0)
+  _rewrite(tmp_path / "c", lambda m: m["chunks"]["0"], stored)
+  manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())
+  manifest["tables"]["dims"] = [0, 0]  # a manifest whose tables store full rows
+  (tmp_path / "c" / "manifest.json").write_text(json.dumps(manifest))
+  with pytest.raises(ValueError, match=r"manifest.json: holds packed rows, but the manifest's "
+                                       r"tables all store full rows"):
+    table_reader.TableReader(str(tmp_path / "c")).read(0)
+  del manifest["tables"]["starts"]
+  (tmp_path / "c" / "manifest.json").write_text(json.dumps(manifest))
+  with pytest.raises(ValueError, match=r"manifest.json: the table of packed rows is not "
+                                       r"readable"):
+    table_reader.TableReader(str(tmp_path / "c")).read(0)

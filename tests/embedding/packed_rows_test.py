@@ -179,3 +179,45 @@ def test_rows_keep_the_buffers_dtype_and_its_rounded_constants():
   packed.check(np.array([0, 5, 2]), rows, "scatter", "values")
   packed.put(np.array([0, 5, 2]), rows)
   chex.assert_trees_all_equal(packed.take(np.array([2, 0])), rows[[2, 0]])
+
+
+def test_pack_sorted_keeps_each_rows_own_columns_and_unpack_restores_the_rows():
+  rng = np.random.default_rng(3)
+  fill = np.arange(15, dtype=np.float32).reshape(3, 5)
+  layout = _packed(fill).layout  # tables [0, 10) keep 0, 1, 4; [10, 30) all; [30, 50) column 0
+  rows = _dense_rows(fill, rng)
+  ids = np.array([0, 3, 9, 10, 29, 30, 49], np.int64)  # both edges of every table
+  flat = pr.pack_sorted(layout, fill, ids, rows[ids], "w")
+  assert pr.packed_size(layout, ids) == flat.size == 3 * 3 + 2 * 5 + 2 * 1
+  # Row after row, each row's kept columns in order.
+  want = np.concatenate([rows[0, [0, 1, 4]], rows[3, [0, 1, 4]], rows[9, [0, 1, 4]], rows[10],
+                         rows[29], rows[30, :1], rows[49, :1]])
+  chex.assert_trees_all_equal(flat, want)
+  chex.assert_trees_all_equal(pr.unpack_sorted(layout, fill, ids, flat, "r"), rows[ids])
+  for chosen in (rng.choice(50, 23, replace=False), np.array([31]), np.arange(50)):
+    ids = np.sort(chosen).astype(np.int64)
+    flat = pr.pack_sorted(layout, fill, ids, rows[ids], "w")
+    chex.assert_trees_all_equal(pr.unpack_sorted(layout, fill, ids, flat, "r"), rows[ids])
+  empty = np.zeros((0,), np.int64)
+  assert pr.pack_sorted(layout, fill, empty, rows[empty], "w").shape == (0,)
+  assert pr.unpack_sorted(layout, fill, empty, np.zeros(0, np.float32), "r").shape == (0, 5)
+
+
+def test_pack_sorted_refuses_a_value_it_would_drop_and_unsorted_or_outside_ids():
+  fill = np.zeros((3, 5), np.float32)
+  layout = _packed(fill).layout
+  rows = np.zeros((2, 5), np.float32)
+  rows[1, 3] = 0.5  # row id 12 keeps every column: fine; row id 31 keeps column 0 only
+  pr.pack_sorted(layout, fill, np.array([2, 12]), rows, "w")
+  with pytest.raises(ValueError, match=r"f.npy: row id 31 \(table 2\) holds 0.5 in column 3, "
+                                       r"past the table's 1 stored columns \(must be 0.0\)"):
+    pr.pack_sorted(layout, fill, np.array([2, 31]), rows, "f.npy")
+  for ids in ([12, 2], [2, 2], [-1, 2], [2, 50]):
+    with pytest.raises(ValueError, match=r"w: row ids must ascend strictly inside \[0, 50\)"):
+      pr.pack_sorted(layout, fill, np.array(ids), np.zeros((2, 5), np.float32), "w")
+    with pytest.raises(ValueError, match=r"r: row ids must ascend strictly inside \[0, 50\)"):
+      pr.unpack_sorted(layout, fill, np.array(ids), np.zeros(6, np.float32), "r")
+  with pytest.raises(ValueError, match=r"f.npy: holds 5 values of shape \(5,\), the 2 rows' tables store 6"):
+    pr.unpack_sorted(layout, fill, np.array([2, 5]), np.zeros(5, np.float32), "f.npy")
+  with pytest.raises(ValueError, match=r"holds 6 values of shape \(2, 3\)"):
+    pr.unpack_sorted(layout, fill, np.array([2, 5]), np.zeros((2, 3), np.float32), "f.npy")

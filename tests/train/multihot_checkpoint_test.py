@@ -40,6 +40,17 @@ def _run(c, workdir, data):
   return metrics, jax.device_get(state.params), table, np.asarray(losses)
 
 
+def _table_manifests(step_dir):
+  """The host-table checkpoint manifests under a checkpoint step (one per table shard)."""
+  out = []
+  for root, _, files in os.walk(step_dir):
+    if "manifest.json" in files:
+      manifest = json.loads(open(os.path.join(root, "manifest.json")).read())
+      if manifest.get("format") == "sfjax.table_checkpoint":
+        out.append(manifest)
+  return out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("first,second,layout", [
     (("device", 8), ("device", 1), bag_data.LAYOUT),
@@ -58,6 +69,10 @@ def test_resume_elsewhere_and_export_carry_the_layout(tmp_path, first, second, l
   run_dir = str(tmp_path / "run")
   shutil.copytree(str(tmp_path / "ref"), run_dir)
   shutil.rmtree(os.path.join(run_dir, "checkpoints", "step_00000040"))
+  if first[0] == "cache" and layout is bag_data.DIMS_LAYOUT:  # rows at each table's width
+    entries = [e for m in _table_manifests(os.path.join(run_dir, "checkpoints", "step_00000030"))
+               for e in list(m["chunks"].values()) + [d["rows"] for d in m["deltas"]]]
+    assert entries and all(e.get("packed") for e in entries)
   got, params, table, losses = _run(config(*second), run_dir, data)
   tol = {"rtol": 1e-5, "atol": 1e-6}
   assert len(losses) == 10
