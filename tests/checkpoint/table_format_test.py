@@ -283,19 +283,38 @@ def test_a_full_width_base_of_a_packed_table_reads_and_takes_packed_deltas(tmp_p
   chex.assert_trees_all_equal(restored.read_all(), table.read_all())
 
 
-def test_a_delta_is_priced_at_its_packed_bytes(tmp_path):
+@pytest.mark.parametrize("dims", [_DIMS, None], ids=["packed", "full"])
+def test_a_delta_is_priced_at_the_bytes_it_stores(tmp_path, dims):
   rng = np.random.default_rng(4)
-  table = _packed_table(_SLOTS["adagrad"])
+  table = _packed_table(_SLOTS["adagrad"], dims)
   tracker = _tracked(table)
   _write_live(table, np.arange(0, 3000, dtype=np.int64), rng)
   base = table_checkpoint.save_table(tracker, str(tmp_path / "a"), None)
   base_bytes = sum(e["bytes"] for e in base["chunks"].values())
   dirty = np.arange(3 * CHUNK_ROWS, 3 * CHUNK_ROWS + 5, dtype=np.int64)  # table 2: 4 of 10
-  packed = 8 * 5 + 4 * table_checkpoint.row_codec(table.spec).size(dirty)
-  full = 8 * 5 + 4 * 5 * 10
-  assert packed < full
-  for ratio, kind in (((packed + full) / 2, "delta"), (packed - 1, "base")):
+  codec = table_checkpoint.row_codec(table.spec)
+  assert (codec is None) == (dims is None)
+  stored = 4 * 5 * 10 if codec is None else 4 * codec.size(dirty)
+  assert codec is None or stored == 4 * 5 * 4
+  for ratio, kind in (((8 * 5 + stored + 0.5), "delta"), ((8 * 5 + stored - 0.5), "base")):
     _write_live(table, dirty, rng)
     plan = table_checkpoint.plan_save(tracker, str(tmp_path / "a"), ratio / base_bytes)
     assert plan.kind == kind
     table_checkpoint.unplan_save(tracker, plan)
+
+
+def test_encoding_a_dropped_value_names_the_file_and_row():
+  table = _packed_table(_SLOTS["adagrad"])
+  codec = table_checkpoint.row_codec(table.spec)
+  ids = np.array([3, 5], np.int64)
+  values, slots = table.gather(ids)
+  codec.encode(ids, values, slots, "c/chunk_00000000.npy")
+  values[1, 3] = 1.0  # table 0 has dim 2: column 3 is not stored
+  with pytest.raises(ValueError, match=r"c/chunk_00000000.npy: row id 5 \(table 0\) holds 1.0 "
+                                       r"in column 3"):
+    codec.encode(ids, values, slots, "c/chunk_00000000.npy")
+  values[1, 3] = 0.0
+  slots[0, 2] = 7.0
+  with pytest.raises(ValueError, match=r"c/d.rows.npy: row id 3 \(table 0\) holds 7.0 "
+                                       r"in column 2"):
+    codec.encode(ids, values, slots, "c/d.rows.npy")

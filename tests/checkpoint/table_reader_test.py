@@ -110,29 +110,34 @@ def test_packed_rows_of_the_wrong_size_or_without_packed_tables_are_named(tmp_pa
   table = _packed_saved(tmp_path / "c", [3, 150])
   reader = table_reader.TableReader(str(tmp_path / "c"))
   values, slots, flags = reader.read(0)
+  assert (values.dtype, slots.dtype, flags.dtype) == (np.float32, np.float32, np.bool_)
   np.testing.assert_array_equal(values[[3, 150]], table.gather(np.array([3, 150]))[0])
   np.testing.assert_array_equal(slots[[3, 150]], table.gather(np.array([3, 150]))[1])
   assert np.flatnonzero(flags).tolist() == [3, 150]
   stored = np.load(tmp_path / "c" / "chunk_00000000.npy")
   assert stored.shape == (2 + (2 + 2) + (3 + 3),)  # indices; dim 1 keeps 2 of 3, dim 2 all
   _rewrite(tmp_path / "c", lambda m: m["chunks"]["0"], stored[:-1])
-  with pytest.raises(ValueError, match=r"chunk_00000000.npy: holds 9 values, the packed rows "
-                                       r"of its 2 row ids take 10"):
+  with pytest.raises(ValueError, match=r"/c/chunk_00000000.npy: holds 9 values, the packed "
+                                       r"rows of its 2 row ids take 10"):
     table_reader.TableReader(str(tmp_path / "c")).read(0)
   _rewrite(tmp_path / "c", lambda m: m["chunks"]["0"], stored[:1])  # fewer than the indices
-  with pytest.raises(ValueError, match=r"chunk_00000000.npy: holds \(1,\) float32, expected "
+  with pytest.raises(ValueError, match=r"/c/chunk_00000000.npy: holds \(1,\) float32, expected "
                                        r"float32 \[2 \+ the packed rows\]"):
     table_reader.TableReader(str(tmp_path / "c")).read(0)
-  bad = stored.copy()
-  bad[:2] = [150, 3]  # indices out of order
-  _rewrite(tmp_path / "c", lambda m: m["chunks"]["0"], bad)
-  with pytest.raises(ValueError, match="chunk_00000000.npy: row indices are not sorted"):
+  _rewrite(tmp_path / "c", lambda m: m["chunks"]["0"], stored.astype(np.float64))
+  with pytest.raises(ValueError, match=r"chunk_00000000.npy: holds \(12,\) float64, expected "):
     table_reader.TableReader(str(tmp_path / "c")).read(0)
+  for indices in ([150, 3], [3, 3], [-1, 3], [3, CHUNK_ROWS], [3, 150.5]):
+    bad = stored.copy()
+    bad[:2] = indices  # out of order, repeated, outside the chunk, not an integer
+    _rewrite(tmp_path / "c", lambda m: m["chunks"]["0"], bad)
+    with pytest.raises(ValueError, match="/c/chunk_00000000.npy: row indices are not sorted"):
+      table_reader.TableReader(str(tmp_path / "c")).read(0)
   _rewrite(tmp_path / "c", lambda m: m["chunks"]["0"], stored)
   manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())
   manifest["tables"]["dims"] = [0, 0]  # a manifest whose tables store full rows
   (tmp_path / "c" / "manifest.json").write_text(json.dumps(manifest))
-  with pytest.raises(ValueError, match=r"manifest.json: holds packed rows, but the manifest's "
+  with pytest.raises(ValueError, match=r"/c/manifest.json: holds packed rows, but the manifest's "
                                        r"tables all store full rows"):
     table_reader.TableReader(str(tmp_path / "c")).read(0)
   del manifest["tables"]["starts"]
@@ -140,3 +145,70 @@ def test_packed_rows_of_the_wrong_size_or_without_packed_tables_are_named(tmp_pa
   with pytest.raises(ValueError, match=r"manifest.json: the table of packed rows is not "
                                        r"readable"):
     table_reader.TableReader(str(tmp_path / "c")).read(0)
+
+
+def test_a_packed_delta_of_the_wrong_size_is_named(tmp_path):
+  table = _packed_saved(tmp_path / "a", [3])
+  tracker = ChangeTracker(table)
+  tracker.pop_dirty_rows()  # saved in "a"
+  values, slots = table.gather(np.array([150, 160]))
+  table.scatter(np.array([150, 160]), values, slots + 1.0)
+  manifest = table_format.save_table(tracker, str(tmp_path / "b"), str(tmp_path / "a"))
+  assert manifest["deltas"][0]["rows"]["packed"]
+  stored = np.load(tmp_path / "b" / manifest["deltas"][0]["rows"]["file"])
+  reader = table_reader.TableReader(str(tmp_path / "b"))
+  got_values, got_slots, flags = reader.read(0)
+  np.testing.assert_array_equal(got_slots[[150, 160]], slots + 1.0)
+  assert np.flatnonzero(flags).tolist() == [3, 150, 160]
+  _rewrite(tmp_path / "b", lambda m: m["deltas"][0]["rows"], stored[:-1])
+  with pytest.raises(ValueError, match=r"/b/delta_000000_0000.rows.npy: holds \(11,\) float32, "
+                                       r"expected \(12,\) float32"):
+    table_reader.TableReader(str(tmp_path / "b")).read(0)
+
+
+def test_a_chunk_only_deltas_wrote_and_a_version_1_chunk_read(tmp_path):
+  table = _table()
+  tracker = ChangeTracker(table)
+  table.scatter(np.array([1]), np.ones((1, 3), np.float32), np.ones((1, 2), np.float32))
+  table_format.save_table(tracker, str(tmp_path / "a"), None)  # a base of chunk 0
+  at = np.array([2 * CHUNK_ROWS, 2 * CHUNK_ROWS + 3])  # chunk 2, of 5 rows: only in a delta
+  table.scatter(at, np.full((2, 3), 2.0, np.float32), np.full((2, 2), 3.0, np.float32))
+  manifest = table_format.save_table(tracker, str(tmp_path / "b"), str(tmp_path / "a"))
+  assert list(manifest["chunks"]) == ["0"] and manifest["deltas"]
+  values, slots, flags = table_reader.TableReader(str(tmp_path / "b")).read(2)
+  assert values.shape == (5, 3) and slots.shape == (5, 2) and values.dtype == np.float32
+  assert flags.dtype == np.bool_ and flags.tolist() == [True, False, False, True, False]
+  np.testing.assert_array_equal(values[[0, 3]], 2.0)
+  np.testing.assert_array_equal(slots[[0, 3]], 3.0)
+  assert not values[[1, 2, 4]].any() and not slots[[1, 2, 4]].any()
+  # Version 1 wrote every row of a chunk, the last column the written flag.
+  block = np.zeros((5, 3 + 2 + 1), np.float32)
+  block[4] = [7, 8, 9, -1, -2, 1]
+  _rewrite(tmp_path / "b", lambda m: m["chunks"].setdefault(
+      "2", {"file": "chunk_00000002.npy", "bytes": 0, "crc32": 0}), block)
+  manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+  manifest["deltas"] = []  # chunk 2 is the version 1 file alone
+  (tmp_path / "b" / "manifest.json").write_text(json.dumps(manifest))
+  values, slots, flags = table_reader.TableReader(str(tmp_path / "b")).read(2)
+  assert flags.tolist() == [False] * 4 + [True]
+  np.testing.assert_array_equal(values[4], [7, 8, 9])
+  np.testing.assert_array_equal(slots[4], [-1, -2])
+  with pytest.raises(ValueError, match=r"chunk 3 is outside a table of 131077 rows"):
+    table_reader.TableReader(str(tmp_path / "b")).read(3)
+  with pytest.raises(ValueError, match=r"chunk -1 is outside"):
+    table_reader.TableReader(str(tmp_path / "b")).read(-1)
+
+
+@pytest.mark.parametrize("ids", [[150, 160][::-1], [150, 150], [-1, 160], [150, ROWS]],
+                         ids=["unsorted", "repeated", "negative", "past_the_table"])
+def test_delta_row_ids_out_of_order_or_range_are_named(tmp_path, ids):
+  table = _saved(tmp_path / "a", [3])
+  tracker = ChangeTracker(table)
+  tracker.pop_dirty_rows()
+  table.scatter(np.array([150, 160]), np.ones((2, 3), np.float32), np.ones((2, 2), np.float32))
+  table_format.save_table(tracker, str(tmp_path / "b"), str(tmp_path / "a"))
+  table_reader.TableReader(str(tmp_path / "b"))  # as written: fine
+  _rewrite(tmp_path / "b", lambda m: m["deltas"][0]["ids"], np.asarray(ids, np.int64))
+  with pytest.raises(ValueError, match=r"/b/delta_000000_0000.ids.npy: row ids are not sorted, "
+                                       rf"distinct and in \[0, {ROWS}\)"):
+    table_reader.TableReader(str(tmp_path / "b"))

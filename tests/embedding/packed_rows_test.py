@@ -199,19 +199,46 @@ def test_pack_sorted_keeps_each_rows_own_columns_and_unpack_restores_the_rows():
     flat = pr.pack_sorted(layout, fill, ids, rows[ids], "w")
     chex.assert_trees_all_equal(pr.unpack_sorted(layout, fill, ids, flat, "r"), rows[ids])
   empty = np.zeros((0,), np.int64)
-  assert pr.pack_sorted(layout, fill, empty, rows[empty], "w").shape == (0,)
-  assert pr.unpack_sorted(layout, fill, empty, np.zeros(0, np.float32), "r").shape == (0, 5)
+  packed_empty = pr.pack_sorted(layout, fill, empty, rows[empty], "w")
+  assert packed_empty.shape == (0,) and packed_empty.dtype == np.float32
+  unpacked_empty = pr.unpack_sorted(layout, fill, empty, np.zeros(0, np.float32), "r")
+  assert unpacked_empty.shape == (0, 5) and unpacked_empty.dtype == np.float32
+  assert pr.unpack_sorted(layout, fill, ids, flat, "r").dtype == np.float32
+
+
+def test_slot_groups_of_several_ranges_pack_and_store():
+  # adam-like slots [m | v] of rows of 5 (4 latent): dim 2 keeps (0, 2), (4, 7), (9, 10).
+  ranges = tuple(pr.column_ranges(d, 4, 5, slot_groups=2) for d in (2, 0, 1))
+  assert ranges[0] == ((0, 2), (4, 7), (9, 10))
+  layout = pr.packed_layout([0, 10, 30], 50, 10, ranges)
+  fill = np.arange(30, dtype=np.float32).reshape(3, 10) / 10
+  rng = np.random.default_rng(5)
+  rows = rng.normal(size=(50, 10)).astype(np.float32)
+  for t, (lo, hi) in enumerate(((0, 10), (10, 30), (30, 50))):
+    dropped = np.ones(10, bool)
+    for a, b in ranges[t]:
+      dropped[a:b] = False
+    rows[lo:hi, dropped] = fill[t, dropped]
+  ids = np.array([1, 4, 9, 11, 31, 40], np.int64)
+  flat = pr.pack_sorted(layout, fill, ids, rows[ids], "w")
+  assert flat.size == 3 * 6 + 10 + 2 * 4
+  chex.assert_trees_all_equal(flat[:6], rows[1, [0, 1, 4, 5, 6, 9]])
+  chex.assert_trees_all_equal(pr.unpack_sorted(layout, fill, ids, flat, "r"), rows[ids])
+  packed = pr.PackedRows(layout, np.zeros(layout.size, np.float32), fill)  # the same rows stored
+  packed.put(ids, rows[ids])
+  order = ids[::-1].copy()
+  chex.assert_trees_all_equal(packed.take(order), rows[order])
 
 
 def test_pack_sorted_refuses_a_value_it_would_drop_and_unsorted_or_outside_ids():
   fill = np.zeros((3, 5), np.float32)
   layout = _packed(fill).layout
-  rows = np.zeros((2, 5), np.float32)
-  rows[1, 3] = 0.5  # row id 12 keeps every column: fine; row id 31 keeps column 0 only
-  pr.pack_sorted(layout, fill, np.array([2, 12]), rows, "w")
+  rows = np.zeros((3, 5), np.float32)
+  rows[2, 3] = 0.5  # row id 12 keeps every column: fine; row id 31 keeps column 0 only
+  pr.pack_sorted(layout, fill, np.array([2, 11, 12]), rows, "w")
   with pytest.raises(ValueError, match=r"f.npy: row id 31 \(table 2\) holds 0.5 in column 3, "
                                        r"past the table's 1 stored columns \(must be 0.0\)"):
-    pr.pack_sorted(layout, fill, np.array([2, 31]), rows, "f.npy")
+    pr.pack_sorted(layout, fill, np.array([2, 30, 31]), rows, "f.npy")  # table 2's 2nd row
   for ids in ([12, 2], [2, 2], [-1, 2], [2, 50]):
     with pytest.raises(ValueError, match=r"w: row ids must ascend strictly inside \[0, 50\)"):
       pr.pack_sorted(layout, fill, np.array(ids), np.zeros((2, 5), np.float32), "w")
