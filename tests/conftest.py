@@ -22,7 +22,9 @@ test cannot slip back into the fast tier or out of it unnoticed.
 
 import inspect
 import os
+import shutil
 import sys
+import tempfile
 import types
 
 import pytest
@@ -228,6 +230,37 @@ def _check_node_ids(items):
     if found and case not in found:
       raise pytest.UsageError(f"tests/conftest.py MATRICES: {test} has no case [{case}] "
                               f"(found {sorted(found)})")
+
+
+# JAX's persistent compilation cache, one folder per `pytest` run, shared by its xdist
+# workers and removed at the end: a test that builds a program another test (or the other
+# worker) already compiled loads it instead of compiling it again. Only in the test
+# processes (the processes and kernels tests start compile for themselves). Set
+# SFJAX_TEST_JAX_CACHE=off to compile everything.
+JAX_CACHE_ENV = "SFJAX_TEST_JAX_CACHE"
+_JAX_CACHE_MIN_COMPILE_S = 0.1  # smaller programs compile faster than they are stored
+_CACHE_OWNER = pytest.StashKey[str]()  # the folder, in the process that made it
+
+
+def pytest_configure(config):
+  """Points JAX at the run's compilation cache (made here by the first pytest process)."""
+  if os.environ.get(JAX_CACHE_ENV) == "off":
+    return
+  if not os.environ.get(JAX_CACHE_ENV):
+    os.environ[JAX_CACHE_ENV] = tempfile.mkdtemp(prefix="sfjax-jax-cache-")
+    config.stash[_CACHE_OWNER] = os.environ[JAX_CACHE_ENV]
+  import jax  # pylint: disable=import-outside-toplevel  (after XLA_FLAGS above)
+  jax.config.update("jax_compilation_cache_dir", os.environ[JAX_CACHE_ENV])
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", _JAX_CACHE_MIN_COMPILE_S)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def pytest_unconfigure(config):
+  """Removes the compilation cache the run made (its owner: the first pytest process)."""
+  folder = config.stash.get(_CACHE_OWNER, None)
+  if folder:
+    shutil.rmtree(folder, ignore_errors=True)
+    os.environ.pop(JAX_CACHE_ENV, None)
 
 
 def pytest_collection_modifyitems(config, items):
