@@ -318,3 +318,24 @@ def test_encoding_a_dropped_value_names_the_file_and_row():
   with pytest.raises(ValueError, match=r"c/d.rows.npy: row id 3 \(table 0\) holds 7.0 "
                                        r"in column 2"):
     codec.encode(ids, values, slots, "c/d.rows.npy")
+
+
+def test_a_packed_half_width_table_round_trips_its_dtype(tmp_path):
+  tables = TableInits(np.array([0, 100]), np.array([0.1, 0.1]), np.full((2, 5), 0.1, np.float32),
+                      np.array([2, 0]), 4)
+
+  def make():
+    return HostTable.create_ram(300, 5, 5, seed=0, init_stddev=0.1, tables=tables,
+                                initial_slot_row=np.full(5, 0.1, np.float32), dtype="bfloat16")
+
+  table = make()
+  ids = np.arange(0, 300, 7)
+  values, slots = table.gather(ids)
+  table.scatter(ids, values.astype(np.float32) * 3, slots + (values != 0).astype(np.float32))
+  manifest = table_checkpoint.save_table(_tracked(table), str(tmp_path / "c"), None)
+  assert manifest["dtype"] == "bfloat16" and all(e["packed"] for e in manifest["chunks"].values())
+  restored = make()
+  load_table(restored, str(tmp_path / "c"))
+  assert restored.read_all()[0].dtype == table.read_all()[0].dtype != np.float32
+  chex.assert_trees_all_equal(tuple(np.asarray(x, np.float32) for x in restored.read_all()),
+                              tuple(np.asarray(x, np.float32) for x in table.read_all()))
