@@ -12,23 +12,30 @@ turn on a fresh in-RAM host table:
      (`initializers.init_table_rows`: 0 past a dim, in both tables): the table's `nbytes`
      and the growth of this process's resident memory (VmRSS) it caused;
   2. `steps` timed steps, each gathering `ids_per_step` fresh distinct rows and writing
-     them back (a cache's fills and write-backs): median milliseconds of each.
+     them back (a cache's fills and write-backs): median milliseconds of each;
+  3. a host-table checkpoint of every row (`sfjax.checkpoint.save_table`, a base: a packed
+     table writes each table's own width) into a temporary folder, restored into a fresh
+     table: its bytes per row and the seconds of each.
 
-Both tables then read the same rows (`same_rows`). Ends with one JSON line:
-`bytes_per_row` and `rss_mb` of each, `bytes_ratio` (packed / full), `gather_ms`,
-`scatter_ms`.
+Both tables, and both restored tables, then read the same rows (`same_rows`). Ends with
+one JSON line: `bytes_per_row`, `rss_mb`, `gather_ms`, `scatter_ms`,
+`checkpoint_bytes_per_row`, `save_s` and `restore_s` of each, `bytes_ratio` and
+`checkpoint_bytes_ratio` (packed / full).
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import statistics
+import tempfile
 import time
 
 import ml_collections
 import numpy as np
 
 from experiments import cli
+from sfjax.checkpoint import ChangeTracker, load_table, save_table
 from sfjax.core import ConfigError
 from sfjax.embedding import ROW_OPTIMIZERS, HostTable, TableInits, init_table_rows
 
@@ -60,8 +67,8 @@ def table_inits(config: ml_collections.ConfigDict, packed: bool) -> tuple[TableI
   return (inits if packed else inits._replace(dims=None)), width, slot_width
 
 
-def measure(config: ml_collections.ConfigDict, packed: bool, steps_ids: list[np.ndarray]
-            ) -> tuple[dict, HostTable]:
+def measure(config: ml_collections.ConfigDict, packed: bool, steps_ids: list[np.ndarray],
+            check: np.ndarray) -> tuple[dict, HostTable]:
   """One table's figures (see the module docstring) and the table."""
   inits, width, slot_width = table_inits(config, packed)
   dimmed, _, _ = table_inits(config, True)
@@ -83,9 +90,31 @@ def measure(config: ml_collections.ConfigDict, packed: bool, steps_ids: list[np.
     table.scatter(ids, values, slots)
     scatters.append(time.perf_counter() - t1)
     gathers.append(t1 - t0)
-  return {"packed": bool(table.spec.packed), "bytes_per_row": table.nbytes / table.num_rows,
-          "rss_mb": rss / 1e6, "gather_ms": 1e3 * statistics.median(gathers),
-          "scatter_ms": 1e3 * statistics.median(scatters)}, table
+  figures = {"packed": bool(table.spec.packed), "bytes_per_row": table.nbytes / table.num_rows,
+             "rss_mb": rss / 1e6, "gather_ms": 1e3 * statistics.median(gathers),
+             "scatter_ms": 1e3 * statistics.median(scatters)}
+  return dict(figures, **_checkpoint(table, inits, width, slot_width, check)), table
+
+
+def _checkpoint(table: HostTable, inits: TableInits, width: int, slot_width: int,
+                check: np.ndarray) -> dict:
+  """A base checkpoint of `table` restored into a fresh one: bytes per row, seconds, and
+  whether the restored table reads `check`'s rows alike."""
+  with tempfile.TemporaryDirectory(prefix="bench_table_widths_") as root:
+    folder = os.path.join(root, "table")
+    t0 = time.perf_counter()
+    manifest = save_table(ChangeTracker(table), folder, None)
+    t1 = time.perf_counter()
+    restored = HostTable.create_ram(table.num_rows, width, slot_width, seed=0,
+                                    init_stddev=0.05, initial_slot_row=inits.slot_rows[0],
+                                    tables=inits)
+    load_table(restored, folder)
+    t2 = time.perf_counter()
+  stored = sum(e["bytes"] for e in manifest["chunks"].values())
+  same = all(np.array_equal(a, b) for a, b in zip(restored.gather(check), table.gather(check),
+                                                  strict=True))
+  return {"checkpoint_bytes_per_row": stored / table.num_rows, "save_s": t1 - t0,
+          "restore_s": t2 - t1, "restored_same": same}
 
 
 def run(config: ml_collections.ConfigDict) -> dict:
@@ -111,19 +140,22 @@ def run(config: ml_collections.ConfigDict) -> dict:
   rng = np.random.default_rng(0)
   steps_ids = [np.sort(rng.choice(config.num_rows, config.ids_per_step, replace=False))
                for _ in range(config.steps)]
-  full, full_table = measure(config, False, steps_ids)
   check = np.sort(rng.choice(config.num_rows, min(config.num_rows, 100_000), replace=False))
+  full, full_table = measure(config, False, steps_ids, check)
   want = full_table.gather(check)
   del full_table
-  packed, packed_table = measure(config, True, steps_ids)
+  packed, packed_table = measure(config, True, steps_ids, check)
   got = packed_table.gather(check)
-  same = all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+  same = (all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+          and full["restored_same"] and packed["restored_same"])
   return {"benchmark": "bench_table_widths", "num_rows": int(config.num_rows),
           "dims": dims, "embed_dim": int(config.embed_dim),
           "width": int(config.embed_dim) + int(config.first_order),
           "optimizer": config.optimizer, "ids_per_step": int(config.ids_per_step),
           "full": full, "packed": packed,
           "bytes_ratio": packed["bytes_per_row"] / full["bytes_per_row"],
+          "checkpoint_bytes_ratio": (packed["checkpoint_bytes_per_row"]
+                                     / full["checkpoint_bytes_per_row"]),
           "rss_ratio": packed["rss_mb"] / max(full["rss_mb"], 1e-9), "same_rows": same}
 
 
@@ -133,7 +165,9 @@ def print_summary(result: dict) -> None:
   for kind in ("full", "packed"):
     r = result[kind]
     print(f"{kind:>6}: {r['bytes_per_row']:.1f} B/row, RSS {r['rss_mb']:.0f} MB, gather "
-          f"{r['gather_ms']:.2f} ms, write-back {r['scatter_ms']:.2f} ms", file=sys.stderr)
+          f"{r['gather_ms']:.2f} ms, write-back {r['scatter_ms']:.2f} ms; checkpoint "
+          f"{r['checkpoint_bytes_per_row']:.1f} B/row, save {r['save_s']:.2f} s, restore "
+          f"{r['restore_s']:.2f} s", file=sys.stderr)
 
 
 if __name__ == "__main__":

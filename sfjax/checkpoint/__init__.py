@@ -4,6 +4,8 @@
                                          state, the table of either backend) without it
   Checkpointer                           the trainer's crash-safe saves and restores
   export_checkpoint(workdir, out_dir)    the table as numpy-readable `.npy` chunks
+  save_table(ChangeTracker(table), dir, previous) / load_table(table, dir)
+                                         one host table's checkpoint, without a trainer
 
 Modules: the on-disk layout and its checks (`layout`), the table's chunked format and
 how it is written (`table_format`), read (`table_reader`) and sharded per process
@@ -12,6 +14,7 @@ transient error (`read_retry`), the reader (`reader`), the checkpointer (`checkp
 and the export (`export`).
 """
 
+from sfjax.checkpoint.change_tracking import ChangeTracker
 from sfjax.checkpoint.checkpointer import (
   Checkpointer,
   CheckpointSaveError,
@@ -33,8 +36,11 @@ from sfjax.checkpoint.reader import (
   open_checkpoint,
   with_empty_leaves,
 )
+from sfjax.checkpoint.table_format import save_table
+from sfjax.checkpoint.table_reader import load_table
 
-__all__ = ["CHECKPOINT_DIR", "Checkpoint", "CheckpointReadError", "CheckpointSaveError",
-           "CheckpointTable", "Checkpointer", "CorruptCheckpointError", "Restored",
-           "checkpoint_settings", "committed_steps", "export_checkpoint", "find_resumable",
-           "open_checkpoint", "read_export", "verify", "with_empty_leaves"]
+__all__ = ["CHECKPOINT_DIR", "ChangeTracker", "Checkpoint", "CheckpointReadError",
+           "CheckpointSaveError", "CheckpointTable", "Checkpointer", "CorruptCheckpointError",
+           "Restored", "checkpoint_settings", "committed_steps", "export_checkpoint",
+           "find_resumable", "load_table", "open_checkpoint", "read_export", "save_table",
+           "verify", "with_empty_leaves"]

@@ -16,6 +16,13 @@ def test_smoke_stores_each_tables_kept_columns_and_reads_the_same_rows():
   assert result["packed"]["bytes_per_row"] == 12 * 4 + 4 + 1
   assert result["bytes_ratio"] == pytest.approx(53 / 73)
   assert result["packed"]["gather_ms"] > 0 and result["full"]["scatter_ms"] > 0
+  # Checkpoints (one chunk of 40k rows, a 128-byte .npy header): each row's stored columns,
+  # its slot and its index in the chunk, as float32.
+  header = 128 / 40_000
+  assert result["full"]["checkpoint_bytes_per_row"] == pytest.approx((17 + 1 + 1) * 4 + header)
+  assert result["packed"]["checkpoint_bytes_per_row"] == pytest.approx((12 + 1 + 1) * 4 + header)
+  assert result["full"]["restored_same"] and result["packed"]["restored_same"]
+  assert result["checkpoint_bytes_ratio"] < 0.75 and result["packed"]["save_s"] > 0
 
 
 def test_adagrad_slots_pack_with_their_rows():
@@ -24,6 +31,8 @@ def test_adagrad_slots_pack_with_their_rows():
   result = bench_table_widths.run(config)
   assert result["same_rows"]
   assert result["full"]["bytes_per_row"] == 17 * 8 + 1 and result["packed"]["bytes_per_row"] == 5 * 8 + 1
+  # A dim-4 table with adagrad slots on disk: 5 + 5 columns and the index against 17 + 17.
+  assert result["checkpoint_bytes_ratio"] == pytest.approx(44 / 140, rel=1e-3)
 
 
 @pytest.mark.parametrize("field, value, match", [
