@@ -19,7 +19,14 @@ over devices), `row_optimizers`, `row_dtype`, `host_ps`, `initializers` and `bel
 """
 
 from sfjax.embedding.belady import simulate_belady
-from sfjax.embedding.cache import CacheSwap, init_cache, swap_rows
+from sfjax.embedding.cache import (
+  CacheSwap,
+  bucket_for,
+  init_cache,
+  owner_buckets,
+  swap_buckets,
+  swap_rows,
+)
 from sfjax.embedding.cache_planner import CACHE_POLICIES, CacheCapacityError, CachePlanner
 from sfjax.embedding.device_table import TableState, gather_rows, init_table, scatter_rows
 from sfjax.embedding.host_ps import (
@@ -40,7 +47,6 @@ from sfjax.embedding.row_optimizers import (
   RowOptimizer,
   row_optimizer_from_config,
 )
-from sfjax.embedding.swap_shapes import bucket_for, owner_buckets, swap_buckets
 from sfjax.embedding.vsi import IdRangeError, dedup_ids, global_row_ids, prepare_batch
 
 __all__ = [

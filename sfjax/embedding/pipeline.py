@@ -41,7 +41,7 @@ from sfjax.core import background, feature_layout
 from sfjax.core.types import DeviceBatch
 from sfjax.data import types
 from sfjax.embedding import cache as cache_lib
-from sfjax.embedding import cache_planner, device_table, row_dtype, sharded_cache, swap_shapes, vsi
+from sfjax.embedding import cache_planner, device_table, row_dtype, sharded_cache, vsi
 from sfjax.embedding import host_table as host_table_lib
 
 
@@ -166,7 +166,7 @@ class CachePipeline(Iterator[StepInputs]):
       for a write-back while the cache has room to keep them: each such wait stalls the
       device for a write-back, a gather and a transfer. 0: the policy alone.
 
-  Each step's unique rows are padded to the smallest bucket of `swap_shapes.swap_buckets(unique
+  Each step's unique rows are padded to the smallest bucket of `cache_lib.swap_buckets(unique
   capacity)` that holds them, so gathers and the row-gradient all-reduce run over
   the real unique rows, not the padded capacity.
   """
@@ -190,18 +190,18 @@ class CachePipeline(Iterator[StepInputs]):
     self._sharded_swap, self._owner_blocks = sharded_swap, owner_blocks
     self._bucket_unique = bucket_unique
     self._owns = owns
-    self.unique_buckets = (swap_shapes.swap_buckets(planner.unique_capacity) if bucket_unique
+    self.unique_buckets = (cache_lib.swap_buckets(planner.unique_capacity) if bucket_unique
                            else (planner.unique_capacity,))
     # Per-owner blocks and per-device swaps hold about 1/D of the rows: finer buckets.
-    self.block_buckets = swap_shapes.owner_buckets(planner.unique_capacity,
-                                                     self.layout.num_shards)
+    self.block_buckets = cache_lib.owner_buckets(planner.unique_capacity,
+                                                 self.layout.num_shards)
     self.host_table, self.planner = host_table, planner
     self._offsets = np.asarray(field_offsets, np.int64)
     self._column_rows = column_rows
     self._table_starts = table_starts
     self._put_batch, self._put_swap = put_batch, put_swap
-    self.buckets = (swap_shapes.owner_buckets(planner.fill_capacity, self.layout.num_shards)
-                    if sharded_swap else swap_shapes.swap_buckets(planner.fill_capacity))
+    self.buckets = (cache_lib.owner_buckets(planner.fill_capacity, self.layout.num_shards)
+                    if sharded_swap else cache_lib.swap_buckets(planner.fill_capacity))
     # A row moves its values (the table's dtype: 2 bytes when half-width) and float32 slots.
     self.stats = _CacheStats(row_bytes=host_table.dtype.itemsize * host_table.width
                              + 4 * host_table.slot_width)
@@ -260,7 +260,7 @@ class CachePipeline(Iterator[StepInputs]):
     vids = virt.vids
     starts = self._table_starts
     if not self._owner_blocks:
-      unique = swap_shapes.bucket_for(plan.num_unique + int(virt.has_padding), self.unique_buckets)
+      unique = cache_lib.bucket_for(plan.num_unique + int(virt.has_padding), self.unique_buckets)
       tables = None if starts is None else feature_layout.row_tables(starts, virt.uniq[:unique])
       return self.layout.physical(plan.slots[:unique]), vids, tables
     shards = self.layout.num_shards

@@ -106,7 +106,7 @@ def block_batch(batch: DeviceBatch, num_unique: int, layout: sharded_cache.SlotL
       marks padding ids (bags, sequences).
     num_unique: U, its unique rows.
     layout: the table's layout.
-    buckets: per-owner block lengths (`swap_shapes.owner_buckets`).
+    buckets: per-owner block lengths (`cache.owner_buckets`).
 
   Returns:
     The batch with rows [D * Ud] (block d: device d's local rows, padding C), vids into

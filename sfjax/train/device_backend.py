@@ -31,13 +31,13 @@ from jax.sharding import PartitionSpec as P
 from sfjax.core import background, names
 from sfjax.core.types import DeviceBatch
 from sfjax.data import types
+from sfjax.embedding import cache as cache_lib
 from sfjax.embedding import (
   device_table,
   row_dtype,
   row_optimizers,
   row_sharded_table,
   sharded_cache,
-  swap_shapes,
   vsi,
 )
 from sfjax.parallel import distributed
@@ -125,7 +125,7 @@ class DeviceBackend:
           self.num_rows, width, row_opt, seed=config.seed, stddev=stddev, layout=self.layout,
           sharding=table_sharding, tables=tables, dtype=self.dtype)
       self._train_step = _row_step(build_step, mesh)
-      self._buckets = swap_shapes.owner_buckets(self.capacity, mesh.size)
+      self._buckets = cache_lib.owner_buckets(self.capacity, mesh.size)
       self._eval_step = jax.jit(lambda params, values, db: step_lib.forward_logits(
           graphdef, params, row_sharded_table.gather_blocks(values, db.rows, mesh), db))
       logging.info("embedding.sharding=row: table capacity %d rows per device x %d devices = "
@@ -163,7 +163,7 @@ class DeviceBackend:
     if self.sharding_name != "row":
       return db
     buckets = (self._buckets if capacity == self.capacity
-               else swap_shapes.owner_buckets(capacity, self.layout.num_shards))
+               else cache_lib.owner_buckets(capacity, self.layout.num_shards))
     return row_sharded_table.block_batch(db, n, self.layout, buckets)
 
   def train_inputs(self, batches: Iterable[types.Batch]):

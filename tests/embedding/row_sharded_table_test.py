@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from sfjax.core.types import DeviceBatch
+from sfjax.embedding import cache as cache_lib
 from sfjax.embedding import (
   device_table,
   row_optimizers,
   row_sharded_table,
   sharded_cache,
-  swap_shapes,
 )
 from sfjax.parallel import mesh as mesh_lib
 
@@ -101,7 +101,7 @@ def test_gather_blocks_reads_each_owners_rows_on_eight_devices():
   values = jax.device_put(row_sharded_table.to_physical(logical, layout),
                           mesh_lib.rows_on_devices(mesh))
   db = row_sharded_table.block_batch(_vsi_batch([5, 17, 33, 40], [0, 1, 2]), 3, layout,
-                                     swap_shapes.owner_buckets(8, 8))
+                                     cache_lib.owner_buckets(8, 8))
   got = jax.jit(lambda v, r: row_sharded_table.gather_blocks(v, r, mesh))(values, db.rows)
   chex.assert_shape(got, (db.rows.shape[0], 2))
   np.testing.assert_array_equal(np.asarray(got)[db.vids[:, 0]], logical[[5, 17, 33]])
