@@ -151,10 +151,7 @@ def manifest_codec(manifest: dict[str, Any], where: str) -> RowCodec:
     ValueError: naming `where`, when the manifest's table is not packed or not readable.
   """
   try:
-    spec = host_table_spec.spec_from_args(
-        manifest["num_rows"], manifest["width"], manifest["slot_width"], manifest["seed"],
-        manifest["init_stddev"], manifest.get("initial_slot_row", [0.0] * manifest["slot_width"]),
-        host_table_files.meta_tables(manifest), manifest.get("dtype", "float32"))
+    spec = host_table_spec.spec_from_meta(manifest)
   except (KeyError, TypeError, ValueError) as err:
     raise ValueError(f"{where}: the table of packed rows is not readable: {err}") from err
   codec = row_codec(spec)

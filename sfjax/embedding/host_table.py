@@ -47,7 +47,13 @@ import numpy as np
 
 from sfjax.embedding import host_rows, row_dtype
 from sfjax.embedding import host_table_files as files
-from sfjax.embedding.host_table_spec import HostTableSpec, array_shapes, row_stores, spec_from_args
+from sfjax.embedding.host_table_spec import (
+  HostTableSpec,
+  array_shapes,
+  row_stores,
+  spec_from_args,
+  spec_from_meta,
+)
 from sfjax.embedding.initializers import TableInits, init_rows, init_table_rows
 
 # Rows per chunk: the block of `read_chunk`; checkpoints (`sfjax.checkpoint`) save chunks this size.
@@ -154,9 +160,7 @@ class HostTable:
       raise FileNotFoundError(f"{meta_path}: host table metadata file is missing")
     meta = files.read_table_meta(meta_path)
     try:
-      spec = spec_from_args(meta["num_rows"], meta["width"], meta["slot_width"], meta["seed"],
-                            meta["init_stddev"], meta["initial_slot_row"],
-                            files.meta_tables(meta), meta.get("dtype", "float32"))
+      spec = spec_from_meta(meta)
     except (TypeError, ValueError) as err:
       raise ValueError(f"{meta_path}: corrupt host table metadata: {err}") from err
     values, slots, flags = files.open_arrays(path, spec.num_rows, spec.width, spec.slot_width,

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from sfjax.embedding import packed_rows, row_dtype
+from sfjax.embedding import host_table_files, packed_rows, row_dtype
 from sfjax.embedding.initializers import TableInits
 
 
@@ -129,6 +129,18 @@ def spec_from_args(num_rows, width, slot_width, seed, init_stddev, initial_slot_
   return HostTableSpec(int(num_rows), int(width), int(slot_width), int(seed), float(init_stddev),
                        row, per_table, dtype if isinstance(dtype, str) else row_dtype.dtype_name(dtype),
                        dims, latent)
+
+
+def spec_from_meta(meta: dict) -> HostTableSpec:
+  """The spec a host table's meta.json records (a table checkpoint's manifest records the
+  same keys).
+
+  Raises:
+    KeyError, TypeError, ValueError: a missing or bad field.
+  """
+  return spec_from_args(meta["num_rows"], meta["width"], meta["slot_width"], meta["seed"],
+                        meta["init_stddev"], meta["initial_slot_row"],
+                        host_table_files.meta_tables(meta), meta.get("dtype", "float32"))
 
 
 def row_stores(spec: HostTableSpec, values, slots):

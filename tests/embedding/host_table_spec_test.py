@@ -1,12 +1,20 @@
 """Tests for sfjax.embedding.host_table_spec: validation, meta.json's spec, the packing."""
 
+import json
+
 import chex
 import numpy as np
 import pytest
 
 from sfjax.embedding import packed_rows
 from sfjax.embedding.host_table import HostTable
-from sfjax.embedding.host_table_spec import HostTableSpec, array_shapes, row_stores, spec_from_args
+from sfjax.embedding.host_table_spec import (
+  HostTableSpec,
+  array_shapes,
+  row_stores,
+  spec_from_args,
+  spec_from_meta,
+)
 from sfjax.embedding.initializers import TableInits
 
 
@@ -137,3 +145,17 @@ def test_the_smallest_latent_dim_and_the_packing_of_a_table_without_dims():
   with pytest.raises(AssertionError):
     HostTableSpec(**base).packing()  # a spec without dims has no packing
   assert spec_from_args(20, 3, 3, 0, 0.1, [0.1] * 3, dtype="bfloat16").dtype == "bfloat16"
+
+
+def test_spec_from_meta_reads_back_what_meta_json_records(tmp_path):
+  tables = TableInits(np.array([0, 10]), np.array([0.1, 0.2]), np.full((2, 5), 0.3, np.float32),
+                      np.array([2, 0]), 4)
+  table = HostTable.create_mmap(str(tmp_path / "t"), 30, 5, 5, seed=7, init_stddev=0.1,
+                                initial_slot_row=np.full(5, 0.3, np.float32), tables=tables,
+                                dtype="bfloat16")
+  meta = json.loads((tmp_path / "t" / "meta.json").read_text())
+  assert spec_from_meta(meta) == table.spec and table.spec.packed
+  del meta["initial_slot_row"]
+  with pytest.raises(KeyError, match="initial_slot_row"):
+    spec_from_meta(meta)
+  table.close()
