@@ -122,6 +122,30 @@ def packed_layout(starts, num_rows: int, columns: int, ranges: tuple[Ranges, ...
   return PackedLayout(starts, int(num_rows), int(columns), tuple(ranges), offsets)
 
 
+def _dropped(columns: int, ranges: Ranges) -> np.ndarray:
+  """bool [columns]: the columns outside `ranges` (a table's unkept ones)."""
+  dropped = np.ones(columns, bool)
+  for lo, hi in ranges:
+    dropped[lo:hi] = False
+  return dropped
+
+
+def _kept(rows: np.ndarray, ranges: Ranges) -> np.ndarray:
+  """[N, kept] the columns `ranges` of `rows` [N, W], in order (`rows` itself when they are
+  every column)."""
+  if len(ranges) == 1 and ranges[0] == (0, rows.shape[1]):
+    return rows
+  return np.concatenate([rows[:, lo:hi] for lo, hi in ranges], axis=1)
+
+
+def _spread(out: np.ndarray, kept: np.ndarray, ranges: Ranges) -> None:
+  """Writes `kept` [N, kept] into the columns `ranges` of `out` [N, W] (`_kept`'s inverse)."""
+  p = 0
+  for lo, hi in ranges:
+    out[:, lo:hi] = kept[:, p:p + hi - lo]
+    p += hi - lo
+
+
 class PackedRows:
   """A logical `[V, W]` array whose tables store only their kept columns.
 
@@ -157,12 +181,8 @@ class PackedRows:
     for r, t in enumerate(firsts):
       width = int(layout.widths[t])
       self._blocks.append(buffer[layout.offsets[t]:ends[r]].reshape(-1, width))
-    self._dropped = []  # per run: bool [W], the columns it does not keep
-    for t in firsts:
-      dropped = np.ones(layout.columns, bool)
-      for lo, hi in layout.ranges[t]:
-        dropped[lo:hi] = False
-      self._dropped.append(dropped)
+    # per run: bool [W], the columns it does not keep
+    self._dropped = [_dropped(layout.columns, layout.ranges[t]) for t in firsts]
 
   @property
   def nbytes(self) -> int:
@@ -193,10 +213,7 @@ class PackedRows:
       whole = isinstance(at, slice)
       block = out if whole else np.empty((rows.shape[0], self.layout.columns), self.dtype)
       block[:, self._dropped[r]] = self.fill[int(self.runs[r])][self._dropped[r]]
-      p = 0
-      for lo, hi in ranges:
-        block[:, lo:hi] = rows[:, p:p + hi - lo]
-        p += hi - lo
+      _spread(block, rows, ranges)
       if not whole:
         out[at] = block
     return out
@@ -224,11 +241,8 @@ class PackedRows:
   def put(self, ids: np.ndarray, rows: np.ndarray) -> None:
     """Writes rows `rows` [N, W] at `ids` [N] (distinct; `check` them first)."""
     for r, at, local in self._by_run(ids):
-      ranges = self.layout.ranges[int(self.runs[r])]
-      mine = rows[at]
-      kept = (mine if len(ranges) == 1 and ranges[0] == (0, self.layout.columns)
-              else np.concatenate([mine[:, lo:hi] for lo, hi in ranges], axis=1))
-      host_rows.put_rows(self._blocks[r], local, kept)
+      host_rows.put_rows(self._blocks[r], local,
+                         _kept(rows[at], self.layout.ranges[int(self.runs[r])]))
 
   def read(self, lo: int, hi: int) -> np.ndarray:
     """Rows `[lo, hi)` as a fresh [hi - lo, W] array."""
@@ -275,9 +289,14 @@ def _sorted_ids(layout: PackedLayout, ids, where: str) -> np.ndarray:
   return ids
 
 
+def _bounds(layout: PackedLayout, ids: np.ndarray) -> np.ndarray:
+  """[T + 1]: table t's rows are `ids[bounds[t]:bounds[t + 1]]` of the ascending `ids`."""
+  return np.searchsorted(ids, np.append(layout.starts, layout.num_rows))
+
+
 def _segments(layout: PackedLayout, ids: np.ndarray):
   """(table, lo, hi) for each table with rows in the ascending `ids`: `ids[lo:hi]`."""
-  bounds = np.searchsorted(ids, np.append(layout.starts, layout.num_rows))
+  bounds = _bounds(layout, ids)
   for t in range(layout.starts.size):
     lo, hi = int(bounds[t]), int(bounds[t + 1])
     if lo < hi:
@@ -286,8 +305,7 @@ def _segments(layout: PackedLayout, ids: np.ndarray):
 
 def packed_size(layout: PackedLayout, ids: np.ndarray) -> int:
   """Elements `pack_sorted` stores for the ascending row ids `ids` [N]."""
-  counts = np.diff(np.searchsorted(ids, np.append(layout.starts, layout.num_rows)))
-  return int((counts * layout.widths).sum())
+  return int((np.diff(_bounds(layout, ids)) * layout.widths).sum())
 
 
 def pack_sorted(layout: PackedLayout, fill: np.ndarray, ids: np.ndarray, rows: np.ndarray,
@@ -304,16 +322,13 @@ def pack_sorted(layout: PackedLayout, fill: np.ndarray, ids: np.ndarray, rows: n
   parts = []
   for t, lo, hi in _segments(layout, ids):
     block, ranges = rows[lo:hi], layout.ranges[t]
-    dropped = np.ones(layout.columns, bool)
-    for a, b in ranges:
-      dropped[a:b] = False
-    bad = (block != fill[t]) & dropped
+    bad = (block != fill[t]) & _dropped(layout.columns, ranges)
     if bad.any():
       row, col = (int(x) for x in np.argwhere(bad)[0])
       raise ValueError(f"{where}: row id {int(ids[lo + row])} (table {t}) holds "
                        f"{block[row, col]} in column {col}, past the table's "
                        f"{int(layout.widths[t])} stored columns (must be {fill[t][col]})")
-    parts.append(np.concatenate([block[:, a:b] for a, b in ranges], axis=1).reshape(-1))
+    parts.append(_kept(block, ranges).reshape(-1))
   return np.concatenate(parts) if parts else np.zeros((0,), rows.dtype)
 
 
@@ -334,11 +349,7 @@ def unpack_sorted(layout: PackedLayout, fill: np.ndarray, ids: np.ndarray, flat:
   p = 0
   for t, lo, hi in _segments(layout, ids):
     width = int(layout.widths[t])
-    block = flat[p:p + (hi - lo) * width].reshape(hi - lo, width)
     out[lo:hi] = fill[t]
-    q = 0
-    for a, b in layout.ranges[t]:
-      out[lo:hi, a:b] = block[:, q:q + b - a]
-      q += b - a
+    _spread(out[lo:hi], flat[p:p + (hi - lo) * width].reshape(hi - lo, width), layout.ranges[t])
     p += (hi - lo) * width
   return out
