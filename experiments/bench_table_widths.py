@@ -67,6 +67,12 @@ def table_inits(config: ml_collections.ConfigDict, packed: bool) -> tuple[TableI
   return (inits if packed else inits._replace(dims=None)), width, slot_width
 
 
+def _empty_table(num_rows: int, inits: TableInits, width: int, slot_width: int) -> HostTable:
+  """A fresh in-RAM host table of the benchmark's tables."""
+  return HostTable.create_ram(num_rows, width, slot_width, seed=0, init_stddev=0.05,
+                              initial_slot_row=inits.slot_rows[0], tables=inits)
+
+
 def measure(config: ml_collections.ConfigDict, packed: bool, steps_ids: list[np.ndarray],
             check: np.ndarray) -> tuple[dict, HostTable]:
   """One table's figures (see the module docstring) and the table."""
@@ -74,9 +80,7 @@ def measure(config: ml_collections.ConfigDict, packed: bool, steps_ids: list[np.
   dimmed, _, _ = table_inits(config, True)
   gc.collect()
   before = _rss_bytes()
-  table = HostTable.create_ram(int(config.num_rows), width, slot_width, seed=0,
-                               init_stddev=0.05, initial_slot_row=inits.slot_rows[0],
-                               tables=inits)
+  table = _empty_table(int(config.num_rows), inits, width, slot_width)
   for lo in range(0, table.num_rows, _BLOCK):
     ids = np.arange(lo, min(lo + _BLOCK, table.num_rows), dtype=np.int64)
     # The same rows either way: the initial rows of the tables' dims (0 past a dim).
@@ -105,9 +109,7 @@ def _checkpoint(table: HostTable, inits: TableInits, width: int, slot_width: int
     t0 = time.perf_counter()
     manifest = save_table(ChangeTracker(table), folder, None)
     t1 = time.perf_counter()
-    restored = HostTable.create_ram(table.num_rows, width, slot_width, seed=0,
-                                    init_stddev=0.05, initial_slot_row=inits.slot_rows[0],
-                                    tables=inits)
+    restored = _empty_table(table.num_rows, inits, width, slot_width)
     load_table(restored, folder)
     t2 = time.perf_counter()
   stored = sum(e["bytes"] for e in manifest["chunks"].values())
