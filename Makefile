@@ -23,8 +23,13 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m experiments.train_ctr --config=experiments/configs/ctr.py --workdir=$(WORKDIR)
 
+# The fast tier's tests are short: compiling dominates them, so `make test` has XLA compile
+# at backend optimization level 0 (the same programs, less optimised machine code; results
+# may differ in the last bits, which no test depends on; about 15% less wall time on 2
+# cores). `make test-all` (CI) runs every test, these too, at XLA's default level.
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist=loadfile -m "not slow and not quality" tests
+	XLA_FLAGS="$$XLA_FLAGS --xla_backend_optimization_level=0" \
+	  $(PY) -m pytest -q -n 2 --dist=loadfile -m "not slow and not quality" tests
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist=loadfile tests

@@ -24,7 +24,6 @@ def test_bench_checkpoint_smoke(tmp_path):
   for key in ("full_save_seconds", "incremental_save_seconds", "verify_seconds",
               "restore_seconds", "write_back_seconds", "incremental_save_stall_seconds"):
     assert math.isfinite(final[key]) and final[key] > 0, (key, final[key])
-  assert final["incremental_save_stall_seconds"] <= final["incremental_save_seconds"]
   assert final["concurrent_write_backs"] == 3
   assert not scratch.exists()  # removed unless keep_files
 
