@@ -9,6 +9,7 @@ import pytest
 
 from sfjax.data import shards
 from sfjax.data.block_shuffle import BlockOrder, BlockReader
+from sfjax.data.block_shuffle import reader as reader_module
 from sfjax.data.types import Batch, DatasetSpec, FieldSpec, concat_batches
 
 _ROWS = 673  # 3 shards of 250, 250, 173: blocks of 64 straddle the shard boundaries
@@ -172,3 +173,43 @@ def test_groups_are_cut_at_group_rows_and_keep_the_stream(split, ahead):
   assert max(lengths) == 2  # 120 rows: two batches of 50 at most
   # A window of 192 rows completes 3 or 4 batches: cut into a list of 2 and the rest.
   assert lengths.count(2) > len(lengths) // 2
+
+
+def test_blocks_of_one_row_are_read_and_streamed(split):
+  whole = _whole(split)
+  reader = BlockReader(split, split.shard, block_rows=1, capacity=1)
+  indices = np.random.default_rng(5).integers(0, _ROWS, 30)
+  _same(reader.read(indices), _take(whole, indices))
+  order = BlockOrder(_ROWS, 1, 16, seed=6, batch_size=7)  # windows of 16 one-row blocks
+  stream = BlockReader(split, split.shard, 1, capacity=1).batches(
+      BlockOrder(_ROWS, 1, 16, seed=6, batch_size=7))
+  for batch in itertools.islice(stream, 2 * _ROWS // 7):  # two epochs
+    _same(batch, _take(whole, order.next_batch()))
+
+
+def test_a_group_holds_one_batch_when_group_rows_is_below_the_batch_size(split):
+  groups = BlockReader(split, split.shard, 64, capacity=1).batch_groups(
+      BlockOrder(_ROWS, 64, 192, seed=4, batch_size=50), group_rows=10)
+  lengths = [len(next(groups)) for _ in range(30)]
+  assert max(lengths) == 1 and sum(lengths) >= 20  # windows of 192 rows: 3-4 batches each
+
+
+def test_gathers_capped_below_a_windows_batches_keep_the_stream(split, monkeypatch):
+  # _GATHER_ROWS = 120: two batches of 50 per gather (not a whole number of batches).
+  monkeypatch.setattr(reader_module, "_GATHER_ROWS", 120)
+  order = BlockOrder(_ROWS, 64, 256, seed=8, batch_size=50)
+  stream = BlockReader(split, split.shard, 64, capacity=1).batches(
+      BlockOrder(_ROWS, 64, 256, seed=8, batch_size=50))
+  whole = _whole(split)
+  for batch in itertools.islice(stream, 2 * _ROWS // 50):
+    _same(batch, _take(whole, order.next_batch()))
+
+
+def test_the_default_reads_on_the_callers_thread_alone(split):
+  before = threading.active_count()
+  stream = BlockReader(split, split.shard, 64, capacity=1).batches(
+      BlockOrder(_ROWS, 64, 128, seed=0, batch_size=32))
+  for _ in range(3 * _ROWS // 32):  # three epochs
+    next(stream)
+  assert threading.active_count() == before
+  assert not any(t.name.startswith("sfjax-block-window") for t in threading.enumerate())
