@@ -96,3 +96,19 @@ def test_the_order_mixes_rows_not_only_blocks():
   blocks_only = (np.random.default_rng(0).permutation(n // block)[:, None] * block
                  + np.arange(block)).reshape(-1)
   assert np.mean(np.abs(np.diff(blocks_only)) == 1) > 0.98
+
+
+def test_the_smallest_orders_are_accepted_and_bad_sizes_named():
+  one = BlockOrder(1, 1, 1, seed=0, batch_size=1)  # one example, blocks and batches of one
+  assert [int(one.next_batch()[0]) for _ in range(3)] == [0, 0, 0]  # epoch after epoch
+  small_window = BlockOrder(100, 64, 10, seed=0, batch_size=1)  # a window below one block
+  assert small_window.window_blocks == 1 and small_window.num_windows == 2
+  for block_rows, batch_size in ((0, 10), (10, 0)):
+    with pytest.raises(ValueError, match=f"block_rows and batch_size must be >= 1, got "
+                                         f"{block_rows}, {batch_size}"):
+      BlockOrder(100, block_rows, 10, seed=0, batch_size=batch_size)
+
+
+def test_a_position_that_is_not_a_mapping_is_named_by_its_type():
+  with pytest.raises(ValueError, match="expected kind 'blocks', got 'list'"):
+    BlockOrder(1000, 100, 300, seed=0, batch_size=10, position=["blocks"])
