@@ -273,6 +273,10 @@ def cache_figures(counts: dict, last: dict, cache_rows: int, table_rows: int) ->
       "stage_seconds": {k: d[k] for k in ("loader_seconds", "manager_seconds",
                                           "manager_wait_seconds", "writeback_seconds",
                                           "device_wait_seconds")},
+      # Host CPU per pipelined step (thread time: waits excluded): on a CPU, what the cache
+      # path's host work takes from the cores XLA's step runs on.
+      "stage_cpu_ms_per_step": {k[:-len("_cpu_seconds")]: 1e3 * d[k] / steps for k in (
+          "loader_cpu_seconds", "manager_cpu_seconds", "writeback_cpu_seconds")},
       "steps_per_swap_size": last["steps_per_swap_size"],
   }
 

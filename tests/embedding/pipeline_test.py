@@ -115,6 +115,8 @@ def test_plans_fills_and_write_back():
     assert (stats["steps"], stats["examples"], stats["unique_ids"]) == (3, 6, 8)
     assert (stats["hits"], stats["misses"], stats["evictions"]) == (1, 7, 3)
     assert stats["cache_hit_rate"] == 1 / 8
+    for stage in ("loader", "manager", "writeback"):  # thread CPU time, counted every step
+      assert 0 < stats[f"{stage}_cpu_seconds"] < 60, stage
     assert pipe.last_step["step"] == 2
 
     # flush writes every row the device cache holds; the host table then equals training.
@@ -127,13 +129,15 @@ def test_plans_fills_and_write_back():
 
 
 class _Gated:
-  """An array whose host copy (the write-back's `np.asarray`) waits for `gate`."""
+  """An array whose host copy (the write-back's `np.asarray`) waits for `gate`, then
+  `delay` seconds more (a slow device read)."""
 
-  def __init__(self, array, gate):
-    self._array, self._gate = array, gate
+  def __init__(self, array, gate, delay=0.0):
+    self._array, self._gate, self._delay = array, gate, delay
 
   def __array__(self, dtype=None, copy=None):
     assert self._gate.wait(timeout=30.0)
+    time.sleep(self._delay)
     return np.asarray(self._array, dtype)
 
 
@@ -149,7 +153,7 @@ def test_lookahead_fill_waits_for_the_write_back_it_depends_on():
     np.testing.assert_array_equal(s2.plan.evict_ids[:2], [0, 6])
     cache, evicted = _device_step(cache, s2.swap, s2.batch.rows)
     gate = threading.Event()
-    pipe.submit(s2, evicted._replace(values=_Gated(evicted.values, gate)))
+    pipe.submit(s2, evicted._replace(values=_Gated(evicted.values, gate, delay=0.2)))
     deadline = time.monotonic() + 30.0
     while pipe.planner.next_step < 4:  # step 3 is planned; its fills must wait for step 2
       assert time.monotonic() < deadline
@@ -158,6 +162,8 @@ def test_lookahead_fill_waits_for_the_write_back_it_depends_on():
     gate.set()
     s3 = next(pipe)
     assert s3.plan.fill_after_step == 2
+    # The write-back's wait for the device read is wall time, not CPU time.
+    assert pipe.stats.writeback_seconds >= 0.2 > pipe.stats.writeback_cpu_seconds
     # The fills were gathered only after step 2's evicted rows (trained at step 0) landed.
     chex.assert_trees_all_close(s3.swap.fill_values, _init([0, 6]) + 1.0)
     assert pipe.stats.ordering_waits == 1

@@ -55,6 +55,10 @@ def _check_cache(cache, cache_rows):
                                          "manager_wait_seconds", "writeback_seconds",
                                          "device_wait_seconds"}
   assert all(math.isfinite(v) and v >= 0 for v in cache["stage_seconds"].values())
+  cpu = cache["stage_cpu_ms_per_step"]
+  assert set(cpu) == {"loader", "manager", "writeback"}
+  assert cpu["loader"] > 0 and cpu["manager"] > 0 and cpu["writeback"] > 0  # every step
+  assert all(math.isfinite(v) for v in cpu.values())
 
 
 def test_device_backend_with_profile():
