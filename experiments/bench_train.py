@@ -275,8 +275,8 @@ def cache_figures(counts: dict, last: dict, cache_rows: int, table_rows: int) ->
                                           "device_wait_seconds")},
       # Host CPU per pipelined step (thread time: waits excluded): on a CPU, what the cache
       # path's host work takes from the cores XLA's step runs on.
-      "stage_cpu_ms_per_step": {k[:-len("_cpu_seconds")]: 1e3 * d[k] / steps for k in (
-          "loader_cpu_seconds", "manager_cpu_seconds", "writeback_cpu_seconds")},
+      "stage_cpu_ms_per_step": {stage: 1e3 * d[f"{stage}_cpu_seconds"] / steps
+                                for stage in ("loader", "manager", "writeback")},
       "steps_per_swap_size": last["steps_per_swap_size"],
   }
 
