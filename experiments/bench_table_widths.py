@@ -17,10 +17,16 @@ turn on a fresh in-RAM host table:
      table writes each table's own width) into a temporary folder, restored into a fresh
      table: its bytes per row and the seconds of each.
 
-Both tables, and both restored tables, then read the same rows (`same_rows`). Ends with
+
+and once, `device_checkpoint`: the same rows as the device backend's table (the model's
+width) in a trainer's checkpoint (`Checkpointer`, orbax, which compresses: the unread
+zero columns cost little there), restored into a table of zeros.
+
+Both tables, and all restored tables, then read the same rows (`same_rows`). Ends with
 one JSON line: `bytes_per_row`, `rss_mb`, `gather_ms`, `scatter_ms`,
 `checkpoint_bytes_per_row`, `save_s` and `restore_s` of each, `bytes_ratio` and
-`checkpoint_bytes_ratio` (packed / full).
+`checkpoint_bytes_ratio` (packed / full), and `device_checkpoint` {`bytes_per_row`,
+`save_s`, `restore_s`}.
 """
 
 from __future__ import annotations
@@ -33,11 +39,13 @@ import time
 
 import ml_collections
 import numpy as np
+from jax import numpy as jnp
 
 from experiments import cli
-from sfjax.checkpoint import ChangeTracker, load_table, save_table
+from sfjax.checkpoint import ChangeTracker, Checkpointer, load_table, save_table
 from sfjax.core import ConfigError
-from sfjax.embedding import ROW_OPTIMIZERS, HostTable, TableInits, init_table_rows
+from sfjax.embedding import ROW_OPTIMIZERS, HostTable, TableInits, TableState, init_table_rows
+from sfjax.train import TrainState
 
 _SLOT_GROUPS = {"rowwise_adagrad": 0, "adagrad": 1, "adam": 2}  # slots: 1, E or 2E columns
 _BLOCK = 1 << 18  # rows written per block while every row is written once
@@ -119,6 +127,32 @@ def _checkpoint(table: HostTable, inits: TableInits, width: int, slot_width: int
           "restore_s": t2 - t1, "restored_same": same}
 
 
+def device_checkpoint(table: HostTable, check: np.ndarray) -> dict:
+  """The same rows as the device backend's table, at the model's width, in a trainer's
+  checkpoint (`Checkpointer`: orbax compresses the dense state), restored into a table of
+  zeros: dense/ bytes per row, seconds, and whether the restored rows read alike."""
+  values, slots = table.read_all(max_rows=table.num_rows)
+  def state(v, s):
+    return TrainState(jnp.int32(1), {"w": jnp.ones(2)}, {"m": jnp.zeros(2)},
+                      TableState(jnp.asarray(v), jnp.asarray(s)))
+  with tempfile.TemporaryDirectory(prefix="bench_table_widths_") as root:
+    ckpt = Checkpointer(root, keep=1)
+    try:
+      t0 = time.perf_counter()
+      path = ckpt.save(state(values, slots), {})
+      t1 = time.perf_counter()
+      restored = ckpt.restore(path, state(np.zeros_like(values), np.zeros_like(slots)))
+      t2 = time.perf_counter()
+    finally:
+      ckpt.close()
+    stored = sum(os.path.getsize(os.path.join(d, f))
+                 for d, _, files in os.walk(os.path.join(path, "dense")) for f in files)
+  same = all(np.array_equal(np.asarray(a)[check], b[check])
+             for a, b in zip(restored.state.table, (values, slots), strict=True))
+  return {"bytes_per_row": stored / table.num_rows, "save_s": t1 - t0, "restore_s": t2 - t1,
+          "restored_same": same}
+
+
 def run(config: ml_collections.ConfigDict) -> dict:
   """The benchmark (see the module docstring); its figures.
 
@@ -145,11 +179,12 @@ def run(config: ml_collections.ConfigDict) -> dict:
   check = np.sort(rng.choice(config.num_rows, min(config.num_rows, 100_000), replace=False))
   full, full_table = measure(config, False, steps_ids, check)
   want = full_table.gather(check)
+  device = device_checkpoint(full_table, check)
   del full_table
   packed, packed_table = measure(config, True, steps_ids, check)
   got = packed_table.gather(check)
   same = (all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
-          and full["restored_same"] and packed["restored_same"])
+          and full["restored_same"] and packed["restored_same"] and device["restored_same"])
   return {"benchmark": "bench_table_widths", "num_rows": int(config.num_rows),
           "dims": dims, "embed_dim": int(config.embed_dim),
           "width": int(config.embed_dim) + int(config.first_order),
@@ -158,6 +193,7 @@ def run(config: ml_collections.ConfigDict) -> dict:
           "bytes_ratio": packed["bytes_per_row"] / full["bytes_per_row"],
           "checkpoint_bytes_ratio": (packed["checkpoint_bytes_per_row"]
                                      / full["checkpoint_bytes_per_row"]),
+          "device_checkpoint": device,
           "rss_ratio": packed["rss_mb"] / max(full["rss_mb"], 1e-9), "same_rows": same}
 
 
@@ -170,6 +206,9 @@ def print_summary(result: dict) -> None:
           f"{r['gather_ms']:.2f} ms, write-back {r['scatter_ms']:.2f} ms; checkpoint "
           f"{r['checkpoint_bytes_per_row']:.1f} B/row, save {r['save_s']:.2f} s, restore "
           f"{r['restore_s']:.2f} s", file=sys.stderr)
+  r = result["device_checkpoint"]
+  print(f"device backend's checkpoint (model's width, orbax): {r['bytes_per_row']:.1f} B/row, "
+        f"save {r['save_s']:.2f} s, restore {r['restore_s']:.2f} s", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ def _run(c, workdir, data):
   metrics, state = loop.train_and_evaluate(c, workdir, dataset=data, trainer=trainer,
                                            loss_log=losses)
   table = (trainer.backend.host_table.read_all() if trainer.backend.host_table is not None
-           else jax.device_get(state.table))
+           else trainer.backend.table_rows(state))  # row order, whatever the layout
   return metrics, jax.device_get(state.params), table, np.asarray(losses)
 
 
@@ -58,8 +58,10 @@ def _table_manifests(step_dir):
     (("cache", 1), ("cache", 8, {"cache_sharding": "row"}), bag_data.LAYOUT),
     # tables of their own optimizers, rates, initializers and dims
     (("device", 1), ("device", 8), bag_data.DIMS_LAYOUT),
+    (("device", 8, {"sharding": "row"}), ("device", 1), bag_data.DIMS_LAYOUT),
     (("cache", 8, {"cache_sharding": "row"}), ("cache", 1), bag_data.DIMS_LAYOUT),
-], ids=["device8-device1", "cache1-rowcache8", "dims-device1-device8", "dims-rowcache8-cache1"])
+], ids=["device8-device1", "cache1-rowcache8", "dims-device1-device8", "dims-rowdevice8-device1",
+        "dims-rowcache8-cache1"])
 def test_resume_elsewhere_and_export_carry_the_layout(tmp_path, first, second, layout):
   data = bag_data.BagDataset(layout=layout)
   def config(backend, devices, embedding=None):
