@@ -72,7 +72,7 @@ from jax.sharding import PartitionSpec as P
 from experiments import cli
 from experiments import scaling_projection as per_process
 from experiments.configs import ctr
-from sfjax.core import ConfigError
+from sfjax.core import ConfigError, device_count_flag, fake_device_env, guard_launch_threads
 from sfjax.data import make_dataset
 from sfjax.embedding import bucket_for, device_bytes, swap_buckets
 from sfjax.parallel import collective_bytes
@@ -80,11 +80,12 @@ from sfjax.train import build_trainer, run_steps
 
 
 def _use_fake_cpu_devices(count: int) -> None:
-  """Gives the CPU backend `count` devices; call before JAX starts a backend. A GPU, when
-  present, stays the default backend (the flag only concerns the CPU platform)."""
-  flag = f"--xla_force_host_platform_device_count={count}"
-  if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
+  """Gives the CPU backend `count` devices (unless XLA_FLAGS already sets a count) and
+  enough launch threads (`sfjax.core.host_devices`); call before JAX starts a backend. A
+  GPU, when present, stays the default backend (the flag only concerns the CPU platform)."""
+  if device_count_flag(os.environ.get("XLA_FLAGS", "")) is None:
+    os.environ["XLA_FLAGS"] = fake_device_env(count)["XLA_FLAGS"]
+  guard_launch_threads()
 
 
 def train_config(config: ml_collections.ConfigDict, num_devices: int,

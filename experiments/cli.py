@@ -36,7 +36,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import report
-from sfjax.core import ConfigError, WorkdirLockedError, unknown_key_error
+from sfjax.core import ConfigError, WorkdirLockedError, guard_launch_threads, unknown_key_error
 
 # Errors that mean "the command line or config is wrong" (exit 2; a workdir in use too: use
 # another); everything else is a runtime error (exit 1). An entry point may add its own
@@ -76,7 +76,8 @@ def exit_code(error: BaseException, usage: tuple[type[BaseException], ...] = ())
 def main_with_errors(main: Callable[[list[str]], Any],
                      usage: Sequence[type[BaseException]] = ()) -> Callable[[list[str]], Any]:
   """`main` that prints one `error:` line and exits 2 (usage/config) or 1 (runtime) on a
-  failure, with the traceback first when `--verbose` is given.
+  failure, with the traceback first when `--verbose` is given. Before it runs, fake CPU
+  devices asked for in `XLA_FLAGS` get enough XLA launch threads (`guard_launch_threads`).
 
   Args:
     main: an absl main, `main(argv)`.
@@ -85,6 +86,7 @@ def main_with_errors(main: Callable[[list[str]], Any],
 
   @functools.wraps(main)
   def wrapped(argv):
+    guard_launch_threads()  # fake CPU devices in XLA_FLAGS: enough launch threads (no hang)
     try:
       return main(argv)
     except KeyboardInterrupt:

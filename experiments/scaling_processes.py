@@ -42,6 +42,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from experiments.configs import ctr
+from sfjax.core import fake_device_env
 from sfjax.data import Batch, make_dataset
 from sfjax.parallel import (
   barrier,
@@ -75,8 +76,8 @@ def launch(payload: dict, count: int, devices_per_process: int, timeout_s: float
     RuntimeError: a process still ran after `timeout_s` (all are then killed) or ended
       with an error (the tail of its log in the message).
   """
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}")
+  env = dict(fake_device_env(devices_per_process, {**os.environ, "XLA_FLAGS": ""}),
+             JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
   env.pop("JAX_COORDINATOR_ADDRESS", None)
   port, text = str(_free_port()), json.dumps(payload)
   with tempfile.TemporaryDirectory() as out:

@@ -29,22 +29,25 @@ import types
 
 import pytest
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+  sys.path.insert(0, ROOT)
+from sfjax.core import host_devices  # noqa: E402  (imports no JAX: the flags below still count)
+
 _EIGHT_DEVICES = "--xla_force_host_platform_device_count=8"
 # XLA:CPU ends the process when one of the 8 device threads reaches a collective 40 s after
-# the others. On a 2-core machine running two test workers (and their subprocesses), a
-# device thread can be kept off the cores that long: the CI's automl notebook kernel died
-# so once. A wait of up to 10 minutes is a slow test, not a crash; a real deadlock still
-# fails, by the test's own timeout.
+# the others. A wait of up to 10 minutes is a slow test, not a crash (two test workers and
+# their subprocesses share 2 cores); a real deadlock still fails, by the test's own timeout.
 _COLLECTIVE_PATIENCE = ("--xla_cpu_collective_call_warn_stuck_timeout_seconds=120 "
                         "--xla_cpu_collective_call_terminate_timeout_seconds=600")
 TEST_XLA_FLAGS = f"{_EIGHT_DEVICES} {_COLLECTIVE_PATIENCE}"
 if _EIGHT_DEVICES not in os.environ.get("XLA_FLAGS", ""):  # idempotent: nested pytest.main
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + TEST_XLA_FLAGS).strip()
+# Enough XLA:CPU launch threads (PJRT_NPROC) that 8 fake devices on 2 cores cannot hang in
+# a collective (`sfjax.core.host_devices`: the AutoML notebook's kernel did, in CI and under
+# the slow tier; inherited by every subprocess and kernel a test starts).
+host_devices.guard_launch_threads()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-  sys.path.insert(0, ROOT)
 TESTS = os.path.join(ROOT, "tests") + os.sep
 
 # Module roots / last module names that start processes, kernels or clusters.

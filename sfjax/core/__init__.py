@@ -3,7 +3,8 @@
 Errors that name the bad place, the per-step device input type, SplitMix64 hashing,
 background pipeline stages, exact metrics, atomic file writes, JSON-lines and
 TensorBoard event files, the quiet console of the entry points, the workdir lock (one
-owner per workdir) and the glibc malloc settings of a training process.
+owner per workdir), the glibc malloc settings of a training process and the environment
+of fake CPU devices that cannot deadlock (`host_devices`).
 """
 
 from sfjax.core.atomic import atomic_write, fsync_directory
@@ -16,6 +17,12 @@ from sfjax.core.hashing import splitmix64, splitmix64_in_place
 from sfjax.core.host_allocator import HostAllocator
 from sfjax.core.host_allocator import applied as tuned_host_allocator
 from sfjax.core.host_allocator import tune as tune_host_allocator
+from sfjax.core.host_devices import (
+  device_count_flag,
+  fake_device_env,
+  guard_launch_threads,
+  launch_threads,
+)
 from sfjax.core.jsonl import read_jsonl
 from sfjax.core.metrics import auc, logloss, sigmoid
 from sfjax.core.tensorboard import EventWriter, read_scalars
@@ -35,8 +42,12 @@ __all__ = [
   "atomic_write",
   "auc",
   "closest_name",
+  "device_count_flag",
+  "fake_device_env",
   "fsync_directory",
+  "guard_launch_threads",
   "hold_workdir",
+  "launch_threads",
   "logloss",
   "map_in_background",
   "named_entries",

@@ -23,8 +23,10 @@ def test_notebook_runs_headless(path, monkeypatch, tmp_path):
   monkeypatch.setenv("SFJAX_NOTEBOOK_SMALL", "1")
   monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
   monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebooks' scratch directories
-  # The kernel inherits the suite's XLA_FLAGS (conftest): 8 devices, patient collectives.
+  # The kernel inherits the suite's XLA_FLAGS (conftest): 8 devices, patient collectives,
+  # and the launch threads without which a collective hangs (`sfjax.core.host_devices`).
   assert "--xla_force_host_platform_device_count=8" in os.environ["XLA_FLAGS"]
+  assert int(os.environ["PJRT_NPROC"]) >= 16
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   nb = nbformat.read(path, as_version=4)
   client = NotebookClient(nb, timeout=600, kernel_name="python3",

@@ -8,6 +8,7 @@ import tempfile
 import time
 from typing import NamedTuple
 
+from sfjax.core import fake_device_env
 from sfjax.parallel import distributed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -53,8 +54,8 @@ def run_processes(worker: str, payload: str, out_dir, timeout: int,
   """Runs `python -c worker payload port pid out_dir count` as processes 0..count-1 of one
   `jax.distributed` job on loopback (CPU, `devices` fake devices each, gloo), bounded by
   `timeout` seconds (then all are killed and the test fails, naming the ones still running)."""
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+  env = dict(fake_device_env(devices, {**os.environ, "XLA_FLAGS": ""}),
+             JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
   env.pop(distributed.ENV_COORDINATOR, None)
   port = str(free_port())
   with tempfile.TemporaryDirectory() as logs_dir:
