@@ -21,16 +21,20 @@ from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+from sfjax.core import fake_device_env
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAX_BYTES = 2_000_000
 KERNEL = "python3"  # the kernel name the test uses: ipykernel of the interpreter running this
 
 
 def kernel_env(tmpdir: str) -> dict:
-  """The environment variables the kernel gets: small sizes, CPU, 8 devices, inline PNGs."""
+  """The environment variables the kernel gets: small sizes, CPU, 8 devices (with the XLA
+  launch threads they need, `sfjax.core.fake_device_env`), inline PNGs."""
+  devices = fake_device_env(8, {})
   return {"SFJAX_NOTEBOOK_SMALL": "1", "MPLBACKEND": "module://matplotlib_inline.backend_inline",
-          "TMPDIR": tmpdir, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-          "JAX_PLATFORMS": "cpu"}
+          "TMPDIR": tmpdir, "XLA_FLAGS": devices["XLA_FLAGS"],
+          "PJRT_NPROC": devices["PJRT_NPROC"], "JAX_PLATFORMS": "cpu"}
 
 
 def execute(path: str, tmpdir: str) -> int:
