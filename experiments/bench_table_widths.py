@@ -15,8 +15,7 @@ turn on a fresh in-RAM host table:
      them back (a cache's fills and write-backs): median milliseconds of each;
   3. a host-table checkpoint of every row (`sfjax.checkpoint.save_table`, a base: a packed
      table writes each table's own width) into a temporary folder, restored into a fresh
-     table: its bytes per row and the seconds of each.
-
+     table: its bytes per row and the seconds of each;
 
 and once, `device_checkpoint`: the same rows as the device backend's table (the model's
 width) in a trainer's checkpoint (`Checkpointer`, orbax, which compresses: the unread
@@ -127,7 +126,7 @@ def _checkpoint(table: HostTable, inits: TableInits, width: int, slot_width: int
           "restore_s": t2 - t1, "restored_same": same}
 
 
-def device_checkpoint(table: HostTable, check: np.ndarray) -> dict:
+def _device_checkpoint(table: HostTable, check: np.ndarray) -> dict:
   """The same rows as the device backend's table, at the model's width, in a trainer's
   checkpoint (`Checkpointer`: orbax compresses the dense state), restored into a table of
   zeros: dense/ bytes per row, seconds, and whether the restored rows read alike."""
@@ -179,7 +178,7 @@ def run(config: ml_collections.ConfigDict) -> dict:
   check = np.sort(rng.choice(config.num_rows, min(config.num_rows, 100_000), replace=False))
   full, full_table = measure(config, False, steps_ids, check)
   want = full_table.gather(check)
-  device = device_checkpoint(full_table, check)
+  device = _device_checkpoint(full_table, check)
   del full_table
   packed, packed_table = measure(config, True, steps_ids, check)
   got = packed_table.gather(check)
