@@ -69,6 +69,7 @@ _STEP_LAYOUT_ARGS = frozenset({"split_input"})
 _SCALAR_MODEL_KEYS: dict[str, int | None] = {  # kwarg -> lowest value of an int; None: a str
     "cross_layers": 0, "cross_rank": 0, "cross_structure": None,
     "attention_layers": 1, "attention_heads": 1, "attention_dim": 1, "blocks": None,
+    "din_pooling": None,
 }
 _INT_LOW = {"model.embed_dim": 1, **{k: 0 for k, _ in _LAYER_KEYS.values()},
             **{k: 1 for _, k in _LAYER_KEYS.values()}}

@@ -1,7 +1,7 @@
 """CTR models as Flax NNX modules: `model(emb [B,F,E], dense [B,Nd]) -> logits [B]`."""
 
 from sfjax.models.autoint import AutoInt, InteractingLayer
-from sfjax.models.behavior.din import DIN
+from sfjax.models.behavior.din import DIN, DIN_POOLINGS
 from sfjax.models.behavior.pooling import PooledInput, pool_features
 from sfjax.models.composed import ComposedModel
 from sfjax.models.dcnv2 import CROSS_STRUCTURES, CrossLayer, DCNv2
@@ -60,6 +60,7 @@ __all__ = [
   "CrossLayer",
   "DCNv2",
   "DIN",
+  "DIN_POOLINGS",
   "DLRM",
   "DeepFM",
   "DenseLinear",

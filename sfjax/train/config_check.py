@@ -233,6 +233,7 @@ def validate(config, *, default_host_path: bool = False) -> None:
   _integer(config, "seed", 0)
   _validate_data(config)
   _choice(config.model.name, "model.name", models.TRAIN_MODEL_NAMES)
+  _choice(config.model.get("din_pooling", "sum"), "model.din_pooling", models.DIN_POOLINGS)
   _positive_int(config, "model.embed_dim")
   for field in ("model.mlp_dims", "model.bottom_mlp_dims", "model.cin_dims",
                 "model.din_attention_dims"):

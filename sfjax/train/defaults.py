@@ -105,6 +105,8 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   mo.cin_dims = (64, 64)  # xdeepfm
   mo.din_attention_dims = (80, 40)  # din: hidden widths of the activation unit (PReLU), as
   #                                   in the paper's and DeepCTR's DIN; mlp_dims is its top MLP
+  mo.din_pooling = "sum"  # din: sum (the paper's: sum_i a_i h_i) | mean (divided by the real
+  #                          history items' count: its scale does not grow with the length)
   mo.blocks = ""  # composed: block spec JSON (sfjax/models/generator.py); embed_dim = its row width
 
   # ---- embeddings (rows updated by a row-wise optimizer) ----------------

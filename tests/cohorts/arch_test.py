@@ -38,6 +38,12 @@ def test_layer_keys_and_dynamic_values():
   assert dict(arch.model_hparams) == {"mlp_dims": (CTR.model.mlp_dims[0],)}
   arch, _ = arch_lib.split_config({"model.name": "dcnv2", "model.cross_layers": 2, "model.cross_rank": 4})
   assert dict(arch.model_hparams)["cross_layers"] == 2 and dict(arch.model_hparams)["cross_rank"] == 4
+  # DIN's interest pooling is part of the compiled program: a static key, the trainer's default
+  # ("sum") unless the trial names it.
+  din, _ = arch_lib.split_config({"model.name": "din"})
+  din_mean, _ = arch_lib.split_config({"model.name": "din", "model.din_pooling": "mean"})
+  assert dict(din.model_hparams)["din_pooling"] == "sum"
+  assert dict(din_mean.model_hparams)["din_pooling"] == "mean" and din != din_mean
 
 
 def test_keys_a_model_ignores_do_not_split_cohorts():
@@ -63,6 +69,7 @@ def test_keys_a_model_ignores_do_not_split_cohorts():
     ({"optimizer.weight_decay": -1e-3}, "optimizer.weight_decay"),
     ({"embedding.init_stddev": "big"}, "embedding.init_stddev"),
     ({"model.name": "dcnv2", "model.cross_structure": 3}, "model.cross_structure"),
+    ({"model.name": "din", "model.din_pooling": 1}, "model.din_pooling"),
 ])
 def test_errors_name_the_key(config, key):
   with pytest.raises(ValueError, match=key.replace(".", r"\.")):

@@ -105,6 +105,40 @@ def test_weights_are_not_normalised():
   np.testing.assert_allclose(both, 2 * np.asarray(once), rtol=1e-6)
 
 
+def test_mean_pooling_divides_the_interest_by_the_real_items_count():
+  unit = ActivationUnit(D, (6,), rngs=nnx.Rngs(2))
+  hist = _inputs()[2][..., :D]
+  target = _inputs(seed=1)[2][:, 0, :D]
+  total = np.asarray(target_attention(unit, hist, MASK, target))
+  mean = np.asarray(target_attention(unit, hist, MASK, target, "mean"))
+  np.testing.assert_allclose(mean[:3], total[:3] / MASK[:3].sum(1, keepdims=True), rtol=1e-6)
+  np.testing.assert_array_equal(mean[3], 0.0)  # an empty history: 0, not 0/0
+  # The same item twice weighs as much as once: the mean does not grow with the length.
+  twice = np.repeat(hist[:, :1], 2, axis=1)
+  once = target_attention(unit, twice, np.array([[1, 0]] * B, np.float32), target, "mean")
+  both = target_attention(unit, twice, np.ones((B, 2), np.float32), target, "mean")
+  np.testing.assert_allclose(both, once, rtol=1e-6)
+
+
+def test_din_pooling_reaches_the_model_and_padding_still_changes_nothing():
+  emb, dense, hist = _inputs()
+  total = DIN(num_fields=F, embed_dim=D, num_dense=ND, rngs=nnx.Rngs(0), target_field=TARGET,
+              sequence_field=SEQ, mlp_dims=(8,), din_attention_dims=(6, 5))
+  mean = DIN(num_fields=F, embed_dim=D, num_dense=ND, rngs=nnx.Rngs(0), target_field=TARGET,
+             sequence_field=SEQ, mlp_dims=(8,), din_attention_dims=(6, 5), din_pooling="mean")
+  a = np.asarray(total(emb, dense, sequences=((hist, MASK),)))
+  b = np.asarray(mean(emb, dense, sequences=((hist, MASK),)))
+  # One real item (example 1) or none (3): the mean is the sum; 3 and 5 items: it is not.
+  np.testing.assert_array_equal(a[[1, 3]], b[[1, 3]])
+  assert np.all(a[[0, 2]] != b[[0, 2]])
+  padded = hist.copy()
+  padded[MASK == 0] = np.nan
+  np.testing.assert_array_equal(mean(emb, dense, sequences=((padded, MASK),)), b)
+  with pytest.raises(ValueError, match=r"din: din_pooling must be one of \('sum', 'mean'\)"):
+    DIN(num_fields=F, embed_dim=D, num_dense=0, rngs=nnx.Rngs(0), target_field=0,
+        sequence_field=1, din_pooling="max")
+
+
 def test_interest_replaces_the_pooled_history_field_and_the_target_matters():
   model = _model()
   emb, dense, hist = _inputs()
@@ -194,7 +228,7 @@ def test_registry_names_and_hparams():
   assert "din" in models.SEQUENCE_MODEL_NAMES and "din" in models.TRAIN_MODEL_NAMES
   # Not a generator spec, and no cohort trial (trials build models without a layout).
   assert "din" not in models.MODEL_NAMES and "din" not in models.ALL_MODEL_NAMES
-  assert models.model_hparams("din") == ("mlp_dims", "din_attention_dims")
+  assert models.model_hparams("din") == ("mlp_dims", "din_attention_dims", "din_pooling")
   assert "din_attention_dims" in models.HPARAM_KEYS and "target_field" not in models.HPARAM_KEYS
 
 
@@ -205,3 +239,13 @@ def test_config_check_accepts_din_and_checks_its_widths():
   c.model.din_attention_dims = (8, -1)
   with pytest.raises(ConfigError, match=r"^config field model\.din_attention_dims:"):
     config_check.validate(c)
+  c.model.din_attention_dims, c.model.din_pooling = (8,), "mean"
+  config_check.validate(c)
+  c.model.din_pooling = "avg"
+  with pytest.raises(ConfigError, match=r"^config field model\.din_pooling:.*'avg'"):
+    config_check.validate(c)
+
+
+def test_movielens_din_config_pools_the_interest_as_a_mean():
+  assert ctr.get_config("movielens_din").model.din_pooling == "mean"
+  assert ctr.get_config().model.din_pooling == "sum"  # the paper's, by default
