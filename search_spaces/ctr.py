@@ -28,7 +28,8 @@ stay `model.embed_dim` wide, whose choices narrower than a searched dim are drop
 per-field embedding dims of the `composed` model's field groups over a layout's pooled
 fields are `search_spaces.blocks`. DIN (target attention over a
 sequence feature) is a family when named (`families="deepfm,din"`; its activation unit
-under `model.din_attention.depth/width`); the default families leave it out, because
+under `model.din_attention.depth/width`, its interest's pooling `model.din_pooling` in
+{sum, mean}); the default families leave it out, because
 it needs a data set with a sequence feature.
 
 Ranges are sized for CPU trials (widths <= 256 plus the baseline's 400, depth <= 3,
@@ -56,7 +57,7 @@ from sfjax.core import POOLINGS, ConfigError, named_entries
 from sfjax.ctr_search import CTRSearchSpace
 from sfjax.data import parse_poolings
 from sfjax.embedding import ROW_OPTIMIZER_NAMES
-from sfjax.models import MODEL_NAMES, SEQUENCE_MODEL_NAMES, model_hparams
+from sfjax.models import DIN_POOLINGS, MODEL_NAMES, SEQUENCE_MODEL_NAMES, model_hparams
 from sfjax.train import ctr_defaults
 
 # Derived from the registries: a registered model or row optimizer is searchable.
@@ -95,15 +96,19 @@ def cin_space() -> Space:
   return Space({"depth": Int(1, 3), "width": Categorical((16, 32, 64))})
 
 
-def din_attention_space() -> Space:
-  """DIN's activation unit: `depth` PReLU layers of `width` over `[h, t, h - t, h * t]`."""
-  return Space({"depth": Int(1, 2), "width": Categorical((16, 32, 80))})
+def din_space() -> Space:
+  """DIN (keys relative to `model`): its activation unit, `din_attention.depth` PReLU layers
+  of `din_attention.width` over `[h, t, h - t, h * t]`, and `din_pooling`, the interest
+  as the paper's weighted sum or a weighted mean (`sfjax.models.DIN_POOLINGS`)."""
+  return Space({"din_attention.depth": Int(1, 2),
+                "din_attention.width": Categorical((16, 32, 80)),
+                "din_pooling": Categorical(DIN_POOLINGS)})
 
 
 # family -> (prefix under which its interaction sub-space lives, the sub-space factory)
 INTERACTIONS = {"dcnv2": ("model", cross_space), "autoint": ("model", attention_space),
                 "xdeepfm": ("model.cin", cin_space),
-                "din": ("model.din_attention", din_attention_space)}
+                "din": ("model", din_space)}
 
 
 def embedding_hparam_space() -> Space:

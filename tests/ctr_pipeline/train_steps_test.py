@@ -102,6 +102,17 @@ def test_trainer_config_builds_the_trial_model_with_its_hyperparameters(point):
   assert leaves(from_trainer) == leaves(from_trial)
 
 
+def test_a_din_trials_pooling_reaches_the_trainer_config():
+  arch, hparams = arch_lib.split_config({"model.name": "din", "model.din_pooling": "mean",
+                                         "model.din_attention.depth": 1,
+                                         "model.din_attention.width": 8})
+  config = pst.trainer_config(defaults.ctr_defaults(), arch, hparams)
+  assert (config.model.name, config.model.din_pooling) == ("din", "mean")
+  assert tuple(config.model.din_attention_dims) == (8,)
+  arch, hparams = arch_lib.split_config({"model.name": "din"})
+  assert pst.trainer_config(defaults.ctr_defaults(), arch, hparams).model.din_pooling == "sum"
+
+
 def _spec(num_fields, num_dense):
   return DatasetSpec(tuple(FieldSpec(f"C{i}", 10) for i in range(num_fields)), num_dense)
 

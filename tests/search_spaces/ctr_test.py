@@ -206,8 +206,8 @@ def test_table_dims_are_searched_with_the_full_width_baseline_first():
 def test_din_is_searched_only_when_named_with_its_attention_keys():
   assert "din" not in ctr.ctr_space()["model.name"].choices  # the default needs no sequence
   space = ctr.ctr_space(families="deepfm,din")
-  din_keys = {"model.din_attention.depth", "model.din_attention.width"}
-  seen = set()
+  din_keys = {"model.din_attention.depth", "model.din_attention.width", "model.din_pooling"}
+  seen, poolings = set(), set()
   for config in _samples(space, n=100, seed=3):
     seen.add(config["model.name"])
     assert (din_keys <= set(config)) == (config["model.name"] == "din"), config
@@ -216,6 +216,8 @@ def test_din_is_searched_only_when_named_with_its_attention_keys():
     if config["model.name"] == "din":
       width, depth = config["model.din_attention.width"], config["model.din_attention.depth"]
       assert dict(spec.model_hparams)["din_attention_dims"] == (width,) * depth
-  assert seen == {"deepfm", "din"}
+      assert dict(spec.model_hparams)["din_pooling"] == config["model.din_pooling"]
+      poolings.add(config["model.din_pooling"])
+  assert seen == {"deepfm", "din"} and poolings == {"sum", "mean"}
   with pytest.raises(SpaceError, match="unknown: \\['dien'\\]"):
     ctr.ctr_space(families="deepfm,dien")
