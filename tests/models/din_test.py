@@ -139,6 +139,50 @@ def test_din_pooling_reaches_the_model_and_padding_still_changes_nothing():
         sequence_field=1, din_pooling="max")
 
 
+def _linear(layer, x):
+  return x @ np.asarray(layer.kernel[...]) + np.asarray(layer.bias[...])
+
+
+def _reference_logits(model, emb, dense, hist, mask, pooling):
+  """DIN's logit written out in numpy from the module's parameters (the module docstring)."""
+  vectors, first = emb[..., :-1], emb[..., -1]
+  h, t = hist[..., :-1] * mask[..., None], vectors[:, model.target_field]
+  tb = np.broadcast_to(t[:, None], h.shape)
+  x = np.concatenate([h, tb, h - tb, h * tb], axis=-1)
+  for layer, act in zip(model.attention.hidden, model.attention.act, strict=True):
+    y = _linear(layer, x)
+    x = np.where(y >= 0, y, np.asarray(act.alpha[...]) * y)
+  a = _linear(model.attention.out, x)[..., 0] * mask
+  interest = np.einsum("bl,bld->bd", a, h)
+  if pooling == "mean":
+    interest /= np.maximum(mask.sum(1, keepdims=True), 1)
+  s = model.sequence_field
+  fields = vectors.copy()
+  fields[:, s] = interest
+  first_sum = first.sum(1) - first[:, s]  # the history's first-order weight is dropped
+  summed = fields.sum(1)
+  fm = 0.5 * (summed * summed - (fields * fields).sum(1)).sum(-1)
+  x = np.concatenate([fields.reshape(len(emb), -1), dense], axis=1)
+  for layer in model.mlp.hidden:
+    x = np.maximum(_linear(layer, x), 0.0)
+  return first_sum + dense @ np.asarray(model.dense_linear.kernel[...]) + fm + _linear(model.mlp.out, x)[:, 0]
+
+
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+def test_logits_equal_a_numpy_reference(pooling):
+  # Four fields, the history in the middle (field 1), the target after it (field 3).
+  model = DIN(num_fields=4, embed_dim=D, num_dense=ND, rngs=nnx.Rngs(3), target_field=3,
+              sequence_field=1, mlp_dims=(8, 7), din_attention_dims=(6, 5), din_pooling=pooling)
+  rng = np.random.default_rng(5)
+  emb = rng.standard_normal((B, 4, D + 1)).astype(np.float32)
+  dense = rng.standard_normal((B, ND)).astype(np.float32)
+  hist = rng.standard_normal((B, L, D + 1)).astype(np.float32)
+  hist[MASK == 0] = 0.0  # the reference multiplies by the mask; the model must ignore them
+  got = np.asarray(model(emb, dense, sequences=((hist, MASK),)))
+  np.testing.assert_allclose(got, _reference_logits(model, emb, dense, hist, MASK, pooling),
+                             rtol=1e-4, atol=1e-5)
+
+
 def test_interest_replaces_the_pooled_history_field_and_the_target_matters():
   model = _model()
   emb, dense, hist = _inputs()
@@ -157,6 +201,38 @@ def test_without_sequences_it_says_what_it_needs():
     _model()(emb, dense)
   with pytest.raises(ValueError, match=r"din: history values must be"):
     _model()(emb, dense, sequences=((np.zeros((B, L, D + 2), np.float32), MASK),))
+
+
+def test_bad_inputs_are_named_with_their_expected_shapes():
+  model, (emb, dense, hist) = _model(), _inputs()
+  with pytest.raises(ValueError, match=r"^din: emb must be \[B, 3, 5\]"):
+    model(emb[..., :D], dense, sequences=((hist, MASK),))
+  with pytest.raises(ValueError, match=r"^din: history values must be \[4, L, 5\], got shape "
+                     r"\(4, 5\)$"):
+    model(emb, dense, sequences=((hist[..., 0], MASK),))
+  with pytest.raises(ValueError, match=r"^din: history mask must be \(4, 5\), got \(4, 3\)$"):
+    model(emb, dense, sequences=((hist, MASK[:, :3]),))
+
+
+def test_sizes_and_widths_are_named():
+  with pytest.raises(ValueError, match=r"^din: model\.mlp_dims must"):
+    DIN(num_fields=F, embed_dim=D, num_dense=0, rngs=nnx.Rngs(0), target_field=0,
+        sequence_field=1, mlp_dims=(4, 0))
+  with pytest.raises(ValueError, match=r"^din: target_field must be an int >= 0, got -1"):
+    DIN(num_fields=F, embed_dim=D, num_dense=0, rngs=nnx.Rngs(0), target_field=-1,
+        sequence_field=1)
+  with pytest.raises(ValueError, match=r"^din: sequence_field must be an int >= 0, got -1"):
+    DIN(num_fields=F, embed_dim=D, num_dense=0, rngs=nnx.Rngs(0), target_field=0,
+        sequence_field=-1)
+  with pytest.raises(ValueError, match=r"^din: model\.embed_dim must be an int >= 1, got 0"):
+    DIN(num_fields=F, embed_dim=0, num_dense=0, rngs=nnx.Rngs(0), target_field=0,
+        sequence_field=1)
+  # The history may be field 0 and the target the last field; one past the last is refused.
+  DIN(num_fields=F, embed_dim=D, num_dense=0, rngs=nnx.Rngs(0), target_field=F - 1,
+      sequence_field=0)
+  with pytest.raises(ValueError, match=rf"din: target_field={F} and sequence_field=0"):
+    DIN(num_fields=F, embed_dim=D, num_dense=0, rngs=nnx.Rngs(0), target_field=F,
+        sequence_field=0)
 
 
 def test_bad_fields_are_refused():
@@ -188,8 +264,10 @@ def test_layout_args_pick_the_first_sequence_and_its_tables_one_hot():
 
 
 @pytest.mark.parametrize("layout,what", [
-    (None, "feature layout"),
-    (fl.one_hot_layout(["user_id", "item_id"], [10, 20]), "needs a 'sequence' feature"),
+    (None, "needs a data set with a feature layout holding a 'sequence' feature \\(this data "
+           "set has one one-hot id per field\\)$"),
+    (fl.one_hot_layout(["user_id", "item_id"], [10, 20]),
+     "needs a 'sequence' feature; the layout has \\['user_id:one_hot', 'item_id:one_hot'\\]$"),
     (fl.FeatureLayout((fl.TableSpec("user", 10), fl.TableSpec("item", 20)),
                       (fl.FeatureSpec("user_id", "user"),
                        fl.FeatureSpec("history", "item", "sequence", 4))),
