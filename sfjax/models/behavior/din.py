@@ -37,8 +37,8 @@ its vector.
 weighted MEAN of the history, not its sum, so the interest's scale no longer grows with
 the history's length. On MovieLens-100k (ctr.py:movielens_din, 20-rating histories,
 3 seeds, 2026-12-07) the sum overfitted early (best valid AUC at step 550-600: valid
-0.7845, test 0.7960) and the mean did not (best at 700-900: valid 0.7881, test 0.7998,
-with the (80, 40) unit), level with DeepFM's mean-pooled history (valid 0.7885, test
+0.7845, test 0.7960) and the mean did not (best at 700-1000: valid 0.7883, test 0.7991,
+both with the (32,) unit), level with DeepFM's mean-pooled history (valid 0.7884, test
 0.7988). `sum` (the paper's) stays the default.
 """
 
