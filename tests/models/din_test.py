@@ -197,7 +197,9 @@ def test_interest_replaces_the_pooled_history_field_and_the_target_matters():
 
 def test_without_sequences_it_says_what_it_needs():
   emb, dense, _ = _inputs()
-  with pytest.raises(ValueError, match=r"din: needs the unpooled history"):
+  with pytest.raises(ValueError, match=r"^din: needs the unpooled history \(sequences=\(\(values, "
+                     r"mask\), \.\.\.\)\); build it with a feature layout holding a 'sequence' "
+                     r"feature$"):
     _model()(emb, dense)
   with pytest.raises(ValueError, match=r"din: history values must be"):
     _model()(emb, dense, sequences=((np.zeros((B, L, D + 2), np.float32), MASK),))
