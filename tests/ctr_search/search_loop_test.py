@@ -539,5 +539,9 @@ def test_a_search_with_the_din_family_trains_din_cohorts(tmp_path):
   assert summary["num_trials_done"] == 6 and summary["num_failed"] == 0
   trials = read_jsonl(tmp_path / "trials.jsonl")
   din = [t for t in trials if t["config"]["model.name"] == "din"]
-  assert din and all("model.din_attention.width" in t["config"] for t in din)
-  assert all(0.5 < t["metrics"]["auc"] < 1 for t in din)
+  assert din and all({"model.din_attention.width", "model.din_pooling"} <= set(t["config"])
+                    for t in din)
+  # 8 steps at a random learning rate: a trial may still score near chance (one did at
+  # 0.48 once the space searched din_pooling), so every trial must end finite and one must learn.
+  assert all(0 < t["metrics"]["auc"] < 1 for t in din)
+  assert max(t["metrics"]["auc"] for t in din) > 0.55
