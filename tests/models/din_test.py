@@ -29,9 +29,10 @@ LAYOUT = fl.FeatureLayout(
      fl.FeatureSpec("history", "item", "sequence", 4)))
 
 
-def _model(num_dense=ND, seed=0):
+def _model(num_dense=ND, seed=0, din_pooling="sum"):
   return DIN(num_fields=F, embed_dim=D, num_dense=num_dense, rngs=nnx.Rngs(seed),
-             target_field=TARGET, sequence_field=SEQ, mlp_dims=(8,), din_attention_dims=(6, 5))
+             target_field=TARGET, sequence_field=SEQ, mlp_dims=(8,), din_attention_dims=(6, 5),
+             din_pooling=din_pooling)
 
 
 def _inputs(seed=0):
@@ -122,10 +123,7 @@ def test_mean_pooling_divides_the_interest_by_the_real_items_count():
 
 def test_din_pooling_reaches_the_model_and_padding_still_changes_nothing():
   emb, dense, hist = _inputs()
-  total = DIN(num_fields=F, embed_dim=D, num_dense=ND, rngs=nnx.Rngs(0), target_field=TARGET,
-              sequence_field=SEQ, mlp_dims=(8,), din_attention_dims=(6, 5))
-  mean = DIN(num_fields=F, embed_dim=D, num_dense=ND, rngs=nnx.Rngs(0), target_field=TARGET,
-             sequence_field=SEQ, mlp_dims=(8,), din_attention_dims=(6, 5), din_pooling="mean")
+  total, mean = _model(), _model(din_pooling="mean")
   a = np.asarray(total(emb, dense, sequences=((hist, MASK),)))
   b = np.asarray(mean(emb, dense, sequences=((hist, MASK),)))
   # One real item (example 1) or none (3): the mean is the sum; 3 and 5 items: it is not.
