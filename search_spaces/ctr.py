@@ -29,7 +29,7 @@ per-field embedding dims of the `composed` model's field groups over a layout's 
 fields are `search_spaces.blocks`. DIN (target attention over a
 sequence feature) is a family when named (`families="deepfm,din"`; its activation unit
 under `model.din_attention.depth/width`, its interest's pooling `model.din_pooling` in
-{sum, mean}); the default families leave it out, because
+{sum, mean, softmax}); the default families leave it out, because
 it needs a data set with a sequence feature.
 
 Ranges are sized for CPU trials (widths <= 256 plus the baseline's 400, depth <= 3,
@@ -99,7 +99,8 @@ def cin_space() -> Space:
 def din_space() -> Space:
   """DIN (keys relative to `model`): its activation unit, `din_attention.depth` PReLU layers
   of `din_attention.width` over `[h, t, h - t, h * t]`, and `din_pooling`, the interest
-  as the paper's weighted sum or a weighted mean (`sfjax.models.DIN_POOLINGS`)."""
+  as the paper's weighted sum, a weighted mean or a softmax-weighted mix
+  (`sfjax.models.DIN_POOLINGS`)."""
   return Space({"din_attention.depth": Int(1, 2),
                 "din_attention.width": Categorical((16, 32, 80)),
                 "din_pooling": Categorical(DIN_POOLINGS)})

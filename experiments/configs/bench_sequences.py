@@ -18,7 +18,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seeds = (0, 1, 2)  # one training per seed and variant; mean and spread reported
   # ctr.py variants trained on MovieLens-100k ('' = skip); the first is the baseline
-  c.movielens = ("movielens_onehot,movielens,movielens_din,"
+  c.movielens = ("movielens_onehot,movielens,movielens_din,movielens_din_softmax,"
                  "movielens_labels,movielens_din_labels")  # *_labels: + train-label histories
   c.multihot = "multihot"  # the ctr.py variant of the planted multi-hot data ('' = skip)
   c.multihot_steps = 0  # > 0: overrides the variant's train.steps

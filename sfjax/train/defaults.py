@@ -107,6 +107,7 @@ def ctr_defaults() -> ml_collections.ConfigDict:
   #                                   in the paper's and DeepCTR's DIN; mlp_dims is its top MLP
   mo.din_pooling = "sum"  # din: sum (the paper's: sum_i a_i h_i) | mean (divided by the real
   #                          history items' count: its scale does not grow with the length)
+  #                          | softmax (the weights normalised over the real items)
   mo.blocks = ""  # composed: block spec JSON (sfjax/models/generator.py); embed_dim = its row width
 
   # ---- embeddings (rows updated by a row-wise optimizer) ----------------

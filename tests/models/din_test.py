@@ -121,6 +121,37 @@ def test_mean_pooling_divides_the_interest_by_the_real_items_count():
   np.testing.assert_allclose(both, once, rtol=1e-6)
 
 
+def test_softmax_pooling_normalises_the_weights_over_the_real_items():
+  unit = ActivationUnit(D, (6,), rngs=nnx.Rngs(2))
+  hist = _inputs()[2][..., :D]
+  target = _inputs(seed=1)[2][:, 0, :D]
+  scores = np.asarray(unit(hist, target))
+  got = np.asarray(target_attention(unit, hist, MASK, target, "softmax"))
+  for b in range(3):  # by hand, over the real items only
+    real = MASK[b] > 0
+    w = np.exp(scores[b, real] - scores[b, real].max())
+    np.testing.assert_allclose(got[b], (w / w.sum()) @ hist[b, real], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(got[1], hist[1, 0], rtol=1e-6)  # one real item: its own vector
+  np.testing.assert_array_equal(got[3], 0.0)  # an empty history: 0, not NaN
+  # The same item twice mixes to that item: the weights sum to 1 whatever the length.
+  twice = np.repeat(hist[:, :1], 2, axis=1)
+  both = target_attention(unit, twice, np.ones((B, 2), np.float32), target, "softmax")
+  np.testing.assert_allclose(both, hist[:, 0], rtol=1e-6)
+
+
+def test_softmax_pooling_keeps_padding_out_of_values_and_gradients():
+  model = _model(din_pooling="softmax")
+  emb, dense, hist = _inputs()
+  out = np.asarray(model(emb, dense, sequences=((hist, MASK),)))
+  garbage = hist.copy()
+  garbage[MASK == 0] = np.array([1e30, -np.inf, np.nan, 7.0, 2.0], np.float32)
+  np.testing.assert_array_equal(model(emb, dense, sequences=((garbage, MASK),)), out)
+  grad = jax.grad(lambda h: model(emb, dense, sequences=((h, MASK),)).sum())(jnp.asarray(garbage))
+  grad = np.asarray(grad)
+  np.testing.assert_array_equal(grad[MASK == 0], 0.0)
+  assert np.all(np.isfinite(grad)) and np.all(np.abs(grad[MASK == 1]).sum(-1) > 0)
+
+
 def test_din_pooling_reaches_the_model_and_padding_still_changes_nothing():
   emb, dense, hist = _inputs()
   total, mean = _model(), _model(din_pooling="mean")
@@ -132,7 +163,7 @@ def test_din_pooling_reaches_the_model_and_padding_still_changes_nothing():
   padded = hist.copy()
   padded[MASK == 0] = np.nan
   np.testing.assert_array_equal(mean(emb, dense, sequences=((padded, MASK),)), b)
-  with pytest.raises(ValueError, match=r"din: din_pooling must be one of \('sum', 'mean'\)"):
+  with pytest.raises(ValueError, match=r"din: din_pooling must be one of \('sum', 'mean', 'softmax'\)"):
     DIN(num_fields=F, embed_dim=D, num_dense=0, rngs=nnx.Rngs(0), target_field=0,
         sequence_field=1, din_pooling="max")
 
@@ -151,6 +182,9 @@ def _reference_logits(model, emb, dense, hist, mask, pooling):
     y = _linear(layer, x)
     x = np.where(y >= 0, y, np.asarray(act.alpha[...]) * y)
   a = _linear(model.attention.out, x)[..., 0] * mask
+  if pooling == "softmax":
+    e = np.where(mask > 0, np.exp(a - np.max(np.where(mask > 0, a, -np.inf), 1, keepdims=True)), 0.0)
+    a = e / np.maximum(e.sum(1, keepdims=True), 1e-30)
   interest = np.einsum("bl,bld->bd", a, h)
   if pooling == "mean":
     interest /= np.maximum(mask.sum(1, keepdims=True), 1)
@@ -166,7 +200,7 @@ def _reference_logits(model, emb, dense, hist, mask, pooling):
   return first_sum + dense @ np.asarray(model.dense_linear.kernel[...]) + fm + _linear(model.mlp.out, x)[:, 0]
 
 
-@pytest.mark.parametrize("pooling", ["sum", "mean"])
+@pytest.mark.parametrize("pooling", ["sum", "mean", "softmax"])
 def test_logits_equal_a_numpy_reference(pooling):
   # Four fields, the history in the middle (field 1), the target after it (field 3).
   model = DIN(num_fields=4, embed_dim=D, num_dense=ND, rngs=nnx.Rngs(3), target_field=3,
@@ -327,3 +361,10 @@ def test_config_check_accepts_din_and_checks_its_widths():
 def test_movielens_din_config_pools_the_interest_as_a_mean():
   assert ctr.get_config("movielens_din").model.din_pooling == "mean"
   assert ctr.get_config().model.din_pooling == "sum"  # the paper's, by default
+
+
+def test_movielens_din_softmax_differs_from_movielens_din_only_in_its_pooling():
+  softmax, mean = ctr.get_config("movielens_din_softmax"), ctr.get_config("movielens_din")
+  assert softmax.model.din_pooling == "softmax"
+  softmax.model.din_pooling = "mean"
+  assert softmax.to_dict() == mean.to_dict()

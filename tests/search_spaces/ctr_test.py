@@ -218,6 +218,6 @@ def test_din_is_searched_only_when_named_with_its_attention_keys():
       assert dict(spec.model_hparams)["din_attention_dims"] == (width,) * depth
       assert dict(spec.model_hparams)["din_pooling"] == config["model.din_pooling"]
       poolings.add(config["model.din_pooling"])
-  assert seen == {"deepfm", "din"} and poolings == {"sum", "mean"}
+  assert seen == {"deepfm", "din"} and poolings == {"sum", "mean", "softmax"}
   with pytest.raises(SpaceError, match="unknown: \\['dien'\\]"):
     ctr.ctr_space(families="deepfm,dien")

@@ -6,6 +6,7 @@ weights that depend on the candidate item, so the interest vector changes with t
   a_i      = ActivationUnit([h_i, t, h_i - t, h_i * t])   (a scalar per history item)
   interest = sum_i m_i a_i h_i                            (m_i: 1 for a real item, 0 for padding)
              [/ max(1, sum_i m_i) with din_pooling='mean']
+             [a := softmax over the real items of a, with din_pooling='softmax']
   fields   = v_1..v_F with v_seq := interest
   logit    = sum_{f != seq} w_f + dense @ u + FM2(fields) + MLP([fields, dense])
 
@@ -40,6 +41,12 @@ the history's length. On MovieLens-100k (ctr.py:movielens_din, 20-rating histori
 0.7845, test 0.7960) and the mean did not (best at 700-1000: valid 0.7883, test 0.7991,
 both with the (32,) unit), level with DeepFM's mean-pooled history (valid 0.7884, test
 0.7988). `sum` (the paper's) stays the default.
+
+`din_pooling='softmax'` normalises the weights over the real items instead (FuxiCTR's
+`din_use_softmax`; DIEN's and BST's attention): `sum_i a_i = 1`, so the interest is a
+convex mix of the history that no longer carries how strongly it matches. Same runs
+(3 seeds, 2026-12-07, AMD EPYC): valid 0.7884, test 0.8001 against the mean's 0.7885 /
+0.7991, a tie on validation, so `ctr.py:movielens_din` keeps `mean`.
 """
 
 from __future__ import annotations
@@ -64,7 +71,8 @@ from sfjax.models.validation import (
 )
 
 _PRELU_INIT = 0.25  # He et al. (2015)'s initial negative slope
-DIN_POOLINGS = ("sum", "mean")  # `model.din_pooling`: the paper's weighted sum | weighted mean
+# `model.din_pooling`: the paper's weighted sum | weighted mean | softmax-weighted mix
+DIN_POOLINGS = ("sum", "mean", "softmax")
 
 
 class PReLU(nnx.Module):
@@ -111,11 +119,16 @@ def target_attention(unit: ActivationUnit, history: jax.Array, mask: jax.Array,
   Padding items are zeroed BEFORE the unit and their weights after it (`jnp.where`,
   not a product), so a padded item changes neither the value nor any gradient, even
   if its row holds inf or NaN. `pooling='mean'` divides by the real items' count
-  (`max(1, sum_i m_i)`: an empty history's interest stays 0).
+  (`max(1, sum_i m_i)`: an empty history's interest stays 0); `pooling='softmax'` takes
+  the weights' softmax over the real items (padding scores the dtype's lowest value, so
+  its share is exactly 0; an empty history's interest stays 0).
   """
   real = mask > 0  # [B, L]
   history = jnp.where(real[..., None], history, 0.0)
-  weights = jnp.where(real, unit(history, target), 0.0)  # [B, L]
+  scores = unit(history, target)  # [B, L]
+  if pooling == "softmax":
+    scores = jax.nn.softmax(jnp.where(real, scores, jnp.finfo(scores.dtype).min), axis=1)
+  weights = jnp.where(real, scores, 0.0)  # [B, L]
   interest = jnp.einsum("bl,bld->bd", weights, history)
   if pooling == "mean":
     return interest / jnp.maximum(jnp.sum(real, axis=1, keepdims=True), 1).astype(interest.dtype)
@@ -182,8 +195,9 @@ class DIN(nnx.Module):
         replaced by the interest.
       mlp_dims: hidden widths of the top MLP (`model.mlp_dims`); a Linear to 1 follows.
       din_attention_dims: hidden widths of the activation unit (`model.din_attention_dims`).
-      din_pooling: 'sum' (the paper's) or 'mean' (`model.din_pooling`; the interest
-        divided by the real history items' count).
+      din_pooling: 'sum' (the paper's), 'mean' (`model.din_pooling`; the interest
+        divided by the real history items' count) or 'softmax' (the weights' softmax over
+        the real items).
     """
     num_fields, embed_dim, num_dense = check_sizes(
         "din", num_fields=num_fields, embed_dim=embed_dim, num_dense=num_dense)
