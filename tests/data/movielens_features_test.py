@@ -144,3 +144,55 @@ def test_bad_options_name_the_field(genres, history, field):
   cfg = ml_collections.ConfigDict({"genres": genres, "history": history})
   with pytest.raises(ConfigError, match=rf"^config field {field}: "):
     features.feature_options(cfg)
+
+
+def test_good_options_are_read_as_plain_values():
+  cfg = ml_collections.ConfigDict({"genres": "all", "history": np.int64(20), "label_history": 5})
+  options = features.feature_options(cfg)
+  assert options == ("all", 20, 5)
+  assert [type(v) for v in options] == [str, int, int]
+  # A config from before label histories (no such key) has none.
+  assert features.feature_options(ml_collections.ConfigDict({"genres": "first", "history": 3})
+                                  ) == ("first", 3, 0)
+
+
+def test_history_rows_are_int64_and_an_empty_log_has_none():
+  rows, earlier = features.previous_ratings(np.array([b"a", b"a"]), np.array([1.0, 2.0]), 3)
+  assert rows.dtype == np.int64 and earlier.dtype == np.int64
+  np.testing.assert_array_equal(rows, [[-1, -1, -1], [0, -1, -1]])
+  rows, earlier = features.previous_ratings(np.array([], "S1"), np.array([]), 2)
+  assert rows.shape == (0, 2) and earlier.shape == (0,)
+
+
+def test_previous_among_reaches_the_last_and_a_single_source_rating():
+  # The source sorted by (user, time) ends with b@4, which b@7 (no source) must see;
+  # and with one source rating in all, the unused columns stay padding.
+  users = np.array([b"a", b"b", b"b", b"a"])
+  times = np.array([1.0, 4.0, 7.0, 2.0])
+  rows = features.previous_among(users, times, np.array([True, True, False, False]), 3)
+  np.testing.assert_array_equal(rows, [[-1, -1, -1], [-1, -1, -1], [1, -1, -1], [0, -1, -1]])
+  assert rows.dtype == np.int64
+  only = features.previous_among(users, times, np.array([False, True, False, False]), 3)
+  np.testing.assert_array_equal(only, [[-1, -1, -1], [-1, -1, -1], [1, -1, -1], [-1, -1, -1]])
+
+
+def test_layout_with_label_histories_and_its_spec():
+  options = features.FeatureOptions("first", 0, 4)
+  layout = features.movielens_layout({"user_id": 5, "item_id": 9}, options, 6, 2)
+  assert [t.name for t in layout.tables] == ["user_id", "item"]
+  assert [(f.name, f.table, f.kind, f.capacity) for f in layout.features] == [
+      ("user_id", "user_id", "one_hot", 1), ("item_id", "item", "one_hot", 1),
+      ("liked_history", "item", "sequence", 4), ("disliked_history", "item", "sequence", 4)]
+  spec = features.layout_spec(layout)
+  assert [f.name for f in spec.fields] == ["user_id", "item_id", "liked_history",
+                                           "disliked_history"]
+  assert spec.field_rows == (5, 9, 9, 9) and spec.num_dense == 0 and spec.layout is layout
+
+
+def test_stacked_ids_are_int64_whatever_the_columns_dtype():
+  layout = features.movielens_layout({"user_id": 5, "item_id": 9}, features.FeatureOptions("first", 2),
+                                     1, 1)
+  ids, _ = features.stack_columns(layout, {"user_id": np.array([1], np.int32),
+                                           "item_id": np.array([3], np.int16),
+                                           "history": np.array([[2, -1]], np.int32)})
+  assert ids.dtype == np.int64 and ids.tolist() == [[1, 3, 2, -1]]
