@@ -5,7 +5,7 @@ import pytest
 
 from sfjax.core import feature_layout as fl
 from sfjax.data import bag_shards
-from sfjax.data.types import FieldSpec, make_batch
+from sfjax.data.types import Batch, FieldSpec, make_batch
 
 # user (one-hot), history (sequence of items, 3), item_id (one-hot), tags (weighted bag, 2).
 LAYOUT = fl.FeatureLayout(
@@ -108,6 +108,9 @@ def _bag(values, offsets, weights=None):
     (1, _bag([1, -1, 3, 8], [0, 3, 3, 4]), ("f1.values", 0, "id -1 outside")),
     (3, _bag([1, 1, 3], [0, 2, 2, 3], [0.5, 1, np.nan]), ("f3.weights", 2, "weight nan is not "
                                                                            "finite")),
+    (1, _bag([9, 2, 3, 8], [0, 3, 3, 4]), ("f1.values", 0, "id 9 outside")),  # the first value
+    # in the second block of 2, not at its start: the example of value 3
+    (3, _bag([1, 1, 3, 2], [0, 2, 2, 4], [1, 1, 1, np.inf]), ("f3.weights", 2, "weight inf")),
 ])
 def test_first_bad_bag_names_array_and_row(feature, bag, expected):
   found = bag_shards.first_bad_bag(bag, feature, LAYOUT, block=2)
@@ -115,3 +118,46 @@ def test_first_bad_bag_names_array_and_row(feature, bag, expected):
     assert found is None
   else:
     assert (found.array, found.row) == expected[:2] and found.reason.startswith(expected[2])
+
+
+def test_expected_arrays_of_a_shard():
+  maps = {"f3.values": np.zeros(7, np.int32)}
+  assert bag_shards.expected_array("f3.values", 4, np.dtype(np.int32), maps) == (np.int32, (None,))
+  assert bag_shards.expected_array("f3.offsets", 4, np.dtype(np.int32), maps) == (np.int64, (5,))
+  assert bag_shards.expected_array("f3.weights", 4, np.dtype(np.int32), maps) == (np.float32, (7,))
+
+
+def test_stored_and_to_batch_keep_their_dtypes_without_a_layout():
+  plain = Batch(np.array([[1, 2], [3, 4]], np.int64), np.array([[0.5], [1.5]], np.float64),
+                np.array([1.0, 0.0], np.float64), np.ones(2))  # wider than stored
+  kept = bag_shards.stored(plain, None, np.dtype(np.int32))
+  assert (kept.ids.dtype, kept.dense.dtype, kept.labels.dtype) == (np.int32, np.float32, np.float32)
+  assert kept.bags == ()
+  back = bag_shards.to_batch(kept, None)
+  np.testing.assert_array_equal(back.dense, [[0.5], [1.5]])
+  np.testing.assert_array_equal(back.labels, [1, 0])
+  np.testing.assert_array_equal(back.mask, [1, 1])
+  assert back.mask.dtype == np.float32 and back.dense.dtype == np.float32
+
+
+def test_stored_with_a_layout_stores_ids_in_the_split_dtype_and_names_bad_weights():
+  chunk = make_batch(IDS, np.zeros((3, 1)), [0, 1, 1])._replace(weights=WEIGHTS.astype(np.float64))
+  kept = bag_shards.stored(chunk, LAYOUT, np.dtype(np.int32))
+  assert kept.ids.dtype == np.int32 and kept.bags[0].values.dtype == np.int32
+  assert kept.bags[1].weights.dtype == np.float32
+  with pytest.raises(ValueError, match=r"^chunk weights \(3, 6\) do not match its ids \(3, 7\)"):
+    bag_shards.stored(chunk._replace(weights=WEIGHTS[:, :6]), LAYOUT, np.dtype(np.int32))
+
+
+def test_concat_of_several_parts_of_several_rows():
+  parts = [_bag([1, 2, 3], np.array([0, 2, 3], np.int32)), _bag([4], [0, 0, 1]),
+           _bag([5, 6], [0, 2])]
+  whole = bag_shards.concat(parts)
+  np.testing.assert_array_equal(whole.values, [1, 2, 3, 4, 5, 6])
+  np.testing.assert_array_equal(whole.offsets, [0, 2, 3, 3, 4, 6])
+  assert whole.offsets.dtype == np.int64 and whole.weights is None
+  middle = bag_shards.take_rows(bag_shards.BagArrays(whole.values, whole.offsets.astype(np.int32),
+                                                     None), 1, 4)
+  np.testing.assert_array_equal(middle.offsets, [0, 1, 1, 2])
+  np.testing.assert_array_equal(middle.values, [3, 4])
+  assert middle.offsets.dtype == np.int64
