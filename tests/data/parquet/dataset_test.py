@@ -118,7 +118,16 @@ def test_streams_by_row_group_and_files_in_order(tmp_path):
      "not finite"),
     ("label", pa.array([0, 2, 1, 0]), "row group 0, column 'label': label must be 0 or 1"),
     ("tw", pa.array([[0.5], [1.0, 2.0, 4.0], [], [1.0]]), "row group 1, column 'tw': number of "
-     "weights differs"),
+     "weights differs from the ids of 'tags'"),
+    ("label", pa.array([0, 1, None, 0], pa.int64()), "row group 1, column 'label': null value"),
+    ("label", pa.array([False, None, True, True]), "row group 0, column 'label': null value"),
+    ("price", pa.array([1.0, None, 3.0, 2.0]), "row group 0, column 'price': null value"),
+    ("tw", pa.array([[0.5], None, [], [1.0, 3.0]], pa.list_(pa.float64())),
+     "row group 0, column 'tw': null list or null weight in the list"),
+    ("tw", pa.array([[0.5], [1.0, None, 4.0], [], [1.0, 3.0]]),
+     "row group 0, column 'tw': null list or null weight in the list"),
+    ("tw", pa.array([[0.5], [1.0, float("inf"), 4.0], [], [1.0, 3.0]]),  # row 0's are finite
+     "row group 0, column 'tw': weight is not finite"),
 ])
 def test_bad_rows_name_file_row_group_and_column(tmp_path, column, value, where):
   path = _write(tmp_path, _table(**{column: value}))
