@@ -1,5 +1,7 @@
 """data.pooling: a data set's bags pooled another way (a search's choice, issue #22)."""
 
+import dataclasses
+
 import ml_collections
 import numpy as np
 import pytest
@@ -42,8 +44,15 @@ def test_named_bags_pool_the_new_way_and_batches_are_unchanged():
 def test_only_bags_can_be_repooled():
   data = bag_data.BagDataset(num_train=16, num_eval=16)
   sequence = next(f.name for f in data.spec.layout.features if f.kind == "sequence")
-  with pytest.raises(ConfigError, match=f"data.pooling: '{sequence}' is not a multi_hot feature"):
+  bags = ", ".join(f.name for f in data.spec.layout.features if f.kind == "multi_hot")
+  with pytest.raises(ConfigError) as err:
     feature_pooling.with_pooling(data, f"{sequence}:sum")
+  assert str(err.value) == (f"config field data.pooling: '{sequence}' is not a multi_hot feature "
+                            f"of the data set (its bags: {bags})")
+  one_hot = dataclasses.replace(data.spec, layout=None)  # one id per field: no bag at all
+  with pytest.raises(ConfigError) as err:
+    feature_pooling.with_poolings(one_hot, {"tags": "sum"})
+  assert str(err.value).endswith("'tags' is not a multi_hot feature of the data set (its bags: none)")
 
 
 def test_make_dataset_applies_data_pooling():
