@@ -183,3 +183,106 @@ def test_hostile_values_name_the_field(value):
   block["history_capacity"] = value
   with pytest.raises(ConfigError, match=r"^config field data\.multihot\.history_capacity: "):
     multihot.MultihotConfig.from_any(type("Cfg", (), block))
+
+
+_LOWS = {"num_train": 1, "num_eval": 1, "user_rows": 1, "item_rows": 1, "num_context": 0,
+         "context_rows": 1, "num_short_bags": 0, "short_bag_capacity": 1, "short_bag_rows": 1,
+         "num_long_bags": 0, "long_bag_capacity": 1, "long_bag_rows": 1, "history_capacity": 1,
+         "planted_dim": 1, "num_dense": 0, "test_rows": 0, "short_bag_mean_len": 1.0,
+         "long_bag_median_len": 1.0, "long_bag_sigma": 0.0, "zipf_exponent": 0.0,
+         "logit_scale": 0.0}
+
+
+def _block(**overrides):
+  block = ctr.get_config("multihot_smoke").data.multihot.to_dict()
+  block.update(overrides)
+  return type("Cfg", (), block)
+
+
+@pytest.mark.parametrize("name,low", sorted(_LOWS.items()))
+def test_each_field_takes_its_lowest_value_and_refuses_below(name, low):
+  assert getattr(multihot.MultihotConfig.from_any(_block(**{name: low})), name) == low
+  with pytest.raises(ConfigError) as err:
+    multihot.MultihotConfig.from_any(_block(**{name: low - 1}))
+  kind = "an integer in" if isinstance(low, int) else "a finite number >="
+  assert str(err.value).startswith(f"config field data.multihot.{name}: must be {kind} [{low}"
+                                   if isinstance(low, int) else
+                                   f"config field data.multihot.{name}: must be {kind} {low}, got")
+
+
+def test_config_limits_and_defaults_are_named():
+  big = multihot._MAX_TABLE_ROWS
+  assert multihot.MultihotConfig.from_any(_block(item_rows=big)).item_rows == big
+  with pytest.raises(ConfigError) as err:
+    multihot.MultihotConfig.from_any(_block(item_rows=big + 1))
+  assert str(err.value) == f"config field data.multihot.item_rows: must be <= {big}, got {big + 1}"
+  assert multihot.MultihotConfig.from_any(_block(num_train=multihot._MAX_COUNT)).num_train == (
+      multihot._MAX_COUNT)
+  with pytest.raises(ConfigError) as err:
+    multihot.MultihotConfig.from_any(_block(num_train=multihot._MAX_COUNT + 1))
+  assert str(err.value).startswith("config field data.multihot.num_train: must be an integer in "
+                                   f"[1, {multihot._MAX_COUNT}], got")
+  for ctr_value in (0.0, 1.0):
+    with pytest.raises(ConfigError) as err:
+      multihot.MultihotConfig.from_any(_block(target_ctr=ctr_value))
+    assert str(err.value) == (f"config field data.multihot.target_ctr: must be in (0, 1), got "
+                              f"{ctr_value!r}")
+  with pytest.raises(ConfigError) as err:
+    multihot.MultihotConfig.from_any(_block(target_ctr=-0.5))
+  assert str(err.value).startswith("config field data.multihot.target_ctr: must be a finite number")
+  with pytest.raises(ConfigError) as err:
+    multihot.MultihotConfig.from_any(_block(shares=(1.0, 1.0)))
+  assert str(err.value) == ("config field data.multihot.shares: must be 4 numbers ('first_order', "
+                            "'bags', 'history', 'dense'), got (1.0, 1.0)")
+  with pytest.raises(ConfigError) as err:
+    multihot.MultihotConfig.from_any(_block(shares=(1.0, -1.0, 0.0, 0.0)))
+  assert str(err.value).startswith("config field data.multihot.shares: must be a finite number >= 0")
+  block = ctr.get_config("multihot_smoke").data.multihot.to_dict()
+  del block["test_rows"]  # has a default
+  assert multihot.MultihotConfig.from_any(type("Cfg", (), block)).test_rows == 0
+  del block["planted_dim"]  # has none
+  with pytest.raises(ConfigError) as err:
+    multihot.MultihotConfig.from_any(type("Cfg", (), block))
+  assert str(err.value) == "config field data.multihot.planted_dim: missing from the config"
+
+
+def test_layout_names_poolings_and_roles():
+  layout = multihot.multihot_layout(_cfg(num_context=1, num_short_bags=3, num_long_bags=3))
+  assert [(f.name, f.table, f.kind, f.pooling, f.weighted) for f in layout.features] == [
+      ("user", "user", "one_hot", "sum", False), ("item", "item", "one_hot", "sum", False),
+      ("ctx0", "ctx0", "one_hot", "sum", False),
+      ("bag0", "bag0", "multi_hot", "sum", True), ("bag1", "bag1", "multi_hot", "mean", False),
+      ("bag2", "bag2", "multi_hot", "sum", False),
+      ("long0", "long0", "multi_hot", "sqrtn", False), ("long1", "long1", "multi_hot", "mean", False),
+      ("long2", "long2", "multi_hot", "sqrtn", False),
+      ("history", "item", "sequence", "sum", False)]  # a FeatureSpec default; DIN reads it unpooled
+  roles = multihot._roles(layout)
+  assert roles.one_hot == (0, 1, 2) and roles.target == 1 and roles.history == 9
+  assert roles.bags == ((3, 0), (4, 1), (5, 0), (6, 1), (7, 0), (8, 1))
+
+
+def test_long_bags_hold_at_least_one_id_and_stats_are_named(smoke):
+  ds = multihot.MultihotCTR(_cfg(long_bag_median_len=1.0, long_bag_sigma=2.0), seed=0)
+  lengths = ds.generate_rows("eval", 0, 4096).lengths
+  long = lengths[:, [f.name for f in ds.layout.features].index("long0")]
+  assert lengths.dtype == np.int64 and long.min() == 1 and np.mean(long == 1) > 0.3
+  assert ds.stats["bad_lines"] == 0
+  assert sorted(ds.stats["mean_lengths"]) == sorted(f.name for f in ds.layout.features)
+  assert [f.name for f in smoke.spec.fields] == [f.name for f in smoke.layout.features]
+
+
+def test_rows_dtypes_bounds_and_the_hottest_id_carries_the_strongest_effect(smoke, rows):
+  assert (rows.ids.dtype, rows.weights.dtype, rows.lengths.dtype) == (np.int64, np.float32, np.int64)
+  assert (rows.dense.dtype, rows.labels.dtype) == (np.float32, np.float32)
+  assert smoke.generate_rows("train", 5, 1).ids.shape == (1, smoke.layout.num_columns)
+  for start, num_rows in ((-1, 3), (0, 0)):
+    with pytest.raises(ValueError, match=f"^need start >= 0 and num_rows >= 1, got {start}, "
+                       f"{num_rows}$"):
+      smoke.generate_rows("eval", start, num_rows)
+  assert next(smoke.train_batches(1, seed=0)).size == 1
+  with pytest.raises(ValueError, match="^batch_size must be positive, got 0$"):
+    next(smoke.train_batches(0, seed=0))
+  # Rank 0 (the most frequent id) is the id the planted model gives its undecayed effect.
+  user_rows = smoke.layout.tables[0].num_rows
+  hottest = np.bincount(rows.ids[:, 0], minlength=user_rows).argmax()
+  assert hottest == smoke._column_add[0] % user_rows

@@ -128,8 +128,13 @@ def _bad(name: str, message: str) -> ConfigError:
 
 
 def _int_field(name: str, value, low: int) -> int:
-  """`value` as an int in [low, 2**62] (a whole float such as 3.0 passes); else ConfigError."""
+  """`value` as an int in [low, 2**62] (a whole float such as 3.0 passes); else ConfigError.
+
+  Integers are compared exactly (as floats, 2**62 + 1 would round to 2**62 and pass).
+  """
   number = _real(value)
+  if number is not None and isinstance(value, (int, np.integer)):
+    number = int(value)
   if number is None or number != int(number) or not low <= number <= _MAX_COUNT:
     raise _bad(name, f"must be an integer in [{low}, {_MAX_COUNT}], got {value!r}")
   return int(number)
