@@ -3,6 +3,7 @@ digests; a swapped, edited or old-format file is refused naming it."""
 
 import json
 import shutil
+import zlib
 
 import numpy as np
 import pyarrow as pa
@@ -11,7 +12,7 @@ import pytest
 
 from experiments.configs import ctr
 from sfjax.core import feature_layout as fl
-from sfjax.data import dataset, preprocessed, preprocessed_layout, shards
+from sfjax.data import dataset, feature_map, preprocessed, preprocessed_layout, shards
 from sfjax.data.generated import synthetic
 
 
@@ -208,3 +209,65 @@ def test_the_layout_is_recorded_and_an_edited_one_is_refused(bag_dir, tmp_path):
   with pytest.raises(shards.CorruptShardError, match=r"shard_00000.ids.npy: holds int32\[3, 1\], "
                      r"expected int32\[3, 3\]"):
     dataset.make_dataset(_binary_config(broken), seed=0)
+
+
+def test_a_hashing_mapping_round_trips_and_is_described(tmp_path):
+  crc = preprocessed_layout.save_mapping(feature_map.HashingMapper(7), ("a", "b"), str(tmp_path))
+  raw = (tmp_path / preprocessed_layout.MAPPING_FILE).read_bytes()
+  settings = json.loads(raw)
+  assert settings == {
+      "kind": "hashing", "num_rows": 7, "row": "key mod num_rows",
+      "key": "feature_map.value_keys: SplitMix64 over the raw value's bytes (8-byte "
+             "little-endian words) from a per-field salt"}
+  assert raw.decode() == json.dumps(settings, indent=1) + "\n"
+  assert crc == f"{zlib.crc32(raw):08x}"
+  loaded = preprocessed_layout.load_mapping(str(tmp_path))
+  assert isinstance(loaded, feature_map.HashingMapper) and loaded.num_rows == 7
+
+
+def test_a_vocabulary_mapping_round_trips_with_its_key_files(tmp_path):
+  vocab = feature_map.Vocabulary((np.array([3, 9], np.uint64), np.array([5], np.uint64)), 2, (4, 1))
+  preprocessed_layout.save_mapping(vocab, ("a", "b"), str(tmp_path))
+  settings = json.loads((tmp_path / preprocessed_layout.MAPPING_FILE).read_text())
+  assert (settings["kind"], settings["min_count"], settings["num_distinct"]) == ("vocabulary", 2,
+                                                                                 [4, 1])
+  assert settings["row"] == ("1 + position of the key in the field's sorted keys; 0 = out of "
+                             "vocabulary")
+  assert [(f["name"], f["keys"], f["num_keys"]) for f in settings["fields"]] == [
+      ("a", "vocabulary/a.keys.npy", 2), ("b", "vocabulary/b.keys.npy", 1)]
+  loaded = preprocessed_layout.load_mapping(str(tmp_path))
+  assert (loaded.min_count, loaded.num_distinct) == (2, (4, 1))
+  for got, want in zip(loaded.keys, vocab.keys, strict=True):
+    assert got.dtype == np.uint64
+    np.testing.assert_array_equal(got, want)
+  (tmp_path / "vocabulary" / "b.keys.npy").unlink()
+  with pytest.raises(shards.CorruptShardError) as err:
+    preprocessed_layout.load_mapping(str(tmp_path))
+  assert str(err.value) == (f"{tmp_path / 'vocabulary' / 'b.keys.npy'}: missing (listed in "
+                            "mapping.json)")
+  with pytest.raises(TypeError, match="^cannot store a mapper of type object$"):
+    preprocessed_layout.mapping_settings(object())
+
+
+def test_the_spec_digest_is_the_crc_of_its_canonical_json():
+  meta = {"b": 1, "a": [1, 2], "splits": {"train": {"num_examples": 3}}}
+  canonical = b'{"a":[1,2],"b":1}'  # sorted keys, no spaces, no per-split counts
+  assert preprocessed_layout.spec_crc32(meta) == f"{zlib.crc32(canonical):08x}"
+
+
+@pytest.mark.parametrize("meta,reason", [
+    (None, "missing: not a preprocessed directory, or preprocessing did not finish (run "
+           "experiments.preprocess)"),
+    ({"kind": "sfjax.preprocessed", "version": 1},
+     "written by an older sfjax (format 1: no spec/mapping digests to check the shards against); "
+     "preprocess again (python -m experiments.preprocess ... --overwrite)"),
+    ({"kind": "other", "version": 2}, "malformed (kind/version 'other'/2)"),
+    ({"kind": "sfjax.preprocessed", "version": 3}, "malformed (kind/version 'sfjax.preprocessed'/3)"),
+    ({"kind": "sfjax.preprocessed", "version": 2}, "malformed ('mapping_crc32')"),
+])
+def test_a_bad_spec_is_named_with_its_reason(tmp_path, meta, reason):
+  if meta is not None:
+    (tmp_path / preprocessed_layout.SPEC_FILE).write_text(json.dumps(meta))
+  with pytest.raises(shards.CorruptShardError) as err:
+    preprocessed_layout.read_spec(str(tmp_path))
+  assert str(err.value) == f"{tmp_path / preprocessed_layout.SPEC_FILE}: {reason}"
