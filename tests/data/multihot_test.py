@@ -179,10 +179,8 @@ def test_shipped_variants_validate(variant):
 
 @pytest.mark.parametrize("value", [None, True, "3", float("inf"), 10**400, 2**70, -1, 1.5, [2]])
 def test_hostile_values_name_the_field(value):
-  block = ctr.get_config("multihot_smoke").data.multihot.to_dict()
-  block["history_capacity"] = value
   with pytest.raises(ConfigError, match=r"^config field data\.multihot\.history_capacity: "):
-    multihot.MultihotConfig.from_any(type("Cfg", (), block))
+    multihot.MultihotConfig.from_any(_block(history_capacity=value))
 
 
 _LOWS = {"num_train": 1, "num_eval": 1, "user_rows": 1, "item_rows": 1, "num_context": 0,

@@ -12,17 +12,30 @@ from sfjax.data.parquet.reader import ParquetReader, open_parquet_file
 from sfjax.train import defaults
 
 
-def _reader(tmp_path, rows=10, row_group_size=4, chunk_rows=3):
-  """A reader over one file of `rows` rows (item ids 100.., a 2-id bag per row)."""
-  path = tmp_path / "a.parquet"
-  table = pa.table({"label": pa.array(np.arange(rows) % 2, pa.int64()),
-                    "item": pa.array(100 + np.arange(rows), pa.int64()),
-                    "tags": pa.array([[i, i + 1] for i in range(rows)], pa.list_(pa.int64()))})
+def _write_and_read(tmp_path, table, chunk_rows=3, row_group_size=4, skip=False,
+                    name="b.parquet", **parquet):
+  """The train reader of `table` written as one file (`data.parquet` fields from `parquet`)."""
+  path = tmp_path / name
   pq.write_table(table, path, row_group_size=row_group_size)
   c = defaults.ctr_defaults().data
-  c.format, c.train_path, c.hash_rows = "parquet", str(path), 1000
-  c.parquet.bags = "tags:multi_hot:2"
+  c.format, c.train_path, c.hash_rows, c.skip_bad_lines = "parquet", str(path), 1000, skip
+  for key, value in parquet.items():
+    c.parquet[key] = value
   return ParquetDataset(c, chunk_rows=chunk_rows).train_reader, str(path)
+
+
+def _labels_items(labels):
+  """Columns 'label' (`labels`) and 'item' (ids 100..)."""
+  return {"label": pa.array(labels, pa.int64()),
+          "item": pa.array(100 + np.arange(len(labels)), pa.int64())}
+
+
+def _reader(tmp_path, rows=10, row_group_size=4, chunk_rows=3):
+  """A reader over one file of `rows` rows (item ids 100.., a 2-id bag per row)."""
+  table = pa.table({**_labels_items(np.arange(rows) % 2),
+                    "tags": pa.array([[i, i + 1] for i in range(rows)], pa.list_(pa.int64()))})
+  return _write_and_read(tmp_path, table, chunk_rows, row_group_size, name="a.parquet",
+                         bags="tags:multi_hot:2")
 
 
 def _same(a, b):
@@ -62,22 +75,6 @@ def test_a_file_that_is_not_parquet_is_named(tmp_path):
   with pytest.raises(DataFormatError, match=r"x\.parquet:1: not a readable Parquet file "
                      r"\(ArrowInvalid: Parquet magic bytes not found"):
     open_parquet_file(str(bad))
-
-
-def _write_and_read(tmp_path, table, chunk_rows=3, row_group_size=4, skip=False, **parquet):
-  path = tmp_path / "b.parquet"
-  pq.write_table(table, path, row_group_size=row_group_size)
-  c = defaults.ctr_defaults().data
-  c.format, c.train_path, c.hash_rows, c.skip_bad_lines = "parquet", str(path), 1000, skip
-  for key, value in parquet.items():
-    c.parquet[key] = value
-  return ParquetDataset(c, chunk_rows=chunk_rows).train_reader, str(path)
-
-
-def _labels_items(labels, items=None):
-  n = len(labels)
-  return {"label": pa.array(labels, pa.int64()),
-          "item": pa.array(100 + np.arange(n) if items is None else items, pa.int64())}
 
 
 def test_reader_defaults_and_chunk_rows_bounds(tmp_path):
