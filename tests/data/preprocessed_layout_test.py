@@ -108,6 +108,52 @@ def test_an_edited_spec_with_the_same_fields_is_refused(pre_dir, tmp_path):
     dataset.make_dataset(_binary_config(broken), seed=0)
 
 
+@pytest.mark.parametrize("edit, reason", [
+    (lambda s: s["fields"].pop(), "says 25 fields / 13 dense, train/split.json 26 / 13: "
+                                  "replaced or edited"),
+    (lambda s: s.update(num_dense=12), "says 26 fields / 12 dense, train/split.json 26 / 13: "
+                                       "replaced or edited"),
+    (lambda s: s["splits"]["test"].update(num_examples=99), "says 99 test examples, "
+                                                            "test/split.json 100: replaced or "
+                                                            "edited"),
+])
+def test_a_spec_whose_counts_differ_from_a_split_names_both_files(pre_dir, tmp_path, edit,
+                                                                   reason):
+  broken = tmp_path / "broken"
+  shutil.copytree(pre_dir, broken)
+  spec = json.loads((broken / "spec.json").read_text())
+  edit(spec)
+  (broken / "spec.json").write_text(json.dumps(spec))
+  with pytest.raises(shards.CorruptShardError) as info:
+    preprocessed_layout.dataset_digests(str(broken))
+  assert (info.value.path, info.value.reason) == (str(broken / "spec.json"), reason)
+
+
+def test_a_split_recording_another_mapping_or_spec_is_refused_in_full(pre_dir, tmp_path):
+  broken = tmp_path / "broken"
+  shutil.copytree(pre_dir, broken)
+  digests = preprocessed_layout.dataset_digests(str(pre_dir))
+  split_json = broken / "eval" / "split.json"
+  info = json.loads(split_json.read_text())
+  info["dataset"]["mapping_crc32"] = "0badf00d"  # spec.json and mapping.json still agree
+  split_json.write_text(json.dumps(info))
+  with pytest.raises(shards.CorruptShardError) as err:
+    preprocessed_layout.dataset_digests(str(broken))
+  assert (err.value.path, err.value.reason) == (
+      str(broken / "mapping.json"),
+      f"CRC-32 {digests['mapping_crc32']}, eval/split.json records 0badf00d: it does not belong "
+      "to these shards (replaced or edited); restore it or preprocess again")
+  info["dataset"]["mapping_crc32"] = digests["mapping_crc32"]
+  info["dataset"]["spec_crc32"] = "0badf00d"
+  split_json.write_text(json.dumps(info))
+  with pytest.raises(shards.CorruptShardError) as err:
+    preprocessed_layout.dataset_digests(str(broken))
+  assert (err.value.path, err.value.reason) == (
+      str(broken / "spec.json"),
+      f"does not belong to the shards in eval/ (spec CRC-32 {digests['spec_crc32']}, "
+      "eval/split.json records 0badf00d): replaced or edited; restore it or preprocess again")
+
+
 def test_a_replaced_vocabulary_file_is_refused_naming_it(criteo_dir, tmp_path):
   out = tmp_path / "vocab"
   preprocessed.preprocess_files(_text_config(criteo_dir, min_count=2), str(out),
