@@ -64,7 +64,8 @@ class ChunkedRows:
 
   def read_train(self, indices: np.ndarray) -> Batch:
     """The training examples `indices` [n] (of `train_order`), in that order; the chunks
-    they fall in are drawn (the last two are kept). Counts `rows_read`."""
+    they fall in are drawn (the last two are kept; no indices: no rows, chunk 0's columns).
+    Counts `rows_read`."""
     indices = np.asarray(indices, np.int64)
     cache = self.__dict__.setdefault("_train_chunks", {})
     chunk_of = indices // self.chunk_rows
@@ -78,6 +79,8 @@ class ChunkedRows:
       pieces.append(batching.take(cache[index], indices[at] - index * self.chunk_rows))
       where.append(at)
     self.rows_read += int(indices.size)
+    if not pieces:  # no rows: chunk 0's columns, none of its rows
+      return batching.take(self.chunk("train", 0).to_batch(), indices)
     merged = concat_batches(pieces)
     return batching.take(merged, np.argsort(np.concatenate(where), kind="stable"))
 
