@@ -128,3 +128,76 @@ def test_value_keys_take_recorded_salts():
   np.testing.assert_array_equal(feature_map.value_keys(values, own), feature_map.value_keys(values))
   other = feature_map.value_keys(values, np.roll(own, 1))  # another field's salt: other keys
   assert (other != feature_map.value_keys(values)).all()
+
+
+@pytest.mark.parametrize("width", [9, 17, 25])
+def test_keys_of_values_just_past_a_word_match_a_wider_array(width):
+  value = b"v" * width
+  alone = feature_map.value_keys(_values([[value]]))  # an array of exactly this width
+  wide = feature_map.value_keys(_values([[value], [b"w" * 40]]))
+  assert alone[0, 0] == wide[0, 0]
+  assert alone[0, 0] != feature_map.value_keys(_values([[value[:-1]]]))[0, 0]
+
+
+def test_recorded_salts_may_be_python_integers():
+  values = _values([[b"a", b"bc", b""]])
+  salts = [int(s) for s in feature_map.field_salts(3)]
+  assert max(salts) >= 2**63  # plain ints, some past int64
+  np.testing.assert_array_equal(feature_map.value_keys(values, salts),
+                                feature_map.value_keys(values))
+
+
+def test_mappers_describe_their_fields_by_name():
+  spec = feature_map.HashingMapper(5).dataset_spec(("a", "b"), 2)
+  assert [(f.name, f.num_rows) for f in spec.fields] == [("a", 5), ("b", 5)]
+  vocab = feature_map.build_vocabulary([_values([[b"x", b"y"], [b"z", b"y"]])], 2)
+  assert vocab.min_count == 1 and vocab.field_rows == (3, 2)  # min_count 1: seen once is kept
+  spec = vocab.dataset_spec(("u", "v"), 4)
+  assert [(f.name, f.num_rows) for f in spec.fields] == [("u", 3), ("v", 2)]
+  assert spec.num_dense == 4 and type(spec.num_dense) is int
+  with pytest.raises(ValueError, match=r"^1 field names for 2 vocabulary fields$"):
+    vocab.dataset_spec(("u",), 0)
+  with pytest.raises(ValueError, match=r"^vocabulary has 2 fields, values have 3$"):
+    vocab(_values([[b"x", b"y", b"z"]]))
+
+
+def test_vocabulary_keys_and_rows_keep_their_integer_types():
+  values = _values([[b"a", b"q"], [b"b", b"q"], [b"a", b"r"]])
+  vocab = feature_map.build_vocabulary([values[:1], values[1:]], 2, min_count=2)
+  assert vocab.min_count == 2 and vocab.num_distinct == (2, 2)
+  assert all(k.dtype == np.uint64 for k in vocab.keys)
+  np.testing.assert_array_equal(vocab.keys[0], feature_map.value_keys(values)[:1, 0])
+  assert vocab.keys[1].tolist() == [feature_map.value_keys(values)[0, 1]]
+  ids = vocab(values)
+  assert ids.dtype == np.int64 and ids.tolist() == [[1, 1], [0, 1], [1, 0]]
+  empty = feature_map.build_vocabulary([values], 2, min_count=9)  # no value is kept
+  rows = empty.rows_of_keys(feature_map.value_keys(values)[:, 0], 0)
+  assert rows.dtype == np.int64 and rows.tolist() == [0, 0, 0]
+  assert vocab.rows_of_keys(np.array([vocab.keys[0][0], 7], np.uint64), 0).dtype == np.int64
+
+
+def test_vocabulary_inputs_are_checked_with_their_shapes():
+  with pytest.raises(ValueError, match=r"^expected \[n, 3\] values, got shape \(2, 2\)$"):
+    feature_map.build_vocabulary([_values([[b"a", b"b"], [b"c", b"d"]])], 3)
+  with pytest.raises(ValueError, match=r"^expected \[n, 2\] values, got shape \(2,\)$"):
+    feature_map.build_vocabulary([_values([b"a", b"b"])], 2)
+  with pytest.raises(ValueError, match=r"^min_count must be >= 1, got 0$"):
+    feature_map.build_vocabulary_from_keys([], 1, 0)
+  with pytest.raises(ValueError, match=r"^expected 2 key arrays, got 1$"):
+    feature_map.build_vocabulary_from_keys([[np.zeros(2, np.uint64)]], 2)
+
+
+def test_make_mapper_hashes_into_one_row_and_builds_from_keys():
+  assert feature_map.make_mapper(1, 1, lambda: [], 1) == feature_map.HashingMapper(1)
+  values = _values([[b"a", b"x"], [b"a", b"y"], [b"b", b"y"]])
+  keys = feature_map.value_keys(values)
+  for chunks_are_keys, chunks in ((False, lambda: [values]),
+                                  (True, lambda: [[keys[:, 0], keys[:, 1]]])):
+    vocab = feature_map.make_mapper(0, 2, chunks, 2, chunks_are_keys=chunks_are_keys)
+    assert vocab.min_count == 2 and vocab.field_rows == (2, 2)
+    assert vocab(values).tolist() == [[1, 0], [1, 1], [0, 1]]
+  ragged = feature_map.make_mapper(  # key chunks: fields of their own lengths, int keys too
+      0, 1, lambda: [[keys[:1, 0], [int(k) for k in keys[:, 1]]]], 2, chunks_are_keys=True)
+  assert ragged.num_distinct == (1, 2) and all(k.dtype == np.uint64 for k in ragged.keys)
+  once = feature_map.build_vocabulary_from_keys([[keys[:, 1]]], 1)  # default: seen once is kept
+  assert once.min_count == 1 and once.field_rows == (3,)

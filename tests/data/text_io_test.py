@@ -176,7 +176,8 @@ def test_has_data_lines_reads_one_line_of_some_file(tmp_path, write_file):
   assert not text_io.TextReader([empty], _TwoColumns()).has_data_lines()
 
 
-@pytest.mark.parametrize("text", [b"", b"1,a\n", b"1,a", b"1,a\n0,b\n1,c", b"1,a\n0,b\n1,c\n"])
+@pytest.mark.parametrize("text", [b"", b"1,a\n", b"1,a", b"1,a\n0,b\n1,c", b"1,a\n0,b\n1,c\n",
+                                  b"1,a\n0,b\n1,c\n0,d\n1,e\n0,f"])
 @pytest.mark.parametrize("chunk_lines", [1, 2, 5])
 def test_chunk_offsets_are_where_every_lth_line_starts(tmp_path, text, chunk_lines):
   path = tmp_path / "x.csv"
@@ -232,3 +233,147 @@ def test_gzip_chunks_read_out_of_order_and_bad_lines_name_their_line(tmp_path, w
   assert (lines.first_line, lines.lines) == (1, [b"1,0\n", b"1,1\n"])
   raw, bad = reader.parse_lines(text_io.LineChunk(path, 9, [b"1,8\n", b"2,bad\n"]), True)
   assert bad == 1 and raw.values[:, 0].tolist() == [b"8"]
+
+
+class _Header(_TwoColumns):
+  """`_TwoColumns` after one header line; records the paths it was started on."""
+
+  def __init__(self):
+    self.started = []
+
+  def start_file(self, f, path):
+    f.readline()
+    self.started.append(path)
+    return super().start_file(f, path)[0], 2
+
+
+def test_split_fields_keeps_empty_fields_and_strips_only_the_line_break():
+  lines = [b"1\t\t\n", b"x\ty\t \r\n", b"p\tq\n", b"a\tb\tc"]
+  problems = {}
+  fields, rows = text_io.split_fields(text_io.LineChunk("f", 1, lines), b"\t", 3, problems)
+  assert fields.tolist() == [[b"1", b"", b""], [b"x", b"y", b" "], [b"a", b"b", b"c"]]
+  assert fields.dtype.kind == "S" and rows.dtype == np.int64 and rows.tolist() == [0, 1, 3]
+  assert problems == {2: "expected 3 tab-separated fields, got 2"}
+  for sep, name in ((b",", "comma"), (b";", "b';'")):
+    problems = {}
+    fields, rows = text_io.split_fields(text_io.LineChunk("f", 1, [b"a\n"]), sep, 2, problems)
+    assert problems == {0: f"expected 2 {name}-separated fields, got 1"}
+    assert (fields.shape, fields.dtype, rows.shape, rows.dtype) == ((0, 2), "S1", (0,), np.int64)
+
+
+def test_parsed_columns_have_fixed_dtypes_and_fields_are_shown_short():
+  problems = {}
+  labels = text_io.parse_labels(np.array([b"1", b"0", b"7" * 41]), np.arange(3), "clk", problems)
+  assert labels.dtype == np.float32 and labels.tolist() == [1, 0, 0]
+  assert problems == {2: "clk must be 0 or 1, got '" + "7" * 37 + "...'"}
+  assert text_io._show(b"7" * 40) == repr("7" * 40)
+  assert text_io._show(b"\xff7") == repr("\ufffd7")
+  for cols in (np.array([[b"1", b""]]), np.array([[b"1", b"q"]])):  # fast and slow paths
+    assert text_io.parse_int_columns(cols, np.arange(1), ("a", "b"), {}).dtype == np.int64
+  out = text_io.signed_log1p(np.array([-2**63, 2**63 - 1], np.int64))
+  np.testing.assert_allclose(out, [-np.log1p(2.0**63), np.log1p(2.0**63)], rtol=1e-6)
+
+
+def test_line_reads_are_bounded_and_a_line_of_the_limit_is_kept(tmp_path, write_file):
+  asked = []
+
+  class _Lines:
+    def readline(self, limit):
+      asked.append(limit)
+      return b""
+
+  assert list(text_io._iter_line_chunks(_Lines(), "f", 3, max_line_bytes=7)) == []
+  assert asked == [8]
+  path = write_file(tmp_path / "x.csv", "1,a\n0,bc\n")  # 4 bytes, then 5
+  reader = text_io.TextReader([path], _TwoColumns(), max_line_bytes=4)
+  with pytest.raises(DataFormatError) as e:
+    list(reader)
+  assert (e.value.line, e.value.reason) == (2, "line is longer than 4 bytes: not a line-oriented "
+                                               "text file (binary data or missing line breaks?)")
+
+
+def test_reader_settings_are_checked():
+  for kwargs, message in (({"chunk_lines": 0}, "chunk_lines must be >= 1, got 0"),
+                          ({"max_line_bytes": 0}, "max_line_bytes must be >= 1, got 0")):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+      text_io.TextReader([], _TwoColumns(), **kwargs)
+  assert text_io.TextReader([], _TwoColumns(), max_line_bytes=1).max_line_bytes == 1
+  assert text_io.TextReader([], _TwoColumns()).chunk_lines == 8192
+
+
+def test_damaged_gzip_errors_say_where_reading_stopped(tmp_path):
+  error = ValueError("x")
+  assert text_io._damaged_gzip_error("f", 1, error).reason.startswith(
+      "cannot read the file from its start: the gzip data is truncated or corrupt (ValueError: x)")
+  assert text_io._damaged_gzip_error("f", 2, error).reason.startswith(
+      "cannot read the file past line 1: ")
+  path = tmp_path / "x.csv.gz"
+  path.write_bytes(b"not gzip at all\n")
+  with pytest.raises(DataFormatError) as e:
+    text_io.TextReader([str(path)], _TwoColumns()).has_data_lines()
+  assert (e.value.path, e.value.line) == (str(path), 1)
+  assert e.value.reason.startswith("cannot read the file from its start: ")
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_chunks_read_by_index_number_their_lines_after_a_header(tmp_path, write_file, gz):
+  text = "h\n" + "".join(f"1,{i}\n" for i in range(7)) + "2,bad\n"
+  path = write_file(tmp_path / ("a.csv.gz" if gz else "a.csv"), text, gz=gz)
+  fmt = _Header()
+  reader = text_io.TextReader([path], fmt, chunk_lines=3)
+  lines = reader.read_lines(path, 1)
+  assert (lines.path, lines.first_line, lines.lines) == (path, 5, [b"1,3\n", b"1,4\n", b"1,5\n"])
+  with pytest.raises(DataFormatError, match=r"a\.csv(\.gz)?:9: label must be 0 or 1"):
+    reader.read_chunk(path, 2)
+  assert reader.read_lines(path, 3) is None and reader.read_lines(path, 4) is None
+  assert set(fmt.started) == {path}
+
+
+def test_gzip_chunks_read_in_order_open_the_file_once(tmp_path, write_file, monkeypatch):
+  path = write_file(tmp_path / "a.csv.gz", "".join(f"1,{i}\n" for i in range(6)), gz=True)
+  opened = []
+  real_open = text_io.gzip.open
+  monkeypatch.setattr(text_io.gzip, "open", lambda p, *a: opened.append(p) or real_open(p, *a))
+  reader = text_io.TextReader([path], _TwoColumns(), chunk_lines=2)
+  assert reader.num_chunks(path) is None
+  opened.clear()
+  got = [reader.read_lines(path, k).lines[0] for k in range(3)]
+  assert got == [b"1,0\n", b"1,2\n", b"1,4\n"] and len(opened) == 1
+  reader.read_lines(path, 0)  # back: reopened
+  assert len(opened) == 2
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_chunk_read_by_index_keeps_the_line_limit(tmp_path, write_file, gz):
+  path = write_file(tmp_path / ("a.csv.gz" if gz else "a.csv"), "1,a\n0," + "z" * 30 + "\n", gz=gz)
+  reader = text_io.TextReader([path], _TwoColumns(), chunk_lines=1, max_line_bytes=10)
+  assert reader.read_lines(path, 0).lines == [b"1,a\n"]
+  with pytest.raises(DataFormatError, match=r"a\.csv(\.gz)?:2: line is longer than 10 bytes"):
+    reader.read_lines(path, 1)
+
+
+def test_fields_keep_their_own_trailing_characters_and_paths_are_named_by_default():
+  problems = {}
+  fields, _ = text_io.split_fields(text_io.LineChunk("f", 1, [b"aX\tbX\n", b"r\t\rn\r\n"]),
+                                   b"\t", 2, problems)
+  assert fields.tolist() == [[b"aX", b"bX"], [b"r", b"\rn"]] and not problems
+  with pytest.raises(ValueError, match="^path is empty: give one or more"):
+    text_io.expand_paths(" ")
+
+
+def test_has_data_lines_reads_one_line_after_the_header_with_the_limit(tmp_path, write_file):
+  short = write_file(tmp_path / "a.csv", "h\n1,a\n0," + "z" * 30 + "\n")
+  assert text_io.TextReader([short], _Header(), max_line_bytes=10).has_data_lines()
+  long = write_file(tmp_path / "b.csv", "h\n0," + "z" * 30 + "\n")
+  with pytest.raises(DataFormatError) as e:
+    text_io.TextReader([long], _Header(), max_line_bytes=10).has_data_lines()
+  assert (e.value.path, e.value.line) == (long, 2)
+
+
+def test_a_second_pass_keeps_the_full_pass_bad_count(tmp_path, write_file):
+  path = write_file(tmp_path / "a.csv", "1,a\nbad\n0,b\nbad\n1,c\n")
+  reader = text_io.TextReader([path], _TwoColumns(), skip_bad_lines=True, chunk_lines=2)
+  list(reader)
+  assert reader.bad_lines_by_file == {path: 2}
+  next(iter(reader))  # the first chunk of a second pass: one bad line so far
+  assert reader.bad_lines_by_file == {path: 2}
