@@ -61,7 +61,7 @@ import numpy as np
 from experiments import cli
 from experiments import step_timing as timing
 from experiments.configs import ctr as ctr_config
-from sfjax.core import ConfigError, tuned_host_allocator
+from sfjax.core import ConfigError, resolve_xla_cpu_dots, tuned_host_allocator
 from sfjax.data import (
   Batch,
   DatasetSpec,
@@ -109,6 +109,7 @@ def workload_config(config: ml_collections.ConfigDict, backend: str,
   c.model.split_input, c.train.loader_nice = config.split_input, config.loader_nice
   c.train.loader_idle = config.loader_idle
   c.train.host_allocator = config.get("host_allocator", "tuned")
+  c.train.xla_cpu_dots = config.get("xla_cpu_dots", "auto")
   return c
 
 
@@ -355,6 +356,7 @@ def run(config: ml_collections.ConfigDict) -> dict:
       "embedding_dtype": config.embedding.dtype, "split_input": config.split_input,
       "loader_nice": config.loader_nice, "loader_idle": config.loader_idle,
       "host_allocator_tuned": tuned_host_allocator() is not None,
+      "xla_cpu_dots": resolve_xla_cpu_dots(config.get("xla_cpu_dots", "auto")),
       "chunk_steps": config.chunk_steps, "distinct_batches": pool, "fresh_batches": pool >= total_steps,
       "data_generation_s": gen_seconds, "devices": jax.device_count(),
       "platform": jax.devices()[0].platform, "repeats": len(rounds), "unique_capacity": capacity,

@@ -152,9 +152,11 @@ def floor_step(state: FloorState, batch: FloorBatch) -> tuple[FloorState, jax.Ar
   return FloorState(table, accum, params, mu, nu, count), loss
 
 
-def make_floor_step() -> Callable[[FloorState, FloorBatch], tuple[FloorState, jax.Array]]:
-  """`floor_step`, jitted with its state donated."""
-  return jax.jit(floor_step, donate_argnums=0)
+def make_floor_step(compiler_options: dict | None = None
+                    ) -> Callable[[FloorState, FloorBatch], tuple[FloorState, jax.Array]]:
+  """`floor_step`, jitted with its state donated (and XLA's `compiler_options`: the ones
+  of the step it is compared with, so both compute their dots alike)."""
+  return jax.jit(floor_step, donate_argnums=0, compiler_options=compiler_options)
 
 
 def measure(step, state: FloorState, batches: Sequence[FloorBatch], steps: int,

@@ -161,8 +161,10 @@ def make_floor_pair(trainer, spec: DatasetSpec, batches: list[Batch], capacity: 
                    for b in batches[:FLOOR_BATCHES]]
   floor_state = floor_lib.init_state(spec.total_rows, spec.num_fields, config.embed_dim,
                                      spec.num_dense)
-  return FloorPair(trainer.run_step.jitted, trainer.state, ours, floor_lib.make_floor_step(),
-                   floor_state, floor_batches)
+  # The floor is compiled with our step's XLA options (`train.xla_cpu_dots`): the ratio
+  # compares the two steps, not two dot libraries.
+  return FloorPair(trainer.run_step.jitted, trainer.state, ours,
+                   floor_lib.make_floor_step(backend.compiler_options), floor_state, floor_batches)
 
 
 def measure_floor(config: ml_collections.ConfigDict, pair: FloorPair) -> tuple[dict, FloorPair]:

@@ -46,6 +46,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.loader_idle = False  # train.loader_idle: those threads under SCHED_IDLE instead (opt-in)
   c.host_allocator = "tuned"  # train.host_allocator: tuned | system (glibc's defaults); once
   #                             per process, so compare the two in separate runs
+  c.xla_cpu_dots = "auto"  # train.xla_cpu_dots: auto | eigen | xla (the steps' dots on CPU; the
+  #                         floor is compiled with the same options)
   c.floor = False  # also run the plain-JAX floor (experiments/floor_deepfm.py) in each round
   c.out = ""  # also write the JSON result here
   c.workload = "onehot"  # onehot (the fields above) | multihot (data.format=multihot rows)

@@ -4,7 +4,8 @@ Errors that name the bad place, the per-step device input type, SplitMix64 hashi
 background pipeline stages, exact metrics, atomic file writes, JSON-lines and
 TensorBoard event files, the quiet console of the entry points, the workdir lock (one
 owner per workdir), the glibc malloc settings of a training process and the environment
-of fake CPU devices that cannot deadlock (`host_devices`).
+of fake CPU devices that cannot deadlock (`host_devices`), and the library XLA:CPU's train steps
+compute their dots with (`xla_cpu_dots`).
 """
 
 from sfjax.core.atomic import atomic_write, fsync_directory
@@ -28,6 +29,8 @@ from sfjax.core.metrics import auc, logloss, sigmoid
 from sfjax.core.tensorboard import EventWriter, read_scalars
 from sfjax.core.types import DeviceBatch
 from sfjax.core.workdir_lock import WorkdirLock, WorkdirLockedError, hold_workdir
+from sfjax.core.xla_cpu_dots import compiler_options as xla_cpu_compiler_options
+from sfjax.core.xla_cpu_dots import resolve as resolve_xla_cpu_dots
 
 __all__ = [
   "POOLINGS",
@@ -58,6 +61,8 @@ __all__ = [
   "splitmix64",
   "splitmix64_in_place",
   "tune_host_allocator",
+  "xla_cpu_compiler_options",
+  "resolve_xla_cpu_dots",
   "tuned_host_allocator",
   "unknown_key_error",
 ]

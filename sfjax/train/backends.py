@@ -55,7 +55,7 @@ from sfjax.train.device_backend import BuildStep as BuildStep
 from sfjax.train.device_backend import DeviceBackend as DeviceBackend
 from sfjax.train.device_backend import RunStep as RunStep
 from sfjax.train.device_backend import StepFn as StepFn
-from sfjax.train.device_backend import host_priority
+from sfjax.train.device_backend import host_priority, step_compiler_options
 from sfjax.train.state import TrainState
 
 # embedding.cache_sharding values: one copy per device, or rows partitioned over the devices.
@@ -217,6 +217,7 @@ class CacheBackend:
     self._pipeline: pipeline_lib.CachePipeline | None = None
     self._loader_depth = max(1, config.train.prefetch)
     self._host_nice = host_priority(config.train)
+    self.compiler_options = step_compiler_options(config.train, mesh)
     keep = e.get("keep_upcoming", -1)
     self._keep_upcoming = None if keep < 0 else keep  # None: lookahead - 1
 
@@ -225,7 +226,8 @@ class CacheBackend:
     state_sharding = state_sharding._replace(table=self._table_sharding)
     jitted = jax.jit(self._cache_step, donate_argnums=0,
                      in_shardings=(state_sharding, self.batch_sharding, self._swap_sharding),
-                     out_shardings=(state_sharding, None, self._evicted_sharding))
+                     out_shardings=(state_sharding, None, self._evicted_sharding),
+                     compiler_options=self.compiler_options)
 
     def run_step(state, inputs: pipeline_lib.StepInputs):
       state, metrics, evicted = jitted(state, inputs.batch, inputs.swap)

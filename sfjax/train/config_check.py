@@ -18,7 +18,7 @@ import os
 
 from sfjax import models
 from sfjax.checkpoint import checkpointer as checkpoint
-from sfjax.core import host_allocator, names
+from sfjax.core import host_allocator, names, xla_cpu_dots
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset
 from sfjax.data.generated import multihot, synthetic
@@ -257,6 +257,7 @@ def validate(config, *, default_host_path: bool = False) -> None:
     _boolean(config, "train.loader_idle")
   _integer(config, "train.num_devices", 0, 1 << 20)
   _choice(host_allocator.choice_of(config.train), "train.host_allocator", host_allocator.CHOICES)
+  _choice(xla_cpu_dots.dots_choice(config.train), "train.xla_cpu_dots", xla_cpu_dots.CHOICES)
   _choice(config.get("resume", "strict"), "resume", resume_check.RESUME_POLICIES)
   checkpoint.checkpoint_settings(config)  # checkpoint.every_steps / keep, when the block exists
   if "distributed" in config:

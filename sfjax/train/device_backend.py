@@ -28,7 +28,7 @@ from absl import logging
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from sfjax.core import background, names
+from sfjax.core import background, names, xla_cpu_dots
 from sfjax.core.types import DeviceBatch
 from sfjax.data import types
 from sfjax.embedding import cache as cache_lib
@@ -69,6 +69,13 @@ class RunStep:
   def __call__(self, state: TrainState, inputs: Any
                ) -> tuple[TrainState, dict[str, jax.Array], int]:
     return self.run(state, inputs)
+
+
+def step_compiler_options(train_cfg, mesh) -> dict[str, str]:
+  """The XLA options the train step is compiled with on `mesh`'s devices
+  (`train.xla_cpu_dots`: Eigen or YNNPACK dots on CPU; `sfjax.core.xla_cpu_dots`)."""
+  return xla_cpu_dots.compiler_options(xla_cpu_dots.dots_choice(train_cfg),
+                                       mesh.devices.flat[0].platform)
 
 
 def host_priority(train_cfg) -> int:
@@ -140,6 +147,7 @@ class DeviceBackend:
           graphdef, params, device_table.gather_values(values, db.rows), db))
     self._prefetch = max(1, config.train.prefetch)
     self._loader_nice = host_priority(config.train)
+    self.compiler_options = step_compiler_options(config.train, mesh)
 
   @property
   def rows_per_device(self) -> int:
@@ -149,7 +157,8 @@ class DeviceBackend:
   def make_step(self, state_sharding) -> RunStep:
     """The jitted donated step; returns (state, metrics, number of unique ids)."""
     state_sharding = state_sharding._replace(table=self._table_sharding)
-    jitted = step_lib.jit_train_step(self._train_step, state_sharding, self.batch_sharding)
+    jitted = step_lib.jit_train_step(self._train_step, state_sharding, self.batch_sharding,
+                                     self.compiler_options)
 
     def run_step(state, inputs):
       db, n = inputs

@@ -16,7 +16,7 @@ last 64 KiB, and the full CRC-32 of `spec.json` and `mapping.json`). On resume e
   each is tested): `train.steps` (extending or shortening a run; no learning-rate
   schedule reads it), `train.log_every`, `train.eval_batch_size`, `train.prefetch`,
   `train.loader_nice`, `train.loader_idle` and `train.host_allocator` (host threads and
-  malloc: speed only),
+  malloc: speed only), `train.xla_cpu_dots` (the dots' library: equal up to float rounding),
   `train.num_devices` (the batch is split otherwise: equal up to float summation order),
   the cache's size, policy, lookahead, sharding, unique capacity and host storage (the
   cache only holds exact copies of host rows), the device table's `embedding.sharding`
@@ -63,7 +63,7 @@ _SHAPE = ("model.", "embedding.backend", "embedding.optimizer", "optimizer.name"
           "data.hash_rows", "data.min_count", "data.synthetic.cardinality_scale",
           "data.synthetic.min_rows", "data.synthetic.num_dense", "data spec")
 _FREE = ("train.steps", "train.log_every", "train.eval_batch_size", "train.prefetch",
-         "train.loader_nice", "train.loader_idle", "train.host_allocator",
+         "train.loader_nice", "train.loader_idle", "train.host_allocator", "train.xla_cpu_dots",
          "train.num_devices", "embedding.cache_rows", "embedding.cache_policy",
          "embedding.lookahead", "embedding.keep_upcoming", "embedding.cache_sharding", "embedding.unique_capacity",
          "embedding.host_storage", "embedding.host_path", "embedding.sharding",

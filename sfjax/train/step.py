@@ -325,12 +325,13 @@ def make_cache_train_step(train_step: TrainStep, swap_rows=cache_lib.swap_rows) 
   return cache_train_step
 
 
-def jit_train_step(step_fn, state_sharding=None, batch_sharding=None):
-  """`jax.jit` of a train step with the state donated (no table copy per step)."""
+def jit_train_step(step_fn, state_sharding=None, batch_sharding=None, compiler_options=None):
+  """`jax.jit` of a train step with the state donated (no table copy per step), compiled
+  with `compiler_options` (XLA options; `sfjax.core.xla_cpu_dots`)."""
   if state_sharding is None:
-    return jax.jit(step_fn, donate_argnums=0)
+    return jax.jit(step_fn, donate_argnums=0, compiler_options=compiler_options)
   return jax.jit(step_fn, donate_argnums=0, in_shardings=(state_sharding, batch_sharding),
-                 out_shardings=(state_sharding, None))
+                 out_shardings=(state_sharding, None), compiler_options=compiler_options)
 
 
 def make_eval_step(graphdef: nnx.GraphDef):

@@ -123,6 +123,40 @@ def test_make_step_compiles_once(data, backend, num_devices):
   assert len(state.table.values.sharding.device_set) == num_devices  # replicated on the mesh
 
 
+def _compiled_steps(config, data, steps=3):
+  """(the step's compiled text, the losses of `steps` steps) of a trainer of `config`."""
+  trainer = loop.build_trainer(config, data.spec)
+  inputs = trainer.backend.train_inputs(data.train_batches(config.train.batch_size, config.seed))
+  try:
+    state, losses, text = trainer.state, [], ""
+    for _ in range(steps):
+      step_inputs = next(inputs)
+      if not text:
+        args = ((step_inputs.batch, step_inputs.swap) if config.embedding.backend == "cache"
+                else (step_inputs[0],))
+        text = trainer.run_step.jitted.lower(state, *args).compile().as_text()
+      state, metrics, _ = trainer.run_step(state, step_inputs)
+      losses.append(float(metrics["loss"]))
+  finally:
+    inputs.close()
+    trainer.backend.close()
+  return trainer.backend.compiler_options, text, np.asarray(losses)
+
+
+@pytest.mark.parametrize("backend", ["device", "cache"])
+def test_the_steps_dots_follow_xla_cpu_dots(data, backend):
+  runs = {}
+  for choice in ("eigen", "xla"):
+    c = _config(backend)
+    c.train.xla_cpu_dots = choice
+    runs[choice] = _compiled_steps(c, data)
+  options, text, eigen_losses = runs["eigen"]
+  assert options == {"xla_cpu_experimental_ynn_fusion_type": ""}
+  assert "dot(" in text and "__ynn_fusion" not in text  # Eigen: XLA's own dot thunks
+  assert runs["xla"][0] == {}
+  np.testing.assert_allclose(eigen_losses, runs["xla"][2], rtol=1e-5)  # float rounding only
+
+
 def test_cache_eval_equals_device_eval(data):
   device = loop.build_trainer(_config("device"), data.spec)
   cache = loop.build_trainer(_config("cache"), data.spec)

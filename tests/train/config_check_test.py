@@ -275,6 +275,8 @@ def _loose(fmt="criteo", **fields):
     ("train.loader_idle", "yes", "criteo"),
     ("train.host_allocator", "jemalloc", "criteo"),
     ("train.host_allocator", 1, "criteo"),
+    ("train.xla_cpu_dots", "mkl", "criteo"),
+    ("train.xla_cpu_dots", None, "criteo"),
     ("train.num_devices", 1.5, "criteo"),
     ("embedding.cache_rows", math.nan, "criteo"),
     ("embedding.cache_rows", 2.5, "criteo"),  # neither a row count nor a fraction

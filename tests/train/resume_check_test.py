@@ -32,6 +32,7 @@ def _config(steps=20):
     ("some.new_field", "meaning"),  # unknown: counted as meaning, never passed silently
     ("train.steps", "free"), ("train.log_every", "free"), ("train.eval_batch_size", "free"),
     ("train.num_devices", "free"), ("train.host_allocator", "free"), ("train.loader_nice", "free"),
+    ("train.xla_cpu_dots", "free"),
     ("train.loader_idle", "free"), ("embedding.cache_rows", "free"),
     ("checkpoint.every_steps", "free"), ("distributed.process_id", "free"), ("resume", "free"),
     ("model", "meaning"),  # a prefix rule matches only whole dotted parts
