@@ -124,9 +124,14 @@ def test_a_spec_whose_counts_differ_from_a_split_names_both_files(pre_dir, tmp_p
   spec = json.loads((broken / "spec.json").read_text())
   edit(spec)
   (broken / "spec.json").write_text(json.dumps(spec))
-  with pytest.raises(shards.CorruptShardError) as info:
-    preprocessed_layout.dataset_digests(str(broken))
-  assert (info.value.path, info.value.reason) == (str(broken / "spec.json"), reason)
+  assert _digests_refusal(broken) == (str(broken / "spec.json"), reason)
+
+
+def _digests_refusal(root):
+  """(path, reason) of the `CorruptShardError` that `dataset_digests(root)` raises."""
+  with pytest.raises(shards.CorruptShardError) as err:
+    preprocessed_layout.dataset_digests(str(root))
+  return err.value.path, err.value.reason
 
 
 def test_a_split_recording_another_mapping_or_spec_is_refused_in_full(pre_dir, tmp_path):
@@ -137,18 +142,14 @@ def test_a_split_recording_another_mapping_or_spec_is_refused_in_full(pre_dir, t
   info = json.loads(split_json.read_text())
   info["dataset"]["mapping_crc32"] = "0badf00d"  # spec.json and mapping.json still agree
   split_json.write_text(json.dumps(info))
-  with pytest.raises(shards.CorruptShardError) as err:
-    preprocessed_layout.dataset_digests(str(broken))
-  assert (err.value.path, err.value.reason) == (
+  assert _digests_refusal(broken) == (
       str(broken / "mapping.json"),
       f"CRC-32 {digests['mapping_crc32']}, eval/split.json records 0badf00d: it does not belong "
       "to these shards (replaced or edited); restore it or preprocess again")
   info["dataset"]["mapping_crc32"] = digests["mapping_crc32"]
   info["dataset"]["spec_crc32"] = "0badf00d"
   split_json.write_text(json.dumps(info))
-  with pytest.raises(shards.CorruptShardError) as err:
-    preprocessed_layout.dataset_digests(str(broken))
-  assert (err.value.path, err.value.reason) == (
+  assert _digests_refusal(broken) == (
       str(broken / "spec.json"),
       f"does not belong to the shards in eval/ (spec CRC-32 {digests['spec_crc32']}, "
       "eval/split.json records 0badf00d): replaced or edited; restore it or preprocess again")
