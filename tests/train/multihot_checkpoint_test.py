@@ -81,7 +81,11 @@ def test_resume_elsewhere_and_export_carry_the_layout(tmp_path, first, second, l
   np.testing.assert_allclose(losses, ref_losses[30:], **tol)
   chex.assert_trees_all_close(params, ref_params, **tol)
   chex.assert_trees_all_close(tuple(table), tuple(ref_table), **tol)
-  np.testing.assert_allclose(got["auc"], ref["auc"], **tol)
+  # AUC moves in steps of one (positive, negative) pair: logits equal up to float rounding
+  # (another device count sums in another order) may reorder a near tie, so allow two pairs.
+  positives = float(data._eval.labels.sum())
+  pair = 1.0 / (positives * (data._eval.labels.size - positives))
+  assert abs(got["auc"] - ref["auc"]) <= 2 * pair, (got["auc"], ref["auc"], pair)
 
   manifest = export.export_checkpoint(run_dir, str(tmp_path / "export"))
   assert fl.layout_from_json(manifest["features"]) == layout
