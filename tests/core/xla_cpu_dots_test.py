@@ -20,6 +20,12 @@ def test_the_vendor_is_the_first_vendor_id_line(tmp_path, text, vendor):
   assert dots.cpu_vendor(str(path)) == vendor
 
 
+def test_stray_bytes_and_colons_do_not_hide_the_vendor(tmp_path):
+  path = tmp_path / "cpuinfo"
+  path.write_bytes(b"model name\t: \xff\xfe odd\nvendor_id\t: Some:Vendor\n")
+  assert dots.cpu_vendor(str(path)) == "Some:Vendor"
+
+
 def test_an_unreadable_cpuinfo_names_no_vendor(tmp_path):
   assert dots.cpu_vendor(str(tmp_path / "missing")) == ""
   assert dots.cpu_vendor(str(tmp_path)) == ""  # a directory
@@ -53,3 +59,7 @@ def test_a_bad_choice_names_the_field():
 
 def test_a_train_block_without_the_field_means_auto():
   assert dots.dots_choice({}) == "auto" and dots.dots_choice({"xla_cpu_dots": "xla"}) == "xla"
+
+
+def test_the_default_reads_this_machines_cpuinfo():
+  assert dots.cpu_vendor() == dots.cpu_vendor("/proc/cpuinfo")
