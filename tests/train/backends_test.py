@@ -11,6 +11,7 @@ from sfjax.core.errors import ConfigError
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import row_optimizers
 from sfjax.train import backends, config_check, loop
+from tests.train import device_backend_test
 
 
 def _config(backend="device", **embedding):
@@ -123,33 +124,24 @@ def test_make_step_compiles_once(data, backend, num_devices):
   assert len(state.table.values.sharding.device_set) == num_devices  # replicated on the mesh
 
 
-def _compiled_steps(config, data, steps=3):
-  """(the step's compiled text, the losses of `steps` steps) of a trainer of `config`."""
-  trainer = loop.build_trainer(config, data.spec)
-  inputs = trainer.backend.train_inputs(data.train_batches(config.train.batch_size, config.seed))
-  try:
-    state, losses, text = trainer.state, [], ""
-    for _ in range(steps):
-      step_inputs = next(inputs)
-      if not text:
-        args = ((step_inputs.batch, step_inputs.swap) if config.embedding.backend == "cache"
-                else (step_inputs[0],))
-        text = trainer.run_step.jitted.lower(state, *args).compile().as_text()
-      state, metrics, _ = trainer.run_step(state, step_inputs)
-      losses.append(float(metrics["loss"]))
-  finally:
-    inputs.close()
-    trainer.backend.close()
-  return trainer.backend.compiler_options, text, np.asarray(losses)
+def _compiled_steps(config):
+  """(the step's XLA options, its compiled text, the losses of 3 steps) of a trainer of
+  `config` (`device_backend_test._steps`' run)."""
+  trainer, state, losses, seen = device_backend_test._steps(config)
+  trainer.backend.close()
+  first = seen[0]
+  args = (first.batch, first.swap) if config.embedding.backend == "cache" else (first[0],)
+  text = trainer.run_step.jitted.lower(state, *args).compile().as_text()
+  return trainer.backend.compiler_options, text, losses
 
 
 @pytest.mark.parametrize("backend", ["device", "cache"])
-def test_the_steps_dots_follow_xla_cpu_dots(data, backend):
+def test_the_steps_dots_follow_xla_cpu_dots(backend):
   runs = {}
   for choice in ("eigen", "xla"):
     c = _config(backend)
     c.train.xla_cpu_dots = choice
-    runs[choice] = _compiled_steps(c, data)
+    runs[choice] = _compiled_steps(c)
   options, text, eigen_losses = runs["eigen"]
   assert options == {"xla_cpu_experimental_ynn_fusion_type": ""}
   assert "dot(" in text and "__ynn_fusion" not in text  # Eigen: XLA's own dot thunks
