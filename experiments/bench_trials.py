@@ -40,7 +40,9 @@ whether a worker had a cohort to run; trials/hour then mostly measures the CPU.
 Old flag -> config field: each `--X` is `--config.X` (widths, steps, batch_size, model,
 embed_dim, mlp_depth, mlp_width, embedding_optimizer, cardinality_scale, eval_rows,
 shard_trials, joint, joint_batch, joint_fill, out); `widths` is a tuple
-(`--config.widths=1,8`), `--nojoint_fill` is `--config.joint_fill=False`.
+(`--config.widths=1,8`), `--nojoint_fill` is `--config.joint_fill=False`. `xla_cpu_dots` is new: the library the
+cohort programs' dots use on CPU (`CTRTask.xla_cpu_dots`; the JSON reports what it resolved
+to).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ from sfjax.cohorts import (
   split_config,
   trial_mesh,
 )
-from sfjax.core import ConfigError
+from sfjax.core import ConfigError, resolve_xla_cpu_dots
 from sfjax.ctr_search import DISPATCH_FILE, run_search
 
 SCHEDULES = ("rounds", "async")  # the synchronous schedule, then the asynchronous one
@@ -84,7 +86,8 @@ def make_task(config: ml_collections.ConfigDict) -> CTRTask:
   data.synthetic.num_eval = max(config.eval_rows, 1)
   return CTRTask(data, batch_size=config.batch_size, eval_rows=config.eval_rows,
                  steps_per_budget_unit=config.steps,
-                 eval_batch_size=min(config.eval_rows, 2048), max_steps=config.steps)
+                 eval_batch_size=min(config.eval_rows, 2048), max_steps=config.steps,
+                 xla_cpu_dots=config.get("xla_cpu_dots", "auto"))
 
 
 def trial_hparams(count: int) -> list[dict[str, float]]:
@@ -262,7 +265,8 @@ def run(config: ml_collections.ConfigDict) -> dict:
       "eval_examples": data.num_eval_examples,
       "params_per_trial": count_params(arch, data.spec), "data_prep_s": data_s,
       "platform": jax.devices()[0].platform, "device_kind": jax.devices()[0].device_kind,
-      "devices": jax.device_count(), "shard_trials": config.shard_trials, "results": rows,
+      "devices": jax.device_count(), "shard_trials": config.shard_trials,
+      "xla_cpu_dots": resolve_xla_cpu_dots(data.task.xla_cpu_dots), "results": rows,
   }
   if config.joint:
     result["joint_space"] = measure_joint(data, config.joint, config.joint_batch,

@@ -32,6 +32,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.cardinality_scale = 1e-3  # synthetic Criteo cardinality scale (table size)
   c.eval_rows = 2048  # eval examples per trial
   c.shard_trials = False  # shard the trial axis over all local devices
+  c.xla_cpu_dots = "auto"  # the cohort programs' CPU dots: auto | eigen | xla (CTRTask.xla_cpu_dots)
   c.joint = 0  # also this many trials of the default joint space
   c.joint_batch = 8  # trials asked per round in `joint`
   c.joint_fill = True  # `joint` rounds are architecture-aware (one shape bucket per round)

@@ -7,7 +7,9 @@ logloss are computed exactly on the host, on the two halves of the eval rows
 (`split_eval_mask`).
 
   * Compiled programs are cached per process by (arch, data set spec, resume,
-    masked, rows, ragged) (`cohort_program`), so runners of one task share them;
+    masked, rows, ragged, compiler options) (`cohort_program`), so runners of one task
+    share them; they are compiled with the task's `CTRTask.compiler_options`
+    (`xla_cpu_dots`);
     `_num_traces` counts their traces (no-recompile checks).
   * The trial axis is sharded over a ('trial',) mesh (`trial_mesh`) when W is a
     multiple of the mesh size; batches are replicated.
@@ -156,7 +158,8 @@ def _num_traces() -> int:
 @functools.lru_cache(maxsize=64)
 def cohort_program(arch: ArchSpec, spec, resume: bool, masked: bool = False,
                    num_rows: int | None = None, ragged: bool = False,
-                   table_starts: tuple[int, ...] | None = None):
+                   table_starts: tuple[int, ...] | None = None,
+                   compiler_options: tuple[tuple[str, str], ...] = ()):
   """The jitted cohort program of `arch` on data set `spec` (cached, shared by runners).
 
   `jax.jit` then keeps one executable per (width, step count, input shardings).
@@ -164,13 +167,15 @@ def cohort_program(arch: ArchSpec, spec, resume: bool, masked: bool = False,
   superset is `arch` (`sfjax.cohorts.shape_buckets.buckets`; it takes per-trial dense masks).
   `num_rows`, `table_starts`: rows of a fresh trial's table and where each table's begin
   (`TrialData.num_rows`, `TrialData.table_starts`). `ragged`: each
-  trial takes its own step range (`trial_program.make_trial_fn`).
+  trial takes its own step range (`trial_program.make_trial_fn`). `compiler_options`:
+  XLA's, as (name, value) pairs (`CTRTask.compiler_options`).
   """
   graphdef = trial_program.program_graphdef(arch, spec)
   fn = trial_program.make_cohort_fn(
       arch, spec, graphdef, resume=resume, masked=masked, num_rows=num_rows, ragged=ragged,
       table_starts=table_starts, on_trace=lambda: _TRACES.update([(arch, resume, masked, ragged)]))
-  return jax.jit(fn, donate_argnums=(2,) if resume or masked or ragged else ())
+  return jax.jit(fn, donate_argnums=(2,) if resume or masked or ragged else (),
+                 compiler_options=dict(compiler_options))
 
 
 def _placer(mesh, width: int):
@@ -248,7 +253,7 @@ def call_cohort(data: TrialData, mesh, arch: ArchSpec, hparams: Mapping[str, Any
   lo, hi = int(starts.min()), int(ends.max())
   masked = dense_masks is not None
   program = cohort_program(arch, data.spec, init_states is not None, masked, data.num_rows,
-                           ragged, data.table_starts)
+                           ragged, data.table_starts, data.task.compiler_options)
   args = [place(stacked, True), place(seeds, True),
           None if init_states is None else place(init_states, True),
           place(data.train_steps(lo, hi), False), place(data.eval_batches, False),

@@ -158,8 +158,10 @@ def _row_major(rows: jax.Array) -> jax.Array:
 
 
 @functools.lru_cache(maxsize=32)
-def cohort_cache_step(arch: ArchSpec, spec: DatasetSpec, lanes: int):
-  """The jitted step of W lanes over one cache (states and cache donated).
+def cohort_cache_step(arch: ArchSpec, spec: DatasetSpec, lanes: int,
+                      compiler_options: tuple[tuple[str, str], ...] = ()):
+  """The jitted step of W lanes over one cache (states and cache donated), compiled with
+  XLA's `compiler_options` ((name, value) pairs: `CTRTask.compiler_options`).
 
   Returns:
     `step(states [W], alive [W], cache, hparams [W], batch, swap) -> (states, alive, cache,
@@ -190,7 +192,7 @@ def cohort_cache_step(arch: ArchSpec, spec: DatasetSpec, lanes: int):
         _row_major(tables.values), _row_major(tables.opt_slots)))
     return states, metrics["applied"], cache, metrics["loss"], evicted
 
-  return jax.jit(step, donate_argnums=(0, 2))
+  return jax.jit(step, donate_argnums=(0, 2), compiler_options=dict(compiler_options))
 
 
 @functools.lru_cache(maxsize=32)
@@ -296,7 +298,7 @@ def run_host_cohort(data: TrialData, arch: ArchSpec, hparams: Mapping[str, Any],
   states = _lane_inits(arch, spec)(stacked, seeds)
   alive = jnp.ones((lanes,), jnp.bool_)
   cache = cache_lib.init_cache(planner.num_slots, lanes * width, lanes * slot_width)
-  step = cohort_cache_step(arch, spec, lanes)
+  step = cohort_cache_step(arch, spec, lanes, data.task.compiler_options)
   losses, applied = [], []
   with pipeline_lib.CachePipeline(
       touch.named(batches, spec), field_offsets=spec.column_offsets,

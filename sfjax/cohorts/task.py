@@ -35,6 +35,7 @@ import numpy as np
 from jax import lax
 
 from sfjax.cohorts.table_choices import table_overrides
+from sfjax.core import xla_cpu_dots
 from sfjax.data import dataset as dataset_lib
 from sfjax.data.types import Batch
 from sfjax.embedding import vsi
@@ -73,6 +74,9 @@ class CTRTask:
     cache_rows: rows of the 'cache' backend's device cache (0: auto, as the trainer's
       `embedding.cache_rows`).
     cache_lookahead: steps the 'cache' backend plans ahead (the trainer's `embedding.lookahead`).
+    xla_cpu_dots: the library XLA:CPU computes the cohort programs' dots with, as the
+      trainer's `train.xla_cpu_dots` ('auto', 'eigen' or 'xla'; `sfjax.core.xla_cpu_dots`):
+      float rounding only, so not part of what a study's trials depend on.
   """
 
   data: Any
@@ -87,6 +91,7 @@ class CTRTask:
   embedding_backend: str = "device"
   cache_rows: int = 0
   cache_lookahead: int = 2
+  xla_cpu_dots: str = "auto"
 
   def __post_init__(self):
     data = self.data
@@ -109,9 +114,19 @@ class CTRTask:
     if self.embedding_backend == "cache" and self.compact_rows:
       raise ValueError("CTRTask.embedding_backend='cache' keeps the whole table on the host: "
                        "set compact_rows=False")
+    if self.xla_cpu_dots not in xla_cpu_dots.CHOICES:
+      raise ValueError(f"CTRTask.xla_cpu_dots must be one of {list(xla_cpu_dots.CHOICES)}, "
+                       f"got {self.xla_cpu_dots!r}")
     if self.compact_rows and not self.max_steps:
       raise ValueError("CTRTask.compact_rows needs max_steps > 0: the touched rows are "
                        "those of the train steps fixed up front")
+
+  @property
+  def compiler_options(self) -> tuple[tuple[str, str], ...]:
+    """The `jax.jit` compiler options of the task's cohort programs on this process's default
+    platform (`xla_cpu_dots`), as sorted pairs (hashable: a key of the cached programs)."""
+    return tuple(sorted(xla_cpu_dots.compiler_options(self.xla_cpu_dots,
+                                                      jax.default_backend()).items()))
 
   def steps_for_budget(self, budget: float) -> int:
     """Train steps of budget `budget` (>= 0): `round(budget * steps_per_budget_unit)`."""

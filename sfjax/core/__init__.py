@@ -31,6 +31,7 @@ from sfjax.core.types import DeviceBatch
 from sfjax.core.workdir_lock import WorkdirLock, WorkdirLockedError, hold_workdir
 from sfjax.core.xla_cpu_dots import compiler_options as xla_cpu_compiler_options
 from sfjax.core.xla_cpu_dots import resolve as resolve_xla_cpu_dots
+from sfjax.core.xla_cpu_dots import unrecorded as without_xla_cpu_dots
 
 __all__ = [
   "POOLINGS",
@@ -57,6 +58,7 @@ __all__ = [
   "read_jsonl",
   "read_scalars",
   "resolve_xla_cpu_dots",
+  "without_xla_cpu_dots",
   "set_up_console",
   "sigmoid",
   "splitmix64",

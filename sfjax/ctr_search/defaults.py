@@ -160,6 +160,10 @@ def search_defaults() -> ml_collections.ConfigDict:
   t.embedding_backend = "device"
   t.cache_rows = 0
   t.cache_lookahead = 2
+  # The library XLA:CPU computes the cohort programs' dots with (the trainer's
+  # train.xla_cpu_dots, sfjax/core/xla_cpu_dots.py): 'auto' (Eigen on AMD CPUs), 'eigen' or
+  # 'xla'. Float rounding only: a study may resume under another choice (other hardware).
+  t.xla_cpu_dots = "auto"
 
   # ---- the search space's options (read by the application's CTRSearchSpace) ----
   c.space = s = ml_collections.ConfigDict()

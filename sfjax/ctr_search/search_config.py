@@ -30,7 +30,7 @@ from sfjax.automl.space import Space
 from sfjax.cohorts import arch as arch_lib
 from sfjax.cohorts.table_choices import bag_pooling, table_dims
 from sfjax.cohorts.task import CTRTask
-from sfjax.core import names
+from sfjax.core import names, without_xla_cpu_dots
 from sfjax.core.atomic import atomic_write
 from sfjax.core.errors import ConfigError, unknown_key_error
 from sfjax.ctr_search import defaults
@@ -255,6 +255,8 @@ def _pbt_arch_config(search_space: CTRSearchSpace, model_name: str) -> dict[str,
 
 # config.task fields of the 'cache' embedding backend (recorded only when it is on).
 _CACHE_TASK_FIELDS = ("embedding_backend", "cache_rows", "cache_lookahead")
+# config.task fields passed to the task when set; not recorded (`search_settings_record`).
+_COMPUTE_TASK_FIELDS = ("xla_cpu_dots",)
 
 
 def make_task(config) -> CTRTask:
@@ -270,7 +272,7 @@ def make_task(config) -> CTRTask:
     return CTRTask(data=t.data, seed=config.seed, batch_size=t.batch_size, eval_rows=t.eval_rows,
                    steps_per_budget_unit=t.steps_per_budget_unit,
                    eval_batch_size=t.eval_batch_size, max_steps=max_steps, compact_rows=compact,
-                   **{k: t[k] for k in _CACHE_TASK_FIELDS if k in t})
+                   **{k: t[k] for k in _CACHE_TASK_FIELDS + _COMPUTE_TASK_FIELDS if k in t})
   except ValueError as e:
     raise SearchConfigError(f"task: {e}") from None
 
@@ -353,15 +355,15 @@ def check_study_settings(config) -> None:
 def search_settings_record(config) -> dict[str, Any]:
   """What a workdir's trials depend on: task, seed, space, algorithm and budgets.
 
-  `study.num_trials`, the cohort width, quotas and the leaderboard may change
-  between runs of one study (extending it, or running it on other hardware); the
+  `study.num_trials`, the cohort width, quotas, the leaderboard and `task.xla_cpu_dots`
+  may change between runs of one study (extending it, or running it on other hardware); the
   algorithm's settings are checked by the study journal. The record keeps the
   fields of the flat layout (`study.pbt_interval` is `study.pbt.pbt_interval`),
   so a workdir made before the algorithm blocks resumes.
   """
   study = {k: config.study[k] for k in ("algorithm", "max_budget", "pbt_model")}
   study["pbt_interval"] = _algorithm_settings(config, "pbt")["pbt_interval"]
-  task = config.task.to_dict()
+  task = without_xla_cpu_dots(config.task.to_dict())
   if task.get("embedding_backend", "device") == "device":  # workdirs from before the field
     task = {k: v for k, v in task.items() if k not in _CACHE_TASK_FIELDS}
   record = {"task": task, "seed": config.seed, "space": config.space.to_dict(),

@@ -1,5 +1,8 @@
 """One cohort program call: eval halves, argument checks, donation, no recompiles."""
 
+import copy
+import dataclasses
+
 import chex
 import jax
 import numpy as np
@@ -69,3 +72,31 @@ def test_bad_calls_are_named(data):
     cohort_call.call_cohort(data, None, ARCH, {}, [0], 0, 2, dense_masks={})
   with pytest.raises(ValueError, match="but only"):
     cohort_call.trial_mesh(len(jax.local_devices()) + 1)
+
+
+def test_the_program_computes_its_dots_as_the_tasks_xla_cpu_dots_says(data, monkeypatch):
+  arch = arch_lib.split_config({"model.name": "deepfm", "model.embed_dim": 4,
+                                "model.mlp.depth": 1, "model.mlp.width": 16})[0]
+  calls = []
+  program_of = cohort_call.cohort_program
+
+  def spy(*args):  # the program call_cohort compiles, and its arguments
+    program = program_of(*args)
+
+    def call(*inputs):
+      calls.append((args[-1], program, inputs))
+      return program(*inputs)
+    return call
+
+  monkeypatch.setattr(cohort_call, "cohort_program", spy)
+  losses = {}
+  for choice in ("eigen", "xla"):
+    task_data = copy.copy(data)  # the same data, another task setting
+    task_data.task = dataclasses.replace(data.task, xla_cpu_dots=choice)
+    losses[choice] = cohort_call.call_cohort(task_data, None, arch, {}, [0, 1], 0, 3).losses
+  (eigen_options, eigen, inputs), (xla_options, xla, _) = calls
+  assert dict(eigen_options) == {"xla_cpu_experimental_ynn_fusion_type": ""}
+  assert xla_options == () and eigen is not xla  # cached apart
+  text = eigen.lower(*inputs).compile().as_text()
+  assert "dot(" in text and "__ynn_fusion" not in text  # Eigen: XLA's own dot thunks
+  np.testing.assert_allclose(losses["eigen"], losses["xla"], rtol=1e-5)  # float rounding only

@@ -2,6 +2,7 @@
 one-lane run equals the device-table trial program, and the shared table moves fewer bytes
 per trial than separate runs."""
 
+import copy
 import dataclasses
 
 import jax
@@ -177,9 +178,24 @@ def test_a_diverging_lane_fails_alone(data):
 
 @pytest.mark.slow  # ~3 s on 2 cores
 def test_a_second_cohort_reruns_exactly_without_recompiling(data, cohort):
-  step = host_cohort.cohort_cache_step(ARCH, data.spec, len(SEEDS))
+  step = host_cohort.cohort_cache_step(ARCH, data.spec, len(SEEDS), data.task.compiler_options)
   compiled = step._cache_size()
   again = host_cohort.run_host_cohort(data, ARCH, HPARAMS, SEEDS, STEPS)
   assert step._cache_size() == compiled  # one program per swap shape, compiled once
   np.testing.assert_array_equal(again.output.losses, cohort.output.losses)
   np.testing.assert_array_equal(again.output.auc, cohort.output.auc)
+
+
+@pytest.mark.slow  # ~3 s on 2 cores
+def test_the_step_computes_its_dots_as_the_tasks_xla_cpu_dots_says(data, cohort, monkeypatch):
+  monkeypatch.setattr(trial_data.jax, "default_backend", lambda: "cpu")
+  runs = {}
+  for choice in ("eigen", "xla"):
+    task_data = copy.copy(data)  # the same data, another task setting
+    task_data.task = dataclasses.replace(data.task, xla_cpu_dots=choice)
+    runs[choice] = host_cohort.run_host_cohort(task_data, ARCH, HPARAMS, SEEDS, STEPS).output
+    options = task_data.task.compiler_options
+    step = host_cohort.cohort_cache_step(ARCH, data.spec, len(SEEDS), options)
+    assert step._cache_size() > 0, choice  # the task's options compiled the step that ran
+  np.testing.assert_allclose(runs["eigen"].losses, runs["xla"].losses, rtol=1e-5)
+  np.testing.assert_allclose(runs["xla"].losses, cohort.output.losses, rtol=1e-5)

@@ -38,6 +38,21 @@ def test_bad_field_is_named(field, value):
     trial_data.CTRTask(_data_config(), **{field: value})
 
 
+def test_xla_cpu_dots_is_checked_and_gives_the_programs_compiler_options(monkeypatch):
+  with pytest.raises(ValueError, match=r"CTRTask\.xla_cpu_dots must be one of \['auto', 'eigen', "
+                                       r"'xla'\], got 'mkl'"):
+    _task(xla_cpu_dots="mkl")
+  assert _task().xla_cpu_dots == "auto"
+  monkeypatch.setattr(trial_data.jax, "default_backend", lambda: "cpu")
+  eigen = (("xla_cpu_experimental_ynn_fusion_type", ""),)
+  assert _task(xla_cpu_dots="eigen").compiler_options == eigen
+  assert _task(xla_cpu_dots="xla").compiler_options == ()
+  assert _task().compiler_options in (eigen, ())  # this CPU's vendor decides
+  monkeypatch.setattr(trial_data.jax, "default_backend", lambda: "gpu")
+  assert _task(xla_cpu_dots="eigen").compiler_options == ()  # a CPU option only
+  assert _task(xla_cpu_dots="eigen") != _task(xla_cpu_dots="xla")  # programs cached apart
+
+
 def test_data_without_format_is_named():
   with pytest.raises(ValueError, match="CTRTask.data"):
     trial_data.CTRTask({"synthetic": {}})

@@ -2,7 +2,7 @@
 
 import pytest
 
-from sfjax.core import ConfigError, xla_cpu_compiler_options
+from sfjax.core import ConfigError, without_xla_cpu_dots, xla_cpu_compiler_options
 from sfjax.core import xla_cpu_dots as dots
 
 _EIGEN = {"xla_cpu_experimental_ynn_fusion_type": ""}
@@ -63,3 +63,14 @@ def test_a_train_block_without_the_field_means_auto():
 
 def test_the_default_reads_this_machines_cpuinfo():
   assert dots.cpu_vendor() == dots.cpu_vendor("/proc/cpuinfo")
+
+
+def test_unrecorded_drops_the_field_at_any_depth_and_keeps_the_rest():
+  tree = {"xla_cpu_dots": "eigen", "seed": 3,
+          "steps": [{"train": {"xla_cpu_dots": "xla", "steps": 10}}, 4],
+          "task": {"data": {"x": [1, 2]}, "xla_cpu_dots": "auto"}}
+  assert dots.unrecorded(tree) == {"seed": 3, "steps": [{"train": {"steps": 10}}, 4],
+                                   "task": {"data": {"x": [1, 2]}}}
+  assert tree["task"]["xla_cpu_dots"] == "auto"  # the input is left as it was
+  assert dots.unrecorded(5) == 5 and dots.unrecorded("xla_cpu_dots") == "xla_cpu_dots"
+  assert without_xla_cpu_dots is dots.unrecorded

@@ -197,6 +197,20 @@ def test_check_settings_writes_then_refuses_a_changed_task(tmp_path):
   assert json.loads(path.read_text()) == record  # the stored settings are kept
 
 
+def test_xla_cpu_dots_reaches_the_task_and_stays_out_of_the_record(tmp_path):
+  c = _config()
+  assert search_config.make_task(c).xla_cpu_dots == "auto"
+  record = search_config.search_settings_record(c)
+  assert "xla_cpu_dots" not in record["task"]  # workdirs made before the field resume
+  search_config.check_search_settings(str(tmp_path), record)
+  c.task.xla_cpu_dots = "xla"
+  assert search_config.make_task(c).xla_cpu_dots == "xla"
+  search_config.check_search_settings(str(tmp_path), search_config.search_settings_record(c))
+  c.task.xla_cpu_dots = "mkl"
+  with pytest.raises(SearchConfigError, match=r"task: CTRTask\.xla_cpu_dots must be one of"):
+    search_config.make_task(c)
+
+
 def test_a_workdir_made_with_the_flat_study_resumes(tmp_path):
   # search.json of a study made before the algorithm blocks (the flat `study.pbt_interval`).
   record = search_config.search_settings_record(_config("pbt", {"pbt_interval": 3.0}))

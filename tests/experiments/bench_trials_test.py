@@ -8,8 +8,11 @@ from sfjax.core.errors import ConfigError
 
 
 def test_bench_trials_smoke():
-  final = bench_trials.run(bench_config.get_config("smoke"))
+  config = bench_config.get_config("smoke")
+  config.xla_cpu_dots = "eigen"
+  final = bench_trials.run(config)
   assert final["benchmark"] == "bench_trials" and final["steps_per_trial"] == 3
+  assert final["xla_cpu_dots"] == "eigen"
   assert final["eval_examples"] == 256 and final["arch"].startswith("fm/")
   rows = final["results"]
   assert [row["trials"] for row in rows] == [1, 2]

@@ -46,6 +46,7 @@ from sfjax.automl.pipeline.step_specs import (
   effective_config,
   parse_steps,
 )
+from sfjax.core import without_xla_cpu_dots
 from sfjax.core.atomic import atomic_write
 
 _STEPS_DIR = "steps"
@@ -79,8 +80,10 @@ def read_status(step_dir: str) -> dict[str, Any] | None:
 
 
 def _block_dict(block) -> Any:
+  """A config block as JSON data, less the fields that change float rounding only
+  (`sfjax.core.without_xla_cpu_dots`: a rerun may change them, e.g. on other hardware)."""
   data = block.to_dict() if hasattr(block, "to_dict") else dict(block)
-  return json.loads(json.dumps(data, default=str))
+  return without_xla_cpu_dots(json.loads(json.dumps(data, default=str)))
 
 
 def settings_record(config, specs: Sequence[StepSpec]) -> dict[str, Any]:

@@ -150,6 +150,23 @@ def test_changed_block_of_an_existing_step_is_refused(tmp_path):
   assert kinds.calls == ["a", "b", "c"] and report["steps"][-1]["best_metrics"]["total"] == 3.0
 
 
+def test_xla_cpu_dots_is_left_out_of_the_record_so_a_rerun_may_change_it(tmp_path):
+  kinds = _Kinds()
+
+  def config(choice):
+    c = _config("a,b", b={"type": "add", "amount": 1, "trainer": {"train": {"xla_cpu_dots": choice}}})
+    c.task = ml_collections.ConfigDict({"batch_size": 8, "xla_cpu_dots": choice})
+    return c
+
+  engine.run_pipeline(config("eigen"), str(tmp_path), kinds.registry())
+  with open(tmp_path / engine.SETTINGS_FILE) as f:
+    stored = json.load(f)
+  assert stored["shared"]["task"] == {"batch_size": 8}
+  assert stored["steps"]["b"]["block"]["trainer"] == {"train": {}}
+  engine.run_pipeline(config("xla"), str(tmp_path), kinds.registry())  # resumes: rounding only
+  assert kinds.calls == ["a", "b"]  # both done in the first run, skipped in the second
+
+
 def test_a_kind_with_defaults_runs_its_defaults_plus_the_blocks_overrides(tmp_path):
   amounts = {"amount": 10}  # the library's default of the kind, changed below
   seen = []
