@@ -16,9 +16,10 @@ keeps XLA's own choice there.
 The choice changes float rounding only (the sums run in another order), not results
 beyond it. It is applied on CPU devices (`compiler_options` returns {} for other
 platforms) to the trainer's train steps (device and cache backends; `train.xla_cpu_dots`)
-and to the AutoML cohort programs (`task.xla_cpu_dots` of a search, `CTRTask.xla_cpu_dots`;
+and to the AutoML programs of a task (`task.xla_cpu_dots` of a search, `CTRTask.xla_cpu_dots`:
+the cohort programs, the host-table cohort step, AutoFIS's and AutoGroup's runners;
 a cohort of 8 DeepFM trials with 400-wide towers, batch 1024, on the same AMD machine:
-7.3 s with YNNPACK, 5.9-6.2 s with Eigen). Records of what a run's results depend on (a
+6.8-7.1 s with YNNPACK, 5.6-6.3 s with Eigen). Records of what a run's results depend on (a
 search's or a pipeline's settings) leave the field out (`unrecorded`), so a workdir
 resumes under another choice, on other hardware.
 """

@@ -169,10 +169,12 @@ def _optimizer(settings: AutoFISSettings, train_gates: bool) -> optax.GradientTr
 
 
 @functools.lru_cache(maxsize=32)
-def _runner(graphdef: nnx.GraphDef, settings: AutoFISSettings, train_gates: bool):
-  """The jitted runner; cached so runs that differ only by seed or step counts share it
-  (`settings` arrives with those fields zeroed)."""
-  return st.make_runner(graphdef, _optimizer(settings, train_gates), st.row_optimizer(settings))
+def _runner(graphdef: nnx.GraphDef, settings: AutoFISSettings, train_gates: bool,
+            compiler_options: tuple[tuple[str, str], ...] = ()):
+  """The jitted runner (compiled with the task's `compiler_options`); cached so runs that
+  differ only by seed or step counts share it (`settings` arrives with those fields zeroed)."""
+  return st.make_runner(graphdef, _optimizer(settings, train_gates), st.row_optimizer(settings),
+                        compiler_options)
 
 
 def _train_model(data: TrialData, settings: AutoFISSettings, pairs: tuple, gate_value: float,
@@ -196,7 +198,8 @@ def _train_model(data: TrialData, settings: AutoFISSettings, pairs: tuple, gate_
   state = st.init_state(model, _optimizer(settings, search and not warmup), st.row_optimizer(settings),
                         data.num_rows, seed=seed, init_stddev=settings.init_stddev)
   if warmup:
-    state, _ = st.train(state, data, _runner(graphdef, key, False), 0, warmup)
+    state, _ = st.train(state, data, _runner(graphdef, key, False, data.task.compiler_options), 0,
+                        warmup)
     model = nnx.merge(graphdef, state.params)
     gates = st.unwrap(model).gates
     gates[...] = jnp.full(gates.shape, gate_value, jnp.float32)
@@ -204,7 +207,8 @@ def _train_model(data: TrialData, settings: AutoFISSettings, pairs: tuple, gate_
     opt_state = st.keep_group_states(search_tx.init(nnx.state(model, nnx.Param)), state.opt_state,
                                      ("net",))
     state = state._replace(params=nnx.state(model), opt_state=opt_state)
-  state, _ = st.train(state, data, _runner(graphdef, key, search), warmup, steps)
+  state, _ = st.train(state, data, _runner(graphdef, key, search, data.task.compiler_options),
+                      warmup, steps)
   return state, graphdef
 
 

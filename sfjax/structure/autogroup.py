@@ -164,11 +164,12 @@ def _optimizer(settings: AutoGroupSettings, train_structure: bool) -> optax.Grad
 
 
 @functools.lru_cache(maxsize=16)
-def _runner(graphdef: nnx.GraphDef, settings: AutoGroupSettings, train_structure: bool):
-  """The jitted runner; cached so runs that differ only by seed or steps share it
-  (`settings` arrives with those fields zeroed)."""
+def _runner(graphdef: nnx.GraphDef, settings: AutoGroupSettings, train_structure: bool,
+            compiler_options: tuple[tuple[str, str], ...] = ()):
+  """The jitted runner (compiled with the task's `compiler_options`); cached so runs that
+  differ only by seed or steps share it (`settings` arrives with those fields zeroed)."""
   return st.make_runner(graphdef, _optimizer(settings, train_structure),
-                        st.row_optimizer(settings))
+                        st.row_optimizer(settings), compiler_options)
 
 
 def _model(data: TrialData, settings: AutoGroupSettings) -> GroupInteractions:
@@ -188,7 +189,8 @@ def _train(data: TrialData, settings: AutoGroupSettings, model: nnx.Module,
   key = dataclasses.replace(settings, seed=0, steps=1, batch_size=0, eval_rows=0)
   state = st.init_state(model, _optimizer(settings, train_structure), st.row_optimizer(settings),
                         data.num_rows, seed=settings.seed, init_stddev=settings.init_stddev)
-  state, _ = st.train(state, data, _runner(graphdef, key, train_structure), 0, settings.steps)
+  runner = _runner(graphdef, key, train_structure, data.task.compiler_options)
+  state, _ = st.train(state, data, runner, 0, settings.steps)
   return state, graphdef
 
 

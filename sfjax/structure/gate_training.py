@@ -178,8 +178,11 @@ def init_state(model: nnx.Module, tx: optax.GradientTransformation,
 
 
 def make_runner(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
-                row_opt: row_optimizers.RowOptimizer):
-  """Jitted `run(state, batches [T]) -> (state, losses [T])`: a `lax.scan` of the shared step.
+                row_opt: row_optimizers.RowOptimizer,
+                compiler_options: tuple[tuple[str, str], ...] = ()):
+  """Jitted `run(state, batches [T]) -> (state, losses [T])`: a `lax.scan` of the shared step,
+  compiled with XLA's `compiler_options` ((name, value) pairs: the task's
+  `CTRTask.compiler_options`, its `xla_cpu_dots`).
 
   The state is donated. The model's own variables (BN moments, the Gumbel counter)
   travel in the state, so a run split into windows equals one long run.
@@ -193,7 +196,7 @@ def make_runner(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
 
     return lax.scan(body, state, batches)
 
-  return jax.jit(run, donate_argnums=0)
+  return jax.jit(run, donate_argnums=0, compiler_options=dict(compiler_options))
 
 
 def train(state: TrainState, data: TrialData, runner, start: int, end: int,

@@ -4,6 +4,8 @@ The model (memberships, group interactions by hand) is tested in
 tests/models/group_interactions_test.py.
 """
 
+import copy
+import dataclasses
 import json
 
 import ml_collections
@@ -121,3 +123,24 @@ def test_groups_the_pooled_fields_of_bags_and_sequences():
   assert np.isfinite([result.valid_auc, result.test_auc]).all()
   metrics = autogroup.retrain_with_groups(data, settings, result.memberships)
   assert np.isfinite(metrics["valid_auc"])
+
+
+def test_the_runners_compile_as_the_tasks_xla_cpu_dots_says(searched, monkeypatch):
+  data, _ = searched
+  for choice, options in (("eigen", (("xla_cpu_experimental_ynn_fusion_type", ""),)), ("xla", ())):
+    task_data = copy.copy(data)  # the same data, another task setting
+    task_data.task = dataclasses.replace(data.task, xla_cpu_dots=choice)
+    seen = []
+
+    def runner(graphdef, key, train, compiler_options=(), seen=seen):
+      seen.append(compiler_options)
+      raise _Stop
+
+    monkeypatch.setattr(autogroup, "_runner", runner)
+    with pytest.raises(_Stop):
+      autogroup.run_autogroup(task_data.task, SETTINGS, data=task_data)
+    assert seen == [options], choice
+
+
+class _Stop(Exception):
+  """Ends a run at its first runner (the options it was built with are all the test needs)."""

@@ -130,6 +130,24 @@ def test_windows_equal_one_run_and_no_recompile(data):
   assert runner._cache_size() == 2  # window lengths 12 and 4, nothing else
 
 
+def test_the_runner_compiles_with_the_options_it_is_given(data):
+  model = registry.build_model("group_interactions", num_fields=data.spec.num_fields,
+                               embed_dim=2, num_dense=data.spec.num_dense, rngs=nnx.Rngs(0),
+                               max_order=2, num_groups=2, mlp_dims=(4,))
+  tx = st.group_optimizer({"net": optax.adam(0.01), "structure": optax.adam(0.05)},
+                          default="net")
+  adam = row_optimizers.adam(0.01)
+  losses = {}
+  for options in ((("xla_cpu_experimental_ynn_fusion_type", ""),), ()):
+    runner = st.make_runner(nnx.graphdef(model), tx, adam, options)
+    state = st.init_state(model, tx, adam, data.num_rows, seed=0, init_stddev=0.1)
+    if options:
+      text = runner.lower(state, data.train_steps(0, 4)).compile().as_text()
+      assert "dot(" in text and "__ynn_fusion" not in text  # Eigen: XLA's own dot thunks
+    losses[options] = st.train(state, data, runner, 0, 4)[1]
+  np.testing.assert_allclose(*losses.values(), rtol=1e-5)  # float rounding only
+
+
 def test_eval_graph_reads_running_moments_and_split_metrics(data):
   model = _gated(data, bn_momentum=0.5)
   graphdef, params = nnx.split(model)
