@@ -58,7 +58,6 @@ __all__ = [
   "read_jsonl",
   "read_scalars",
   "resolve_xla_cpu_dots",
-  "without_xla_cpu_dots",
   "set_up_console",
   "sigmoid",
   "splitmix64",
@@ -66,5 +65,6 @@ __all__ = [
   "tune_host_allocator",
   "tuned_host_allocator",
   "unknown_key_error",
+  "without_xla_cpu_dots",
   "xla_cpu_compiler_options",
 ]

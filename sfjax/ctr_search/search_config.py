@@ -255,7 +255,7 @@ def _pbt_arch_config(search_space: CTRSearchSpace, model_name: str) -> dict[str,
 
 # config.task fields of the 'cache' embedding backend (recorded only when it is on).
 _CACHE_TASK_FIELDS = ("embedding_backend", "cache_rows", "cache_lookahead")
-# config.task fields passed to the task when set; not recorded (`search_settings_record`).
+# config.task fields passed to the task when set; never recorded (`without_xla_cpu_dots`).
 _COMPUTE_TASK_FIELDS = ("xla_cpu_dots",)
 
 

@@ -129,7 +129,8 @@ class DynamicBatcher:
     """Starts the worker thread.
 
     Args:
-      predict_fn: `features [n, ...] -> scores [n]`, called by the worker thread only.
+      predict_fn: `features [n, ...] -> scores [n]` (or `[n, ...]`: each request gets its
+        rows), called by the worker thread only.
       settings: the batch and queue bounds.
       merge_fn: requests -> one request of their examples in order (default `merge`: a
         pytree of arrays; `lambda parts: sum(parts, [])` for lists of records).

@@ -57,6 +57,16 @@ def test_merge_concatenates_each_field_and_keeps_the_type():
   np.testing.assert_array_equal(merged.dense[:, 0], [0, 0.5, 2.5, 3, 3.5])
 
 
+def test_merge_of_plain_tuples_and_lists_keeps_their_type():
+  for kind in (tuple, list):
+    merged = merge([kind(_rows(0, 2)), kind(_rows(5, 1))])
+    assert type(merged) is kind and len(merged) == 2
+    np.testing.assert_array_equal(merged[0][:, 1], [0, 10, 50])
+    np.testing.assert_array_equal(merged[1][:, 0], [0, 0.5, 2.5])
+  single = (np.arange(3),)
+  assert merge([single]) is single  # one part: itself, no copy
+
+
 def test_merge_keeps_an_absent_field_absent_and_concatenates_a_present_one():
   a, b = _rows(0, 2), _rows(5, 3)
   merged = merge([Features(a.ids, a.dense), Features(b.ids, b.dense)])
@@ -140,6 +150,23 @@ def test_a_full_queue_refuses_then_accepts_again():
     assert batcher.stats().rejected == 1
 
 
+def test_each_refused_request_is_counted():
+  gate = threading.Event()
+  with DynamicBatcher(Recorder(gate), BatcherSettings(max_batch=1, max_queue=2)) as batcher:
+    futures = [batcher.submit(_rows(0, 1))]
+    deadline = time.monotonic() + 10
+    while batcher._queued_examples and time.monotonic() < deadline:  # the worker took it
+      time.sleep(0.001)
+    futures.append(batcher.submit(_rows(1, 2)))  # the queue is full now
+    for _ in range(3):
+      with pytest.raises(QueueFull):
+        batcher.submit(_rows(3, 1))
+    assert batcher.stats().rejected == 3
+    gate.set()
+    for i, (f, n) in enumerate(zip(futures, (1, 2), strict=True)):
+      np.testing.assert_array_equal(f.result(10), _score(_rows(i, n)))
+
+
 def test_a_failing_call_fails_its_requests_and_the_worker_keeps_serving():
   calls = []
 
@@ -184,6 +211,32 @@ def test_a_bad_request_fails_alone_and_its_batch_mates_get_their_scores():
   assert (stats.requests, stats.examples, stats.batches, stats.failed_batches) == (4, 16, 5, 2)
 
 
+def test_a_failing_batch_of_two_runs_each_request_alone():
+  def score(records: list) -> np.ndarray:
+    if "bad" in records:
+      raise KeyError("bad")
+    return np.ones(len(records), np.float32)
+
+  with DynamicBatcher(score, BatcherSettings(max_batch=8, max_delay_ms=10_000),
+                      merge_fn=lambda parts: sum(parts, []), size_fn=len) as batcher:
+    good, bad = batcher.submit(["a"] * 4), batcher.submit(["bad"] * 4)  # 8: one batch of two
+    np.testing.assert_array_equal(good.result(10), np.ones(4))
+    with pytest.raises(KeyError, match="bad"):
+      bad.result(10)
+  assert batcher.stats().batches == 3  # the merged call, then each request alone
+
+
+def test_scores_with_more_axes_are_split_by_example():
+  def two_columns(rows: Rows) -> np.ndarray:
+    return np.stack([_score(rows), -_score(rows)], axis=1)  # [n, 2]
+
+  with DynamicBatcher(two_columns, BatcherSettings(max_batch=8, max_delay_ms=10_000)) as batcher:
+    first, second = batcher.submit(_rows(0, 3)), batcher.submit(_rows(7, 5))  # one batch
+    np.testing.assert_array_equal(first.result(10), two_columns(_rows(0, 3)))
+    np.testing.assert_array_equal(second.result(10), two_columns(_rows(7, 5)))
+  assert batcher.stats().batches == 1
+
+
 def test_scores_of_the_wrong_length_are_an_error_naming_the_shapes():
   with DynamicBatcher(lambda rows: np.zeros(3), BatcherSettings(max_delay_ms=0)) as batcher:
     with pytest.raises(ValueError, match=r"returned shape \(3,\) for 2 examples"):
@@ -209,15 +262,23 @@ def test_close_answers_the_queued_requests_then_refuses():
   batcher.close()
   for i, f in enumerate(futures):
     np.testing.assert_array_equal(f.result(0), _score(_rows(i, 1)))
-  with pytest.raises(RuntimeError, match="closed"):
+  with pytest.raises(RuntimeError, match=r"^DynamicBatcher\.submit: the batcher is closed$"):
     batcher.submit(_rows(0, 1))
 
 
 def test_an_empty_request_is_answered_without_a_call():
   fn = Recorder()
   with DynamicBatcher(fn) as batcher:
-    assert batcher.submit(_rows(0, 0)).result(1).shape == (0,)
+    empty = batcher.submit(_rows(0, 0)).result(1)
+  assert empty.shape == (0,) and empty.dtype == np.float32  # as a predictor's scores
   assert fn.sizes == []
+
+
+def test_the_worker_is_a_named_daemon_thread():
+  """Named for thread dumps; a daemon, so a batcher left open does not hold the process."""
+  with DynamicBatcher(Recorder()) as batcher:
+    workers = [t for t in threading.enumerate() if t is batcher._worker]
+    assert [(t.name, t.daemon) for t in workers] == [("sfjax-batcher", True)]
 
 
 @pytest.mark.parametrize("field,value", [("max_batch", 0), ("max_queue", 2.5),
