@@ -22,6 +22,38 @@ def test_dirty_rows_are_distinct_sorted_and_survive_compaction():
   assert rows.pop().tolist() == [2, 5]
 
 
+def test_dirty_rows_come_back_as_int64_also_when_none_are_left():
+  rows = _DirtyRows()
+  assert rows.pop().dtype == np.int64  # nothing written yet
+  rows.add(np.array([7, 2], np.int32))
+  assert rows.pop().dtype == np.int64
+  assert rows.pop().dtype == np.int64  # after a pop
+  rows.mark(4)  # a scalar
+  rows.mark([[9], [1]])  # any shape: the ids are flattened
+  rows.mark(np.array([3.0]))  # floats: cast to int64 ids
+  got = rows.pop()
+  assert got.dtype == np.int64 and got.tolist() == [1, 3, 4, 9]
+
+
+def test_the_write_buffer_stays_within_its_bound():
+  rows = _DirtyRows(compact_at=4)
+
+  def buffered():
+    assert rows._pending_count == sum(p.size for p in rows._pending)  # what it holds
+    return rows._pending_count
+
+  rows.add(np.array([1, 2, 3, 4], np.int64))  # 4 buffered: not past compact_at
+  assert buffered() == 4 and len(rows._pending) == 1
+  rows.add(np.array([5], np.int64))  # 5 > 4: deduplicated
+  assert buffered() == 0 and rows._unique.tolist() == [1, 2, 3, 4, 5]
+  rows.add(np.arange(6, 16, dtype=np.int64))  # 10 <= 2 x 5 distinct rows: kept buffered
+  assert buffered() == 10
+  rows.add(np.array([1], np.int64))  # 11 > 10
+  assert buffered() == 0 and rows._unique.size == 15
+  rows.add(np.arange(100, 131, dtype=np.int64))  # 31 > 2 x 15 (but not 3 x 15)
+  assert buffered() == 0 and rows.count() == 46
+
+
 def test_added_ids_are_copied():
   rows = _DirtyRows()
   ids = np.array([4, 2], np.int64)
@@ -84,7 +116,7 @@ def test_snapshot_reads_chunks_as_they_were():
   _write(table, [1, CHUNK_ROWS], 1.0)
   before = [table.read_chunk(k) for k in range(3)]
   snap = tracker.begin_snapshot([0, 1, 2], budget_bytes=1 << 30)
-  with pytest.raises(RuntimeError, match="still open"):
+  with pytest.raises(RuntimeError, match="^begin_snapshot: a snapshot of this table is still open$"):
     tracker.begin_snapshot([0], budget_bytes=0)
   _write(table, [1, 2 * CHUNK_ROWS + 3], 5.0)  # chunks 0 and 2 copied first
   assert snap.copies_made == 2 and snap.copied_bytes > 0
@@ -110,7 +142,56 @@ def test_a_write_over_budget_waits_for_the_reader_and_close_releases_it():
   snap.read_chunk(1)  # the reader takes chunk 1 live: the write may go on
   assert done.wait(10)
   writer.join()
-  assert snap.waits >= 1
+  assert snap.waits == 1
   values, _, flags = snap.read_chunk(0)
   assert not flags[1] and values[1].tolist() == [0.0, 0.0]  # chunk 0 as it was: unwritten
+  snap.close()
+
+
+def test_each_write_that_waits_is_counted():
+  table = _table()
+  snap = ChangeTracker(table).begin_snapshot([0, 1, 2], budget_bytes=1)
+  assert snap.waits == 0
+  _write(table, [1], 1.0)  # the one copy always allowed: the budget is spent
+  for k in (1, 2):
+    done = threading.Event()
+    writer = threading.Thread(target=lambda k=k: (_write(table, [k * CHUNK_ROWS], 2.0), done.set()))
+    writer.start()
+    assert not done.wait(0.2)
+    snap.read_chunk(k)  # read live: the waiting write goes on
+    assert done.wait(10)
+    writer.join()
+  assert snap.waits == 2
+  snap.close()
+
+
+def test_copies_are_accounted_in_bytes_and_close_releases_them():
+  table = _table(2 * CHUNK_ROWS + 3)  # chunk 2 holds 3 rows
+  row_bytes = 4 * (2 + 1) + 1  # float32 values and slots, and the row's flag
+  full, last = CHUNK_ROWS * row_bytes, 3 * row_bytes
+  snap = ChangeTracker(table).begin_snapshot([0, 1, 2], budget_bytes=full + last)
+  assert (snap.copied_bytes, snap.peak_copied_bytes, snap.waits) == (0, 0, 0)
+  _write(table, [1], 1.0)
+  assert (snap.copied_bytes, snap.peak_copied_bytes) == (full, full)
+  _write(table, [2 * CHUNK_ROWS], 1.0)  # exactly the budget: copied, no wait
+  assert (snap.copied_bytes, snap.peak_copied_bytes, snap.waits) == (full + last, full + last, 0)
+  snap.read_chunk(2)
+  assert (snap.copied_bytes, snap.peak_copied_bytes, snap.copies_made) == (full, full + last, 2)
+  snap.close()
+  assert snap.copied_bytes == 0 and snap.closed is True
+  for k in (0, 1):
+    with pytest.raises(KeyError, match=f"chunk {k} is not in the snapshot"):
+      snap.read_chunk(k)  # closed: nothing is readable
+
+
+def test_read_chunk_reads_unwritten_chunks_live_and_refuses_others():
+  table = _table()
+  tracker = ChangeTracker(table)
+  _write(table, [1, CHUNK_ROWS + 2], 3.0)
+  snap = tracker.begin_snapshot([0, 1], budget_bytes=1 << 30)
+  chex.assert_trees_all_equal(snap.read_chunk(0), table.read_chunk(0))  # chunk 0, live
+  assert snap.copies_made == 0
+  for k in (-1, 2, 3):  # outside the snapshot, and outside the table
+    with pytest.raises(KeyError, match=f"chunk {k} is not in the snapshot"):
+      snap.read_chunk(k)
   snap.close()
