@@ -1,7 +1,5 @@
 """AutoFIS: settings, planted truth, recovery on planted data (the model: tests/models/gated_fm_test.py)."""
 
-import copy
-import dataclasses
 import json
 
 import ml_collections
@@ -11,6 +9,7 @@ import pytest
 from experiments.configs import ctr as ctr_config
 from sfjax.cohorts import task as trial_data
 from sfjax.structure import autofis
+from tests.structure import runner_options
 
 
 def planted_data_config():
@@ -130,21 +129,5 @@ def test_searches_the_pooled_fields_of_bags_and_sequences():
 
 
 def test_the_runners_compile_as_the_tasks_xla_cpu_dots_says(searched, monkeypatch):
-  data, _ = searched
-  for choice, options in (("eigen", (("xla_cpu_experimental_ynn_fusion_type", ""),)), ("xla", ())):
-    task_data = copy.copy(data)  # the same data, another task setting
-    task_data.task = dataclasses.replace(data.task, xla_cpu_dots=choice)
-    seen = []
-
-    def runner(graphdef, key, train, compiler_options=(), seen=seen):
-      seen.append(compiler_options)
-      raise _Stop
-
-    monkeypatch.setattr(autofis, "_runner", runner)
-    with pytest.raises(_Stop):
-      autofis.run_autofis(task_data.task, SETTINGS, data=task_data)
-    assert seen == [options], choice
-
-
-class _Stop(Exception):
-  """Ends a run at its first runner (the options it was built with are all the test needs)."""
+  runner_options.assert_runners_follow_xla_cpu_dots(autofis, autofis.run_autofis, searched[0], SETTINGS,
+                                                    monkeypatch)

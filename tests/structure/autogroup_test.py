@@ -4,8 +4,6 @@ The model (memberships, group interactions by hand) is tested in
 tests/models/group_interactions_test.py.
 """
 
-import copy
-import dataclasses
 import json
 
 import ml_collections
@@ -18,6 +16,7 @@ from sfjax.cohorts import cohort_runner
 from sfjax.cohorts import task as task_lib
 from sfjax.structure import autogroup
 from sfjax.structure import gate_training as st
+from tests.structure import runner_options
 
 DATA = ml_collections.ConfigDict(dict(format="synthetic", synthetic=dict(
     num_train=500_000, num_eval=20_000, cardinality_scale=0.001, min_rows=4, zipf_exponent=1.1,
@@ -126,21 +125,5 @@ def test_groups_the_pooled_fields_of_bags_and_sequences():
 
 
 def test_the_runners_compile_as_the_tasks_xla_cpu_dots_says(searched, monkeypatch):
-  data, _ = searched
-  for choice, options in (("eigen", (("xla_cpu_experimental_ynn_fusion_type", ""),)), ("xla", ())):
-    task_data = copy.copy(data)  # the same data, another task setting
-    task_data.task = dataclasses.replace(data.task, xla_cpu_dots=choice)
-    seen = []
-
-    def runner(graphdef, key, train, compiler_options=(), seen=seen):
-      seen.append(compiler_options)
-      raise _Stop
-
-    monkeypatch.setattr(autogroup, "_runner", runner)
-    with pytest.raises(_Stop):
-      autogroup.run_autogroup(task_data.task, SETTINGS, data=task_data)
-    assert seen == [options], choice
-
-
-class _Stop(Exception):
-  """Ends a run at its first runner (the options it was built with are all the test needs)."""
+  runner_options.assert_runners_follow_xla_cpu_dots(autogroup, autogroup.run_autogroup, searched[0], SETTINGS,
+                                                    monkeypatch)

@@ -108,14 +108,19 @@ def test_keep_group_states_carries_one_group_over():
   assert int(kept.inner_states["net"].inner_state[0].count) == 1  # Adam's step 1 carried over
 
 
-def test_windows_equal_one_run_and_no_recompile(data):
-  # AutoGroup's model draws its Gumbel noise from its own counter: windows must not replay it.
+def _group_model(data):
+  """AutoGroup's model (an MLP over sampled groups) with its optimizers: (model, tx, rows')."""
   model = registry.build_model("group_interactions", num_fields=data.spec.num_fields,
                                embed_dim=2, num_dense=data.spec.num_dense, rngs=nnx.Rngs(0),
                                max_order=2, num_groups=2, mlp_dims=(4,))
   tx = st.group_optimizer({"net": optax.adam(0.01), "structure": optax.adam(0.05)},
                           default="net")
-  adam = row_optimizers.adam(0.01)
+  return model, tx, row_optimizers.adam(0.01)
+
+
+def test_windows_equal_one_run_and_no_recompile(data):
+  # AutoGroup's model draws its Gumbel noise from its own counter: windows must not replay it.
+  model, tx, adam = _group_model(data)
   runner = st.make_runner(nnx.graphdef(model), tx, adam)
 
   def fresh():
@@ -131,12 +136,7 @@ def test_windows_equal_one_run_and_no_recompile(data):
 
 
 def test_the_runner_compiles_with_the_options_it_is_given(data):
-  model = registry.build_model("group_interactions", num_fields=data.spec.num_fields,
-                               embed_dim=2, num_dense=data.spec.num_dense, rngs=nnx.Rngs(0),
-                               max_order=2, num_groups=2, mlp_dims=(4,))
-  tx = st.group_optimizer({"net": optax.adam(0.01), "structure": optax.adam(0.05)},
-                          default="net")
-  adam = row_optimizers.adam(0.01)
+  model, tx, adam = _group_model(data)
   losses = {}
   for options in ((("xla_cpu_experimental_ynn_fusion_type", ""),), ()):
     runner = st.make_runner(nnx.graphdef(model), tx, adam, options)
