@@ -150,10 +150,11 @@ def test_step_blocks_hold_only_overrides_of_the_library_defaults():
         # Each key is a setting of the kind (else the engine refuses it), none repeats its default.
         assert path == "type" or (path in defaults and defaults[path] != value), (name, path)
   # pipeline_ctr.py held 166 leaves when its steps copied whole search and trainer blocks;
-  # 35 besides the task's data block (the library's `data` defaults, which grow with formats;
-  # the task's embedding_backend / cache_rows / cache_lookahead, issue #26, are 3 of them).
+  # 36 besides the task's data block (the library's `data` defaults, which grow with formats;
+  # the task's embedding_backend / cache_rows / cache_lookahead, issue #26, are 3 of them, and
+  # its xla_cpu_dots, issue #27, one).
   config = pipeline_ctr.get_config()
-  assert len(_leaves(config)) - len(_leaves(config.task.data)) == 35
+  assert len(_leaves(config)) - len(_leaves(config.task.data)) == 36
 
 
 def test_step_flags_may_set_a_setting_the_block_lacks():
