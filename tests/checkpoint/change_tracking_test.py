@@ -155,7 +155,8 @@ def test_each_write_that_waits_is_counted():
   _write(table, [1], 1.0)  # the one copy always allowed: the budget is spent
   for k in (1, 2):
     done = threading.Event()
-    writer = threading.Thread(target=lambda k=k: (_write(table, [k * CHUNK_ROWS], 2.0), done.set()))
+    writer = threading.Thread(target=lambda k=k, done=done: (_write(table, [k * CHUNK_ROWS], 2.0),
+                                                             done.set()))
     writer.start()
     assert not done.wait(0.2)
     snap.read_chunk(k)  # read live: the waiting write goes on
