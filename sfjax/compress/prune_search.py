@@ -24,7 +24,7 @@ candidate, whose front and pick `pareto_evolution.candidate_front` / `choose` gi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import jax
@@ -220,7 +220,8 @@ class _Evaluator:
 
 def _make_evaluator(graphdef, spec: ctr_prune.PruneSpec, params: dict, values,
                     data: CompressData, learning_rate: float, tune_table: bool = True,
-                   eval_chunk: int = 4096) -> _Evaluator:
+                    eval_chunk: int = 4096,
+                    compiler_options: Mapping[str, str] | None = None) -> _Evaluator:
   """`evaluate(genomes [P, G]) -> (valid_auc [P], test_auc [P])`: a vmapped fine-tune.
 
   Every genome starts from `params` / `values` and takes the same steps over
@@ -248,7 +249,8 @@ def _make_evaluator(graphdef, spec: ctr_prune.PruneSpec, params: dict, values,
 
     return _chunked_logits(score, valid, eval_chunk), _chunked_logits(score, test, eval_chunk)
 
-  run = jax.jit(jax.vmap(one, in_axes=(0, None, None, None, None, None)))
+  run = jax.jit(jax.vmap(one, in_axes=(0, None, None, None, None, None)),
+                compiler_options=dict(compiler_options or {}))
   evaluate = _Evaluator(run, (params, values, batches, *splits), data)
   return evaluate
 
@@ -283,7 +285,8 @@ def _mutate(rng: np.random.Generator, spec: ctr_prune.PruneSpec, genome: np.ndar
 
 def search(graphdef, spec: ctr_prune.PruneSpec, params: dict, values, data: CompressData, *,
            population: int, generations: int, learning_rate: float, mutation_rate: float,
-           seed: int, tune_table: bool = True) -> list[pareto_evolution.Candidate]:
+           seed: int, tune_table: bool = True, compiler_options: Mapping[str, str] | None = None,
+           ) -> list[pareto_evolution.Candidate]:
   """Prune-EA / Quant-EA on a trained model (already `ctr_prune.order_columns`-ed):
   every candidate (`pareto_evolution.evolve`'s: cost = exact stored bits
   (`ctr_prune.pruned_bits`), size = exact parameters (`ctr_prune.pruned_size`),
@@ -297,9 +300,12 @@ def search(graphdef, spec: ctr_prune.PruneSpec, params: dict, values, data: Comp
     mutation_rate: per-gene mutation probability.
     seed: of the initial population and the mutations.
     tune_table: fine-tune the touched embedding rows too (a copy per candidate).
+    compiler_options: XLA's, for the vmapped fine-tune (`sfjax.core.xla_cpu_dots`: the
+      trainer's `train.xla_cpu_dots` on CPU); None: XLA's defaults.
   """
   rng = np.random.default_rng(seed)
-  evaluate = _make_evaluator(graphdef, spec, params, values, data, learning_rate, tune_table)
+  evaluate = _make_evaluator(graphdef, spec, params, values, data, learning_rate, tune_table,
+                             compiler_options=compiler_options)
   num_rows = int(values.shape[0])
   return pareto_evolution.evolve(
       _random_genomes(rng, spec, population), evaluate,
@@ -308,8 +314,11 @@ def search(graphdef, spec: ctr_prune.PruneSpec, params: dict, values, data: Comp
       size_of=lambda g: ctr_prune.pruned_size(spec, num_rows, g))
 
 
-def score(graphdef, params: dict, values, rows: Examples, chunk: int = 4096) -> np.ndarray:
-  """[N] logits of a plain (unmasked or physically pruned) model on `rows`."""
+def score(graphdef, params: dict, values, rows: Examples, chunk: int = 4096,
+          compiler_options: Mapping[str, str] | None = None) -> np.ndarray:
+  """[N] logits of a plain (unmasked or physically pruned) model on `rows` (compiled with
+  XLA's `compiler_options`; None: its defaults)."""
   fn = jax.jit(lambda p, v, ids, dense: _chunked_logits(
-      lambda i, d: ctr_prune.logits(graphdef, p, v, i, d), (ids, dense), chunk))
+      lambda i, d: ctr_prune.logits(graphdef, p, v, i, d), (ids, dense), chunk),
+               compiler_options=dict(compiler_options or {}))
   return np.asarray(fn(params, values, rows.ids, rows.dense))

@@ -42,6 +42,7 @@ from sfjax.compress import prune as ctr_prune
 from sfjax.compress import prune_search as ctr_compress
 from sfjax.compress import quant as ctr_quant
 from sfjax.core import metrics as metrics_lib
+from sfjax.core import xla_cpu_dots
 from sfjax.core.atomic import atomic_write
 from sfjax.core.errors import ConfigError
 from sfjax.data import dataset as dataset_lib
@@ -206,30 +207,33 @@ def _run_compress(ctx: StepContext) -> StepOutput:
         ("dim_choices", "bit_choices")) else
                       f"trainer_config (output of an earlier step): {e}") from None
   params, values = ctr_prune.order_columns(spec, params, values)
+  options = xla_cpu_dots.compiler_options(xla_cpu_dots.dots_choice(config.train),
+                                          jax.default_backend())  # the trainer's choice
   data = ctr_compress.load_data(dataset, s["finetune_steps"], s["batch_size"], ctx.config.seed,
                                 valid_rows=s["valid_rows"] or None)
   full = ctr_prune.full_genome(spec)
   full_size = ctr_prune.pruned_size(spec, values.shape[0], full)
   full_bits = ctr_prune.pruned_bits(spec, values.shape[0], full)
-  base_valid = metrics_lib.auc(data.valid.labels, ctr_compress.score(graphdef, params, values,
-                                                                     data.valid))
-  base_test = metrics_lib.auc(data.test.labels, ctr_compress.score(graphdef, params, values,
-                                                                   data.test))
+  base_valid, base_test = (
+      metrics_lib.auc(split.labels, ctr_compress.score(graphdef, params, values, split,
+                                                       compiler_options=options))
+      for split in (data.valid, data.test))
   candidates = ctr_compress.search(
       graphdef, spec, params, values, data, population=s["population"],
       generations=s["generations"], learning_rate=s["finetune_lr"],
-      mutation_rate=s["mutation_rate"], seed=ctx.config.seed, tune_table=s["tune_table"])
+      mutation_rate=s["mutation_rate"], seed=ctx.config.seed, tune_table=s["tune_table"],
+      compiler_options=options)
   front = pareto_evolution.candidate_front(candidates)
   pick = pareto_evolution.choose(front, base_valid, s["max_auc_drop"])
   genome = np.asarray(pick.genome, np.int32)
   batches = ctr_compress.finetune_batches(data.train)
   tuned, rows = jax.jit(lambda p, v, g, b: ctr_compress.finetune(
-      graphdef, spec, p, v, g, b, s["finetune_lr"], s["tune_table"]))(params, values, genome,
-                                                                      batches)
+      graphdef, spec, p, v, g, b, s["finetune_lr"], s["tune_table"]),
+                        compiler_options=options)(params, values, genome, batches)
   pruned = ctr_prune.prune(spec, jax.tree.map(np.asarray, tuned),
                            ctr_compress.with_tuned_rows(values, batches, rows), genome)
   final_test = metrics_lib.auc(data.test.labels, ctr_compress.score(
-      pruned.graphdef, pruned.params, pruned.values, data.test))
+      pruned.graphdef, pruned.params, pruned.values, data.test, compiler_options=options))
   pruned_file = os.path.join(ctx.workdir, _PRUNED_FILE)
   _save_pruned(pruned_file, pruned)
   bundle = write_serving_bundle(ctx.workdir, pruned_file, pruned.model_cfg, config.to_dict(),

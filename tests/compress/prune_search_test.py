@@ -261,3 +261,18 @@ def test_score_a_model_without_dense_features_in_padded_chunks():
   want = np.asarray(ctr_prune.logits(graphdef, params, values, ids, rows.dense))
   assert got.shape == (n,) and np.std(want) > 0
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_search_and_score_compile_with_the_given_options():
+  _, spec, graphdef, params, values, data, evaluate = _setup()
+  eigen = {"xla_cpu_experimental_ynn_fusion_type": ""}
+  with_eigen = ctr_compress._make_evaluator(graphdef, spec, params, values, data, LR,
+                                            eval_chunk=256, compiler_options=eigen)
+  genomes = np.stack([ctr_prune.full_genome(spec)] * 2)
+  text = with_eigen._run.lower(genomes, *with_eigen._args).compile().as_text()
+  assert "dot(" in text and "__ynn_fusion" not in text  # Eigen: XLA's own dot thunks
+  for a, b in zip(with_eigen(genomes), evaluate(genomes), strict=True):
+    np.testing.assert_allclose(a, b, atol=1e-4)  # float rounding only
+  logits = ctr_compress.score(graphdef, params, values, data.valid, 256, compiler_options=eigen)
+  np.testing.assert_allclose(logits, ctr_compress.score(graphdef, params, values, data.valid,
+                                                        256), rtol=1e-5, atol=1e-6)

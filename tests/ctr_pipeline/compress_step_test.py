@@ -12,6 +12,7 @@ from sfjax.automl.pipeline import StepContext, StepResult, StepSpec
 from sfjax.checkpoint import reader
 from sfjax.core.errors import ConfigError
 from sfjax.ctr_pipeline import compress_step as psc
+from tests.compress.prune_search_test import _setup as prune_setup
 
 
 def _block(**overrides):
@@ -95,3 +96,29 @@ def test_compression_report_takes_the_last_done_compress_step():
   report = psc.compression_report(results)["compression"]
   assert report == {k: metrics[k] for k in psc._COMPRESSION_REPORT_KEYS}
   assert psc.compression_report(results[:1]) == {"compression": None}
+
+
+class _Stop(Exception):
+  """Ends the step at its search (the options it was called with are all the check needs)."""
+
+
+def test_the_search_compiles_with_the_trained_models_xla_cpu_dots(monkeypatch, tmp_path):
+  dataset, _, graphdef, params, values, _, _ = prune_setup()
+  for choice, options in (("eigen", {"xla_cpu_experimental_ynn_fusion_type": ""}), ("xla", {})):
+    config = ml_collections.ConfigDict({
+        "model": {"name": "deepfm", "embed_dim": 4, "mlp_dims": (8, 6)},
+        "train": {"xla_cpu_dots": choice}})
+    monkeypatch.setattr(psc, "_load_trained",
+                        lambda ctx, c=config: (c, dataset, graphdef, params, values, "ckpt"))
+    seen = []
+
+    def search(*args, seen=seen, **kwargs):
+      seen.append(kwargs["compiler_options"])
+      raise _Stop
+
+    monkeypatch.setattr(psc.ctr_compress, "search", search)
+    ctx = StepContext(StepSpec(1, "compress", "compress", _block()), str(tmp_path),
+                      str(tmp_path), ml_collections.ConfigDict({"seed": 0}), ())
+    with pytest.raises(_Stop):
+      psc._run_compress(ctx)
+    assert seen == [options], choice

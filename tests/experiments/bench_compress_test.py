@@ -1,0 +1,35 @@
+"""experiments/bench_compress.py in-process at smoke size: a search per dots choice."""
+
+import pytest
+
+from experiments import bench_compress
+from experiments.configs import bench_compress as bench_config
+from sfjax.core.errors import ConfigError
+
+
+def test_bench_compress_smoke_times_each_choice():
+  config = bench_config.get_config("smoke")
+  config.rounds = 2
+  final = bench_compress.run(config)
+  assert final["benchmark"] == "bench_compress" and final["candidates"] == 3
+  assert final["resolved"] == {"xla": "xla", "eigen": "eigen"}
+  assert [len(s) for s in final["seconds"].values()] == [2, 2]
+  for choice, times in final["seconds"].items():
+    assert min(times) > 0
+    assert final["median_seconds"][choice] == pytest.approx(sum(times) / 2)  # two: their mean
+  assert final["speedup"]["eigen"] == pytest.approx(
+      final["median_seconds"]["xla"] / final["median_seconds"]["eigen"])
+  assert final["max_auc_diff"] < 1e-3  # float rounding only
+
+
+@pytest.mark.parametrize("choices", ["", "xla,fast"])
+def test_bad_choices_are_named(choices):
+  config = bench_config.get_config("smoke")
+  config.choices = choices
+  with pytest.raises(ConfigError, match="config field choices: must list some of"):
+    bench_compress.run(config)
+
+
+def test_an_unknown_variant_is_named():
+  with pytest.raises(ValueError, match="unknown config variant 'big'"):
+    bench_config.get_config("big")
