@@ -4,7 +4,7 @@
       [--config.choices=xla,eigen --config.rounds=3 --config.out=bench.json]
 
 A DeepFM with random weights (the search's cost does not depend on them) over synthetic
-Criteo-like data is searched with `sfjax.compress.prune_search.search` (every candidate
+Criteo-like data is searched with `sfjax.compress.search` (every candidate
 fine-tuned in one vmapped program, then scored on the valid and test rows) once per
 choice of `train.xla_cpu_dots` in each round, the choices in turn; each search compiles
 its program afresh, as the step does, so the seconds include compiling. Per choice: the
@@ -24,20 +24,24 @@ import numpy as np
 from flax import nnx
 
 from experiments import cli
-from sfjax.compress import prune as ctr_prune
-from sfjax.compress import prune_search
-from sfjax.core import xla_cpu_dots
-from sfjax.core.errors import ConfigError
-from sfjax.data import dataset as dataset_lib
-from sfjax.models import registry
-from sfjax.train.defaults import ctr_defaults
+from sfjax.compress import load_data, make_spec, search
+from sfjax.core import ConfigError, resolve_xla_cpu_dots, xla_cpu_compiler_options
+from sfjax.data import make_dataset
+from sfjax.models import build_model_from_config
+from sfjax.train import ctr_defaults
 
 
 def _choices(config: ml_collections.ConfigDict) -> list[str]:
+  """The listed `train.xla_cpu_dots` choices, each checked."""
   choices = [c.strip() for c in str(config.choices).split(",") if c.strip()]
-  if not choices or any(c not in xla_cpu_dots.CHOICES for c in choices):
-    raise ConfigError(f"config field choices: must list some of {list(xla_cpu_dots.CHOICES)}, "
-                      f"got {config.choices!r}")
+  try:
+    for choice in choices:
+      resolve_xla_cpu_dots(choice)
+  except ConfigError:
+    choices = []
+  if not choices:
+    raise ConfigError("config field choices: must list some of 'auto', 'eigen', 'xla', got "
+                      f"{config.choices!r}")
   return choices
 
 
@@ -46,16 +50,16 @@ def _problem(config: ml_collections.ConfigDict):
   data_cfg = ctr_defaults().data
   s = data_cfg.synthetic
   s.num_train, s.num_eval, s.test_rows = config.num_train, config.num_eval, config.num_eval
-  dataset = dataset_lib.make_dataset(data_cfg, config.seed)
+  dataset = make_dataset(data_cfg, config.seed)
   model = {"name": "deepfm", "embed_dim": config.embed_dim, "mlp_dims": tuple(config.mlp_dims)}
-  spec = ctr_prune.make_spec(model, dataset.spec.num_fields, dataset.spec.num_dense, None, (8, 32))
-  graphdef, state = nnx.split(nnx.eval_shape(lambda: registry.build_model_from_config(
+  spec = make_spec(model, dataset.spec.num_fields, dataset.spec.num_dense, None, (8, 32))
+  graphdef, state = nnx.split(nnx.eval_shape(lambda: build_model_from_config(
       model, num_fields=spec.num_fields, num_dense=spec.num_dense, rngs=nnx.Rngs(0))))
   rng = np.random.default_rng(config.seed)
   params = jax.tree.map(lambda a: rng.normal(0, 0.05, a.shape).astype(np.float32),
                         nnx.to_pure_dict(state))
   values = rng.normal(0, 0.1, (dataset.spec.total_rows, spec.width)).astype(np.float32)
-  data = prune_search.load_data(dataset, config.finetune_steps, config.batch_size, config.seed,
+  data = load_data(dataset, config.finetune_steps, config.batch_size, config.seed,
                                 valid_rows=config.valid_rows)
   return graphdef, spec, params, values, data
 
@@ -68,9 +72,9 @@ def run(config: ml_collections.ConfigDict) -> dict:
   valid: dict[str, np.ndarray] = {}
   for _ in range(int(config.rounds)):
     for choice in choices:
-      options = xla_cpu_dots.compiler_options(choice, jax.default_backend())
+      options = xla_cpu_compiler_options(choice, jax.default_backend())
       start = time.perf_counter()
-      candidates = prune_search.search(
+      candidates = search(
           graphdef, spec, params, values, data, population=config.population,
           generations=config.generations, learning_rate=1e-3, mutation_rate=0.1,
           seed=config.seed, compiler_options=options)
@@ -80,7 +84,7 @@ def run(config: ml_collections.ConfigDict) -> dict:
   first = choices[0]
   return {
       "benchmark": "bench_compress", "backend": jax.default_backend(),
-      "resolved": {c: xla_cpu_dots.resolve(c) for c in choices},
+      "resolved": {c: resolve_xla_cpu_dots(c) for c in choices},
       "candidates": int(valid[first].size), "seconds": seconds, "median_seconds": medians,
       "speedup": {c: medians[first] / medians[c] for c in choices[1:]},
       "max_auc_diff": max(float(np.max(np.abs(valid[c] - valid[first]))) for c in choices),

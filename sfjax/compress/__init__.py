@@ -7,8 +7,9 @@ vmapped fine-tune runs the shared train step (`prune_search`).
 """
 
 from sfjax.compress.genome import GenomeLayout, mutate_genome, random_unit_bits
-from sfjax.compress.prune import PrunedModel, PruneSpec, pruned_size
+from sfjax.compress.prune import PrunedModel, PruneSpec, make_spec, pruned_size
+from sfjax.compress.prune_search import load_data, search
 from sfjax.compress.quant import fake_quant
 
-__all__ = ["GenomeLayout", "PruneSpec", "PrunedModel", "fake_quant", "mutate_genome",
-           "pruned_size", "random_unit_bits"]
+__all__ = ["GenomeLayout", "PruneSpec", "PrunedModel", "fake_quant", "load_data", "make_spec",
+           "mutate_genome", "pruned_size", "random_unit_bits", "search"]

@@ -19,7 +19,11 @@ platforms) to the trainer's train steps (device and cache backends; `train.xla_c
 and to the AutoML programs of a task (`task.xla_cpu_dots` of a search, `CTRTask.xla_cpu_dots`:
 the cohort programs, the host-table cohort step, AutoFIS's and AutoGroup's runners;
 a cohort of 8 DeepFM trials with 400-wide towers, batch 1024, on the same AMD machine:
-6.8-7.1 s with YNNPACK, 5.6-6.3 s with Eigen). Records of what a run's results depend on (a
+6.8-7.1 s with YNNPACK, 5.6-6.3 s with Eigen), and to the pipeline's compress step
+(its Prune-EA search, with the trained model's `train.xla_cpu_dots`; `bench_compress`:
+12.2-12.5 s against 10.1-10.6 s). The vision programs keep XLA's default: the digits
+CNN's 200 steps of 64 images took 1.03-1.08 s with YNNPACK and 1.22-1.39 s with Eigen
+(convolutions, not dots, dominate there). Records of what a run's results depend on (a
 search's or a pipeline's settings) leave the field out (`unrecorded`), so a workdir
 resumes under another choice, on other hardware.
 """

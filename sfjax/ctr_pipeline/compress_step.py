@@ -14,6 +14,8 @@
              per-row `scales`; its `model.*` block is in the output), and writes
              its serving bundle, `<step dir>/bundle` (`write_serving_bundle`: the
              int8 codes and scales served as stored; output `serving_bundle`).
+             Its programs compile with the trained model's `train.xla_cpu_dots`
+             (`sfjax.core.xla_cpu_dots`: Eigen dots on AMD CPUs by default).
 
 Report metrics: `baseline_test_auc` (the trained model, no fine-tune),
 `final_test_auc` (the pick, re-tuned alone and scored by its physically pruned
