@@ -4,6 +4,7 @@ evolution keeping a front, choose."""
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -13,8 +14,12 @@ from sfjax.compress import prune as ctr_prune
 from sfjax.compress import prune_search as ctr_compress
 from sfjax.core import metrics as metrics_lib
 from sfjax.data import dataset as dataset_lib
+from sfjax.embedding import device_table, row_optimizers
 from sfjax.models import registry
+from sfjax.train import optimizers
+from sfjax.train import step as step_lib
 from sfjax.train.defaults import ctr_defaults
+from sfjax.train.state import TrainState
 
 STEPS, BATCH, LR = 4, 64, 3e-3
 
@@ -53,6 +58,20 @@ def test_load_data_shapes_and_global_ids():
     ctr_compress.load_data(dataset, 1, 8, 0, valid_split="nosuch")
 
 
+def test_the_first_genomes_probe_each_axis_in_turn():
+  spec = _setup()[1]
+  full = ctr_prune.full_genome(spec)
+  genomes = ctr_compress._random_genomes(np.random.default_rng(0), spec, 7)
+  units = slice(0, -2)
+  np.testing.assert_array_equal(genomes[0], full)  # the unpruned model first
+  for i in (1, 4):  # mixed: units and (k, bits) both drawn
+    assert not genomes[i][units].all() and tuple(genomes[i][-2:]) != tuple(full[-2:]), i
+  for i in (2, 5):  # table only: every unit kept, (k, bits) drawn
+    assert genomes[i][units].all() and tuple(genomes[i][-2:]) != tuple(full[-2:]), i
+  for i in (3, 6):  # MLP only: units drawn, k = D at the widest bits
+    assert not genomes[i][units].all() and tuple(genomes[i][-2:]) == tuple(full[-2:]), i
+
+
 def test_random_and_mutated_genomes_are_valid():
   spec = _setup()[1]
   rng = np.random.default_rng(3)
@@ -74,9 +93,14 @@ def test_finetune_batches_index_the_touched_rows():
   for s in range(STEPS):  # compact row -> global id reproduces every id of every step
     np.testing.assert_array_equal(batches.rows[b.rows[s][b.vids[s]]], data.train.ids[s])
     assert np.all(b.rows[s][len(np.unique(data.train.ids[s])):] == batches.rows.size)  # padding
-  ids = np.array([[batches.rows[0], batches.rows[-1] + 1]])
+  ids = np.array([[batches.rows[0], batches.rows[-1], batches.rows[-1] + 1]])
   np.testing.assert_array_equal(ctr_compress._compact_ids(batches.rows, ids),
-                                [[0, batches.rows.size]])  # an untouched id: not in the table
+                                [[0, batches.rows.size - 1, batches.rows.size]])  # untouched: T
+  one = np.array([5])
+  np.testing.assert_array_equal(ctr_compress._compact_ids(one, np.array([[5, 7, 2]])), [[0, 1, 1]])
+  none = ctr_compress._compact_ids(np.array([], np.int64), np.array([[3, 4]]))
+  np.testing.assert_array_equal(none, [[0, 0]])  # an empty table: every id misses (row T = 0)
+  assert none.dtype == np.int32
 
 
 @pytest.mark.slow  # the fast tier stays under 5 minutes; make test-all runs it
@@ -276,3 +300,94 @@ def test_the_search_and_score_compile_with_the_given_options():
   logits = ctr_compress.score(graphdef, params, values, data.valid, 256, compiler_options=eigen)
   np.testing.assert_allclose(logits, ctr_compress.score(graphdef, params, values, data.valid,
                                                         256), rtol=1e-5, atol=1e-6)
+
+
+def test_search_evolves_its_random_genomes_over_the_vmapped_finetune(monkeypatch):
+  _, spec, graphdef, params, values, data, evaluate = _setup()
+  settings = {"population": 3, "generations": 1, "learning_rate": LR, "mutation_rate": 0.3,
+              "seed": 4}
+  found = ctr_compress.search(graphdef, spec, params, values, data, **settings)
+  rng = np.random.default_rng(4)
+  num_rows = values.shape[0]
+  expected = pareto_evolution.evolve(
+      ctr_compress._random_genomes(rng, spec, 3), evaluate,
+      lambda g: ctr_prune.pruned_bits(spec, num_rows, g),
+      lambda r, g: ctr_compress._mutate(r, spec, g, 0.3), 1, rng,
+      size_of=lambda g: ctr_prune.pruned_size(spec, num_rows, g))
+  assert [(c.genome, c.cost, c.size) for c in found] == [
+      (c.genome, c.cost, c.size) for c in expected]
+  assert len(found) > 3  # the generation after the first evaluated new genomes
+  for got, want in zip(found, expected, strict=True):  # the same fine-tune (tuned rows too)
+    assert abs(got.valid - want.valid) < 1e-6 and abs(got.test - want.test) < 1e-6
+  seen = []
+
+  def make_evaluator(*args, **kwargs):
+    seen.append((args[6:], kwargs))
+    raise KeyboardInterrupt  # stops the search at its evaluator
+
+  monkeypatch.setattr(ctr_compress, "_make_evaluator", make_evaluator)
+  options = {"xla_cpu_experimental_ynn_fusion_type": ""}
+  with pytest.raises(KeyboardInterrupt):
+    ctr_compress.search(graphdef, spec, params, values, data, **settings, tune_table=False,
+                        compiler_options=options)
+  assert seen == [((False,), {"compiler_options": options})]
+
+
+def test_the_evaluator_tunes_the_touched_rows_by_default_and_counts_its_traces():
+  _, spec, graphdef, params, values, data, _ = _setup()
+  genomes = np.stack([ctr_prune.full_genome(spec)] * 2)
+
+  def logits(**kwargs):
+    evaluate = ctr_compress._make_evaluator(graphdef, spec, params, values, data, 0.3,
+                                            eval_chunk=256, **kwargs)
+    out = [np.asarray(a) for a in evaluate._run(genomes, *evaluate._args)]
+    return out, evaluate
+
+  (default, _), (tuned, _), (frozen, evaluate) = (
+      logits(), logits(tune_table=True), logits(tune_table=False))
+  for a, b, c in zip(default, tuned, frozen, strict=True):
+    np.testing.assert_array_equal(a, b)
+    assert np.abs(a - c).max() > 1e-4  # tuned rows score otherwise
+  assert evaluate.traces == 1
+  evaluate(genomes)
+  evaluate(genomes[::-1])
+  assert evaluate.traces == 1  # the same P: no retrace
+  evaluate(genomes[:1])
+  assert evaluate.traces == 2  # one more trace for P = 1
+  batches = ctr_compress.finetune_batches(data.train)
+  _, rows = jax.jit(lambda g: ctr_compress.finetune(graphdef, spec, params, values, g, batches,
+                                                    0.3))(genomes[0])
+  assert not np.allclose(np.asarray(rows), values[batches.rows])  # tune_table defaults to True
+
+
+def test_finetune_on_the_touched_rows_equals_the_step_on_the_whole_table():
+  # The reference trains the whole [V, E] table (slots [V, S]) with global row ids: the
+  # compact table, its slots and the compacted batches must give the same rows and params.
+  _, spec, graphdef, params, values, data, _ = _setup()
+  batches = ctr_compress.finetune_batches(data.train)
+  genome = ctr_prune.full_genome(spec)
+  genome[[1, 4]] = 0
+  tuned, rows = jax.jit(lambda g: ctr_compress.finetune(graphdef, spec, params, values, g,
+                                                        batches, 0.05))(genome)
+  num_touched, num_rows = batches.rows.size, values.shape[0]
+  b = batches.batches
+  global_rows = np.where(b.rows < num_touched, batches.rows[np.minimum(b.rows, num_touched - 1)],
+                         num_rows).astype(np.int32)  # padding: V (out of the table)
+  graph, state = nnx.split(ctr_prune.masked_model(graphdef, spec, params, genome))
+  keep = ctr_prune.masked_model(graphdef, spec, jax.tree.map(np.ones_like, params), genome)
+  tx = optimizers.dense_optimizer("adam", 0.05)
+  row_opt = row_optimizers.adam(0.05)
+  slots = np.tile(np.asarray(row_opt.initial_slot_row(values.shape[1])), (num_rows, 1))
+  start = TrainState(jnp.zeros((), jnp.int32), state, tx.init(nnx.state(state, nnx.Param)),
+                     device_table.TableState(jnp.asarray(values), jnp.asarray(slots)))
+  step = step_lib.make_train_step(graph, tx, row_opt, dense_mask=nnx.state(keep, nnx.Param),
+                                  model_variables=True)
+  end, _ = jax.jit(lambda s, bs: jax.lax.scan(step, s, bs))(
+      start, jax.tree.map(jnp.asarray, b._replace(rows=global_rows)))
+  table = np.asarray(end.table.values)
+  np.testing.assert_allclose(np.asarray(rows), table[batches.rows], rtol=1e-5, atol=1e-6)
+  untouched = np.setdiff1d(np.arange(num_rows), batches.rows)
+  np.testing.assert_array_equal(table[untouched], values[untouched])
+  assert not np.allclose(np.asarray(rows), values[batches.rows])  # the rows did move
+  jax.tree.map(lambda a, r: np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-6), tuned,
+               nnx.to_pure_dict(end.params)["model"])
