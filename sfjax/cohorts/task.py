@@ -97,7 +97,7 @@ class CTRTask:
     data = self.data
     if isinstance(data, Mapping) and not isinstance(data, ml_collections.ConfigDict):
       data = ml_collections.ConfigDict(dict(data))
-    if not hasattr(data, "format"):
+    if not isinstance(data, ml_collections.ConfigDict) or "format" not in data:
       raise ValueError("CTRTask.data must be the `data` block of experiments/configs/ctr.py "
                        f"(it has no `format` field): {data!r}")
     object.__setattr__(self, "data", ml_collections.FrozenConfigDict(data))

@@ -1,5 +1,7 @@
 """The task every trial trains on: validation, budgets, precomputed steps, the eval stack."""
 
+import dataclasses
+
 import chex
 import ml_collections
 import numpy as np
@@ -7,6 +9,7 @@ import pytest
 
 from experiments.configs import ctr as ctr_config
 from sfjax.cohorts import task as trial_data
+from sfjax.cohorts.table_choices import table_overrides
 from sfjax.data import dataset as dataset_lib
 from sfjax.embedding import vsi
 
@@ -187,3 +190,62 @@ def test_layout_steps_carry_weights_and_skip_padding(layout_data):
                               spec.column_rows)
   np.testing.assert_array_equal(rows[0], want.rows)
   np.testing.assert_array_equal(weights[0], want.weights)
+
+
+def test_backend_and_format_errors_are_named_in_full():
+  with pytest.raises(ValueError, match=r"^CTRTask\.embedding_backend must be one of \['device', "
+                     r"'cache'\], got 'host'$"):
+    _task(embedding_backend="host")
+  with pytest.raises(ValueError, match=r"^CTRTask\.embedding_backend='cache' keeps the whole "
+                     r"table on the host: set compact_rows=False$"):
+    _task(embedding_backend="cache", max_steps=2, compact_rows=True)
+  assert _task(embedding_backend="cache", max_steps=2).embedding_backend == "cache"
+  with pytest.raises(ValueError, match=r"^CTRTask\.compact_rows needs max_steps > 0: the touched "
+                     r"rows are those of the train steps fixed up front$"):
+    _task(compact_rows=True)
+  for data in ({"synthetic": {}}, "criteo"):  # a mapping without `format`, not a mapping
+    with pytest.raises(ValueError, match=r"^CTRTask\.data must be the `data` block of "
+                       r"experiments/configs/ctr\.py \(it has no `format` field\): "):
+      trial_data.CTRTask(data)
+
+
+def test_trial_data_keeps_a_given_dataset_and_builds_one_step_for_an_empty_range(dataset):
+  data = trial_data.TrialData(_task(), dataset)
+  assert data.dataset is dataset
+  assert data.train_steps(0, 0).rows.shape == (0, data.capacity)
+  assert data.num_steps == 1  # a stack to slice from: one step, no more
+  assert data.eval_mask.dtype == np.float32 and data.eval_batches.mask.dtype == np.float32
+  compact = trial_data.TrialData(_task(max_steps=2, compact_rows=True), dataset)
+  assert compact.row_ids.dtype == np.int64 and compact.table_starts is None  # no layout
+  with pytest.raises(ValueError, match=r"^train steps up to 3 were asked for, but the task has "
+                     r"CTRTask\.compact_rows with max_steps=2: raise max_steps to the largest "
+                     r"budget's steps$"):
+    compact.train_steps(0, 3)
+
+
+def test_compact_rows_of_a_layout_know_where_each_table_starts(layout_data):
+  task = dataclasses.replace(layout_data.task, max_steps=2, compact_rows=True)
+  compact = trial_data.TrialData(task, layout_data.dataset)
+  starts = table_overrides.compact_table_starts(compact.spec, compact.row_ids)
+  assert compact.table_starts == starts and len(starts) == len(compact.spec.layout.tables)
+  assert starts[0] == 0 and list(starts) == sorted(starts)
+
+
+class _NoEvalRows:
+  """A data set whose eval split yields no batch (the rest is the real one's)."""
+
+  def __init__(self, dataset):
+    self._dataset = dataset
+    self.spec, self.eval_splits = dataset.spec, dataset.eval_splits
+
+  def train_batches(self, batch_size, seed):
+    return self._dataset.train_batches(batch_size, seed)
+
+  def eval_batches(self, split, batch_size):
+    return iter(())
+
+
+def test_an_empty_eval_split_is_named(dataset):
+  with pytest.raises(ValueError, match=r"^eval split 'eval' of data\.format='synthetic' is "
+                     r"empty$"):
+    trial_data.TrialData(_task(), _NoEvalRows(dataset))
