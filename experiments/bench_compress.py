@@ -60,7 +60,7 @@ def _problem(config: ml_collections.ConfigDict):
                         nnx.to_pure_dict(state))
   values = rng.normal(0, 0.1, (dataset.spec.total_rows, spec.width)).astype(np.float32)
   data = load_data(dataset, config.finetune_steps, config.batch_size, config.seed,
-                                valid_rows=config.valid_rows)
+                   valid_rows=config.valid_rows)
   return graphdef, spec, params, values, data
 
 
