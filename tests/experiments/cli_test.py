@@ -33,7 +33,7 @@ def test_every_experiments_module_imports_into_one_process():
 
 _BENCHES_BORN_WITH_CONFIGS = {"bench_serving", "bench_bag_layout", "bench_sequences", "bench_ablation",
                               "bench_growth", "bench_text_input", "bench_host_cohort",
-                              "bench_table_widths"}
+                              "bench_table_widths", "bench_compress"}
 
 
 @pytest.mark.parametrize("name", BENCHES)
