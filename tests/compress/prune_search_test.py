@@ -333,6 +333,7 @@ def test_search_evolves_its_random_genomes_over_the_vmapped_finetune(monkeypatch
   assert seen == [((False,), {"compiler_options": options})]
 
 
+@pytest.mark.slow  # ~7 s (three evaluators compiled); the fast tier stays under 5 minutes
 def test_the_evaluator_tunes_the_touched_rows_by_default_and_counts_its_traces():
   _, spec, graphdef, params, values, data, _ = _setup()
   genomes = np.stack([ctr_prune.full_genome(spec)] * 2)

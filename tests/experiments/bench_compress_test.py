@@ -7,6 +7,7 @@ from experiments.configs import bench_compress as bench_config
 from sfjax.core.errors import ConfigError
 
 
+@pytest.mark.slow  # ~6 s (four searches); the fast tier stays under 5 minutes
 def test_bench_compress_smoke_times_each_choice():
   config = bench_config.get_config("smoke")
   config.rounds = 2
