@@ -302,6 +302,10 @@ def test_the_search_and_score_compile_with_the_given_options():
                                                         256), rtol=1e-5, atol=1e-6)
 
 
+class _Stop(Exception):
+  """Ends a search at its evaluator (the arguments it got are all the check needs)."""
+
+
 def test_search_evolves_its_random_genomes_over_the_vmapped_finetune(monkeypatch):
   _, spec, graphdef, params, values, data, evaluate = _setup()
   settings = {"population": 3, "generations": 1, "learning_rate": LR, "mutation_rate": 0.3,
@@ -323,11 +327,11 @@ def test_search_evolves_its_random_genomes_over_the_vmapped_finetune(monkeypatch
 
   def make_evaluator(*args, **kwargs):
     seen.append((args[6:], kwargs))
-    raise KeyboardInterrupt  # stops the search at its evaluator
+    raise _Stop  # the search stops at its evaluator
 
   monkeypatch.setattr(ctr_compress, "_make_evaluator", make_evaluator)
   options = {"xla_cpu_experimental_ynn_fusion_type": ""}
-  with pytest.raises(KeyboardInterrupt):
+  with pytest.raises(_Stop):
     ctr_compress.search(graphdef, spec, params, values, data, **settings, tune_table=False,
                         compiler_options=options)
   assert seen == [((False,), {"compiler_options": options})]
