@@ -303,7 +303,8 @@ def test_the_search_and_score_compile_with_the_given_options():
 
 
 class _Stop(Exception):
-  """Ends a search at its evaluator (the arguments it got are all the check needs)."""
+  """Ends a run at a patched call (what it was called with is all the check needs): the
+  search at its evaluator here, the compress step at its search (compress_step_test)."""
 
 
 def test_search_evolves_its_random_genomes_over_the_vmapped_finetune(monkeypatch):

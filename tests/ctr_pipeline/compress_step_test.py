@@ -13,6 +13,7 @@ from sfjax.checkpoint import reader
 from sfjax.core.errors import ConfigError
 from sfjax.ctr_pipeline import compress_step as psc
 from tests.compress.prune_search_test import _setup as prune_setup
+from tests.compress.prune_search_test import _Stop
 
 
 def _block(**overrides):
@@ -96,10 +97,6 @@ def test_compression_report_takes_the_last_done_compress_step():
   report = psc.compression_report(results)["compression"]
   assert report == {k: metrics[k] for k in psc._COMPRESSION_REPORT_KEYS}
   assert psc.compression_report(results[:1]) == {"compression": None}
-
-
-class _Stop(Exception):
-  """Ends the step at its search (the options it was called with are all the check needs)."""
 
 
 def test_the_search_compiles_with_the_trained_models_xla_cpu_dots(monkeypatch, tmp_path):
