@@ -112,11 +112,17 @@ def global_row_ids(local_ids: np.ndarray, field_offsets: np.ndarray,
   return out if pad is None else np.where(pad, -1, out)
 
 
-# The marker pass (`unique_inverse`) applies up to this table size (an 84 MB scratch per
-# thread) and while the table has at most this many rows per id of the batch (beyond it,
-# scanning the flags costs more than sorting the ids).
+# The marker pass (`unique_inverse`) runs over windows of at most this many rows (an 84 MB
+# scratch per thread: a larger table's ids are grouped by window first), while the table
+# has at most this many rows per id of the batch (beyond it, scanning the flags costs more
+# than sorting the ids).
 DENSE_MAX_ROWS = 1 << 24
 DENSE_ROWS_PER_ID = 64
+# Past DENSE_MAX_ROWS rows the windowed pass (`_windowed_marker_pass`) wins up to at least
+# this many rows per id (2-core AMD EPYC, 2026-12-07, Zipf ids, medians against `np.unique`:
+# 235 rows per id 19.0 ms against 32.7; 500: 12.0 / 13.1; 667 (150k ids): 9.5 / 9.1; 939
+# (106k ids): 10.3 / 7.9; 2,348: 63.0 / 31.9; with 1.2-1.7M ids it still wins at 587-833).
+WINDOWED_ROWS_PER_ID = 512
 
 
 class _Scratch(threading.local):
@@ -150,24 +156,9 @@ def _marked(seen: np.ndarray) -> np.ndarray:
   return hot[at >> 3] * 8 + (at & 7)
 
 
-def unique_inverse(ids: np.ndarray, num_rows: int | None = None
-                   ) -> tuple[np.ndarray, np.ndarray]:
-  """`np.unique(ids, return_inverse=True)` for `[N]` ids in `[0, num_rows)`, faster.
-
-  With `num_rows` (V) given and small beside N (`DENSE_MAX_ROWS`, `DENSE_ROWS_PER_ID`),
-  a marker pass over a per-thread scratch replaces the sort; the result is identical
-  (the sorted unique ids, and each id's index into them).
-
-  Returns:
-    (uniq [U] int64 sorted, inverse [N] integer indices with uniq[inverse] == ids).
-
-  Raises:
-    IndexError: (marker pass) an id >= num_rows; ids must be >= 0.
-  """
-  flat = np.asarray(ids, np.int64).reshape(-1)
-  if (num_rows is None or num_rows > DENSE_MAX_ROWS or flat.size == 0
-      or num_rows > DENSE_ROWS_PER_ID * flat.size):
-    return np.unique(flat, return_inverse=True)
+def _marker_pass(flat: np.ndarray, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+  """`unique_inverse` of `[N]` int64 ids in `[0, num_rows)` by flags over a scratch of
+  `num_rows` rows (inverse int32); an id >= num_rows raises IndexError, leaving no flag."""
   seen, pos = _scratch(int(num_rows))
   try:
     seen[flat] = True
@@ -180,6 +171,72 @@ def unique_inverse(ids: np.ndarray, num_rows: int | None = None
     raise IndexError(f"index {int(uniq[-1])} is out of bounds for axis 0 with size {num_rows}")
   pos[uniq] = np.arange(uniq.shape[0], dtype=np.int32)
   return uniq, pos[flat]
+
+
+def _windowed_marker_pass(flat: np.ndarray, num_rows: int,
+                          window: int) -> tuple[np.ndarray, np.ndarray]:
+  """`unique_inverse` of `[N]` ids of a table larger than one marker window: the ids are
+  grouped by window `id // window` (a stable radix sort of the window numbers), each
+  group's ids deduplicated by `_marker_pass` over one `window`-row scratch, the groups'
+  unique ids concatenated in window order (so sorted) and each id's inverse offset by the
+  unique ids of the windows before its own.
+
+  Measured (2-core AMD EPYC, 2026-12-07): 65,536 x 26 Zipf ids over 1e8 rows, 61-69 ms
+  against 228-307 ms for `np.unique` (identical results).
+
+  Raises:
+    IndexError: an id < 0 or >= num_rows (the marker pass's message).
+  """
+  low, high = int(flat.min()), int(flat.max())
+  if low < 0 or high >= num_rows:
+    bad = low if low < 0 else high
+    raise IndexError(f"index {bad} is out of bounds for axis 0 with size {num_rows}")
+  windows = -(-num_rows // window)
+  number = flat // window
+  key = number.astype(np.uint8 if windows <= 1 << 8 else np.uint16 if windows <= 1 << 16
+                      else np.int64)  # narrow keys: numpy sorts them by radix
+  order = np.argsort(key, kind="stable")
+  counts = np.bincount(key)
+  grouped = flat[order]
+  inverse = np.empty(flat.shape[0], np.int32)
+  pieces, start, before = [], 0, 0
+  for w in np.flatnonzero(counts).tolist():
+    stop = start + int(counts[w])
+    uniq, inv = _marker_pass(grouped[start:stop] - w * window, window)
+    inverse[order[start:stop]] = inv + before
+    pieces.append(uniq + w * window)
+    before += uniq.shape[0]
+    start = stop
+  return np.concatenate(pieces), inverse
+
+
+def unique_inverse(ids: np.ndarray, num_rows: int | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+  """`np.unique(ids, return_inverse=True)` for `[N]` ids in `[0, num_rows)`, faster.
+
+  With `num_rows` (V) given and small beside N (`DENSE_ROWS_PER_ID` rows per id at most),
+  a marker pass over a per-thread scratch replaces the sort (a table past `DENSE_MAX_ROWS`
+  rows, up to `WINDOWED_ROWS_PER_ID` rows per id: one pass per window of `DENSE_MAX_ROWS`
+  rows, `_windowed_marker_pass`); the result is identical (the sorted unique ids, and each
+  id's index into them).
+
+  Returns:
+    (uniq [U] int64 sorted, inverse [N] integer indices with uniq[inverse] == ids).
+
+  Raises:
+    IndexError: (marker pass) an id >= num_rows; ids must be >= 0 (a table past
+      `DENSE_MAX_ROWS` rows checks both).
+  """
+  flat = np.asarray(ids, np.int64).reshape(-1)
+  if num_rows is None or flat.size == 0:
+    return np.unique(flat, return_inverse=True)
+  if num_rows > DENSE_MAX_ROWS:
+    if num_rows > WINDOWED_ROWS_PER_ID * flat.size:
+      return np.unique(flat, return_inverse=True)
+    return _windowed_marker_pass(flat, int(num_rows), DENSE_MAX_ROWS)
+  if num_rows > DENSE_ROWS_PER_ID * flat.size:
+    return np.unique(flat, return_inverse=True)
+  return _marker_pass(flat, int(num_rows))
 
 
 def dedup_ids(ids: np.ndarray, capacity: int, pad_id: int,

@@ -196,3 +196,144 @@ def test_the_marker_scratch_is_per_thread():
   for t in threads:
     t.join()
   assert not errors and all(all(v) for v in results.values()) and len(results) == 4
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 99), min_size=1, max_size=120), st.sampled_from([16, 32, 64]))
+def test_the_windowed_marker_pass_equals_a_sort(values, window):
+  ids = np.array(values + [0, window - 1, window, 99], np.int64)  # the windows' edges
+  uniq, inverse = vsi._windowed_marker_pass(ids, 100, window)
+  want_u, want_i = np.unique(ids, return_inverse=True)
+  assert uniq.dtype == np.int64 and inverse.dtype == np.int32
+  np.testing.assert_array_equal(uniq, want_u)
+  np.testing.assert_array_equal(inverse, want_i)
+
+
+@pytest.mark.parametrize("num_rows,window", [(300 * 16, 16), (70_000, 1)])
+def test_the_windowed_pass_with_hundreds_and_tens_of_thousands_of_windows(num_rows, window):
+  # > 256 windows: 16-bit window numbers; > 65,536: int64 (a radix sort no longer applies).
+  ids = np.random.default_rng(0).integers(0, num_rows, 40_000)
+  ids[:3] = [num_rows - 1, 0, num_rows - 1]
+  uniq, inverse = vsi._windowed_marker_pass(ids, num_rows, window)
+  want_u, want_i = np.unique(ids, return_inverse=True)
+  np.testing.assert_array_equal(uniq, want_u)
+  np.testing.assert_array_equal(inverse, want_i)
+
+
+def test_the_windowed_pass_refuses_ids_outside_the_table_and_leaves_no_flags():
+  for bad in (100, 163, -1):
+    with pytest.raises(IndexError, match=f"^index {bad} is out of bounds for axis 0 with "
+                                         "size 100$"):
+      vsi._windowed_marker_pass(np.array([3, bad, 40]), 100, 16)
+  uniq, inverse = vsi._windowed_marker_pass(np.array([40, 3, 40, 99]), 100, 16)
+  np.testing.assert_array_equal(uniq, [3, 40, 99])
+  np.testing.assert_array_equal(inverse, [1, 0, 1, 2])
+
+
+def test_tables_past_one_window_take_the_windowed_pass_up_to_its_rows_per_id(monkeypatch):
+  monkeypatch.setattr(vsi, "DENSE_MAX_ROWS", 16)
+  calls = []
+  real_unique = np.unique
+  monkeypatch.setattr(np, "unique", lambda *a, **k: calls.append(1) or real_unique(*a, **k))
+  ids = np.array([5, 17, 5, 90, 33, 17], np.int64)
+  uniq, inverse = vsi.unique_inverse(ids, 100)  # 100 rows, 6 ids: 17 rows per id
+  assert not calls
+  np.testing.assert_array_equal(uniq, [5, 17, 33, 90])
+  np.testing.assert_array_equal(inverse, [0, 1, 0, 3, 2, 1])
+  assert inverse.dtype == np.int32
+  edge = vsi.WINDOWED_ROWS_PER_ID * ids.size
+  vsi.unique_inverse(ids, edge)  # exactly the limit: still the windowed pass
+  assert not calls
+  sparse_u, sparse_i = vsi.unique_inverse(ids, edge + 1)  # past it: the sort
+  assert len(calls) == 1
+  np.testing.assert_array_equal(sparse_u, uniq)
+  np.testing.assert_array_equal(sparse_i, [0, 1, 0, 3, 2, 1])
+  small_u, _ = vsi.unique_inverse(ids % 16, 16)  # one window: the plain marker pass
+  assert len(calls) == 1
+  np.testing.assert_array_equal(small_u, [1, 5, 10])
+
+
+def test_unique_inverse_returns_int64_ids_and_flat_indices_for_any_input():
+  ids = np.array([[7, 3], [7, 1]], np.int32)  # int32, two axes
+  for num_rows in (None, 8):  # the sort and the marker pass
+    uniq, inverse = vsi.unique_inverse(ids, num_rows)
+    assert uniq.dtype == np.int64 and inverse.shape == (4,)
+    np.testing.assert_array_equal(uniq, [1, 3, 7])
+    np.testing.assert_array_equal(inverse, [2, 1, 2, 0])
+
+
+def test_the_marker_pass_applies_up_to_exactly_its_rows_per_id(monkeypatch):
+  calls = []
+  real_unique = np.unique
+  monkeypatch.setattr(np, "unique", lambda *a, **k: calls.append(1) or real_unique(*a, **k))
+  ids = np.array([0, 9, 0], np.int64)
+  vsi.unique_inverse(ids, vsi.DENSE_ROWS_PER_ID * ids.size)
+  assert not calls
+  vsi.unique_inverse(ids, vsi.DENSE_ROWS_PER_ID * ids.size + 1)
+  assert len(calls) == 1
+
+
+def test_the_windowed_pass_names_the_id_past_the_table_even_with_row_zero_present():
+  with pytest.raises(IndexError, match="^index 120 is out of bounds"):
+    vsi._windowed_marker_pass(np.array([0, 120, 5]), 100, 16)
+
+
+def test_dedup_ids_types_and_its_capacity_message_in_full():
+  plain = vsi.dedup_ids(np.array([[5, 2], [2, 5]], np.int64), capacity=3, pad_id=9, num_rows=10)
+  assert plain.uniq.dtype == np.int64 and plain.vids.dtype == np.int32
+  np.testing.assert_array_equal(plain.uniq, [2, 5, 9])
+  padded = vsi.dedup_ids(np.array([[5, -1]], np.int64), capacity=2, pad_id=9, num_rows=10)
+  assert padded.uniq.dtype == np.int64 and padded.vids.dtype == np.int32
+  with pytest.raises(ValueError) as err:
+    vsi.dedup_ids(np.array([[5, 2, 7]], np.int64), capacity=2, pad_id=9)
+  assert str(err.value) == (
+      "batch has 3 unique ids but embedding.unique_capacity is 2; raise "
+      "embedding.unique_capacity (0 means batch_size * id columns, + 1 with bags)")
+
+
+def test_padding_in_a_one_row_column_is_not_mistaken_for_an_id():
+  g = vsi.global_row_ids(np.array([[0, -1], [-1, 0]]), np.array([0, 1]),
+                         column_rows=np.array([1, 1]), allow_padding=True)
+  np.testing.assert_array_equal(g, [[0, -1], [-1, 1]])
+
+
+def test_prepare_batch_carries_the_batch_and_each_rows_table():
+  b = make_batch(np.array([[1, 2], [0, 2]]), np.array([[0.5], [1.5]]), [1.0, 0.0])
+  b = b._replace(mask=np.array([1.0, 0.0], np.float32))
+  db, n = vsi.prepare_batch(b, np.array([0, 3]), 5, 6, table_starts=np.array([0, 3]))
+  assert n == 3
+  assert db.rows.dtype == np.int32
+  np.testing.assert_array_equal(db.rows, [0, 1, 5, 6, 6])  # uniq, then the padding row V
+  np.testing.assert_array_equal(db.vids, [[1, 2], [0, 2]])
+  np.testing.assert_array_equal(db.dense, b.dense)
+  np.testing.assert_array_equal(db.labels, b.labels)
+  np.testing.assert_array_equal(db.mask, [1.0, 0.0])
+  np.testing.assert_array_equal(db.row_tables, [0, 0, 1, 1, 1])
+  assert vsi.prepare_batch(b, np.array([0, 3]), 5, 6)[0].row_tables is None
+
+
+def test_prepare_batch_refuses_a_table_past_int32_rows(monkeypatch):
+  b = make_batch(np.array([[1]]), np.zeros((1, 0)), [1.0])
+  vsi.prepare_batch(b, np.array([0]), 1, 2**31 - 1)  # the largest that fits
+  with pytest.raises(ValueError) as err:
+    vsi.prepare_batch(b, np.array([0]), 1, 2**31)
+  assert str(err.value) == ("table of 2147483648 rows does not fit int32 device indices; "
+                            "use the cache backend, whose slots are int32")
+  calls = []
+  real_unique = np.unique
+  monkeypatch.setattr(np, "unique", lambda *a, **k: calls.append(1) or real_unique(*a, **k))
+  vsi.prepare_batch(b, np.array([0]), 1, 8)  # the table's size reaches the dedup: no sort
+  assert not calls
+
+
+def test_narrow_ids_and_offsets_sum_in_64_bits():
+  ids = np.array([[2**31 - 2, 5]], np.int32)
+  offsets = np.array([0, 2**31 - 1], np.int32)
+  g = vsi.global_row_ids(ids, offsets, column_rows=np.array([2**31 - 1, 10], np.int32))
+  assert g.dtype == np.int64
+  np.testing.assert_array_equal(g, [[2**31 - 2, 2**31 + 4]])
+
+
+def test_unique_capacity_holds_every_id_and_the_padding_entry():
+  assert vsi.unique_capacity(4096, 26, False) == 106_496
+  assert vsi.unique_capacity(4096, 26, True) == 106_497
