@@ -64,7 +64,32 @@ SWEEPS = ("rows", "spread", "batch", "fields")
 _CRITEO_ROWS_AT_SCALE_1 = 33_762_578  # total rows of the 26 synthetic fields at cardinality_scale 1
 
 
-class WideDataset:
+class _IdMappedDataset:
+  """A data set whose batches are its base's with the ids mapped (`_map_ids`); `spec`
+  describes the mapped fields (set by the subclass)."""
+
+  spec: DatasetSpec
+
+  def __init__(self, base):
+    self._base = base
+    self.eval_splits, self.oracle, self.stats = base.eval_splits, None, base.stats
+
+  def _map_ids(self, ids: np.ndarray) -> np.ndarray:
+    raise NotImplementedError
+
+  def _mapped(self, batch: Batch) -> Batch:
+    return batch._replace(ids=self._map_ids(batch.ids))
+
+  def train_batches(self, batch_size: int, seed: int):
+    """The base's batches, their ids mapped."""
+    return (self._mapped(b) for b in self._base.train_batches(batch_size, seed))
+
+  def eval_batches(self, split: str, batch_size: int):
+    """The base's eval batches, their ids mapped."""
+    return (self._mapped(b) for b in self._base.eval_batches(split, batch_size))
+
+
+class WideDataset(_IdMappedDataset):
   """A synthetic data set with its 26 id columns repeated to `num_fields` fields.
 
   Copy k of column f is its own field (own table of the same rows) with ids shifted by a
@@ -72,31 +97,22 @@ class WideDataset:
   """
 
   def __init__(self, base, num_fields: int):
-    self._base, self.num_fields = base, int(num_fields)
+    super().__init__(base)
+    self.num_fields = int(num_fields)
     fields = base.spec.fields
     self._rows = np.array([fields[i % len(fields)].num_rows for i in range(num_fields)], np.int64)
     wide = tuple(FieldSpec(f"{fields[i % len(fields)].name}_{i // len(fields)}",
                                       int(self._rows[i])) for i in range(num_fields))
     self.spec = DatasetSpec(wide, base.spec.num_dense)
-    self.eval_splits, self.oracle, self.stats = base.eval_splits, None, base.stats
 
-  def _widen(self, batch: Batch) -> Batch:
-    f = batch.ids.shape[1]
+  def _map_ids(self, ids: np.ndarray) -> np.ndarray:
+    f = ids.shape[1]
     copies = -(-self.num_fields // f)
     shift = np.repeat(np.arange(copies, dtype=np.int64) * 7919, f)[:self.num_fields]
-    ids = (np.tile(batch.ids, (1, copies))[:, :self.num_fields] + shift) % self._rows
-    return batch._replace(ids=ids)
-
-  def train_batches(self, batch_size: int, seed: int):
-    """The base's batches, widened."""
-    return (self._widen(b) for b in self._base.train_batches(batch_size, seed))
-
-  def eval_batches(self, split: str, batch_size: int):
-    """The base's eval batches, widened."""
-    return (self._widen(b) for b in self._base.eval_batches(split, batch_size))
+    return (np.tile(ids, (1, copies))[:, :self.num_fields] + shift) % self._rows
 
 
-class SpreadDataset:
+class SpreadDataset(_IdMappedDataset):
   """A data set whose ids are spread over tables `factor` times larger, one to one.
 
   Id i of a field of n rows becomes `i * factor + (i * 40503) % factor` of a field of
@@ -106,22 +122,14 @@ class SpreadDataset:
   """
 
   def __init__(self, base, factor: int):
-    self._base, self.factor = base, int(factor)
+    super().__init__(base)
+    self.factor = int(factor)
     self.spec = DatasetSpec(tuple(FieldSpec(f.name, f.num_rows * self.factor)
                                   for f in base.spec.fields), base.spec.num_dense)
-    self.eval_splits, self.oracle, self.stats = base.eval_splits, None, base.stats
 
-  def _spread(self, batch: Batch) -> Batch:
-    ids = np.asarray(batch.ids, np.int64)
-    return batch._replace(ids=ids * self.factor + (ids * 40503) % self.factor)
-
-  def train_batches(self, batch_size: int, seed: int):
-    """The base's batches, spread."""
-    return (self._spread(b) for b in self._base.train_batches(batch_size, seed))
-
-  def eval_batches(self, split: str, batch_size: int):
-    """The base's eval batches, spread."""
-    return (self._spread(b) for b in self._base.eval_batches(split, batch_size))
+  def _map_ids(self, ids: np.ndarray) -> np.ndarray:
+    ids = np.asarray(ids, np.int64)
+    return ids * self.factor + (ids * 40503) % self.factor
 
 
 def point_config(config: ml_collections.ConfigDict, rows: float, batch: int, fields: int,
@@ -170,9 +178,9 @@ def warm_up(trainer, inputs, config: ml_collections.ConfigDict, batch_size: int)
   """
   backend, state, done = trainer.backend, trainer.state, 0
   holds_table = backend.num_slots >= backend.num_rows
+  chunk = max(1, int(config.warmup_chunk))
   while True:
     before = backend.stats()
-    chunk = max(1, int(config.warmup_chunk))
     state, _ = run_steps(trainer.run_step, state, inputs, done + 1, done + chunk, batch_size)
     done += chunk
     after = backend.stats()
