@@ -228,15 +228,12 @@ def unique_inverse(ids: np.ndarray, num_rows: int | None = None
       `DENSE_MAX_ROWS` rows checks both).
   """
   flat = np.asarray(ids, np.int64).reshape(-1)
-  if num_rows is None or flat.size == 0:
-    return np.unique(flat, return_inverse=True)
-  if num_rows > DENSE_MAX_ROWS:
-    if num_rows > WINDOWED_ROWS_PER_ID * flat.size:
-      return np.unique(flat, return_inverse=True)
-    return _windowed_marker_pass(flat, int(num_rows), DENSE_MAX_ROWS)
-  if num_rows > DENSE_ROWS_PER_ID * flat.size:
-    return np.unique(flat, return_inverse=True)
-  return _marker_pass(flat, int(num_rows))
+  if num_rows is not None and flat.size:
+    if num_rows <= min(DENSE_MAX_ROWS, DENSE_ROWS_PER_ID * flat.size):
+      return _marker_pass(flat, int(num_rows))
+    if DENSE_MAX_ROWS < num_rows <= WINDOWED_ROWS_PER_ID * flat.size:
+      return _windowed_marker_pass(flat, int(num_rows), DENSE_MAX_ROWS)
+  return np.unique(flat, return_inverse=True)
 
 
 def dedup_ids(ids: np.ndarray, capacity: int, pad_id: int,

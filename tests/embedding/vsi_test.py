@@ -11,6 +11,15 @@ from sfjax.data.types import make_batch
 from sfjax.embedding import vsi
 
 
+@pytest.fixture
+def calls(monkeypatch):
+  """One entry per `np.unique` call from here on (the sort path)."""
+  made = []
+  real_unique = np.unique
+  monkeypatch.setattr(np, "unique", lambda *a, **k: made.append(1) or real_unique(*a, **k))
+  return made
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.integers(0, 2**40), min_size=1, max_size=60), st.integers(0, 5))
 def test_dedup_reconstructs_ids(values, extra):
@@ -129,10 +138,7 @@ def test_unique_inverse_equals_a_sort_on_either_path(values, num_rows):
   np.testing.assert_array_equal(inverse, want_i)
 
 
-def test_the_marker_pass_is_taken_for_small_tables_and_leaves_no_flags(monkeypatch):
-  calls = []
-  real_unique = np.unique
-  monkeypatch.setattr(np, "unique", lambda *a, **k: calls.append(1) or real_unique(*a, **k))
+def test_the_marker_pass_is_taken_for_small_tables_and_leaves_no_flags(calls):
   ids = np.array([[7, 3, 7], [0, 3, 9]], np.int64)
   out = vsi.dedup_ids(ids, capacity=6, pad_id=10, num_rows=10)
   assert not calls  # 10 rows <= 64 per id: no sort
@@ -230,11 +236,8 @@ def test_the_windowed_pass_refuses_ids_outside_the_table_and_leaves_no_flags():
   np.testing.assert_array_equal(inverse, [1, 0, 1, 2])
 
 
-def test_tables_past_one_window_take_the_windowed_pass_up_to_its_rows_per_id(monkeypatch):
+def test_tables_past_one_window_take_the_windowed_pass_up_to_its_rows_per_id(monkeypatch, calls):
   monkeypatch.setattr(vsi, "DENSE_MAX_ROWS", 16)
-  calls = []
-  real_unique = np.unique
-  monkeypatch.setattr(np, "unique", lambda *a, **k: calls.append(1) or real_unique(*a, **k))
   ids = np.array([5, 17, 5, 90, 33, 17], np.int64)
   uniq, inverse = vsi.unique_inverse(ids, 100)  # 100 rows, 6 ids: 17 rows per id
   assert not calls
@@ -262,10 +265,7 @@ def test_unique_inverse_returns_int64_ids_and_flat_indices_for_any_input():
     np.testing.assert_array_equal(inverse, [2, 1, 2, 0])
 
 
-def test_the_marker_pass_applies_up_to_exactly_its_rows_per_id(monkeypatch):
-  calls = []
-  real_unique = np.unique
-  monkeypatch.setattr(np, "unique", lambda *a, **k: calls.append(1) or real_unique(*a, **k))
+def test_the_marker_pass_applies_up_to_exactly_its_rows_per_id(calls):
   ids = np.array([0, 9, 0], np.int64)
   vsi.unique_inverse(ids, vsi.DENSE_ROWS_PER_ID * ids.size)
   assert not calls
@@ -312,16 +312,14 @@ def test_prepare_batch_carries_the_batch_and_each_rows_table():
   assert vsi.prepare_batch(b, np.array([0, 3]), 5, 6)[0].row_tables is None
 
 
-def test_prepare_batch_refuses_a_table_past_int32_rows(monkeypatch):
+def test_prepare_batch_refuses_a_table_past_int32_rows(calls):
   b = make_batch(np.array([[1]]), np.zeros((1, 0)), [1.0])
   vsi.prepare_batch(b, np.array([0]), 1, 2**31 - 1)  # the largest that fits
   with pytest.raises(ValueError) as err:
     vsi.prepare_batch(b, np.array([0]), 1, 2**31)
   assert str(err.value) == ("table of 2147483648 rows does not fit int32 device indices; "
                             "use the cache backend, whose slots are int32")
-  calls = []
-  real_unique = np.unique
-  monkeypatch.setattr(np, "unique", lambda *a, **k: calls.append(1) or real_unique(*a, **k))
+  calls.clear()  # (the 2**31 - 1 row table above was sorted)
   vsi.prepare_batch(b, np.array([0]), 1, 8)  # the table's size reaches the dedup: no sort
   assert not calls
 
