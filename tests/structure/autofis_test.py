@@ -59,9 +59,14 @@ def test_planted_pairs_are_the_top_variance_pairs():
 
 
 @pytest.fixture(scope="module")
-def searched():
-  data = autofis.st.prepare_trial_data(TASK, SETTINGS)
-  return data, autofis.run_autofis(TASK, SETTINGS, data=data)
+def prepared():
+  """The task's prepared data alone (a fast test needs no search)."""
+  return autofis.st.prepare_trial_data(TASK, SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def searched(prepared):
+  return prepared, autofis.run_autofis(TASK, SETTINGS, data=prepared)
 
 
 def test_recovers_the_planted_pairs(searched):
@@ -128,6 +133,6 @@ def test_searches_the_pooled_fields_of_bags_and_sequences():
   assert np.isfinite([result.valid_auc, result.test_auc, result.search_auc]).all()
 
 
-def test_the_runners_compile_as_the_tasks_xla_cpu_dots_says(searched, monkeypatch):
-  runner_options.assert_runners_follow_xla_cpu_dots(autofis, autofis.run_autofis, searched[0], SETTINGS,
+def test_the_runners_compile_as_the_tasks_xla_cpu_dots_says(prepared, monkeypatch):
+  runner_options.assert_runners_follow_xla_cpu_dots(autofis, autofis.run_autofis, prepared, SETTINGS,
                                                     monkeypatch)

@@ -39,9 +39,14 @@ def test_bad_settings_name_the_field(kwargs, field):
 
 
 @pytest.fixture(scope="module")
-def searched():
-  data = st.prepare_trial_data(TASK, SETTINGS)
-  return data, autogroup.run_autogroup(TASK, SETTINGS, data=data)
+def prepared():
+  """The task's prepared data alone (a fast test needs no search)."""
+  return st.prepare_trial_data(TASK, SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def searched(prepared):
+  return prepared, autogroup.run_autogroup(TASK, SETTINGS, data=prepared)
 
 
 def test_learns_hard_groups_and_beats_logistic_regression(searched):
@@ -124,6 +129,6 @@ def test_groups_the_pooled_fields_of_bags_and_sequences():
   assert np.isfinite(metrics["valid_auc"])
 
 
-def test_the_runners_compile_as_the_tasks_xla_cpu_dots_says(searched, monkeypatch):
-  runner_options.assert_runners_follow_xla_cpu_dots(autogroup, autogroup.run_autogroup, searched[0], SETTINGS,
+def test_the_runners_compile_as_the_tasks_xla_cpu_dots_says(prepared, monkeypatch):
+  runner_options.assert_runners_follow_xla_cpu_dots(autogroup, autogroup.run_autogroup, prepared, SETTINGS,
                                                     monkeypatch)
