@@ -54,6 +54,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sfjax.embedding import host_rows, row_dtype
+from sfjax.embedding.bit_flags import BitFlags
 from sfjax.embedding import host_table_files as files
 from sfjax.embedding.host_table_spec import (
   HostTableSpec,
@@ -81,14 +82,15 @@ class HostTable:
   """
 
   def __init__(self, spec: HostTableSpec, values, slots, flags, num_materialised: int,
-               path: str | None, writable: bool):
+               path: str | None, writable: bool, version: int = files.FORMAT_VERSION):
     """Internal; use the `create_ram` / `create_mmap` / `open_mmap` constructors."""
     self.spec = spec
     self.path = path
+    self.version = version  # of the mmap table's files (`host_table_files`)
     # [V, E] spec.dtype and [V, S] float32 rows (`PackedRows` over flat buffers when packed)
     self._values, self._slots = row_stores(spec, values, slots)
     self.dtype = row_dtype.row_dtype(spec.dtype)
-    self._flags = flags  # [V] bool
+    self._flags = flags  # [V] bool, or `BitFlags` (an mmap table's)
     self._num_materialised = int(num_materialised)
     self._writable = writable
     self._clean = True
@@ -172,10 +174,11 @@ class HostTable:
     except (TypeError, ValueError) as err:
       raise ValueError(f"{meta_path}: corrupt host table metadata: {err}") from err
     values, slots, flags = files.open_arrays(path, spec.num_rows, spec.width, spec.slot_width,
-                                             writable, spec.dtype, array_shapes(spec))
+                                             writable, spec.dtype, array_shapes(spec),
+                                             meta["version"])
     # Not flushed after its last write: the stored count may be stale.
     count = meta["num_materialised"] if meta["clean"] else files.count_written(flags)
-    return cls(spec, values, slots, flags, count, path, writable)
+    return cls(spec, values, slots, flags, count, path, writable, meta["version"])
 
   # ---- reads ----------------------------------------------------------------
 
@@ -349,7 +352,7 @@ class HostTable:
       return
     with self._lock:
       for array in (self._values.buffer, self._slots.buffer, self._flags):
-        if isinstance(array, np.memmap):
+        if isinstance(array, (np.memmap, BitFlags)):
           array.flush()
       self._write_meta(clean=True)
 
@@ -384,5 +387,5 @@ class HostTable:
   def _write_meta(self, clean: bool) -> None:
     if self.path is None:
       raise ValueError("an in-memory host table has no meta.json to write")
-    files.write_meta(self.path, self.spec, self._num_materialised, clean)
+    files.write_meta(self.path, self.spec, self._num_materialised, clean, self.version)
     self._clean = clean

@@ -6,14 +6,30 @@
                       whose tables set their own initializer or optimizer, and "dims",
                       "latent_dim" when a table has its own embedding dim),
                       "dtype" (optional: the rows' dtype, default "float32")}
-  values.npy         [V, E] float32, float16, or uint16 (the bits of bfloat16 rows); flat
-                     [size] when a table stores fewer columns (`packed_rows`)
+
+Version 2 (every table created now):
+
+  rows.npy           [V, R] uint8: row r's record, its values (E of the rows' dtype; float32,
+                     float16, or the bits of bfloat16) then its slots (S float32), padded to
+                     R = a multiple of 4 bytes. A packed table (`packed_rows`: tables that
+                     store fewer columns) has no records: values.npy and slots.npy hold its
+                     flat buffers instead.
+  written.npy        [ceil(V / 8)] uint8: row r's written flag is bit r & 7 of byte r >> 3
+                     (`bit_flags.BitFlags`)
+
+Version 1 (still opened, read and written; no longer created):
+
+  values.npy         [V, E] of the rows' dtype; flat when packed
   slots.npy          [V, S] float32 (absent when S == 0); flat when packed
   materialised.npy   [V] bool
 
-The `.npy` files are created sparse (only headers are written), so a 1e9-row table
-costs almost nothing until rows are touched. `meta.json` is replaced atomically; `clean`
-is false while writes are not yet flushed (`sfjax.embedding.host_table.HostTable`).
+The files are created sparse (only headers are written), so a 1e9-row table costs almost
+nothing until rows are touched. Each file grows by a 4 KiB page where a row lands far from
+the others, and every page fault on a sparse file costs microseconds (the file system
+allocates a block): version 1 touched three pages for such a row (its values, its slots,
+its flag, the flag's page read first by `gather`), version 2 touches one (its record; a
+flag page covers 32,768 rows). `meta.json` is replaced atomically; `clean` is false while
+writes are not yet flushed (`sfjax.embedding.host_table.HostTable`).
 """
 
 from __future__ import annotations
@@ -24,15 +40,20 @@ from typing import Literal
 
 import numpy as np
 
-from sfjax.embedding import row_dtype
+from sfjax.embedding import bit_flags, row_dtype
 from sfjax.embedding.initializers import TableInits
 
 _FORMAT_NAME = "sfjax.host_table"
-_FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # what `create_arrays` writes
+_READ_VERSIONS = (1, 2)
 META_FILE = "meta.json"
-_VALUES_FILE = "values.npy"
-_SLOTS_FILE = "slots.npy"
-_FLAGS_FILE = "materialised.npy"
+_ROWS_FILE = "rows.npy"  # version 2: [V, R] records
+_WRITTEN_FILE = "written.npy"  # version 2: bits
+_VALUES_FILE = "values.npy"  # version 1; version 2 packed
+_SLOTS_FILE = "slots.npy"  # version 1; version 2 packed
+_FLAGS_FILE = "materialised.npy"  # version 1: [V] bool
+_OWN_FILES = (_ROWS_FILE, _WRITTEN_FILE, _VALUES_FILE, _SLOTS_FILE, _FLAGS_FILE, META_FILE,
+              META_FILE + ".tmp")
 _SCAN_ROWS = 1 << 24  # flags counted per block (bounded memory on a huge table)
 
 _META_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -41,57 +62,102 @@ _META_TYPES: dict[str, type | tuple[type, ...]] = {
     "num_materialised": int, "clean": bool,
 }
 
-Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # values [V,E], slots [V,S], flags [V]
+# values [V, E], slots [V, S], flags (`BitFlags`, or version 1's [V] bool)
+Arrays = tuple[np.ndarray, np.ndarray, bit_flags.BitFlags | np.ndarray]
+
+
+def record_layout(width: int, slot_width: int, dtype="float32") -> tuple[int, int]:
+  """(values' bytes, record bytes R) of a version-2 row record: E values of `dtype` (as
+  stored), then S float32 slots at the next multiple of 4 bytes; R a multiple of 4."""
+  value_bytes = int(width) * row_dtype.storage_dtype(row_dtype.row_dtype(dtype)).itemsize
+  slot_start = -(-value_bytes // 4) * 4
+  return value_bytes, slot_start + 4 * int(slot_width)
 
 
 def create_arrays(path: str, num_rows: int, width: int, slot_width: int,
                   dtype="float32", shapes=None) -> Arrays:
-  """Creates the sparse `.npy` files in the existing directory `path`; returns their maps
-  (values viewed as rows of `dtype`). `shapes`: (values, slots) shapes other than
-  `[V, E]`, `[V, S]` (a packed table's flat buffers)."""
-  v, s = num_rows, slot_width
-  value_shape, slot_shape = shapes or ((v, width), (v, s))
+  """Creates a version-2 table's sparse `.npy` files in the existing directory `path`;
+  returns (values [V, E] viewed as rows of `dtype`, slots [V, S], flags `BitFlags`) over
+  their maps. `shapes`: (values, slots) shapes other than `[V, E]`, `[V, S]` (a packed
+  table's flat buffers, stored in files of their own instead of records)."""
   fmt = np.lib.format
-  dtype = row_dtype.row_dtype(dtype)
-  values = row_dtype.from_storage(fmt.open_memmap(
-      os.path.join(path, _VALUES_FILE), "w+", row_dtype.storage_dtype(dtype), value_shape), dtype)
-  slots = (fmt.open_memmap(os.path.join(path, _SLOTS_FILE), "w+", np.float32, slot_shape)
-           if s else np.zeros((v, 0), np.float32))
-  flags = fmt.open_memmap(os.path.join(path, _FLAGS_FILE), "w+", np.bool_, (v,))
-  return values, slots, flags
+  flags = bit_flags.BitFlags(fmt.open_memmap(os.path.join(path, _WRITTEN_FILE), "w+", np.uint8,
+                                             (bit_flags.num_bytes(num_rows),)), num_rows)
+  if shapes is not None and shapes != ((num_rows, width), (num_rows, slot_width)):
+    return (*_separate_arrays(path, num_rows, slot_width, dtype, shapes, "w+"), flags)
+  rows = fmt.open_memmap(os.path.join(path, _ROWS_FILE), "w+", np.uint8,
+                         (num_rows, record_layout(width, slot_width, dtype)[1]))
+  return (*_record_views(rows, width, slot_width, dtype), flags)
 
 
 def open_arrays(path: str, num_rows: int, width: int, slot_width: int, writable: bool,
-                dtype="float32", shapes=None) -> Arrays:
-  """Maps the `.npy` files of directory `path` after checking each header and size (values:
-  rows of `dtype`; `shapes` as in `create_arrays`).
+                dtype="float32", shapes=None, version: int = FORMAT_VERSION) -> Arrays:
+  """Maps the `.npy` files of a table of format `version` in directory `path` after checking
+  each header and size (values: rows of `dtype`; `shapes` as in `create_arrays`; flags: a
+  `BitFlags`, or version 1's [V] bool map).
 
   Raises:
     FileNotFoundError / ValueError: naming the missing or mismatched file.
   """
   v, s = num_rows, slot_width
-  value_shape, slot_shape = shapes or ((v, width), (v, s))
   mode: Literal["r", "r+"] = "r+" if writable else "r"
+  if version == 1:
+    flags = _open_npy(os.path.join(path, _FLAGS_FILE), np.bool_, (v,), mode)
+    return (*_separate_arrays(path, v, s, dtype, shapes or ((v, width), (v, s)), mode), flags)
+  written = bit_flags.BitFlags(_open_npy(os.path.join(path, _WRITTEN_FILE), np.uint8,
+                                         (bit_flags.num_bytes(v),), mode), v)
+  if shapes is not None and shapes != ((v, width), (v, s)):
+    return (*_separate_arrays(path, v, s, dtype, shapes, mode), written)
+  rows = _open_npy(os.path.join(path, _ROWS_FILE), np.uint8,
+                   (v, record_layout(width, s, dtype)[1]), mode)
+  return (*_record_views(rows, width, s, dtype), written)
+
+
+def _record_views(rows: np.ndarray, width: int, slot_width: int, dtype):
+  """(values [V, E] of `dtype`, slots [V, S] float32): views of the records `rows` [V, R]."""
   dtype = row_dtype.row_dtype(dtype)
-  values = row_dtype.from_storage(_open_npy(os.path.join(path, _VALUES_FILE),
-                                            row_dtype.storage_dtype(dtype), value_shape, mode),
+  value_bytes, record = record_layout(width, slot_width, dtype)
+  slot_start = record - 4 * slot_width
+  values = row_dtype.from_storage(rows[:, :value_bytes].view(row_dtype.storage_dtype(dtype)),
                                   dtype)
-  slots = (_open_npy(os.path.join(path, _SLOTS_FILE), np.float32, slot_shape, mode)
-           if s else np.zeros((v, 0), np.float32))
-  flags = _open_npy(os.path.join(path, _FLAGS_FILE), np.bool_, (v,), mode)
-  return values, slots, flags
+  slots = rows[:, slot_start:record].view(np.float32)
+  return values, slots
 
 
-def count_written(flags: np.ndarray) -> int:
-  """Number of True flags, counted in blocks (a huge map is never loaded at once)."""
+def _separate_arrays(path: str, num_rows: int, slot_width: int, dtype, shapes,
+                     mode: Literal["r", "r+", "w+"]):
+  """(values, slots) in files of their own (version 1, or a packed table): created
+  (`mode` 'w+') or opened and checked; no slots file when S == 0."""
+  value_shape, slot_shape = shapes
+  dtype = row_dtype.row_dtype(dtype)
+  storage = row_dtype.storage_dtype(dtype)
+  if mode == "w+":
+    fmt = np.lib.format
+    values = fmt.open_memmap(os.path.join(path, _VALUES_FILE), mode, storage, value_shape)
+    slots = (fmt.open_memmap(os.path.join(path, _SLOTS_FILE), mode, np.float32, slot_shape)
+             if slot_width else np.zeros((num_rows, 0), np.float32))
+  else:
+    values = _open_npy(os.path.join(path, _VALUES_FILE), storage, value_shape, mode)
+    slots = (_open_npy(os.path.join(path, _SLOTS_FILE), np.float32, slot_shape, mode)
+             if slot_width else np.zeros((num_rows, 0), np.float32))
+  return row_dtype.from_storage(values, dtype), slots
+
+
+def count_written(flags) -> int:
+  """Number of set flags (`BitFlags`, or a [V] bool map), counted in blocks (a huge map is
+  never loaded at once)."""
+  if isinstance(flags, bit_flags.BitFlags):
+    return flags.count()
   return sum(int(np.count_nonzero(flags[i:i + _SCAN_ROWS])) for i in range(0, flags.size,
                                                                            _SCAN_ROWS))
 
 
-def write_meta(path: str, spec, num_materialised: int, clean: bool) -> None:
-  """Replaces `path/meta.json` atomically (fsynced) with `spec` (a `HostTableSpec`) and state."""
+def write_meta(path: str, spec, num_materialised: int, clean: bool,
+               version: int = FORMAT_VERSION) -> None:
+  """Replaces `path/meta.json` atomically (fsynced) with `spec` (a `HostTableSpec`), state and
+  the files' format `version`."""
   meta = {
-      "format": _FORMAT_NAME, "version": _FORMAT_VERSION, "num_rows": spec.num_rows,
+      "format": _FORMAT_NAME, "version": version, "num_rows": spec.num_rows,
       "width": spec.width, "slot_width": spec.slot_width, "seed": spec.seed,
       "init_stddev": spec.init_stddev, "initial_slot_row": list(spec.initial_slot_row),
       "num_materialised": num_materialised, "clean": clean,
@@ -157,9 +223,10 @@ def read_table_meta(meta_path: str) -> dict:
     if not isinstance(meta[key], kind) or (kind is int and isinstance(meta[key], bool)):
       raise ValueError(f"{meta_path}: corrupt host table metadata: key {key!r} has "
                        f"wrong type {type(meta[key]).__name__}")
-  if meta["format"] != _FORMAT_NAME or meta["version"] != _FORMAT_VERSION:
+  if meta["format"] != _FORMAT_NAME or meta["version"] not in _READ_VERSIONS:
     raise ValueError(f"{meta_path}: unsupported host table format {meta['format']!r} version "
-                     f"{meta['version']} (expected {_FORMAT_NAME!r} version {_FORMAT_VERSION})")
+                     f"{meta['version']} (expected {_FORMAT_NAME!r} version "
+                     f"{' or '.join(map(str, _READ_VERSIONS))})")
   return meta
 
 
@@ -203,7 +270,7 @@ def remove_created(path: str, made: str | None) -> None:
   """Undoes a failed table creation in `path`: deletes the table's files, then the
   directories from `path` up to `made` (`first_missing_directory` before the creation)
   that are empty. Other files, and directories that existed before, are kept."""
-  for name in (_VALUES_FILE, _SLOTS_FILE, _FLAGS_FILE, META_FILE, META_FILE + ".tmp"):
+  for name in _OWN_FILES:
     full = os.path.join(path, name)
     if os.path.isfile(full):
       os.remove(full)
@@ -237,7 +304,7 @@ def discard_mmap_table(path: str) -> bool:
       is_table = json.load(f).get("format") == _FORMAT_NAME
   except (OSError, ValueError, AttributeError):
     is_table = False
-  own_names = {_VALUES_FILE, _SLOTS_FILE, _FLAGS_FILE, META_FILE, META_FILE + ".tmp"}
+  own_names = set(_OWN_FILES)
   if not is_table and not (os.path.isdir(path) and set(os.listdir(path)) <= own_names):
     raise ValueError(f"{path}: not a host table directory (no valid {META_FILE}); "
                      "refusing to delete it")

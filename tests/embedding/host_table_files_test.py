@@ -22,8 +22,8 @@ def test_created_files_reopen_and_count(tmp_path):
   values, slots, flags = files.open_arrays(str(tmp_path), 10, 3, 2, writable=False)
   assert values[4].tolist() == [1.5] * 3 and slots[4].tolist() == [-2.0, -2.0]
   assert files.count_written(flags) == 2
-  with pytest.raises(ValueError, match=r"values\.npy: header says shape \(10, 3\)"):
-    files.open_arrays(str(tmp_path), 10, 4, 2, writable=False)
+  with pytest.raises(ValueError, match=r"rows\.npy: header says shape \(10, 20\)"):
+    files.open_arrays(str(tmp_path), 10, 4, 2, writable=False)  # records of 12 + 8 bytes
   (tmp_path / files.META_FILE).write_text(json.dumps({**meta, "clean": "yes"}))
   with pytest.raises(ValueError, match="key 'clean' has wrong type str"):
     files.read_table_meta(str(tmp_path / files.META_FILE))
@@ -84,7 +84,8 @@ def test_first_missing_directory(tmp_path):
 def test_remove_created_keeps_what_existed_before(tmp_path):
   path = tmp_path / "a" / "b"
   path.mkdir(parents=True)
-  for name in ("values.npy", "slots.npy", "materialised.npy", "meta.json", "meta.json.tmp"):
+  for name in ("rows.npy", "written.npy", "values.npy", "slots.npy", "materialised.npy", "meta.json",
+               "meta.json.tmp"):
     (path / name).write_bytes(b"x")
   files.remove_created(str(path), str(tmp_path / "a"))
   assert os.listdir(tmp_path) == []
@@ -113,3 +114,71 @@ def test_write_meta_failure_leaves_the_old_metadata_and_no_tmp(tmp_path, monkeyp
     files.write_meta(str(path), spec, 3, False)
   assert (path / "meta.json").read_text() == before
   assert not (path / "meta.json.tmp").exists()
+
+
+def test_record_layout_puts_a_rows_values_then_its_slots_in_one_record(tmp_path):
+  assert files.record_layout(3, 2) == (12, 20)
+  assert files.record_layout(3, 1, "bfloat16") == (6, 12)  # slots from byte 8: aligned
+  assert files.record_layout(8, 0, "float16") == (16, 16)
+  values, slots, flags = files.create_arrays(str(tmp_path), 4, 3, 1, "bfloat16")
+  values[2] = np.array([1.0, 2.0, 3.0], np.float32).astype(values.dtype)
+  slots[2] = -1.5
+  flags[np.array([2])] = True
+  for array in (values, slots, flags):
+    array.flush()
+  records = np.load(tmp_path / "rows.npy")
+  assert records.shape == (4, 12) and not records[[0, 1, 3]].any()
+  row = records[2]
+  np.testing.assert_array_equal(row[:6].view(np.uint16),
+                                np.array([1.0, 2.0, 3.0], np.float32).view(np.uint32) >> 16)
+  assert row[6:8].tolist() == [0, 0] and row[8:].view(np.float32).tolist() == [-1.5]
+  assert np.load(tmp_path / "written.npy").tolist() == [0b100]
+
+
+def _write_version_1(path, num_rows, width, slot_width):
+  """A table directory as version 1 wrote it: values, slots and a [V] bool flag per row."""
+  fmt = np.lib.format
+  values = fmt.open_memmap(os.path.join(path, "values.npy"), "w+", np.float32, (num_rows, width))
+  slots = fmt.open_memmap(os.path.join(path, "slots.npy"), "w+", np.float32,
+                          (num_rows, slot_width))
+  flags = fmt.open_memmap(os.path.join(path, "materialised.npy"), "w+", np.bool_, (num_rows,))
+  values[3], slots[3], flags[3] = 0.5, 2.0, True
+  for array in (values, slots, flags):
+    array.flush()
+  spec = HostTableSpec(num_rows, width, slot_width, 0, 0.1, (0.1,) * slot_width)
+  files.write_meta(path, spec, 1, clean=True, version=1)
+
+
+def test_a_version_1_table_still_opens_reads_and_writes(tmp_path):
+  path = str(tmp_path / "old")
+  os.makedirs(path)
+  _write_version_1(path, 10, 2, 1)
+  values, slots, flags = files.open_arrays(path, 10, 2, 1, writable=False, version=1)
+  assert flags.dtype == np.bool_ and flags.tolist() == [i == 3 for i in range(10)]
+  assert values[3].tolist() == [0.5, 0.5] and slots[3].tolist() == [2.0]
+  table = HostTable.open_mmap(path)
+  assert table.version == 1 and table.num_materialised == 1
+  assert table.gather(np.array([3]))[0].tolist() == [[0.5, 0.5]]
+  table.scatter(np.array([7]), np.full((1, 2), 4.0, np.float32), np.ones((1, 1), np.float32))
+  table.close()
+  assert sorted(os.listdir(path)) == ["materialised.npy", "meta.json", "slots.npy", "values.npy"]
+  assert files.read_table_meta(os.path.join(path, files.META_FILE))["version"] == 1
+  again = HostTable.open_mmap(path)
+  assert again.written_ids().tolist() == [3, 7] and again.gather(np.array([7]))[0].tolist() == [
+      [4.0, 4.0]]
+  assert files.discard_mmap_table(path) and not os.path.exists(path)
+
+
+def test_a_new_table_is_version_2_and_an_unknown_version_is_refused(tmp_path):
+  path = str(tmp_path / "t")
+  table = HostTable.create_mmap(path, 10, 2, 1, seed=0, init_stddev=0.1, initial_slot_row=[0.1])
+  assert table.version == files.FORMAT_VERSION == 2
+  table.close()
+  meta_path = os.path.join(path, files.META_FILE)
+  meta = files.read_table_meta(meta_path)
+  assert meta["version"] == 2
+  with open(meta_path, "w") as f:
+    json.dump({**meta, "version": 3}, f)
+  with pytest.raises(ValueError, match=r"t/meta.json: unsupported host table format "
+                     r"'sfjax.host_table' version 3 \(expected 'sfjax.host_table' version 1 or 2\)"):
+    HostTable.open_mmap(path)

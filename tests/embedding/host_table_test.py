@@ -147,9 +147,9 @@ def test_huge_mmap_table_is_sparse_and_survives_reopen(tmp_path):
   values = np.arange(12, dtype=np.float32).reshape(3, 4)
   table.scatter(ids, values, -values)
   table.close()
-  for name in ("values.npy", "slots.npy", "materialised.npy"):
+  for name, row_bytes in (("rows.npy", 8 * 4), ("written.npy", 1 / 8)):
     st = os.stat(os.path.join(path, name))
-    assert st.st_size >= num_rows  # Apparent size covers every row ...
+    assert st.st_size >= num_rows * row_bytes  # Apparent size covers every row ...
     assert st.st_blocks * 512 < 1 << 20, name  # ... but under 1 MiB is allocated.
   reopened = HostTable.open_mmap(path)
   got_v, got_s = reopened.gather(ids)
@@ -157,6 +157,22 @@ def test_huge_mmap_table_is_sparse_and_survives_reopen(tmp_path):
   assert reopened.num_materialised == 3
   fresh = np.array([5, 999_999_999 - 1], np.int64)
   chex.assert_trees_all_equal(reopened.gather(fresh)[0], init_rows(SEED, 0, fresh, 4, STD))
+
+
+def test_a_far_row_allocates_one_page_of_records_and_one_of_flags(tmp_path):
+  """Each far-apart row written to a huge table costs a 4 KiB page of `rows.npy` (its values
+  and slots together) and one of `written.npy`: ~2 x 16 pages for 16 rows, where version 1's
+  three files (values, slots and flags) took ~3 x 16 (57 blocks measured on ext4)."""
+  path = str(tmp_path / "huge")
+  table = HostTable.create_mmap(path, 10**9, 16, 1, **_kwargs(1))
+  ids = np.arange(16, dtype=np.int64) * 62_500_000 + 12_345
+  table.scatter(ids, np.ones((16, 16), np.float32), np.ones((16, 1), np.float32))
+  table.close()
+  data_files = sorted(set(os.listdir(path)) - {"meta.json"})
+  assert data_files == ["rows.npy", "written.npy"]
+  pages = sum(os.stat(os.path.join(path, name)).st_blocks * 512 for name in data_files) // 4096
+  # + each file's header page, a record across a page boundary, the file system's extent blocks
+  assert pages <= 2 * 16 + 8, pages
 
 
 def test_unflushed_table_recounts_materialised_rows(tmp_path):
@@ -194,19 +210,26 @@ def test_reopen_validation_errors_name_the_file(tmp_path):
   bad["num_rows"] = 11
   with open(meta, "w") as f:
     json.dump(bad, f)
-  with pytest.raises(ValueError, match="values.npy: header says shape"):
+  with pytest.raises(ValueError, match=r"rows.npy: header says shape \(10, 12\) dtype uint8, "
+                     r"metadata expects shape \(11, 12\)"):
+    HostTable.open_mmap(path)  # (the flags of 10 and 11 rows fill two bytes alike)
+  bad["num_rows"] = 17
+  with open(meta, "w") as f:
+    json.dump(bad, f)
+  with pytest.raises(ValueError, match=r"written.npy: header says shape \(2,\) dtype uint8, "
+                     r"metadata expects shape \(3,\)"):
     HostTable.open_mmap(path)
 
   with open(meta, "w") as f:
     f.write(original)
-  values = os.path.join(path, "values.npy")
+  values = os.path.join(path, "rows.npy")
   with open(values, "r+b") as f:
     f.truncate(os.path.getsize(values) - 4)
-  with pytest.raises(ValueError, match="values.npy: file is .* bytes, expected"):
+  with pytest.raises(ValueError, match="rows.npy: file is .* bytes, expected"):
     HostTable.open_mmap(path)
 
   os.remove(values)
-  with pytest.raises(FileNotFoundError, match="values.npy"):
+  with pytest.raises(FileNotFoundError, match="rows.npy"):
     HostTable.open_mmap(path)
   os.remove(meta)
   with pytest.raises(FileNotFoundError, match="meta.json"):
@@ -235,13 +258,13 @@ def test_create_mmap_fills_an_existing_empty_directory(tmp_path):
   path.mkdir()
   with HostTable.create_mmap(str(path), 10, 2, 1, **_kwargs(1)) as table:
     table.scatter(np.array([4]), np.ones((1, 2), np.float32), np.ones((1, 1), np.float32))
-  assert sorted(os.listdir(path)) == ["materialised.npy", "meta.json", "slots.npy", "values.npy"]
+  assert sorted(os.listdir(path)) == ["meta.json", "rows.npy", "written.npy"]
   assert HostTable.open_mmap(str(path)).written_ids().tolist() == [4]
 
 
 @pytest.mark.parametrize("existing", [False, True])
 def test_failed_create_mmap_removes_what_it_made(tmp_path, monkeypatch, existing):
-  # ENOSPC on the second data file (slots.npy): values.npy and the directories it made go.
+  # ENOSPC on the second data file (rows.npy): written.npy and the directories it made go.
   real = np.lib.format.open_memmap
   parent = tmp_path / "a"
   path = parent / "b" / "table"
@@ -249,7 +272,7 @@ def test_failed_create_mmap_removes_what_it_made(tmp_path, monkeypatch, existing
     path.mkdir(parents=True)
 
   def no_space(filename, *args, **kwargs):
-    if os.path.basename(filename) == "slots.npy":
+    if os.path.basename(filename) == "rows.npy":
       open(filename, "wb").close()
       raise OSError(28, "No space left on device")
     return real(filename, *args, **kwargs)
@@ -463,7 +486,10 @@ def test_half_width_rows_halve_bytes_and_survive_reopen(tmp_path, name):
     table.scatter(np.array([3, 11]), rows, np.zeros((2, 0), np.float32))
   mm.close()
   assert _meta(tmp_path / "t")["dtype"] == name
-  assert np.load(tmp_path / "t" / "values.npy").dtype == row_dtype.storage_dtype(dtype)
+  records = np.load(tmp_path / "t" / "rows.npy")
+  assert records.shape == (20, 16)  # a record: 8 values of 2 bytes (as stored), no slots
+  storage = row_dtype.storage_dtype(dtype)
+  np.testing.assert_array_equal(records[11].view(storage), rows[0].astype(dtype).view(storage))
   reopened = HostTable.open_mmap(str(tmp_path / "t"))
   assert reopened.spec.dtype == name
   np.testing.assert_array_equal(reopened.read_all()[0], ram.read_all()[0])
@@ -535,7 +561,8 @@ def test_a_table_of_a_smaller_dim_stores_its_own_width_and_reads_like_a_full_one
   again = HostTable.open_mmap(str(tmp_path / "t"))
   assert again.spec == mm.spec
   chex.assert_trees_all_equal(again.read_all(), (dense_values, dense_slots))
-  assert np.load(str(tmp_path / "t" / "values.npy")).shape == (kept,)
+  assert np.load(str(tmp_path / "t" / "values.npy")).shape == (kept,)  # flat: no records
+  assert not os.path.exists(tmp_path / "t" / "rows.npy")
   meta = json.loads((tmp_path / "t" / "meta.json").read_text())
   assert meta["tables"]["dims"] == [2, 0, 1] and meta["tables"]["latent_dim"] == 4
 
@@ -550,7 +577,8 @@ def test_a_packed_half_width_table_keeps_its_dtype_in_ram_and_in_its_files(tmp_p
                 HostTable.create_mmap(str(tmp_path / "h"), 20, 5, 1, **kw)):
     values, slots = table.gather(ids)
     assert values.dtype == row_dtype.ROW_DTYPES["bfloat16"] and (values[:10, 2:4] == 0).all()
-    assert table.nbytes == (10 * 3 + 10 * 5) * 2 + 20 * 4 + 20  # 2-byte values, f32 slots
+    flag_bytes = 20 if table.path is None else 3  # a bool each in RAM, a bit each in the file
+    assert table.nbytes == (10 * 3 + 10 * 5) * 2 + 20 * 4 + flag_bytes  # 2-byte values, f32 slots
     values[3, 0] = 0.75
     table.scatter(ids, values, slots)
     chex.assert_trees_all_equal(table.gather(ids)[0].astype(np.float32), values.astype(np.float32))

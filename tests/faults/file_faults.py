@@ -10,8 +10,8 @@ of the run (threads, checkpoints, the CLI's error line) is the real one:
   table_write:STEP:kill   ... SIGKILLs the process instead (mid-save)
   meta_write:N:ERRNO      the N-th write that marks the mmap host table dirty (a write-back's
                           `host_table_files.write_meta(clean=False)`) raises OSError(ERRNO)
-  create:ERRNO            creating the mmap host table: `materialised.npy`, the last data
-                          file, is created and then its write raises OSError(ERRNO)
+  create:ERRNO            creating the mmap host table: `rows.npy`, the last data file, is
+                          created and then its write raises OSError(ERRNO)
   read_eio                the first read of every file under checkpoints/step_* raises
                           OSError(EIO) (`builtins.open`); later reads succeed
 """
@@ -54,12 +54,12 @@ def _install_meta_write(n: str, code: str) -> None:
   from sfjax.embedding import host_table_files  # pylint: disable=g-import-not-at-top
   real, dirty_writes = host_table_files.write_meta, []
 
-  def write_meta(path, spec, num_materialised, clean):
+  def write_meta(path, spec, num_materialised, clean, *version):
     if not clean:
       dirty_writes.append(path)
       if len(dirty_writes) == int(n):
         raise _error(code, os.path.join(path, host_table_files.META_FILE))
-    return real(path, spec, num_materialised, clean)
+    return real(path, spec, num_materialised, clean, *version)
 
   host_table_files.write_meta = write_meta
 
@@ -68,7 +68,7 @@ def _install_create(code: str) -> None:
   real = np.lib.format.open_memmap
 
   def open_memmap(filename, *args, **kwargs):
-    if os.path.basename(filename) == "materialised.npy":
+    if os.path.basename(filename) == "rows.npy":
       open(filename, "wb").close()
       raise _error(code, filename)
     return real(filename, *args, **kwargs)
