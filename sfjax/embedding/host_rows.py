@@ -1,6 +1,5 @@
-"""Blocks of host-table rows: validated before a write (`check_rows`), written and read one
-row record per index (`put_rows`, `take_rows`). `sfjax.embedding.host_table` reads and
-writes through them."""
+"""Blocks of host-table rows: validated before a write (`check_rows`) and written one row
+record per index (`put_rows`). `sfjax.embedding.host_table` reads and writes through them."""
 
 from __future__ import annotations
 
@@ -9,29 +8,9 @@ import numpy as np
 from sfjax.embedding import row_dtype
 
 
-def take_rows(table: np.ndarray, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-  """`table[ids]` [N, W] of a `[V, W]` table whose rows are contiguous (C-contiguous, or rows
-  of a record file: `host_table_files`), into `out` if given.
-
-  A C-contiguous table uses `np.take` (~4x faster than fancy indexing on [V, E] tables). A
-  table of strided rows is read one W-value record per index: `np.take` would first copy
-  the whole table to make it contiguous (20 s for 3 rows of a 1e9-row map).
-  """
-  if table.flags.c_contiguous:
-    return np.take(table, ids, axis=0, out=out)
-  width = table.shape[1]
-  record = np.dtype((np.void, table.dtype.itemsize * width))
-  got = (table.view(record)[:, 0][ids].view(table.dtype).reshape(-1, width) if width
-         else np.empty((np.size(ids), 0), table.dtype))
-  if out is None:
-    return got
-  out[...] = got
-  return out
-
-
 def put_rows(table: np.ndarray, at: np.ndarray, rows: np.ndarray) -> None:
-  """`table[at] = rows` for a `[V, W]` table whose rows are contiguous (every table's arrays,
-  a record file's views, and the gathers' outputs are), one row record per index.
+  """`table[at] = rows` for a C-contiguous `[V, W]` table (every table's arrays and the
+  gathers' outputs are), one row record per index.
 
   numpy copies one W-value record per index instead of W separate elements: scatters of
   20k random rows into a 2.6M-row table take half the time (0.7 against 1.2 ms).
@@ -41,7 +20,7 @@ def put_rows(table: np.ndarray, at: np.ndarray, rows: np.ndarray) -> None:
     return
   record = np.dtype((np.void, table.dtype.itemsize * width))
   source = np.ascontiguousarray(rows, table.dtype).reshape(-1, width)
-  table.view(record)[:, 0][at] = source.view(record).reshape(source.shape[0])
+  table.view(record).reshape(table.shape[0])[at] = source.view(record).reshape(source.shape[0])
 
 
 def check_rows(rows, shape: tuple[int, int], where: str, name: str,

@@ -5,7 +5,8 @@ device (DESIGN.md §2). A `HostTable` stores
 
   values[V, E] float32   embedding rows (or half-width: `HostTableSpec.dtype`, row_dtype)
   slots[V, S]  float32   row-optimizer slots (`RowOptimizer.slot_width(E)` columns)
-  materialised[V] bool   True once a row has been written by `scatter`
+  materialised[V] bool   True once a row has been written by `scatter` (an mmap table's:
+                         bits, `bit_flags.BitFlags`)
 
 (values and per-element slots stored at each table's own width when a table's embedding
 dim is below the model's: `HostTableSpec.table_dims`, `sfjax.embedding.packed_rows`; reads
@@ -22,8 +23,9 @@ nothing proportional to V is ever written. A feature layout whose tables set the
 initializer or optimizer gives each table's rows its own stddev and initial slots
 (`HostTableSpec.tables`, `initializers.init_table_rows`). Both backends allocate zero pages
 lazily (calloc for RAM, sparse files for mmap): a 1e9-row table costs almost nothing until
-rows are touched. The mmap table then grows by a 4 KiB page of each file per touched row
-(~10 us a written row in page faults where the rows are far apart: `bench_growth`). The
+rows are touched. The mmap table then grows by a 4 KiB page of its values and its slots per
+touched row (~10-20 us a written row in page faults where the rows are far apart:
+`bench_growth`); its written flags are bits, 32,768 rows a page (`host_table_files`). The
 RAM table's arrays are numpy allocations, which numpy advises into transparent huge pages:
 where the kernel grants them (THP `madvise` or `always`), a touched row makes its whole
 2 MiB region resident (a 1e8-row table: +5.1 GB of RSS after its first 4,000 random rows
@@ -54,8 +56,8 @@ from collections.abc import Callable
 import numpy as np
 
 from sfjax.embedding import host_rows, row_dtype
-from sfjax.embedding.bit_flags import BitFlags
 from sfjax.embedding import host_table_files as files
+from sfjax.embedding.bit_flags import BitFlags
 from sfjax.embedding.host_table_spec import (
   HostTableSpec,
   array_shapes,

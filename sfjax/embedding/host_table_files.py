@@ -6,30 +6,35 @@
                       whose tables set their own initializer or optimizer, and "dims",
                       "latent_dim" when a table has its own embedding dim),
                       "dtype" (optional: the rows' dtype, default "float32")}
-
-Version 2 (every table created now):
-
-  rows.npy           [V, R] uint8: row r's record, its values (E of the rows' dtype; float32,
-                     float16, or the bits of bfloat16) then its slots (S float32), padded to
-                     R = a multiple of 4 bytes. A packed table (`packed_rows`: tables that
-                     store fewer columns) has no records: values.npy and slots.npy hold its
-                     flat buffers instead.
-  written.npy        [ceil(V / 8)] uint8: row r's written flag is bit r & 7 of byte r >> 3
-                     (`bit_flags.BitFlags`)
-
-Version 1 (still opened, read and written; no longer created):
-
-  values.npy         [V, E] of the rows' dtype; flat when packed
+  values.npy         [V, E] of the rows' dtype (float32, float16, or uint16: the bits of
+                     bfloat16 rows); flat [size] when a table stores fewer columns
+                     (`packed_rows`)
   slots.npy          [V, S] float32 (absent when S == 0); flat when packed
-  materialised.npy   [V] bool
+  written.npy        version 2 (every table created now): [ceil(V / 8)] uint8, row r's
+                     written flag is bit r & 7 of byte r >> 3 (`bit_flags.BitFlags`)
+  materialised.npy   version 1 (still opened, read and written): [V] bool, in place of
+                     written.npy
 
 The files are created sparse (only headers are written), so a 1e9-row table costs almost
 nothing until rows are touched. Each file grows by a 4 KiB page where a row lands far from
-the others, and every page fault on a sparse file costs microseconds (the file system
-allocates a block): version 1 touched three pages for such a row (its values, its slots,
-its flag, the flag's page read first by `gather`), version 2 touches one (its record; a
-flag page covers 32,768 rows). `meta.json` is replaced atomically; `clean` is false while
-writes are not yet flushed (`sfjax.embedding.host_table.HostTable`).
+the others, and a page fault on a sparse file costs microseconds (the file system
+allocates a block). Version 1's byte flags (4,096 rows a page) made `gather` fault on the
+flag page of every never-written far row and kept up to 1 GB of flag pages resident on a
+1e9-row table; a page of bits covers 32,768 rows. `bench_growth`'s rows sweep at 1e9 rows
+(2-core AMD VM, 2026-12-08, alternated with version 1): peak RSS 1,361 against 2,216 MiB,
+1.39 against 1.72 page faults per evicted row, examples/s the same within noise (11.3k
+against 11.7k). The spread sweep (rows 1,000 apart, already ~4 to a byte-flag page) is
+unchanged: the values' and slots' pages are its cost (2.86 faults per evicted row).
+
+Tried and not kept: one record per row (values then slots in one file, one page a far
+row). It halved the faults again, but on this project's 2-core VM (ext4, kernel 6.18)
+random writes of 1.7M rows into the 72-byte records of a 1e8-row table (the default
+table: 17 float32 values + 1 slot) set the kernel writing the file back continuously, at
+1.8-2.2 s for 53k rows a step, while 68-, 76- and 80-byte rows took 0.13-0.2 s: the
+cause was not found, and the default fell on it.
+
+`meta.json` is replaced atomically; `clean` is false while writes are not yet flushed
+(`sfjax.embedding.host_table.HostTable`).
 """
 
 from __future__ import annotations
@@ -47,13 +52,11 @@ _FORMAT_NAME = "sfjax.host_table"
 FORMAT_VERSION = 2  # what `create_arrays` writes
 _READ_VERSIONS = (1, 2)
 META_FILE = "meta.json"
-_ROWS_FILE = "rows.npy"  # version 2: [V, R] records
-_WRITTEN_FILE = "written.npy"  # version 2: bits
-_VALUES_FILE = "values.npy"  # version 1; version 2 packed
-_SLOTS_FILE = "slots.npy"  # version 1; version 2 packed
-_FLAGS_FILE = "materialised.npy"  # version 1: [V] bool
-_OWN_FILES = (_ROWS_FILE, _WRITTEN_FILE, _VALUES_FILE, _SLOTS_FILE, _FLAGS_FILE, META_FILE,
-              META_FILE + ".tmp")
+_VALUES_FILE = "values.npy"
+_SLOTS_FILE = "slots.npy"
+_WRITTEN_FILE = "written.npy"  # version 2: a bit per row
+_FLAGS_FILE = "materialised.npy"  # version 1: a bool per row
+_OWN_FILES = (_VALUES_FILE, _SLOTS_FILE, _WRITTEN_FILE, _FLAGS_FILE, META_FILE, META_FILE + ".tmp")
 _SCAN_ROWS = 1 << 24  # flags counted per block (bounded memory on a huge table)
 
 _META_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -66,28 +69,18 @@ _META_TYPES: dict[str, type | tuple[type, ...]] = {
 Arrays = tuple[np.ndarray, np.ndarray, bit_flags.BitFlags | np.ndarray]
 
 
-def record_layout(width: int, slot_width: int, dtype="float32") -> tuple[int, int]:
-  """(values' bytes, record bytes R) of a version-2 row record: E values of `dtype` (as
-  stored), then S float32 slots at the next multiple of 4 bytes; R a multiple of 4."""
-  value_bytes = int(width) * row_dtype.storage_dtype(row_dtype.row_dtype(dtype)).itemsize
-  slot_start = -(-value_bytes // 4) * 4
-  return value_bytes, slot_start + 4 * int(slot_width)
-
-
 def create_arrays(path: str, num_rows: int, width: int, slot_width: int,
                   dtype="float32", shapes=None) -> Arrays:
   """Creates a version-2 table's sparse `.npy` files in the existing directory `path`;
   returns (values [V, E] viewed as rows of `dtype`, slots [V, S], flags `BitFlags`) over
   their maps. `shapes`: (values, slots) shapes other than `[V, E]`, `[V, S]` (a packed
-  table's flat buffers, stored in files of their own instead of records)."""
-  fmt = np.lib.format
-  flags = bit_flags.BitFlags(fmt.open_memmap(os.path.join(path, _WRITTEN_FILE), "w+", np.uint8,
-                                             (bit_flags.num_bytes(num_rows),)), num_rows)
-  if shapes is not None and shapes != ((num_rows, width), (num_rows, slot_width)):
-    return (*_separate_arrays(path, num_rows, slot_width, dtype, shapes, "w+"), flags)
-  rows = fmt.open_memmap(os.path.join(path, _ROWS_FILE), "w+", np.uint8,
-                         (num_rows, record_layout(width, slot_width, dtype)[1]))
-  return (*_record_views(rows, width, slot_width, dtype), flags)
+  table's flat buffers)."""
+  shapes = shapes or ((num_rows, width), (num_rows, slot_width))
+  values, slots = _separate_arrays(path, num_rows, slot_width, dtype, shapes, "w+")
+  flags = bit_flags.BitFlags(np.lib.format.open_memmap(
+      os.path.join(path, _WRITTEN_FILE), "w+", np.uint8, (bit_flags.num_bytes(num_rows),)),
+                             num_rows)
+  return values, slots, flags
 
 
 def open_arrays(path: str, num_rows: int, width: int, slot_width: int, writable: bool,
@@ -101,33 +94,20 @@ def open_arrays(path: str, num_rows: int, width: int, slot_width: int, writable:
   """
   v, s = num_rows, slot_width
   mode: Literal["r", "r+"] = "r+" if writable else "r"
+  values, slots = _separate_arrays(path, v, s, dtype, shapes or ((v, width), (v, s)), mode)
+  flags: bit_flags.BitFlags | np.ndarray
   if version == 1:
     flags = _open_npy(os.path.join(path, _FLAGS_FILE), np.bool_, (v,), mode)
-    return (*_separate_arrays(path, v, s, dtype, shapes or ((v, width), (v, s)), mode), flags)
-  written = bit_flags.BitFlags(_open_npy(os.path.join(path, _WRITTEN_FILE), np.uint8,
+  else:
+    flags = bit_flags.BitFlags(_open_npy(os.path.join(path, _WRITTEN_FILE), np.uint8,
                                          (bit_flags.num_bytes(v),), mode), v)
-  if shapes is not None and shapes != ((v, width), (v, s)):
-    return (*_separate_arrays(path, v, s, dtype, shapes, mode), written)
-  rows = _open_npy(os.path.join(path, _ROWS_FILE), np.uint8,
-                   (v, record_layout(width, s, dtype)[1]), mode)
-  return (*_record_views(rows, width, s, dtype), written)
-
-
-def _record_views(rows: np.ndarray, width: int, slot_width: int, dtype):
-  """(values [V, E] of `dtype`, slots [V, S] float32): views of the records `rows` [V, R]."""
-  dtype = row_dtype.row_dtype(dtype)
-  value_bytes, record = record_layout(width, slot_width, dtype)
-  slot_start = record - 4 * slot_width
-  values = row_dtype.from_storage(rows[:, :value_bytes].view(row_dtype.storage_dtype(dtype)),
-                                  dtype)
-  slots = rows[:, slot_start:record].view(np.float32)
-  return values, slots
+  return values, slots, flags
 
 
 def _separate_arrays(path: str, num_rows: int, slot_width: int, dtype, shapes,
                      mode: Literal["r", "r+", "w+"]):
-  """(values, slots) in files of their own (version 1, or a packed table): created
-  (`mode` 'w+') or opened and checked; no slots file when S == 0."""
+  """(values, slots) in files of their own: created (`mode` 'w+') or opened and checked; no
+  slots file when S == 0."""
   value_shape, slot_shape = shapes
   dtype = row_dtype.row_dtype(dtype)
   storage = row_dtype.storage_dtype(dtype)

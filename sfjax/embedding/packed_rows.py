@@ -265,8 +265,8 @@ class DenseRows:
     return int(self.buffer.nbytes)
 
   def take(self, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Rows `ids` [N] as [N, W] (`host_rows.take_rows`)."""
-    return host_rows.take_rows(self.buffer, ids, out)
+    """Rows `ids` [N] as [N, W] (np.take: ~4x faster than fancy indexing on [V, E] tables)."""
+    return np.take(self.buffer, ids, axis=0, out=out)
 
   def check(self, ids: np.ndarray, rows: np.ndarray, where: str, name: str) -> None:
     """Nothing: every column is stored."""

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from sfjax.embedding import host_table_files as files
+from sfjax.embedding.bit_flags import BitFlags
 from sfjax.embedding.host_table import HostTable, HostTableSpec
 
 
@@ -22,8 +23,8 @@ def test_created_files_reopen_and_count(tmp_path):
   values, slots, flags = files.open_arrays(str(tmp_path), 10, 3, 2, writable=False)
   assert values[4].tolist() == [1.5] * 3 and slots[4].tolist() == [-2.0, -2.0]
   assert files.count_written(flags) == 2
-  with pytest.raises(ValueError, match=r"rows\.npy: header says shape \(10, 20\)"):
-    files.open_arrays(str(tmp_path), 10, 4, 2, writable=False)  # records of 12 + 8 bytes
+  with pytest.raises(ValueError, match=r"values\.npy: header says shape \(10, 3\)"):
+    files.open_arrays(str(tmp_path), 10, 4, 2, writable=False)
   (tmp_path / files.META_FILE).write_text(json.dumps({**meta, "clean": "yes"}))
   with pytest.raises(ValueError, match="key 'clean' has wrong type str"):
     files.read_table_meta(str(tmp_path / files.META_FILE))
@@ -84,7 +85,7 @@ def test_first_missing_directory(tmp_path):
 def test_remove_created_keeps_what_existed_before(tmp_path):
   path = tmp_path / "a" / "b"
   path.mkdir(parents=True)
-  for name in ("rows.npy", "written.npy", "values.npy", "slots.npy", "materialised.npy", "meta.json",
+  for name in ("values.npy", "slots.npy", "written.npy", "materialised.npy", "meta.json",
                "meta.json.tmp"):
     (path / name).write_bytes(b"x")
   files.remove_created(str(path), str(tmp_path / "a"))
@@ -116,23 +117,18 @@ def test_write_meta_failure_leaves_the_old_metadata_and_no_tmp(tmp_path, monkeyp
   assert not (path / "meta.json.tmp").exists()
 
 
-def test_record_layout_puts_a_rows_values_then_its_slots_in_one_record(tmp_path):
-  assert files.record_layout(3, 2) == (12, 20)
-  assert files.record_layout(3, 1, "bfloat16") == (6, 12)  # slots from byte 8: aligned
-  assert files.record_layout(8, 0, "float16") == (16, 16)
-  values, slots, flags = files.create_arrays(str(tmp_path), 4, 3, 1, "bfloat16")
-  values[2] = np.array([1.0, 2.0, 3.0], np.float32).astype(values.dtype)
-  slots[2] = -1.5
-  flags[np.array([2])] = True
+def test_version_2_flags_are_bits(tmp_path):
+  values, slots, flags = files.create_arrays(str(tmp_path), 20, 2, 1)
+  assert isinstance(flags, BitFlags) and flags.size == 20
+  flags[np.array([2, 17])] = True
   for array in (values, slots, flags):
     array.flush()
-  records = np.load(tmp_path / "rows.npy")
-  assert records.shape == (4, 12) and not records[[0, 1, 3]].any()
-  row = records[2]
-  np.testing.assert_array_equal(row[:6].view(np.uint16),
-                                np.array([1.0, 2.0, 3.0], np.float32).view(np.uint32) >> 16)
-  assert row[6:8].tolist() == [0, 0] and row[8:].view(np.float32).tolist() == [-1.5]
-  assert np.load(tmp_path / "written.npy").tolist() == [0b100]
+  assert np.load(tmp_path / "written.npy").tolist() == [0b100, 0, 0b10]
+  assert sorted(os.listdir(tmp_path)) == ["slots.npy", "values.npy", "written.npy"]
+  again = files.open_arrays(str(tmp_path), 20, 2, 1, writable=False)[2]
+  assert again[np.arange(20)].tolist() == [i in (2, 17) for i in range(20)]
+  with pytest.raises(FileNotFoundError, match="materialised.npy"):  # the version named is read
+    files.open_arrays(str(tmp_path), 20, 2, 1, writable=False, version=1)
 
 
 def _write_version_1(path, num_rows, width, slot_width):

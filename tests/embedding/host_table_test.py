@@ -147,7 +147,7 @@ def test_huge_mmap_table_is_sparse_and_survives_reopen(tmp_path):
   values = np.arange(12, dtype=np.float32).reshape(3, 4)
   table.scatter(ids, values, -values)
   table.close()
-  for name, row_bytes in (("rows.npy", 8 * 4), ("written.npy", 1 / 8)):
+  for name, row_bytes in (("values.npy", 4 * 4), ("slots.npy", 4 * 4), ("written.npy", 1 / 8)):
     st = os.stat(os.path.join(path, name))
     assert st.st_size >= num_rows * row_bytes  # Apparent size covers every row ...
     assert st.st_blocks * 512 < 1 << 20, name  # ... but under 1 MiB is allocated.
@@ -159,20 +159,17 @@ def test_huge_mmap_table_is_sparse_and_survives_reopen(tmp_path):
   chex.assert_trees_all_equal(reopened.gather(fresh)[0], init_rows(SEED, 0, fresh, 4, STD))
 
 
-def test_a_far_row_allocates_one_page_of_records_and_one_of_flags(tmp_path):
-  """Each far-apart row written to a huge table costs a 4 KiB page of `rows.npy` (its values
-  and slots together) and one of `written.npy`: ~2 x 16 pages for 16 rows, where version 1's
-  three files (values, slots and flags) took ~3 x 16 (57 blocks measured on ext4)."""
+def test_the_flags_of_rows_far_apart_fill_a_page_per_32768_rows(tmp_path):
+  """64 rows 1,000 apart (a spread table's rows) get their flags in 2 pages of bits; version
+  1's bytes took 16 pages (4,096 rows a page), and `gather` read each before the write."""
   path = str(tmp_path / "huge")
-  table = HostTable.create_mmap(path, 10**9, 16, 1, **_kwargs(1))
-  ids = np.arange(16, dtype=np.int64) * 62_500_000 + 12_345
-  table.scatter(ids, np.ones((16, 16), np.float32), np.ones((16, 1), np.float32))
+  table = HostTable.create_mmap(path, 10**9, 4, 1, **_kwargs(1))
+  ids = np.arange(64, dtype=np.int64) * 1000 + 10**8
+  table.scatter(ids, np.ones((64, 4), np.float32), np.ones((64, 1), np.float32))
   table.close()
-  data_files = sorted(set(os.listdir(path)) - {"meta.json"})
-  assert data_files == ["rows.npy", "written.npy"]
-  pages = sum(os.stat(os.path.join(path, name)).st_blocks * 512 for name in data_files) // 4096
-  # + each file's header page, a record across a page boundary, the file system's extent blocks
-  assert pages <= 2 * 16 + 8, pages
+  pages = os.stat(os.path.join(path, "written.npy")).st_blocks * 512 // 4096
+  assert pages <= 2 + 4, pages  # + the header's page, the file system's extent blocks
+  assert HostTable.open_mmap(path).written_ids().tolist() == ids.tolist()
 
 
 def test_unflushed_table_recounts_materialised_rows(tmp_path):
@@ -210,26 +207,24 @@ def test_reopen_validation_errors_name_the_file(tmp_path):
   bad["num_rows"] = 11
   with open(meta, "w") as f:
     json.dump(bad, f)
-  with pytest.raises(ValueError, match=r"rows.npy: header says shape \(10, 12\) dtype uint8, "
-                     r"metadata expects shape \(11, 12\)"):
-    HostTable.open_mmap(path)  # (the flags of 10 and 11 rows fill two bytes alike)
-  bad["num_rows"] = 17
-  with open(meta, "w") as f:
-    json.dump(bad, f)
-  with pytest.raises(ValueError, match=r"written.npy: header says shape \(2,\) dtype uint8, "
-                     r"metadata expects shape \(3,\)"):
+  with pytest.raises(ValueError, match=r"values.npy: header says shape \(10, 2\)"):
     HostTable.open_mmap(path)
 
   with open(meta, "w") as f:
     f.write(original)
-  values = os.path.join(path, "rows.npy")
+  np.lib.format.open_memmap(os.path.join(path, "written.npy"), "w+", np.uint8, (3,)).flush()
+  with pytest.raises(ValueError, match=r"written.npy: header says shape \(3,\) dtype uint8, "
+                     r"metadata expects shape \(2,\)"):
+    HostTable.open_mmap(path)
+  np.lib.format.open_memmap(os.path.join(path, "written.npy"), "w+", np.uint8, (2,)).flush()
+  values = os.path.join(path, "values.npy")
   with open(values, "r+b") as f:
     f.truncate(os.path.getsize(values) - 4)
-  with pytest.raises(ValueError, match="rows.npy: file is .* bytes, expected"):
+  with pytest.raises(ValueError, match="values.npy: file is .* bytes, expected"):
     HostTable.open_mmap(path)
 
   os.remove(values)
-  with pytest.raises(FileNotFoundError, match="rows.npy"):
+  with pytest.raises(FileNotFoundError, match="values.npy"):
     HostTable.open_mmap(path)
   os.remove(meta)
   with pytest.raises(FileNotFoundError, match="meta.json"):
@@ -258,13 +253,13 @@ def test_create_mmap_fills_an_existing_empty_directory(tmp_path):
   path.mkdir()
   with HostTable.create_mmap(str(path), 10, 2, 1, **_kwargs(1)) as table:
     table.scatter(np.array([4]), np.ones((1, 2), np.float32), np.ones((1, 1), np.float32))
-  assert sorted(os.listdir(path)) == ["meta.json", "rows.npy", "written.npy"]
+  assert sorted(os.listdir(path)) == ["meta.json", "slots.npy", "values.npy", "written.npy"]
   assert HostTable.open_mmap(str(path)).written_ids().tolist() == [4]
 
 
 @pytest.mark.parametrize("existing", [False, True])
 def test_failed_create_mmap_removes_what_it_made(tmp_path, monkeypatch, existing):
-  # ENOSPC on the second data file (rows.npy): written.npy and the directories it made go.
+  # ENOSPC on the second data file (slots.npy): values.npy and the directories it made go.
   real = np.lib.format.open_memmap
   parent = tmp_path / "a"
   path = parent / "b" / "table"
@@ -272,7 +267,7 @@ def test_failed_create_mmap_removes_what_it_made(tmp_path, monkeypatch, existing
     path.mkdir(parents=True)
 
   def no_space(filename, *args, **kwargs):
-    if os.path.basename(filename) == "rows.npy":
+    if os.path.basename(filename) == "slots.npy":
       open(filename, "wb").close()
       raise OSError(28, "No space left on device")
     return real(filename, *args, **kwargs)
@@ -486,10 +481,7 @@ def test_half_width_rows_halve_bytes_and_survive_reopen(tmp_path, name):
     table.scatter(np.array([3, 11]), rows, np.zeros((2, 0), np.float32))
   mm.close()
   assert _meta(tmp_path / "t")["dtype"] == name
-  records = np.load(tmp_path / "t" / "rows.npy")
-  assert records.shape == (20, 16)  # a record: 8 values of 2 bytes (as stored), no slots
-  storage = row_dtype.storage_dtype(dtype)
-  np.testing.assert_array_equal(records[11].view(storage), rows[0].astype(dtype).view(storage))
+  assert np.load(tmp_path / "t" / "values.npy").dtype == row_dtype.storage_dtype(dtype)
   reopened = HostTable.open_mmap(str(tmp_path / "t"))
   assert reopened.spec.dtype == name
   np.testing.assert_array_equal(reopened.read_all()[0], ram.read_all()[0])
@@ -561,8 +553,7 @@ def test_a_table_of_a_smaller_dim_stores_its_own_width_and_reads_like_a_full_one
   again = HostTable.open_mmap(str(tmp_path / "t"))
   assert again.spec == mm.spec
   chex.assert_trees_all_equal(again.read_all(), (dense_values, dense_slots))
-  assert np.load(str(tmp_path / "t" / "values.npy")).shape == (kept,)  # flat: no records
-  assert not os.path.exists(tmp_path / "t" / "rows.npy")
+  assert np.load(str(tmp_path / "t" / "values.npy")).shape == (kept,)
   meta = json.loads((tmp_path / "t" / "meta.json").read_text())
   assert meta["tables"]["dims"] == [2, 0, 1] and meta["tables"]["latent_dim"] == 4
 

@@ -20,7 +20,7 @@ def test_bench_huge_table_smoke(tmp_path):
   assert rows > final["cache_rows"] and final["table_bytes_if_dense"] == rows * row_bytes
   # The mmap table lives under host_path, lazily: only touched rows are materialised.
   assert not (host_path / "stale.txt").exists()
-  assert (host_path / "meta.json").exists() and (host_path / "rows.npy").exists()
+  assert (host_path / "meta.json").exists() and (host_path / "values.npy").exists()
   assert 0 < final["rows_materialised"] <= min(rows, 4 * 32 * 26)
   assert final["host_table_apparent_bytes"] >= rows * row_bytes and final["host_table_disk_bytes"] > 0
   assert final["device_state_bytes"] >= final["cache_rows"] * row_bytes  # the cache is on device

@@ -10,8 +10,8 @@ of the run (threads, checkpoints, the CLI's error line) is the real one:
   table_write:STEP:kill   ... SIGKILLs the process instead (mid-save)
   meta_write:N:ERRNO      the N-th write that marks the mmap host table dirty (a write-back's
                           `host_table_files.write_meta(clean=False)`) raises OSError(ERRNO)
-  create:ERRNO            creating the mmap host table: `rows.npy`, the last data file, is
-                          created and then its write raises OSError(ERRNO)
+  create:ERRNO            creating the mmap host table: `written.npy`, the last data file,
+                          is created and then its write raises OSError(ERRNO)
   read_eio                the first read of every file under checkpoints/step_* raises
                           OSError(EIO) (`builtins.open`); later reads succeed
 """
@@ -68,7 +68,7 @@ def _install_create(code: str) -> None:
   real = np.lib.format.open_memmap
 
   def open_memmap(filename, *args, **kwargs):
-    if os.path.basename(filename) == "rows.npy":
+    if os.path.basename(filename) == "written.npy":
       open(filename, "wb").close()
       raise _error(code, filename)
     return real(filename, *args, **kwargs)

@@ -30,7 +30,7 @@ def reference(tmp_path_factory):
 
 
 def test_efbig_creating_an_mmap_table_removes_what_it_made(tmp_path):
-  # The kernel's EFBIG: a file-size limit below rows.npy's size (SIGXFSZ ignored, so the
+  # The kernel's EFBIG: a file-size limit below values.npy's size (SIGXFSZ ignored, so the
   # write fails with EFBIG instead of killing the process).
   path = tmp_path / "new" / "table"
   kwargs = dict(seed=0, init_stddev=0.1, initial_slot_row=np.zeros(1, np.float32))
