@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from sfjax.embedding import host_table_files as files
+from sfjax.embedding import row_dtype
 from sfjax.embedding.bit_flags import BitFlags
 from sfjax.embedding.host_table import HostTable, HostTableSpec
 
@@ -178,3 +179,18 @@ def test_a_new_table_is_version_2_and_an_unknown_version_is_refused(tmp_path):
   with pytest.raises(ValueError, match=r"t/meta.json: unsupported host table format "
                      r"'sfjax.host_table' version 3 \(expected 'sfjax.host_table' version 1 or 2\)"):
     HostTable.open_mmap(path)
+
+
+def test_a_table_without_slots_half_width_rows_and_read_only_maps(tmp_path):
+  values, slots, flags = files.create_arrays(str(tmp_path), 6, 4, 0, "bfloat16")
+  assert slots.shape == (6, 0) and values.dtype == row_dtype.ROW_DTYPES["bfloat16"]
+  assert sorted(os.listdir(tmp_path)) == ["values.npy", "written.npy"]  # no slots file
+  values[1] = 0.5
+  values.flush()
+  values, slots, flags = files.open_arrays(str(tmp_path), 6, 4, 0, writable=False,
+                                           dtype="bfloat16")
+  assert slots.shape == (6, 0) and values.dtype == row_dtype.ROW_DTYPES["bfloat16"]
+  assert values[1].astype(np.float32).tolist() == [0.5] * 4
+  assert not values.flags.writeable and not flags.store.flags.writeable
+  assert files.open_arrays(str(tmp_path), 6, 4, 0, writable=True,
+                           dtype="bfloat16")[2].store.flags.writeable
