@@ -183,13 +183,15 @@ def test_a_new_table_is_version_2_and_an_unknown_version_is_refused(tmp_path):
 
 def test_a_table_without_slots_half_width_rows_and_read_only_maps(tmp_path):
   values, slots, flags = files.create_arrays(str(tmp_path), 6, 4, 0, "bfloat16")
-  assert slots.shape == (6, 0) and values.dtype == row_dtype.ROW_DTYPES["bfloat16"]
+  assert slots.shape == (6, 0) and slots.dtype == np.float32
+  assert values.dtype == row_dtype.ROW_DTYPES["bfloat16"]
   assert sorted(os.listdir(tmp_path)) == ["values.npy", "written.npy"]  # no slots file
   values[1] = 0.5
   values.flush()
   values, slots, flags = files.open_arrays(str(tmp_path), 6, 4, 0, writable=False,
                                            dtype="bfloat16")
-  assert slots.shape == (6, 0) and values.dtype == row_dtype.ROW_DTYPES["bfloat16"]
+  assert slots.shape == (6, 0) and slots.dtype == np.float32
+  assert values.dtype == row_dtype.ROW_DTYPES["bfloat16"]
   assert values[1].astype(np.float32).tolist() == [0.5] * 4
   assert not values.flags.writeable and not flags.store.flags.writeable
   assert files.open_arrays(str(tmp_path), 6, 4, 0, writable=True,
