@@ -24,7 +24,7 @@ initializer or optimizer gives each table's rows its own stddev and initial slot
 (`HostTableSpec.tables`, `initializers.init_table_rows`). Both backends allocate zero pages
 lazily (calloc for RAM, sparse files for mmap): a 1e9-row table costs almost nothing until
 rows are touched. The mmap table then grows by a 4 KiB page of its values and its slots per
-touched row (~10-20 us a written row in page faults where the rows are far apart:
+touched row (~10-40 us a written row in page faults where the rows are far apart, on a VM:
 `bench_growth`); its written flags are bits, 32,768 rows a page (`host_table_files`). The
 RAM table's arrays are numpy allocations, which numpy advises into transparent huge pages:
 where the kernel grants them (THP `madvise` or `always`), a touched row makes its whole
