@@ -41,6 +41,7 @@ goal. Prints a table to stderr and ends stdout with one JSON line.
 
 from __future__ import annotations
 
+import abc
 import json
 import math
 import os
@@ -64,7 +65,7 @@ SWEEPS = ("rows", "spread", "batch", "fields")
 _CRITEO_ROWS_AT_SCALE_1 = 33_762_578  # total rows of the 26 synthetic fields at cardinality_scale 1
 
 
-class _IdMappedDataset:
+class _IdMappedDataset(abc.ABC):
   """A data set whose batches are its base's with the ids mapped (`_map_ids`); `spec`
   describes the mapped fields (set by the subclass)."""
 
@@ -74,8 +75,9 @@ class _IdMappedDataset:
     self._base = base
     self.eval_splits, self.oracle, self.stats = base.eval_splits, None, base.stats
 
+  @abc.abstractmethod
   def _map_ids(self, ids: np.ndarray) -> np.ndarray:
-    raise NotImplementedError
+    """The batch's ids [B, F] as this data set's fields read them."""
 
   def _mapped(self, batch: Batch) -> Batch:
     return batch._replace(ids=self._map_ids(batch.ids))

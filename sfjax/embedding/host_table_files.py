@@ -75,12 +75,7 @@ def create_arrays(path: str, num_rows: int, width: int, slot_width: int,
   returns (values [V, E] viewed as rows of `dtype`, slots [V, S], flags `BitFlags`) over
   their maps. `shapes`: (values, slots) shapes other than `[V, E]`, `[V, S]` (a packed
   table's flat buffers)."""
-  shapes = shapes or ((num_rows, width), (num_rows, slot_width))
-  values, slots = _separate_arrays(path, num_rows, slot_width, dtype, shapes, "w+")
-  flags = bit_flags.BitFlags(np.lib.format.open_memmap(
-      os.path.join(path, _WRITTEN_FILE), "w+", np.uint8, (bit_flags.num_bytes(num_rows),)),
-                             num_rows)
-  return values, slots, flags
+  return _map_arrays(path, num_rows, width, slot_width, dtype, shapes, "w+", FORMAT_VERSION)
 
 
 def open_arrays(path: str, num_rows: int, width: int, slot_width: int, writable: bool,
@@ -92,35 +87,35 @@ def open_arrays(path: str, num_rows: int, width: int, slot_width: int, writable:
   Raises:
     FileNotFoundError / ValueError: naming the missing or mismatched file.
   """
-  v, s = num_rows, slot_width
-  mode: Literal["r", "r+"] = "r+" if writable else "r"
-  values, slots = _separate_arrays(path, v, s, dtype, shapes or ((v, width), (v, s)), mode)
-  flags: bit_flags.BitFlags | np.ndarray
-  if version == 1:
-    flags = _open_npy(os.path.join(path, _FLAGS_FILE), np.bool_, (v,), mode)
-  else:
-    flags = bit_flags.BitFlags(_open_npy(os.path.join(path, _WRITTEN_FILE), np.uint8,
-                                         (bit_flags.num_bytes(v),), mode), v)
-  return values, slots, flags
+  return _map_arrays(path, num_rows, width, slot_width, dtype, shapes,
+                     "r+" if writable else "r", version)
 
 
-def _separate_arrays(path: str, num_rows: int, slot_width: int, dtype, shapes,
-                     mode: Literal["r", "r+", "w+"]):
-  """(values, slots) in files of their own: created (`mode` 'w+') or opened and checked; no
-  slots file when S == 0."""
-  value_shape, slot_shape = shapes
+def _map_arrays(path: str, num_rows: int, width: int, slot_width: int, dtype, shapes,
+                mode: Literal["r", "r+", "w+"], version: int) -> Arrays:
+  """`create_arrays` (`mode` 'w+') or `open_arrays`: values, slots (no file when S == 0)
+  and the flags of format `version`, in that order."""
+  v = num_rows
+  value_shape, slot_shape = shapes or ((v, width), (v, slot_width))
   dtype = row_dtype.row_dtype(dtype)
-  storage = row_dtype.storage_dtype(dtype)
+  values = row_dtype.from_storage(
+      _map_npy(path, _VALUES_FILE, row_dtype.storage_dtype(dtype), value_shape, mode), dtype)
+  slots = (_map_npy(path, _SLOTS_FILE, np.float32, slot_shape, mode) if slot_width
+           else np.zeros((v, 0), np.float32))
+  if version == 1:
+    return values, slots, _map_npy(path, _FLAGS_FILE, np.bool_, (v,), mode)
+  bits = _map_npy(path, _WRITTEN_FILE, np.uint8, (bit_flags.num_bytes(v),), mode)
+  return values, slots, bit_flags.BitFlags(bits, v)
+
+
+def _map_npy(path: str, name: str, dtype, shape: tuple[int, ...],
+             mode: Literal["r", "r+", "w+"]) -> np.memmap:
+  """File `name` of directory `path` mapped: created sparse (`mode` 'w+'), or opened after
+  `_open_npy`'s checks."""
+  full = os.path.join(path, name)
   if mode == "w+":
-    fmt = np.lib.format
-    values = fmt.open_memmap(os.path.join(path, _VALUES_FILE), mode, storage, value_shape)
-    slots = (fmt.open_memmap(os.path.join(path, _SLOTS_FILE), mode, np.float32, slot_shape)
-             if slot_width else np.zeros((num_rows, 0), np.float32))
-  else:
-    values = _open_npy(os.path.join(path, _VALUES_FILE), storage, value_shape, mode)
-    slots = (_open_npy(os.path.join(path, _SLOTS_FILE), np.float32, slot_shape, mode)
-             if slot_width else np.zeros((num_rows, 0), np.float32))
-  return row_dtype.from_storage(values, dtype), slots
+    return np.lib.format.open_memmap(full, mode, dtype, shape)
+  return _open_npy(full, dtype, shape, mode)
 
 
 def count_written(flags) -> int:
